@@ -1,0 +1,39 @@
+# headwatch — score, cut, anatomize and sweep the attention heads of a causal LM.
+# The protocol is ../shared/SPEC.md; every choice lives in config/config.yaml.
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+configfile: "config/config.yaml"
+
+# Schema first (types, names), then the checks a schema cannot express (heads
+# that do not divide the width, unknown model keys, expected tokens the
+# tokenizer splits): both stop before any job runs, naming the key.
+validate(config, "config/schema.yaml")
+
+include: "rules/common.smk"
+
+check_config(config)
+
+include: "rules/models.smk"
+include: "rules/sequences.smk"
+include: "rules/attention.smk"
+include: "rules/scores.smk"
+include: "rules/ablation.smk"
+include: "rules/anatomy.smk"
+include: "rules/sweep.smk"
+include: "rules/figures.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        sequences_targets(),
+        attention_targets(),
+        scores_targets(),
+        ablation_targets(),
+        anatomy_targets(),
+        sweep_targets(),
+        figures_targets(),
+        report_targets(),

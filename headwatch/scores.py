@@ -1,0 +1,125 @@
+"""Head scores (SPEC §4): sink, prev, self, induction — each in [0, 1].
+
+A map ``A`` has rows = the token that looks and columns = the token looked at.
+Each score is the plain mean of the cells it reads, pooled over sequences:
+
+* ``sink``:  ``A[r, 0]``      rows r ≥ 1, over the prose sentences
+* ``prev``:  ``A[r, r-1]``    rows r ≥ 1, prose
+* ``self``:  ``A[r, r]``      rows r ≥ 1, prose (row 0 can only look at itself)
+* ``induction``: ``A[r, r-T+1]`` for rows r = T … 2T-2 (shifted by the BOS
+  offset when there is one) on the repeated random sequences: the token that
+  followed the earlier occurrence of the current token. 24 rows × 40 sequences.
+
+The ``*_cells`` functions return exactly the cells a score reads, for any
+leading dimensions ``[..., T, T]``; scoring a model reduces them inside the
+forward pass, one batch at a time, so no full set of maps is ever held.
+"""
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+import torch
+
+log = logging.getLogger("headwatch.scores")
+
+SCORES = ("sink", "prev", "self", "induction")
+
+
+def sink_cells(A: torch.Tensor) -> torch.Tensor:
+    return A[..., 1:, 0]
+
+
+def prev_cells(A: torch.Tensor) -> torch.Tensor:
+    return torch.diagonal(A, offset=-1, dim1=-2, dim2=-1)  # A[r, r-1], r = 1 … T-1
+
+
+def self_cells(A: torch.Tensor) -> torch.Tensor:
+    return torch.diagonal(A, dim1=-2, dim2=-1)[..., 1:]
+
+
+def induction_cells(A: torch.Tensor, half_length: int, offset: int = 0) -> torch.Tensor:
+    """``A[r, r-T+1]`` for r = offset+T … offset+2T-2 (T-1 cells per sequence)."""
+    T = half_length
+    diag = torch.diagonal(A, offset=-(T - 1), dim1=-2, dim2=-1)  # element j is A[j+T-1, j]
+    return diag[..., offset + 1: offset + T]
+
+
+@torch.no_grad()
+def attention_maps(model, ids: torch.Tensor) -> torch.Tensor:
+    """Every head's attention for a batch: [batch, layers, heads, T, T] (float32)."""
+    device = next(model.parameters()).device
+    out = model(ids.to(device), output_attentions=True)
+    if out.attentions is None or out.attentions[0] is None:
+        raise RuntimeError("the model returned no attention weights; load it with "
+                           "attn_implementation='eager'")
+    return torch.stack(out.attentions, dim=1).float()
+
+
+class _Mean:
+    """Running sum and count of cells per head."""
+
+    def __init__(self):
+        self.total, self.count = 0.0, 0
+
+    def add(self, cells: torch.Tensor) -> None:  # cells [batch, layers, heads, n]
+        self.total = self.total + cells.sum(dim=(0, -1)).double().cpu()
+        self.count += cells.shape[0] * cells.shape[-1]
+
+    def mean(self) -> torch.Tensor:
+        return (self.total / self.count).float()
+
+
+def _batches(ids: torch.Tensor, batch: int):
+    for start in range(0, len(ids), batch):
+        yield ids[start:start + batch]
+
+
+def induction_scores(model, adapter, ids: torch.Tensor, half_length: int, offset: int = 0,
+                     batch: int = 8) -> torch.Tensor:
+    """Induction score of every head: [layers, heads]."""
+    acc = _Mean()
+    for chunk in _batches(ids, batch):
+        acc.add(induction_cells(attention_maps(model, chunk), half_length, offset))
+    return acc.mean()
+
+
+def prose_scores(model, adapter, sentences: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """sink, prev and self of every head over the prose sentences: {name: [layers, heads]}.
+
+    Sentences have different lengths, so each runs alone (no padding to mask).
+    """
+    accs = {name: _Mean() for name in ("sink", "prev", "self")}
+    cells = {"sink": sink_cells, "prev": prev_cells, "self": self_cells}
+    for ids in sentences:
+        maps = attention_maps(model, ids.reshape(1, -1))
+        for name, acc in accs.items():
+            acc.add(cells[name](maps))
+    return {name: acc.mean() for name, acc in accs.items()}
+
+
+def scores_table(adapter, scores: dict[str, torch.Tensor]) -> pd.DataFrame:
+    """One row per head (layer-major) with the four scores and their ranks (1 = highest)."""
+    rows = [dict(layer=l, head=h, kv_group=adapter.kv_group(h),
+                 **{name: float(scores[name][l, h]) for name in SCORES})
+            for l, h in adapter.heads()]
+    df = pd.DataFrame(rows)
+    for name in SCORES:
+        df[f"{name}_rank"] = df[name].rank(ascending=False, method="min").astype(int)
+    return df
+
+
+def head_scores(model, adapter, sentences: list[torch.Tensor], induction_ids: torch.Tensor,
+                half_length: int, offset: int = 0, batch: int = 8) -> pd.DataFrame:
+    """The scores table of SPEC §4 for every head of ``model``."""
+    log.info("scoring %d heads: %d prose sentences, %d induction sequences",
+             adapter.n_layers * adapter.n_heads, len(sentences), len(induction_ids))
+    scores = prose_scores(model, adapter, sentences)
+    scores["induction"] = induction_scores(model, adapter, induction_ids, half_length, offset, batch)
+    return scores_table(adapter, scores)
+
+
+def top_heads(scores: pd.DataFrame, score: str, n: int) -> list[tuple[int, int]]:
+    """The n heads ranked highest by ``score`` (ties broken by layer, head)."""
+    top = scores.sort_values([score, "layer", "head"], ascending=[False, True, True]).head(n)
+    return list(zip(top["layer"].astype(int), top["head"].astype(int)))
