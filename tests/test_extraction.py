@@ -1,0 +1,58 @@
+"""Attention extraction on tiny models of each family: causal maps, rows sum to 1,
+and the long table round-trips."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from headwatch.arch import Adapter, HeadAddressError
+from headwatch.attention import check_maps, map_of, maps_table
+from headwatch.scores import attention_maps
+from tiny import random_ids, tiny_model
+
+
+def test_maps_are_causal_and_rows_sum_to_one(family):
+    model = tiny_model(family)
+    adapter = Adapter(model)
+    maps = attention_maps(model, random_ids(2, 17))
+    assert maps.shape == (2, adapter.n_layers, adapter.n_heads, 17, 17)
+    above = torch.triu(torch.ones(17, 17, dtype=torch.bool), 1)
+    assert maps[..., above].abs().max().item() == 0.0
+    assert torch.allclose(maps.sum(-1), torch.ones(()), atol=1e-5)
+    check_maps(maps, family)  # the guard agrees
+
+
+def test_check_maps_refuses_non_causal_and_nan():
+    A = torch.full((1, 1, 3, 3), 1 / 3)
+    with pytest.raises(ValueError, match="not causal"):
+        check_maps(A, "uniform")
+    A = torch.eye(3).reshape(1, 1, 3, 3).clone()
+    A[0, 0, 1, 1] = float("nan")
+    with pytest.raises(Exception, match="NaN"):
+        check_maps(A, "nan")
+
+
+def test_maps_table_quantizes_and_round_trips():
+    model = tiny_model("llama")
+    maps = attention_maps(model, random_ids(1, 9))[0]
+    table = maps_table("p", maps, quantum=256)
+    L, H, T = maps.shape[0], maps.shape[1], 9
+    assert len(table) == L * H * T * (T + 1) // 2          # lower triangle only
+    assert np.all(table["row"] >= table["col"])
+    assert np.allclose(table.weight * 256, np.round(table.weight * 256))
+    dense = map_of(table, "p", 2, 1)
+    assert np.abs(dense - maps[2, 1].numpy()).max() <= 0.5 / 256 + 1e-7
+    assert np.all(np.abs(dense.sum(1) - 1) <= T * 0.5 / 256)
+
+
+def test_adapters_answer_shape_and_projection(family):
+    model = tiny_model(family)
+    a = Adapter(model)
+    assert (a.n_layers, a.n_heads, a.head_dim) == (3, 4, 16)
+    assert a.n_kv_heads == (2 if family in ("llama", "qwen2") else 4)
+    assert a.out_weight_for_head(1, 2).numel() == 64 * 16
+    assert a.rotary_dims == {"gpt_neox": 4, "gpt2": 0}.get(family, 16)
+    with pytest.raises(HeadAddressError, match="does not exist"):
+        a.check_head(3, 0)
+    with pytest.raises(HeadAddressError):
+        a.check_head(0, 4)

@@ -1,0 +1,67 @@
+"""The whole Snakemake DAG end to end on a tiny config, in a temporary folder."""
+import pandas as pd
+import pytest
+
+from headwatch.checks import read_note
+from workflow import make_workdir, planned_jobs, snakemake, tiny_config, write_config
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model_dir):
+    workdir = make_workdir(tmp_path_factory.mktemp("workflow"))
+    config = tiny_config(tiny_model_dir)
+    configfile = write_config(workdir, config)
+    result = snakemake(workdir, "--configfile", str(configfile))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return workdir, configfile, config
+
+
+def test_spine_outputs_exist_with_their_schemas(run):
+    workdir, _, config = run
+    res = workdir / "results" / "tiny-llama"
+    scores = pd.read_parquet(res / "scores.parquet")
+    assert list(scores.columns) == ["layer", "head", "kv_group", "sink", "prev", "self", "induction",
+                                    "sink_rank", "prev_rank", "self_rank", "induction_rank"]
+    assert len(scores) == 3 * 4 and scores.kv_group.max() == 1
+    assert scores[["sink", "prev", "self", "induction"]].stack().between(0, 1).all()
+    maps = pd.read_parquet(res / "attention" / "maps.parquet")
+    assert list(maps.columns) == ["phrase", "layer", "head", "row", "col", "weight"]
+    assert set(maps.phrase) == set(config.get("phrases") or ["noise", "french", "names", "repetition"])
+    assert "quantized to 1/256" in read_note(res / "attention" / "maps.parquet")["weight"]
+    tokens = pd.read_parquet(res / "attention" / "tokens.parquet")
+    assert list(tokens.columns) == ["phrase", "pos", "token_id", "token"]
+    pred = pd.read_parquet(res / "predictions.parquet")
+    assert pred.groupby("phrase").size().eq(10).all()
+    assert pred.expected_rank.min() >= 1
+    for name, n in (("induction", 4), ("eval", 4), ("circuit", 4), ("prose", 8), ("phrases", 4)):
+        assert len(pd.read_parquet(res / "sequences" / f"{name}.parquet")) == n
+    figs = workdir / "figures" / "tiny-llama"
+    for name in ("grid_noise", "head_induction", "scores_ranked", "sink_vs_induction"):
+        assert (figs / f"{name}.pdf").stat().st_size > 0 and (figs / f"{name}.png").stat().st_size > 0
+
+
+def test_every_rule_left_a_log(run):
+    workdir, _, _ = run
+    logs = list((workdir / "results" / "logs").rglob("*.log"))
+    rules = {p.relative_to(workdir / "results" / "logs").parts[0] for p in logs}
+    assert {"models_prepare", "sequences_make", "attention_maps", "scores_heads"} <= rules
+
+
+def test_a_second_dry_run_has_nothing_to_do(run):
+    workdir, configfile, _ = run
+    result = snakemake(workdir, "-n", "--configfile", str(configfile))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert planned_jobs(result) == {}, result.stdout[-2000:]
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_changing_a_phrase_reruns_only_what_reads_phrases(run):
+    workdir, _, config = run
+    changed = dict(config, phrases=dict(config.get("phrases") or {}))
+    changed["phrases"]["repetition"] = {"text": "The dog sat on the rug. The dog sat on the",
+                                        "expected": " rug"}
+    configfile = write_config(workdir, changed, "changed_phrase.yaml")
+    jobs = planned_jobs(snakemake(workdir, "-n", "--configfile", str(configfile)))
+    assert jobs.get("sequences_make") == 1            # only the phrases table
+    assert "attention_maps" in jobs
+    assert "scores_heads" not in jobs and "models_prepare" not in jobs
