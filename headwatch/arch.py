@@ -35,6 +35,7 @@ class Family:
     input_norm: str
     fused_layout: str = "" # "per_head" (GPT-NeoX: [q_h k_h v_h] per head) or "qkv" (GPT-2: [Q K V])
     conv1d: bool = False   # GPT-2's Conv1D stores weight as (in, out)
+    mlp: str = "mlp"       # the feed-forward network inside a block (anatomy: parameters by block)
 
 
 FAMILIES = {
@@ -187,3 +188,34 @@ class Adapter:
         return dict(family=self.family.name, layers=self.n_layers, heads=self.n_heads,
                     kv_heads=self.n_kv_heads, width=self.width, head_dim=self.head_dim,
                     rotary_dims=self.rotary_dims, rotary_base=self.rotary_base)
+
+    def mlp(self, layer: int) -> nn.Module:
+        """The feed-forward network of a block."""
+        return _get(self.blocks[layer], self.family.mlp)
+
+    def attention_projections(self, layer: int) -> list[nn.Module]:
+        """The distinct q/k/v (or fused QKV) and output projection modules of a layer."""
+        mods = [self.query_proj(layer), self.key_proj(layer), self.value_proj(layer), self.out_proj(layer)]
+        return list({id(m): m for m in mods}.values())
+
+
+def model_parts(model: nn.Module) -> dict:
+    """The modules each parameter block is made of (headwatch.anatomy counts them).
+
+    Keys: ``input_embeddings``, ``output_embeddings`` (modules; when tied they share
+    one weight tensor), ``blocks``, ``attention`` (every projection of every layer) and
+    ``ffn`` (every layer's feed-forward network). Works for the Hugging Face
+    families above and for the sweep's ``CharLM`` (headwatch.charlm.model).
+    """
+    from .charlm.model import CharLM
+
+    if isinstance(model, CharLM):
+        blocks = list(model.blocks)
+        return dict(input_embeddings=[model.tok], output_embeddings=[model.head], blocks=blocks,
+                    attention=[m for b in blocks for m in (b.attn.q, b.attn.k, b.attn.v, b.attn.o)],
+                    ffn=[b.ffn for b in blocks])
+    a = Adapter(model)
+    return dict(input_embeddings=[model.get_input_embeddings()],
+                output_embeddings=[model.get_output_embeddings()], blocks=list(a.blocks),
+                attention=[m for l in range(a.n_layers) for m in a.attention_projections(l)],
+                ffn=[a.mlp(l) for l in range(a.n_layers)])

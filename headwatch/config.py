@@ -53,7 +53,9 @@ def token_errors(config: dict, workdir: Path) -> list[str]:
 
 
 def check_config(config: dict, workdir: str | Path = ".") -> None:
-    errors = model_errors(config) + sweep_errors(config)
+    from .anatomy.configs import config_errors as anatomy_errors
+
+    errors = model_errors(config) + sweep_errors(config) + anatomy_errors(config, workdir)
     if not errors:  # tokenizers only for known models
         errors = token_errors(config, Path(workdir))
     if errors:

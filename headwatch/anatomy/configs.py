@@ -1,0 +1,388 @@
+"""Survey and parameters by block (SPEC §6), from configs alone.
+
+Every model the anatomy looks at is an :class:`Entry`: a studied model (its
+prepared folder, with weights), a reference config shipped under
+``config/models/`` (no weights) or one of the sweep's char-model shapes.
+Each is instantiated on the ``meta`` device — shapes without memory — and its
+parameters are classified into blocks by the modules that own them
+(:func:`headwatch.arch.model_parts` says which modules those are).
+
+A config whose width is not divisible by its heads (and that does not set a
+head size of its own) gets a row with an ``error`` note instead of a crash.
+Numeric columns of such a row are 0: read ``error`` first.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch import nn
+
+from ..arch import Adapter, model_parts, shape_of
+
+
+class HeadShapeError(ValueError):
+    """The head size of the config disagrees with the tensors."""
+
+
+class BlockCountError(RuntimeError):
+    """Parameter blocks that do not add up to the model's parameter count."""
+
+
+@dataclass
+class Entry:
+    name: str
+    source: str                       # "study" | "reference" | "sweep"
+    kind: str                         # "hf" (transformers config) | "charlm" (the sweep's model)
+    raw: dict                         # config.json contents, or CharLM's constructor arguments
+    weights: Path | None = None       # prepared folder holding the real tensors (studied models)
+    note: str = ""
+    _built: dict = field(default_factory=dict, repr=False)
+
+
+# ------------------------------------------------------------------- entries
+def study_entry(name: str, folder) -> Entry:
+    folder = Path(folder)
+    raw = json.loads((folder / "config.json").read_text())
+    return Entry(name, "study", "hf", raw, weights=folder, note=f"weights in {folder}")
+
+
+def reference_entry(name: str, folder="config/models") -> Entry:
+    path = Path(folder) / f"{name}.json"
+    if not path.exists():
+        raise FileNotFoundError(f"anatomy.references: no reference config {path} for {name!r}")
+    return Entry(name, "reference", "hf", json.loads(path.read_text()), note=f"config {path}")
+
+
+def sweep_entries(sweep_cfg: dict, vocab_size: int) -> list[Entry]:
+    """One entry per distinct (width, heads) of every sweep's grid (slug ``w{width}-h{heads}``)."""
+    m = sweep_cfg.get("model", {})
+    seen: dict[str, Entry] = {}
+    for sweep_name, sweep in sweep_cfg.get("sweeps", {}).items():
+        for g in sweep.get("grid", []):
+            slug = f"w{g['width']}-h{g['heads']}"
+            if slug in seen:
+                seen[slug].note += f", {sweep_name}"
+                continue
+            raw = dict(vocab_size=int(vocab_size), width=int(g["width"]), heads=int(g["heads"]),
+                       layers=int(m.get("layers", 4)), context=int(m.get("context", 128)),
+                       ffn_mult=int(m.get("ffn_mult", 4)))
+            seen[slug] = Entry(f"sweep {slug}", "sweep", "charlm", raw,
+                               note=f"vocabulary {vocab_size} (nominal); sweeps: {sweep_name}")
+    return list(seen.values())
+
+
+# ------------------------------------------------------- config → shape → model
+def _hf_config(raw: dict):
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(**raw)
+
+
+def shape_error(entry: Entry) -> str:
+    """'' when the config makes sense, else why not (width not divisible by heads, …)."""
+    r = entry.raw
+    if entry.kind == "charlm":
+        width, heads, explicit = r["width"], r["heads"], None
+    else:
+        width = r.get("hidden_size", r.get("n_embd"))
+        heads = r.get("num_attention_heads", r.get("n_head"))
+        explicit = r.get("head_dim")
+    if not width or not heads:
+        return f"config has no width/heads (width={width}, heads={heads})"
+    if explicit is None and width % heads:
+        return (f"width {width} is not divisible by {heads} heads (width ÷ heads = "
+                f"{width / heads:g}); no head size")
+    kv = r.get("num_key_value_heads") or heads
+    if heads % kv:
+        return f"{heads} heads do not split into {kv} key/value groups"
+    return ""
+
+
+def build_meta(entry: Entry) -> nn.Module:
+    """The model on the meta device (no memory): shapes and names only. Cached on the entry."""
+    if "model" not in entry._built:
+        if entry.kind == "charlm":
+            from ..charlm.model import CharLM
+
+            with torch.device("meta"):
+                model = CharLM(**entry.raw)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            cfg = _hf_config(entry.raw)
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(cfg)
+        entry._built["model"] = model
+    return entry._built["model"]
+
+
+def weight_shapes(folder) -> dict[str, tuple[int, ...]]:
+    """Tensor name → shape from a safetensors folder (single file or sharded), headers only."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists()
+             else ["model.safetensors"])
+    shapes = {}
+    for f in files:
+        if not (folder / f).exists():
+            raise FileNotFoundError(f"{folder / f}: no weights to cross-check the head size against")
+        with safe_open(folder / f, framework="pt") as fh:
+            for k in fh.keys():
+                shapes[k] = tuple(fh.get_slice(k).get_shape())
+    return shapes
+
+
+def _param_names(model: nn.Module) -> dict[int, str]:
+    return {id(p): n for n, p in model.named_parameters()}
+
+
+def tensor_head_dims(model: nn.Module, entry: Entry, shapes: dict | None = None) -> dict:
+    """Head size read off the q, k and o projection tensors of layer 0.
+
+    ``shapes`` maps parameter names to the real tensors' shapes (weights on
+    disk); without it the meta model's own shapes are used.
+    """
+    names = _param_names(model)
+    if entry.kind == "charlm":
+        b = model.blocks[0].attn
+        mods, heads, kv = dict(q=b.q, k=b.k, o=b.o), model.heads, model.heads
+        fused, conv1d = "", False
+    else:
+        a = Adapter(model)
+        mods, heads, kv = dict(q=a.query_proj(0), k=a.key_proj(0), o=a.out_proj(0)), a.n_heads, a.n_kv_heads
+        fused, conv1d = a.family.fused_layout, a.family.conv1d
+
+    def shape(mod):
+        name = names[id(mod.weight)]
+        if shapes is None:
+            return tuple(mod.weight.shape), name
+        if name not in shapes:
+            raise HeadShapeError(f"{entry.name}: tensor {name!r} is missing from the weights")
+        return shapes[name], name
+
+    def out_in(shp):  # (outputs, inputs) whatever the storage order
+        return (shp[1], shp[0]) if conv1d else (shp[0], shp[1])
+
+    (qs, qn), (ks, kn), (os_, on) = shape(mods["q"]), shape(mods["k"]), shape(mods["o"])
+    q_out, k_out, o_in = out_in(qs)[0], out_in(ks)[0], out_in(os_)[1]
+    if fused:  # one fused QKV tensor: q, k and v of every head
+        q_dim = k_dim = q_out / (3 * heads)
+    else:
+        q_dim, k_dim = q_out / heads, k_out / kv
+    return dict(q=q_dim, k=k_dim, o=o_in / heads, tensors=f"{qn}, {kn}, {on}")
+
+
+# ---------------------------------------------------------------------- survey
+SURVEY_COLUMNS = ["name", "source", "architecture", "layers", "heads", "kv_heads", "group_size",
+                  "width", "head_dim", "width_over_heads", "head_dim_tensors", "tensors_from",
+                  "ffn", "vocab", "context", "position", "rotary_dims", "rotary_fraction",
+                  "rotary_base", "rope_type", "tied_embeddings", "error", "note"]
+
+
+def _describe(entry: Entry) -> dict:
+    r = entry.raw
+    if entry.kind == "charlm":
+        W, H = r["width"], r["heads"]
+        return dict(architecture="charlm", layers=r["layers"], heads=H, kv_heads=H, width=W,
+                    head_dim=W // H, ffn=r["ffn_mult"] * W, vocab=r["vocab_size"],
+                    context=r["context"], rotary_dims=0, rotary_base=0.0, rope_type="",
+                    tied_embeddings=False)
+    cfg = _hf_config(r)
+    s = shape_of(cfg)
+    ffn = (getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None)
+           or 4 * s["width"])  # GPT-2: n_inner None means 4 × width
+    context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions")
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    return dict(architecture=cfg.model_type, layers=s["layers"], heads=s["heads"],
+                kv_heads=s["kv_heads"], width=s["width"], head_dim=s["head_dim"], ffn=int(ffn),
+                vocab=cfg.vocab_size, context=int(context), rotary_dims=int(s["rotary_dims"] or 0),
+                rotary_base=float(s["rotary_base"] or 0.0),
+                rope_type=rope.get("rope_type", "default") if s["rotary_dims"] else "",
+                tied_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)))
+
+
+def _error_row(entry: Entry, error: str) -> dict:
+    row = {c: 0 for c in SURVEY_COLUMNS}
+    row.update(name=entry.name, source=entry.source, architecture=entry.raw.get("model_type", entry.kind),
+               tensors_from="", position="", rope_type="", tied_embeddings=False,
+               width_over_heads=0.0, head_dim_tensors=0.0, rotary_fraction=0.0, rotary_base=0.0,
+               error=error, note=entry.note)
+    return row
+
+
+def survey_row(entry: Entry) -> dict:
+    """One survey row; a head size the tensors contradict raises :class:`HeadShapeError`."""
+    err = shape_error(entry)
+    if not err:
+        try:
+            d = _describe(entry)
+            model = build_meta(entry)
+        except Exception as exc:  # a config transformers itself refuses: report it
+            err = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1]}"
+    if err:
+        return _error_row(entry, err)
+    shapes = weight_shapes(entry.weights) if entry.weights is not None else None
+    dims = tensor_head_dims(model, entry, shapes)
+    for which in ("q", "k", "o"):
+        if dims[which] != d["head_dim"]:
+            raise HeadShapeError(
+                f"{entry.name}: the config says head size {d['head_dim']}, but the {which} projection "
+                f"tensor ({'weights' if shapes else 'meta'}: {dims['tensors']}) gives {dims[which]:g}")
+    W, H = d["width"], d["heads"]
+    return dict(name=entry.name, source=entry.source, **{k: d[k] for k in ("architecture", "layers", "heads",
+                "kv_heads")}, group_size=H // d["kv_heads"], width=W, head_dim=d["head_dim"],
+                width_over_heads=W / H, head_dim_tensors=float(dims["q"]),
+                tensors_from="weights" if shapes else "meta",
+                ffn=d["ffn"], vocab=d["vocab"], context=d["context"],
+                position="rotary" if d["rotary_dims"] else "learned", rotary_dims=d["rotary_dims"],
+                rotary_fraction=d["rotary_dims"] / d["head_dim"], rotary_base=d["rotary_base"],
+                rope_type=d["rope_type"], tied_embeddings=d["tied_embeddings"], error="", note=entry.note)
+
+
+def survey_table(entries: list[Entry]) -> pd.DataFrame:
+    return pd.DataFrame([survey_row(e) for e in entries], columns=SURVEY_COLUMNS)
+
+
+# --------------------------------------------------------- parameters by block
+BLOCKS = ["input_embeddings", "position_embeddings", "attention", "ffn", "norms",
+          "output_embeddings", "other"]
+
+COUNTED = {
+    "input_embeddings": "token embedding matrix (vocab × width){tied}",
+    "position_embeddings": "learned position embeddings (context × width); 0 for rotary models",
+    "attention": "q, k, v (or fused QKV) and output projections of every layer, their biases included",
+    "ffn": "every layer's feed-forward network, its biases included",
+    "norms": "every LayerNorm/RMSNorm (before attention, before the FFN, final, any q/k norm), "
+             "weights and biases",
+    "output_embeddings": "output head (vocab × width){tied}",
+    "other": "parameters in none of the blocks above (expected 0)",
+    "total": "sum of the blocks = sum(p.numel()) over the model's parameters (a tied matrix once)",
+}
+
+
+def _is_norm(module: nn.Module) -> bool:
+    return isinstance(module, nn.LayerNorm) or type(module).__name__.endswith(("RMSNorm", "LayerNorm"))
+
+
+def classify_parameters(model: nn.Module) -> pd.DataFrame:
+    """One row per parameter tensor: name, block, numel, is_bias (tied tensors once)."""
+    parts = model_parts(model)
+    ids = {k: {id(m) for m in parts[k]} for k in ("attention",)}
+    # embeddings by tensor, not by module: a tied output head shares the input's tensor
+    inputs = {id(p) for m in parts["input_embeddings"] for p in m.parameters()}
+    outputs = {id(p) for m in parts["output_embeddings"] for p in m.parameters()} - inputs
+    ffn = {id(m) for f in parts["ffn"] for m in f.modules()}
+    rows, seen = [], set()
+    for mname, module in model.named_modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if id(p) in inputs:
+                block = "input_embeddings"
+            elif id(p) in outputs:
+                block = "output_embeddings"
+            elif _is_norm(module):
+                block = "norms"
+            elif id(module) in ids["attention"]:
+                block = "attention"
+            elif id(module) in ffn:
+                block = "ffn"
+            elif isinstance(module, nn.Embedding):
+                block = "position_embeddings"
+            else:
+                block = "other"
+            rows.append(dict(name=f"{mname}.{pname}" if mname else pname, block=block,
+                             numel=p.numel(), is_bias=pname == "bias"))
+    return pd.DataFrame(rows)
+
+
+def params_by_block(model: nn.Module, name: str = "", source: str = "") -> pd.DataFrame:
+    """Rows ``block, params, share, biases, counted`` for every block and the total.
+
+    Raises :class:`BlockCountError` when the blocks do not add up to
+    ``sum(p.numel())`` (a parameter counted twice or missed).
+    """
+    per = classify_parameters(model)
+    total = sum(p.numel() for p in model.parameters())
+    parts = model_parts(model)
+    tied = bool({id(p) for m in parts["input_embeddings"] for p in m.parameters()}
+                & {id(p) for m in parts["output_embeddings"] for p in m.parameters()})
+    rows = []
+    for block in BLOCKS:
+        sel = per[per["block"] == block]
+        n = int(sel["numel"].sum())
+        rows.append(dict(name=name, source=source, block=block, params=n, share=n / total,
+                         biases=int(sel.loc[sel["is_bias"], "numel"].sum()),
+                         counted=COUNTED[block].format(
+                             tied=" — also the output head (tied)" if tied and block == "input_embeddings"
+                             else " — 0: tied to the input embeddings" if tied else ""),
+                         error=""))
+    blocks_sum = sum(r["params"] for r in rows)
+    if blocks_sum != total:
+        raise BlockCountError(f"{name}: parameter blocks sum to {blocks_sum}, the model has {total}")
+    rows.append(dict(name=name, source=source, block="total", params=total, share=1.0,
+                     biases=int(per.loc[per["is_bias"], "numel"].sum()), counted=COUNTED["total"],
+                     error=""))
+    return pd.DataFrame(rows)
+
+
+def params_table(entries: list[Entry]) -> pd.DataFrame:
+    """Parameters by block for every entry; an entry that cannot be built gets one error row.
+
+    A studied model's total is also checked against the tensors on disk.
+    """
+    parts = []
+    for e in entries:
+        err = shape_error(e)
+        if not err:
+            try:
+                model = build_meta(e)
+            except Exception as exc:
+                err = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1]}"
+        if err:
+            parts.append(pd.DataFrame([dict(name=e.name, source=e.source, block="error", params=0,
+                                            share=0.0, biases=0, counted="", error=err)]))
+            continue
+        table = params_by_block(model, e.name, e.source)
+        if e.weights is not None:
+            on_disk = sum(int(torch.Size(s).numel()) for s in weight_shapes(e.weights).values())
+            total = int(table.loc[table["block"] == "total", "params"].item())
+            if on_disk != total:
+                raise BlockCountError(f"{e.name}: the weights on disk hold {on_disk} numbers, "
+                                      f"the model built from its config {total}")
+        parts.append(table)
+    return pd.concat(parts, ignore_index=True)
+
+
+# ------------------------------------------------------------- config checks
+def config_errors(config: dict, workdir=".") -> list[str]:
+    """What a schema cannot say about the ``anatomy`` section; each message names its key."""
+    a = config.get("anatomy")
+    if not a:
+        return []
+    errors = []
+    phrases = set(config.get("phrases", {}))
+    for key in ("weight_check_phrase", "kv_phrase"):
+        if a.get(key) not in phrases:
+            errors.append(f"anatomy.{key}: {a.get(key)!r} is not a phrase of `phrases` ({sorted(phrases)})")
+    refs = list(a.get("references", []))
+    for i, name in enumerate(refs):
+        if not (Path(workdir) / "config" / "models" / f"{name}.json").exists():
+            errors.append(f"anatomy.references[{i}]: no reference config config/models/{name}.json")
+    known = set(refs) | set(config.get("study", []))
+    for name, other in (a.get("swap_base") or {}).items():
+        for what, key in (("model", name), ("base donor", other)):
+            if key not in known:
+                errors.append(f"anatomy.swap_base: {what} {key!r} is neither a reference config nor a "
+                              f"studied model ({sorted(known)})")
+    for i, name in enumerate(a.get("clocks", [])):
+        if name not in known:
+            errors.append(f"anatomy.clocks[{i}]: {name!r} is neither a reference config nor a studied model")
+    return errors

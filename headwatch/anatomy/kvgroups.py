@@ -1,0 +1,165 @@
+"""Key/value groups seen by cutting (SPEC §6, last item).
+
+For every layer and key/value group, that group's ``head_dim`` slice of the key
+projection's *output* is zeroed by a forward hook (always removed, in a context
+manager) and the model runs once. Exactly the query heads of that group must
+change (max |Δattention| > 0); every other head of the layer must change by
+exactly 0; the layers before the cut must change by exactly 0; after the hook
+is removed the maps must be identical to the intact ones. Any failure raises
+:class:`KVGroupError`.
+
+The control is the same test on a model without key sharing, where each key
+slice must move exactly one head: by default the studied model's own
+architecture rebuilt from its config with ``kv heads = heads`` and a few
+layers, randomly initialised (:func:`ungrouped_control`).
+
+Then the attention maps of heads that share keys are compared with those of
+heads that do not: mean Pearson correlation within vs across groups.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from ..arch import Adapter
+from ..checks import assert_finite
+
+
+class KVGroupError(RuntimeError):
+    """A key-slice cut that moved the wrong heads, leaked backwards, or did not come back."""
+
+
+@contextlib.contextmanager
+def zero_key_slice(adapter: Adapter, layer: int, group: int):
+    """Zero ``group``'s slice of ``layer``'s key projection output while inside the block."""
+    sl = adapter.key_slice(group)
+
+    def hook(module, args, output):
+        output = output.clone()
+        output[..., sl] = 0
+        return output
+
+    handle = adapter.key_proj(layer).register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@torch.no_grad()
+def all_maps(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """[layers, heads, T, T] attention maps of one sequence (batch of 1).
+
+    Runs the model's base (no output head: the logits are not needed here).
+    """
+    out = getattr(model, "base_model", model)(ids, output_attentions=True)
+    return torch.stack([a[0] for a in out.attentions])
+
+
+@torch.no_grad()
+def kv_group_cuts(model: nn.Module, adapter: Adapter, ids, label: str = "", role: str = "model") -> pd.DataFrame:
+    """One row per (cut layer, cut group, head of that layer); raises on any inexact result."""
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1).to(device)
+    intact = all_maps(model, ids)
+    assert_finite(intact, f"{label}: intact attention maps")
+    rows = []
+    for layer in range(adapter.n_layers):
+        for group in range(adapter.n_kv_heads):
+            with zero_key_slice(adapter, layer, group):
+                cut = all_maps(model, ids)
+            assert_finite(cut, f"{label}: maps with key slice (layer={layer}, group={group}) zeroed")
+            restored = all_maps(model, ids)
+            delta = (cut - intact).abs().amax(dim=(-1, -2))              # [layers, heads]
+            in_group = [adapter.kv_group(h) == group for h in range(adapter.n_heads)]
+            here = delta[layer].cpu()
+            others = [float(here[h]) for h in range(adapter.n_heads) if not in_group[h]]
+            summary = dict(
+                heads_moved=int((here > 0).sum()), group_heads=int(sum(in_group)),
+                others_max_delta=max(others, default=0.0),
+                before_max_delta=float(delta[:layer].max()) if layer else 0.0,
+                restore_max_delta=float((restored - intact).abs().max()))
+            problems = []
+            if any(in_group[h] and not here[h] > 0 for h in range(adapter.n_heads)):
+                problems.append("a head of the group did not move")
+            if summary["others_max_delta"] != 0:
+                problems.append(f"heads outside the group moved by {summary['others_max_delta']:.3e}")
+            if summary["before_max_delta"] != 0:
+                problems.append(f"layers before the cut moved by {summary['before_max_delta']:.3e}")
+            if summary["restore_max_delta"] != 0:
+                problems.append(f"after the hook was removed the maps differ by "
+                                f"{summary['restore_max_delta']:.3e}")
+            if problems:
+                raise KVGroupError(f"{label}: zeroing the keys of (layer={layer}, group={group}): "
+                                   + "; ".join(problems) + f" (per-head max |Δ| {here.tolist()})")
+            for h in range(adapter.n_heads):
+                rows.append(dict(model=label, role=role, layer=layer, kv_group=group, head=h,
+                                 head_group=adapter.kv_group(h), in_group=in_group[h],
+                                 max_delta=float(here[h]), moved=bool(here[h] > 0), **summary))
+    return pd.DataFrame(rows)
+
+
+def ungrouped_control(config, layers: int = 2, seed: int = 0) -> nn.Module:
+    """The same architecture without key sharing (kv heads = heads), ``layers`` deep, random init."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    d = copy.deepcopy(config.to_dict())
+    for key in ("num_hidden_layers", "n_layer"):
+        if key in d:
+            d[key] = layers
+    heads = d.get("num_attention_heads", d.get("n_head"))
+    if "num_key_value_heads" in d:
+        d["num_key_value_heads"] = heads
+    for key in ("layer_types", "max_window_layers", "quantization_config", "architectures"):
+        d.pop(key, None)
+    model_type = d.pop("model_type")
+    cfg = AutoConfig.for_model(model_type, **d)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    return model.float().eval()
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a - a.mean(), b - b.mean()
+    return float((a * b).sum() / np.sqrt((a * a).sum() * (b * b).sum()))
+
+
+@torch.no_grad()
+def kv_similarity(maps: torch.Tensor, adapter: Adapter, label: str = "") -> pd.DataFrame:
+    """Mean correlation of attention maps between heads of the same vs different groups.
+
+    A map is flattened to its cells on or below the diagonal, row 0 left out
+    (token 0 can only look at itself). One row per layer (``scope`` =
+    "layer") and one for all layers pooled (``scope`` = "all layers", layer −1).
+    Without sharing there are no within-group pairs: ``within_pairs`` = 0 and
+    ``within_mean`` is 0 — read ``within_pairs`` first.
+    """
+    L, H, T, _ = maps.shape
+    rows_idx, cols_idx = np.tril_indices(T)
+    keep = rows_idx > 0
+    flat = maps[:, :, rows_idx[keep], cols_idx[keep]].double().cpu().numpy()   # [L, H, cells]
+    out, pooled = [], {True: [], False: []}
+    for layer in range(L):
+        by = {True: [], False: []}
+        for i, j in itertools.combinations(range(H), 2):
+            same = adapter.kv_group(i) == adapter.kv_group(j)
+            by[same].append(_corr(flat[layer, i], flat[layer, j]))
+        for k in by:
+            pooled[k] += by[k]
+        out.append(_sim_row(label, "layer", layer, by))
+    out.append(_sim_row(label, "all layers", -1, pooled))
+    return pd.DataFrame(out)
+
+
+def _sim_row(label, scope, layer, by) -> dict:
+    w, a = by[True], by[False]
+    return dict(model=label, scope=scope, layer=layer, within_pairs=len(w),
+                within_mean=float(np.mean(w)) if w else 0.0, across_pairs=len(a),
+                across_mean=float(np.mean(a)) if a else 0.0,
+                difference=(float(np.mean(w)) - float(np.mean(a))) if w and a else 0.0)

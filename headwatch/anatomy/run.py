@@ -1,0 +1,96 @@
+"""What each anatomy rule does, end to end (the scripts under scripts/ only call these).
+
+Kept apart from the formulas so that tests can call either: the formulas on
+hand-made cases, these on tiny models saved to a folder.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from .configs import params_table, reference_entry, study_entry, survey_table, sweep_entries
+from .kvgroups import all_maps, kv_group_cuts, kv_similarity, ungrouped_control
+from .weights import head_slices, weight_check
+
+log = logging.getLogger("headwatch.anatomy")
+
+
+def entries(study: dict, references: dict, sweep: dict | None, sweep_vocab: int) -> list:
+    """Studied models ({name: prepared folder}), reference configs ({name: json path}),
+    then the sweep's shapes (``sweep`` = {"model": ..., "sweeps": {name: {"grid": [...]}}})."""
+    out = [study_entry(name, folder) for name, folder in study.items()]
+    out += [reference_entry(name, Path(path).parent) for name, path in references.items()]
+    if sweep:
+        out += sweep_entries(sweep, sweep_vocab)
+    return out
+
+
+def survey(study, references, sweep, sweep_vocab) -> pd.DataFrame:
+    table = survey_table(entries(study, references, sweep, sweep_vocab))
+    for row in table.itertuples():
+        log.info("survey %s (%s): %s", row.name, row.source, row.error or
+                 f"{row.layers} layers × {row.heads} heads ({row.kv_heads} kv), width {row.width}, "
+                 f"head size {row.head_dim} (tensors: {row.head_dim_tensors:g}, {row.tensors_from})")
+    return table
+
+
+def params(study, references, sweep, sweep_vocab) -> pd.DataFrame:
+    return params_table(entries(study, references, sweep, sweep_vocab))
+
+
+def phrase_tokens(phrases: pd.DataFrame, name: str, key: str) -> tuple[list[int], list[str]]:
+    """(token ids, token strings) of one phrase of the phrases table; ``key`` names the config key."""
+    sel = phrases[phrases["phrase"] == name]
+    if len(sel) != 1:
+        raise KeyError(f"{key}: phrase {name!r} is not in the phrases table "
+                       f"(have {sorted(phrases['phrase'])})")
+    row = sel.iloc[0]
+    return [int(i) for i in row["token_ids"]], [str(t) for t in row["tokens"]]
+
+
+def _load(folder, dtype, device):
+    from ..models import load_prepared
+
+    return load_prepared(folder, dtype, device)
+
+
+def run_head_slices(folder, layer: int, head: int, dtype: str = "float32") -> dict:
+    model, _, adapter = _load(folder, dtype, "cpu")
+    return dict(model=Path(folder).name, **head_slices(model, adapter, layer, head))
+
+
+def run_weight_check(folder, phrases: pd.DataFrame, phrase: str, layer: int, head: int,
+                     tolerance: float, dtype: str = "float32", device: str = "auto") -> dict:
+    model, _, adapter = _load(folder, dtype, device)
+    ids, tokens = phrase_tokens(phrases, phrase, "anatomy.weight_check_phrase")
+    record = weight_check(model, adapter, ids, layer, head, tokens, tolerance)
+    log.info("weight check (layer %d, head %d) on %r: max |Δ| = %.3e (tolerance %g)",
+             layer, head, phrase, record["max_abs_delta"], tolerance)
+    return dict(model=Path(folder).name, phrase=phrase, **record)
+
+
+def run_kv_groups(folder, phrases: pd.DataFrame, phrase: str, control_layers: int, control_seed: int,
+                  dtype: str = "float32", device: str = "auto") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cuts of the model and of its ungrouped control, map similarity within/across groups)."""
+    import torch
+
+    model, _, adapter = _load(folder, dtype, device)
+    name = Path(folder).name
+    ids, _ = phrase_tokens(phrases, phrase, "anatomy.kv_phrase")
+    cuts = kv_group_cuts(model, adapter, ids, name, "model")
+    log.info("%s: %d cuts; heads moved per cut %s; max |Δ| outside the group %g", name,
+             adapter.n_layers * adapter.n_kv_heads,
+             sorted(cuts.groupby(["layer", "kv_group"])["heads_moved"].first().unique().tolist()),
+             cuts["others_max_delta"].max())
+    from ..arch import Adapter
+
+    control = ungrouped_control(model.config, control_layers, control_seed).to(model.device)
+    control_name = f"control: {name} without key sharing, {control_layers} layers, random init (seed {control_seed})"
+    control_cuts = kv_group_cuts(control, Adapter(control), ids, control_name, "control")
+    log.info("control: heads moved per cut %s",
+             sorted(control_cuts.groupby(["layer", "kv_group"])["heads_moved"].first().unique().tolist()))
+    with torch.no_grad():
+        maps = all_maps(model, torch.tensor([ids], device=model.device))
+    return pd.concat([cuts, control_cuts], ignore_index=True), kv_similarity(maps, adapter, name)

@@ -1,0 +1,226 @@
+"""One head's weights, and its attention map recomputed by hand (SPEC §6).
+
+:func:`head_slices` says where a head lives in the real tensors: the rows of
+Wq, Wk, Wv (its key/value group's, for grouped models; inside the fused QKV
+tensor for GPT-NeoX and GPT-2) and the columns of Wo, as ranges in the stored
+tensor, with their parameter counts.
+
+:func:`weight_check` recomputes that head's attention map from the raw
+weights — input norm (LayerNorm or RMSNorm), q/k projections with biases,
+rotary embedding (partial for GPT-NeoX; the rotate-half convention of the
+transformers implementations; the model's base), scale, causal mask,
+softmax — in float64 from the hidden state entering the layer, and compares
+it with the map the model itself returns. Above the tolerance it raises.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..arch import Adapter
+from ..checks import assert_finite
+
+
+class WeightCheckError(RuntimeError):
+    """The hand-computed attention map disagrees with the model's own."""
+
+
+# ------------------------------------------------------------- head slices
+def _names(model: nn.Module) -> dict[int, str]:
+    return {id(p): n for n, p in model.named_parameters()}
+
+
+def _proj_slice(adapter: Adapter, module: nn.Module, sl: slice, names: dict) -> dict:
+    """Where output features ``sl`` of a projection sit in its stored weight (and bias)."""
+    w = module.weight
+    axis = 1 if adapter.family.conv1d else 0   # Conv1D stores (in, out); Linear (out, in)
+    width_in = w.shape[1 - axis]
+    rec = dict(tensor=names[id(w)], shape=list(w.shape), axis=axis,
+               **{("columns" if axis else "rows"): [sl.start, sl.stop],
+                  ("rows" if axis else "columns"): [0, width_in]},
+               fused=len(adapter.family.qkv) == 1, weights=(sl.stop - sl.start) * width_in)
+    b = getattr(module, "bias", None)
+    rec["bias"] = None if b is None else dict(tensor=names[id(b)], range=[sl.start, sl.stop])
+    rec["params"] = rec["weights"] + (0 if b is None else sl.stop - sl.start)
+    return rec
+
+
+@torch.no_grad()
+def head_slices(model: nn.Module, adapter: Adapter, layer: int, head: int) -> dict:
+    """Ranges (half-open, 0-based) of one head's Wq/Wk/Wv rows and Wo columns, counts, Wq stats."""
+    adapter.check_head(layer, head)
+    names = _names(model)
+    group = adapter.kv_group(head)
+    q = _proj_slice(adapter, adapter.query_proj(layer), adapter.query_slice(head), names)
+    k = _proj_slice(adapter, adapter.key_proj(layer), adapter.key_slice(group), names)
+    v = _proj_slice(adapter, adapter.value_proj(layer), adapter.value_slice(group), names)
+    wo = adapter.out_proj(layer).weight
+    cols = adapter.out_columns(head)
+    axis = 0 if adapter.family.conv1d else 1
+    o = dict(tensor=names[id(wo)], shape=list(wo.shape), axis=axis,
+             **{("rows" if axis == 0 else "columns"): [cols.start, cols.stop],
+                ("columns" if axis == 0 else "rows"): [0, wo.shape[1 - axis]]},
+             params=adapter.out_weight_for_head(layer, head).numel(),
+             bias=None, note="the output projection's bias (if any) belongs to no single head")
+    shared_by = [h for h in range(adapter.n_heads) if adapter.kv_group(h) == group]
+    k["shared_by_heads"] = v["shared_by_heads"] = shared_by
+    wq = adapter.query_proj(layer).weight
+    wq_head = (wq[:, adapter.query_slice(head)] if adapter.family.conv1d
+               else wq[adapter.query_slice(head), :]).double()
+    total_model = sum(p.numel() for p in model.parameters())
+    own = q["params"] + o["params"]
+    shared = k["params"] + v["params"]
+    return dict(
+        layer=layer, head=head, kv_group=group, group_size=adapter.group_size,
+        head_dim=adapter.head_dim, width=adapter.width, family=adapter.family.name,
+        ranges="half-open [start, stop), 0-based, in the stored tensor; axis = the tensor "
+               "dimension the range selects",
+        query=q, key=k, value=v, output=o,
+        params=dict(own=own, key_value=shared, key_value_note=f"shared by the {len(shared_by)} "
+                    f"query heads of group {group}", total=own + shared, per_head=own + shared / len(shared_by),
+                    model_total=total_model, share=(own + shared) / total_model,
+                    share_per_head=(own + shared / len(shared_by)) / total_model),
+        wq_stats=dict(min=wq_head.min().item(), max=wq_head.max().item(),
+                      mean=wq_head.mean().item(), std=wq_head.std().item(),
+                      numel=wq_head.numel()),
+    )
+
+
+# ----------------------------------------------------------- by-hand attention
+def _norm_by_hand(norm: nn.Module, x: torch.Tensor, config) -> tuple[torch.Tensor, str, float]:
+    """(normed x, kind, eps) in float64 from the norm's own weights."""
+    w = norm.weight.detach().double().cpu()
+    eps = getattr(norm, "eps", None) or getattr(norm, "variance_epsilon", None)
+    if isinstance(norm, nn.LayerNorm):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        b = norm.bias.detach().double().cpu() if norm.bias is not None else 0.0
+        return (x - mu) / torch.sqrt(var + eps) * w + b, "LayerNorm", float(eps)
+    if type(norm).__name__.endswith("RMSNorm"):
+        eps = eps if eps is not None else config.rms_norm_eps
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w, "RMSNorm", float(eps)
+    raise NotImplementedError(f"no by-hand formula for the norm {type(norm).__name__}")
+
+
+def _project(adapter: Adapter, module: nn.Module, sl: slice, x: torch.Tensor) -> torch.Tensor:
+    w = module.weight.detach().double().cpu()
+    w = w[:, sl] if adapter.family.conv1d else w[sl, :].T          # (in, d)
+    b = getattr(module, "bias", None)
+    return x @ w + (0.0 if b is None else b.detach().double().cpu()[sl])
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """[x1, x2] → [−x2, x1] over the last dimension (the transformers convention)."""
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, rotary_dims: int, base: float) -> torch.Tensor:
+    """Rotate the first ``rotary_dims`` of each position's vector by position × frequency.
+
+    Pair i (0-based) of the rotated part pairs dims i and i + rotary_dims/2 and
+    turns base^(-2i/rotary_dims) radians per token; the rest pass unchanged.
+    """
+    if not rotary_dims:
+        return x
+    T = x.shape[0]
+    inv = 1.0 / (float(base) ** (torch.arange(0, rotary_dims, 2, dtype=torch.float64) / rotary_dims))
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    ang = torch.cat((ang, ang), dim=-1)
+    rot, rest = x[:, :rotary_dims], x[:, rotary_dims:]
+    return torch.cat((rot * ang.cos() + rotate_half(rot) * ang.sin(), rest), dim=-1)
+
+
+def attention_scale(adapter: Adapter, layer: int) -> float:
+    """1/sqrt(head size), with GPT-2's optional switches."""
+    cfg = adapter.model.config
+    scale = adapter.head_dim ** -0.5 if getattr(cfg, "scale_attn_weights", True) else 1.0
+    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+        scale /= float(layer + 1)
+    return scale
+
+
+def hand_map(adapter: Adapter, layer: int, head: int, hidden: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The head's attention map [T, T] in float64 from the layer's input hidden state [T, W]."""
+    cfg = adapter.model.config
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    if adapter.rotary_dims and rope.get("rope_type", "default") != "default":
+        raise NotImplementedError(f"rope_type {rope.get('rope_type')!r}: only the default rotary "
+                                  "embedding is recomputed by hand")
+    x = hidden.detach().double().cpu()
+    xn, norm_kind, eps = _norm_by_hand(adapter.input_norm(layer), x, cfg)
+    q = _project(adapter, adapter.query_proj(layer), adapter.query_slice(head), xn)
+    k = _project(adapter, adapter.key_proj(layer), adapter.key_slice(adapter.kv_group(head)), xn)
+    q = apply_rotary(q, adapter.rotary_dims or 0, adapter.rotary_base or 0)
+    k = apply_rotary(k, adapter.rotary_dims or 0, adapter.rotary_base or 0)
+    scale = attention_scale(adapter, layer)
+    scores = (q @ k.T) * scale
+    T = scores.shape[0]
+    scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1), -math.inf)
+    how = dict(norm=norm_kind, eps=eps, rotary_dims=int(adapter.rotary_dims or 0),
+               rotary_base=float(adapter.rotary_base or 0), scale=scale,
+               rotary_convention="rotate-half: pair i = dims (i, i + rotary_dims/2), "
+                                 "angle = position × base^(-2i/rotary_dims)",
+               precision="float64 on CPU")
+    return torch.softmax(scores, dim=-1), how
+
+
+@torch.no_grad()
+def model_map_and_input(model: nn.Module, adapter: Adapter, ids: torch.Tensor, layer: int):
+    """(all maps [L][H, T, T], the hidden state entering ``layer`` [T, W]) from one forward pass."""
+    seen = {}
+
+    def grab(module, args, kwargs):
+        seen["x"] = (args[0] if args else kwargs["hidden_states"]).detach()
+
+    handle = adapter.block(layer).register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        out = model(ids, output_attentions=True)
+    finally:
+        handle.remove()
+    maps = [a[0] for a in out.attentions]
+    assert_finite(maps[layer], f"layer {layer} attention maps")
+    return maps, seen["x"][0]
+
+
+def _cell(r: int, c: int, tokens, hand, mine) -> dict:
+    return dict(row=r, col=c, row_token=tokens[r], col_token=tokens[c],
+                by_hand=float(hand[r, c]), model=float(mine[r, c]),
+                abs_delta=float(abs(hand[r, c] - mine[r, c])))
+
+
+@torch.no_grad()
+def weight_check(model: nn.Module, adapter: Adapter, ids, layer: int, head: int, tokens=None,
+                 tolerance: float = 1e-4) -> dict:
+    """Compare the by-hand map with the model's; raise :class:`WeightCheckError` above ``tolerance``.
+
+    The record names two cells both ways (by hand, model): where they differ
+    most, and where the head looks hardest from the last token.
+    """
+    adapter.check_head(layer, head)
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1).to(device)
+    T = ids.shape[1]
+    tokens = list(tokens) if tokens is not None else [str(int(i)) for i in ids[0]]
+    maps, hidden = model_map_and_input(model, adapter, ids, layer)
+    mine = maps[layer][head].double().cpu()
+    hand, how = hand_map(adapter, layer, head, hidden)
+    assert_finite(hand, "by-hand attention map")
+    delta = (hand - mine).abs()
+    worst = divmod(int(delta.argmax()), T)
+    strongest = (T - 1, int(mine[T - 1].argmax()))
+    record = dict(layer=layer, head=head, kv_group=adapter.kv_group(head), tokens=T,
+                  model_dtype=str(next(model.parameters()).dtype), model_device=device.type,
+                  family=adapter.family.name, **how, tolerance=tolerance,
+                  max_abs_delta=float(delta.max()), mean_abs_delta=float(delta.mean()),
+                  cell_largest_delta=_cell(*worst, tokens, hand, mine),
+                  cell_last_row_strongest=_cell(*strongest, tokens, hand, mine),
+                  passed=bool(delta.max() <= tolerance))
+    if not record["passed"]:
+        raise WeightCheckError(
+            f"head (layer={layer}, head={head}): the map recomputed from the weights differs from the "
+            f"model's by up to {record['max_abs_delta']:.3e} > tolerance {tolerance:g} "
+            f"(cell {record['cell_largest_delta']})")
+    return record

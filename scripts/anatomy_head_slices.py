@@ -1,0 +1,11 @@
+"""Rule anatomy_head_slices: where one head lives in the real tensors."""
+from pathlib import Path
+
+from headwatch.anatomy import run
+from headwatch.checks import write_json
+from headwatch.workflow import log_to
+
+p = snakemake.params
+with log_to(snakemake.log[0]):
+    write_json(run.run_head_slices(Path(snakemake.input.model).parent, p.head["layer"], p.head["head"],
+                                   p.dtype), snakemake.output[0])
