@@ -49,7 +49,8 @@ def write_config(workdir: Path, config: dict, name: str = "tiny.yaml") -> Path:
 
 def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--resources", "gpu=1", *args]
+    # --resources takes a list: it goes last so that it cannot swallow targets in ``args``.
+    cmd = [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--resources", "gpu=1"]
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
