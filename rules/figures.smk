@@ -24,8 +24,10 @@ rule figures_grid:
         maps=f"{RESULTS}/{{model}}/attention/maps.parquet",
         tokens=f"{RESULTS}/{{model}}/attention/tokens.parquet",
     output:
-        pdf=f"{FIGURES}/{{model}}/grid_{{phrase}}.pdf",
-        png=f"{FIGURES}/{{model}}/grid_{{phrase}}.png",
+        pdf=report(f"{FIGURES}/{{model}}/grid_{{phrase}}.pdf", caption="../report/figures_grid.rst",
+                   category="heads", subcategory="{model}"),
+        png=report(f"{FIGURES}/{{model}}/grid_{{phrase}}.png", caption="../report/figures_grid.rst",
+                   category="heads", subcategory="{model}"),
     log:
         f"{RESULTS}/logs/figures_grid/{{model}}/{{phrase}}.log",
     benchmark:
@@ -40,8 +42,10 @@ rule figures_head:
         tokens=f"{RESULTS}/{{model}}/attention/tokens.parquet",
         scores=f"{RESULTS}/{{model}}/scores.parquet",
     output:
-        pdf=f"{FIGURES}/{{model}}/head_{{score}}.pdf",
-        png=f"{FIGURES}/{{model}}/head_{{score}}.png",
+        pdf=report(f"{FIGURES}/{{model}}/head_{{score}}.pdf", caption="../report/figures_head.rst",
+                   category="heads", subcategory="{model}"),
+        png=report(f"{FIGURES}/{{model}}/head_{{score}}.png", caption="../report/figures_head.rst",
+                   category="heads", subcategory="{model}"),
     params:
         phrase="noise",  # the enlarged maps are drawn on the noise phrase (SPEC §8)
     log:
@@ -56,10 +60,14 @@ rule figures_scores:
     input:
         scores=f"{RESULTS}/{{model}}/scores.parquet",
     output:
-        ranked_pdf=f"{FIGURES}/{{model}}/scores_ranked.pdf",
-        ranked_png=f"{FIGURES}/{{model}}/scores_ranked.png",
-        scatter_pdf=f"{FIGURES}/{{model}}/sink_vs_induction.pdf",
-        scatter_png=f"{FIGURES}/{{model}}/sink_vs_induction.png",
+        ranked_pdf=report(f"{FIGURES}/{{model}}/scores_ranked.pdf", caption="../report/scores_ranked.rst",
+                          category="heads", subcategory="{model}"),
+        ranked_png=report(f"{FIGURES}/{{model}}/scores_ranked.png", caption="../report/scores_ranked.rst",
+                          category="heads", subcategory="{model}"),
+        scatter_pdf=report(f"{FIGURES}/{{model}}/sink_vs_induction.pdf", caption="../report/sink_vs_induction.rst",
+                           category="heads", subcategory="{model}"),
+        scatter_png=report(f"{FIGURES}/{{model}}/sink_vs_induction.png", caption="../report/sink_vs_induction.rst",
+                           category="heads", subcategory="{model}"),
     log:
         f"{RESULTS}/logs/figures_scores/{{model}}.log",
     benchmark:

@@ -1,0 +1,361 @@
+"""Build the explorer page: one self-contained HTML file, data embedded as JSON.
+
+The page (``template.html`` + ``explorer.css`` + ``explorer.js``, inlined) works
+offline from ``file://``: no CDN, no server, no framework. Everything it shows
+comes from the workflow's tables:
+
+* attention maps (``attention/maps.parquet``), stored as integers ``q`` with
+  ``weight = q / quantum`` (the maps are already quantized to 1/quantum, so this
+  is exact). Per phrase, every head's lower triangle is one flat uint8 array,
+  base64-encoded; ``q >= 255`` (possible when quantum >= 255: a weight of 1 is
+  ``q = quantum``) is written as 255 and the true value kept in a short escape
+  list (flat index → q, uint32 each). Flat index of a cell:
+  ``(layer * heads + head) * n(n+1)/2 + row(row+1)/2 + col`` for ``col <= row``.
+* tokens, predictions and head scores;
+* optional sections, each rendered only when its table is given: ablation
+  (top-k, circuit, attribution), the training sweep, and always the rotary
+  clock and KV-cache calculator (from the model's config).
+
+Guards raise :class:`ExplorerDataError` (the rule fails) when a map is
+incomplete, a weight is not a multiple of 1/quantum, or the tables disagree on
+the model's shape.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+SCORES = ("sink", "prev", "self", "induction")
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+ESCAPE = 255
+
+
+class ExplorerDataError(ValueError):
+    """A table the page is built from is incomplete or inconsistent."""
+
+
+# ------------------------------------------------------------------ helpers
+def head_label(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+def display_token(token: str) -> str:
+    """How the page writes a token: spaces as ␣, newlines as ↵, tabs as ⇥, empty as ∅."""
+    if token == "":
+        return "∅"
+    return token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+
+
+def percent(weight: float) -> str:
+    """The hover read-out's percentage (JavaScript: ``(100 * w).toFixed(2) + " %"``)."""
+    return f"{100.0 * weight:.2f} %"
+
+
+def readout_text(row_token: str, col_token: str, weight: float) -> str:
+    """The hover read-out: "row token → column token: percentage"."""
+    return f"{display_token(row_token)} → {display_token(col_token)}: {percent(weight)}"
+
+
+def _b64(arr: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes()).decode()
+
+
+def _unb64(text: str, dtype) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype=np.dtype(dtype).newbyteorder("<"))
+
+
+def _plain(value):
+    """A JSON-able Python value from a pandas/numpy cell (lists joined by the page)."""
+    if isinstance(value, (np.ndarray, list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        f = float(value)
+        if not math.isfinite(f):
+            return None
+        return f
+    return str(value)
+
+
+def records(df: pd.DataFrame) -> dict:
+    """A table as {columns, rows} (rows as lists), JSON-able, column order kept."""
+    cols = [str(c) for c in df.columns]
+    rows = [[_plain(v) for v in row] for row in df.itertuples(index=False, name=None)]
+    return dict(columns=cols, rows=rows)
+
+
+# ------------------------------------------------------------------ maps
+def cell_count(n: int) -> int:
+    """Lower-triangle cells (row >= col) of an n-token map."""
+    return n * (n + 1) // 2
+
+
+def flat_index(layer, head, row, col, heads: int, n: int):
+    """Position of a cell in a phrase's flat array (works on numpy arrays)."""
+    return (np.asarray(layer) * heads + np.asarray(head)) * cell_count(n) + \
+        np.asarray(row) * (np.asarray(row) + 1) // 2 + np.asarray(col)
+
+
+def encode_phrase(maps: pd.DataFrame, phrase: str, n: int, layers: int, heads: int,
+                  quantum: int) -> dict:
+    """One phrase's maps as base64 uint8 (+ escapes); raises when the maps are incomplete."""
+    m = maps[maps["phrase"] == phrase]
+    layer, head = m["layer"].to_numpy(np.int64), m["head"].to_numpy(np.int64)
+    row, col = m["row"].to_numpy(np.int64), m["col"].to_numpy(np.int64)
+    w = m["weight"].to_numpy(np.float64)
+    bad = (layer < 0) | (layer >= layers) | (head < 0) | (head >= heads) | (row >= n) | (col < 0) | (col > row)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ExplorerDataError(
+            f"maps, phrase {phrase!r}: cell (layer {layer[i]}, head {head[i]}, row {row[i]}, col {col[i]}) "
+            f"is outside {layers} layers × {heads} heads × {n} tokens (lower triangle)")
+    total = layers * heads * cell_count(n)
+    idx = flat_index(layer, head, row, col, heads, n)
+    if len(np.unique(idx)) != len(idx):
+        raise ExplorerDataError(f"maps, phrase {phrase!r}: duplicated cells")
+    if len(idx) != total:
+        seen = np.zeros(total, bool)
+        seen[idx] = True
+        first = int(np.argmin(seen))
+        per = cell_count(n)
+        lh, rest = divmod(first, per)
+        r = int((math.isqrt(8 * rest + 1) - 1) // 2)
+        raise ExplorerDataError(
+            f"maps, phrase {phrase!r}: {total - len(idx)} of {total} lower-triangle cells missing "
+            f"(first: layer {lh // heads}, head {lh % heads}, row {r}, col {rest - r * (r + 1) // 2})")
+    scaled = w * quantum
+    q = np.rint(scaled)
+    off = np.abs(scaled - q)
+    if (off > 1e-3).any() or (q < 0).any() or (q > quantum).any():
+        i = int(np.argmax((off > 1e-3) | (q < 0) | (q > quantum)))
+        raise ExplorerDataError(
+            f"maps, phrase {phrase!r}: weight {w[i]!r} (layer {layer[i]}, head {head[i]}, row {row[i]}, "
+            f"col {col[i]}) is not a multiple of 1/{quantum} in [0, 1]: the maps were not quantized "
+            f"with attention.quantum = {quantum}")
+    q = q.astype(np.int64)
+    dense = np.zeros(total, np.int64)
+    dense[idx] = q
+    esc = np.flatnonzero(dense >= ESCAPE)
+    return dict(maps=_b64(np.minimum(dense, ESCAPE).astype(np.uint8)),
+                escape_index=_b64(esc.astype(np.uint32)), escape_value=_b64(dense[esc].astype(np.uint32)))
+
+
+def decode_phrase(entry: dict, n: int, layers: int, heads: int, quantum: int) -> np.ndarray:
+    """Inverse of :func:`encode_phrase`: weights ``[layers, heads, n, n]`` (0 above the diagonal)."""
+    q = _unb64(entry["maps"], np.uint8).astype(np.int64)
+    q[_unb64(entry["escape_index"], np.uint32).astype(np.int64)] = _unb64(entry["escape_value"], np.uint32)
+    out = np.zeros((layers, heads, n, n))
+    r, c = np.tril_indices(n)
+    per = cell_count(n)
+    for l in range(layers):
+        for h in range(heads):
+            base = (l * heads + h) * per
+            out[l, h, r, c] = q[base + r * (r + 1) // 2 + c] / quantum
+    return out
+
+
+# ------------------------------------------------------------------ model
+def model_shape(folder, dtype: str = "float32") -> dict:
+    """Layers, heads, kv heads, head size, rotary and context of a prepared model folder (config only)."""
+    from transformers import AutoConfig
+
+    return config_shape(AutoConfig.from_pretrained(str(folder)), dtype)
+
+
+def config_shape(cfg, dtype: str = "float32") -> dict:
+    """:func:`headwatch.arch.shape_of` plus the context length and bytes per number of ``dtype``."""
+    from ..arch import shape_of
+
+    s = shape_of(cfg)
+    context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    if dtype not in BYTES:
+        raise ExplorerDataError(f"dtype {dtype!r}: bytes per number unknown (know {sorted(BYTES)})")
+    out = {k: _plain(v) for k, v in s.items()}
+    out.update(context=int(context) if context else None, dtype=dtype, bytes=BYTES[dtype])
+    if out["rotary_dims"] is None:
+        out["rotary_dims"] = 0
+    return out
+
+
+def reference_base(path) -> dict:
+    """{label, base, rotary_dims} of a reference config (config/models/<name>.json)."""
+    from transformers import AutoConfig
+
+    from ..arch import shape_of
+
+    path = Path(path)
+    raw = json.loads(path.read_text())
+    cfg = AutoConfig.for_model(**raw)
+    s = shape_of(cfg)
+    return dict(label=path.stem, base=_plain(s["rotary_base"]), rotary_dims=int(s["rotary_dims"] or 0))
+
+
+def rotary_options(model_key: str, shape: dict, references: list[dict]) -> list[dict]:
+    """The clock's base switch: the model's own base first, then each other base (deduplicated)."""
+    opts = []
+    if shape.get("rotary_base"):
+        opts.append(dict(label=model_key, base=float(shape["rotary_base"])))
+    for ref in references:
+        if not ref.get("base"):
+            continue
+        for o in opts:
+            if o["base"] == float(ref["base"]):
+                if ref["label"] not in o["label"].split(", "):
+                    o["label"] += f", {ref['label']}"
+                break
+        else:
+            opts.append(dict(label=ref["label"], base=float(ref["base"])))
+    return opts
+
+
+# ------------------------------------------------------------------ payload
+def _attribution(attr: pd.DataFrame, phrases: list[str], layers: int, heads: int) -> dict:
+    """Per phrase: every head's drop (percentage points, column ``drop_points``) in layer-major order."""
+    col = next((c for c in ("drop_points", "drop") if c in attr.columns), None)
+    if col is None or "p_cut" not in attr.columns or "p_intact" not in attr.columns:
+        raise ExplorerDataError(f"attribution: needs columns drop_points, p_cut, p_intact; has {list(attr.columns)}")
+    out = {}
+    for p in phrases:
+        a = attr[attr["phrase"] == p]
+        if a.empty:
+            continue
+        if len(a) != layers * heads:
+            raise ExplorerDataError(f"attribution, phrase {p!r}: {len(a)} rows, expected one per head "
+                                    f"({layers} × {heads})")
+        a = a.sort_values(["layer", "head"])
+        exp = a["expected"].iloc[0] if "expected" in a else None
+        out[p] = dict(drop=[_plain(x) for x in a[col]], p_cut=[_plain(x) for x in a["p_cut"]],
+                      p_intact=_plain(a["p_intact"].iloc[0]),
+                      expected=display_token(str(exp)) if exp is not None else None)
+    return out
+
+
+def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
+                     shape: dict, quantum: int, predictions: pd.DataFrame | None = None,
+                     topk: pd.DataFrame | None = None, circuit_scores: pd.DataFrame | None = None,
+                     circuit_loss: pd.DataFrame | None = None, attribution: pd.DataFrame | None = None,
+                     attribution_summary: pd.DataFrame | None = None,
+                     sweep_summary: pd.DataFrame | None = None, sweep_contrast: pd.DataFrame | None = None,
+                     rotary: list[dict] | None = None, rotary_distance: int = 1000,
+                     sources: dict | None = None) -> dict:
+    """Everything the page shows, as one JSON-able dict (see the module doc for the map encoding)."""
+    L, H = int(shape["layers"]), int(shape["heads"])
+    if len(scores) != L * H:
+        raise ExplorerDataError(f"scores: {len(scores)} rows, but the model has {L} layers × {H} heads")
+    if int(maps["layer"].max()) + 1 != L or int(maps["head"].max()) + 1 != H:
+        raise ExplorerDataError(f"maps cover {int(maps['layer'].max()) + 1} layers × "
+                                f"{int(maps['head'].max()) + 1} heads; the model has {L} × {H}")
+    phrases = []
+    names = list(dict.fromkeys(tokens["phrase"]))
+    for name in names:
+        t = tokens[tokens["phrase"] == name].sort_values("pos")
+        n = len(t)
+        if t["pos"].tolist() != list(range(n)):
+            raise ExplorerDataError(f"tokens, phrase {name!r}: positions are not 0..{n - 1}")
+        entry = dict(name=name, n=n, tokens=[str(x) for x in t["token"]],
+                     display=[display_token(str(x)) for x in t["token"]],
+                     **encode_phrase(maps, name, n, L, H, quantum))
+        if predictions is not None:
+            p = predictions[predictions["phrase"] == name].sort_values("rank")
+            if len(p):
+                first = p.iloc[0]
+                shown = lambda v: display_token(str(v)) if _plain(v) is not None else None  # noqa: E731
+                entry["prediction"] = dict(
+                    expected=shown(first.get("expected")), expected_prob=_plain(first.get("expected_prob")),
+                    expected_rank=_plain(first.get("expected_rank")), also=shown(first.get("also")),
+                    also_prob=_plain(first.get("also_prob")), also_rank=_plain(first.get("also_rank")),
+                    top=[dict(token=display_token(str(r.token)), prob=_plain(r.prob)) for r in p.itertuples()])
+        phrases.append(entry)
+    extra = set(maps["phrase"]) - set(names)
+    if extra:
+        raise ExplorerDataError(f"maps hold phrases without tokens: {sorted(extra)}")
+
+    s = scores.sort_values(["layer", "head"]).reset_index(drop=True)
+    expected = [(l, h) for l in range(L) for h in range(H)]
+    if list(zip(s["layer"].astype(int), s["head"].astype(int))) != expected:
+        raise ExplorerDataError("scores: not exactly one row per (layer, head)")
+    score_cols = {"layer": [int(x) for x in s["layer"]], "head": [int(x) for x in s["head"]]}
+    if "kv_group" in s:
+        score_cols["kv_group"] = [int(x) for x in s["kv_group"]]
+    for name in SCORES:
+        score_cols[name] = [_plain(x) for x in s[name]]
+        rank = s[f"{name}_rank"] if f"{name}_rank" in s else s[name].rank(ascending=False, method="min")
+        score_cols[f"{name}_rank"] = [int(x) for x in rank]
+
+    from ..figures.style import DIVERGING, SEQUENTIAL
+    import matplotlib
+
+    def lut(name):
+        cmap = matplotlib.colormaps[name]
+        return [matplotlib.colors.to_hex(cmap(i / 255)) for i in range(256)]
+
+    payload = dict(model=model, shape=shape, quantum=int(quantum), phrases=phrases, scores=score_cols,
+                   score_names=list(SCORES),
+                   colormaps=dict(sequential=lut(SEQUENTIAL), diverging=lut(DIVERGING),
+                                  sequential_name=SEQUENTIAL, diverging_name=DIVERGING),
+                   rotary=dict(options=rotary or [], distance=int(rotary_distance)),
+                   sources=sources or {})
+    ablation = {}
+    if topk is not None:
+        ablation["topk"] = records(topk)
+    if circuit_scores is not None:
+        ablation["circuit_scores"] = records(circuit_scores)
+    if circuit_loss is not None:
+        ablation["circuit_loss"] = records(circuit_loss)
+    if attribution is not None:
+        ablation["attribution"] = _attribution(attribution, names, L, H)
+    if attribution_summary is not None:
+        ablation["attribution_summary"] = records(attribution_summary)
+    if ablation:
+        payload["ablation"] = ablation
+    if sweep_summary is not None:
+        payload["sweep"] = dict(summary=records(sweep_summary))
+        if sweep_contrast is not None:
+            payload["sweep"]["contrast"] = records(sweep_contrast)
+    return payload
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def render(payload: dict) -> str:
+    """The page: template with CSS, JS and the payload inlined."""
+    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    data = data.replace("</", "<\\/")  # never close the <script> element early
+    html = _asset("template.html")
+    title = f"headwatch explorer: {payload['model']}"
+    for key, value in (("{{TITLE}}", title), ("{{CSS}}", _asset("explorer.css")),
+                       ("{{JS}}", _asset("explorer.js")), ("{{DATA}}", data)):
+        if html.count(key) != 1:
+            raise RuntimeError(f"explorer template must hold {key} exactly once")
+        html = html.replace(key, value)
+    return html
+
+
+def build_explorer(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
+                   shape: dict, quantum: int, out: str | Path | None = None, **optional) -> str:
+    """The explorer page as HTML (written to ``out`` when given).
+
+    ``optional``: predictions, topk, circuit_scores, circuit_loss, attribution,
+    attribution_summary, sweep_summary, sweep_contrast (DataFrames; a section is
+    omitted when its table is None), rotary (list of {label, base}),
+    rotary_distance, sources ({name: path} shown in the page's footer).
+    """
+    html = render(explorer_payload(maps, tokens, scores, model=model, shape=shape, quantum=quantum,
+                                   **optional))
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(html, encoding="utf-8")
+    return html

@@ -1,0 +1,409 @@
+"""The explorer page (headwatch/explorer): the encoding by hand, the guards, and the page
+itself driven end to end in headless Chromium (Debian's chromium + chromedriver, installed
+by `make browser`; the test FAILS, never skips, when they are missing).
+
+The page is built from a tiny run: a 3-layer × 4-head Llama (tests/tiny.py) through the
+workflow's own code: attention maps and predictions (headwatch.attention.phrase_outputs),
+scores (headwatch.scores), the three ablation experiments (headwatch.ablation), and a sweep
+summary (headwatch.charlm.summary) from made-up final losses.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from headwatch.arch import Adapter
+from headwatch.attention import phrase_outputs
+from headwatch.explorer import (ExplorerDataError, build_explorer, config_shape, decode_phrase,
+                                display_token, encode_phrase, explorer_payload, flat_index, percent,
+                                readout_text, rotary_options)
+from headwatch.scores import head_scores
+from tiny import tiny_model
+
+CHROMIUM = os.environ.get("HEADWATCH_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("HEADWATCH_CHROMEDRIVER", "/usr/bin/chromedriver")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1400,1000"]
+
+WORDS = ["The", " cat", " sat", " on", " the", " mat", ".", " The", " cat", " sat", " on", " the"]
+NAMES = ["When", " Mary", " and", " John", " went", " to", " the", " shop", ",", " John", " gave", " a",
+         " drink", " to"]
+
+
+# --------------------------------------------------------------------- tiny tables
+class _Tok:
+    """The one tokenizer method predictions_table needs."""
+    def decode(self, ids):
+        return f" t{ids[0]}"
+
+
+def _phrase_rows():
+    g = np.random.default_rng(0)
+    rows = []
+    for name, words in (("repetition", WORDS), ("names", NAMES)):
+        ids = g.integers(1, 500, len(words)).tolist()
+        rows.append(dict(phrase=name, token_ids=ids, tokens=list(words), expected=" mat", expected_id=7,
+                         also=None, also_id=None))
+    return pd.DataFrame(rows)
+
+
+ABLATION_PARAMS = dict(top_n=4, k=[1, 2, 4], random_draws=3, seed=0, batch=64, tolerance=1e-5, hook_tolerance=0.0,
+                       guard_sequences=2, circuit=dict(half_threshold=0.1),
+                       attribution=dict(no_effect_points=0.5, together=3))
+
+
+def ablation_tables(model, adapter, scores, repeated_ids, phrases) -> dict:
+    """The ablation tables of the tiny run, by the workflow's own code (headwatch.ablation)."""
+    from headwatch.ablation import run_attribution, run_circuit, run_topk
+
+    seqs = pd.DataFrame(dict(seq=range(len(repeated_ids)), token_ids=[r.tolist() for r in repeated_ids],
+                             half_length=repeated_ids.shape[1] // 2, offset=0))
+    topk, _, _ = run_topk(model, adapter, seqs, scores, ABLATION_PARAMS)
+    circuit_scores, circuit_loss, _, _ = run_circuit(model, adapter, seqs, scores, ABLATION_PARAMS)
+    attribution, attribution_summary, _, _, _ = run_attribution(model, adapter, phrases, ABLATION_PARAMS)
+    return dict(topk=topk, circuit_scores=circuit_scores, circuit_loss=circuit_loss, attribution=attribution,
+                attribution_summary=attribution_summary)
+
+
+def sweep_tables() -> dict:
+    """Sweep summary and contrast by headwatch.charlm.summary, from made-up final losses."""
+    from headwatch.charlm.summary import summarize
+
+    finals = []
+    for sweep, grid in (("heads_split", [(16, 1), (16, 2), (16, 4)]), ("width", [(8, 1), (16, 2)])):
+        for i, (w, h) in enumerate(grid):
+            for seed in (0, 1):
+                finals.append(dict(sweep=sweep, config=f"w{w}-h{h}", seed=seed, width=w, heads=h, trained_under=sweep,
+                                   params=1000 * w, head_size=w // h, steps=5, val_loss=3.0 - 0.1 * i + 0.02 * seed,
+                                   train_loss=2.9 - 0.1 * i, tokens_per_s=1000.0))
+    summary, contrast = summarize(pd.DataFrame(finals), "heads_split", dict(sweep="width", **{"from": 8, "to": 16}))
+    return dict(sweep_summary=summary, sweep_contrast=contrast)
+
+
+@pytest.fixture(scope="module")
+def tiny_tables():
+    """maps / tokens / predictions / scores of a 3 × 4 tiny Llama, through the workflow's code."""
+    model = tiny_model("llama")
+    adapter = Adapter(model)
+    maps, tokens, predictions = phrase_outputs(model, _Tok(), _phrase_rows(), quantum=256, top=5)
+    g = torch.Generator().manual_seed(1)
+    first = torch.randint(1, 500, (4, 10), generator=g)
+    prose = [torch.randint(1, 500, (1, 12), generator=g) for _ in range(3)]
+    repeated = torch.cat([first, first], dim=1)
+    scores = head_scores(model, adapter, prose, repeated, half_length=10)
+    shape = config_shape(model.config, "float32")
+    return dict(maps=maps, tokens=tokens, predictions=predictions, scores=scores, shape=shape,
+                layers=adapter.n_layers, heads=adapter.n_heads,
+                ablation=ablation_tables(model, adapter, scores, repeated, _phrase_rows()), sweep=sweep_tables())
+
+
+# --------------------------------------------------------------------- by hand
+def test_flat_index_by_hand():
+    # 2 heads, 3 tokens: 6 lower-triangle cells per head; (layer 1, head 0, row 2, col 1):
+    # (1 * 2 + 0) * 6 + 2 * 3 / 2 + 1 = 12 + 3 + 1 = 16
+    assert flat_index(1, 0, 2, 1, heads=2, n=3) == 16
+    assert flat_index(0, 0, 0, 0, heads=2, n=3) == 0
+    assert flat_index(1, 1, 2, 2, heads=2, n=3) == 2 * 2 * 6 - 1   # the last cell
+
+
+def _hand_maps():
+    """1 layer × 2 heads × 3 tokens, weights in 1/256 steps (one of them 1 = 256/256)."""
+    cells = {(0, 0, 0): 256, (0, 1, 0): 100, (0, 1, 1): 156, (0, 2, 0): 0, (0, 2, 1): 255, (0, 2, 2): 1,
+             (1, 0, 0): 256, (1, 1, 0): 3, (1, 1, 1): 253, (1, 2, 0): 86, (1, 2, 1): 85, (1, 2, 2): 85}
+    return pd.DataFrame([dict(phrase="p", layer=0, head=h, row=r, col=c, weight=np.float32(q / 256))
+                         for (h, r, c), q in cells.items()]), cells
+
+
+def test_encoding_is_exact_with_the_escape_for_255_and_256():
+    maps, cells = _hand_maps()
+    enc = encode_phrase(maps, "p", n=3, layers=1, heads=2, quantum=256)
+    import base64
+    raw = np.frombuffer(base64.b64decode(enc["maps"]), np.uint8)
+    # head 0: [256, 100, 156, 0, 255, 1] -> bytes [255, 100, 156, 0, 255, 1]; head 1 likewise
+    assert raw.tolist() == [255, 100, 156, 0, 255, 1, 255, 3, 253, 86, 85, 85]
+    esc_i = np.frombuffer(base64.b64decode(enc["escape_index"]), "<u4").tolist()
+    esc_v = np.frombuffer(base64.b64decode(enc["escape_value"]), "<u4").tolist()
+    assert dict(zip(esc_i, esc_v)) == {0: 256, 4: 255, 6: 256}
+    dense = decode_phrase(enc, n=3, layers=1, heads=2, quantum=256)
+    for (h, r, c), q in cells.items():
+        assert dense[0, h, r, c] == q / 256
+    assert dense[0, 0, 0, 1] == 0 and dense[0, 1, 1, 2] == 0   # above the diagonal
+
+
+def test_roundtrip_on_the_tiny_run(tiny_tables):
+    t = tiny_tables
+    m = t["maps"]
+    for phrase, n in t["tokens"].groupby("phrase").size().items():
+        enc = encode_phrase(m, phrase, n, t["layers"], t["heads"], 256)
+        dense = decode_phrase(enc, n, t["layers"], t["heads"], 256)
+        sub = m[m.phrase == phrase]
+        got = dense[sub.layer, sub["head"], sub.row, sub.col]
+        assert np.array_equal(got, sub.weight.to_numpy(np.float64)), phrase
+
+
+def test_guards_raise_and_name_what_is_wrong(tiny_tables):
+    maps, _ = _hand_maps()
+    with pytest.raises(ExplorerDataError, match=r"phrase 'p': 1 of 12 .* missing \(first: layer 0, head 1, row 2, col 1\)"):
+        encode_phrase(maps.drop(index=10), "p", 3, 1, 2, 256)
+    off = maps.copy()
+    off.loc[3, "weight"] = 0.3
+    with pytest.raises(ExplorerDataError, match=r"not a multiple of 1/256"):
+        encode_phrase(off, "p", 3, 1, 2, 256)
+    with pytest.raises(ExplorerDataError, match=r"outside 1 layers × 2 heads × 2 tokens"):
+        encode_phrase(maps, "p", 2, 1, 2, 256)
+    t = tiny_tables
+    with pytest.raises(ExplorerDataError, match=r"scores: 11 rows, but the model has 3 layers × 4 heads"):
+        explorer_payload(t["maps"], t["tokens"], t["scores"].iloc[1:], model="tiny", shape=t["shape"], quantum=256)
+
+
+def test_display_and_readout_text():
+    assert display_token(" cat") == "␣cat" and display_token("\n") == "↵" and display_token("") == "∅"
+    assert percent(82 / 256) == "32.03 %" and percent(1.0) == "100.00 %"
+    assert readout_text(" sat", "The", 0.5) == "␣sat → The: 50.00 %"
+
+
+def test_rotary_options_dedupe_bases_and_keep_the_model_first():
+    shape = dict(rotary_base=100000.0, rotary_dims=64)
+    refs = [dict(label="pythia", base=10000.0), dict(label="smol", base=100000.0), dict(label="qwen", base=1e6),
+            dict(label="gpt2", base=None)]
+    assert rotary_options("m", shape, refs) == [dict(label="m, smol", base=100000.0),
+                                                 dict(label="pythia", base=10000.0),
+                                                 dict(label="qwen", base=1e6)]
+
+
+def test_optional_sections_and_self_contained_html(tiny_tables):
+    t = tiny_tables
+    base = dict(model="tiny", shape=t["shape"], quantum=256, predictions=t["predictions"])
+    bare = explorer_payload(t["maps"], t["tokens"], t["scores"], **base)
+    assert "ablation" not in bare and "sweep" not in bare
+    full = explorer_payload(t["maps"], t["tokens"], t["scores"], **base, **t["ablation"], **t["sweep"])
+    assert set(full["ablation"]) == {"topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary"}
+    assert len(full["ablation"]["attribution"]["names"]["drop"]) == t["layers"] * t["heads"]
+    assert full["sweep"]["summary"]["columns"][:2] == ["sweep", "config"]
+    html = build_explorer(t["maps"], t["tokens"], t["scores"], **base)
+    lower = html.lower()
+    for bad in ("<script src", "<link", "@import", "url(http", "cdn.", "fetch(", "xmlhttprequest"):
+        assert bad not in lower, bad
+    assert html.count('<script type="application/json" id="explorer-data">') == 1
+
+
+# --------------------------------------------------------------------- the browser
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (Path(p).exists() and os.access(p, os.X_OK))]
+    if missing:
+        pytest.fail(f"the explorer's browser test needs Debian's chromium and chromium-driver, but "
+                    f"{', '.join(missing)} is missing: run `make browser` (apt-get install -y chromium "
+                    f"chromium-driver; `make test` does it first)", pytrace=False)
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as err:
+        pytest.fail(f"selenium is not installed ({err}): pip install -r requirements.txt", pytrace=False)
+    os.environ["SE_OFFLINE"] = "true"   # selenium-manager must never download a driver or browser
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def page(tiny_tables, tmp_path_factory):
+    t = tiny_tables
+    out = tmp_path_factory.mktemp("explorer") / "explorer.html"
+    build_explorer(t["maps"], t["tokens"], t["scores"], model="tiny-llama", shape=t["shape"], quantum=256,
+                   predictions=t["predictions"], out=out,
+                   rotary=rotary_options("tiny-llama", t["shape"], [dict(label="a-1e6-model", base=1e6)]),
+                   rotary_distance=100, **t["ablation"], **t["sweep"])
+    return out
+
+
+def _open(driver, path):
+    driver.get(Path(path).resolve().as_uri())
+    assert driver.find_element("tag name", "body").get_attribute("data-ready") == "true", \
+        "the page's script did not finish: " + str(driver.get_log("browser"))
+
+
+def _hover(driver, element):
+    from selenium.webdriver.common.action_chains import ActionChains
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    ActionChains(driver).move_to_element(element).perform()
+
+
+def _bar_order(driver):
+    return [(int(b.get_attribute("data-layer")), int(b.get_attribute("data-head")))
+            for b in driver.find_elements("css selector", "#bars .bar")]
+
+
+def test_page_in_chromium(browser, page, tiny_tables, tmp_path):
+    d, t = browser, tiny_tables
+    L, H = t["layers"], t["heads"]
+    _open(d, page)
+    by = "css selector"
+
+    # the grid: layers × heads cells, layer 0 on top, head 0 on the left
+    cells = d.find_elements(by, "#grid canvas.head-cell")
+    assert len(cells) == L * H
+    top = d.find_element(by, "#cell-L0-H0").location
+    below = d.find_element(by, f"#cell-L{L - 1}-H0").location
+    right = d.find_element(by, f"#cell-L0-H{H - 1}").location
+    assert top["y"] < below["y"] and top["x"] < right["x"]
+
+    # clicking a head shows that head, with the phrase's tokens on both axes
+    from selenium.webdriver.support.ui import Select
+    Select(d.find_element(by, "#phrase-select")).select_by_visible_text("names (14 tokens)")
+    d.find_element(by, "#cell-L2-H1").click()
+    view = d.find_element(by, "#head-view")
+    assert (view.get_attribute("data-layer"), view.get_attribute("data-head")) == ("2", "1")
+    assert "L2 H1" in d.find_element(by, "#head-title").text
+    n = len(NAMES)
+    assert len(d.find_elements(by, "#head-map rect.map-cell")) == n * (n + 1) // 2
+    assert [e.text for e in d.find_elements(by, "#head-map text.rowlab")] == [display_token(w) for w in NAMES]
+    assert [e.get_attribute("textContent") for e in d.find_elements(by, "#head-map text.collab")] == \
+        [display_token(w) for w in NAMES]
+
+    # hovering a known cell shows the value stored in the Parquet
+    m = t["maps"]
+    head = m[(m.phrase == "names") & (m.layer == 2) & (m["head"] == 1) & (m.row > 0)]
+    known = head.loc[head.weight.idxmax()]
+    r, c, w = int(known.row), int(known.col), float(known.weight)
+    _hover(d, d.find_element(by, f"#map-cell-{r}-{c}"))
+    ro = d.find_element(by, "#readout")
+    assert (ro.get_attribute("data-row"), ro.get_attribute("data-col")) == (str(r), str(c))
+    assert float(ro.get_attribute("data-weight")) == w
+    assert d.find_element(by, "#readout-text").text == readout_text(NAMES[r], NAMES[c], w)
+    _hover(d, d.find_element(by, "#map-cell-0-0"))            # weight 1 = 256/256: the escaped value
+    assert float(ro.get_attribute("data-weight")) == 1.0
+    assert d.find_element(by, "#readout-text").text.endswith(": 100.00 %")
+
+    # switching scores reorders the bars, in the order of the scores table's ranks
+    Select(d.find_element(by, "#bar-count")).select_by_value(str(L * H))
+    s = t["scores"]
+    orders = {}
+    for score in ("sink", "prev", "self", "induction"):
+        d.find_element(by, f"#score-{score}").click()
+        assert d.find_element(by, "#bars").get_attribute("data-score") == score
+        orders[score] = _bar_order(d)
+        expected = s.sort_values([f"{score}_rank", "layer", "head"])
+        assert orders[score] == list(zip(expected.layer, expected["head"])), score
+        first = d.find_element(by, "#bars .bar")
+        assert float(first.get_attribute("data-value")) == float(expected[score].iloc[0])
+    assert orders["sink"] != orders["induction"], "the tiny run must rank heads differently by score"
+
+    # a bar jumps to its head
+    l, h = orders["induction"][-1]
+    d.find_element(by, f"#bar-L{l}-H{h}").click()
+    assert (view.get_attribute("data-layer"), view.get_attribute("data-head")) == (str(l), str(h))
+    assert "selected" in d.find_element(by, f"#cell-L{l}-H{h}").get_attribute("class")
+
+    # attribution heat map: the hovered head's drop is the table's
+    attr = t["ablation"]["attribution"]
+    cell = d.find_element(by, "#attr-L1-H3")
+    _hover(d, cell)
+    want = attr[(attr.phrase == "names") & (attr.layer == 1) & (attr["head"] == 3)]["drop_points"].item()
+    assert float(d.find_element(by, "#attr-readout").get_attribute("data-drop")) == want
+    assert d.find_element(by, "#ablation-section").is_displayed()
+    assert len(d.find_elements(by, "#topk-plot svg")) == 2
+    assert len(d.find_elements(by, "#sweep-plot svg")) == 2   # one panel per sweep
+
+    # rotary clock: head size 16 → P = 8 pairs; base 10000, distance 100: periods
+    # 2π·10000^((n−1)/8) = 6.3, 19.9, 62.8, 198.7, 628, 1987, 6283, 19869 → 5 not wrapped
+    summary = d.find_element(by, "#rotary-summary")
+    assert t["shape"]["rotary_dims"] == 16 and t["shape"]["rotary_base"] == 10000.0
+    assert summary.get_attribute("data-pairs") == "8" and summary.get_attribute("data-unwrapped") == "5"
+    assert math.isclose(float(summary.get_attribute("data-reach")), 2 * math.pi * 10000 ** (7 / 8), rel_tol=1e-12)
+    assert len(d.find_elements(by, "#rotary-clocks .clock.wrapped")) == 3
+    d.find_element(by, "#rotary-base-1").click()                        # base 1e6: periods 6.3, 35, 199, ...
+    assert summary.get_attribute("data-unwrapped") == "6"
+    dist = d.find_element(by, "#rotary-distance")
+    dist.clear()
+    dist.send_keys("7")                                                   # only pair 1 (6.28) has wrapped
+    assert summary.get_attribute("data-unwrapped") == "7"
+
+    # KV cache: SmolLM2's numbers by hand: 2 × 30 layers × 3 kv heads × 64 × 4 bytes = 46 080 B/token
+    def typed(key, value):
+        box = d.find_element(by, f"#{key}")
+        box.clear()
+        box.send_keys(str(value))
+
+    row = lambda k: d.find_element(by, f"#kv-row-{k}")                   # noqa: E731
+    for key, value in (("kv-layers", 30), ("kv-heads", 9), ("kv-kvheads", 3), ("kv-headdim", 64), ("kv-context", 8192)):
+        typed(key, value)
+    Select(d.find_element(by, "#kv-bytes")).select_by_value("4")
+    assert row("per_token").get_attribute("data-value") == "46080"
+    assert row("at_context").get_attribute("data-value") == str(46080 * 8192)
+    assert row("per_token_no_sharing").get_attribute("data-value") == "138240"
+    assert row("cells").get_attribute("data-value") == str(8192 ** 2 * 9 * 30)
+    # what changes and what does not: back to the tiny model (2 kv heads), then 1 kv head
+    d.find_element(by, "#kv-reset").click()
+    assert all("same" in e.get_attribute("class") for e in d.find_elements(by, "#kv-table tbody tr"))
+    typed("kv-kvheads", 1)
+    changed = {e.get_attribute("id")[len("kv-row-"):] for e in d.find_elements(by, "#kv-table tbody tr.changed")}
+    assert changed == {"per_token", "at_context", "sharing"}      # the cache; not the maps, not the no-sharing cache
+    assert row("per_token").get_attribute("data-value") == str(2 * 3 * 1 * 16 * 4)
+    assert row("cells").get_attribute("data-value") == str(256 ** 2 * 4 * 3)
+
+    shot = tmp_path / "explorer.png"
+    d.find_element(by, "#cell-L2-H1").click()
+    _hover(d, d.find_element(by, f"#map-cell-{r}-{c}"))
+    d.execute_script("window.scrollTo(0, 0)")
+    assert d.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    severe = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe
+
+
+def test_page_without_optional_tables_omits_their_sections(browser, tiny_tables, tmp_path):
+    t = tiny_tables
+    out = tmp_path / "bare.html"
+    build_explorer(t["maps"], t["tokens"], t["scores"], model="bare", shape=dict(t["shape"], rotary_dims=0),
+                   quantum=256, out=out)
+    _open(browser, out)
+    by = "css selector"
+    assert not browser.find_element(by, "#ablation-section").is_displayed()
+    assert not browser.find_element(by, "#sweep-section").is_displayed()
+    assert browser.find_element(by, "#rotary-none").is_displayed()
+    assert len(browser.find_elements(by, "#grid canvas.head-cell")) == t["layers"] * t["heads"]
+    assert [a.text for a in browser.find_elements(by, "#toc a")] == \
+        ["Where every head looks", "Heads ranked by score", "Rotary clock", "KV cache calculator"]
+
+
+# --------------------------------------------------------------------- report pages and captions
+def test_table_page_prints_numbers_and_notes():
+    from headwatch.explorer.tables import cell_text, table_page
+
+    assert [cell_text(v) for v in (3, 0.123456, 12345.678, float("nan"), ["L0H1", "L2H3"], None)] == \
+        ["3", "0.1235", "12346", "–", "L0H1; L2H3", "–"]
+    page = table_page(pd.DataFrame(dict(head=["L0H1", "<b>"], drop_points=[1.5, -0.25])), "t.parquet",
+                      {"drop_points": "percentage points"})
+    assert "2 rows × 2 columns" in page and "<dt>drop_points</dt><dd>percentage points</dd>" in page
+    assert "<td class=\"\">-0.25</td>" in page and "&lt;b&gt;" in page and "<b>" not in page.split("<body>")[1]
+
+
+def test_every_caption_named_in_the_rules_exists_and_is_a_template():
+    import re
+
+    import jinja2
+
+    root = Path(__file__).resolve().parents[1]
+    named = set()
+    for smk in (root / "rules").glob("*.smk"):
+        named |= set(re.findall(r'caption="\.\./report/([\w.-]+\.rst)"', smk.read_text()))
+    assert {"explorer.rst", "table.rst", "figures_grid.rst"} <= named
+    for name in named:
+        assert (root / "report" / name).exists(), f"rules name report/{name}, which does not exist"
+    env = jinja2.Environment()
+    for rst in (root / "report").glob("*.rst"):
+        env.parse(rst.read_text())   # Snakemake renders captions as Jinja templates
