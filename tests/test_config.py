@@ -24,7 +24,7 @@ def test_heads_that_do_not_divide_the_width_are_named():
     config = base()
     config["sweep"]["sweeps"]["heads_split"]["grid"][2] = {"width": 256, "heads": 3}
     errors = sweep_errors(config)
-    assert len(errors) == 1 and errors[0].startswith("sweep.sweeps.heads_split.grid[2]: heads=3")
+    assert errors == ["sweep.sweeps.heads_split.grid[2]: heads 3 do not divide width 256"]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,239 @@
+"""Training one sweep model: data order, schedule, evaluation, checkpoint/resume.
+
+* Data order depends only on the seed: the batch of step ``s`` is drawn from
+  ``numpy.random.default_rng([seed, s])`` (stateless), so every configuration of a
+  seed sees the same windows in the same order, independent of the model's
+  initialization, and a resumed run needs no saved data position.
+* Validation: ``eval_batches × batch`` windows spaced evenly over the
+  validation split (no randomness: the same set for every model), evaluated
+  every ``eval_every`` steps and at the end. Loss is in nats per character.
+* AdamW (weight decay on matrices and embeddings only), linear warm-up to
+  ``lr`` then cosine decay to ``min_lr``, gradient clipping.
+* A checkpoint (model, optimizer, metrics so far, the loss accumulated since
+  the last row, the torch RNG state, and a fingerprint of everything that
+  defines the run) is written atomically every ``checkpoint_every`` steps. A
+  restarted run resumes from it when the fingerprint matches and then ends
+  with exactly the losses of an uninterrupted run (CPU, same thread count).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.nn import functional as F
+
+from ..checks import NonFiniteError, assert_finite
+from .model import CharLM
+
+log = logging.getLogger("headwatch.charlm")
+
+TRAIN_KEYS = ("steps", "batch", "lr", "min_lr", "warmup", "weight_decay", "eval_every",
+              "eval_batches", "checkpoint_every")
+DEFAULTS = dict(betas=[0.9, 0.99], grad_clip=1.0)
+PRECISIONS = ("float32", "tf32", "bf16")
+
+
+class Interrupted(RuntimeError):
+    """Raised by ``train(stop_after=...)``: simulates a job killed after a checkpoint."""
+
+
+def settings_of(train_cfg: dict) -> dict:
+    missing = [k for k in TRAIN_KEYS if k not in train_cfg]
+    if missing:
+        raise KeyError(f"training settings lack {missing}")
+    return {**DEFAULTS, **train_cfg}
+
+
+def lr_at(step: int, lr: float, min_lr: float, warmup: int, steps: int) -> float:
+    """Learning rate of step ``step`` (0-based): linear warm-up, then cosine to ``min_lr``."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (lr - min_lr)
+
+
+def batch_offsets(seed: int, step: int, n: int, batch: int, context: int) -> np.ndarray:
+    """Start offsets of step ``step``'s windows in a split of ``n`` ids (seed and step only)."""
+    if n <= context + 1:
+        raise ValueError(f"split of {n} characters is too short for context {context}")
+    return np.random.default_rng([seed, step]).integers(0, n - context, size=batch)
+
+
+def eval_offsets(n: int, count: int, context: int) -> np.ndarray:
+    """``count`` window starts spaced evenly over a split of ``n`` ids."""
+    if n <= context + 1:
+        raise ValueError(f"validation split of {n} characters is too short for context {context}")
+    return np.linspace(0, n - context - 1, count).round().astype(np.int64)
+
+
+def windows(ids: torch.Tensor, offsets, context: int):
+    """Inputs and next-character targets for windows starting at ``offsets``."""
+    idx = torch.as_tensor(offsets, device=ids.device).unsqueeze(1) + torch.arange(
+        context + 1, device=ids.device)
+    w = ids[idx]
+    return w[:, :-1], w[:, 1:]
+
+
+def make_model(vocab_size: int, model_cfg: dict, seed: int) -> CharLM:
+    """A freshly initialized model; its init depends on the seed only."""
+    torch.manual_seed(seed)
+    return CharLM(vocab_size=vocab_size, width=model_cfg["width"], heads=model_cfg["heads"],
+                  layers=model_cfg.get("layers", 4), context=model_cfg.get("context", 128),
+                  ffn_mult=model_cfg.get("ffn_mult", 4))
+
+
+def make_optimizer(model: CharLM, s: dict, device: torch.device) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [dict(params=decay, weight_decay=s["weight_decay"]),
+              dict(params=no_decay, weight_decay=0.0)]
+    return torch.optim.AdamW(groups, lr=s["lr"], betas=tuple(s["betas"]), fused=True)
+
+
+def precision_context(device: torch.device, precision: str):
+    """float32 (exact), tf32 (CUDA matmuls in TF32) or bf16 (autocast)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"sweep.precision: {precision!r} is not one of {PRECISIONS}")
+    torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def evaluate(model, ids: torch.Tensor, offsets, batch: int, context: int, amp) -> float:
+    was = model.training
+    model.eval()
+    total = 0.0
+    for i in range(0, len(offsets), batch):
+        x, y = windows(ids, offsets[i:i + batch], context)
+        with amp:
+            logits = model(x)
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
+    model.train(was)
+    return total / (len(offsets) * context)
+
+
+def fingerprint(**parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _save_atomic(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: dict,
+          checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
+          precision: str = "float32", stop_after: int | None = None):
+    """Train one model; return (model, metrics DataFrame, info dict).
+
+    ``checkpoint``: file to resume from and to save to every ``checkpoint_every``
+    steps (removed at the end). ``stop_after``: raise :class:`Interrupted` right
+    after the checkpoint of that step (to test resuming).
+    """
+    s = settings_of(train_cfg)
+    device = torch.device(device)
+    context = model_cfg.get("context", 128)
+    n_train = meta["n_train"]
+    data = torch.as_tensor(ids.astype(np.int64), device=device)
+    train_ids, val_ids = data[:n_train], data[n_train:]
+    val_offsets = eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context)
+    amp = precision_context(device, precision)
+
+    model = make_model(meta["vocab_size"], model_cfg, seed).to(device)
+    opt = make_optimizer(model, s, device)
+    params = sum(p.numel() for p in model.parameters())
+    fp = fingerprint(model=model_cfg, seed=seed, train=s, precision=precision,
+                     corpus=meta.get("sha256"), vocab=meta["vocab_size"])
+    state = dict(step=0, rows=[], loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0)
+    resumed_from = 0
+    ckpt = Path(checkpoint) if checkpoint else None
+    if ckpt and ckpt.exists():
+        saved = torch.load(ckpt, map_location=device, weights_only=False)
+        if saved.get("fingerprint") == fp:
+            model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["optimizer"])
+            torch.set_rng_state(saved["rng"])
+            state = saved["state"]
+            resumed_from = state["step"]
+            log.info("resumed from %s at step %d", ckpt, resumed_from)
+        else:
+            log.info("ignoring checkpoint %s: it belongs to other settings", ckpt)
+    log.info("model %s seed %d: %d parameters, device %s, precision %s, threads %d",
+             model.spec(), seed, params, device, precision, torch.get_num_threads())
+
+    model.train()
+    tokens_per_step = s["batch"] * context
+    for step in range(state["step"], s["steps"]):
+        t0 = time.perf_counter()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, s["lr"], s["min_lr"], s["warmup"], s["steps"])
+        x, y = windows(train_ids, batch_offsets(seed, step, n_train, s["batch"], context), context)
+        with amp:
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if s["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
+        opt.step()
+        value = loss.item()
+        if not math.isfinite(value):
+            raise NonFiniteError(f"training loss is {value} at step {step} (model {model.spec()}, "
+                                 f"seed {seed}); lower the learning rate or use float32")
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        state["seconds"] += time.perf_counter() - t0
+        state["loss_sum"] += value
+        state["loss_n"] += 1
+        state["tokens"] += tokens_per_step
+        done = step + 1
+        state["step"] = done
+        if done % s["eval_every"] == 0 or done == s["steps"]:
+            val = evaluate(model, val_ids, val_offsets, s["batch"], context, amp)
+            row = dict(step=done, train_loss=state["loss_sum"] / state["loss_n"], val_loss=val,
+                       tokens_per_s=state["tokens"] / max(state["seconds"], 1e-9))
+            assert_finite(list(row.values()), f"metrics at step {done}")
+            state["rows"].append(row)
+            log.info("step %d: train %.4f val %.4f (%.0f tokens/s)", done, row["train_loss"], val,
+                     row["tokens_per_s"])
+            state.update(loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0)
+        if ckpt and done % s["checkpoint_every"] == 0 and done < s["steps"]:
+            _save_atomic(dict(fingerprint=fp, model=model.state_dict(), optimizer=opt.state_dict(),
+                              rng=torch.get_rng_state(), state=state), ckpt)
+            if stop_after is not None and done >= stop_after:
+                raise Interrupted(f"stopped after the checkpoint of step {done}")
+
+    metrics = pd.DataFrame(state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"])
+    info = dict(params=params, fingerprint=fp, resumed_from=resumed_from, device=str(device),
+                precision=precision, threads=torch.get_num_threads(),
+                final_val_loss=float(metrics["val_loss"].iloc[-1]))
+    if ckpt and ckpt.exists():
+        ckpt.unlink()
+    return model, metrics, info
+
+
+def save_model(model: CharLM, path, meta: dict, info: dict, extra: dict | None = None) -> None:
+    """Weights with everything needed to rebuild and read the model."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(spec=model.spec(), state_dict=model.state_dict(), vocab=meta["vocab"],
+                    info=info, **(extra or {})), path)
+
+
+def load_model(path, device="cpu") -> tuple[CharLM, dict]:
+    """A saved sweep model (eval mode) and its record (vocab, info, ...)."""
+    saved = torch.load(path, map_location=device, weights_only=False)
+    model = CharLM(**saved["spec"]).to(device)
+    model.load_state_dict(saved["state_dict"])
+    return model.eval(), saved

@@ -1,0 +1,25 @@
+# Figures of the training sweep (SPEC §7-8): read the summary tables, never a model.
+FIGURES_SWEEP = {f"{name}_{ext}": f"{FIGURES}/sweep/{stem}.{ext}"
+                 for name, stem in (("heads", "loss_vs_heads"), ("width", "loss_vs_width"),
+                                    ("curves", "training_curves"))
+                 for ext in ("pdf", "png")}
+
+
+rule figures_sweep:
+    input:
+        summary=f"{RESULTS}/sweep/summary.parquet",
+        contrast=f"{RESULTS}/sweep/contrast.parquet",
+        finals=f"{RESULTS}/sweep/finals.parquet",
+        curves=f"{RESULTS}/sweep/curves.parquet",
+    output:
+        **FIGURES_SWEEP,
+    log:
+        f"{RESULTS}/logs/figures_sweep.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figures_sweep.tsv"
+    script:
+        "../scripts/figures_sweep.py"
+
+
+def figures_sweep_targets():
+    return list(FIGURES_SWEEP.values())

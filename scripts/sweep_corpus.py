@@ -1,0 +1,12 @@
+"""Build the sweep's character corpus (headwatch.charlm.corpus)."""
+from headwatch.charlm.corpus import build_corpus, save_corpus
+from headwatch.workflow import log_to
+
+with log_to(snakemake.log[0]) as log:  # noqa: F821
+    p = snakemake.params.corpus  # noqa: F821
+    corpus = build_corpus(source=p["source"], plays=p.get("plays"), target_chars=p["target_chars"],
+                          val_fraction=p["val_fraction"])
+    save_corpus(corpus, snakemake.output.ids, snakemake.output.meta, snakemake.output.text)  # noqa: F821
+    m = corpus.meta()
+    log.info("corpus: %d chars (train %d, val %d), vocab %d, from %s", m["chars"], m["n_train"],
+             m["n_val"], m["vocab_size"], [(s["name"], s["chars"]) for s in m["sources"]])

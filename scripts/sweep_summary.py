@@ -1,0 +1,16 @@
+"""Summarize the sweeps (headwatch.charlm.summary): per configuration, contrast, curves."""
+from headwatch.charlm.summary import read_runs, summarize
+from headwatch.checks import write_parquet
+from headwatch.workflow import log_to
+
+with log_to(snakemake.log[0]) as log:  # noqa: F821
+    sm = snakemake  # noqa: F821
+    runs = [dict(r, metrics=path) for r, path in zip(sm.params.runs, sm.input.metrics, strict=True)]
+    finals, curves = read_runs(runs)
+    summary, contrast = summarize(finals, sm.params.summary["split_sweep"], sm.params.summary["capacity"])
+    write_parquet(summary, sm.output.summary, note=dict(loss="final validation loss, nats per character",
+                                                         std="over seeds, ddof=1"))
+    write_parquet(contrast, sm.output.contrast)
+    write_parquet(finals, sm.output.finals)
+    write_parquet(curves, sm.output.curves)
+    log.info("summary:\n%s\ncontrast:\n%s", summary.to_string(), contrast.T.to_string())

@@ -1,0 +1,25 @@
+"""Train one sweep model (headwatch.charlm.train); resumes from its checkpoint."""
+from pathlib import Path
+
+import torch
+
+from headwatch.charlm.corpus import load_ids
+from headwatch.charlm.train import save_model, train
+from headwatch.checks import write_parquet
+from headwatch.models import pick_device
+from headwatch.workflow import log_to
+
+with log_to(snakemake.log[0]) as log:  # noqa: F821
+    sm = snakemake  # noqa: F821
+    torch.set_num_threads(sm.threads)
+    job = sm.params.job
+    ids, meta = load_ids(sm.input.ids, sm.input.meta)
+    device = pick_device(job["device"])
+    model, metrics, info = train(ids, meta, job["model"], job["seed"], job["train"],
+                                 checkpoint=Path(sm.output.metrics).with_name("checkpoint.pt"),
+                                 device=device, precision=job["precision"])
+    run = dict(sweep=sm.wildcards.sweep, config=sm.wildcards.config, seed=job["seed"])
+    note = dict(info, **run, model=model.spec(), train=job["train"], corpus_sha256=meta["sha256"])
+    write_parquet(metrics, sm.output.metrics, note=note)
+    save_model(model.cpu(), sm.output.model, meta, info, extra=dict(run=run, train=job["train"]))
+    log.info("final val loss %.4f nats/char", info["final_val_loss"])

@@ -1,0 +1,121 @@
+"""The sweep stage through the real Snakefile, on a tiny config, in a temporary folder:
+it trains end to end, a second run has nothing to do, editing one sweep reruns only
+that sweep's jobs, and a bad grid entry stops before any job."""
+import os
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+
+from headwatch.charlm.model import count_params
+from workflow import deep_merge, make_workdir, planned_jobs, tiny_config, write_config
+
+TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet"]
+FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", "training_curves")
+           for e in ("pdf", "png")]
+
+
+def smk(workdir, configfile, *args):
+    """Snakemake on only the sweep's targets (other stages are not needed here)."""
+    cmd = [sys.executable, "-m", "snakemake", *TARGETS, *FIGURES, "--cores", "2",
+           "--configfile", str(configfile), *args]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+
+
+def with_sweep_figures(workdir):
+    """Until the lead folds rules/figures_sweep.smk into rules/figures.smk, include it here."""
+    fig = workdir / "rules" / "figures.smk"
+    if (workdir / "rules" / "figures_sweep.smk").exists() and "figures_sweep" not in fig.read_text():
+        fig.write_text(fig.read_text() + '\ninclude: "figures_sweep.smk"\n')
+    return workdir
+
+
+def planned_runs(result) -> set[tuple[str, str, int]]:
+    """(sweep, config, seed) of every sweep_train job in a dry run's listing."""
+    out, rule = set(), None
+    for line in (result.stdout + result.stderr).splitlines():
+        line = line.strip()
+        if line.startswith("rule "):
+            rule = line[5:].rstrip(":")
+        m = re.match(r"wildcards: sweep=(\w+), config=([\w-]+), seed=(\d+)", line)
+        if m and rule == "sweep_train":
+            out.add((m.group(1), m.group(2), int(m.group(3))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory, tiny_model_dir):
+    workdir = with_sweep_figures(make_workdir(tmp_path_factory.mktemp("sweep")))
+    config = tiny_config(tiny_model_dir)
+    configfile = write_config(workdir, config)
+    result = smk(workdir, configfile)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return workdir, config, configfile
+
+
+def test_tiny_sweep_trains_end_to_end(sweep_run):
+    workdir, config, _ = sweep_run
+    sw = config["sweep"]
+    res = workdir / "results" / "sweep"
+    summary = pd.read_parquet(res / "summary.parquet")
+    expected = [(name, f"w{e['width']}-h{e['heads']}") for name, s in sw["sweeps"].items() for e in s["grid"]]
+    assert list(zip(summary["sweep"], summary["config"])) == expected
+    assert (summary["seeds"] == 2).all()
+    split = summary[summary["sweep"] == "heads_split"]
+    vocab = __import__("json").loads((res / "corpus" / "meta.json").read_text())["vocab_size"]
+    hand = count_params(vocab, split["width"].iloc[0], **{k: sw["model"][k] for k in ("layers", "context")})
+    assert set(split["params"]) == {hand["total"]}
+    # The configuration both sweeps list with the same settings is trained once, under the first.
+    shared = summary[(summary["sweep"] == "width") & (summary["config"] == "w16-h2")].iloc[0]
+    assert shared["trained_under"] == "heads_split" and not (res / "width" / "w16-h2").exists()
+    for seed in (0, 1):
+        m = pd.read_parquet(res / "heads_split" / "w16-h2" / f"seed{seed}" / "metrics.parquet")
+        assert list(m.columns) == ["step", "train_loss", "val_loss", "tokens_per_s"]
+        assert m["step"].iloc[-1] == sw["sweeps"]["heads_split"]["train"]["steps"]
+        assert (res / "heads_split" / "w16-h2" / f"seed{seed}" / "model.pt").stat().st_size > 0
+        assert not (res / "heads_split" / "w16-h2" / f"seed{seed}" / "checkpoint.pt").exists()
+    contrast = pd.read_parquet(res / "contrast.parquet").iloc[0]
+    assert contrast["capacity_from"] == "w8-h1" and contrast["capacity_to"] == "w16-h2"
+    for f in FIGURES:
+        assert (workdir / f).stat().st_size > 0
+    logs = {p.name for p in (workdir / "results" / "logs").rglob("*.log")}
+    assert {"sweep_corpus.log", "sweep_summary.log", "figures_sweep.log", "seed0.log"} <= logs
+
+
+def test_a_second_dry_run_has_nothing_to_do(sweep_run):
+    workdir, _, configfile = sweep_run
+    result = smk(workdir, configfile, "-n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert planned_jobs(result) == {}, result.stdout[-2000:]
+
+
+def test_changing_one_sweeps_steps_reruns_only_that_sweep(sweep_run):
+    workdir, config, _ = sweep_run
+    changed = deep_merge(config, {"sweep": {"sweeps": {"width": {"train": {"steps": 6}}}}})
+    result = smk(workdir, write_config(workdir, changed, "width_steps.yaml"), "-n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    # width's own w8-h1, plus w16-h2: its settings now differ from heads_split's, so
+    # the width sweep trains its own copy; nothing of heads_split, no new corpus.
+    assert planned_runs(result) == {("width", c, s) for c in ("w8-h1", "w16-h2") for s in (0, 1)}
+    assert planned_jobs(result) == {"sweep_train": 4, "sweep_summary": 1, "figures_sweep": 1}
+
+    changed = deep_merge(config, {"sweep": {"sweeps": {"heads_split": {"grid": [
+        {"width": 16, "heads": 1}, {"width": 16, "heads": 2}, {"width": 16, "heads": 4}]}}}})
+    result = smk(workdir, write_config(workdir, changed, "split_grid.yaml"), "-n")
+    assert planned_runs(result) == {("heads_split", "w16-h4", 0), ("heads_split", "w16-h4", 1)}
+    assert planned_jobs(result) == {"sweep_train": 2, "sweep_summary": 1, "figures_sweep": 1}
+
+
+def test_a_bad_grid_entry_stops_before_any_job(tmp_path, tiny_model_dir):
+    workdir = with_sweep_figures(make_workdir(tmp_path))
+    config = tiny_config(tiny_model_dir)
+    config["sweep"]["sweeps"]["heads_split"]["grid"].append({"width": 16, "heads": 3})
+    result = smk(workdir, write_config(workdir, config))
+    assert result.returncode != 0
+    out = result.stdout + result.stderr
+    assert re.search(r"sweep\.sweeps\.heads_split\.grid\[2\]: heads\W*3 do not divide width\W*16", out), out
+    assert not (workdir / "results" / "sweep").exists() and not (workdir / "results" / "logs").exists()
