@@ -33,11 +33,45 @@ run: venv
 quick: venv
 	$(SNAKEMAKE) --configfile config/quick.yaml
 
-test: venv
+test: venv browser slurm-deps
 	$(BIN)/pytest -q
 
+# Snakemake's own report of every figure (declared with report(...) in rules/*.smk),
+# the key tables and the explorer pages, for the outputs of the last run. It reads
+# the same config as the run it reports on: REPORT_CONFIG=config/quick.yaml after
+# `make quick` (the default), REPORT_CONFIG= (empty) after `make run`. A report
+# over REPORT_MAX_MB is written as results/report.zip instead (Snakemake's folder
+# form: unpack and open report.html).
+REPORT_CONFIG ?= config/quick.yaml
+REPORT_MAX_MB ?= 50
 report: venv
-	@echo "make report: not yet (the report issue adds it)"
+	$(SNAKEMAKE) $(if $(REPORT_CONFIG),--configfile $(REPORT_CONFIG)) --report results/report.html \
+	  || { echo "make report: every figure and table must exist first: run make quick (or make run, then make report REPORT_CONFIG=)"; exit 1; }
+	@size=$$(stat -c %s results/report.html); \
+	if [ $$size -gt $$(( $(REPORT_MAX_MB) * 1024 * 1024 )) ]; then \
+	  rm -f results/report.html; \
+	  $(SNAKEMAKE) $(if $(REPORT_CONFIG),--configfile $(REPORT_CONFIG)) --report results/report.zip; \
+	  echo "report: results/report.zip ($$(du -h results/report.zip | cut -f1); the HTML was over $(REPORT_MAX_MB) MB)"; \
+	else echo "report: results/report.html ($$(du -h results/report.html | cut -f1))"; fi
+
+# The browser test (tests/test_explorer.py) drives Debian's chromium through
+# Debian's chromedriver (selenium, pinned in requirements.txt): installed here by
+# apt (as root) when missing, never downloaded by a test or by selenium.
+.PHONY: browser
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  echo "browser: installing Debian's chromium and chromium-driver"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+	    chromium chromium-driver fonts-dejavu-core; \
+	fi
+
+# The Slurm test (tests/test_slurm.py) starts a one-node cluster from Debian's
+# slurm-wlm and munge: installed here by apt (as root, no service started) when
+# missing. A failed install does not stop `make test`: the test then skips and
+# prints why.
+.PHONY: slurm-deps
+slurm-deps:
+	@bash cluster/local-slurm.sh install || echo "slurm-deps: could not install slurm-wlm/munge; tests/test_slurm.py will skip"
 
 clean-results:
 	rm -rf results/* figures/* .snakemake
