@@ -8,7 +8,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= $(shell nproc)
-SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --resources gpu=1
+# The gpu resource keeps model jobs from sharing a GPU. With no GPU (nvidia-smi
+# finds none) it would only serialise CPU jobs, so allow one per core instead.
+GPUS ?= $(shell n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo $(CORES))
+SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS)
 # Nothing is downloaded from a model hub at run time; set HF_HUB_OFFLINE=0 to allow it.
 export HF_HUB_OFFLINE ?= 1
 

@@ -15,8 +15,15 @@ def figures_heads_targets():
     return out
 
 
+# The figures of the other stages, one file per family of figures.
+include: "figures_anatomy.smk"
+include: "figures_ablation.smk"
+include: "figures_sweep.smk"
+
+
 def figures_targets():
-    return figures_heads_targets()
+    return (figures_heads_targets() + figures_anatomy_targets() + figures_ablation_targets()
+            + figures_sweep_targets())
 
 
 rule figures_grid:
@@ -74,3 +81,5 @@ rule figures_scores:
         f"{RESULTS}/benchmarks/figures_scores/{{model}}.tsv"
     script:
         "../scripts/figures_heads.py"
+
+include: "figures_sweep.smk"

@@ -1,5 +1,5 @@
 # Figures of the anatomy stage (SPEC §6, §8), drawn from its tables, never from a model.
-# The lead folds these rules into rules/figures.smk.
+# Included by rules/figures.smk.
 
 
 def figures_anatomy_targets():
@@ -12,8 +12,10 @@ rule figures_anatomy_params:
     input:
         f"{RESULTS}/anatomy/params_by_block.parquet",
     output:
-        pdf=f"{FIGURES}/anatomy/params_by_block.pdf",
-        png=f"{FIGURES}/anatomy/params_by_block.png",
+        pdf=report(f"{FIGURES}/anatomy/params_by_block.pdf", caption="../report/anatomy_params_by_block.rst",
+                   category="anatomy"),
+        png=report(f"{FIGURES}/anatomy/params_by_block.png", caption="../report/anatomy_params_by_block.rst",
+                   category="anatomy"),
     log:
         f"{RESULTS}/logs/figures_anatomy_params.log",
     benchmark:
@@ -26,8 +28,10 @@ rule figures_anatomy_rotary:
     input:
         f"{RESULTS}/anatomy/rotary.parquet",
     output:
-        pdf=f"{FIGURES}/anatomy/rotary_clocks.pdf",
-        png=f"{FIGURES}/anatomy/rotary_clocks.png",
+        pdf=report(f"{FIGURES}/anatomy/rotary_clocks.pdf", caption="../report/anatomy_rotary_clocks.rst",
+                   category="anatomy"),
+        png=report(f"{FIGURES}/anatomy/rotary_clocks.png", caption="../report/anatomy_rotary_clocks.rst",
+                   category="anatomy"),
     params:
         models=config["anatomy"]["clocks"],
     log:
@@ -42,8 +46,10 @@ rule figures_anatomy_kv_cache:
     input:
         f"{RESULTS}/anatomy/kv_cache.parquet",
     output:
-        pdf=f"{FIGURES}/anatomy/kv_cache.pdf",
-        png=f"{FIGURES}/anatomy/kv_cache.png",
+        pdf=report(f"{FIGURES}/anatomy/kv_cache.pdf", caption="../report/anatomy_kv_cache.rst",
+                   category="anatomy"),
+        png=report(f"{FIGURES}/anatomy/kv_cache.png", caption="../report/anatomy_kv_cache.rst",
+                   category="anatomy"),
     log:
         f"{RESULTS}/logs/figures_anatomy_kv_cache.log",
     benchmark:
@@ -56,8 +62,10 @@ rule figures_anatomy_kv_cut:
     input:
         f"{RESULTS}/{{model}}/anatomy/kv_groups.parquet",
     output:
-        pdf=f"{FIGURES}/{{model}}/anatomy/kv_cut_matrix.pdf",
-        png=f"{FIGURES}/{{model}}/anatomy/kv_cut_matrix.png",
+        pdf=report(f"{FIGURES}/{{model}}/anatomy/kv_cut_matrix.pdf", caption="../report/anatomy_kv_cut_matrix.rst",
+                   category="anatomy", subcategory="{model}"),
+        png=report(f"{FIGURES}/{{model}}/anatomy/kv_cut_matrix.png", caption="../report/anatomy_kv_cut_matrix.rst",
+                   category="anatomy", subcategory="{model}"),
     log:
         f"{RESULTS}/logs/figures_anatomy_kv_cut/{{model}}.log",
     benchmark:

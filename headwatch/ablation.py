@@ -1,0 +1,459 @@
+"""The ablation experiments of SPEC §5, all through :mod:`headwatch.cut`.
+
+* :func:`topk_table` — 5a, targeted vs random: loss per token on copy 1 and
+  copy 2 of the eval set with the top-k induction heads cut, and with k heads
+  drawn at random from outside the targeted set.
+* :func:`circuit_tables` — 5b: cut the top previous-token head and re-score
+  induction on the circuit set; a random-head control; the loss table.
+* :func:`attribution_tables` — 5c: every head cut alone on every phrase, the
+  summary, and the non-additivity of the two costliest heads.
+
+Every experiment runs the guards of SPEC §5 through :class:`AblationChecks`
+(hook vs zeroed weights on the full logits, batched vs one-at-a-time, the
+model back intact at the end); a failed guard raises
+:class:`~headwatch.cut.CutCheckError` and no table is written.
+
+**Which positions a loss reads.** A sequence is ``offset`` BOS tokens (0 or 1)
+then copy 1 (positions ``offset .. offset+T-1``) then copy 2 (positions
+``offset+T .. offset+2T-1``). The loss *of a copy* is the mean cross-entropy
+(nats) of predicting token ``t+1`` from position ``t``, for the positions ``t``
+inside that copy whose next token is also inside it:
+
+* copy 1: ``t = offset .. offset+T-2`` (targets ``offset+1 .. offset+T-1``),
+* copy 2: ``t = offset+T .. offset+2T-2`` (targets ``offset+T+1 .. offset+2T-1``),
+
+T-1 predictions per copy and sequence, averaged over all of them (every
+sequence has the same length, so this is also the mean of per-sequence means).
+The prediction of copy 2's first token (from copy 1's last position) is in
+neither: nothing in the sequence predicts it. Copy 2's positions are the rows
+the induction score reads (SPEC §4).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .arch import Adapter
+from .cut import (BatchedCuts, CutCheckError, Head, check_hook_vs_weights, check_restore,
+                  compare_batched, cut_heads, full_logits, head_mask, cut_rows,
+                  heads_one_per_layer, loop_cuts, normalize_heads)
+from .scores import attention_maps, induction_cells, induction_scores, top_heads
+from .sequences import ids_tensor
+
+log = logging.getLogger("headwatch.ablation")
+
+# Independent random streams per experiment, so that changing one experiment's
+# settings never changes another's draws.
+STREAMS = {"topk": 0, "circuit": 1}
+
+LOSS_POSITIONS_NOTE = (
+    "loss per token in nats: mean cross-entropy of predicting token t+1 from position t, "
+    "copy 1: t = offset .. offset+T-2, copy 2: t = offset+T .. offset+2T-2 "
+    "(T-1 predictions per copy and sequence; offset = 1 if a BOS token was prepended else 0)")
+
+
+def head_label(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+def heads_label(heads: Sequence[Head]) -> str:
+    return " ".join(head_label(l, h) for l, h in heads) if heads else "none"
+
+
+# ----------------------------------------------------------------- helpers
+def copy_positions(half_length: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions ``t`` whose prediction of ``t+1`` counts for copy 1 and copy 2 (see module doc)."""
+    T = int(half_length)
+    if T < 2:
+        raise ValueError("half_length must be at least 2 for a loss inside each copy")
+    c1 = torch.arange(offset, offset + T - 1)
+    c2 = torch.arange(offset + T, offset + 2 * T - 1)
+    return c1, c2
+
+
+def token_losses(ids: torch.Tensor, positions: torch.Tensor):
+    """A reducer for :mod:`headwatch.cut`: per-position cross-entropy of the next token, [B, P].
+
+    ``logits`` given to it hold only ``positions`` (in that order); targets are ``ids[:, positions+1]``.
+    """
+    targets_all = ids[:, positions + 1]
+
+    def reduce(logits: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
+        targets = targets_all.to(logits.device)[seq_index]
+        logits = logits.float()
+        return torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets[..., None])[..., 0]
+    return reduce
+
+
+def prob_of(token_id: int):
+    """A reducer: probability of ``token_id`` at each kept position (softmax over the full vocabulary)."""
+    def reduce(logits: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(logits.float(), dim=-1)[..., token_id]
+    return reduce
+
+
+def random_heads(pool: Sequence[Head], size: int, draws: int, seed: int, stream: str,
+                 key: int = 0) -> list[list[Head]]:
+    """``draws`` sets of ``size`` distinct heads from ``pool``, reproducible from ``seed``.
+
+    The generator is ``numpy.random.default_rng([seed, STREAMS[stream], key])``; each
+    draw's heads are returned in (layer, head) order.
+    """
+    pool = sorted(pool)
+    if size > len(pool):
+        raise ValueError(f"cannot draw {size} heads: only {len(pool)} heads are outside the "
+                         "targeted set (lower ablation.k or ablation.top_n)")
+    rng = np.random.default_rng([int(seed), STREAMS[stream], int(key)])
+    return [sorted(pool[i] for i in rng.choice(len(pool), size=size, replace=False))
+            for _ in range(draws)]
+
+
+class AblationChecks:
+    """The guards of SPEC §5 for one rule; :meth:`record` is its checks JSON.
+
+    Created before any cut: holds the intact full logits of ``guard_ids`` (a LongTensor
+    ``[N, T]`` or a list of them, e.g. phrases of different lengths).
+    """
+
+    def __init__(self, model, adapter: Adapter, guard_ids: torch.Tensor, batch: int = 64):
+        self.model, self.adapter, self.ids, self.batch = model, adapter, guard_ids, batch
+        self.intact = full_logits(model, guard_ids, batch)
+        self.records: dict = {}
+        self.batched: list[dict] = []
+
+    def hook_vs_weights(self, extra_heads: Sequence[Head] = (), tolerance: float = 0.0) -> dict:
+        """Guard 1 on one head per layer plus ``extra_heads`` (those the experiment cuts)."""
+        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
+        rec = check_hook_vs_weights(self.model, self.adapter, self.ids, heads, tolerance, self.batch)
+        log.info("guard hook vs zeroed weights: %d cuts, max |Δlogit| = %g over %s logits",
+                 rec["n_cuts"], rec["max_abs_diff"], rec["logits_shape"])
+        self.records["hook_vs_weights"] = rec
+        return rec
+
+    def compare(self, batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
+        rec = compare_batched(batched.cpu(), looped.cpu(), tolerance, what)
+        log.info("guard batched vs loop (%s): max |Δ| = %g", what, rec["max_abs_diff"])
+        self.batched.append(rec)
+        return rec
+
+    def finish(self) -> dict:
+        """Guard 2 (model back intact), then the whole record."""
+        rec = check_restore(self.model, self.ids, self.intact, self.batch)
+        log.info("guard restore: identical = %s (max |Δlogit| = %g)", rec["identical"], rec["max_abs_diff"])
+        self.records["restore"] = rec
+        if not self.batched:
+            raise CutCheckError("no batched-vs-loop comparison was run")
+        self.records["batched_vs_loop"] = dict(
+            max_abs_diff=max(r["max_abs_diff"] for r in self.batched),
+            passed=all(r["passed"] for r in self.batched), comparisons=self.batched)
+        p = next(self.model.parameters())
+        return dict(dtype=str(p.dtype).replace("torch.", ""), device=p.device.type,
+                    guard_input_ids_shapes=[list(x.shape) for x in self.ids]
+                    if isinstance(self.ids, (list, tuple)) else [list(self.ids.shape)],
+                    passed=all(r["passed"] for r in self.records.values()), **self.records)
+
+
+def _targeted(scores: pd.DataFrame, top_n: int, adapter: Adapter) -> list[Head]:
+    heads = normalize_heads(adapter, top_heads(scores, "induction", top_n))
+    if len(heads) < top_n:
+        raise ValueError(f"ablation.top_n = {top_n} but the scores table has {len(heads)} heads")
+    return heads
+
+
+# ----------------------------------------------------------------- 5a
+def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict,
+               checks: AblationChecks) -> tuple[pd.DataFrame, dict]:
+    """5a: loss per token on copy 1 / copy 2 for intact, targeted top-k and random k heads.
+
+    ``params``: the ``ablation`` config slice (top_n, k, random_draws, seed, batch, tolerance,
+    hook_tolerance). Random heads come from outside the top_n targeted set (never a targeted head).
+    """
+    top_n, ks, draws = int(params["top_n"]), [int(k) for k in params["k"]], int(params["random_draws"])
+    if max(ks) > top_n:
+        raise ValueError(f"ablation.k = {ks} asks for more heads than ablation.top_n = {top_n}")
+    targeted = _targeted(scores, top_n, adapter)
+    pool = [h for h in adapter.heads() if h not in set(targeted)]
+    log.info("targeted set (top %d by induction): %s", top_n, heads_label(targeted))
+    checks.hook_vs_weights(targeted, params["hook_tolerance"])
+
+    ids = ids_tensor(eval_df)
+    T, offset = int(eval_df.half_length.iloc[0]), int(eval_df.offset.iloc[0])
+    c1, c2 = copy_positions(T, offset)
+    positions = torch.cat([c1, c2])
+    reduce = token_losses(ids, positions)
+
+    variants: list[list[Head]] = [[]]
+    index = {}
+    for k in ks:
+        index[("targeted", k)] = len(variants)
+        variants.append(targeted[:k])
+        rand = random_heads(pool, k, draws, params["seed"], "topk", k)
+        index[("random", k)] = list(range(len(variants), len(variants) + draws))
+        variants += rand
+    log.info("5a: %d cut variants × %d eval sequences", len(variants), len(ids))
+    runner = BatchedCuts(model, adapter, ids, positions, params["batch"])
+    losses = runner.run_variants(variants, reduce).cpu()                  # [V, N, P]
+
+    # Guard 3 on the intact model, the largest targeted cut and the first random draw of it.
+    kmax = max(ks)
+    check_v = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
+    looped = loop_cuts(model, adapter, ids, [variants[v] for v in check_v], reduce, positions,
+                       params["batch"]).cpu()
+    checks.compare(losses[check_v], looped, params["tolerance"],
+                   f"5a loss per token (nats), {len(check_v)} variants × {len(ids)} sequences × "
+                   f"{len(positions)} positions")
+
+    n1 = len(c1)
+    per_copy = torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
+                           dim=1).double().numpy()                             # [V, 2]
+    rows = []
+    for k in ks:
+        t = index[("targeted", k)]
+        r = index[("random", k)]
+        sizes = {len(variants[v]) for v in r}
+        if len(sizes) != 1:
+            raise CutCheckError(f"random draws for k={k} cut different numbers of heads: {sizes}")
+        if any(h in set(targeted) for v in r for h in variants[v]):
+            raise CutCheckError("a random control contains a targeted head")
+        row = dict(k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=sizes.pop(), n_draws=len(r),
+                   targeted_heads=heads_label(variants[t]),
+                   random_heads=[heads_label(variants[v]) for v in r])
+        for c, name in ((0, "copy1"), (1, "copy2")):
+            rl = per_copy[r, c]
+            row.update({f"intact_{name}": per_copy[0, c], f"targeted_{name}": per_copy[t, c],
+                        f"random_{name}_mean": rl.mean(), f"random_{name}_min": rl.min(),
+                        f"random_{name}_max": rl.max()})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    note = dict(positions=LOSS_POSITIONS_NOTE, half_length=T, offset=offset, sequences=len(ids),
+                top_n=top_n, targeted_set=heads_label(targeted), random_pool=len(pool),
+                random="k heads drawn without replacement from the heads outside the targeted set; "
+                       f"numpy default_rng([seed={params['seed']}, stream={STREAMS['topk']}, k])")
+    return df, note
+
+
+# ----------------------------------------------------------------- 5b
+@torch.no_grad()
+def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length: int, offset: int,
+                         variants: Sequence[Sequence[Head]], batch: int = 64) -> torch.Tensor:
+    """Induction score of every head (SPEC §4 formula, :func:`scores.induction_cells`) under each
+    variant's cut, batched with :func:`cut_rows`: ``[V, n_layers, n_heads]``."""
+    dev = next(model.parameters()).device
+    ids = ids.to(dev)
+    n = len(ids)
+    masks = head_mask(adapter, variants).repeat_interleave(n, dim=0)
+    seq = torch.arange(n).repeat(len(variants))
+    sums = torch.zeros(len(variants), adapter.n_layers, adapter.n_heads, dtype=torch.float64)
+    count = torch.zeros(len(variants), dtype=torch.float64)
+    rows_per = max(1, int(batch))
+    for i in range(0, len(masks), rows_per):
+        m = masks[i:i + rows_per]
+        with cut_rows(adapter, m.to(dev)):
+            cells = induction_cells(attention_maps(model, ids[seq[i:i + rows_per].to(dev)]),
+                                    half_length, offset)                     # [B, L, H, T-1]
+        var = torch.arange(i, i + len(m)) // n
+        sums.index_add_(0, var, cells.sum(dim=-1).double().cpu())
+        count.index_add_(0, var, torch.full((len(m),), float(cells.shape[-1]), dtype=torch.float64))
+    return (sums / count[:, None, None]).float()
+
+
+def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame,
+                   params: dict, checks: AblationChecks) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """5b: re-score induction on the circuit set with the top previous-token head cut.
+
+    ``params``: the ``ablation`` config slice (top_n, random_draws, seed, circuit.half_threshold,
+    batch, tolerance, hook_tolerance).
+    The random control cuts one head at a time, ``random_draws`` distinct heads drawn from the
+    heads that are neither the previous-token head nor in the top_n induction set.
+    """
+    top_n, draws = int(params["top_n"]), int(params["random_draws"])
+    thr = float(params["circuit"]["half_threshold"])
+    targeted = _targeted(scores, top_n, adapter)
+    prev = normalize_heads(adapter, top_heads(scores, "prev", 1))[0]
+    best = targeted[0]
+    pool = [h for h in adapter.heads() if h != prev and h not in set(targeted)]
+    rand = _distinct_singles(pool, draws, params["seed"])
+    log.info("5b: previous-token head %s, best induction head %s, random heads %s",
+             head_label(*prev), head_label(*best), heads_label(rand))
+    checks.hook_vs_weights([prev, best] + rand, params["hook_tolerance"])
+
+    ids = ids_tensor(circuit_df)
+    T, offset = int(circuit_df.half_length.iloc[0]), int(circuit_df.offset.iloc[0])
+    variants = [[], [prev]] + [[h] for h in rand]
+    ind = induction_under_cuts(model, adapter, ids, T, offset, variants, params["batch"])  # [V, L, H]
+    # Guard 3: the batched re-scoring equals scores.induction_scores run under cut_heads.
+    looped = []
+    for v in (0, 1, 2):
+        with cut_heads(adapter, variants[v]):
+            looped.append(induction_scores(model, adapter, ids, T, offset, params["batch"]))
+    checks.compare(ind[:3], torch.stack(looped), params["tolerance"],
+                   "5b induction scores of every head: intact, previous-token cut, first random cut")
+
+    intact, after, rnd = ind[0].double().numpy(), ind[1].double().numpy(), ind[2:].double().numpy()
+    above = intact > thr
+    n_above = int(above.sum())
+    n_half_prev = int((above & (after < intact / 2)).sum())
+    n_half_rand = [int((above & (r < intact / 2)).sum()) for r in rnd]
+    rows = []
+    for rank, (l, h) in enumerate(targeted, start=1):
+        shifts = rnd[:, l, h] - intact[l, h]
+        j = int(np.argmax(np.abs(shifts)))
+        rows.append(dict(rank=rank, layer=l, head=h, kv_group=adapter.kv_group(h),
+                         label=head_label(l, h),
+                         scores_induction=float(scores[(scores.layer == l) & (scores["head"] == h)]
+                                                      .induction.iloc[0]),
+                         intact=intact[l, h], after_prev_cut=after[l, h],
+                         prev_shift=after[l, h] - intact[l, h],
+                         random_max_shift=shifts[j], random_max_shift_head=head_label(*rand[j]),
+                         random_at_max_shift=rnd[j, l, h]))
+    sc = pd.DataFrame(rows)
+    sc["prev_head"] = head_label(*prev)
+    sc["prev_score"] = float(scores[(scores.layer == prev[0]) & (scores["head"] == prev[1])].prev.iloc[0])
+    sc["half_threshold"] = thr
+    sc["n_above_threshold"] = n_above
+    sc["n_lose_half_prev_cut"] = n_half_prev
+    sc["n_lose_half_random_max"] = max(n_half_rand)
+    sc["n_random_draws"] = len(rand)
+
+    # Loss table on the circuit set: copy 2, with copy 1 as control.
+    c1, c2 = copy_positions(T, offset)
+    positions = torch.cat([c1, c2])
+    loss_variants = [[], [best], [prev]] + [[h] for h in rand]
+    runner = BatchedCuts(model, adapter, ids, positions, params["batch"])
+    reduce = token_losses(ids, positions)
+    losses = runner.run_variants(loss_variants, reduce).cpu()
+    looped = loop_cuts(model, adapter, ids, loss_variants[:3], reduce, positions, params["batch"]).cpu()
+    checks.compare(losses[:3], looped, params["tolerance"],
+                   "5b loss per token (nats): intact, best induction cut, previous-token cut")
+    n1 = len(c1)
+    per = torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
+                      dim=1).double().numpy()
+    lrows = []
+    for cond, vs in (("intact", [0]), ("random head", list(range(3, 3 + len(rand)))),
+                     ("best induction head", [1]), ("previous-token head", [2])):
+        row = dict(condition=cond, heads=[heads_label(loss_variants[v]) for v in vs],
+                   n_heads_cut=len(loss_variants[vs[0]]), n_draws=len(vs))
+        for c, name in ((0, "copy1"), (1, "copy2")):
+            x = per[vs, c]
+            row.update({f"loss_{name}": x.mean(), f"loss_{name}_min": x.min(), f"loss_{name}_max": x.max()})
+        lrows.append(row)
+    note = dict(positions=LOSS_POSITIONS_NOTE, half_length=T, offset=offset, sequences=len(ids),
+                prev_head=head_label(*prev), best_induction_head=head_label(*best),
+                random=f"{len(rand)} distinct single heads, not the previous-token head nor in the top "
+                       f"{top_n} induction set; numpy default_rng([seed={params['seed']}, "
+                       f"stream={STREAMS['circuit']}, 0])",
+                lose_half="intact induction > half_threshold and score after the cut < intact / 2")
+    return sc, pd.DataFrame(lrows), note
+
+
+def _distinct_singles(pool: Sequence[Head], draws: int, seed: int) -> list[Head]:
+    """``draws`` distinct heads from ``pool`` (one per random cut), reproducible from ``seed``."""
+    return random_heads(pool, draws, 1, seed, "circuit")[0] if draws else []
+
+
+# ----------------------------------------------------------------- 5c
+def _phrase_ids(row) -> torch.Tensor:
+    return torch.tensor(list(row.token_ids), dtype=torch.long).reshape(1, -1)
+
+
+def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: dict,
+                       checks: AblationChecks) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+    """5c: probability of each phrase's expected token with every head cut alone.
+
+    ``params``: the ``ablation`` config slice (attribution.no_effect_points, attribution.together,
+    batch, tolerance, hook_tolerance).
+    """
+    thr, together = float(params["attribution"]["no_effect_points"]), int(params["attribution"]["together"])
+    checks.hook_vs_weights((), params["hook_tolerance"])
+    heads = adapter.heads()
+    attr_rows, summary, pairs = [], [], []
+    for row in phrases.itertuples():
+        ids = _phrase_ids(row)
+        last = torch.tensor([ids.shape[1] - 1])
+        reduce = prob_of(int(row.expected_id))
+        runner = BatchedCuts(model, adapter, ids, last, params["batch"])
+        singles = [[]] + [[h] for h in heads]
+        p = runner.run_variants(singles, reduce).cpu()[:, 0, 0].double().numpy()   # [1 + L*H]
+        p0 = p[0]
+        drops = (p0 - p[1:]) * 100.0
+        order = sorted(range(len(heads)), key=lambda i: (-drops[i], heads[i]))
+        costly = [heads[i] for i in order[:together]]
+        a, b = heads[order[0]], heads[order[1]]
+        p2 = runner.run_variants([costly, [a, b]], reduce).cpu()[:, 0, 0].double().numpy()
+        # Guard 3: one cut per layer, the intact model, the pair and the N costliest, one at a time.
+        probe = [[]] + [[h] for h in heads_one_per_layer(adapter)]
+        looped = loop_cuts(model, adapter, ids, probe + [costly, [a, b]], reduce, last).cpu()[:, 0, 0]
+        batched = torch.tensor([p[0]] + [p[1 + heads.index(h[0])] for h in probe[1:]] + list(p2))
+        checks.compare(batched, looped.double(), params["tolerance"],
+                       f"5c probability of {row.expected!r} on {row.phrase!r}")
+        for (l, h), pc, d in zip(heads, p[1:], drops):
+            attr_rows.append(dict(phrase=row.phrase, layer=l, head=h, kv_group=adapter.kv_group(h),
+                                  expected=row.expected, p_intact=p0, p_cut=pc, drop_points=d))
+        ia, ib = heads.index(a), heads.index(b)
+        summary.append(dict(
+            phrase=row.phrase, expected=row.expected, p_intact=p0,
+            costliest_layer=a[0], costliest_head=a[1], costliest=head_label(*a), costliest_drop=drops[ia],
+            no_effect_points=thr, n_no_effect=int((np.abs(drops) < thr).sum()), n_heads=len(heads),
+            together=len(costly), together_heads=heads_label(costly), p_together=p2[0],
+            drop_together=(p0 - p2[0]) * 100.0))
+        pairs.append(dict(phrase=row.phrase, expected=row.expected, p_intact=p0,
+                          a=head_label(*a), a_layer=a[0], a_head=a[1],
+                          b=head_label(*b), b_layer=b[0], b_head=b[1],
+                          drop_a=drops[ia], drop_b=drops[ib], drop_sum=drops[ia] + drops[ib],
+                          drop_both=(p0 - p2[1]) * 100.0,
+                          nonadditivity=(p0 - p2[1]) * 100.0 - (drops[ia] + drops[ib])))
+        log.info("5c %s: p(%r) = %.4f; costliest %s drop %.2f points; %d heads |drop| < %g",
+                 row.phrase, row.expected, p0, head_label(*a), drops[ia], summary[-1]["n_no_effect"], thr)
+    note = dict(drop_points="percentage points: 100 × (p_intact − p_cut)",
+                probability="softmax over the full vocabulary at the phrase's last position, "
+                            "of the expected next token",
+                no_effect=f"|drop| < {thr} points", together=f"the {together} costliest heads cut together",
+                pairs="A, B = the two costliest heads; nonadditivity = drop_both − (drop_a + drop_b)")
+    return pd.DataFrame(attr_rows), pd.DataFrame(summary), pd.DataFrame(pairs), note
+
+
+# ----------------------------------------------------------------- rules
+def phrase_ids(phrases: pd.DataFrame) -> list[torch.Tensor]:
+    """Each phrase's token ids as a ``[1, T]`` LongTensor (phrases differ in length)."""
+    return [_phrase_ids(row) for row in phrases.itertuples()]
+
+
+def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict):
+    """Rule ablation_topk: (table, parquet note, checks record); raises if a guard fails."""
+    checks = AblationChecks(model, adapter, ids_tensor(eval_df.head(int(params["guard_sequences"]))),
+                            params["batch"])
+    table, note = topk_table(model, adapter, eval_df, scores, params, checks)
+    return table, note, checks.finish()
+
+
+def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame, params: dict):
+    """Rule ablation_circuit: (scores table, loss table, note, checks record)."""
+    checks = AblationChecks(model, adapter, ids_tensor(circuit_df.head(int(params["guard_sequences"]))),
+                            params["batch"])
+    sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, params, checks)
+    return sc, loss, note, checks.finish()
+
+
+def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, params: dict):
+    """Rule ablation_attribution: (attribution, summary, pairs, note, checks record).
+
+    The guards run on every phrase."""
+    checks = AblationChecks(model, adapter, phrase_ids(phrases), params["batch"])
+    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, params, checks)
+    return attr, summary, pairs, note, checks.finish()
+
+
+def merge_checks(records: dict[str, dict]) -> dict:
+    """checks.json: every ablation rule's guard record; raises if any of them did not pass."""
+    failed = [name for name, rec in records.items() if not rec.get("passed")]
+    if failed:
+        raise CutCheckError(f"ablation guards failed in: {failed}")
+    summary = dict(
+        hook_vs_weights_max_abs_diff=max(r["hook_vs_weights"]["max_abs_diff"] for r in records.values()),
+        restore_identical=all(r["restore"]["identical"] for r in records.values()),
+        batched_vs_loop_max_abs_diff=max(r["batched_vs_loop"]["max_abs_diff"] for r in records.values()))
+    return dict(passed=True, **summary, rules=records)
