@@ -18,8 +18,10 @@ rule figures_ablation_topk:
     input:
         table=f"{ABLATION_DATA}/topk.parquet",
     output:
-        pdf=f"{ABLATION_FIGURES}/topk.pdf",
-        png=f"{ABLATION_FIGURES}/topk.png",
+        pdf=report(f"{ABLATION_FIGURES}/topk.pdf", caption="../report/ablation_topk.rst",
+                   category="ablation", subcategory="{model}"),
+        png=report(f"{ABLATION_FIGURES}/topk.png", caption="../report/ablation_topk.rst",
+                   category="ablation", subcategory="{model}"),
     log:
         f"{RESULTS}/logs/figures_ablation_topk/{{model}}.log",
     benchmark:
@@ -32,8 +34,10 @@ rule figures_ablation_circuit:
     input:
         table=f"{ABLATION_DATA}/circuit_scores.parquet",
     output:
-        pdf=f"{ABLATION_FIGURES}/circuit.pdf",
-        png=f"{ABLATION_FIGURES}/circuit.png",
+        pdf=report(f"{ABLATION_FIGURES}/circuit.pdf", caption="../report/ablation_circuit.rst",
+                   category="ablation", subcategory="{model}"),
+        png=report(f"{ABLATION_FIGURES}/circuit.png", caption="../report/ablation_circuit.rst",
+                   category="ablation", subcategory="{model}"),
     log:
         f"{RESULTS}/logs/figures_ablation_circuit/{{model}}.log",
     benchmark:
@@ -46,8 +50,10 @@ rule figures_ablation_attribution:
     input:
         table=f"{ABLATION_DATA}/attribution.parquet",
     output:
-        pdf=f"{ABLATION_FIGURES}/attribution_{{phrase}}.pdf",
-        png=f"{ABLATION_FIGURES}/attribution_{{phrase}}.png",
+        pdf=report(f"{ABLATION_FIGURES}/attribution_{{phrase}}.pdf", caption="../report/ablation_attribution.rst",
+                   category="ablation", subcategory="{model}"),
+        png=report(f"{ABLATION_FIGURES}/attribution_{{phrase}}.png", caption="../report/ablation_attribution.rst",
+                   category="ablation", subcategory="{model}"),
     log:
         f"{RESULTS}/logs/figures_ablation_attribution/{{model}}/{{phrase}}.log",
     benchmark:
@@ -60,8 +66,10 @@ rule figures_ablation_pairs:
     input:
         table=f"{ABLATION_DATA}/pairs.parquet",
     output:
-        pdf=f"{ABLATION_FIGURES}/pairs.pdf",
-        png=f"{ABLATION_FIGURES}/pairs.png",
+        pdf=report(f"{ABLATION_FIGURES}/pairs.pdf", caption="../report/ablation_pairs.rst",
+                   category="ablation", subcategory="{model}"),
+        png=report(f"{ABLATION_FIGURES}/pairs.png", caption="../report/ablation_pairs.rst",
+                   category="ablation", subcategory="{model}"),
     log:
         f"{RESULTS}/logs/figures_ablation_pairs/{{model}}.log",
     benchmark:

@@ -9,7 +9,7 @@ from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
 i, o, p = snakemake.input, snakemake.output, snakemake.params
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, p.device)
     scores, loss, note, checks = run_circuit(model, adapter, pd.read_parquet(i.circuit),
                                              pd.read_parquet(i.scores), dict(p.ablation))

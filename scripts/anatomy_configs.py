@@ -7,7 +7,7 @@ from headwatch.checks import write_parquet
 from headwatch.workflow import log_to
 
 p = snakemake.params
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], snakemake.threads):
     study = {name: Path(f).parent for name, f in zip(p.study, snakemake.input.models)}
     references = dict(zip(p.references, snakemake.input.references))
     if snakemake.rule == "anatomy_survey":

@@ -6,6 +6,6 @@ from headwatch.checks import write_json
 from headwatch.workflow import log_to
 
 p = snakemake.params
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], snakemake.threads):
     write_json(run.run_head_slices(Path(snakemake.input.model).parent, p.head["layer"], p.head["head"],
                                    p.dtype), snakemake.output[0])

@@ -8,7 +8,7 @@ from headwatch.checks import write_parquet
 from headwatch.workflow import log_to
 
 p, out = snakemake.params, snakemake.output
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], snakemake.threads):
     cuts, similarity = run.run_kv_groups(Path(snakemake.input.model).parent,
                                          pd.read_parquet(snakemake.input.phrases), p.phrase,
                                          p.control["layers"], p.control["seed"], p.dtype, p.device)

@@ -8,7 +8,7 @@ from headwatch.checks import write_json
 from headwatch.workflow import log_to
 
 p = snakemake.params
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], snakemake.threads):
     write_json(run.run_weight_check(Path(snakemake.input.model).parent, pd.read_parquet(snakemake.input.phrases),
                                     p.phrase, p.head["layer"], p.head["head"], p.tolerance, p.dtype, p.device),
                snakemake.output[0])

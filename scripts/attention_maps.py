@@ -9,7 +9,7 @@ from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
 p, out = snakemake.params, snakemake.output
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], snakemake.threads):
     model, tokenizer, adapter = load_prepared(Path(snakemake.input.model).parent, p.dtype, p.device)
     maps, tokens, predictions = phrase_outputs(model, tokenizer, pd.read_parquet(snakemake.input.phrases),
                                                p.quantum, p.top)

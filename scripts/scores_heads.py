@@ -11,7 +11,7 @@ from headwatch.sequences import ids_tensor
 from headwatch.workflow import log_to
 
 p = snakemake.params
-with log_to(snakemake.log[0]) as log:
+with log_to(snakemake.log[0], snakemake.threads) as log:
     model, _, adapter = load_prepared(Path(snakemake.input.model).parent, p.dtype, p.device)
     induction = pd.read_parquet(snakemake.input.induction)
     prose = pd.read_parquet(snakemake.input.prose)

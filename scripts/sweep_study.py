@@ -1,0 +1,19 @@
+"""Summarize one issue-7 study sweep (headwatch.charlm.study); refuses when its invariant fails."""
+import json
+from pathlib import Path
+
+from headwatch.charlm.study import read_study_runs, summarize_study
+from headwatch.checks import write_parquet
+from headwatch.workflow import log_to
+
+with log_to(snakemake.log[0]) as log:  # noqa: F821
+    sm = snakemake  # noqa: F821
+    study = sm.params.study
+    vocab = json.loads(Path(sm.input.meta).read_text())["vocab_size"]
+    runs = [dict(r, metrics=path) for r, path in zip(sm.params.runs, sm.input.metrics, strict=True)]
+    finals = read_study_runs(runs, vocab, study.get("bytes_per_number", 4))
+    summary = summarize_study(finals, study)
+    write_parquet(summary, sm.output.summary, note=dict(study=study, loss="final validation loss",
+                                                         bpc="nats / ln 2", std="over seeds, ddof=1"))
+    write_parquet(finals, sm.output.finals)
+    log.info("%s study summary:\n%s", study["kind"], summary.T.to_string())
