@@ -81,5 +81,3 @@ rule figures_scores:
         f"{RESULTS}/benchmarks/figures_scores/{{model}}.tsv"
     script:
         "../scripts/figures_heads.py"
-
-include: "figures_sweep.smk"

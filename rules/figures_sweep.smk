@@ -21,5 +21,25 @@ rule figures_sweep:
         "../scripts/figures_sweep.py"
 
 
+rule figures_sweep_study:
+    input:
+        summary=f"{RESULTS}/sweep/studies/{{study}}.parquet",
+        finals=f"{RESULTS}/sweep/studies/{{study}}_finals.parquet",
+    output:
+        pdf=f"{FIGURES}/sweep/study_{{study}}.pdf",
+        png=f"{FIGURES}/sweep/study_{{study}}.png",
+    wildcard_constraints:
+        study="|".join(sweep_studies()) or "(?!)",
+    params:
+        kind=lambda w: config["sweep"]["sweeps"][w.study]["study"]["kind"],
+    log:
+        f"{RESULTS}/logs/figures_sweep_study/{{study}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figures_sweep_study/{{study}}.tsv"
+    script:
+        "../scripts/figures_sweep_study.py"
+
+
 def figures_sweep_targets():
-    return list(FIGURES_SWEEP.values())
+    return list(FIGURES_SWEEP.values()) + [f"{FIGURES}/sweep/study_{n}.{ext}" for n in sweep_studies()
+                                           for ext in ("pdf", "png")]

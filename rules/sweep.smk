@@ -8,8 +8,17 @@
 # are only its own slice of config (its width/heads, seed, its sweep's `train`,
 # the shared `model`, precision, device): editing one sweep reruns that sweep's
 # jobs and the summary, nothing else.
+#
+# Studies (issue 7): a sweep with a `study` block (experts | depth | kv) is summarized
+# on its own (results/sweep/studies/<sweep>.parquet, rule sweep_study) after checking
+# its invariant, instead of joining summary.parquet. Sweeps in `sweep.skip` are not
+# planned at all (make quick skips the studies; make quick-more runs them).
+from headwatch.charlm import SLUG_PATTERN as _SWEEP_SLUG
+from headwatch.charlm import active_sweeps as _active_sweeps
 from headwatch.charlm import check_sweeps as _check_sweeps
 from headwatch.charlm import job_params as _sweep_job_params
+from headwatch.charlm import model_of as _sweep_model_of
+from headwatch.charlm import entry_of as _sweep_entry_of
 from headwatch.charlm import runs as _sweep_runs
 from headwatch.charlm import train_jobs as _sweep_train_jobs
 from snakemake.exceptions import WorkflowError
@@ -34,7 +43,22 @@ def sweep_run_dir(run):
 def sweep_summary_inputs(wildcards):
     """Every run's metrics, read from the sweep that trains it (w256-h4 of `width`
     comes from heads_split/ when both sweeps train it the same way)."""
-    return [f"{sweep_run_dir(r)}/metrics.parquet" for r in _sweep_runs(config["sweep"])]
+    return [f"{sweep_run_dir(r)}/metrics.parquet" for r in _sweep_runs(config["sweep"], studies=False)]
+
+
+def sweep_studies():
+    """Names of the planned sweeps that carry a `study` block."""
+    return [n for n, s in _active_sweeps(config["sweep"]).items() if s.get("study")]
+
+
+def sweep_study_runs(study):
+    """The study's runs, each with its model settings (the job reads them from there)."""
+    return [dict(r, model=_sweep_model_of(config["sweep"], _sweep_entry_of(config["sweep"], study, r["config"])))
+            for r in _sweep_runs(config["sweep"], studies=True) if r["sweep"] == study]
+
+
+def sweep_study_inputs(wildcards):
+    return [f"{sweep_run_dir(r)}/metrics.parquet" for r in sweep_study_runs(wildcards.study)]
 
 
 def sweep_corpus_inputs(wildcards):
@@ -66,7 +90,7 @@ rule sweep_train:
         model=f"{SWEEP_RUN}/model.pt",
     wildcard_constraints:
         sweep="|".join(config["sweep"]["sweeps"]),
-        config=r"w\d+-h\d+",
+        config=_SWEEP_SLUG,
         seed=r"\d+",
     params:
         # Raises for a run another sweep owns (it is read from there, never retrained).
@@ -91,7 +115,7 @@ rule sweep_summary:
         finals=f"{SWEEP}/finals.parquet",
         curves=f"{SWEEP}/curves.parquet",
     params:
-        runs=_sweep_runs(config["sweep"]),
+        runs=_sweep_runs(config["sweep"], studies=False),
         summary=config["sweep"]["summary"],
     log:
         f"{RESULTS}/logs/sweep_summary.log",
@@ -101,6 +125,26 @@ rule sweep_summary:
         "../scripts/sweep_summary.py"
 
 
+rule sweep_study:
+    input:
+        metrics=sweep_study_inputs,
+        meta=SWEEP_CORPUS["meta"],
+    output:
+        summary=f"{SWEEP}/studies/{{study}}.parquet",
+        finals=f"{SWEEP}/studies/{{study}}_finals.parquet",
+    wildcard_constraints:
+        study="|".join(sweep_studies()) or "(?!)",
+    params:
+        runs=lambda w: sweep_study_runs(w.study),
+        study=lambda w: config["sweep"]["sweeps"][w.study]["study"],
+    log:
+        f"{RESULTS}/logs/sweep_study/{{study}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sweep_study/{{study}}.tsv"
+    script:
+        "../scripts/sweep_study.py"
+
+
 def sweep_train_targets():
     return [f"{sweep_run_dir(r)}/{f}" for r in _sweep_train_jobs(config["sweep"])
             for f in ("metrics.parquet", "model.pt")]
@@ -108,4 +152,5 @@ def sweep_train_targets():
 
 def sweep_targets():
     return sweep_train_targets() + [f"{SWEEP}/summary.parquet", f"{SWEEP}/contrast.parquet",
-                                    f"{SWEEP}/finals.parquet", f"{SWEEP}/curves.parquet"]
+                                    f"{SWEEP}/finals.parquet", f"{SWEEP}/curves.parquet"] + [
+        f"{SWEEP}/studies/{n}{suffix}.parquet" for n in sweep_studies() for suffix in ("", "_finals")]

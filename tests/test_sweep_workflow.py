@@ -13,8 +13,10 @@ import yaml
 from headwatch.charlm.model import count_params
 from workflow import deep_merge, make_workdir, planned_jobs, tiny_config, write_config
 
-TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet"]
-FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", "training_curves")
+TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet",
+           "results/sweep/studies/experts.parquet"]
+FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", "training_curves",
+                                              "study_experts")
            for e in ("pdf", "png")]
 
 
@@ -62,7 +64,8 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     sw = config["sweep"]
     res = workdir / "results" / "sweep"
     summary = pd.read_parquet(res / "summary.parquet")
-    expected = [(name, f"w{e['width']}-h{e['heads']}") for name, s in sw["sweeps"].items() for e in s["grid"]]
+    expected = [(name, f"w{e['width']}-h{e['heads']}") for name, s in sw["sweeps"].items()
+                if not s.get("study") for e in s["grid"]]
     assert list(zip(summary["sweep"], summary["config"])) == expected
     assert (summary["seeds"] == 2).all()
     split = summary[summary["sweep"] == "heads_split"]
@@ -82,6 +85,13 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert contrast["capacity_from"] == "w8-h1" and contrast["capacity_to"] == "w16-h2"
     for f in FIGURES:
         assert (workdir / f).stat().st_size > 0
+    # The tiny experts study (issue 7): dense w16-h2 read from heads_split, two expert arms.
+    study = pd.read_parquet(res / "studies" / "experts.parquet")
+    assert study["config"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
+    assert study["trained_under"].tolist() == ["heads_split", "experts", "experts"]
+    assert (study["ffn_active_width"] == 64).all() and (study["seeds"] == 2).all()
+    assert (study["params_active"].iloc[1:] < study["params"].iloc[1:]).all()
+    assert (res / "experts" / "w16-h2-e4k2-b0" / "seed1" / "model.pt").stat().st_size > 0
     logs = {p.name for p in (workdir / "results" / "logs").rglob("*.log")}
     assert {"sweep_corpus.log", "sweep_summary.log", "figures_sweep.log", "seed0.log"} <= logs
 

@@ -6,6 +6,28 @@ embeddings for ``context`` tokens; a final LayerNorm; an untied output head
 without bias. Attention has separate q/k/v/o projections, each width × width
 without bias, so splitting a width into more heads changes no weight count.
 No dropout: training is deterministic on CPU.
+
+Options (issue 7), all off by default — the default model is unchanged, weight
+for weight, for the same seed:
+
+* ``head_size``: the size of each head when it is not width ÷ heads; the
+  attention's inner width is then heads × head_size (q, k, v: width → inner;
+  o: inner → width). Used by the depth sweep to keep heads of 64 at widths
+  that 64 does not divide into the wanted head count.
+* ``kv_heads``: grouped-query attention. k and v project to kv_heads × head
+  size; query head h reads key/value group ``h // (heads // kv_heads)``.
+  kv_heads = heads is plain attention (same modules, same shapes, same init).
+* ``experts`` (E > 0): the FFN becomes E GELU experts of ``expert_width``
+  (default ffn_mult × width ÷ top_k, so the FFN neurons a token traverses equal
+  the dense model's) and a router (width → E, no bias) that sends each token to
+  its ``top_k`` most probable experts. The expert outputs are weighted by the
+  router's softmax probabilities (not renormalized over the top k, so the
+  router also learns when k = 1). Each forward stores the Switch load-balancing
+  loss E · Σ_i f_i · P_i of every expert layer in ``model.balance_losses``,
+  where f_i is the share of the N·k token→expert assignments that go to expert
+  i and P_i the mean router probability of expert i; it is 1 at a uniform load
+  (f_i = P_i = 1/E) and grows towards E as the load concentrates. The token
+  counts per expert are in ``model.expert_counts`` (one row per layer).
 """
 from __future__ import annotations
 
@@ -26,31 +48,119 @@ def check_shape(width: int, heads: int) -> int:
     return width // heads
 
 
+def check_options(width: int, heads: int, head_size: int | None = None, kv_heads: int | None = None,
+                  experts: int = 0, top_k: int = 2, expert_width: int | None = None,
+                  ffn_mult: int = 4) -> dict:
+    """The resolved options (head_size, kv_heads, experts, top_k, expert_width); ValueError if unsound."""
+    hs = check_shape(width, heads) if head_size is None else int(head_size)
+    if hs < 1:
+        raise ValueError(f"head_size {head_size} must be positive")
+    kv = heads if kv_heads is None else int(kv_heads)
+    if kv < 1 or heads % kv:
+        raise ValueError(f"kv_heads {kv_heads} must divide heads {heads} (query heads per key/value group)")
+    ew = None
+    if experts:
+        if experts < 1 or not 1 <= top_k <= experts:
+            raise ValueError(f"top_k {top_k} must lie in [1, experts={experts}]")
+        if expert_width is None:
+            if (ffn_mult * width) % top_k:
+                raise ValueError(f"top_k {top_k} does not divide the dense FFN width {ffn_mult * width}; "
+                                 "give expert_width")
+            expert_width = ffn_mult * width // top_k
+        ew = int(expert_width)
+        if ew < 1:
+            raise ValueError(f"expert_width {expert_width} must be positive")
+    elif expert_width is not None:
+        raise ValueError("expert_width needs experts > 0")
+    return dict(head_size=hs, kv_heads=kv, experts=int(experts or 0), top_k=int(top_k) if experts else 0,
+                expert_width=ew)
+
+
 class Attention(nn.Module):
-    def __init__(self, width: int, heads: int):
+    def __init__(self, width: int, heads: int, head_size: int | None = None, kv_heads: int | None = None):
         super().__init__()
-        self.heads, self.head_dim = heads, check_shape(width, heads)
-        self.q = nn.Linear(width, width, bias=False)
-        self.k = nn.Linear(width, width, bias=False)
-        self.v = nn.Linear(width, width, bias=False)
-        self.o = nn.Linear(width, width, bias=False)   # input columns h*d:(h+1)*d are head h
+        self.heads = heads
+        self.head_dim = check_shape(width, heads) if head_size is None else head_size
+        self.kv_heads = heads if kv_heads is None else kv_heads
+        inner, kv_inner = heads * self.head_dim, self.kv_heads * self.head_dim
+        self.q = nn.Linear(width, inner, bias=False)
+        self.k = nn.Linear(width, kv_inner, bias=False)   # rows g*d:(g+1)*d are key/value group g
+        self.v = nn.Linear(width, kv_inner, bias=False)
+        self.o = nn.Linear(inner, width, bias=False)   # input columns h*d:(h+1)*d are head h
 
     def forward(self, x):
         B, T, C = x.shape
-        split = lambda t: t.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # noqa: E731
-        y = F.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)),
-                                           is_causal=True)
-        return self.o(y.transpose(1, 2).reshape(B, T, C))
+        split = lambda t, n: t.view(B, T, n, self.head_dim).transpose(1, 2)  # noqa: E731
+        q = split(self.q(x), self.heads)
+        k, v = split(self.k(x), self.kv_heads), split(self.v(x), self.kv_heads)
+        if self.kv_heads != self.heads:    # query head h reads group h // (heads // kv_heads)
+            group = self.heads // self.kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
+
+
+def balance_loss(probs: torch.Tensor, chosen: torch.Tensor, experts: int) -> torch.Tensor:
+    """Switch load-balancing loss E · Σ_i f_i · P_i.
+
+    ``probs``: (N, E) router probabilities; ``chosen``: (N, k) expert ids per token.
+    f_i = (assignments to i) / (N·k), P_i = mean of probs[:, i]. Uniform load: 1.
+    """
+    counts = torch.bincount(chosen.flatten(), minlength=experts).to(probs.dtype)
+    f = counts / chosen.numel()
+    return experts * torch.sum(f * probs.mean(0))
+
+
+class Experts(nn.Module):
+    """E GELU experts (width → expert_width → width, with biases) behind a top-k router."""
+
+    def __init__(self, width: int, experts: int, top_k: int, expert_width: int):
+        super().__init__()
+        self.experts, self.top_k, self.expert_width = experts, top_k, expert_width
+        self.router = nn.Linear(width, experts, bias=False)
+        self.w1 = nn.Parameter(torch.empty(experts, width, expert_width))
+        self.b1 = nn.Parameter(torch.zeros(experts, expert_width))
+        self.w2 = nn.Parameter(torch.empty(experts, expert_width, width))
+        self.b2 = nn.Parameter(torch.zeros(experts, width))
+        self.last_balance = None
+        self.last_counts = None
+
+    def route(self, x2: torch.Tensor):
+        """(probs (N, E) float32, top-k expert ids (N, k), their weights (N, k))."""
+        probs = F.softmax(self.router(x2).float(), dim=-1)
+        weight, chosen = probs.topk(self.top_k, dim=-1)
+        return probs, chosen, weight
+
+    def forward(self, x):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        probs, chosen, weight = self.route(x2)
+        out = torch.zeros_like(x2)
+        for e in range(self.experts):
+            tok, slot = torch.nonzero(chosen == e, as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            h = F.gelu(x2[tok] @ self.w1[e] + self.b1[e])
+            y = (h @ self.w2[e] + self.b2[e]) * weight[tok, slot].unsqueeze(1).to(x2.dtype)
+            out.index_add_(0, tok, y.to(out.dtype))
+        self.last_balance = balance_loss(probs, chosen, self.experts)
+        self.last_counts = torch.bincount(chosen.flatten(), minlength=self.experts).detach()
+        return out.view(shape)
 
 
 class Block(nn.Module):
-    def __init__(self, width: int, heads: int, ffn_mult: int):
+    def __init__(self, width: int, heads: int, ffn_mult: int, head_size: int | None = None,
+                 kv_heads: int | None = None, experts: int = 0, top_k: int = 2,
+                 expert_width: int | None = None):
         super().__init__()
         self.ln1 = nn.LayerNorm(width)
-        self.attn = Attention(width, heads)
+        self.attn = Attention(width, heads, head_size, kv_heads)
         self.ln2 = nn.LayerNorm(width)
-        self.ffn = nn.Sequential(nn.Linear(width, ffn_mult * width), nn.GELU(),
-                                 nn.Linear(ffn_mult * width, width))
+        if experts:
+            self.ffn = Experts(width, experts, top_k, expert_width)
+        else:
+            self.ffn = nn.Sequential(nn.Linear(width, ffn_mult * width), nn.GELU(),
+                                     nn.Linear(ffn_mult * width, width))
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -59,19 +169,29 @@ class Block(nn.Module):
 
 class CharLM(nn.Module):
     def __init__(self, vocab_size: int, width: int, heads: int, layers: int = 4,
-                 context: int = 128, ffn_mult: int = 4):
+                 context: int = 128, ffn_mult: int = 4, head_size: int | None = None,
+                 kv_heads: int | None = None, experts: int = 0, top_k: int = 2,
+                 expert_width: int | None = None):
         super().__init__()
-        check_shape(width, heads)
+        opts = check_options(width, heads, head_size, kv_heads, experts, top_k, expert_width, ffn_mult)
         self.vocab_size, self.width, self.heads = vocab_size, width, heads
         self.layers, self.context, self.ffn_mult = layers, context, ffn_mult
+        self.options = dict(head_size=head_size, kv_heads=kv_heads, experts=experts, top_k=top_k,
+                            expert_width=expert_width)
+        self.kv_heads, self.experts = opts["kv_heads"], opts["experts"]
+        self.top_k, self.expert_width = opts["top_k"], opts["expert_width"]
+        self._head_dim = opts["head_size"]
         self.tok = nn.Embedding(vocab_size, width)
         self.pos = nn.Embedding(context, width)
-        self.blocks = nn.ModuleList(Block(width, heads, ffn_mult) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(width, heads, ffn_mult, head_size, opts["kv_heads"],
+                                          opts["experts"], opts["top_k"], opts["expert_width"])
+                                    for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab_size, bias=False)
         self.apply(self._init)
         for name, p in self.named_parameters():   # GPT-2: scale the residual projections
-            if name.endswith("attn.o.weight") or name.endswith("ffn.2.weight"):
+            if (name.endswith("attn.o.weight") or name.endswith("ffn.2.weight")
+                    or name.endswith("ffn.w2")):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
 
     @staticmethod
@@ -80,10 +200,29 @@ class CharLM(nn.Module):
             nn.init.normal_(m.weight, 0.0, 0.02)
             if getattr(m, "bias", None) is not None:
                 nn.init.zeros_(m.bias)
+        elif isinstance(m, Experts):
+            nn.init.normal_(m.w1, 0.0, 0.02)
+            nn.init.normal_(m.w2, 0.0, 0.02)
+            nn.init.zeros_(m.b1)
+            nn.init.zeros_(m.b2)
 
     @property
     def head_dim(self) -> int:
-        return self.width // self.heads
+        return self._head_dim
+
+    def expert_layers(self) -> list[Experts]:
+        return [b.ffn for b in self.blocks if isinstance(b.ffn, Experts)]
+
+    @property
+    def balance_losses(self) -> list[torch.Tensor]:
+        """Each expert layer's balancing loss of the last forward ([] for a dense model)."""
+        return [m.last_balance for m in self.expert_layers()]
+
+    @property
+    def expert_counts(self) -> torch.Tensor | None:
+        """(layers, experts) token→expert assignments of the last forward, or None."""
+        layers = self.expert_layers()
+        return torch.stack([m.last_counts for m in layers]) if layers else None
 
     def forward(self, idx):
         T = idx.shape[1]
@@ -95,22 +234,64 @@ class CharLM(nn.Module):
         return self.head(self.ln_f(x))
 
     def spec(self) -> dict:
-        """The constructor arguments (saved with the weights)."""
-        return dict(vocab_size=self.vocab_size, width=self.width, heads=self.heads,
+        """The constructor arguments (saved with the weights); options only when set."""
+        spec = dict(vocab_size=self.vocab_size, width=self.width, heads=self.heads,
                     layers=self.layers, context=self.context, ffn_mult=self.ffn_mult)
+        for k, v in self.options.items():
+            if k == "top_k" and not self.options["experts"]:
+                continue
+            if v not in (None, 0):
+                spec[k] = v
+        return spec
+
+    def active_params(self) -> int:
+        """Parameters a token uses: all but the (E − k) experts it is not routed to."""
+        n = sum(p.numel() for p in self.parameters())
+        for m in self.expert_layers():
+            per = m.w1[0].numel() + m.b1[0].numel() + m.w2[0].numel() + m.b2[0].numel()
+            n -= (m.experts - m.top_k) * per
+        return n
 
 
 def count_params(vocab_size: int, width: int, layers: int = 4, context: int = 128,
-                 ffn_mult: int = 4) -> dict:
+                 ffn_mult: int = 4, heads: int | None = None, head_size: int | None = None,
+                 kv_heads: int | None = None, experts: int = 0, top_k: int = 2,
+                 expert_width: int | None = None) -> dict:
     """Parameters by block from the architecture formula (no model built).
 
     Per block: attention 4·W² (q, k, v, o; no bias); two LayerNorms 2·2W; FFN
     W·fW + fW (up, bias) + fW·W + W (down, bias). Plus token embeddings V·W,
     positions C·W, final LayerNorm 2W and the untied head W·V. The heads do
     not appear: splitting a width changes no parameter count.
+
+    With options: attention 2·W·A + 2·W·A_kv where A = heads × head size and
+    A_kv = kv_heads × head size; experts: router W·E plus E·(2·W·X + X + W) for
+    expert width X. ``non_embedding`` = attention + norms + ffn (no token or
+    position embeddings, no output head); ``ffn_active`` / ``total_active``
+    count only the k experts a token is routed to; ``ffn_active_width`` is
+    the FFN neurons a token traverses (fW dense, k·X with experts).
     """
     V, W, L, C, f = vocab_size, width, layers, context, ffn_mult
-    parts = dict(embeddings=V * W, positions=C * W, attention=L * 4 * W * W,
-                 norms=L * 2 * 2 * W + 2 * W, ffn=L * (2 * f * W * W + f * W + W), head=W * V)
+    if heads is None:
+        if head_size is not None or kv_heads is not None:
+            raise ValueError("count_params: head_size / kv_heads need heads")
+        attn = 4 * W * W
+    else:
+        o = check_options(W, heads, head_size, kv_heads, experts, top_k, expert_width, f)
+        A, A_kv = heads * o["head_size"], o["kv_heads"] * o["head_size"]
+        attn = 2 * W * A + 2 * W * A_kv
+    if experts:
+        X = expert_width if expert_width is not None else f * W // top_k
+        per_expert = 2 * W * X + X + W
+        ffn, ffn_active, active_width = W * experts + experts * per_expert, W * experts + top_k * per_expert, top_k * X
+    else:
+        ffn = ffn_active = 2 * f * W * W + f * W + W
+        active_width = f * W
+    parts = dict(embeddings=V * W, positions=C * W, attention=L * attn,
+                 norms=L * 2 * 2 * W + 2 * W, ffn=L * ffn, head=W * V)
     parts["total"] = sum(parts.values())
+    parts["non_embedding"] = parts["attention"] + parts["norms"] + parts["ffn"]
+    parts["ffn_active"] = L * ffn_active
+    parts["total_active"] = parts["total"] - parts["ffn"] + parts["ffn_active"]
+    parts["ffn_active_width"] = active_width
     return parts

@@ -40,6 +40,7 @@ TRAIN_KEYS = ("steps", "batch", "lr", "min_lr", "warmup", "weight_decay", "eval_
               "eval_batches", "checkpoint_every")
 DEFAULTS = dict(betas=[0.9, 0.99], grad_clip=1.0)
 PRECISIONS = ("float32", "tf32", "bf16")
+MODEL_OPTIONS = ("head_size", "kv_heads", "experts", "top_k", "expert_width")  # CharLM keywords
 
 
 class Interrupted(RuntimeError):
@@ -86,9 +87,10 @@ def windows(ids: torch.Tensor, offsets, context: int):
 def make_model(vocab_size: int, model_cfg: dict, seed: int) -> CharLM:
     """A freshly initialized model; its init depends on the seed only."""
     torch.manual_seed(seed)
+    options = {k: model_cfg[k] for k in MODEL_OPTIONS if k in model_cfg}
     return CharLM(vocab_size=vocab_size, width=model_cfg["width"], heads=model_cfg["heads"],
                   layers=model_cfg.get("layers", 4), context=model_cfg.get("context", 128),
-                  ffn_mult=model_cfg.get("ffn_mult", 4))
+                  ffn_mult=model_cfg.get("ffn_mult", 4), **options)
 
 
 def make_optimizer(model: CharLM, s: dict, device: torch.device) -> torch.optim.AdamW:
@@ -121,6 +123,24 @@ def evaluate(model, ids: torch.Tensor, offsets, batch: int, context: int, amp) -
         total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
     model.train(was)
     return total / (len(offsets) * context)
+
+
+@torch.no_grad()
+def expert_shares(model, ids: torch.Tensor, offsets, batch: int, context: int, amp) -> list[list[float]]:
+    """Per expert layer, each expert's share of the token→expert assignments on the windows
+    at ``offsets`` (each row sums to 1); [] for a dense model."""
+    if not model.experts:
+        return []
+    was = model.training
+    model.eval()
+    counts = 0
+    for i in range(0, len(offsets), batch):
+        x, _ = windows(ids, offsets[i:i + batch], context)
+        with amp:
+            model(x)
+        counts = counts + model.expert_counts.double()
+    model.train(was)
+    return (counts / counts.sum(1, keepdim=True)).cpu().tolist()
 
 
 def fingerprint(**parts) -> str:
@@ -173,6 +193,10 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     log.info("model %s seed %d: %d parameters, device %s, precision %s, threads %d",
              model.spec(), seed, params, device, precision, torch.get_num_threads())
 
+    # Weight of the load-balancing loss (mean of the expert layers' E·Σ f_i·P_i); 0 = none.
+    balance = float(model_cfg.get("balance", 0.0))
+    if balance and not model.experts:
+        raise ValueError(f"balance {balance} needs experts (model {model.spec()})")
     model.train()
     tokens_per_step = s["batch"] * context
     for step in range(state["step"], s["steps"]):
@@ -184,7 +208,10 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
             logits = model(x)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if balance:   # the reported train loss stays the cross-entropy alone
+            (loss + balance * torch.stack(model.balance_losses).mean()).backward()
+        else:
+            loss.backward()
         if s["grad_clip"]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
         opt.step()
@@ -219,6 +246,14 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     info = dict(params=params, fingerprint=fp, resumed_from=resumed_from, device=str(device),
                 precision=precision, threads=torch.get_num_threads(),
                 final_val_loss=float(metrics["val_loss"].iloc[-1]))
+    if set(model_cfg) & {*MODEL_OPTIONS, "balance"}:   # issue-7 options: record what the studies read
+        from .model import count_params
+
+        parts = count_params(meta["vocab_size"], model.width, model.layers, model.context, model.ffn_mult,
+                             heads=model.heads, **{k: model_cfg[k] for k in MODEL_OPTIONS if k in model_cfg})
+        info.update(vocab_size=meta["vocab_size"], params_active=model.active_params(),
+                    non_embedding=parts["non_embedding"], balance=balance,
+                    expert_shares=expert_shares(model, val_ids, val_offsets, s["batch"], context, amp))
     if ckpt and ckpt.exists():
         ckpt.unlink()
     return model, metrics, info

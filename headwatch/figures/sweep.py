@@ -78,3 +78,83 @@ def training_curves(curves: pd.DataFrame):
         ax.legend(frameon=False, ncols=2)
     axes[0][0].set_ylabel("loss (nats/char)")
     return fig
+
+
+# ------------------------------------------------------------ issue-7 studies
+def _bpc_points(ax, summary: pd.DataFrame, finals: pd.DataFrame, color):
+    """Mean ± std bits per character per configuration (x = position), single seeds in grey."""
+    x = np.arange(len(summary))
+    pos = dict(zip(summary["config"], x))
+    f = finals[finals["config"].isin(pos)]
+    ax.scatter(f["config"].map(pos), f["val_loss"] / np.log(2), s=6, color="0.55", zorder=2,
+               linewidths=0, label=f"single seeds (n = {f['seed'].nunique()})")
+    ax.errorbar(x, summary["val_bpc_mean"], yerr=summary["val_bpc_std"], fmt="o", ms=3, capsize=2,
+                color=color, zorder=3, label="mean ± std over seeds")
+    ax.set_ylabel("validation bits per character")
+    return x
+
+
+def _experts_label(r) -> str:
+    if not r.experts:
+        return f"dense\n{r.ffn_active_width}"
+    return f"{r.experts}e top{r.top_k}\n×{r.expert_width} b{r.balance:g}"
+
+
+def experts_study(summary: pd.DataFrame, finals: pd.DataFrame):
+    """Experts: loss per arm (stored/active parameters, throughput) above each arm's expert load."""
+    fig, (ax, ax2) = figure(TWO_COLUMNS, 5.2, nrows=2, sharex=True)
+    x = _bpc_points(ax, summary, finals, PALETTE[0])
+    for xi, r in zip(x, summary.itertuples()):
+        ax.annotate(f"{_count(r.params)} / {_count(r.params_active)}\n{r.chars_per_s / 1e3:.1f}k ch/s",
+                    (xi, r.val_bpc_mean + r.val_bpc_std), textcoords="offset points", xytext=(0, 4),
+                    ha="center", va="bottom", fontsize=6)
+    ax.set_title(f"FFN width per token {summary['ffn_active_width'].iloc[0]} in every arm; "
+                 "labels: parameters stored / active per token, training throughput", fontsize=8)
+    ax.margins(y=0.25)
+    ax.legend(frameon=False, fontsize=6, loc="lower right")
+    ax2.vlines(x, summary["expert_share_min"], summary["expert_share_max"], color=PALETTE[1], lw=3,
+               label="min – max share of any expert, any layer (mean over seeds)")
+    ax2.scatter(x, summary["uniform_share"], marker="_", s=150, color="k", zorder=3,
+                label="uniform load (1 / experts)")
+    ax2.set_xticks(x, [_experts_label(r) for r in summary.itertuples()], fontsize=7)
+    ax2.set_ylabel("share of token→expert\nassignments (validation)")
+    ax2.set_yscale("log")
+    ax2.legend(frameon=False, fontsize=6, loc="lower left")
+    return fig
+
+
+def depth_study(summary: pd.DataFrame, finals: pd.DataFrame):
+    """Depth at a fixed non-embedding budget: loss per depth."""
+    s = summary
+    fig, ax = figure(ONE_COLUMN)
+    x = _bpc_points(ax, s, finals, PALETTE[2])
+    ax.set_xticks(x, [f"{r.layers} layers\nw{r.width}, {r.heads}×{r.head_size}\n"
+                      f"{_count(r.non_embedding)} ({100 * r.non_embedding_vs_first:+.1f} %)"
+                      for r in s.itertuples()], fontsize=6)
+    ax.set_xlabel("depth (width, heads × head size, non-embedding parameters)")
+    ax.set_title(f"fixed budget: {_count(int(s['non_embedding'].iloc[0]))} non-embedding parameters")
+    ax.legend(frameon=False, fontsize=6)
+    return fig
+
+
+def kv_study(summary: pd.DataFrame, finals: pd.DataFrame):
+    """Shared keys/values: loss against key/value heads, with the KV-cache bytes per token."""
+    s = summary
+    fig, ax = figure(ONE_COLUMN)
+    x = _bpc_points(ax, s, finals, PALETTE[3])
+    ax.set_xticks(x, [f"{r.kv_heads} kv heads\n{r.kv_cache_bytes_per_token:,} B/token"
+                      for r in s.itertuples()], fontsize=6)
+    ax.set_xlabel("key/value heads (KV cache bytes per token)")
+    ax.set_title(f"{s['heads'].iloc[0]} query heads of {s['head_size'].iloc[0]}, "
+                 f"{s['layers'].iloc[0]} layers, width {s['width'].iloc[0]}")
+    ax.legend(frameon=False, fontsize=6)
+    return fig
+
+
+STUDY_FIGURES = dict(experts=experts_study, depth=depth_study, kv=kv_study)
+
+
+def study_figure(kind: str, summary: pd.DataFrame, finals: pd.DataFrame):
+    if kind not in STUDY_FIGURES:
+        raise ValueError(f"no figure for study kind {kind!r} (known: {sorted(STUDY_FIGURES)})")
+    return STUDY_FIGURES[kind](summary, finals)
