@@ -58,19 +58,21 @@ def reference_entry(name: str, folder="config/models") -> Entry:
 
 
 def sweep_entries(sweep_cfg: dict, vocab_size: int) -> list[Entry]:
-    """One entry per distinct (width, heads) of every sweep's grid (slug ``w{width}-h{heads}``)."""
-    m = sweep_cfg.get("model", {})
+    """One entry per distinct configuration of every sweep's grid (named by its slug), built
+    with the sweep's own model settings and options (layers, head size, kv heads, experts)."""
+    from ..charlm import model_of, slug
+
     seen: dict[str, Entry] = {}
     for sweep_name, sweep in sweep_cfg.get("sweeps", {}).items():
         for g in sweep.get("grid", []):
-            slug = f"w{g['width']}-h{g['heads']}"
-            if slug in seen:
-                seen[slug].note += f", {sweep_name}"
+            name = slug(g)
+            if name in seen:
+                seen[name].note += f", {sweep_name}"
                 continue
-            raw = dict(vocab_size=int(vocab_size), width=int(g["width"]), heads=int(g["heads"]),
-                       layers=int(m.get("layers", 4)), context=int(m.get("context", 128)),
-                       ffn_mult=int(m.get("ffn_mult", 4)))
-            seen[slug] = Entry(f"sweep {slug}", "sweep", "charlm", raw,
+            model = model_of(sweep_cfg, g)
+            model.pop("balance", None)   # a training setting, not a shape
+            raw = dict(vocab_size=int(vocab_size), **model)
+            seen[name] = Entry(f"sweep {name}", "sweep", "charlm", raw,
                                note=f"vocabulary {vocab_size} (nominal); sweeps: {sweep_name}")
     return list(seen.values())
 
@@ -86,7 +88,7 @@ def shape_error(entry: Entry) -> str:
     """'' when the config makes sense, else why not (width not divisible by heads, …)."""
     r = entry.raw
     if entry.kind == "charlm":
-        width, heads, explicit = r["width"], r["heads"], None
+        width, heads, explicit = r["width"], r["heads"], r.get("head_size")
     else:
         width = r.get("hidden_size", r.get("n_embd"))
         heads = r.get("num_attention_heads", r.get("n_head"))
@@ -151,7 +153,7 @@ def tensor_head_dims(model: nn.Module, entry: Entry, shapes: dict | None = None)
     names = _param_names(model)
     if entry.kind == "charlm":
         b = model.blocks[0].attn
-        mods, heads, kv = dict(q=b.q, k=b.k, o=b.o), model.heads, model.heads
+        mods, heads, kv = dict(q=b.q, k=b.k, o=b.o), model.heads, model.kv_heads
         fused, conv1d = "", False
     else:
         a = Adapter(model)
@@ -189,8 +191,11 @@ def _describe(entry: Entry) -> dict:
     r = entry.raw
     if entry.kind == "charlm":
         W, H = r["width"], r["heads"]
-        return dict(architecture="charlm", layers=r["layers"], heads=H, kv_heads=H, width=W,
-                    head_dim=W // H, ffn=r["ffn_mult"] * W, vocab=r["vocab_size"],
+        # ffn: neurons a token traverses (with experts: top_k × expert width, the active FFN)
+        ffn = (r.get("top_k", 2) * (r.get("expert_width") or r["ffn_mult"] * W // r.get("top_k", 2))
+               if r.get("experts") else r["ffn_mult"] * W)
+        return dict(architecture="charlm", layers=r["layers"], heads=H, kv_heads=r.get("kv_heads") or H,
+                    width=W, head_dim=r.get("head_size") or W // H, ffn=ffn, vocab=r["vocab_size"],
                     context=r["context"], rotary_dims=0, rotary_base=0.0, rope_type="",
                     tied_embeddings=False)
     cfg = _hf_config(r)
