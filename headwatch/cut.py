@@ -101,24 +101,28 @@ def cut_heads(adapter: Adapter, heads: Iterable[Sequence[int]]):
             drop = torch.zeros(adapter.n_heads, dtype=torch.bool)
             drop[hs] = True
             handles.append(adapter.out_proj(layer).register_forward_pre_hook(
-                _make_hook(_feature_mask(adapter, drop))))
+                _make_hook(_feature_mask(adapter, drop), layer)))
         yield heads
     finally:
         for h in handles:
             h.remove()
 
 
-def _make_hook(feature_drop: torch.Tensor):
+def _make_hook(feature_drop: torch.Tensor, layer: int):
+    """The one zeroing pre-hook: ``feature_drop`` is ``[features]`` (the same cut for every
+    row) or ``[batch, 1, features]`` (row i's own cut; the batch must match exactly)."""
     cache: dict = {}
+    per_row = feature_drop.ndim == 3
 
     def hook(module, args):
         x = args[0]
         drop = cache.get(x.device)
         if drop is None:
             drop = cache[x.device] = feature_drop.to(x.device)
-        if x.shape[-1] != drop.shape[-1]:
-            raise CutCheckError(f"output projection input has {x.shape[-1]} features, "
-                                f"the cut expects {drop.shape[-1]}")
+        if x.shape[-1] != drop.shape[-1] or (per_row and (x.ndim != 3 or x.shape[0] != drop.shape[0])):
+            rows = f"{drop.shape[0]} rows × " if per_row else ""
+            raise CutCheckError(f"layer {layer}: the cut has masks for {rows}{drop.shape[-1]} features "
+                                f"but the output projection got {tuple(x.shape)}")
         return (x.masked_fill(drop, 0),) + tuple(args[1:])
     return hook
 
@@ -147,27 +151,11 @@ def cut_rows(adapter: Adapter, masks: torch.Tensor):
                 continue
             feat = _feature_mask(adapter, per_row)[:, None, :]      # [batch, 1, features]
             handles.append(adapter.out_proj(layer).register_forward_pre_hook(
-                _make_row_hook(feat, layer)))
+                _make_hook(feat, layer)))
         yield masks
     finally:
         for h in handles:
             h.remove()
-
-
-def _make_row_hook(feature_drop: torch.Tensor, layer: int):
-    cache: dict = {}
-
-    def hook(module, args):
-        x = args[0]
-        drop = cache.get(x.device)
-        if drop is None:
-            drop = cache[x.device] = feature_drop.to(x.device)
-        if x.ndim != 3 or x.shape[0] != drop.shape[0] or x.shape[-1] != drop.shape[-1]:
-            raise CutCheckError(
-                f"layer {layer}: the batched cut has masks for {drop.shape[0]} rows × "
-                f"{drop.shape[-1]} features but the output projection got {tuple(x.shape)}")
-        return (x.masked_fill(drop, 0),) + tuple(args[1:])
-    return hook
 
 
 @contextlib.contextmanager
