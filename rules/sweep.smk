@@ -15,24 +15,17 @@
 # planned at all (make quick skips the studies; make quick-more runs them).
 from headwatch.charlm import SLUG_PATTERN as _SWEEP_SLUG
 from headwatch.charlm import active_sweeps as _active_sweeps
-from headwatch.charlm import check_sweeps as _check_sweeps
 from headwatch.charlm import job_params as _sweep_job_params
 from headwatch.charlm import model_of as _sweep_model_of
 from headwatch.charlm import entry_of as _sweep_entry_of
 from headwatch.charlm import runs as _sweep_runs
 from headwatch.charlm import train_jobs as _sweep_train_jobs
-from snakemake.exceptions import WorkflowError
 
 SWEEP = f"{RESULTS}/sweep"
 SWEEP_CORPUS = dict(ids=f"{SWEEP}/corpus/ids.npy", meta=f"{SWEEP}/corpus/meta.json",
                     text=f"{SWEEP}/corpus/corpus.txt")
-SWEEP_RUN = SWEEP + "/{sweep}/{config}/seed{seed}"
+SWEEP_RUN = f"{SWEEP}/{{sweep}}/{{config}}/seed{{seed}}"
 
-# The Snakefile's check_config already reports these; repeated here so the stage
-# never plans jobs from a bad grid on its own.
-_sweep_errors = _check_sweeps(config["sweep"])
-if _sweep_errors:
-    raise WorkflowError("invalid config:\n  " + "\n  ".join(_sweep_errors))
 
 
 def sweep_run_dir(run):
