@@ -1,6 +1,6 @@
 # headwatch — every target sets up .venv itself on a fresh machine.
 #   make quick   the whole DAG at CPU scale (config/quick.yaml over config/config.yaml)
-#   make quick-more  the issue-7 sweep studies at CPU scale (quick skips them)
+#   make quick-more  the sweep studies at CPU scale (quick skips them)
 #   make run     the paper-scale protocol (use a GPU: --resources gpu=1 runs one model job at a time)
 #   make test    the test suite (unit tests + an end-to-end run of the DAG on tiny models)
 #   make report  Snakemake's HTML report of the figures and key tables
@@ -37,7 +37,7 @@ run: venv
 quick: venv
 	$(SNAKEMAKE) --configfile config/quick.yaml
 
-# The issue-7 sweep studies (experts, depth at a fixed budget, shared keys/values,
+# The sweep studies (experts, depth at a fixed budget, shared keys/values,
 # experts x top-k: 33 more models, ~15-20 min on 2 CPU cores) at the quick scale, which
 # `make quick` skips (config/quick.yaml: sweep.skip); config/quick_more.yaml empties the
 # skip list. Run after (or instead of) `make quick`: what quick made is not redone.

@@ -1,5 +1,5 @@
 # headwatch — score, cut, anatomize and sweep the attention heads of a causal LM.
-# The protocol is ../shared/SPEC.md; every choice lives in config/config.yaml.
+# The protocol is docs/protocol.md; every choice lives in config/config.yaml.
 from snakemake.utils import min_version, validate
 
 min_version("9.0")

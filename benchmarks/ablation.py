@@ -1,4 +1,4 @@
-"""Benchmark: every single-head cut on every phrase, one-at-a-time vs batched (SPEC §5 "Speed").
+"""Benchmark: every single-head cut on every phrase, one-at-a-time vs batched (protocol §5 "Speed").
 
     .venv/bin/python benchmarks/ablation.py --model results/models/smollm2-135m [--threads 1]
 

@@ -1,4 +1,4 @@
-"""Time and peak memory of scoring every head of SmolLM2 (SPEC §4) on the full
+"""Time and peak memory of scoring every head of SmolLM2 (protocol §4) on the full
 induction set (40 × 50 tokens) and the 8 prose sentences.
 
     .venv/bin/python benchmarks/scores.py [--threads 2] [--model-dir results/models/smollm2-135m]

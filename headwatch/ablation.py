@@ -1,4 +1,4 @@
-"""The ablation experiments of SPEC §5, all through :mod:`headwatch.cut`.
+"""The ablation experiments of protocol §5, all through :mod:`headwatch.cut`.
 
 * :func:`topk_table` — 5a, targeted vs random: loss per token on copy 1 and
   copy 2 of the eval set with the top-k induction heads cut, and with k heads
@@ -8,7 +8,7 @@
 * :func:`attribution_tables` — 5c: every head cut alone on every phrase, the
   summary, and the non-additivity of the two costliest heads.
 
-Every experiment runs the guards of SPEC §5 through :class:`AblationChecks`
+Every experiment runs the guards of protocol §5 through :class:`AblationChecks`
 (hook vs zeroed weights on the full logits, batched vs one-at-a-time, the
 model back intact at the end); a failed guard raises
 :class:`~headwatch.cut.CutCheckError` and no table is written.
@@ -26,7 +26,7 @@ T-1 predictions per copy and sequence, averaged over all of them (every
 sequence has the same length, so this is also the mean of per-sequence means).
 The prediction of copy 2's first token (from copy 1's last position) is in
 neither: nothing in the sequence predicts it. Copy 2's positions are the rows
-the induction score reads (SPEC §4).
+the induction score reads (protocol §4).
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def random_heads(pool: Sequence[Head], size: int, draws: int, seed: int, stream:
 
 
 class AblationChecks:
-    """The guards of SPEC §5 for one rule; :meth:`record` is its checks JSON.
+    """The guards of protocol §5 for one rule; :meth:`record` is its checks JSON.
 
     Created before any cut: holds the intact full logits of ``guard_ids`` (a LongTensor
     ``[N, T]`` or a list of them, e.g. phrases of different lengths).
@@ -240,7 +240,7 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
 @torch.no_grad()
 def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length: int, offset: int,
                          variants: Sequence[Sequence[Head]], batch: int = 64) -> torch.Tensor:
-    """Induction score of every head (SPEC §4 formula, :func:`scores.induction_cells`) under each
+    """Induction score of every head (protocol §4 formula, :func:`scores.induction_cells`) under each
     variant's cut, batched with :func:`cut_rows`: ``[V, n_layers, n_heads]``."""
     dev = next(model.parameters()).device
     ids = ids.to(dev)

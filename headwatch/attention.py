@@ -1,4 +1,4 @@
-"""Attention maps and next-token predictions for the phrases (SPEC §3).
+"""Attention maps and next-token predictions for the phrases (protocol §3).
 
 Maps are stored long-format, one row per cell on or below the diagonal
 (``phrase, layer, head, row, col, weight``); cells above the diagonal are 0 by

@@ -2,7 +2,7 @@
 
 Every table the workflow publishes goes through :func:`write_parquet`, which
 refuses NaN and inf and names the column that holds them (the float16-on-CPU
-trap of SPEC §1 produces plausible-looking maps next to NaN logits).
+trap of protocol §1 produces plausible-looking maps next to NaN logits).
 """
 from __future__ import annotations
 

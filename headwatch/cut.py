@@ -1,4 +1,4 @@
-"""Cutting heads (SPEC §5): the one mechanism every ablation goes through.
+"""Cutting heads (protocol §5): the one mechanism every ablation goes through.
 
 A head is *cut* by zeroing its ``head_dim`` slice of the **input** to the
 attention output projection (``adapter.out_proj(layer)``) with a forward
@@ -18,7 +18,7 @@ zero. No weight is ever modified by a cut.
   the model for logits only at the positions that are read.
 * :func:`loop_cuts` — the plain reference: one forward per cut with the hook.
 * :func:`check_hook_vs_weights`, :func:`check_restore`, :func:`compare_batched`
-  — the guards of SPEC §5 (fatal when they fail: :class:`CutCheckError`).
+  — the guards of protocol §5 (fatal when they fail: :class:`CutCheckError`).
 
 Only :mod:`headwatch.arch` knows module names; this module asks the adapter.
 """
@@ -43,7 +43,7 @@ __all__ = ["Head", "HeadAddressError", "CutCheckError", "normalize_heads", "head
 
 
 class CutCheckError(RuntimeError):
-    """A guard of SPEC §5 failed: the cut is not what it claims to be."""
+    """A guard of protocol §5 failed: the cut is not what it claims to be."""
 
 
 # --------------------------------------------------------------------- addresses
@@ -388,7 +388,7 @@ class BatchedCuts:
 def check_hook_vs_weights(model, adapter: Adapter, ids: torch.Tensor,
                           heads: Iterable[Sequence[int]], tolerance: float = 0.0,
                           batch: int = 64) -> dict:
-    """Guard 1 (SPEC §5): for each head, the FULL logits tensor (every position, every
+    """Guard 1 (protocol §5): for each head, the FULL logits tensor (every position, every
     vocabulary entry, every sequence of ``ids``) with the hook cut vs with the head's
     output-projection weight entries zeroed. Raises CutCheckError if any max |Δ| > tolerance.
     """

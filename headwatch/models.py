@@ -96,7 +96,7 @@ def check_forward(model, what: str = "check forward pass") -> torch.Tensor:
 def _warn_half_on_cpu(dtype: torch.dtype, device: torch.device) -> None:
     if device.type == "cpu" and dtype in (torch.float16, torch.bfloat16):
         log.warning("%s on CPU: logits may overflow to NaN while attention maps look plausible "
-                    "(SPEC §1); the check forward pass will stop the rule if they do", dtype)
+                    "(protocol §1); the check forward pass will stop the rule if they do", dtype)
 
 
 def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:

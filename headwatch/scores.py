@@ -1,4 +1,4 @@
-"""Head scores (SPEC §4): sink, prev, self, induction — each in [0, 1].
+"""Head scores (protocol §4): sink, prev, self, induction — each in [0, 1].
 
 A map ``A`` has rows = the token that looks and columns = the token looked at.
 Each score is the plain mean of the cells it reads, pooled over sequences:
@@ -111,7 +111,7 @@ def scores_table(adapter, scores: dict[str, torch.Tensor]) -> pd.DataFrame:
 
 def head_scores(model, adapter, sentences: list[torch.Tensor], induction_ids: torch.Tensor,
                 half_length: int, offset: int = 0, batch: int = 8) -> pd.DataFrame:
-    """The scores table of SPEC §4 for every head of ``model``."""
+    """The scores table of protocol §4 for every head of ``model``."""
     log.info("scoring %d heads: %d prose sentences, %d induction sequences",
              adapter.n_layers * adapter.n_heads, len(sentences), len(induction_ids))
     scores = prose_scores(model, adapter, sentences)

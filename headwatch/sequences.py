@@ -1,4 +1,4 @@
-"""The seeded token sets, the prose and the phrases (SPEC §2).
+"""The seeded token sets, the prose and the phrases (protocol §2).
 
 Every table has one row per sequence, with the token ids and their strings
 side by side:

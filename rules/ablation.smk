@@ -1,4 +1,4 @@
-# Stage "ablation": cutting heads (SPEC §5) — 5a targeted vs random, 5b the
+# Stage "ablation": cutting heads (protocol §5) — 5a targeted vs random, 5b the
 # previous-token → induction circuit, 5c per-head attribution. Every rule runs
 # the guards of headwatch/cut.py (hook vs zeroed weights on the full logits,
 # batched vs one-at-a-time, the model back intact) and fails if one fails; its

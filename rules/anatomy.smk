@@ -1,4 +1,4 @@
-# Stage "anatomy" (SPEC §6): what a head is physically, from configs, tensor shapes
+# Stage "anatomy" (protocol §6): what a head is physically, from configs, tensor shapes
 # and weights. Model-independent tables go to results/anatomy/, per-model records
 # to results/{model}/anatomy/. Every number is exact; every guard stops the rule.
 ANATOMY = f"{RESULTS}/anatomy"

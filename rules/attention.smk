@@ -1,5 +1,5 @@
 # Stage "attention": every head's map on every phrase, and the model's
-# next-token predictions (SPEC §3).
+# next-token predictions (protocol §3).
 
 
 def attention_targets():

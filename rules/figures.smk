@@ -54,7 +54,7 @@ rule figures_head:
         png=report(f"{FIGURES}/{{model}}/head_{{score}}.png", caption="../report/figures_head.rst",
                    category="heads", subcategory="{model}"),
     params:
-        phrase="noise",  # the enlarged maps are drawn on the noise phrase (SPEC §8)
+        phrase="noise",  # the enlarged maps are drawn on the noise phrase (protocol §8)
     log:
         f"{RESULTS}/logs/figures_head/{{model}}/{{score}}.log",
     benchmark:

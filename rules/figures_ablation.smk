@@ -1,4 +1,4 @@
-# Figures of the ablation stage (SPEC §5, §8): drawn from the ablation tables,
+# Figures of the ablation stage (protocol §5, §8): drawn from the ablation tables,
 # never from a model; PDF + PNG under figures/{model}/ablation/.
 ABLATION_FIGURES = f"{FIGURES}/{{model}}/ablation"
 ABLATION_DATA = f"{RESULTS}/{{model}}/ablation"

@@ -1,4 +1,4 @@
-# Figures of the anatomy stage (SPEC §6, §8), drawn from its tables, never from a model.
+# Figures of the anatomy stage (protocol §6, §8), drawn from its tables, never from a model.
 # Included by rules/figures.smk.
 
 

@@ -1,4 +1,4 @@
-# Figures of the training sweep (SPEC §7-8): read the summary tables, never a model.
+# Figures of the training sweep (protocol §7-8): read the summary tables, never a model.
 FIGURES_SWEEP = {f"{name}_{ext}": f"{FIGURES}/sweep/{stem}.{ext}"
                  for name, stem in (("heads", "loss_vs_heads"), ("width", "loss_vs_width"),
                                     ("curves", "training_curves"))

@@ -1,4 +1,4 @@
-# Stage "scores": sink, prev, self and induction for every head (SPEC §4).
+# Stage "scores": sink, prev, self and induction for every head (protocol §4).
 
 
 def scores_targets():

@@ -1,4 +1,4 @@
-# Stage "sequences": the seeded random sets, prose and phrases (SPEC §2), one
+# Stage "sequences": the seeded random sets, prose and phrases (protocol §2), one
 # table per set so that changing a phrase reruns only what reads phrases.
 from headwatch.sequences import set_params
 

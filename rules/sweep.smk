@@ -1,4 +1,4 @@
-# Stage "sweep" (SPEC §7): corpus -> one training job per (sweep, config, seed) -> summary.
+# Stage "sweep" (protocol §7): corpus -> one training job per (sweep, config, seed) -> summary.
 #
 # Sweeps are data (config `sweep.sweeps`); every name below comes from the config.
 # Sharing: a configuration listed by several sweeps with the same seed and
@@ -9,7 +9,7 @@
 # the shared `model`, precision, device): editing one sweep reruns that sweep's
 # jobs and the summary, nothing else.
 #
-# Studies (issue 7): a sweep with a `study` block (experts | depth | kv) is summarized
+# Studies: a sweep with a `study` block (experts | depth | kv) is summarized
 # on its own (results/sweep/studies/<sweep>.parquet, rule sweep_study) after checking
 # its invariant, instead of joining summary.parquet. Sweeps in `sweep.skip` are not
 # planned at all (make quick skips the studies; make quick-more runs them).

@@ -1,4 +1,4 @@
-"""Rule ablation_attribution: every head cut alone on every phrase (SPEC §5c)."""
+"""Rule ablation_attribution: every head cut alone on every phrase (protocol §5c)."""
 from pathlib import Path
 
 import pandas as pd

@@ -1,4 +1,4 @@
-"""Rule ablation_circuit: cut the previous-token head, re-score induction (SPEC §5b)."""
+"""Rule ablation_circuit: cut the previous-token head, re-score induction (protocol §5b)."""
 from pathlib import Path
 
 import pandas as pd

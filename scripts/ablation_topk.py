@@ -1,4 +1,4 @@
-"""Rule ablation_topk: targeted vs random cuts, loss on copy 1 / copy 2 (SPEC §5a)."""
+"""Rule ablation_topk: targeted vs random cuts, loss on copy 1 / copy 2 (protocol §5a)."""
 from pathlib import Path
 
 import pandas as pd

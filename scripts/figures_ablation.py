@@ -1,4 +1,4 @@
-"""Rules figures_ablation_*: ablation figures from the ablation tables (SPEC §5, §8)."""
+"""Rules figures_ablation_*: ablation figures from the ablation tables (protocol §5, §8)."""
 import pandas as pd
 
 from headwatch.figures import ablation as figs

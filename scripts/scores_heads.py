@@ -1,4 +1,4 @@
-"""Rule scores_heads: sink, prev, self and induction for every head (SPEC §4)."""
+"""Rule scores_heads: sink, prev, self and induction for every head (protocol §4)."""
 from pathlib import Path
 
 import pandas as pd

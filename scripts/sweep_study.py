@@ -1,4 +1,4 @@
-"""Summarize one issue-7 study sweep (headwatch.charlm.study); refuses when its invariant fails."""
+"""Summarize one study sweep (headwatch.charlm.study); refuses when its invariant fails."""
 import json
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""Model anatomy (SPEC §6): formulas against hand-computed cases, parameter blocks against
+"""Model anatomy (protocol §6): formulas against hand-computed cases, parameter blocks against
 real instantiated models, the by-hand weight check and the key-group cuts on tiny models."""
 import json
 import math

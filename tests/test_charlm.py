@@ -245,7 +245,7 @@ def test_summary_refuses_nan():
 def test_config_sweeps_are_valid_and_plan_24_models_with_w256_h4_trained_once():
     cfg = CONFIG["sweep"]
     assert check_sweeps(cfg) == []
-    # The split/capacity summary's 27 runs (24 trained); issue 7's studies add 45 runs of
+    # The split/capacity summary's 27 runs (24 trained); the studies add 45 runs of
     # which 33 are trained (w256-h4 x 3 is heads_split's, e8k2-b0.01 x 3 is experts').
     assert len(runs(cfg, studies=False)) == 27
     assert len(runs(cfg)) == 72 and len(train_jobs(cfg)) == 24 + 33

@@ -1,4 +1,4 @@
-"""Issue 7: the sweep's new options (experts, grouped keys/values, depth at a fixed budget)
+"""The sweep's new options (experts, grouped keys/values, depth at a fixed budget)
 and the studies that summarize them, with their invariants."""
 import copy
 import math

@@ -21,7 +21,7 @@ def test_prepare_a_local_folder_and_load_it_back(tiny_model_dir, tmp_path):
 
 
 def test_float16_on_cpu_is_caught_by_the_check_forward_pass(tmp_path, caplog, smollm2_tokenizer):
-    """SPEC §1's trap: half precision on CPU overflows; the load refuses to go on."""
+    """protocol §1's trap: half precision on CPU overflows; the load refuses to go on."""
     model = tiny_model("llama")
     with torch.no_grad():
         model.lm_head.weight.mul_(1e6)   # logits ~1e5–1e6: fine in float32, inf in float16 (max 65504)

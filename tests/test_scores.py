@@ -1,4 +1,4 @@
-"""Each score against hand-built attention matrices, and the worked check of SPEC §4."""
+"""Each score against hand-built attention matrices, and the worked check of protocol §4."""
 import pandas as pd
 import pytest
 import torch
@@ -76,7 +76,7 @@ def test_scores_pool_cells_over_sequences_of_different_lengths(monkeypatch):
 
 
 def test_worked_check_one_head_on_one_phrase_is_the_plain_mean_of_its_cells():
-    """SPEC §4 worked check: the score of one head equals the mean of the cells it reads,
+    """protocol §4 worked check: the score of one head equals the mean of the cells it reads,
     taken from the model's own attention map."""
     model = tiny_model("llama")
     adapter = Adapter(model)

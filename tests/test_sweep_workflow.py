@@ -85,7 +85,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert contrast["capacity_from"] == "w8-h1" and contrast["capacity_to"] == "w16-h2"
     for f in FIGURES:
         assert (workdir / f).stat().st_size > 0
-    # The tiny experts study (issue 7): dense w16-h2 read from heads_split, two expert arms.
+    # The tiny experts study: dense w16-h2 read from heads_split, two expert arms.
     study = pd.read_parquet(res / "studies" / "experts.parquet")
     assert study["config"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
     assert study["trained_under"].tolist() == ["heads_split", "experts", "experts"]

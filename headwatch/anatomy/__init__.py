@@ -1,4 +1,4 @@
-"""Model anatomy (SPEC §6): what a head is physically, how many there are, where the
+"""Model anatomy (protocol §6): what a head is physically, how many there are, where the
 weights are, how far the model can read and what it costs, and whether shared
 key/value heads can be seen by cutting.
 

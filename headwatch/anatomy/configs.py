@@ -1,4 +1,4 @@
-"""Survey and parameters by block (SPEC §6), from configs alone.
+"""Survey and parameters by block (protocol §6), from configs alone.
 
 Every model the anatomy looks at is an :class:`Entry`: a studied model (its
 prepared folder, with weights), a reference config shipped under

@@ -1,4 +1,4 @@
-"""Context arithmetic (SPEC §6): rotary pairs and reach, KV cache, attention cells.
+"""Context arithmetic (protocol §6): rotary pairs and reach, KV cache, attention cells.
 
 Every number here is a closed formula of a few config fields; each formula is
 one small function so that a test can check it against a hand-computed case.

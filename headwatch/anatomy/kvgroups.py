@@ -1,4 +1,4 @@
-"""Key/value groups seen by cutting (SPEC §6, last item).
+"""Key/value groups seen by cutting (protocol §6, last item).
 
 For every layer and key/value group, that group's ``head_dim`` slice of the key
 projection's *output* is zeroed by a forward hook (always removed, in a context

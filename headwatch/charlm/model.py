@@ -1,4 +1,4 @@
-"""The sweep's character-level transformer (SPEC §7), in the spirit of nanoGPT.
+"""The sweep's character-level transformer (protocol §7), in the spirit of nanoGPT.
 
 Decoder-only; ``layers`` blocks of pre-LayerNorm (with bias) attention and a
 GELU feed-forward network of ``ffn_mult × width`` (with bias); learned position
@@ -7,7 +7,7 @@ without bias. Attention has separate q/k/v/o projections, each width × width
 without bias, so splitting a width into more heads changes no weight count.
 No dropout: training is deterministic on CPU.
 
-Options (issue 7), all off by default — the default model is unchanged, weight
+Options, all off by default — the default model is unchanged, weight
 for weight, for the same seed:
 
 * ``head_size``: the size of each head when it is not width ÷ heads; the

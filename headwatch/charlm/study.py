@@ -1,4 +1,4 @@
-"""Summaries of the issue-7 sweeps ("studies"): experts, depth at a fixed budget,
+"""Summaries of the study sweeps ("studies"): experts, depth at a fixed budget,
 shared keys/values. A sweep with a ``study`` block in config gets one summary
 table (one row per configuration, mean ± std over seeds) and one figure.
 

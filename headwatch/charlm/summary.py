@@ -1,4 +1,4 @@
-"""The sweep summary (SPEC §7): per configuration mean ± std over seeds, and the
+"""The sweep summary (protocol §7): per configuration mean ± std over seeds, and the
 one comparison the sweep exists for — does splitting a fixed width into more or
 fewer heads move the loss more than seed noise, and how does that compare with
 doubling the width?

@@ -246,7 +246,7 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     info = dict(params=params, fingerprint=fp, resumed_from=resumed_from, device=str(device),
                 precision=precision, threads=torch.get_num_threads(),
                 final_val_loss=float(metrics["val_loss"].iloc[-1]))
-    if set(model_cfg) & {*MODEL_OPTIONS, "balance"}:   # issue-7 options: record what the studies read
+    if set(model_cfg) & {*MODEL_OPTIONS, "balance"}:   # study options: record what the studies read
         from .model import count_params
 
         parts = count_params(meta["vocab_size"], model.width, model.layers, model.context, model.ffn_mult,

@@ -1,4 +1,4 @@
-"""Figures of cutting heads (SPEC §5, §8), drawn from the ablation tables only.
+"""Figures of cutting heads (protocol §5, §8), drawn from the ablation tables only.
 
 Every label (numbers of heads cut, head names, thresholds, the phrase's expected
 token) is read from the tables.

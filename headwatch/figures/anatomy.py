@@ -1,4 +1,4 @@
-"""Anatomy figures (SPEC §6, §8): parameters by block, rotary clocks, KV cache per
+"""Anatomy figures (protocol §6, §8): parameters by block, rotary clocks, KV cache per
 token, and the key-group cut matrix. Each reads a table; every label comes from it."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Figures of the training sweep (SPEC §7–8); they read the summary tables only."""
+"""Figures of the training sweep (protocol §7–8); they read the summary tables only."""
 from __future__ import annotations
 
 import numpy as np
@@ -80,7 +80,7 @@ def training_curves(curves: pd.DataFrame):
     return fig
 
 
-# ------------------------------------------------------------ issue-7 studies
+# ------------------------------------------------------------ the studies
 def _bpc_points(ax, summary: pd.DataFrame, finals: pd.DataFrame, color):
     """Mean ± std bits per character per configuration (x = position), single seeds in grey."""
     x = np.arange(len(summary))
