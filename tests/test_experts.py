@@ -280,3 +280,128 @@ def test_depth_and_kv_summaries_refuse_when_their_invariant_fails():
     kv[1]["layers"] = 5
     with pytest.raises(SummaryError, match="differ only in kv_heads"):
         summarize_study(_finals(kv), {"kind": "kv"})
+
+
+# ------------------------------------------------------- the dispatch
+def loop_reference(m: Experts, x):
+    """The straightforward dispatch: for each expert, the tokens sent to it, through its weights."""
+    x2 = x.reshape(-1, x.shape[-1])
+    probs, chosen, weight = m.route(x2)
+    out = torch.zeros_like(x2)
+    for e in range(m.experts):
+        tok, slot = torch.nonzero(chosen == e, as_tuple=True)
+        if tok.numel():
+            h = torch.nn.functional.gelu(x2[tok] @ m.w1[e] + m.b1[e])
+            y = (h @ m.w2[e] + m.b2[e]) * weight[tok, slot].unsqueeze(1)
+            out.index_add_(0, tok, y.to(out.dtype))
+    return out.view(x.shape)
+
+
+def _experts(E, k, width, expert_width, seed=0):
+    torch.manual_seed(seed)
+    m = Experts(width=width, experts=E, top_k=k, expert_width=expert_width)
+    for p in (m.w1, m.w2, m.b1, m.b2, m.router.weight):
+        torch.nn.init.normal_(p, 0, 0.3)
+    return m
+
+
+def _grads(m, x, forward):
+    m.zero_grad(set_to_none=True)
+    x = x.detach().clone().requires_grad_()
+    y = forward(m, x)
+    (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+    return y.detach(), x.grad, {n: p.grad.clone() for n, p in m.named_parameters()}
+
+
+@pytest.mark.parametrize("E, k, width, expert_width, fits", [
+    (4, 1, 16, 32, True), (8, 2, 16, 16, True), (16, 2, 8, 4, True), (3, 3, 16, 8, True),
+    (4, 2, 12, 6, False), (5, 1, 10, 7, False)])   # rows of 24 and 28 bytes: the per-group fallback
+def test_sorted_grouped_dispatch_equals_the_loop_with_gradients(E, k, width, expert_width, fits, monkeypatch):
+    from headwatch.charlm import model as model_mod
+
+    calls = []
+    real = torch.nn.functional.grouped_mm
+    monkeypatch.setattr(torch.nn.functional, "grouped_mm", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    m = _experts(E, k, width, expert_width)
+    x = torch.randn(3, 7, width)
+    x[..., 0] = 5.0
+    with torch.no_grad():      # expert 0 gets no token (logit 100 lower) unless k = E: an empty group
+        m.router.weight[:, 0] = 0.0
+        m.router.weight[0, 0] = -20.0
+    y, gx, g = _grads(m, x, Experts.forward)
+    idle = 0 not in m.route(x.reshape(-1, width))[1].flatten().tolist()
+    assert idle == (k < E)
+    assert bool(calls) == fits == model_mod._grouped_mm_fits(torch.empty(1, width), m.w1)
+    ry, rgx, rg = _grads(m, x, loop_reference)
+    torch.testing.assert_close(y, ry, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gx, rgx, rtol=1e-5, atol=1e-6)
+    assert g.keys() == rg.keys()
+    for name in g:
+        torch.testing.assert_close(g[name], rg[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert torch.equal(g["w1"][0], torch.zeros_like(g["w1"][0])) == idle   # an idle expert learns nothing
+    counts = torch.bincount(m.route(x.reshape(-1, width))[1].flatten(), minlength=E)
+    assert torch.equal(m.last_counts, counts)
+
+
+def test_dispatch_under_bf16_autocast_stays_near_the_loop_and_returns_float32():
+    m = _experts(8, 2, 32, 32)
+    x = torch.randn(4, 8, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, ry = m(x), loop_reference(m, x)
+    assert y.dtype == ry.dtype == torch.float32
+    torch.testing.assert_close(y, ry, rtol=2e-2, atol=2e-3)      # both matmuls in bf16
+    assert (y - m(x)).abs().max() > 0                             # and bf16 did change something
+
+
+class _Allocations(torch.utils._python_dispatch.TorchDispatchMode):
+    """Bytes of every new tensor storage the aten ops create (views and in-place results excluded),
+    and the names of the ops called."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes, self.ops = 0, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        flat = torch.utils._pytree.tree_flatten
+        seen = {t.untyped_storage().data_ptr() for t in flat((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        self.bytes += sum(t.untyped_storage().nbytes() for t in flat(out)[0]
+                          if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen)
+        self.ops.add(func.overloadpacket.__name__)
+        return out
+
+
+def _allocated(E, tokens, forward, k=1, width=32, expert_width=64):
+    m = _experts(E, k, width, expert_width)
+    x = torch.randn(tokens, width, requires_grad=True)
+    with _Allocations() as a:
+        forward(m, x).square().sum().backward()
+    return a, sum(p.numel() * p.element_size() for p in m.parameters())
+
+
+def test_dispatch_memory_grows_with_tokens_and_with_experts_only_by_their_gradients():
+    # More experts at the same tokens: the only new bytes are the new experts' gradients,
+    # each written once (the loop wrote a full-size gradient of the stacked weights per expert:
+    # E² growth, 46× the new parameters here).
+    def grown_by_experts(forward):
+        (small, p_small), (big, p_big) = _allocated(4, 256, forward), _allocated(16, 256, forward)
+        return (big.bytes - small.bytes) / (p_big - p_small)
+
+    assert grown_by_experts(Experts.forward) < 2
+    assert grown_by_experts(loop_reference) > 10
+    # More tokens at the same experts: a bounded number of (width + expert_width) rows per
+    # token→expert assignment, the same for 4 and for 16 experts (no padding to a capacity).
+    for E in (4, 16):
+        (few, _), (many, _) = _allocated(E, 256, Experts.forward), _allocated(E, 1024, Experts.forward)
+        per_assignment = (many.bytes - few.bytes) / (1024 - 256)
+        assert per_assignment < 16 * (32 + 64) * 4, (E, per_assignment)
+
+
+def test_dispatch_calls_no_op_whose_output_size_depends_on_the_data():
+    # Such ops (nonzero, bincount, masked_select, .item()) make a GPU wait for the host.
+    sync_ops = {"nonzero", "bincount", "masked_select", "unique", "_unique2", "_local_scalar_dense",
+                "repeat_interleave", "is_nonzero"}
+    a, _ = _allocated(8, 64, Experts.forward, k=2)
+    assert "_grouped_mm" in a.ops and not a.ops & sync_ops, a.ops & sync_ops
+    ref, _ = _allocated(8, 64, loop_reference, k=2)
+    assert ref.ops & sync_ops == {"nonzero"}      # the check sees what the loop did

@@ -100,15 +100,50 @@ class Attention(nn.Module):
         return self.o(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
 
 
-def balance_loss(probs: torch.Tensor, chosen: torch.Tensor, experts: int) -> torch.Tensor:
+def assignment_counts(chosen: torch.Tensor, experts: int) -> torch.Tensor:
+    """(E,) int64 token→expert assignments in ``chosen`` (N, k), without a host synchronisation
+    (``torch.bincount`` reads its maximum on the host on a GPU)."""
+    flat = chosen.flatten()
+    return torch.zeros(experts, dtype=torch.long, device=chosen.device).scatter_add_(0, flat, torch.ones_like(flat))
+
+
+def balance_loss(probs: torch.Tensor, chosen: torch.Tensor, experts: int,
+                 counts: torch.Tensor | None = None) -> torch.Tensor:
     """Switch load-balancing loss E · Σ_i f_i · P_i.
 
-    ``probs``: (N, E) router probabilities; ``chosen``: (N, k) expert ids per token.
+    ``probs``: (N, E) router probabilities; ``chosen``: (N, k) expert ids per token;
+    ``counts``: the assignments per expert when already known (else counted from ``chosen``).
     f_i = (assignments to i) / (N·k), P_i = mean of probs[:, i]. Uniform load: 1.
     """
-    counts = torch.bincount(chosen.flatten(), minlength=experts).to(probs.dtype)
-    f = counts / chosen.numel()
+    if counts is None:
+        counts = assignment_counts(chosen, experts)
+    f = counts.to(probs.dtype) / chosen.numel()
     return experts * torch.sum(f * probs.mean(0))
+
+
+def _grouped_mm_fits(a: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether ``torch.nn.functional.grouped_mm`` takes these operands: it exists (torch >= 2.8)
+    and every row of ``a`` and of each ``w[e]`` starts on a 16-byte boundary."""
+    size = a.element_size()
+    return (hasattr(F, "grouped_mm") and a.is_contiguous() and w.is_contiguous()
+            and all(d * size % 16 == 0 for d in w.shape[1:]))
+
+
+def grouped_matmul(a: torch.Tensor, w: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """Rows ``ends[e-1]:ends[e]`` of ``a`` (M, K) times ``w[e]`` (K, N), for every e, as one (M, N).
+
+    ``ends``: (E,) cumulative row counts (int32, ending at M). One grouped GEMM
+    (``F.grouped_mm``: one kernel for every expert; on a CUDA GPU of compute
+    capability 9.x/10.x in bfloat16 without reading ``ends`` on the host, otherwise
+    torch loops over the groups in C++ after one read). Shapes it cannot take (a row
+    not a multiple of 16 bytes, torch < 2.8) fall back to one matmul per group of a
+    view of ``w`` (``unbind``: the gradient of ``w`` is one (E, K, N) tensor, not one
+    per expert); that path reads ``ends`` on the host.
+    """
+    if _grouped_mm_fits(a, w):
+        return F.grouped_mm(a, w, offs=ends)
+    sizes = torch.diff(ends, prepend=ends.new_zeros(1)).tolist()
+    return torch.cat([part @ we for part, we in zip(torch.split(a, sizes), w.unbind(0))])
 
 
 class Experts(nn.Module):
@@ -132,20 +167,37 @@ class Experts(nn.Module):
         return probs, chosen, weight
 
     def forward(self, x):
+        """Tokens sorted by expert, one grouped matmul per weight; memory linear in tokens.
+
+        The N·k token→expert assignments (assignment j: token j // k, its j % k-th
+        choice) are sorted by expert (stably: token order within an expert), the
+        tokens gathered in that order, every expert applied to its contiguous run
+        by one grouped matmul (``grouped_matmul``), each output scaled by its router
+        probability, and the k outputs of a token summed back in its row. Under
+        autocast the matmul operands are cast to the autocast dtype, as ``@`` is.
+        """
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         probs, chosen, weight = self.route(x2)
-        out = torch.zeros_like(x2)
-        for e in range(self.experts):
-            tok, slot = torch.nonzero(chosen == e, as_tuple=True)
-            if tok.numel() == 0:
-                continue
-            h = F.gelu(x2[tok] @ self.w1[e] + self.b1[e])
-            y = (h @ self.w2[e] + self.b2[e]) * weight[tok, slot].unsqueeze(1).to(x2.dtype)
-            out.index_add_(0, tok, y.to(out.dtype))
-        self.last_balance = balance_loss(probs, chosen, self.experts)
-        self.last_counts = torch.bincount(chosen.flatten(), minlength=self.experts).detach()
-        return out.view(shape)
+        n, k = chosen.shape
+        flat = chosen.flatten()
+        order = torch.argsort(flat, stable=True)
+        expert = flat[order]                        # (N·k,) ascending expert ids
+        ends = torch.searchsorted(expert, torch.arange(self.experts, device=x.device), right=True)
+        counts = torch.diff(ends, prepend=ends.new_zeros(1))
+        ends = ends.to(torch.int32)
+        cast = (torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type)
+                else None)
+        mm = lambda a, w: grouped_matmul(a if cast is None else a.to(cast),  # noqa: E731
+                                         w if cast is None else w.to(cast), ends)
+        h = F.gelu(mm(x2.index_select(0, order // k), self.w1) + self.b1.index_select(0, expert))
+        y = mm(h, self.w2) + self.b2.index_select(0, expert)
+        y = y * weight.flatten()[order].unsqueeze(1).to(y.dtype)
+        back = torch.empty_like(order).scatter_(0, order, torch.arange(n * k, device=x.device))
+        out = y.index_select(0, back).view(n, k, -1).sum(1)
+        self.last_balance = balance_loss(probs, chosen, self.experts, counts)
+        self.last_counts = counts.detach()
+        return out.to(x2.dtype).view(shape)
 
 
 class Block(nn.Module):
