@@ -233,6 +233,11 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
     assert moe["expert_share_min"] <= 0.25 <= moe["expert_share_max"]
     assert dense["val_bpc_mean"] == pytest.approx(dense["val_loss_mean"] / math.log(2))
     assert (s["chars_per_s"] > 0).all()
+    # each run's peak memory is recorded (here one process: its peak resident set so far) and the
+    # table keeps the largest over seeds
+    assert all(p["info"]["peak_memory_of"] == "process max RSS" for p in planned)
+    assert finals["peak_memory_mb"].min() > 50
+    assert s["peak_memory_mb"].tolist() == finals.groupby("config", sort=False)["peak_memory_mb"].max().tolist()
     # The figure draws from the tables.
     from headwatch.figures.style import save
     from headwatch.figures.sweep import study_figure
@@ -249,7 +254,8 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
 def _finals(rows):
     base = dict(sweep="s", trained_under="s", heads=4, head_size=64, kv_heads=4, experts=0, top_k=0,
                 expert_width=0, balance=0.0, ffn_active_width=1024, kv_cache_bytes_per_token=0, steps=5,
-                train_loss=1.0, chars_per_s=1.0, expert_share_min=1.0, expert_share_max=1.0)
+                train_loss=1.0, chars_per_s=1.0, expert_share_min=1.0, expert_share_max=1.0,
+                peak_memory_mb=100.0, peak_memory_of="process max RSS")
     out = []
     for r in rows:
         for seed, loss in enumerate(r.pop("losses")):
@@ -265,6 +271,11 @@ def test_depth_and_kv_summaries_refuse_when_their_invariant_fails():
                params_active=6, losses=[1.1, 1.3])]
     s = summarize_study(_finals(copy.deepcopy(ok)), depth)
     assert s["val_loss_std"].tolist() == pytest.approx([math.sqrt(0.02)] * 2)
+    # peak memory: the largest over seeds; a run that predates the record is <NA>, not a NaN refusal
+    f = _finals(copy.deepcopy(ok))
+    f["peak_memory_mb"] = pd.array([120.0, 90.0, None, None], dtype="Float64")
+    s2 = summarize_study(f, depth)
+    assert s2["peak_memory_mb"].iloc[0] == 120.0 and s2["peak_memory_mb"].isna().tolist() == [False, True]
     assert s["non_embedding_vs_first"].tolist() == pytest.approx([0, 0.019])
     off = copy.deepcopy(ok)
     off[1]["non_embedding"] = 1021

@@ -14,6 +14,11 @@ raises :class:`~headwatch.charlm.summary.SummaryError` and nothing is written.
   intervals), and the smallest and largest share of token→expert assignments
   that any expert of any layer received on the validation windows (mean over
   seeds; a uniform load gives 1/E; a dense FFN is one "expert" with share 1).
+
+Every study table has ``peak_memory_mb``, the largest over seeds of each training
+job's peak memory (``peak_memory_of``: on a GPU the CUDA allocator's peak for
+tensors, on a CPU the job's peak resident set, interpreter included); <NA> where a
+run predates the record.
 * ``depth``: non-embedding parameters (attention + norms + FFN; no token or
   position embeddings, no output head) of every configuration within
   ``tolerance`` (relative) of the first grid entry's, and every head of size
@@ -117,8 +122,11 @@ def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4
                          steps=int(last["step"]), val_loss=float(last["val_loss"]),
                          train_loss=float(last["train_loss"]),
                          chars_per_s=float(m["tokens_per_s"].mean()),
-                         expert_share_min=float(shares.min()), expert_share_max=float(shares.max())))
-    return pd.DataFrame(rows)
+                         expert_share_min=float(shares.min()), expert_share_max=float(shares.max()),
+                         peak_memory_mb=note.get("peak_memory_mb"), peak_memory_of=note.get("peak_memory_of")))
+    finals = pd.DataFrame(rows)
+    finals["peak_memory_mb"] = finals["peak_memory_mb"].astype("Float64")   # <NA>: not recorded
+    return finals
 
 
 def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
@@ -154,7 +162,9 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
               train_loss_mean=("train_loss", "mean"),
               chars_per_s=("chars_per_s", "mean"),
               expert_share_min=("expert_share_min", "mean"),
-              expert_share_max=("expert_share_max", "mean")).reset_index()
+              expert_share_max=("expert_share_max", "mean"),
+              peak_memory_mb=("peak_memory_mb", "max"),
+              peak_memory_of=("peak_memory_of", "first")).reset_index()
     if len(s) != len(configs):
         raise SummaryError(f"seeds of one configuration disagree on its architecture or parameter "
                            f"count: {len(s)} groups for {len(configs)} configurations")

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -111,18 +112,35 @@ def precision_context(device: torch.device, precision: str):
     return contextlib.nullcontext()
 
 
+def peak_memory(device: torch.device) -> dict:
+    """``peak_memory_mb``: on a CUDA device the most memory torch's allocator held for tensors
+    since the run started (``torch.cuda.max_memory_allocated``); elsewhere the process's peak
+    resident set (``ru_maxrss``: the whole process, its whole life). ``peak_memory_of`` says which."""
+    if device.type == "cuda":
+        return dict(peak_memory_mb=torch.cuda.max_memory_allocated(device) / 2**20,
+                    peak_memory_of="cuda max_memory_allocated")
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss     # KiB on Linux, bytes on macOS
+    return dict(peak_memory_mb=rss / (2**20 if sys.platform == "darwin" else 2**10),
+                peak_memory_of="process max RSS")
+
+
 @torch.no_grad()
 def evaluate(model, ids: torch.Tensor, offsets, batch: int, context: int, amp) -> float:
+    """Mean loss per character over the windows at ``offsets``: summed on the device (float64,
+    the same sum as adding each batch's float32 sum on the host) and read once."""
     was = model.training
     model.eval()
-    total = 0.0
+    offsets = torch.as_tensor(offsets, device=ids.device)
+    total = torch.zeros((), dtype=torch.float64, device=ids.device)
     for i in range(0, len(offsets), batch):
         x, y = windows(ids, offsets[i:i + batch], context)
         with amp:
             logits = model(x)
-        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").double()
     model.train(was)
-    return total / (len(offsets) * context)
+    return total.item() / (len(offsets) * context)
 
 
 @torch.no_grad()
@@ -133,6 +151,7 @@ def expert_shares(model, ids: torch.Tensor, offsets, batch: int, context: int, a
         return []
     was = model.training
     model.eval()
+    offsets = torch.as_tensor(offsets, device=ids.device)
     counts = 0
     for i in range(0, len(offsets), batch):
         x, _ = windows(ids, offsets[i:i + batch], context)
@@ -168,8 +187,11 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     n_train = meta["n_train"]
     data = torch.as_tensor(ids.astype(np.int64), device=device)
     train_ids, val_ids = data[:n_train], data[n_train:]
-    val_offsets = eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context)
+    val_offsets = torch.as_tensor(eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context),
+                                  device=device)
     amp = precision_context(device, precision)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
 
     model = make_model(meta["vocab_size"], model_cfg, seed).to(device)
     opt = make_optimizer(model, s, device)
@@ -199,11 +221,38 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
         raise ValueError(f"balance {balance} needs experts (model {model.spec()})")
     model.train()
     tokens_per_step = s["batch"] * context
-    for step in range(state["step"], s["steps"]):
-        t0 = time.perf_counter()
+    first = state["step"]
+    # No host synchronisation inside a step: every step's windows are on the device before
+    # the first step; each step's loss is added on the device (in float64: bit for bit the
+    # sum of the float32 values in Python) with the first non-finite one, and they are read
+    # on the host only where a metrics row or a checkpoint is written. The clip norm and the
+    # balancing loss are never read.
+    offsets = torch.as_tensor(np.array([batch_offsets(seed, k, n_train, s["batch"], context)
+                                        for k in range(first, s["steps"])], dtype=np.int64)
+                              .reshape(-1, s["batch"]), device=device)
+    loss_sum = torch.tensor(state["loss_sum"], dtype=torch.float64, device=device)
+    bad_step = torch.tensor(-1, device=device)
+    bad_value = torch.tensor(0.0, device=device)
+    clock = None
+
+    def to_host(step: int) -> None:
+        """Read the loss sum into ``state`` and stop the clock; raise on a non-finite loss."""
+        nonlocal clock
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        state["seconds"] += time.perf_counter() - clock
+        clock = None
+        state["loss_sum"] = loss_sum.item()
+        if not math.isfinite(state["loss_sum"]):
+            raise NonFiniteError(f"training loss is {bad_value.item()} at step {bad_step.item()} (model "
+                                 f"{model.spec()}, seed {seed}; read at step {step}); lower the learning "
+                                 "rate or use float32")
+
+    for step in range(first, s["steps"]):
+        clock = time.perf_counter() if clock is None else clock
         for g in opt.param_groups:
             g["lr"] = lr_at(step, s["lr"], s["min_lr"], s["warmup"], s["steps"])
-        x, y = windows(train_ids, batch_offsets(seed, step, n_train, s["batch"], context), context)
+        x, y = windows(train_ids, offsets[step - first], context)
         with amp:
             logits = model(x)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
@@ -215,19 +264,18 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
         if s["grad_clip"]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
         opt.step()
-        value = loss.item()
-        if not math.isfinite(value):
-            raise NonFiniteError(f"training loss is {value} at step {step} (model {model.spec()}, "
-                                 f"seed {seed}); lower the learning rate or use float32")
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        state["seconds"] += time.perf_counter() - t0
-        state["loss_sum"] += value
+        loss = loss.detach()
+        loss_sum += loss.double()
+        fresh = (bad_step < 0) & ~torch.isfinite(loss)
+        bad_step, bad_value = torch.where(fresh, step, bad_step), torch.where(fresh, loss, bad_value)
         state["loss_n"] += 1
         state["tokens"] += tokens_per_step
         done = step + 1
         state["step"] = done
-        if done % s["eval_every"] == 0 or done == s["steps"]:
+        row_due = done % s["eval_every"] == 0 or done == s["steps"]
+        if row_due or (ckpt and done % s["checkpoint_every"] == 0):   # keep in step with the checkpoint's test
+            to_host(done)
+        if row_due:
             val = evaluate(model, val_ids, val_offsets, s["batch"], context, amp)
             row = dict(step=done, train_loss=state["loss_sum"] / state["loss_n"], val_loss=val,
                        tokens_per_s=state["tokens"] / max(state["seconds"], 1e-9))
@@ -236,6 +284,7 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
             log.info("step %d: train %.4f val %.4f (%.0f tokens/s)", done, row["train_loss"], val,
                      row["tokens_per_s"])
             state.update(loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0)
+            loss_sum.zero_()
         if ckpt and done % s["checkpoint_every"] == 0 and done < s["steps"]:
             _save_atomic(dict(fingerprint=fp, model=model.state_dict(), optimizer=opt.state_dict(),
                               rng=torch.get_rng_state(), state=state), ckpt)
@@ -245,7 +294,7 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     metrics = pd.DataFrame(state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"])
     info = dict(params=params, fingerprint=fp, resumed_from=resumed_from, device=str(device),
                 precision=precision, threads=torch.get_num_threads(),
-                final_val_loss=float(metrics["val_loss"].iloc[-1]))
+                final_val_loss=float(metrics["val_loss"].iloc[-1]), **peak_memory(device))
     if set(model_cfg) & {*MODEL_OPTIONS, "balance"}:   # study options: record what the studies read
         from .model import count_params
 

@@ -1,0 +1,116 @@
+"""The training loop without host synchronisation: the same losses, bit for bit, as the
+loop that read every step's loss on the host, and no per-step host read left."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from headwatch.charlm.corpus import build_corpus
+from headwatch.charlm.train import (batch_offsets, eval_offsets, lr_at, make_model, make_optimizer,
+                                    settings_of, train, windows)
+
+TRAIN = dict(steps=10, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
+             eval_batches=2, checkpoint_every=100)
+DENSE = dict(width=16, heads=2, layers=2, context=16)
+EXPERTS = dict(DENSE, experts=4, top_k=2, balance=0.01)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    c = build_corpus(plays=["tragedies/macbeth"], target_chars=20_000)
+    return c.ids(), c.meta()
+
+
+def host_loop(ids, meta, model_cfg, seed, train_cfg):
+    """The loop as it was: each step's loss read on the host (``.item()``) and summed in
+    Python, every evaluation batch likewise. Returns (model, metrics)."""
+    s = settings_of(train_cfg)
+    context, n_train = model_cfg["context"], meta["n_train"]
+    data = torch.as_tensor(ids.astype(np.int64))
+    train_ids, val_ids = data[:n_train], data[n_train:]
+    val_offsets = eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context)
+    model = make_model(meta["vocab_size"], model_cfg, seed)
+    opt = make_optimizer(model, s, torch.device("cpu"))
+    balance = float(model_cfg.get("balance", 0.0))
+    rows, loss_sum, loss_n = [], 0.0, 0
+    for step in range(s["steps"]):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, s["lr"], s["min_lr"], s["warmup"], s["steps"])
+        x, y = windows(train_ids, batch_offsets(seed, step, n_train, s["batch"], context), context)
+        loss = F.cross_entropy(model(x).float().flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        (loss + balance * torch.stack(model.balance_losses).mean() if balance else loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
+        opt.step()
+        loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+        if (step + 1) % s["eval_every"] == 0 or step + 1 == s["steps"]:
+            model.eval()
+            total = 0.0
+            with torch.no_grad():
+                for i in range(0, len(val_offsets), s["batch"]):
+                    vx, vy = windows(val_ids, val_offsets[i:i + s["batch"]], context)
+                    total += F.cross_entropy(model(vx).flatten(0, 1), vy.flatten(), reduction="sum").item()
+            model.train()
+            rows.append(dict(step=step + 1, train_loss=loss_sum / loss_n,
+                             val_loss=total / (len(val_offsets) * context)))
+            loss_sum, loss_n = 0.0, 0
+    return model, pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("model_cfg", [DENSE, EXPERTS], ids=["dense", "experts-balanced"])
+def test_device_loop_gives_the_host_loops_losses_bit_for_bit(corpus, model_cfg):
+    torch.set_num_threads(1)
+    ids, meta = corpus
+    ref_model, ref = host_loop(ids, meta, model_cfg, 2, TRAIN)
+    model, metrics, info = train(ids, meta, model_cfg, 2, TRAIN)
+    assert metrics["step"].tolist() == ref["step"].tolist() == [4, 8, 10]
+    for col in ("train_loss", "val_loss"):
+        assert [v.hex() for v in metrics[col]] == [v.hex() for v in ref[col]], col
+    assert info["final_val_loss"] == ref["val_loss"].iloc[-1]
+    for (name, a), (_, b) in zip(model.state_dict().items(), ref_model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert metrics["train_loss"].iloc[-1] < metrics["train_loss"].iloc[0] < math.log(meta["vocab_size"]) + 0.1
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts the aten ops that make a GPU wait for the host: reading a value (.item(),
+    float(), bool()) or an output whose size depends on the data."""
+
+    NAMES = {"_local_scalar_dense", "is_nonzero", "nonzero", "bincount", "masked_select", "unique",
+             "_unique2", "unique_consecutive", "repeat_interleave"}
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.overloadpacket.__name__ in self.NAMES
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_host_reads_do_not_grow_with_the_steps(corpus):
+    # One evaluation at the end either way: any read left inside the step would make the
+    # 12-step run read 8 times more than the 4-step one (the host loop: one .item() a step).
+    torch.set_num_threads(1)
+    ids, meta = corpus
+    counts = {}
+    for steps in (4, 12):
+        with _HostReads() as reads:
+            train(ids, meta, EXPERTS, 0, dict(TRAIN, steps=steps, warmup=1, eval_every=steps))
+        counts[steps] = reads.count
+    assert counts[4] == counts[12] > 0
+    with _HostReads() as reads:
+        host_loop(ids, meta, EXPERTS, 0, dict(TRAIN, steps=4, warmup=1, eval_every=4))
+    assert reads.count >= 4        # the check sees the host loop's reads
+
+
+def test_a_non_finite_loss_stops_training_and_names_its_step(corpus):
+    from headwatch.checks import NonFiniteError
+
+    ids, meta = corpus
+    with pytest.raises(NonFiniteError, match=r"training loss is (nan|inf) at step \d+ "):
+        train(ids, meta, DENSE, 0, dict(TRAIN, lr=1e6, warmup=1))
