@@ -9,6 +9,9 @@ configfile: "config/config.yaml"
 # Schema first (types, names), then the checks a schema cannot express (heads
 # that do not divide the width, unknown model keys, expected tokens the
 # tokenizer splits): both stop before any job runs, naming the key.
+from headwatch.config import check_keys
+
+check_keys(config, f"{workflow.basedir}/config/schema.yaml")  # misspelled keys: path + nearest valid key
 validate(config, "config/schema.yaml")
 
 include: "rules/common.smk"

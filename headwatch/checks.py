@@ -2,11 +2,22 @@
 
 Every table the workflow publishes goes through :func:`write_parquet`, which
 refuses NaN and inf and names the column that holds them (the float16-on-CPU
-trap of protocol §1 produces plausible-looking maps next to NaN logits).
+trap of protocol §1 produces plausible-looking maps next to NaN logits). It
+writes atomically (a temporary file renamed into place), with page checksums
+and an integrity record (row count, column names and types) in the file's
+metadata.
+
+Every table the workflow reads goes through :func:`read_parquet`, which
+verifies the footer, the checksums, the row count and the schema against that
+record; a corrupt file stops the rule with a message that names the file, the
+rule that makes it and the command that remakes it (protocol §9).
 """
 from __future__ import annotations
 
+import base64
 import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -43,23 +54,109 @@ def assert_finite(value, what: str):
     return value
 
 
+INTEGRITY_KEY = b"headwatch.integrity"
+
+
+class CorruptTableError(RuntimeError):
+    """A Parquet file that cannot be trusted: unreadable footer or pages, or a row count or
+    schema that disagrees with the file's own integrity record."""
+
+
+def _columns(schema) -> list[list[str]]:
+    """Column names and types; a list's inner field name (``item`` when written, ``element``
+    in Parquet's own schema) is not part of the type."""
+    return [[f.name, re.sub(r"<(item|element): ", "<", str(f.type))] for f in schema]
+
+
 def write_parquet(df: pd.DataFrame, path, what: str | None = None, note: dict | None = None) -> None:
     """Write ``df`` to Parquet after checking every numeric column is finite.
 
     ``note`` is stored as file-level metadata (key ``headwatch``), for facts a
-    reader must know about the numbers, such as quantization.
+    reader must know about the numbers, such as quantization. The file gets an
+    integrity record and page checksums (read back by :func:`read_parquet`) and
+    appears under its name only once complete.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     assert_finite(df, what or str(path))
     table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
     if note:
-        meta = dict(table.schema.metadata or {})
         meta[b"headwatch"] = json.dumps(note).encode()
-        table = table.replace_schema_metadata(meta)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
+    meta[INTEGRITY_KEY] = json.dumps(dict(rows=table.num_rows, columns=_columns(table.schema))).encode()
+    table = table.replace_schema_metadata(meta)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, tmp, write_page_checksum=True)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def producing_rule(path, workdir=".") -> str | None:
+    """The rule that wrote ``path``, from Snakemake's own record of it (``.snakemake/metadata``)."""
+    meta = Path(workdir) / ".snakemake" / "metadata"
+    if not meta.is_dir():
+        return None
+    names = {str(path), os.path.relpath(Path(path).resolve(), Path(workdir).resolve())}
+    for name in names:
+        b64 = base64.urlsafe_b64encode(name.encode()).decode()
+        size = max(os.pathconf(meta, "PC_NAME_MAX") if os.name == "posix" else 255, 2) - 1
+        parts = [b64[i:i + size] for i in range(0, len(b64), size)]
+        record = meta.joinpath(*["@" + p for p in parts[:-1]], parts[-1])
+        try:
+            return json.loads(record.read_text()).get("rule")
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def corrupt_table(path, why: str) -> CorruptTableError:
+    """The error for a table that cannot be trusted: what is wrong, who makes it, how to remake it."""
+    rule = producing_rule(path)
+    made = (f"It is made by rule {rule}: remake it with `snakemake --forcerun {rule}` (that rule and "
+            f"everything downstream) or `snakemake --forcerun {path}` (this file's job only)"
+            if rule else f"Remake it with `snakemake --forcerun {path}` (the job that writes it and "
+                         "everything downstream)")
+    return CorruptTableError(f"{path} is corrupt: {why}. {made}, with your usual options; or delete "
+                             "the file and run snakemake again.")
+
+
+def read_parquet(path, columns: list[str] | None = None) -> pd.DataFrame:
+    """Read a table written by :func:`write_parquet`, verified first: the footer must parse,
+    the page checksums must match, and the row count and schema must equal the integrity
+    record in the file's own metadata. Raises :class:`CorruptTableError` otherwise."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        md = pf.metadata
+        schema = pf.schema_arrow
+    except Exception as err:                      # noqa: BLE001 -- any parse failure means corrupt
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise corrupt_table(path, f"its Parquet footer cannot be read ({type(err).__name__}: {err})") from err
+    in_groups = sum(md.row_group(i).num_rows for i in range(md.num_row_groups))
+    if in_groups != md.num_rows:
+        raise corrupt_table(path, f"its row groups hold {in_groups} rows, its footer says {md.num_rows}")
+    raw = (schema.metadata or {}).get(INTEGRITY_KEY)
+    record = json.loads(raw) if raw else None
+    if record:
+        if md.num_rows != record["rows"]:
+            raise corrupt_table(path, f"it holds {md.num_rows} rows, its integrity record says {record['rows']}")
+        if _columns(schema) != record["columns"]:
+            raise corrupt_table(path, f"its schema {_columns(schema)} differs from its integrity record "
+                                      f"{record['columns']}")
+    try:
+        df = pd.read_parquet(path, columns=columns, page_checksum_verification=True)
+    except Exception as err:                      # noqa: BLE001
+        raise corrupt_table(path, f"its data pages cannot be read ({type(err).__name__}: {err})") from err
+    if len(df) != md.num_rows:
+        raise corrupt_table(path, f"{len(df)} rows were read, its footer says {md.num_rows}")
+    return df
 
 
 def read_note(path) -> dict:

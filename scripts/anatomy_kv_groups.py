@@ -1,16 +1,14 @@
 """Rule anatomy_kv_groups: zero each key/value group's key slice; which heads move (fatal when inexact)."""
 from pathlib import Path
 
-import pandas as pd
-
 from headwatch.anatomy import run
-from headwatch.checks import write_parquet
+from headwatch.checks import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
 p, out = snakemake.params, snakemake.output
 with log_to(snakemake.log[0], snakemake.threads):
     cuts, similarity = run.run_kv_groups(Path(snakemake.input.model).parent,
-                                         pd.read_parquet(snakemake.input.phrases), p.phrase,
+                                         read_parquet(snakemake.input.phrases), p.phrase,
                                          p.control["layers"], p.control["seed"], p.dtype, p.device)
     write_parquet(cuts, out.groups, note=dict(
         cut="the kv group's head_dim slice of the key projection output of `layer`, zeroed by a hook",

@@ -1,14 +1,12 @@
 """Rule anatomy_weight_check: one head's map recomputed by hand from the weights (fatal above tolerance)."""
 from pathlib import Path
 
-import pandas as pd
-
 from headwatch.anatomy import run
-from headwatch.checks import write_json
+from headwatch.checks import read_parquet, write_json
 from headwatch.workflow import log_to
 
 p = snakemake.params
 with log_to(snakemake.log[0], snakemake.threads):
-    write_json(run.run_weight_check(Path(snakemake.input.model).parent, pd.read_parquet(snakemake.input.phrases),
+    write_json(run.run_weight_check(Path(snakemake.input.model).parent, read_parquet(snakemake.input.phrases),
                                     p.phrase, p.head["layer"], p.head["head"], p.tolerance, p.dtype, p.device),
                snakemake.output[0])

@@ -1,17 +1,15 @@
 """Rule attention_maps: every head's map on every phrase, and the predictions."""
 from pathlib import Path
 
-import pandas as pd
-
 from headwatch.attention import phrase_outputs
-from headwatch.checks import write_parquet
+from headwatch.checks import read_parquet, write_parquet
 from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
 p, out = snakemake.params, snakemake.output
 with log_to(snakemake.log[0], snakemake.threads):
     model, tokenizer, adapter = load_prepared(Path(snakemake.input.model).parent, p.dtype, p.device)
-    maps, tokens, predictions = phrase_outputs(model, tokenizer, pd.read_parquet(snakemake.input.phrases),
+    maps, tokens, predictions = phrase_outputs(model, tokenizer, read_parquet(snakemake.input.phrases),
                                                p.quantum, p.top)
     write_parquet(maps, out.maps, note=dict(
         weight=f"quantized to 1/{p.quantum}: stored rows sum to 1 only within that step per cell",

@@ -1,13 +1,13 @@
 """Rules figures_ablation_*: ablation figures from the ablation tables (protocol §5, §8)."""
-import pandas as pd
 
+from headwatch.checks import read_parquet
 from headwatch.figures import ablation as figs
 from headwatch.figures.style import save
 from headwatch.workflow import log_to
 
 i, o = snakemake.input, snakemake.output
 with log_to(snakemake.log[0]):
-    table = pd.read_parquet(i.table)
+    table = read_parquet(i.table)
     if snakemake.rule == "figures_ablation_topk":
         fig = figs.topk_curves(table)
     elif snakemake.rule == "figures_ablation_circuit":

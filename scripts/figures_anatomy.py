@@ -1,13 +1,13 @@
 """Rules figures_anatomy_*: anatomy figures, drawn from the anatomy tables."""
-import pandas as pd
 
+from headwatch.checks import read_parquet
 from headwatch.figures import anatomy
 from headwatch.figures.style import save
 from headwatch.workflow import log_to
 
 i, o = snakemake.input, snakemake.output
 with log_to(snakemake.log[0]):
-    table = pd.read_parquet(i[0])
+    table = read_parquet(i[0])
     if snakemake.rule == "figures_anatomy_params":
         fig = anatomy.params_by_block(table)
     elif snakemake.rule == "figures_anatomy_rotary":

@@ -1,16 +1,16 @@
 """Sweep figures (headwatch.figures.sweep) from the summary tables."""
-import pandas as pd
 
+from headwatch.checks import read_parquet
 from headwatch.figures import sweep as figs
 from headwatch.figures.style import save
 from headwatch.workflow import log_to
 
 with log_to(snakemake.log[0]):  # noqa: F821
     sm = snakemake  # noqa: F821
-    summary = pd.read_parquet(sm.input.summary)
-    finals = pd.read_parquet(sm.input.finals)
-    contrast = pd.read_parquet(sm.input.contrast).iloc[0]
+    summary = read_parquet(sm.input.summary)
+    finals = read_parquet(sm.input.finals)
+    contrast = read_parquet(sm.input.contrast).iloc[0]
     save(figs.loss_vs_heads(summary, finals, contrast), sm.output.heads_pdf, sm.output.heads_png)
     save(figs.loss_vs_width(summary, finals, contrast), sm.output.width_pdf, sm.output.width_png)
-    save(figs.training_curves(pd.read_parquet(sm.input.curves)), sm.output.curves_pdf,
+    save(figs.training_curves(read_parquet(sm.input.curves)), sm.output.curves_pdf,
          sm.output.curves_png)

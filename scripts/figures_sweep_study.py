@@ -1,11 +1,11 @@
 """One study sweep's figure (headwatch.figures.sweep.study_figure) from its summary tables."""
-import pandas as pd
 
+from headwatch.checks import read_parquet
 from headwatch.figures.sweep import study_figure
 from headwatch.figures.style import save
 from headwatch.workflow import log_to
 
 with log_to(snakemake.log[0]):  # noqa: F821
     sm = snakemake  # noqa: F821
-    fig = study_figure(sm.params.kind, pd.read_parquet(sm.input.summary), pd.read_parquet(sm.input.finals))
+    fig = study_figure(sm.params.kind, read_parquet(sm.input.summary), read_parquet(sm.input.finals))
     save(fig, sm.output.pdf, sm.output.png)

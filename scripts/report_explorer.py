@@ -1,8 +1,7 @@
 """Rule report_explorer: the explorer page of one model, from its tables."""
 from pathlib import Path
 
-import pandas as pd
-
+from headwatch.checks import read_parquet
 from headwatch.explorer import build_explorer, model_shape, reference_base, rotary_options
 from headwatch.workflow import log_to
 
@@ -12,10 +11,10 @@ OPTIONAL = ("predictions", "topk", "circuit_scores", "circuit_loss", "attributio
 with log_to(snakemake.log[0]) as log:
     shape = model_shape(Path(i.model).parent, p.dtype)
     rotary = rotary_options(w.model, shape, [reference_base(path) for path in i.references])
-    tables = {key: pd.read_parquet(i[key]) for key in OPTIONAL if key in i.keys()}
+    tables = {key: read_parquet(i[key]) for key in OPTIONAL if key in i.keys()}
     sources = {key: i[key] for key in ("maps", "tokens", "scores") + OPTIONAL if key in i.keys()}
     log.info("explorer for %s: %s; optional tables: %s", w.model, shape, sorted(tables) or "none")
-    html = build_explorer(pd.read_parquet(i.maps), pd.read_parquet(i.tokens), pd.read_parquet(i.scores),
+    html = build_explorer(read_parquet(i.maps), read_parquet(i.tokens), read_parquet(i.scores),
                           model=w.model, shape=shape, quantum=p.quantum, rotary=rotary,
                           rotary_distance=p.rotary_distance, sources=sources, out=snakemake.output[0],
                           **tables)

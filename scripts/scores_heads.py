@@ -1,10 +1,9 @@
 """Rule scores_heads: sink, prev, self and induction for every head (protocol §4)."""
 from pathlib import Path
 
-import pandas as pd
 import torch
 
-from headwatch.checks import write_parquet
+from headwatch.checks import read_parquet, write_parquet
 from headwatch.models import load_prepared
 from headwatch.scores import head_scores
 from headwatch.sequences import ids_tensor
@@ -13,8 +12,8 @@ from headwatch.workflow import log_to
 p = snakemake.params
 with log_to(snakemake.log[0], snakemake.threads) as log:
     model, _, adapter = load_prepared(Path(snakemake.input.model).parent, p.dtype, p.device)
-    induction = pd.read_parquet(snakemake.input.induction)
-    prose = pd.read_parquet(snakemake.input.prose)
+    induction = read_parquet(snakemake.input.induction)
+    prose = read_parquet(snakemake.input.prose)
     table = head_scores(model, adapter, [torch.tensor(list(ids)) for ids in prose.token_ids],
                         ids_tensor(induction), int(induction.half_length.iloc[0]),
                         int(induction.offset.iloc[0]), p.batch)

@@ -34,7 +34,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..checks import assert_finite, read_note
+from ..checks import assert_finite, read_note, read_parquet
 from .model import check_options, count_params
 from .summary import SummaryError
 
@@ -106,7 +106,7 @@ def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4
     ``model`` (its settings) and ``metrics`` (path)."""
     rows = []
     for r in runs:
-        m = pd.read_parquet(r["metrics"])
+        m = read_parquet(r["metrics"])
         note = read_note(r["metrics"])
         last = m.iloc[-1]
         a = arch(r["model"], vocab_size, bytes_per_number)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..checks import assert_finite, read_note
+from ..checks import assert_finite, read_note, read_parquet
 
 
 class SummaryError(ValueError):
@@ -35,7 +35,7 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """
     finals, curves = [], []
     for r in runs:
-        m = pd.read_parquet(r["metrics"])
+        m = read_parquet(r["metrics"])
         note = read_note(r["metrics"])
         label = {k: r[k] for k in ("sweep", "config", "seed", "width", "heads", "trained_under")}
         last = m.iloc[-1]

@@ -11,9 +11,17 @@
   ``lr`` then cosine decay to ``min_lr``, gradient clipping.
 * A checkpoint (model, optimizer, metrics so far, the loss accumulated since
   the last row, the torch RNG state, and a fingerprint of everything that
-  defines the run) is written atomically every ``checkpoint_every`` steps. A
-  restarted run resumes from it when the fingerprint matches and then ends
-  with exactly the losses of an uninterrupted run (CPU, same thread count).
+  defines the run) is written atomically every ``checkpoint_every`` steps; the
+  one before it is kept (``checkpoint.prev.pt``). A restarted run resumes from
+  the newest readable one whose fingerprint matches and then ends with exactly
+  the losses of an uninterrupted run (CPU, same thread count). A checkpoint
+  that cannot be read (truncated by a full disk or a kill) is moved aside as
+  ``<name>.corrupt`` and logged with its path; training goes on from the other
+  one, or from the start, and the run's info (the metrics' note) says so.
+* Each attempt's log is kept under its own name next to the rule's log
+  (``<log>.attempt-<n>.log``, a hard link) until the attempt succeeds, so the
+  log of an attempt that failed or was killed survives the rerun, which
+  Snakemake starts by removing the rule's log.
 """
 from __future__ import annotations
 
@@ -166,10 +174,85 @@ def fingerprint(**parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def previous_checkpoint(path: Path) -> Path:
+    """Where the checkpoint before ``path`` is kept: ``checkpoint.prev.pt``."""
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
 def _save_atomic(obj, path: Path) -> None:
+    """Write ``path`` whole (temporary file, then rename), keeping the one before it."""
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
+    if path.exists():
+        os.replace(path, previous_checkpoint(path))
     os.replace(tmp, path)
+
+
+CHECKPOINT_KEYS = ("fingerprint", "model", "optimizer", "rng", "state")
+
+
+def load_checkpoint(path: Path, fp: str, device) -> tuple[dict | None, list[dict]]:
+    """The newest readable checkpoint of this run (``path``, then the one before it), and a
+    record of every file that could not be read: each is moved aside as ``<name>.corrupt``
+    and logged with its path. (None, record) when training must start from step 0."""
+    recovered = []
+    for candidate in (path, previous_checkpoint(path)):
+        if not candidate.exists():
+            continue
+        try:
+            saved = torch.load(candidate, map_location=device, weights_only=False)
+            missing = [k for k in CHECKPOINT_KEYS if k not in saved]
+            if missing:
+                raise KeyError(f"no {missing} in it")
+        except Exception as err:   # noqa: BLE001 -- whatever torch raises, the file is unusable
+            aside = candidate.with_name(candidate.name + ".corrupt")
+            os.replace(candidate, aside)
+            recovered.append(dict(file=str(candidate), moved_to=str(aside),
+                                  error=f"{type(err).__name__}: {err}"[:300]))
+            log.warning("checkpoint %s cannot be read (%s); moved aside to %s", candidate,
+                        recovered[-1]["error"], aside)
+            continue
+        if saved["fingerprint"] != fp:
+            log.info("ignoring checkpoint %s: it belongs to other settings", candidate)
+            continue
+        log.info("resumed from %s at step %d", candidate, saved["state"]["step"])
+        return saved, recovered
+    if recovered:
+        log.warning("no readable checkpoint left: training restarts from step 0")
+    return None, recovered
+
+
+def _log_file() -> Path | None:
+    """The file the root logger writes to (the rule's log under headwatch.workflow.log_to)."""
+    for handler in logging.getLogger().handlers:
+        name = getattr(getattr(handler, "stream", None), "name", None) or getattr(handler, "baseFilename", None)
+        if isinstance(name, str) and Path(name).is_file():
+            return Path(name)
+    return None
+
+
+def keep_attempt_log(log_file: Path | None) -> tuple[Path | None, list[str]]:
+    """Give this attempt's log a second name, ``<log>.attempt-<n>.log`` (a hard link: it holds
+    everything written to the log, even if the process is killed); return it and the logs
+    kept from earlier attempts."""
+    if log_file is None:
+        return None, []
+
+    def number(p: Path) -> int:
+        tail = p.stem.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    earlier = sorted(log_file.parent.glob(f"{log_file.stem}.attempt-*.log"), key=number)
+    n = 1 + max(map(number, earlier), default=0)
+    link = log_file.with_name(f"{log_file.stem}.attempt-{n}.log")
+    try:
+        os.link(log_file, link)
+    except OSError as err:
+        log.warning("cannot keep this attempt's log as %s (%s)", link, err)
+        link = None
+    if earlier:
+        log.warning("logs of earlier attempts that did not finish: %s", [str(p) for p in earlier])
+    return link, [str(p) for p in earlier]
 
 
 def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: dict,
@@ -178,8 +261,9 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     """Train one model; return (model, metrics DataFrame, info dict).
 
     ``checkpoint``: file to resume from and to save to every ``checkpoint_every``
-    steps (removed at the end). ``stop_after``: raise :class:`Interrupted` right
-    after the checkpoint of that step (to test resuming).
+    steps (it and the one before it are removed at the end; unreadable ones are
+    moved aside, see :func:`load_checkpoint`). ``stop_after``: raise
+    :class:`Interrupted` right after the checkpoint of that step (to test resuming).
     """
     s = settings_of(train_cfg)
     device = torch.device(device)
@@ -201,17 +285,14 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     state = dict(step=0, rows=[], loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0)
     resumed_from = 0
     ckpt = Path(checkpoint) if checkpoint else None
-    if ckpt and ckpt.exists():
-        saved = torch.load(ckpt, map_location=device, weights_only=False)
-        if saved.get("fingerprint") == fp:
-            model.load_state_dict(saved["model"])
-            opt.load_state_dict(saved["optimizer"])
-            torch.set_rng_state(saved["rng"])
-            state = saved["state"]
-            resumed_from = state["step"]
-            log.info("resumed from %s at step %d", ckpt, resumed_from)
-        else:
-            log.info("ignoring checkpoint %s: it belongs to other settings", ckpt)
+    saved, recovered = load_checkpoint(ckpt, fp, device) if ckpt else (None, [])
+    attempt_log, earlier_logs = keep_attempt_log(_log_file()) if ckpt else (None, [])
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        torch.set_rng_state(saved["rng"])
+        state = saved["state"]
+        resumed_from = state["step"]
     log.info("model %s seed %d: %d parameters, device %s, precision %s, threads %d",
              model.spec(), seed, params, device, precision, torch.get_num_threads())
 
@@ -303,8 +384,12 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
         info.update(vocab_size=meta["vocab_size"], params_active=model.active_params(),
                     non_embedding=parts["non_embedding"], balance=balance,
                     expert_shares=expert_shares(model, val_ids, val_offsets, s["batch"], context, amp))
-    if ckpt and ckpt.exists():
-        ckpt.unlink()
+    if ckpt:
+        info.update(checkpoints_moved_aside=recovered, earlier_attempt_logs=earlier_logs)
+        ckpt.unlink(missing_ok=True)
+        previous_checkpoint(ckpt).unlink(missing_ok=True)
+    if attempt_log is not None:    # this attempt succeeded: the rule's log is its log
+        attempt_log.unlink(missing_ok=True)
     return model, metrics, info
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..checks import read_note
+from ..checks import read_note, read_parquet
 
 STYLE = """body{font:13px/1.4 "DejaVu Sans",Arial,sans-serif;margin:14px;color:#1b1b1b}
 h1{font-size:16px;margin:0 0 6px}dl{font-size:12px;color:#444;margin:0 0 10px}dt{font-weight:bold}
@@ -60,7 +60,7 @@ def table_page(df: pd.DataFrame, title: str, note: dict | None = None) -> str:
 
 def write_table_page(parquet, out) -> int:
     """Render ``parquet`` (with its note) to ``out``; returns the number of rows."""
-    df = pd.read_parquet(parquet)
+    df = read_parquet(parquet)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(table_page(df, str(parquet), read_note(parquet)), encoding="utf-8")
     return len(df)
