@@ -1,52 +1,120 @@
 """One adapter per architecture family: the only code that knows module names.
 
 Everything else in headwatch addresses a head as ``(layer, head)`` (0-based,
-layer first) and asks the adapter where that head lives:
+layer first) and asks the adapter where that head lives. A family is one
+:class:`Family` entry in :data:`FAMILIES`: dotted module paths inside a block,
+the norm class in front of attention, how attention weights are read, and —
+for a model without a transformers config, the sweep's character model — its
+class by dotted name (never imported here) and the attributes that hold its
+shape.
 
-* ``out_proj(layer)`` — the attention output projection. A head's "voice" is
-  its ``head_dim`` slice of this module's *input*; every cut goes through it.
-* ``out_columns(layer, head)`` — that slice, as a ``slice`` of input features.
-* ``key_proj(layer)`` / ``key_slice(kv_group)`` — where a key/value group's
-  keys are in the key projection's *output* (fused QKV for GPT-NeoX and GPT-2).
-* ``query_slice(head)`` / ``value_slice(kv_group)`` — the same for queries and values.
-* ``input_norm(layer)`` — the norm in front of attention.
-* ``rotary_dims`` / ``rotary_base`` — what rotary embedding the family uses.
+**Sites** (:data:`SITES`) are the named places of each layer where
+:mod:`headwatch.interventions` reads or edits a forward pass:
+
+* ``z`` — the input of the attention output projection; one unit per head
+  (its ``head_dim`` slice, :meth:`Adapter.out_columns`). A head's "voice".
+* ``k`` / ``v`` — the key / value projection outputs; one unit per key/value
+  group (:meth:`Adapter.key_slice`, :meth:`Adapter.value_slice`; inside the
+  fused QKV output for GPT-NeoX and GPT-2). Before any rotary embedding.
+* ``pattern`` — the attention weights ``[batch, heads, T, T]``; one unit per head.
+* ``resid`` — a block's output ``[batch, T, width]``; ``resid_in`` — its input.
+
+:func:`sites_table` lists the module each site hooks, per family.
+
+The rest of what the code must know about a family lives here too: the shape
+from a config (:func:`shape_of`), the context length (:func:`context_length`),
+the rotary type (:func:`rope_type`), the norm in front of attention
+(:meth:`Adapter.input_norm_params`), the attention scale
+(:meth:`Adapter.attention_scale`), a family's config rebuilt without key
+sharing (:func:`ungrouped_config`) and how a model is called
+(:meth:`Adapter.logits`, :meth:`Adapter.run_body`).
 
 A key/value group is ``kv_group = head // (heads // kv_heads)``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
 
 import torch
 from torch import nn
 
 
 class HeadAddressError(IndexError):
-    """A (layer, head) that does not exist in the model."""
+    """A (layer, head) — or a (layer, kv group), or a site — that does not exist in the model."""
+
+
+Head = tuple[int, int]
+
+
+def head_label(layer: int, head: int) -> str:
+    """A head's name in every table and figure: ``L{layer}H{head}``."""
+    return f"L{layer}H{head}"
+
+
+def heads_label(heads: Sequence[Head]) -> str:
+    """Heads as ``"L0H1 L2H3"``; ``"none"`` for no head."""
+    return " ".join(head_label(l, h) for l, h in heads) if heads else "none"
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
     layers: str            # dotted path from the top-level model to the ModuleList of blocks
+    attention: str         # the attention module inside a block
     out_proj: str          # dotted path inside a block
     qkv: tuple[str, ...]   # (q, k, v) paths inside a block, or one fused path
     input_norm: str
+    norm: str              # class of the input norm: "LayerNorm" or "RMSNorm" (its by-hand formula)
     fused_layout: str = "" # "per_head" (GPT-NeoX: [q_h k_h v_h] per head) or "qkv" (GPT-2: [Q K V])
     conv1d: bool = False   # GPT-2's Conv1D stores weight as (in, out)
     mlp: str = "mlp"       # the feed-forward network inside a block (anatomy: parameters by block)
+    # How the pattern site is read: "weights" = the attention module returns its weights
+    # (transformers' eager attention); "recompute" = softmax(q·kᵀ/√d) under the causal mask
+    # from the q/k projection outputs (a model that calls a fused kernel, with no rotary).
+    pattern: str = "weights"
+    # A model without a transformers config: its class by dotted name, the attributes that
+    # hold its shape, and its embedding modules.
+    model_class: str = ""
+    shape_attrs: dict = field(default_factory=dict)
+    embeddings: tuple[str, str] = ("", "")   # (input, output) module paths; "" = ask transformers
+
+    @property
+    def has_config(self) -> bool:
+        return not self.model_class
 
 
 FAMILIES = {
-    "gpt_neox": Family("gpt_neox", "gpt_neox.layers", "attention.dense",
-                       ("attention.query_key_value",), "input_layernorm", fused_layout="per_head"),
-    "llama": Family("llama", "model.layers", "self_attn.o_proj",
-                    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "input_layernorm"),
-    "qwen2": Family("qwen2", "model.layers", "self_attn.o_proj",
-                    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "input_layernorm"),
-    "gpt2": Family("gpt2", "transformer.h", "attn.c_proj", ("attn.c_attn",), "ln_1",
+    "gpt_neox": Family("gpt_neox", "gpt_neox.layers", "attention", "attention.dense",
+                       ("attention.query_key_value",), "input_layernorm", "LayerNorm",
+                       fused_layout="per_head"),
+    "llama": Family("llama", "model.layers", "self_attn", "self_attn.o_proj",
+                    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "input_layernorm",
+                    "RMSNorm"),
+    "qwen2": Family("qwen2", "model.layers", "self_attn", "self_attn.o_proj",
+                    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "input_layernorm",
+                    "RMSNorm"),
+    "gpt2": Family("gpt2", "transformer.h", "attn", "attn.c_proj", ("attn.c_attn",), "ln_1", "LayerNorm",
                    fused_layout="qkv", conv1d=True),
+    # The sweep's character model (headwatch.charlm.model.CharLM): described by names only, so
+    # that importing this module never imports the sweep. It calls scaled_dot_product_attention,
+    # which returns no weights: its pattern is recomputed (no rotary, scale 1/√head_dim).
+    "charlm": Family("charlm", "blocks", "attn", "attn.o", ("attn.q", "attn.k", "attn.v"), "ln1",
+                     "LayerNorm", mlp="ffn", pattern="recompute",
+                     model_class="headwatch.charlm.model.CharLM",
+                     shape_attrs=dict(layers="layers", heads="heads", kv_heads="kv_heads", width="width",
+                                      head_dim="head_dim"),
+                     embeddings=("tok", "head")),
+}
+
+SITES = {
+    "z": "input of the attention output projection (per head)",
+    "k": "key projection output (per key/value group)",
+    "v": "value projection output (per key/value group)",
+    "pattern": "attention weights [batch, heads, T, T] (per head)",
+    "resid": "a block's output [batch, T, width]",
+    "resid_in": "a block's input [batch, T, width]",
 }
 
 
@@ -56,13 +124,30 @@ def _get(module: nn.Module, dotted: str) -> nn.Module:
     return module
 
 
+def _class_name(model) -> str:
+    return f"{type(model).__module__}.{type(model).__qualname__}"
+
+
 def family_of(config) -> Family:
+    """The family of a transformers config (``model_type``)."""
     kind = getattr(config, "model_type", None)
-    if kind not in FAMILIES:
+    known = sorted(k for k, f in FAMILIES.items() if f.has_config)
+    if kind not in FAMILIES or not FAMILIES[kind].has_config:
         raise ValueError(
-            f"model_type {kind!r} has no adapter; headwatch knows {sorted(FAMILIES)} "
+            f"model_type {kind!r} has no adapter; headwatch knows {known} "
             "(add one to headwatch/arch.py: FAMILIES)")
     return FAMILIES[kind]
+
+
+def family_of_model(model: nn.Module) -> Family:
+    """The family of a loaded model: by class name for models without a config, else its config."""
+    name = _class_name(model)
+    for fam in FAMILIES.values():
+        if fam.model_class == name:
+            return fam
+    if getattr(model, "config", None) is None:
+        raise ValueError(f"{name} has no transformers config and no entry in headwatch/arch.py: FAMILIES")
+    return family_of(model.config)
 
 
 def shape_of(config) -> dict:
@@ -84,13 +169,53 @@ def shape_of(config) -> dict:
                 head_dim=head_dim, rotary_dims=rotary_dims, rotary_base=base)
 
 
+def model_shape(model: nn.Module) -> dict:
+    """:func:`shape_of` for any model with an adapter (a config, or the attributes its family names)."""
+    fam = family_of_model(model)
+    if fam.has_config:
+        return shape_of(model.config)
+    s = {key: int(getattr(model, attr)) for key, attr in fam.shape_attrs.items()}
+    return dict(family=fam.name, **s, rotary_dims=0, rotary_base=None)
+
+
+def rope_type(config) -> str:
+    """The rotary embedding's type (``"default"`` for plain RoPE), ``""`` without rotary."""
+    if not shape_of(config)["rotary_dims"]:
+        return ""
+    rope = getattr(config, "rope_parameters", None) or {}
+    return rope.get("rope_type", "default")
+
+
+def context_length(config) -> int | None:
+    """The longest sequence the model's position encoding is configured for."""
+    n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(n) if n else None
+
+
+def ungrouped_config(config, layers: int):
+    """The same family and sizes with ``kv heads = heads`` and ``layers`` blocks (a fresh config)."""
+    from transformers import AutoConfig
+
+    d = copy.deepcopy(config.to_dict())
+    for key in ("num_hidden_layers", "n_layer"):
+        if key in d:
+            d[key] = layers
+    heads = d.get("num_attention_heads", d.get("n_head"))
+    if "num_key_value_heads" in d:
+        d["num_key_value_heads"] = heads
+    for key in ("layer_types", "max_window_layers", "quantization_config", "architectures"):
+        d.pop(key, None)
+    model_type = d.pop("model_type")
+    return AutoConfig.for_model(model_type, **d)
+
+
 class Adapter:
     """Where the heads of one loaded model live."""
 
     def __init__(self, model: nn.Module):
         self.model = model
-        self.family = family_of(model.config)
-        s = shape_of(model.config)
+        self.family = family_of_model(model)
+        s = model_shape(model)
         self.n_layers: int = s["layers"]
         self.n_heads: int = s["heads"]
         self.n_kv_heads: int = s["kv_heads"]
@@ -110,6 +235,10 @@ class Adapter:
             raise ValueError(f"output projection takes {n_in} inputs, expected heads × head size = "
                              f"{self.n_heads} × {self.head_dim}")
 
+    @property
+    def config(self):
+        return getattr(self.model, "config", None)
+
     # ---- addresses ---------------------------------------------------------
     @property
     def group_size(self) -> int:
@@ -128,9 +257,18 @@ class Adapter:
                 f"head (layer={layer}, head={head}) does not exist: the model has "
                 f"{self.n_layers} layers × {self.n_heads} heads (0-based)")
 
+    def check_group(self, layer: int, group: int) -> None:
+        if not (0 <= layer < self.n_layers and 0 <= group < self.n_kv_heads):
+            raise HeadAddressError(
+                f"key/value group (layer={layer}, group={group}) does not exist: the model has "
+                f"{self.n_layers} layers × {self.n_kv_heads} key/value groups (0-based)")
+
     # ---- modules -----------------------------------------------------------
     def block(self, layer: int) -> nn.Module:
         return self.blocks[layer]
+
+    def attention(self, layer: int) -> nn.Module:
+        return _get(self.blocks[layer], self.family.attention)
 
     def out_proj(self, layer: int) -> nn.Module:
         return _get(self.blocks[layer], self.family.out_proj)
@@ -184,6 +322,14 @@ class Adapter:
         """Output features of ``value_proj`` that hold ``kv_group``'s value."""
         return self._fused_slice(2, kv_group)
 
+    def projection_rows(self, module: nn.Module, features: slice) -> list[torch.Tensor]:
+        """Views of the weight (and bias) entries that produce output ``features`` of a projection."""
+        w = module.weight
+        out = [w[:, features] if self.family.conv1d else w[features, :]]
+        if getattr(module, "bias", None) is not None:
+            out.append(module.bias[features])
+        return out
+
     def describe(self) -> dict:
         return dict(family=self.family.name, layers=self.n_layers, heads=self.n_heads,
                     kv_heads=self.n_kv_heads, width=self.width, head_dim=self.head_dim,
@@ -198,24 +344,133 @@ class Adapter:
         mods = [self.query_proj(layer), self.key_proj(layer), self.value_proj(layer), self.out_proj(layer)]
         return list({id(m): m for m in mods}.values())
 
+    def embeddings(self) -> tuple[nn.Module, nn.Module]:
+        """(input embeddings, output head) modules; they share one weight tensor when tied."""
+        inp, out = self.family.embeddings
+        if inp:
+            return _get(self.model, inp), _get(self.model, out)
+        return self.model.get_input_embeddings(), self.model.get_output_embeddings()
+
+    # ---- sites ---------------------------------------------------------------
+    def site_units(self, site: str) -> int:
+        """How many units a site has in one layer: heads, key/value groups, or 0 (a whole tensor)."""
+        return {"z": self.n_heads, "pattern": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads,
+                "resid": 0, "resid_in": 0}[check_site(site)]
+
+    def check_unit(self, site: str, layer: int, unit: int | None) -> None:
+        """HeadAddressError unless ``unit`` of ``site`` exists in ``layer`` (None = the whole site)."""
+        if site in ("z", "pattern"):
+            if unit is None:
+                self.check_head(layer, 0)
+            else:
+                self.check_head(layer, unit)
+        elif site in ("k", "v"):
+            self.check_group(layer, 0 if unit is None else unit)
+        else:
+            self.check_head(layer, 0)
+            if unit is not None:
+                raise HeadAddressError(f"site {site!r} has no units (it is a whole block's tensor); "
+                                       f"got unit {unit}")
+
+    def site_module(self, site: str, layer: int) -> nn.Module:
+        """The module whose input (z, resid_in) or output (k, v, pattern, resid) is the site."""
+        return {"z": self.out_proj, "k": self.key_proj, "v": self.value_proj, "pattern": self.attention,
+                "resid": self.block, "resid_in": self.block}[check_site(site)](layer)
+
+    def site_slice(self, site: str, unit: int) -> slice:
+        """The features of the site's tensor (last dimension) that hold ``unit``."""
+        if site == "z":
+            return self.out_columns(unit)
+        if site == "k":
+            return self.key_slice(unit)
+        if site == "v":
+            return self.value_slice(unit)
+        raise HeadAddressError(f"site {site!r} is not addressed by feature slices")
+
+    def site_path(self, site: str) -> str:
+        """The dotted path of the site's module inside a block (``""`` = the block itself)."""
+        f = self.family
+        qkv = f.qkv if len(f.qkv) == 3 else f.qkv * 3
+        return {"z": f.out_proj, "k": qkv[1], "v": qkv[2], "pattern": f.attention, "resid": "",
+                "resid_in": ""}[check_site(site)]
+
+    # ---- what the by-hand formulas need --------------------------------------
+    def input_norm_params(self, layer: int) -> dict:
+        """The norm in front of attention: kind ("LayerNorm" / "RMSNorm"), weight, bias, eps."""
+        norm = self.input_norm(layer)
+        if not (type(norm).__name__.endswith(self.family.norm)
+                or (self.family.norm == "LayerNorm" and isinstance(norm, nn.LayerNorm))):
+            raise NotImplementedError(f"{self.family.name}: the input norm is {type(norm).__name__}, "
+                                      f"not the {self.family.norm} this family declares")
+        eps = getattr(norm, "eps", None) or getattr(norm, "variance_epsilon", None)
+        if eps is None and self.config is not None:
+            eps = getattr(self.config, "rms_norm_eps", None)
+        return dict(kind=self.family.norm, weight=norm.weight, bias=getattr(norm, "bias", None),
+                    eps=float(eps))
+
+    @property
+    def rope_type(self) -> str:
+        return rope_type(self.config) if self.config is not None else ""
+
+    def attention_scale(self, layer: int) -> float:
+        """1/sqrt(head size), with GPT-2's optional switches."""
+        cfg = self.config
+        scale = self.head_dim ** -0.5 if getattr(cfg, "scale_attn_weights", True) else 1.0
+        if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+            scale /= float(layer + 1)
+        return scale
+
+    # ---- calling the model -----------------------------------------------------
+    def logits(self, ids: torch.Tensor, keep: int | torch.Tensor = 0) -> torch.Tensor:
+        """The model's logits for ``ids`` ``[B, T]``; ``keep`` as transformers' ``logits_to_keep``
+        (0 = every position, n = the last n, a 1-D tensor = those positions)."""
+        if self.family.has_config:
+            return self.model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits
+        out = self.model(ids)
+        if isinstance(keep, torch.Tensor):
+            return out[:, keep]
+        return out[:, -keep:] if keep else out
+
+    def run_body(self, ids: torch.Tensor) -> None:
+        """Run the blocks on ``ids`` (without the vocabulary projection where the family allows)."""
+        if self.family.has_config:
+            self.model.base_model(input_ids=ids, use_cache=False)
+        else:
+            self.model(ids)
+
+
+def check_site(site: str) -> str:
+    if site not in SITES:
+        raise HeadAddressError(f"unknown site {site!r}; the sites are {list(SITES)}")
+    return site
+
+
+def sites_table(families: Iterable[str] = ()) -> list[dict]:
+    """Per family and site: the module path inside a block and whether it is hooked on its input
+    or output (the table of ``docs`` and of the tests)."""
+    rows = []
+    for name in families or FAMILIES:
+        f = FAMILIES[name]
+        qkv = f.qkv if len(f.qkv) == 3 else f.qkv * 3
+        where = {"z": (f.out_proj, "input"), "k": (qkv[1], "output"), "v": (qkv[2], "output"),
+                 "pattern": (f.attention, "output: its weights" if f.pattern == "weights"
+                             else f"recomputed from {qkv[0]} and {qkv[1]}"),
+                 "resid": ("(block)", "output"), "resid_in": ("(block)", "input")}
+        for site, (path, side) in where.items():
+            rows.append(dict(family=name, site=site, blocks=f.layers, module=path, hooked=side))
+    return rows
+
 
 def model_parts(model: nn.Module) -> dict:
     """The modules each parameter block is made of (headwatch.anatomy counts them).
 
     Keys: ``input_embeddings``, ``output_embeddings`` (modules; when tied they share
     one weight tensor), ``blocks``, ``attention`` (every projection of every layer) and
-    ``ffn`` (every layer's feed-forward network). Works for the Hugging Face
-    families above and for the sweep's ``CharLM`` (headwatch.charlm.model).
+    ``ffn`` (every layer's feed-forward network). Works for every family of
+    :data:`FAMILIES`, the sweep's character model included.
     """
-    from .charlm.model import CharLM
-
-    if isinstance(model, CharLM):
-        blocks = list(model.blocks)
-        return dict(input_embeddings=[model.tok], output_embeddings=[model.head], blocks=blocks,
-                    attention=[m for b in blocks for m in (b.attn.q, b.attn.k, b.attn.v, b.attn.o)],
-                    ffn=[b.ffn for b in blocks])
     a = Adapter(model)
-    return dict(input_embeddings=[model.get_input_embeddings()],
-                output_embeddings=[model.get_output_embeddings()], blocks=list(a.blocks),
+    inp, out = a.embeddings()
+    return dict(input_embeddings=[inp], output_embeddings=[out], blocks=list(a.blocks),
                 attention=[m for l in range(a.n_layers) for m in a.attention_projections(l)],
                 ffn=[a.mlp(l) for l in range(a.n_layers)])

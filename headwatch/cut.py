@@ -1,26 +1,32 @@
-"""Cutting heads (protocol §5): the one mechanism every ablation goes through.
+"""Cutting heads (protocol §5): head-level cuts on top of :mod:`headwatch.interventions`.
 
-A head is *cut* by zeroing its ``head_dim`` slice of the **input** to the
-attention output projection (``adapter.out_proj(layer)``) with a forward
-pre-hook. The head still computes its attention and its values; its voice is
-zero. No weight is ever modified by a cut.
+A head is *cut* by an edit of its ``z`` — its ``head_dim`` slice of the
+**input** to the attention output projection. The head still computes its
+attention and its values; its voice is replaced:
 
-* :func:`cut_heads` — a context manager that cuts one set of heads for every
-  row of every forward pass run inside it, and always removes its hooks.
-* :func:`cut_rows` — the batched form: a boolean mask ``[batch, n_layers,
-  n_heads]``; row ``i`` of the batch has its own set of heads cut, so one
-  forward pass computes many different cuts.
-* :func:`zeroed_columns` — the reference the hook is checked against: zero the
-  output projection's weight entries that read the heads, restore them after
-  (and verify the restore bit for bit). Used only by the guards.
-* :class:`BatchedCuts` — runs many (cut, sequence) rows in few forward passes:
-  reuses the intact computation below each chunk's earliest cut layer and asks
-  the model for logits only at the positions that are read.
-* :func:`loop_cuts` — the plain reference: one forward per cut with the hook.
-* :func:`check_hook_vs_weights`, :func:`check_restore`, :func:`compare_batched`
-  — the guards of protocol §5 (fatal when they fail: :class:`CutCheckError`).
+* **zero** (the default): ``z_h = 0``;
+* **mean** (``means`` given, :func:`head_means`): ``z_h`` = the head's mean
+  over a reference set's rows and positions, which keeps the head in its
+  usual operating range instead of taking it off it.
 
-Only :mod:`headwatch.arch` knows module names; this module asks the adapter.
+No weight is ever modified by a cut. Everything here goes through
+:func:`headwatch.interventions.intervene`:
+
+* :func:`cut_heads` — one set of heads for every row of every forward pass run inside it.
+* :func:`cut_rows` — the batched form: a boolean mask ``[batch, n_layers, n_heads]``;
+  row ``i`` of the batch has its own set of heads cut (per-row edits).
+* :func:`zeroed_columns` — the weight-level reference of a zero cut (the output
+  projection's entries that read the heads, zeroed and restored).
+* :class:`BatchedCuts` — many (cut, sequence) rows in few forward passes: the
+  intact computation below each chunk's earliest cut layer is reused (a ``skip``
+  edit at ``resid``) and logits are asked for only where they are read.
+* :func:`loop_cuts` — the plain reference: one forward per cut.
+* The guards of protocol §5 (fatal when they fail: :class:`CutCheckError`):
+  :func:`check_hook_vs_weights` (zero cuts: hook vs zeroed Wo columns, exactly
+  0.0 in float32), :func:`check_hook_vs_mean_bias` (mean cuts, for which a
+  "zeroed weights" reference does not exist: hook vs Wo's columns zeroed plus
+  ``Wo[:, h] · m`` added as a bias, equal up to float32 rounding),
+  :func:`check_restore` and :func:`compare_batched`.
 """
 from __future__ import annotations
 
@@ -30,20 +36,25 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from .arch import Adapter, HeadAddressError
+from .arch import Adapter, Head, HeadAddressError
+from .interventions import (Edit, InterventionError, capture, check_against_reference, check_restore,
+                            compare_batched, full_logits, intervene, replace, replaced_by_bias, skip,
+                            zero, zeroed_weights)
 
 log = logging.getLogger("headwatch.cut")
 
-Head = tuple[int, int]
+#: A failed guard or an edit that does not fit the forward pass (the interventions' error).
+CutCheckError = InterventionError
 
-__all__ = ["Head", "HeadAddressError", "CutCheckError", "normalize_heads", "head_mask",
-           "cut_heads", "cut_rows", "zeroed_columns", "BatchedCuts", "loop_cuts",
-           "plan_chunks", "full_logits", "check_hook_vs_weights", "check_restore", "compare_batched",
-           "heads_one_per_layer"]
+#: Tolerance of the mean-cut guard (max |Δlogit| between the hook and the bias form). The two are
+#: equal in exact arithmetic; in float32 they add the same terms in a different order, so they
+#: differ by rounding (≈1e-7 relative per sum), which the layers above carry to the logits.
+MEAN_BIAS_TOLERANCE = 1e-4
 
-
-class CutCheckError(RuntimeError):
-    """A guard of protocol §5 failed: the cut is not what it claims to be."""
+__all__ = ["Head", "HeadAddressError", "CutCheckError", "MEAN_BIAS_TOLERANCE", "normalize_heads",
+           "head_mask", "cut_edits", "cut_heads", "cut_rows", "zeroed_columns", "head_means",
+           "BatchedCuts", "loop_cuts", "plan_chunks", "full_logits", "check_hook_vs_weights",
+           "check_hook_vs_mean_bias", "check_restore", "compare_batched", "heads_one_per_layer"]
 
 
 # --------------------------------------------------------------------- addresses
@@ -76,59 +87,42 @@ def heads_one_per_layer(adapter: Adapter) -> list[Head]:
     return [(layer, layer % adapter.n_heads) for layer in range(adapter.n_layers)]
 
 
-def _feature_mask(adapter: Adapter, heads_mask: torch.Tensor) -> torch.Tensor:
-    """``[..., n_heads]`` bool → ``[..., n_heads * head_dim]`` bool (each head's input slice)."""
-    return heads_mask.repeat_interleave(adapter.head_dim, dim=-1)
+def _check_means(adapter: Adapter, means: torch.Tensor | None) -> None:
+    want = (adapter.n_layers, adapter.n_heads, adapter.head_dim)
+    if means is not None and tuple(means.shape) != want:
+        raise ValueError(f"means must be [n_layers, n_heads, head_dim] = {list(want)}; "
+                         f"got {list(means.shape)}")
 
 
-# --------------------------------------------------------------------- the hooks
+# --------------------------------------------------------------------- the cuts
+def cut_edits(adapter: Adapter, heads: Iterable[Head], means: torch.Tensor | None = None,
+              rows: torch.Tensor | None = None) -> list[Edit]:
+    """The ``z`` edits that cut ``heads``: zero, or replace by ``means[layer, head]``; in every
+    row, or in the rows where ``rows[:, layer, head]`` is True (``rows`` bool ``[batch, L, H]``)."""
+    _check_means(adapter, means)
+    out = []
+    for layer, head in heads:
+        r = None if rows is None else rows[:, layer, head]
+        out.append(zero("z", layer, head, r) if means is None
+                   else replace("z", layer, means[layer, head], head, r))
+    return out
+
+
 @contextlib.contextmanager
-def cut_heads(adapter: Adapter, heads: Iterable[Sequence[int]]):
+def cut_heads(adapter: Adapter, heads: Iterable[Sequence[int]], means: torch.Tensor | None = None):
     """Cut ``heads`` (``(layer, head)`` pairs) in every forward pass run inside the block.
 
-    A forward pre-hook on ``adapter.out_proj(layer)`` zeroes the head's
-    ``head_dim`` slice of the projection's input. Every address is checked
-    before any hook is registered; the hooks are removed on exit, also when
-    the body raises. Yields the list of heads cut.
+    Every address is checked before any hook is registered; the hooks are removed on exit,
+    also when the body raises. ``means`` ``[L, H, head_dim]``: mean cuts instead of zero cuts.
+    Yields the list of heads cut.
     """
     heads = normalize_heads(adapter, heads)
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
-        by_layer.setdefault(layer, []).append(head)
-    handles = []
-    try:
-        for layer, hs in sorted(by_layer.items()):
-            drop = torch.zeros(adapter.n_heads, dtype=torch.bool)
-            drop[hs] = True
-            handles.append(adapter.out_proj(layer).register_forward_pre_hook(
-                _make_hook(_feature_mask(adapter, drop), layer)))
+    with intervene(adapter, cut_edits(adapter, heads, means)):
         yield heads
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def _make_hook(feature_drop: torch.Tensor, layer: int):
-    """The one zeroing pre-hook: ``feature_drop`` is ``[features]`` (the same cut for every
-    row) or ``[batch, 1, features]`` (row i's own cut; the batch must match exactly)."""
-    cache: dict = {}
-    per_row = feature_drop.ndim == 3
-
-    def hook(module, args):
-        x = args[0]
-        drop = cache.get(x.device)
-        if drop is None:
-            drop = cache[x.device] = feature_drop.to(x.device)
-        if x.shape[-1] != drop.shape[-1] or (per_row and (x.ndim != 3 or x.shape[0] != drop.shape[0])):
-            rows = f"{drop.shape[0]} rows × " if per_row else ""
-            raise CutCheckError(f"layer {layer}: the cut has masks for {rows}{drop.shape[-1]} features "
-                                f"but the output projection got {tuple(x.shape)}")
-        return (x.masked_fill(drop, 0),) + tuple(args[1:])
-    return hook
 
 
 @contextlib.contextmanager
-def cut_rows(adapter: Adapter, masks: torch.Tensor):
+def cut_rows(adapter: Adapter, masks: torch.Tensor, means: torch.Tensor | None = None):
     """Batched cut: ``masks[i, layer, head]`` True cuts that head in batch row ``i`` only.
 
     ``masks`` is bool ``[batch, n_layers, n_heads]``; every forward pass run
@@ -143,82 +137,42 @@ def cut_rows(adapter: Adapter, masks: torch.Tensor):
         raise HeadAddressError(
             f"masks address {masks.shape[1]} layers × {masks.shape[2]} heads; the model has "
             f"{adapter.n_layers} layers × {adapter.n_heads} heads")
-    handles = []
-    try:
-        for layer in range(adapter.n_layers):
-            per_row = masks[:, layer, :]
-            if not bool(per_row.any()):
-                continue
-            feat = _feature_mask(adapter, per_row)[:, None, :]      # [batch, 1, features]
-            handles.append(adapter.out_proj(layer).register_forward_pre_hook(
-                _make_hook(feat, layer)))
+    heads = [(int(l), int(h)) for l, h in masks.any(dim=0).nonzero().tolist()]
+    with intervene(adapter, cut_edits(adapter, heads, means, masks)):
         yield masks
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextlib.contextmanager
 def zeroed_columns(adapter: Adapter, heads: Iterable[Sequence[int]]):
     """Zero the output-projection weight entries that read ``heads``; restore them on exit.
 
-    This *does* modify weights (in place, under ``no_grad``): it exists only as
-    the reference the hook is checked against. The saved entries are written
-    back on exit, also when the body raises, and the restore is verified bit
-    for bit (CutCheckError otherwise).
+    The reference a zero cut is checked against (:func:`headwatch.interventions.zeroed_weights`
+    at ``z``): modifies weights in place, restores them also when the body raises, and
+    verifies the restore bit for bit.
     """
     heads = normalize_heads(adapter, heads)
-    saved = []
-    try:
-        with torch.no_grad():
-            for layer, head in heads:
-                view = adapter.out_weight_for_head(layer, head)
-                saved.append((view, view.detach().clone()))
-                view.zero_()
+    with zeroed_weights(adapter, [("z", l, h) for l, h in heads]):
         yield heads
-    finally:
-        with torch.no_grad():
-            for view, orig in reversed(saved):
-                view.copy_(orig)
-        for (view, orig), (layer, head) in zip(saved, heads):
-            if not torch.equal(view, orig):
-                raise CutCheckError(f"weights of head ({layer}, {head}) were not restored exactly")
+
+
+@torch.no_grad()
+def head_means(model, adapter: Adapter, ids: torch.Tensor, batch: int = 64) -> torch.Tensor:
+    """Every head's ``z`` averaged over every row and position of ``ids``: ``[L, H, head_dim]``
+    (float64 sums, returned in float32) — the values of a mean cut, by one capture at ``z``."""
+    dev = next(model.parameters()).device
+    total = torch.zeros(adapter.n_layers, adapter.n_heads * adapter.head_dim, dtype=torch.float64)
+    for i in range(0, len(ids), batch):
+        chunk = ids[i:i + batch].to(dev)
+        with intervene(adapter, [capture("z", l) for l in range(adapter.n_layers)]) as cap:
+            adapter.run_body(chunk)
+        for l in range(adapter.n_layers):
+            total[l] += cap.one(("z", l, None)).double().sum(dim=(0, 1)).cpu()
+    return (total / ids.numel()).float().reshape(adapter.n_layers, adapter.n_heads, adapter.head_dim)
 
 
 # ------------------------------------------------------------ forward passes
 def _model_device(model) -> torch.device:
     return next(model.parameters()).device
-
-
-@torch.no_grad()
-def full_logits(model, ids, batch: int = 64):
-    """Every logit (every position, every vocabulary entry), float32 on the CPU.
-
-    ``ids`` is a LongTensor ``[N, T]`` (→ one tensor ``[N, T, vocab]``) or a list of
-    such tensors of different lengths (→ a list of logits tensors).
-    """
-    if isinstance(ids, (list, tuple)):
-        return [full_logits(model, x, batch) for x in ids]
-    dev = _model_device(model)
-    out = [model(input_ids=ids[i:i + batch].to(dev), use_cache=False).logits.float().cpu()
-           for i in range(0, len(ids), batch)]
-    return torch.cat(out)
-
-
-def _max_diff(a, b) -> float:
-    if isinstance(a, list):
-        return max(_max_diff(x, y) for x, y in zip(a, b))
-    return float((a - b).abs().max())
-
-
-def _equal(a, b) -> bool:
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return bool(torch.equal(a, b))
-
-
-def _shape(a) -> list:
-    return [list(x.shape) for x in a] if isinstance(a, list) else list(a.shape)
 
 
 Reduce = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -227,7 +181,8 @@ Reduce = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 @torch.no_grad()
 def loop_cuts(model, adapter: Adapter, ids: torch.Tensor, variants: Sequence[Iterable[Sequence[int]]],
-              reduce: Reduce, positions: torch.Tensor | None = None, batch: int = 64) -> torch.Tensor:
+              reduce: Reduce, positions: torch.Tensor | None = None, batch: int = 64,
+              means: torch.Tensor | None = None) -> torch.Tensor:
     """The plain reference: for each variant (a set of heads), full forward passes with
     :func:`cut_heads` over all sequences of ``ids`` ``[N, T]``. Returns ``[V, N, ...]``.
 
@@ -239,9 +194,9 @@ def loop_cuts(model, adapter: Adapter, ids: torch.Tensor, variants: Sequence[Ite
     out = []
     for heads in variants:
         parts = []
-        with cut_heads(adapter, heads):
+        with cut_heads(adapter, heads, means):
             for i in range(0, len(ids), batch):
-                logits = model(input_ids=ids[i:i + batch], use_cache=False).logits
+                logits = adapter.logits(ids[i:i + batch])
                 if positions is not None:
                     logits = logits[:, positions.to(dev)]
                 parts.append(reduce(logits, seq_all[i:i + batch]))
@@ -280,20 +235,25 @@ class BatchedCuts:
 
     Each *row* is one (mask, sequence) pair. Rows are sorted by their earliest
     cut layer and run in chunks of at most ``batch`` rows (:func:`plan_chunks`)
-    with :func:`cut_rows`. Two savings,
-    both exact up to float rounding (checked against :func:`loop_cuts` by the
-    guards):
+    with per-row cuts (:func:`cut_edits`). Two savings, both exact up to float
+    rounding (checked against :func:`loop_cuts` by the guards):
 
     * **prefix reuse** — below a chunk's earliest cut layer every row is the
-      intact model, so the blocks there are not run: they are stood in for by
-      the intact hidden states, computed once for all sequences.
-    * **logits only where read** — the model's ``logits_to_keep`` projects the
-      final hidden states onto the vocabulary only at ``positions``.
+      intact model, so the blocks there are not run: a ``skip`` edit at
+      ``resid`` hands the next block the intact hidden states, captured once
+      for all sequences (a capture at ``resid``).
+    * **logits only where read** — the model projects the final hidden states
+      onto the vocabulary only at ``positions``.
+
+    ``means`` ``[L, H, head_dim]``: mean cuts instead of zero cuts.
     """
 
     def __init__(self, model, adapter: Adapter, ids: torch.Tensor,
-                 positions: torch.Tensor | None = None, batch: int = 64, reuse_prefix: bool = True):
+                 positions: torch.Tensor | None = None, batch: int = 64, reuse_prefix: bool = True,
+                 means: torch.Tensor | None = None):
         self.model, self.adapter, self.batch = model, adapter, int(batch)
+        _check_means(adapter, means)
+        self.means = means
         self.device = _model_device(model)
         self.ids = ids.to(self.device)
         self.positions = None if positions is None else positions.to(self.device)
@@ -307,42 +267,14 @@ class BatchedCuts:
 
     @torch.no_grad()
     def _cache_intact(self) -> None:
-        outs: list[list[torch.Tensor]] = [[] for _ in range(self.adapter.n_layers)]
-        handles = []
-
-        def grab(layer):
-            def hook(module, args, output):
-                if not isinstance(output, torch.Tensor):
-                    raise TypeError(f"block {layer} returns {type(output).__name__}, not a tensor; "
-                                    "prefix reuse needs blocks that return hidden states "
-                                    "(use reuse_prefix=False)")
-                outs[layer].append(output.detach())
-            return hook
-        try:
-            for layer in range(self.adapter.n_layers):
-                handles.append(self.adapter.block(layer).register_forward_hook(grab(layer)))
-            for i in range(0, len(self.ids), self.batch):
-                self.model(input_ids=self.ids[i:i + self.batch], use_cache=False, logits_to_keep=1)
-        finally:
-            for h in handles:
-                h.remove()
-        self.hidden = [torch.cat(o) for o in outs]
-
-    @contextlib.contextmanager
-    def _skip_below(self, start: int, seq_index: torch.Tensor):
-        """Blocks ``0 .. start-1`` return the intact input of block ``start`` without computing."""
-        if start == 0:
-            yield
-            return
-        h = self.hidden[start - 1][seq_index]
-        blocks = [self.adapter.block(j) for j in range(start)]
-        try:
-            for b in blocks:
-                b.forward = lambda *a, _h=h, **k: _h
-            yield
-        finally:
-            for b in blocks:
-                b.__dict__.pop("forward", None)
+        L = self.adapter.n_layers
+        parts: list[list[torch.Tensor]] = [[] for _ in range(L)]
+        for i in range(0, len(self.ids), self.batch):
+            with intervene(self.adapter, [capture("resid", l) for l in range(L)]) as cap:
+                self.adapter.logits(self.ids[i:i + self.batch], keep=1)
+            for l in range(L):
+                parts[l].append(cap.one(("resid", l, None)))
+        self.hidden = [torch.cat(p) for p in parts]
 
     @torch.no_grad()
     def run(self, seq_index: torch.Tensor, masks: torch.Tensor, reduce: Reduce) -> torch.Tensor:
@@ -364,10 +296,13 @@ class BatchedCuts:
             rows = order[i:j]
             start = int(earliest[rows].min())
             sidx = seq_index[rows].to(self.device)
-            m = masks[rows].to(self.device)
-            with cut_rows(self.adapter, m), self._skip_below(start, sidx):
-                logits = self.model(input_ids=self.ids[sidx], use_cache=False,
-                                    logits_to_keep=keep).logits
+            m = masks[rows]
+            heads = [(int(l), int(h)) for l, h in m.any(dim=0).nonzero().tolist()]
+            edits = cut_edits(self.adapter, heads, self.means, m)
+            if start > 0:       # blocks below the earliest cut: the intact hidden states, not run
+                edits.append(skip(start - 1, self.hidden[start - 1][sidx]))
+            with intervene(self.adapter, edits):
+                logits = self.adapter.logits(self.ids[sidx], keep=keep)
             red = reduce(logits, sidx)
             for k, r in enumerate(rows.tolist()):
                 results[r] = red[k]
@@ -388,52 +323,30 @@ class BatchedCuts:
 def check_hook_vs_weights(model, adapter: Adapter, ids: torch.Tensor,
                           heads: Iterable[Sequence[int]], tolerance: float = 0.0,
                           batch: int = 64) -> dict:
-    """Guard 1 (protocol §5): for each head, the FULL logits tensor (every position, every
-    vocabulary entry, every sequence of ``ids``) with the hook cut vs with the head's
+    """Guard 1 for zero cuts (protocol §5): for each head, the FULL logits tensor (every position,
+    every vocabulary entry, every sequence of ``ids``) with the hook cut vs with the head's
     output-projection weight entries zeroed. Raises CutCheckError if any max |Δ| > tolerance.
     """
-    heads = normalize_heads(adapter, heads)
-    per_head = []
-    for layer, head in heads:
-        with cut_heads(adapter, [(layer, head)]):
-            hooked = full_logits(model, ids, batch)
-        with zeroed_columns(adapter, [(layer, head)]):
-            zeroed = full_logits(model, ids, batch)
-        per_head.append(dict(layer=layer, head=head, max_abs_diff=_max_diff(hooked, zeroed),
-                             identical=_equal(hooked, zeroed)))
-    worst = max(p["max_abs_diff"] for p in per_head)
-    record = dict(compared="full logits: every sequence, position and vocabulary entry",
-                  logits_shape=_shape(hooked), n_cuts=len(per_head),
-                  layers_covered=sorted({p["layer"] for p in per_head}),
-                  max_abs_diff=worst, all_identical=all(p["identical"] for p in per_head),
-                  tolerance=tolerance, passed=bool(worst <= tolerance), per_head=per_head)
-    if not record["passed"]:
-        raise CutCheckError(f"hook cut differs from zeroed weight columns: max |Δlogit| = {worst:g} "
-                            f"> {tolerance:g} ({[p for p in per_head if p['max_abs_diff'] > tolerance]})")
-    return record
+    cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)]),
+              lambda l=l, h=h: zeroed_columns(adapter, [(l, h)]))
+             for l, h in normalize_heads(adapter, heads)]
+    return check_against_reference(model, adapter, ids, cases, tolerance, batch,
+                                   "hook cut differs from zeroed weight columns")
 
 
 @torch.no_grad()
-def check_restore(model, ids: torch.Tensor, intact: torch.Tensor, batch: int = 64) -> dict:
-    """Guard 2: the logits now (all hooks removed) are identical (torch.equal) to ``intact``."""
-    now = full_logits(model, ids, batch)
-    identical = _equal(now, intact)
-    diff = _max_diff(now, intact)
-    record = dict(compared="full logits before any cut vs after every hook was removed",
-                  logits_shape=_shape(now), identical=identical, max_abs_diff=diff,
-                  passed=identical)
-    if not identical:
-        raise CutCheckError(f"the model did not come back intact after the cuts: max |Δlogit| = {diff:g}")
-    return record
-
-
-def compare_batched(batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
-    """Guard 3: the batched cuts equal the one-at-a-time loop to ``tolerance`` (max |Δ|)."""
-    if batched.shape != looped.shape:
-        raise CutCheckError(f"{what}: batched shape {tuple(batched.shape)} vs loop {tuple(looped.shape)}")
-    diff = float((batched.double() - looped.double()).abs().max()) if batched.numel() else 0.0
-    record = dict(compared=what, n_values=int(batched.numel()), max_abs_diff=diff,
-                  tolerance=tolerance, passed=bool(diff <= tolerance))
-    if not record["passed"]:
-        raise CutCheckError(f"{what}: batched cuts differ from one-at-a-time by {diff:g} > {tolerance:g}")
-    return record
+def check_hook_vs_mean_bias(model, adapter: Adapter, ids: torch.Tensor, heads: Iterable[Sequence[int]],
+                            means: torch.Tensor, tolerance: float = MEAN_BIAS_TOLERANCE,
+                            batch: int = 64) -> dict:
+    """Guard 1 for mean cuts: "hook vs zeroed weights" is defined only for zero cuts. A mean cut
+    replaces ``z_h`` by ``m``; its weight-level form is Wo's columns of ``h`` zeroed and
+    ``Wo[:, h] · m`` added as a bias (:func:`headwatch.interventions.replaced_by_bias`). The FULL
+    logits of both, per head; raises CutCheckError if any max |Δ| > ``tolerance``."""
+    _check_means(adapter, means)
+    cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)], means),
+              lambda l=l, h=h: replaced_by_bias(adapter, [(l, h, means[l, h])]))
+             for l, h in normalize_heads(adapter, heads)]
+    rec = check_against_reference(model, adapter, ids, cases, tolerance, batch,
+                                  "mean cut by hook differs from its bias form")
+    rec["compared"] += "; mean cut by hook vs Wo's columns zeroed plus Wo[:, h] · mean as a bias"
+    return rec

@@ -3,7 +3,9 @@
 Shapes are chosen so that every family's special case is exercised:
 GPT-NeoX with partial rotary (25 %) and biases, Llama with grouped key/value
 heads (4 query heads sharing 2 kv heads), Qwen2 with grouped kv and q/k/v
-biases, GPT-2 with fused Conv1D projections and no rotary.
+biases, GPT-2 with fused Conv1D projections and no rotary; and the sweep's
+character model (``charlm``: separate q/k/v/o without biases, grouped kv heads,
+attention by a fused kernel that returns no weights).
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from transformers import (AutoModelForCausalLM, GPT2Config, GPTNeoXConfig, Llama
                           Qwen2Config)
 
 VOCAB = 512
-FAMILIES = ("gpt_neox", "llama", "qwen2", "gpt2")
+FAMILIES = ("gpt_neox", "llama", "qwen2", "gpt2")        # transformers models
+ALL_FAMILIES = FAMILIES + ("charlm",)                      # every family of headwatch.arch
 
 
 def tiny_config(family: str, vocab: int = VOCAB, layers: int = 3, heads: int = 4, kv_heads: int = 2,
@@ -42,12 +45,19 @@ def tiny_config(family: str, vocab: int = VOCAB, layers: int = 3, heads: int = 4
 def tiny_model(family: str, seed: int = 0, **kw):
     """A randomly initialised float32 model in eval mode, eager attention."""
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(family, **kw), attn_implementation="eager")
+    if family == "charlm":
+        from headwatch.charlm.model import CharLM
+
+        shape = dict(dict(vocab=VOCAB, layers=3, heads=4, kv_heads=2, width=64), **kw)
+        model = CharLM(shape["vocab"], shape["width"], shape["heads"], layers=shape["layers"],
+                       context=256, kv_heads=shape["kv_heads"])
+    else:
+        model = AutoModelForCausalLM.from_config(tiny_config(family, **kw), attn_implementation="eager")
     # Random init leaves attention nearly uniform; larger q/k weights give the
     # maps structure, so that equal-vs-different comparisons mean something.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if any(s in name for s in ("q_proj", "k_proj", "query_key_value", "c_attn")):
+            if any(s in name for s in ("q_proj", "k_proj", "query_key_value", "c_attn", "attn.q.", "attn.k.")):
                 p.mul_(8.0)
     return model.float().eval()
 

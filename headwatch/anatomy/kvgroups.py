@@ -1,8 +1,9 @@
 """Key/value groups seen by cutting (protocol §6, last item).
 
 For every layer and key/value group, that group's ``head_dim`` slice of the key
-projection's *output* is zeroed by a forward hook (always removed, in a context
-manager) and the model runs once. Exactly the query heads of that group must
+projection's *output* is zeroed (a ``zero`` edit at the ``k`` site of
+:mod:`headwatch.interventions`, always removed) and the model runs once; the
+maps are read by a capture at the ``pattern`` site. Exactly the query heads of that group must
 change (max |Δattention| > 0); every other head of the layer must change by
 exactly 0; the layers before the cut must change by exactly 0; after the hook
 is removed the maps must be identical to the intact ones. Any failure raises
@@ -19,7 +20,6 @@ heads that do not: mean Pearson correlation within vs across groups.
 from __future__ import annotations
 
 import contextlib
-import copy
 import itertools
 
 import numpy as np
@@ -27,8 +27,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..arch import Adapter
+from ..arch import Adapter, ungrouped_config
 from ..checks import assert_finite
+from ..interventions import attention_maps, intervene, zero
 
 
 class KVGroupError(RuntimeError):
@@ -37,29 +38,17 @@ class KVGroupError(RuntimeError):
 
 @contextlib.contextmanager
 def zero_key_slice(adapter: Adapter, layer: int, group: int):
-    """Zero ``group``'s slice of ``layer``'s key projection output while inside the block."""
-    sl = adapter.key_slice(group)
-
-    def hook(module, args, output):
-        output = output.clone()
-        output[..., sl] = 0
-        return output
-
-    handle = adapter.key_proj(layer).register_forward_hook(hook)
-    try:
+    """Zero ``group``'s slice of ``layer``'s key projection output while inside the block
+    (a ``zero`` edit at the ``k`` site)."""
+    with intervene(adapter, [zero("k", layer, group)]):
         yield
-    finally:
-        handle.remove()
 
 
 @torch.no_grad()
-def all_maps(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """[layers, heads, T, T] attention maps of one sequence (batch of 1).
-
-    Runs the model's base (no output head: the logits are not needed here).
-    """
-    out = getattr(model, "base_model", model)(ids, output_attentions=True)
-    return torch.stack([a[0] for a in out.attentions])
+def all_maps(model: nn.Module, ids: torch.Tensor, adapter: Adapter | None = None) -> torch.Tensor:
+    """[layers, heads, T, T] attention maps of one sequence (batch of 1), by a capture at the
+    ``pattern`` site (the blocks only: the logits are not needed here)."""
+    return attention_maps(model, ids, adapter)[0]
 
 
 @torch.no_grad()
@@ -67,15 +56,15 @@ def kv_group_cuts(model: nn.Module, adapter: Adapter, ids, label: str = "", role
     """One row per (cut layer, cut group, head of that layer); raises on any inexact result."""
     device = next(model.parameters()).device
     ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1).to(device)
-    intact = all_maps(model, ids)
+    intact = all_maps(model, ids, adapter)
     assert_finite(intact, f"{label}: intact attention maps")
     rows = []
     for layer in range(adapter.n_layers):
         for group in range(adapter.n_kv_heads):
             with zero_key_slice(adapter, layer, group):
-                cut = all_maps(model, ids)
+                cut = all_maps(model, ids, adapter)
             assert_finite(cut, f"{label}: maps with key slice (layer={layer}, group={group}) zeroed")
-            restored = all_maps(model, ids)
+            restored = all_maps(model, ids, adapter)
             delta = (cut - intact).abs().amax(dim=(-1, -2))              # [layers, heads]
             in_group = [adapter.kv_group(h) == group for h in range(adapter.n_heads)]
             here = delta[layer].cpu()
@@ -107,21 +96,10 @@ def kv_group_cuts(model: nn.Module, adapter: Adapter, ids, label: str = "", role
 
 def ungrouped_control(config, layers: int = 2, seed: int = 0) -> nn.Module:
     """The same architecture without key sharing (kv heads = heads), ``layers`` deep, random init."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    d = copy.deepcopy(config.to_dict())
-    for key in ("num_hidden_layers", "n_layer"):
-        if key in d:
-            d[key] = layers
-    heads = d.get("num_attention_heads", d.get("n_head"))
-    if "num_key_value_heads" in d:
-        d["num_key_value_heads"] = heads
-    for key in ("layer_types", "max_window_layers", "quantization_config", "architectures"):
-        d.pop(key, None)
-    model_type = d.pop("model_type")
-    cfg = AutoConfig.for_model(model_type, **d)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_config(ungrouped_config(config, layers), attn_implementation="eager")
     return model.float().eval()
 
 

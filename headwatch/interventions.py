@@ -1,0 +1,631 @@
+"""Interventions: read or edit named sites of a forward pass, in one context manager.
+
+Every hook headwatch puts on a model is registered here. The sites are the
+adapter's (:data:`headwatch.arch.SITES`; :func:`headwatch.arch.sites_table`
+says which module each one is, per family):
+
+* ``z`` — a head's ``head_dim`` slice of the output projection's input;
+* ``k`` / ``v`` — a key/value group's slice of the key / value projection output;
+* ``pattern`` — a head's attention weights ``[batch, T, T]``;
+* ``resid`` / ``resid_in`` — a block's output / input ``[batch, T, width]``.
+
+An :class:`Edit` names a site, a layer, a unit (a head for ``z`` and
+``pattern``, a group for ``k`` and ``v``; ``None`` = the whole site) and an op,
+made with :func:`zero`, :func:`scale`, :func:`replace`, :func:`capture` or
+:func:`skip`. It applies to every row of the batch or, with ``rows`` (bool
+``[batch]``), to those rows only; a replacement may carry its own values per
+row (a leading batch dimension). Edits of one site apply in the order listed;
+a capture sees the edits listed before it. :func:`intervene` applies any list
+of edits in every forward pass run inside it::
+
+    with intervene(adapter, [zero("z", 3, unit=1), capture("pattern", 5)]) as cap:
+        adapter.logits(ids)
+    maps = cap.one(("pattern", 5, None))          # [batch, heads, T, T]
+
+How each site is reached:
+
+* ``z``: a forward pre-hook on the output projection (its input).
+* ``k``, ``v``: a forward hook on the key / value projection (the fused QKV
+  module for GPT-NeoX and GPT-2), before any rotary embedding.
+* ``pattern``: read by a forward hook on the attention module (the weights
+  transformers' eager attention returns) or recomputed from the q/k outputs
+  (families whose kernel returns none, ``Family.pattern == "recompute"``).
+  Edits act through ``z``, since a head's output is linear in its weights,
+  ``z_h = P_h · V_g(h)``: zero → ``z_h = 0``; scale c → ``c · z_h``; replace by
+  ``P'`` → ``z_h = P' · V_g(h)`` with ``V`` the value projection's output of the
+  same forward pass. A capture of ``pattern`` reads the weights the model
+  computed, with the pattern edits listed before it applied.
+* ``resid``: a forward hook on the block; ``resid_in``: a forward pre-hook.
+* ``skip`` (``resid`` only): block ``layer`` outputs the given value and
+  blocks ``0 .. layer`` are not run — their forward is stood in for while
+  inside; nothing may edit or read those layers.
+
+:func:`intervene` checks every edit (site, op, address, value) before it
+registers anything, and removes every hook and stand-in on exit, also when
+the body raises. An edit never modifies a weight.
+
+The guards that say an intervention is what it claims (protocol §5) are
+here too, for every site: :func:`full_logits`, the weight-level references
+:func:`zeroed_weights` (a zeroed unit of ``z``, ``pattern``, ``k``, ``v`` is
+the same model as its weight entries zeroed) and :func:`replaced_by_bias`
+(``z_h`` replaced by a constant ``m`` is the same model as Wo's columns of
+``h`` zeroed and ``Wo[:, h] · m`` added to the projection's bias — equal in
+exact arithmetic, within float rounding in float32),
+:func:`check_against_reference`, :func:`check_restore` and
+:func:`compare_batched`. A failed guard raises :class:`InterventionError`.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from .arch import Adapter, check_site
+
+__all__ = ["Edit", "Captures", "InterventionError", "OPS", "zero", "scale", "replace", "capture", "skip",
+           "intervene", "attention_maps", "maps_and_logits", "full_logits", "zeroed_weights",
+           "replaced_by_bias", "check_against_reference", "check_restore", "compare_batched", "hooks_on"]
+
+OPS = ("zero", "scale", "replace", "capture", "skip")
+
+
+class InterventionError(RuntimeError):
+    """An edit that does not fit the forward pass, or a guard that failed: the intervention is
+    not what it claims to be."""
+
+
+@dataclass(frozen=True, eq=False)
+class Edit:
+    site: str
+    layer: int
+    op: str
+    unit: int | None = None
+    value: Any = None                     # scale: the factor; replace / skip: the new values
+    rows: torch.Tensor | None = None      # bool [batch]: the rows it applies to (None = all)
+    key: Hashable = None                  # capture: where its tensors go
+
+    @property
+    def name(self) -> Hashable:
+        return self.key if self.key is not None else (self.site, self.layer, self.unit)
+
+    def where(self) -> str:
+        unit = "" if self.unit is None else f", unit {self.unit}"
+        return f"{self.op} at {self.site} (layer {self.layer}{unit})"
+
+
+def zero(site: str, layer: int, unit: int | None = None, rows: torch.Tensor | None = None) -> Edit:
+    return Edit(site, int(layer), "zero", unit, None, rows)
+
+
+def scale(site: str, layer: int, factor, unit: int | None = None, rows: torch.Tensor | None = None) -> Edit:
+    return Edit(site, int(layer), "scale", unit, factor, rows)
+
+
+def replace(site: str, layer: int, value, unit: int | None = None, rows: torch.Tensor | None = None) -> Edit:
+    return Edit(site, int(layer), "replace", unit, value, rows)
+
+
+def capture(site: str, layer: int, unit: int | None = None, rows: torch.Tensor | None = None,
+            key: Hashable = None) -> Edit:
+    return Edit(site, int(layer), "capture", unit, None, rows, key)
+
+
+def skip(layer: int, value: torch.Tensor) -> Edit:
+    """Block ``layer`` outputs ``value`` ``[batch, T, width]``; blocks 0..layer are not run."""
+    return Edit("resid", int(layer), "skip", None, value)
+
+
+class Captures(dict):
+    """``key`` → the captured tensors, one per forward pass run inside :func:`intervene` (detached)."""
+
+    def one(self, key: Hashable) -> torch.Tensor:
+        got = self[key]
+        if len(got) != 1:
+            raise InterventionError(f"capture {key!r}: {len(got)} forward passes recorded, expected 1")
+        return got[0]
+
+    def cat(self, key: Hashable, dim: int = 0) -> torch.Tensor:
+        if not self[key]:
+            raise InterventionError(f"capture {key!r}: no forward pass was run")
+        return torch.cat(self[key], dim=dim)
+
+
+# ------------------------------------------------------------------ checking
+def _check_edit(adapter: Adapter, e: Edit) -> None:
+    if not isinstance(e, Edit):
+        raise TypeError(f"an intervention is a list of Edit; got {e!r}")
+    check_site(e.site)
+    if e.op not in OPS:
+        raise InterventionError(f"unknown op {e.op!r} ({e.where()}); the ops are {list(OPS)}")
+    adapter.check_unit(e.site, e.layer, e.unit)
+    if e.rows is not None and (not isinstance(e.rows, torch.Tensor) or e.rows.dtype != torch.bool
+                               or e.rows.ndim != 1):
+        raise InterventionError(f"{e.where()}: rows must be a 1-D bool tensor (one entry per batch row)")
+    if e.op == "scale" and not isinstance(e.value, (int, float, torch.Tensor)):
+        raise InterventionError(f"{e.where()}: the scale factor must be a number or a tensor")
+    if e.op in ("replace", "skip") and not isinstance(e.value, (int, float, torch.Tensor)):
+        raise InterventionError(f"{e.where()}: the replacement must be a number or a tensor")
+    if e.op in ("zero", "capture") and e.value is not None:
+        raise InterventionError(f"{e.where()} takes no value")
+    if e.op == "skip" and (e.site != "resid" or e.rows is not None or not isinstance(e.value, torch.Tensor)):
+        raise InterventionError(f"{e.where()}: skip is a resid edit of the whole batch with a tensor value")
+
+
+def _on(t, ref: torch.Tensor, cache: dict | None = None, tag: str = ""):
+    """``t`` (a tensor or number) on ``ref``'s device and in its dtype (bool masks keep theirs);
+    cached under ``tag`` when ``t`` is an edit's own tensor (its value or rows), which lives as
+    long as the edit."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    k = (tag, ref.device, ref.dtype if t.dtype != torch.bool else torch.bool)
+    got = None if cache is None else cache.get(k)
+    if got is None:
+        got = t.to(device=ref.device, dtype=k[2])
+        if cache is not None:
+            cache[k] = got
+    return got
+
+
+def _rows(e: Edit, x: torch.Tensor, cache: dict) -> torch.Tensor | None:
+    if e.rows is None:
+        return None
+    if x.shape[0] != e.rows.shape[0]:
+        raise InterventionError(f"{e.where()}: the edit has masks for {e.rows.shape[0]} rows but the "
+                                f"forward pass has {x.shape[0]} rows ({tuple(x.shape)})")
+    return _on(e.rows, x, cache, "rows")
+
+
+def _set(x: torch.Tensor, index, new: torch.Tensor, rows: torch.Tensor | None) -> None:
+    """``x[index] = new`` (broadcast) in place, only in ``rows`` when given."""
+    part = x[index]
+    new = torch.broadcast_to(new, part.shape) if isinstance(new, torch.Tensor) else torch.full_like(part, new)
+    if rows is not None:
+        new = torch.where(rows.view(-1, *([1] * (part.ndim - 1))), new, part)
+    x[index] = new
+
+
+def _edited(x: torch.Tensor, index, e: Edit, cache: dict, value=None) -> None:
+    """Apply a zero / scale / replace edit to ``x[index]`` in place (``value`` overrides e.value)."""
+    rows = _rows(e, x, cache)
+    part = x[index]
+    if e.op == "zero":
+        _set(x, index, torch.zeros((), dtype=x.dtype, device=x.device), rows)
+    elif e.op == "scale":
+        _set(x, index, part * _on(e.value, x, cache, "value"), rows)
+    else:
+        v = _on(e.value, x, cache, "value") if value is None else _on(value, x)
+        if isinstance(v, torch.Tensor) and v.ndim >= part.ndim and v.shape[0] not in (1, part.shape[0]):
+            raise InterventionError(f"{e.where()}: values for {v.shape[0]} rows but the forward pass "
+                                    f"has {part.shape[0]} rows")
+        _set(x, index, v, rows)
+
+
+# ------------------------------------------------------------------ the plan
+class _Plan:
+    """Every edit checked and sorted into one hook per (module, side); nothing registered yet."""
+
+    def __init__(self, adapter: Adapter, edits: Sequence[Edit]):
+        self.a = adapter
+        for e in edits:
+            _check_edit(adapter, e)
+        skips = [e for e in edits if e.op == "skip"]
+        if len(skips) > 1:
+            raise InterventionError("at most one skip per intervention")
+        self.skip = skips[0] if skips else None
+        if self.skip is not None:
+            dead = [e for e in edits if e is not self.skip and e.layer <= self.skip.layer]
+            if dead:
+                raise InterventionError(f"{dead[0].where()} is at or below the skip at layer "
+                                        f"{self.skip.layer}: those blocks do not run")
+        self.captures = Captures({e.name: [] for e in edits if e.op == "capture"})
+        self.stash: dict[int, dict[str, torch.Tensor]] = {}
+        self.hooks: dict[tuple[int, str], tuple[nn.Module, str, list]] = {}
+        self.caches: dict[int, dict] = {}
+        self.pattern_edits: dict[int, list[Edit]] = {}     # per layer, in order: a capture sees those before it
+        for e in edits:
+            if e is self.skip:
+                continue
+            self._add(e)
+
+    # one list of actions per (module, side), in the order the edits were listed
+    def _hook(self, module: nn.Module, side: str) -> list:
+        key = (id(module), side)
+        if key not in self.hooks:
+            self.hooks[key] = (module, side, [])
+        return self.hooks[key][2]
+
+    def _need(self, layer: int, which: str) -> None:
+        """Keep ``which`` (q, k or v projection output, after any k/v edits) of each forward pass."""
+        module = {"q": self.a.query_proj, "k": self.a.key_proj, "v": self.a.value_proj}[which](layer)
+        actions = self._hook(module, "out")
+        tag = ("stash", layer, which)
+        if tag not in [a[:3] for a in actions if a[0] == "stash"]:
+            actions.append(("stash", layer, which, None))
+
+    def _add(self, e: Edit) -> None:
+        a, L = self.a, e.layer
+        if e.site in ("k", "v"):
+            self._hook(a.site_module(e.site, L), "out").append(("features", e.site, e, None))
+        elif e.site == "z":
+            self._hook(a.out_proj(L), "in").append(("features", "z", e, None))
+        elif e.site == "pattern":
+            if e.op == "capture":
+                if a.family.pattern == "recompute":
+                    self._need(L, "q")
+                    self._need(L, "k")
+                before = list(self.pattern_edits.get(L, []))
+                self._hook(a.attention(L), "out").append(("pattern_capture", L, e, before))
+            else:
+                if e.op == "replace":
+                    self._need(L, "v")
+                self.pattern_edits.setdefault(L, []).append(e)
+                self._hook(a.out_proj(L), "in").append(("pattern_via_z", L, e, None))
+        elif e.site == "resid":
+            self._hook(a.block(L), "out").append(("whole", "resid", e, None))
+        else:
+            self._hook(a.block(L), "in_kw").append(("whole", "resid_in", e, None))
+
+    # ---- what runs inside the hooks
+    def _units(self, e: Edit) -> list[int]:
+        return list(range(self.a.site_units(e.site))) if e.unit is None else [e.unit]
+
+    def _features(self, x: torch.Tensor, site: str, e: Edit) -> None:
+        """A zero / scale / replace / capture of z, k or v on ``x`` [batch, T, features] (in place)."""
+        cache = self.caches.setdefault(id(e), {})
+        units = self._units(e)
+        if e.op == "capture":
+            rows = _rows(e, x, cache)
+            got = torch.cat([x[..., self.a.site_slice(site, u)] for u in units], dim=-1)
+            self.captures[e.name].append((got if rows is None else got[rows]).detach())
+            return
+        d = self.a.head_dim
+        for i, u in enumerate(units):
+            value = None
+            if e.op == "replace" and e.unit is None and isinstance(e.value, torch.Tensor) \
+                    and e.value.ndim and e.value.shape[-1] == len(units) * d:
+                value = e.value[..., i * d:(i + 1) * d]        # whole-site values, this unit's slice
+            _edited(x, (Ellipsis, self.a.site_slice(site, u)), e, cache, value)
+
+    def _pattern_via_z(self, z: torch.Tensor, layer: int, e: Edit) -> None:
+        """A pattern edit of head(s) ``e.unit`` carried out on z (see the module doc)."""
+        cache = self.caches.setdefault(id(e), {})
+        for h in self._units(e):
+            cols = (Ellipsis, self.a.out_columns(h))
+            if e.op != "replace":
+                _edited(z, cols, e, cache)
+                continue
+            v = self.stash[layer]["v"][..., self.a.value_slice(self.a.kv_group(h))]     # [B, T, d]
+            p = _on(e.value, v, cache, "value")
+            if isinstance(p, torch.Tensor) and e.unit is None and p.ndim == 4:
+                p = p[:, h]                                                      # [B, H, T, T] given
+            if not isinstance(p, torch.Tensor) or p.shape[-2:] != (v.shape[1], v.shape[1]):
+                raise InterventionError(f"{e.where()}: a pattern is [..., T, T] with T = {v.shape[1]}")
+            _edited(z, cols, e, cache, torch.matmul(p, v))
+
+    def _pattern(self, layer: int, output) -> torch.Tensor:
+        """The weights the model computed in ``layer`` [batch, heads, T, T]."""
+        if self.a.family.pattern == "weights":
+            p = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if p is None:
+                raise InterventionError(
+                    f"layer {layer}: the attention module returned no weights; load the model with "
+                    "attn_implementation='eager'")
+            return p
+        s = self.stash[layer]
+        q, k = s["q"], s["k"]
+        a = self.a
+        qh = torch.stack([q[..., a.query_slice(h)] for h in range(a.n_heads)], dim=1)
+        kh = torch.stack([k[..., a.key_slice(a.kv_group(h))] for h in range(a.n_heads)], dim=1)
+        scores = torch.matmul(qh.float(), kh.float().transpose(-1, -2)) * a.attention_scale(layer)
+        T = q.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        return torch.softmax(scores.masked_fill(causal, -math.inf), dim=-1).to(q.dtype)
+
+    def _pattern_capture(self, layer: int, e: Edit, before: list[Edit], output) -> None:
+        p = self._pattern(layer, output)
+        if before:
+            p = p.clone()
+            for b in before:
+                cache = self.caches.setdefault(id(b), {})
+                for h in self._units(b):
+                    value = b.value[:, h] if (b.op == "replace" and b.unit is None and
+                                              isinstance(b.value, torch.Tensor) and b.value.ndim == 4) else None
+                    _edited(p, (slice(None), h), b, cache, value)
+        rows = _rows(e, p, self.caches.setdefault(id(e), {}))
+        got = p if e.unit is None else p[:, e.unit]
+        self.captures[e.name].append((got if rows is None else got[rows]).detach())
+
+    def _whole(self, x: torch.Tensor, e: Edit) -> None:
+        cache = self.caches.setdefault(id(e), {})
+        if e.op == "capture":
+            rows = _rows(e, x, cache)
+            self.captures[e.name].append((x if rows is None else x[rows]).detach())
+        else:
+            _edited(x, (Ellipsis,), e, cache)
+
+    def _run(self, actions: list, x: torch.Tensor, output=None) -> torch.Tensor:
+        """Every action of one hook on the tensor ``x`` (cloned once before the first edit); the
+        projection outputs a later hook needs are kept last, after this hook's edits."""
+        cloned = False
+        for kind, what, e, extra in actions:
+            if kind == "stash":
+                continue
+            if kind == "pattern_capture":
+                self._pattern_capture(what, e, extra, output)
+                continue
+            if e.op != "capture" and not cloned:
+                x, cloned = x.clone(), True
+            if kind == "features":
+                if x.ndim != 3:
+                    raise InterventionError(f"{e.where()}: expected [batch, T, features], got {tuple(x.shape)}")
+                self._features(x, what, e)
+            elif kind == "pattern_via_z":
+                self._pattern_via_z(x, what, e)
+            else:
+                self._whole(x, e)
+        for kind, layer, which, _ in actions:
+            if kind == "stash":
+                self.stash.setdefault(layer, {})[which] = x
+        return x
+
+    def register(self) -> list:
+        """Register every hook; returns [(module, handle)]."""
+        handles = []
+        for module, side, actions in self.hooks.values():
+            if side == "in":
+                def pre(mod, args, _actions=actions):
+                    return (self._run(_actions, args[0]),) + tuple(args[1:])
+                handles.append((module, module.register_forward_pre_hook(pre)))
+            elif side == "in_kw":
+                def pre_kw(mod, args, kwargs, _actions=actions):
+                    if args:
+                        return (self._run(_actions, args[0]),) + tuple(args[1:]), kwargs
+                    return args, dict(kwargs, hidden_states=self._run(_actions, kwargs["hidden_states"]))
+                handles.append((module, module.register_forward_pre_hook(pre_kw, with_kwargs=True)))
+            else:
+                def post(mod, args, output, _actions=actions):
+                    if isinstance(output, tuple):
+                        return (self._run(_actions, output[0], output),) + tuple(output[1:])
+                    return self._run(_actions, output, output)
+                handles.append((module, module.register_forward_hook(post)))
+        return handles
+
+
+@contextlib.contextmanager
+def intervene(adapter: Adapter, edits: Iterable[Edit]):
+    """Apply ``edits`` in every forward pass run inside the block; yields the :class:`Captures`.
+
+    Every edit is checked before any hook is registered; hooks and stand-ins are removed on
+    exit, also when the body raises.
+    """
+    plan = _Plan(adapter, list(edits))
+    handles, stood_in = [], []
+    try:
+        handles += plan.register()
+        _ACTIVE.update(h.id for _, h in handles)
+        if plan.skip is not None:
+            value = plan.skip.value
+            for layer in range(plan.skip.layer + 1):
+                block = adapter.block(layer)
+                block.forward = lambda *args, _v=value, **kwargs: _v
+                stood_in.append(block)
+        yield plan.captures
+    finally:
+        for _, h in handles:
+            h.remove()
+        for block in stood_in:
+            block.__dict__.pop("forward", None)
+        left = [m for m, h in handles if h.id in m._forward_hooks or h.id in m._forward_pre_hooks]
+        _ACTIVE.difference_update(h.id for _, h in handles)
+        if left or any("forward" in b.__dict__ for b in stood_in):
+            raise InterventionError(f"hooks left on {len(left)} modules after the intervention")
+
+
+_ACTIVE: set[int] = set()     # ids of the hooks of the interventions in place now
+
+
+def hooks_on(model: nn.Module) -> int:
+    """Hooks of interventions in place now on ``model``'s modules, plus blocks stood in for
+    (0 once every :func:`intervene` block has exited: nothing is left behind)."""
+    return sum(1 for m in model.modules() for d in (m._forward_hooks, m._forward_pre_hooks)
+               for k in d if k in _ACTIVE) + sum("forward" in m.__dict__ for m in model.modules())
+
+
+# ------------------------------------------------------------------ attention maps
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _maps(adapter: Adapter, run: Callable[[], Any]) -> tuple[torch.Tensor, Any]:
+    L = adapter.n_layers
+    with intervene(adapter, [capture("pattern", l, key=("maps", l)) for l in range(L)]) as cap:
+        out = run()
+    return torch.stack([cap.one(("maps", l)) for l in range(L)], dim=1).float(), out
+
+
+@torch.no_grad()
+def attention_maps(model, ids: torch.Tensor, adapter: Adapter | None = None) -> torch.Tensor:
+    """Every head's attention for a batch: [batch, layers, heads, T, T] (float32), by a capture
+    at the ``pattern`` site of every layer."""
+    adapter = adapter or Adapter(model)
+    ids = ids.to(_device(model))
+    return _maps(adapter, lambda: adapter.run_body(ids))[0]
+
+
+@torch.no_grad()
+def maps_and_logits(model, ids: torch.Tensor, adapter: Adapter | None = None):
+    """(maps [batch, layers, heads, T, T] float32, logits [batch, T, vocab]) from one forward pass."""
+    adapter = adapter or Adapter(model)
+    ids = ids.to(_device(model))
+    return _maps(adapter, lambda: adapter.logits(ids))
+
+
+# ------------------------------------------------------------------ guards
+@torch.no_grad()
+def full_logits(model, ids, batch: int = 64, adapter: Adapter | None = None):
+    """Every logit (every position, every vocabulary entry), float32 on the CPU.
+
+    ``ids`` is a LongTensor ``[N, T]`` (→ one tensor ``[N, T, vocab]``) or a list of
+    such tensors of different lengths (→ a list of logits tensors).
+    """
+    adapter = adapter or Adapter(model)
+    if isinstance(ids, (list, tuple)):
+        return [full_logits(model, x, batch, adapter) for x in ids]
+    dev = _device(model)
+    return torch.cat([adapter.logits(ids[i:i + batch].to(dev)).float().cpu()
+                      for i in range(0, len(ids), batch)])
+
+
+def _weight_views(adapter: Adapter, site: str, layer: int, unit: int) -> list[torch.Tensor]:
+    adapter.check_unit(site, layer, unit)
+    if site in ("z", "pattern"):
+        return [adapter.out_weight_for_head(layer, unit)]
+    if site in ("k", "v"):
+        return adapter.projection_rows(adapter.site_module(site, layer), adapter.site_slice(site, unit))
+    raise InterventionError(f"site {site!r} has no weights that produce it alone: no weight-level "
+                            "reference (zeroed_weights covers z, pattern, k and v)")
+
+
+@contextlib.contextmanager
+def _restoring(saved: list, what: Callable[[int], str]):
+    """Write every (view, original) back on exit, also when the body raises; verify bit for bit."""
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for view, orig in reversed(saved):
+                view.copy_(orig)
+        for i, (view, orig) in enumerate(saved):
+            if not torch.equal(view, orig):
+                raise InterventionError(f"weights of {what(i)} were not restored exactly")
+
+
+@contextlib.contextmanager
+def zeroed_weights(adapter: Adapter, targets: Iterable[tuple[str, int, int]]):
+    """Zero the weight (and bias) entries that produce each ``(site, layer, unit)``; restore on exit.
+
+    ``z`` / ``pattern`` unit h: the output projection's entries that read head h (a zeroed
+    head's voice and a zeroed pattern both give ``z_h = 0``); ``k`` / ``v`` unit g: the key /
+    value projection's rows (and bias entries) that produce group g. This *does* modify
+    weights (in place, under ``no_grad``): it exists only as the reference the hooks are
+    checked against. Restored on exit, also when the body raises, verified bit for bit.
+    """
+    targets = [(s, int(l), int(u)) for s, l, u in targets]
+    views = [(t, v) for t in targets for v in _weight_views(adapter, *t)]   # all checked first
+    saved = []
+    with _restoring(saved, lambda i: f"{views[i][0]}"):
+        with torch.no_grad():
+            for _, view in views:
+                saved.append((view, view.detach().clone()))
+                view.zero_()
+        yield targets
+
+
+@contextlib.contextmanager
+def replaced_by_bias(adapter: Adapter, values: Iterable[tuple[int, int, torch.Tensor]]):
+    """The weight-level form of replacing ``z_h`` by a constant vector ``m`` (``(layer, head, m)``):
+    Wo's entries that read head h zeroed and ``Wo[:, h-slice] · m`` (computed in float64, rounded
+    once) added to the output projection's bias — a zero bias is attached while inside when the
+    projection has none. ``o_proj(z with z_h = m) = o_proj(z with z_h = 0) + Wo[:, h] · m`` exactly
+    in real arithmetic; in float32 the two differ by rounding. Restored on exit, verified."""
+    values = [(int(l), int(h), m) for l, h, m in values]
+    for l, h, m in values:
+        adapter.check_head(l, h)
+        if tuple(m.shape) != (adapter.head_dim,):
+            raise InterventionError(f"head ({l}, {h}): the value must be [head_dim = {adapter.head_dim}]")
+    attached, saved = [], []
+    try:
+        with _restoring(saved, lambda i: "a projection with a mean bias"):
+            with torch.no_grad():
+                for l, h, m in values:
+                    proj = adapter.out_proj(l)
+                    if getattr(proj, "bias", None) is None:
+                        w = proj.weight
+                        proj.bias = nn.Parameter(torch.zeros(w.shape[1] if adapter.family.conv1d else w.shape[0],
+                                                             dtype=w.dtype, device=w.device))
+                        attached.append(proj)
+                    cols = adapter.out_weight_for_head(l, h)
+                    shift = (m.double().to(cols.device) @ cols.double() if adapter.family.conv1d
+                             else cols.double() @ m.double().to(cols.device))
+                    saved.append((proj.bias, proj.bias.detach().clone()))
+                    saved.append((cols, cols.detach().clone()))
+                    proj.bias += shift.to(proj.bias.dtype)
+                    cols.zero_()
+            yield values
+    finally:
+        for proj in attached:
+            proj.bias = None
+
+
+def _max_diff(a, b) -> float:
+    if isinstance(a, list):
+        return max(_max_diff(x, y) for x, y in zip(a, b))
+    return float((a - b).abs().max())
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return bool(torch.equal(a, b))
+
+
+def _shape(a) -> list:
+    return [list(x.shape) for x in a] if isinstance(a, list) else list(a.shape)
+
+
+@torch.no_grad()
+def check_against_reference(model, adapter: Adapter, ids, cases: Sequence[tuple[dict, list, Callable]],
+                            tolerance: float, batch: int = 64, what: str = "hook vs reference") -> dict:
+    """Guard 1 (protocol §5): for each case ``(label, edits, reference)``, the FULL logits (every
+    sequence of ``ids``, every position and vocabulary entry) under :func:`intervene` ``(edits)``
+    against those under the context ``reference()`` (a weight-level equivalent). ``label`` names
+    the case (it holds ``layer``). Raises InterventionError if any max |Δ| > ``tolerance``."""
+    per, hooked = [], None
+    for label, edits, reference in cases:
+        with intervene(adapter, edits):
+            hooked = full_logits(model, ids, batch, adapter)
+        with reference():
+            ref = full_logits(model, ids, batch, adapter)
+        per.append(dict(**label, max_abs_diff=_max_diff(hooked, ref), identical=_equal(hooked, ref)))
+    if not per:
+        raise InterventionError(f"{what}: no case to check")
+    worst = max(p["max_abs_diff"] for p in per)
+    record = dict(compared="full logits: every sequence, position and vocabulary entry",
+                  logits_shape=_shape(hooked), n_cuts=len(per),
+                  layers_covered=sorted({p["layer"] for p in per}),
+                  max_abs_diff=worst, all_identical=all(p["identical"] for p in per),
+                  tolerance=tolerance, passed=bool(worst <= tolerance), per_head=per)
+    if not record["passed"]:
+        raise InterventionError(f"{what}: max |Δlogit| = {worst:g} > {tolerance:g} "
+                                f"({[p for p in per if p['max_abs_diff'] > tolerance]})")
+    return record
+
+
+@torch.no_grad()
+def check_restore(model, ids, intact, batch: int = 64, adapter: Adapter | None = None) -> dict:
+    """Guard 2: the logits now (all hooks removed) are identical (torch.equal) to ``intact``."""
+    now = full_logits(model, ids, batch, adapter)
+    identical = _equal(now, intact)
+    diff = _max_diff(now, intact)
+    record = dict(compared="full logits before any cut vs after every hook was removed",
+                  logits_shape=_shape(now), identical=identical, max_abs_diff=diff,
+                  passed=identical)
+    if not identical:
+        raise InterventionError(f"the model did not come back intact after the cuts: max |Δlogit| = {diff:g}")
+    return record
+
+
+def compare_batched(batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
+    """Guard 3: edits batched per row equal the one-at-a-time loop to ``tolerance`` (max |Δ|)."""
+    if batched.shape != looped.shape:
+        raise InterventionError(f"{what}: batched shape {tuple(batched.shape)} vs loop {tuple(looped.shape)}")
+    diff = float((batched.double() - looped.double()).abs().max()) if batched.numel() else 0.0
+    record = dict(compared=what, n_values=int(batched.numel()), max_abs_diff=diff,
+                  tolerance=tolerance, passed=bool(diff <= tolerance))
+    if not record["passed"]:
+        raise InterventionError(f"{what}: batched cuts differ from one-at-a-time by {diff:g} > {tolerance:g}")
+    return record

@@ -1,0 +1,325 @@
+"""The intervention API (headwatch/interventions.py): every site of every family, and its guards —
+hook vs zeroed weights, the model restored (also when the body raises), batched vs loop."""
+import pytest
+import torch
+
+from headwatch.arch import FAMILIES, SITES, Adapter, HeadAddressError, sites_table
+from headwatch.cut import (MEAN_BIAS_TOLERANCE, BatchedCuts, check_hook_vs_mean_bias, cut_heads,
+                           head_means, loop_cuts)
+from headwatch.interventions import (InterventionError, attention_maps, capture, check_against_reference,
+                                     check_restore, compare_batched, full_logits, hooks_on, intervene,
+                                     maps_and_logits, replace, replaced_by_bias, scale, skip, zero,
+                                     zeroed_weights)
+from tiny import ALL_FAMILIES, random_ids, tiny_model
+
+WEIGHTED = ("z", "pattern", "k", "v")        # sites with weights that produce them alone
+
+
+@pytest.fixture(scope="module", params=ALL_FAMILIES)
+def tiny(request):
+    model = tiny_model(request.param)
+    return model, Adapter(model)
+
+
+def _snapshot(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _same(model, snap):
+    return model.state_dict().keys() == snap.keys() and all(
+        torch.equal(v, snap[k]) for k, v in model.state_dict().items())
+
+
+def _unit(a, site, i=1):
+    return None if a.site_units(site) == 0 else i % a.site_units(site)
+
+
+def _value(a, site, rows, T, gen):
+    """A replacement for one unit of a site (per-row values, a leading batch dimension)."""
+    if site == "pattern":
+        p = torch.rand(rows, T, T, generator=gen).tril()
+        return p / p.sum(-1, keepdim=True)
+    width = a.width if site in ("resid", "resid_in") else a.head_dim
+    return torch.randn(rows, T, width, generator=gen)
+
+
+def _every_op(a, site, layer, T, gen):
+    u = _unit(a, site)
+    return [zero(site, layer, u), scale(site, layer, 0.5, u),
+            replace(site, layer, _value(a, site, 1, T, gen)[0], u), capture(site, layer, u)]
+
+
+# ------------------------------------------------------------------ the sites
+def test_every_family_names_a_module_for_every_site(tiny):
+    model, a = tiny
+    modules = {id(m) for m in model.modules()}
+    for layer in range(a.n_layers):
+        for site in SITES:
+            assert id(a.site_module(site, layer)) in modules
+    rows = [r for r in sites_table() if r["family"] == a.family.name]
+    assert {r["site"] for r in rows} == set(SITES)
+    for r in rows:                                   # the table's paths are the adapter's
+        if r["module"] != "(block)":
+            assert r["module"] == a.site_path(r["site"])
+    assert set(FAMILIES) == set(ALL_FAMILIES)
+
+
+@pytest.mark.parametrize("site", list(SITES))
+def test_capture_changes_nothing_and_has_the_site_shape(tiny, site):
+    model, a = tiny
+    ids = random_ids(2, 9)
+    intact = full_logits(model, ids, adapter=a)
+    with intervene(a, [capture(site, l) for l in range(a.n_layers)]) as cap:
+        logits = full_logits(model, ids, adapter=a)
+    assert torch.equal(logits, intact)
+    want = {"z": a.n_heads * a.head_dim, "k": a.n_kv_heads * a.head_dim, "v": a.n_kv_heads * a.head_dim,
+            "resid": a.width, "resid_in": a.width}
+    got = cap.one((site, 1, None))
+    assert got.shape == ((2, a.n_heads, 9, 9) if site == "pattern" else (2, 9, want[site]))
+    assert hooks_on(model) == 0
+
+
+@pytest.mark.parametrize("site", list(SITES))
+def test_every_edit_is_removed_even_when_the_body_raises(tiny, site):
+    model, a = tiny
+    ids = random_ids(2, 8)
+    intact = full_logits(model, ids, adapter=a)
+    snap = _snapshot(model)
+    gen = torch.Generator().manual_seed(0)
+    edits = [e for l in range(a.n_layers) for e in _every_op(a, site, l, 8, gen)]
+    with pytest.raises(RuntimeError, match="boom"):
+        with intervene(a, edits):
+            moved = full_logits(model, ids, adapter=a)
+            assert hooks_on(model) > 0
+            raise RuntimeError("boom")
+    assert (moved - intact).abs().max() > 1e-4          # the edits did something ...
+    assert hooks_on(model) == 0                          # ... and left nothing behind
+    assert _same(model, snap)
+    assert check_restore(model, ids, intact, adapter=a)["identical"]
+
+
+@pytest.mark.parametrize("site", WEIGHTED)
+def test_zero_hook_equals_zeroed_weights_exactly(tiny, site):
+    """A zeroed unit of z, pattern, k or v is the model with that unit's weight entries zeroed:
+    every logit identical (float32), one unit per layer."""
+    model, a = tiny
+    ids = random_ids(2, 10)
+    intact = full_logits(model, ids, adapter=a)
+    snap = _snapshot(model)
+    cases = [(dict(site=site, layer=l, unit=_unit(a, site, l)), [zero(site, l, _unit(a, site, l))],
+              lambda l=l: zeroed_weights(a, [(site, l, _unit(a, site, l))])) for l in range(a.n_layers)]
+    rec = check_against_reference(model, a, ids, cases, 0.0, what=f"{site} hook vs zeroed weights")
+    assert rec["max_abs_diff"] == 0.0 and rec["all_identical"]
+    assert rec["layers_covered"] == list(range(a.n_layers))
+    with intervene(a, [zero(site, 0, _unit(a, site, 0))]):
+        assert (full_logits(model, ids, adapter=a) - intact).abs().max() > 1e-4   # the cut moves
+    assert _same(model, snap) and hooks_on(model) == 0
+    # The guard can fail: a reference that is not the same model is refused.
+    wrong = [(dict(layer=0), [zero(site, 0, _unit(a, site, 0))], lambda: zeroed_weights(a, []))]
+    with pytest.raises(InterventionError, match="max"):
+        check_against_reference(model, a, ids, wrong, 0.0)
+
+
+def test_whole_block_sites_have_no_weight_reference(tiny):
+    model, a = tiny
+    for site in ("resid", "resid_in"):
+        with pytest.raises((InterventionError, HeadAddressError)):
+            with zeroed_weights(a, [(site, 0, 0)]):
+                pass
+    assert hooks_on(model) == 0
+
+
+@pytest.mark.parametrize("site", list(SITES))
+def test_per_row_edits_equal_each_edit_alone(tiny, site):
+    """Row i of one batch with its own edits (masks, per-row values) == those edits alone (1e-5)."""
+    model, a = tiny
+    gen = torch.Generator().manual_seed(1)
+    ids = random_ids(1, 11, seed=4).repeat(4, 1)
+    T = ids.shape[1]
+    last = a.n_layers - 1
+    row_edits = [[],
+                 [zero(site, 1, _unit(a, site, 0))],
+                 [scale(site, last, 3.0, _unit(a, site, 1)), zero(site, 0, _unit(a, site, 1))],
+                 [replace(site, last, _value(a, site, 1, T, gen)[0], _unit(a, site, 2))]]
+    batched_edits = []
+    for i, edits in enumerate(row_edits):
+        rows = torch.zeros(4, dtype=torch.bool)
+        rows[i] = True
+        batched_edits += [type(e)(e.site, e.layer, e.op, e.unit, e.value, rows) for e in edits]
+    with torch.no_grad(), intervene(a, batched_edits):
+        batched = a.logits(ids)
+    for i, edits in enumerate(row_edits):
+        with torch.no_grad(), intervene(a, edits):
+            alone = a.logits(ids[:1])[0]
+        assert compare_batched(batched[i], alone, 1e-5, f"{site} row {i}")["passed"]
+    assert (batched[1] - batched[0]).abs().max() > 1e-4       # rows really differ
+    # Per-row values: each row its own replacement.
+    values = _value(a, site, 4, T, gen)
+    with torch.no_grad(), intervene(a, [replace(site, last, values, _unit(a, site))]):
+        per_row = a.logits(ids)
+    for i in (0, 3):
+        with torch.no_grad(), intervene(a, [replace(site, last, values[i], _unit(a, site))]):
+            assert compare_batched(per_row[i], a.logits(ids[:1])[0], 1e-5, "per-row values")["passed"]
+    with pytest.raises(InterventionError, match="masks for 4 rows"):
+        with torch.no_grad(), intervene(a, batched_edits):
+            a.logits(ids[:2])
+    assert hooks_on(model) == 0
+
+
+# ------------------------------------------------------------------ the pattern
+def test_pattern_capture_is_the_models_own_attention(tiny):
+    """The captured pattern is the model's: transformers' weights bit for bit, and for every
+    family z_h = pattern_h · v_g(h) (so the recomputed pattern of the char model is the one its
+    kernel used, and the group of each head is the adapter's)."""
+    model, a = tiny
+    ids = random_ids(2, 12, seed=2)
+    L = a.n_layers
+    edits = [capture(s, l) for l in range(L) for s in ("pattern", "z", "v")]
+    with torch.no_grad(), intervene(a, edits) as cap:
+        a.logits(ids)
+    if a.family.pattern == "weights":
+        with torch.no_grad():
+            ref = model(ids, output_attentions=True, use_cache=False).attentions
+        assert all(torch.equal(cap.one(("pattern", l, None)), ref[l]) for l in range(L))
+    maps = attention_maps(model, ids, a)
+    assert torch.equal(maps, torch.stack([cap.one(("pattern", l, None)) for l in range(L)], 1).float())
+    assert torch.equal(maps_and_logits(model, ids, a)[0], maps)
+    worst = 0.0
+    for l in range(L):
+        p, z, v = (cap.one((s, l, None)) for s in ("pattern", "z", "v"))
+        for h in range(a.n_heads):
+            g = a.kv_group(h)
+            zh = z[..., h * a.head_dim:(h + 1) * a.head_dim]
+            worst = max(worst, float((p[:, h] @ v[..., g * a.head_dim:(g + 1) * a.head_dim] - zh).abs().max()))
+    assert worst < 1e-5
+    causal = torch.ones(12, 12, dtype=torch.bool).triu(1)
+    assert maps[..., causal].abs().max() == 0 and torch.allclose(maps.sum(-1), torch.ones(()), atol=1e-5)
+
+
+def test_pattern_edits_act_through_z(tiny):
+    model, a = tiny
+    ids = random_ids(2, 10, seed=3)
+    intact = full_logits(model, ids, adapter=a)
+    for op in ("zero", "scale"):
+        p_edit = zero("pattern", 1, 2) if op == "zero" else scale("pattern", 1, 0.25, 2)
+        z_edit = zero("z", 1, 2) if op == "zero" else scale("z", 1, 0.25, 2)
+        with intervene(a, [p_edit]):
+            by_pattern = full_logits(model, ids, adapter=a)
+        with intervene(a, [z_edit]):
+            assert torch.equal(by_pattern, full_logits(model, ids, adapter=a))
+        assert (by_pattern - intact).abs().max() > 1e-4
+    # Replacing a pattern by itself changes nothing; a capture after an edit sees the edit.
+    with torch.no_grad(), intervene(a, [capture("pattern", 2)]) as cap:
+        a.logits(ids)
+    own = cap.one(("pattern", 2, None))
+    with intervene(a, [replace("pattern", 2, own)]):
+        assert compare_batched(full_logits(model, ids, adapter=a), intact, 1e-5, "own pattern")["passed"]
+    uniform = torch.tril(torch.ones(10, 10)) / torch.arange(1, 11)[:, None]
+    with torch.no_grad(), intervene(a, [capture("pattern", 2, 1, key="before"),
+                                        replace("pattern", 2, uniform, 1), capture("pattern", 2, 1)]) as cap:
+        moved = a.logits(ids)
+    assert torch.equal(cap.one("before"), own[:, 1])
+    assert torch.allclose(cap.one(("pattern", 2, 1)), uniform.expand(2, 10, 10))
+    assert (moved.float() - intact).abs().max() > 1e-4
+    assert hooks_on(model) == 0
+
+
+# ------------------------------------------------------------------ skip
+def test_skip_stands_in_for_the_blocks_below(tiny):
+    model, a = tiny
+    ids = random_ids(3, 9, seed=5)
+    intact = full_logits(model, ids, adapter=a)
+    with torch.no_grad(), intervene(a, [capture("resid", 1)]) as cap:
+        a.logits(ids)
+    calls = []
+    with torch.no_grad(), intervene(a, [skip(1, cap.one(("resid", 1, None))), capture("resid_in", 2)]) as seen:
+        handle = a.block(0).register_forward_pre_hook(lambda m, args: calls.append(1))
+        try:
+            skipped = a.logits(ids).float()
+        finally:
+            handle.remove()
+    assert compare_batched(skipped, intact, 1e-5, "skip")["passed"]
+    assert torch.equal(seen.one(("resid_in", 2, None)), cap.one(("resid", 1, None)))
+    assert calls == [1]                      # block 0 was called, its stand-in ran, not its layers
+    assert hooks_on(model) == 0
+    with pytest.raises(InterventionError, match="do not run"):
+        with intervene(a, [skip(1, cap.one(("resid", 1, None))), zero("z", 0, 0)]):
+            pass
+    assert hooks_on(model) == 0
+
+
+# ------------------------------------------------------------------ refusals
+def test_bad_edits_are_refused_before_anything_is_registered(tiny):
+    model, a = tiny
+    bad = [([zero("attn", 0, 0)], HeadAddressError, "unknown site"),
+           ([zero("z", 0, a.n_heads)], HeadAddressError, "does not exist"),
+           ([zero("k", 0, a.n_kv_heads)], HeadAddressError, "key/value group"),
+           ([zero("z", a.n_layers, 0)], HeadAddressError, "does not exist"),
+           ([zero("resid", 0, 1)], HeadAddressError, "no units"),
+           ([capture("z", 0), type(zero("z", 0))("z", 0, "erase", 0)], InterventionError, "unknown op"),
+           ([zero("z", 0, 0, rows=torch.tensor([1, 0]))], InterventionError, "bool"),
+           ([scale("z", 0, "x", 0)], InterventionError, "factor"),
+           ([skip(0, torch.zeros(1)), skip(1, torch.zeros(1))], InterventionError, "one skip")]
+    for edits, err, match in bad:
+        with pytest.raises(err, match=match):
+            with intervene(a, edits):
+                pass
+        assert hooks_on(model) == 0
+    ids = random_ids(2, 6)
+    with pytest.raises(InterventionError, match="values for 3 rows"):
+        with torch.no_grad(), intervene(a, [replace("z", 0, torch.zeros(3, 6, a.head_dim), 0)]):
+            a.logits(ids)
+    assert hooks_on(model) == 0
+
+
+# ------------------------------------------------------------------ mean cuts
+def test_head_means_are_the_mean_of_z_over_rows_and_positions(tiny):
+    model, a = tiny
+    ids = random_ids(5, 7, seed=6)
+    means = head_means(model, a, ids, batch=2)
+    with torch.no_grad(), intervene(a, [capture("z", l) for l in range(a.n_layers)]) as cap:
+        a.logits(ids)
+    for l in range(a.n_layers):
+        z = cap.one(("z", l, None)).double()
+        by_hand = z.reshape(5 * 7, a.n_heads, a.head_dim).mean(0)
+        assert torch.allclose(means[l].double(), by_hand, atol=1e-6)
+
+
+def test_mean_cut_guards(tiny):
+    """Mean cuts: hook vs its bias form (within MEAN_BIAS_TOLERANCE; "zeroed weights" is a zero-cut
+    guard), batched vs loop (1e-5), the model restored; and a mean cut is not a zero cut."""
+    model, a = tiny
+    ids = random_ids(3, 10, seed=7)
+    intact = full_logits(model, ids, adapter=a)
+    snap = _snapshot(model)
+    means = head_means(model, a, ids)
+    heads = [(l, l % a.n_heads) for l in range(a.n_layers)] + [(0, a.n_heads - 1)]
+    biased = [getattr(a.out_proj(l), "bias", None) is not None for l in range(a.n_layers)]
+    rec = check_hook_vs_mean_bias(model, a, ids, heads, means)
+    assert rec["passed"] and rec["max_abs_diff"] <= MEAN_BIAS_TOLERANCE
+    assert rec["layers_covered"] == list(range(a.n_layers))
+    # Weights restored, and a bias attached for the check is gone again.
+    assert _same(model, snap)
+    assert [getattr(a.out_proj(l), "bias", None) is not None for l in range(a.n_layers)] == biased
+    # The bias guard can fail: the bias form of another value is not the same model.
+    wrong = [(dict(layer=0), [replace("z", 0, means[0, 0], 0)],
+              lambda: replaced_by_bias(a, [(0, 0, means[0, 0] + 1.0)]))]
+    with pytest.raises(InterventionError, match="max"):
+        check_against_reference(model, a, ids, wrong, MEAN_BIAS_TOLERANCE)
+    positions = torch.tensor([0, 4, 9])
+    variants = [[], [(1, 0)], [(0, 1), (2, 3)]]
+
+    def reduce(logits, seq):
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    looped = loop_cuts(model, a, ids, variants, reduce, positions, means=means)
+    batched = BatchedCuts(model, a, ids, positions, batch=4, means=means).run_variants(variants, reduce)
+    assert compare_batched(batched, looped, 1e-5, "mean cuts")["passed"]
+    zero_cut = loop_cuts(model, a, ids, variants[1:2], reduce, positions)
+    assert (zero_cut[0] - looped[1]).abs().max() > 1e-4
+    with cut_heads(a, [(1, 0)], means):
+        assert (full_logits(model, ids, adapter=a) - intact).abs().max() > 1e-5
+    assert check_restore(model, ids, intact, adapter=a)["identical"] and hooks_on(model) == 0
+    with pytest.raises(ValueError, match="means must be"):
+        with cut_heads(a, [(1, 0)], means[:, :1]):
+            pass
