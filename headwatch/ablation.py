@@ -1,4 +1,5 @@
-"""The ablation experiments of protocol §5, all through :mod:`headwatch.cut`.
+"""The ablation experiments of protocol §5, all through :mod:`headwatch.cut` (head cuts on the
+intervention API).
 
 * :func:`topk_table` — 5a, targeted vs random: loss per token on copy 1 and
   copy 2 of the eval set with the top-k induction heads cut, and with k heads
@@ -8,10 +9,18 @@
 * :func:`attribution_tables` — 5c: every head cut alone on every phrase, the
   summary, and the non-additivity of the two costliest heads.
 
+**How a head is cut** (``ablation.method``): ``zero`` replaces its voice ``z``
+(its slice of the output projection's input) by 0; ``mean`` replaces it by
+its mean over the eval set's rows and positions (:func:`headwatch.cut.head_means`,
+one capture at ``z``), which keeps the head in its usual range. 5a writes
+both methods side by side (a ``method`` column, the configured one first);
+5b and 5c use the configured method.
+
 Every experiment runs the guards of protocol §5 through :class:`AblationChecks`
-(hook vs zeroed weights on the full logits, batched vs one-at-a-time, the
-model back intact at the end); a failed guard raises
-:class:`~headwatch.cut.CutCheckError` and no table is written.
+(hook vs its weight-level form on the full logits — zeroed Wo columns for zero
+cuts, zeroed columns plus the mean's projection as a bias for mean cuts —,
+batched vs one-at-a-time, the model back intact at the end); a failed guard
+raises :class:`~headwatch.cut.CutCheckError` and no table is written.
 
 **Which positions a loss reads.** A sequence is ``offset`` BOS tokens (0 or 1)
 then copy 1 (positions ``offset .. offset+T-1``) then copy 2 (positions
@@ -37,10 +46,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .arch import Adapter
-from .cut import (BatchedCuts, CutCheckError, Head, check_hook_vs_weights, check_restore,
-                  compare_batched, cut_heads, full_logits, head_mask, cut_rows,
-                  heads_one_per_layer, loop_cuts, normalize_heads)
+from .arch import Adapter, Head, head_label, heads_label
+from .cut import (MEAN_BIAS_TOLERANCE, BatchedCuts, CutCheckError, check_hook_vs_mean_bias,
+                  check_hook_vs_weights, check_restore, compare_batched, cut_heads, cut_rows, full_logits,
+                  head_mask, head_means, heads_one_per_layer, loop_cuts, normalize_heads)
 from .scores import attention_maps, induction_cells, induction_scores, top_heads
 from .sequences import ids_tensor
 
@@ -50,18 +59,36 @@ log = logging.getLogger("headwatch.ablation")
 # settings never changes another's draws.
 STREAMS = {"topk": 0, "circuit": 1}
 
+METHOD_NOTE = dict(
+    zero_cut="a zero cut sets the head's z (its head_dim slice of the output projection's input) to 0",
+    mean_cut="a mean cut sets the head's z to its mean over every position of every eval sequence")
+
 LOSS_POSITIONS_NOTE = (
     "loss per token in nats: mean cross-entropy of predicting token t+1 from position t, "
     "copy 1: t = offset .. offset+T-2, copy 2: t = offset+T .. offset+2T-2 "
     "(T-1 predictions per copy and sequence; offset = 1 if a BOS token was prepended else 0)")
 
 
-def head_label(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
+METHODS = ("zero", "mean")
 
 
-def heads_label(heads: Sequence[Head]) -> str:
-    return " ".join(head_label(l, h) for l, h in heads) if heads else "none"
+def ablation_method(params: dict) -> str:
+    """``ablation.method`` (the schema's default, zero, when the slice has none)."""
+    method = params.get("method", "zero")
+    if method not in METHODS:
+        raise ValueError(f"ablation.method = {method!r}: must be one of {list(METHODS)}")
+    return method
+
+
+def method_means(model, adapter: Adapter, method: str, eval_df: pd.DataFrame | None, batch: int):
+    """The values a cut puts in place of ``z``: None for zero cuts; for mean cuts every head's
+    mean over the eval set's rows and positions ``[L, H, head_dim]``."""
+    if method == "zero":
+        return None
+    if eval_df is None:
+        raise ValueError("ablation.method = mean takes each head's mean over the eval set: "
+                         "the eval sequences are needed")
+    return head_means(model, adapter, ids_tensor(eval_df), batch)
 
 
 # ----------------------------------------------------------------- helpers
@@ -121,18 +148,35 @@ class AblationChecks:
 
     def __init__(self, model, adapter: Adapter, guard_ids: torch.Tensor, batch: int = 64):
         self.model, self.adapter, self.ids, self.batch = model, adapter, guard_ids, batch
-        self.intact = full_logits(model, guard_ids, batch)
+        self.intact = full_logits(model, guard_ids, batch, adapter)
         self.records: dict = {}
         self.batched: list[dict] = []
 
     def hook_vs_weights(self, extra_heads: Sequence[Head] = (), tolerance: float = 0.0) -> dict:
-        """Guard 1 on one head per layer plus ``extra_heads`` (those the experiment cuts)."""
+        """Guard 1 for zero cuts on one head per layer plus ``extra_heads`` (those the experiment cuts)."""
         heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
         rec = check_hook_vs_weights(self.model, self.adapter, self.ids, heads, tolerance, self.batch)
         log.info("guard hook vs zeroed weights: %d cuts, max |Δlogit| = %g over %s logits",
                  rec["n_cuts"], rec["max_abs_diff"], rec["logits_shape"])
         self.records["hook_vs_weights"] = rec
         return rec
+
+    def hook_vs_mean_bias(self, means: torch.Tensor, extra_heads: Sequence[Head] = ()) -> dict:
+        """Guard 1 for mean cuts ("zeroed weights" is a zero-cut guard): the hook against Wo's
+        columns zeroed plus the mean's projection as a bias, within MEAN_BIAS_TOLERANCE."""
+        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
+        rec = check_hook_vs_mean_bias(self.model, self.adapter, self.ids, heads, means,
+                                      MEAN_BIAS_TOLERANCE, self.batch)
+        log.info("guard mean cut by hook vs its bias form: %d cuts, max |Δlogit| = %g (tolerance %g)",
+                 rec["n_cuts"], rec["max_abs_diff"], MEAN_BIAS_TOLERANCE)
+        self.records["hook_vs_mean_bias"] = rec
+        return rec
+
+    def hook(self, means: torch.Tensor | None, extra_heads: Sequence[Head], tolerance: float) -> dict:
+        """Guard 1 for the cuts an experiment makes: zero cuts (``means`` None) or mean cuts."""
+        if means is None:
+            return self.hook_vs_weights(extra_heads, tolerance)
+        return self.hook_vs_mean_bias(means, extra_heads)
 
     def compare(self, batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
         rec = compare_batched(batched.cpu(), looped.cpu(), tolerance, what)
@@ -142,7 +186,7 @@ class AblationChecks:
 
     def finish(self) -> dict:
         """Guard 2 (model back intact), then the whole record."""
-        rec = check_restore(self.model, self.ids, self.intact, self.batch)
+        rec = check_restore(self.model, self.ids, self.intact, self.batch, self.adapter)
         log.info("guard restore: identical = %s (max |Δlogit| = %g)", rec["identical"], rec["max_abs_diff"])
         self.records["restore"] = rec
         if not self.batched:
@@ -167,10 +211,12 @@ def _targeted(scores: pd.DataFrame, top_n: int, adapter: Adapter) -> list[Head]:
 # ----------------------------------------------------------------- 5a
 def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict,
                checks: AblationChecks) -> tuple[pd.DataFrame, dict]:
-    """5a: loss per token on copy 1 / copy 2 for intact, targeted top-k and random k heads.
+    """5a: loss per token on copy 1 / copy 2 for intact, targeted top-k and random k heads,
+    with both cut methods (rows of the configured ``ablation.method`` first; the same draws).
 
-    ``params``: the ``ablation`` config slice (top_n, k, random_draws, seed, batch, tolerance,
-    hook_tolerance). Random heads come from outside the top_n targeted set (never a targeted head).
+    ``params``: the ``ablation`` config slice (top_n, k, random_draws, seed, method, batch,
+    tolerance, hook_tolerance). Random heads come from outside the top_n targeted set (never a
+    targeted head).
     """
     top_n, ks, draws = int(params["top_n"]), [int(k) for k in params["k"]], int(params["random_draws"])
     if max(ks) > top_n:
@@ -178,7 +224,11 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
     targeted = _targeted(scores, top_n, adapter)
     pool = [h for h in adapter.heads() if h not in set(targeted)]
     log.info("targeted set (top %d by induction): %s", top_n, heads_label(targeted))
-    checks.hook_vs_weights(targeted, params["hook_tolerance"])
+    configured = ablation_method(params)
+    methods = [configured] + [m for m in METHODS if m != configured]
+    means = {m: method_means(model, adapter, m, eval_df, params["batch"]) for m in methods}
+    for m in methods:
+        checks.hook(means[m], targeted, params["hook_tolerance"])
 
     ids = ids_tensor(eval_df)
     T, offset = int(eval_df.half_length.iloc[0]), int(eval_df.offset.iloc[0])
@@ -194,20 +244,35 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
         rand = random_heads(pool, k, draws, params["seed"], "topk", k)
         index[("random", k)] = list(range(len(variants), len(variants) + draws))
         variants += rand
-    log.info("5a: %d cut variants × %d eval sequences", len(variants), len(ids))
-    runner = BatchedCuts(model, adapter, ids, positions, params["batch"])
-    losses = runner.run_variants(variants, reduce).cpu()                  # [V, N, P]
+    log.info("5a: %d cut variants × %d eval sequences × %d methods", len(variants), len(ids), len(methods))
+    rows = []
+    for method in methods:
+        rows += _topk_rows(model, adapter, ids, positions, len(c1), reduce, variants, index, targeted,
+                           ks, method, means[method], params, checks)
+    df = pd.DataFrame(rows)
+    note = dict(positions=LOSS_POSITIONS_NOTE, half_length=T, offset=offset, sequences=len(ids),
+                top_n=top_n, targeted_set=heads_label(targeted), random_pool=len(pool),
+                random="k heads drawn without replacement from the heads outside the targeted set; "
+                       f"numpy default_rng([seed={params['seed']}, stream={STREAMS['topk']}, k])",
+                method=f"rows of each cut method, the configured ablation.method ({configured}) first; "
+                       "the same heads and draws for both",
+                **METHOD_NOTE)
+    return df, note
 
+
+def _topk_rows(model, adapter, ids, positions, n1, reduce, variants, index, targeted, ks, method, means,
+               params, checks) -> list[dict]:
+    """The 5a rows of one cut method: batched losses of every variant, guard 3 against the loop."""
+    runner = BatchedCuts(model, adapter, ids, positions, params["batch"], means=means)
+    losses = runner.run_variants(variants, reduce).cpu()                  # [V, N, P]
     # Guard 3 on the intact model, the largest targeted cut and the first random draw of it.
     kmax = max(ks)
     check_v = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
     looped = loop_cuts(model, adapter, ids, [variants[v] for v in check_v], reduce, positions,
-                       params["batch"]).cpu()
+                       params["batch"], means).cpu()
     checks.compare(losses[check_v], looped, params["tolerance"],
-                   f"5a loss per token (nats), {len(check_v)} variants × {len(ids)} sequences × "
-                   f"{len(positions)} positions")
-
-    n1 = len(c1)
+                   f"5a loss per token (nats), {method} cuts, {len(check_v)} variants × {len(ids)} "
+                   f"sequences × {len(positions)} positions")
     per_copy = torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
                            dim=1).double().numpy()                             # [V, 2]
     rows = []
@@ -219,8 +284,8 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
             raise CutCheckError(f"random draws for k={k} cut different numbers of heads: {sizes}")
         if any(h in set(targeted) for v in r for h in variants[v]):
             raise CutCheckError("a random control contains a targeted head")
-        row = dict(k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=sizes.pop(), n_draws=len(r),
-                   targeted_heads=heads_label(variants[t]),
+        row = dict(method=method, k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=sizes.pop(),
+                   n_draws=len(r), targeted_heads=heads_label(variants[t]),
                    random_heads=[heads_label(variants[v]) for v in r])
         for c, name in ((0, "copy1"), (1, "copy2")):
             rl = per_copy[r, c]
@@ -228,20 +293,16 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
                         f"random_{name}_mean": rl.mean(), f"random_{name}_min": rl.min(),
                         f"random_{name}_max": rl.max()})
         rows.append(row)
-    df = pd.DataFrame(rows)
-    note = dict(positions=LOSS_POSITIONS_NOTE, half_length=T, offset=offset, sequences=len(ids),
-                top_n=top_n, targeted_set=heads_label(targeted), random_pool=len(pool),
-                random="k heads drawn without replacement from the heads outside the targeted set; "
-                       f"numpy default_rng([seed={params['seed']}, stream={STREAMS['topk']}, k])")
-    return df, note
+    return rows
 
 
 # ----------------------------------------------------------------- 5b
 @torch.no_grad()
 def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length: int, offset: int,
-                         variants: Sequence[Sequence[Head]], batch: int = 64) -> torch.Tensor:
+                         variants: Sequence[Sequence[Head]], batch: int = 64,
+                         means: torch.Tensor | None = None) -> torch.Tensor:
     """Induction score of every head (protocol §4 formula, :func:`scores.induction_cells`) under each
-    variant's cut, batched with :func:`cut_rows`: ``[V, n_layers, n_heads]``."""
+    variant's cut (zero, or mean with ``means``), batched with :func:`cut_rows`: ``[V, n_layers, n_heads]``."""
     dev = next(model.parameters()).device
     ids = ids.to(dev)
     n = len(ids)
@@ -252,8 +313,8 @@ def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length
     rows_per = max(1, int(batch))
     for i in range(0, len(masks), rows_per):
         m = masks[i:i + rows_per]
-        with cut_rows(adapter, m.to(dev)):
-            cells = induction_cells(attention_maps(model, ids[seq[i:i + rows_per].to(dev)]),
+        with cut_rows(adapter, m.to(dev), means):
+            cells = induction_cells(attention_maps(model, ids[seq[i:i + rows_per].to(dev)], adapter),
                                     half_length, offset)                     # [B, L, H, T-1]
         var = torch.arange(i, i + len(m)) // n
         sums.index_add_(0, var, cells.sum(dim=-1).double().cpu())
@@ -262,11 +323,13 @@ def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length
 
 
 def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame,
-                   params: dict, checks: AblationChecks) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+                   params: dict, checks: AblationChecks, eval_df: pd.DataFrame | None = None
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """5b: re-score induction on the circuit set with the top previous-token head cut.
 
     ``params``: the ``ablation`` config slice (top_n, random_draws, seed, circuit.half_threshold,
-    batch, tolerance, hook_tolerance).
+    method, batch, tolerance, hook_tolerance). Cuts by the configured method (mean cuts take
+    their means over ``eval_df``).
     The random control cuts one head at a time, ``random_draws`` distinct heads drawn from the
     heads that are neither the previous-token head nor in the top_n induction set.
     """
@@ -279,16 +342,18 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     rand = _distinct_singles(pool, draws, params["seed"])
     log.info("5b: previous-token head %s, best induction head %s, random heads %s",
              head_label(*prev), head_label(*best), heads_label(rand))
-    checks.hook_vs_weights([prev, best] + rand, params["hook_tolerance"])
+    method = ablation_method(params)
+    means = method_means(model, adapter, method, eval_df, params["batch"])
+    checks.hook(means, [prev, best] + rand, params["hook_tolerance"])
 
     ids = ids_tensor(circuit_df)
     T, offset = int(circuit_df.half_length.iloc[0]), int(circuit_df.offset.iloc[0])
     variants = [[], [prev]] + [[h] for h in rand]
-    ind = induction_under_cuts(model, adapter, ids, T, offset, variants, params["batch"])  # [V, L, H]
+    ind = induction_under_cuts(model, adapter, ids, T, offset, variants, params["batch"], means)  # [V, L, H]
     # Guard 3: the batched re-scoring equals scores.induction_scores run under cut_heads.
     looped = []
     for v in (0, 1, 2):
-        with cut_heads(adapter, variants[v]):
+        with cut_heads(adapter, variants[v], means):
             looped.append(induction_scores(model, adapter, ids, T, offset, params["batch"]))
     checks.compare(ind[:3], torch.stack(looped), params["tolerance"],
                    "5b induction scores of every head: intact, previous-token cut, first random cut")
@@ -323,10 +388,10 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     c1, c2 = copy_positions(T, offset)
     positions = torch.cat([c1, c2])
     loss_variants = [[], [best], [prev]] + [[h] for h in rand]
-    runner = BatchedCuts(model, adapter, ids, positions, params["batch"])
+    runner = BatchedCuts(model, adapter, ids, positions, params["batch"], means=means)
     reduce = token_losses(ids, positions)
     losses = runner.run_variants(loss_variants, reduce).cpu()
-    looped = loop_cuts(model, adapter, ids, loss_variants[:3], reduce, positions, params["batch"]).cpu()
+    looped = loop_cuts(model, adapter, ids, loss_variants[:3], reduce, positions, params["batch"], means).cpu()
     checks.compare(losses[:3], looped, params["tolerance"],
                    "5b loss per token (nats): intact, best induction cut, previous-token cut")
     n1 = len(c1)
@@ -346,7 +411,8 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
                 random=f"{len(rand)} distinct single heads, not the previous-token head nor in the top "
                        f"{top_n} induction set; numpy default_rng([seed={params['seed']}, "
                        f"stream={STREAMS['circuit']}, 0])",
-                lose_half="intact induction > half_threshold and score after the cut < intact / 2")
+                lose_half="intact induction > half_threshold and score after the cut < intact / 2",
+                method=method, cut=METHOD_NOTE[f"{method}_cut"])
     return sc, pd.DataFrame(lrows), note
 
 
@@ -361,21 +427,25 @@ def _phrase_ids(row) -> torch.Tensor:
 
 
 def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: dict,
-                       checks: AblationChecks) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+                       checks: AblationChecks, eval_df: pd.DataFrame | None = None
+                       ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """5c: probability of each phrase's expected token with every head cut alone.
 
     ``params``: the ``ablation`` config slice (attribution.no_effect_points, attribution.together,
-    batch, tolerance, hook_tolerance).
+    method, batch, tolerance, hook_tolerance). Cuts by the configured method (mean cuts take
+    their means over ``eval_df``).
     """
     thr, together = float(params["attribution"]["no_effect_points"]), int(params["attribution"]["together"])
-    checks.hook_vs_weights((), params["hook_tolerance"])
+    method = ablation_method(params)
+    means = method_means(model, adapter, method, eval_df, params["batch"])
+    checks.hook(means, (), params["hook_tolerance"])
     heads = adapter.heads()
     attr_rows, summary, pairs = [], [], []
     for row in phrases.itertuples():
         ids = _phrase_ids(row)
         last = torch.tensor([ids.shape[1] - 1])
         reduce = prob_of(int(row.expected_id))
-        runner = BatchedCuts(model, adapter, ids, last, params["batch"])
+        runner = BatchedCuts(model, adapter, ids, last, params["batch"], means=means)
         singles = [[]] + [[h] for h in heads]
         p = runner.run_variants(singles, reduce).cpu()[:, 0, 0].double().numpy()   # [1 + L*H]
         p0 = p[0]
@@ -386,7 +456,7 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: d
         p2 = runner.run_variants([costly, [a, b]], reduce).cpu()[:, 0, 0].double().numpy()
         # Guard 3: one cut per layer, the intact model, the pair and the N costliest, one at a time.
         probe = [[]] + [[h] for h in heads_one_per_layer(adapter)]
-        looped = loop_cuts(model, adapter, ids, probe + [costly, [a, b]], reduce, last).cpu()[:, 0, 0]
+        looped = loop_cuts(model, adapter, ids, probe + [costly, [a, b]], reduce, last, means=means).cpu()[:, 0, 0]
         batched = torch.tensor([p[0]] + [p[1 + heads.index(h[0])] for h in probe[1:]] + list(p2))
         checks.compare(batched, looped.double(), params["tolerance"],
                        f"5c probability of {row.expected!r} on {row.phrase!r}")
@@ -412,7 +482,8 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: d
                 probability="softmax over the full vocabulary at the phrase's last position, "
                             "of the expected next token",
                 no_effect=f"|drop| < {thr} points", together=f"the {together} costliest heads cut together",
-                pairs="A, B = the two costliest heads; nonadditivity = drop_both − (drop_a + drop_b)")
+                pairs="A, B = the two costliest heads; nonadditivity = drop_both − (drop_a + drop_b)",
+                method=method, cut=METHOD_NOTE[f"{method}_cut"])
     return pd.DataFrame(attr_rows), pd.DataFrame(summary), pd.DataFrame(pairs), note
 
 
@@ -430,20 +501,24 @@ def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFram
     return table, note, checks.finish()
 
 
-def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame, params: dict):
-    """Rule ablation_circuit: (scores table, loss table, note, checks record)."""
+def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame, params: dict,
+                eval_df: pd.DataFrame | None = None):
+    """Rule ablation_circuit: (scores table, loss table, note, checks record). ``eval_df``: the eval
+    set, needed by mean cuts."""
     checks = AblationChecks(model, adapter, ids_tensor(circuit_df.head(int(params["guard_sequences"]))),
                             params["batch"])
-    sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, params, checks)
+    sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, params, checks, eval_df)
     return sc, loss, note, checks.finish()
 
 
-def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, params: dict):
-    """Rule ablation_attribution: (attribution, summary, pairs, note, checks record).
+def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, params: dict,
+                    eval_df: pd.DataFrame | None = None):
+    """Rule ablation_attribution: (attribution, summary, pairs, note, checks record). ``eval_df``:
+    the eval set, needed by mean cuts.
 
     The guards run on every phrase."""
     checks = AblationChecks(model, adapter, phrase_ids(phrases), params["batch"])
-    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, params, checks)
+    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, params, checks, eval_df)
     return attr, summary, pairs, note, checks.finish()
 
 
@@ -452,8 +527,9 @@ def merge_checks(records: dict[str, dict]) -> dict:
     failed = [name for name, rec in records.items() if not rec.get("passed")]
     if failed:
         raise CutCheckError(f"ablation guards failed in: {failed}")
-    summary = dict(
-        hook_vs_weights_max_abs_diff=max(r["hook_vs_weights"]["max_abs_diff"] for r in records.values()),
+    summary = {f"{guard}_max_abs_diff": max(r[guard]["max_abs_diff"] for r in records.values() if guard in r)
+               for guard in ("hook_vs_weights", "hook_vs_mean_bias") if any(guard in r for r in records.values())}
+    summary.update(
         restore_identical=all(r["restore"]["identical"] for r in records.values()),
         batched_vs_loop_max_abs_diff=max(r["batched_vs_loop"]["max_abs_diff"] for r in records.values()))
     return dict(passed=True, **summary, rules=records)

@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 
 from .checks import assert_finite
+from .interventions import maps_and_logits
 
 
 def check_maps(maps: torch.Tensor, what: str, atol: float = 1e-4) -> None:
@@ -73,17 +74,16 @@ def predictions_table(model, tokenizer, phrase_row, logits_last: torch.Tensor, t
 
 
 @torch.no_grad()
-def phrase_outputs(model, tokenizer, phrases: pd.DataFrame, quantum: int, top: int):
-    """(maps, tokens, predictions) tables for every phrase: one forward each."""
-    device = next(model.parameters()).device
+def phrase_outputs(model, tokenizer, phrases: pd.DataFrame, quantum: int, top: int, adapter=None):
+    """(maps, tokens, predictions) tables for every phrase: one forward each, the maps by a
+    capture at the ``pattern`` site."""
     maps_parts, pred_parts = [], []
     for row in phrases.itertuples():
-        ids = torch.tensor([list(row.token_ids)], device=device)
-        out = model(ids, output_attentions=True)
-        maps = torch.stack(out.attentions, dim=1)[0].float()   # [L, H, T, T]
+        maps, logits = maps_and_logits(model, torch.tensor([list(row.token_ids)]), adapter)
+        maps = maps[0]                                         # [L, H, T, T]
         check_maps(maps, f"phrase {row.phrase}: attention maps")
         maps_parts.append(maps_table(row.phrase, maps, quantum))
-        pred_parts.append(predictions_table(model, tokenizer, row, out.logits[0, -1], top))
+        pred_parts.append(predictions_table(model, tokenizer, row, logits[0, -1], top))
     return pd.concat(maps_parts, ignore_index=True), tokens_table(phrases), pd.concat(pred_parts, ignore_index=True)
 
 

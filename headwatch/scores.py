@@ -12,7 +12,8 @@ Each score is the plain mean of the cells it reads, pooled over sequences:
 
 The ``*_cells`` functions return exactly the cells a score reads, for any
 leading dimensions ``[..., T, T]``; scoring a model reduces them inside the
-forward pass, one batch at a time, so no full set of maps is ever held.
+forward pass, one batch at a time, so no full set of maps is ever held. The maps
+are a capture at the ``pattern`` site (:func:`headwatch.interventions.attention_maps`).
 """
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ import logging
 import pandas as pd
 import torch
 
+from .interventions import attention_maps   # the maps every score reads (also importable from here)
+
 log = logging.getLogger("headwatch.scores")
 
+#: The four scores, in the order of every table, figure and page.
 SCORES = ("sink", "prev", "self", "induction")
+PROSE_SCORES = SCORES[:3]       # read on the prose sentences; induction on the repeated sequences
 
 
 def sink_cells(A: torch.Tensor) -> torch.Tensor:
@@ -43,17 +48,6 @@ def induction_cells(A: torch.Tensor, half_length: int, offset: int = 0) -> torch
     T = half_length
     diag = torch.diagonal(A, offset=-(T - 1), dim1=-2, dim2=-1)  # element j is A[j+T-1, j]
     return diag[..., offset + 1: offset + T]
-
-
-@torch.no_grad()
-def attention_maps(model, ids: torch.Tensor) -> torch.Tensor:
-    """Every head's attention for a batch: [batch, layers, heads, T, T] (float32)."""
-    device = next(model.parameters()).device
-    out = model(ids.to(device), output_attentions=True)
-    if out.attentions is None or out.attentions[0] is None:
-        raise RuntimeError("the model returned no attention weights; load it with "
-                           "attn_implementation='eager'")
-    return torch.stack(out.attentions, dim=1).float()
 
 
 class _Mean:
@@ -80,7 +74,7 @@ def induction_scores(model, adapter, ids: torch.Tensor, half_length: int, offset
     """Induction score of every head: [layers, heads]."""
     acc = _Mean()
     for chunk in _batches(ids, batch):
-        acc.add(induction_cells(attention_maps(model, chunk), half_length, offset))
+        acc.add(induction_cells(attention_maps(model, chunk, adapter=adapter), half_length, offset))
     return acc.mean()
 
 
@@ -89,10 +83,10 @@ def prose_scores(model, adapter, sentences: list[torch.Tensor]) -> dict[str, tor
 
     Sentences have different lengths, so each runs alone (no padding to mask).
     """
-    accs = {name: _Mean() for name in ("sink", "prev", "self")}
+    accs = {name: _Mean() for name in PROSE_SCORES}
     cells = {"sink": sink_cells, "prev": prev_cells, "self": self_cells}
     for ids in sentences:
-        maps = attention_maps(model, ids.reshape(1, -1))
+        maps = attention_maps(model, ids.reshape(1, -1), adapter=adapter)
         for name, acc in accs.items():
             acc.add(cells[name](maps))
     return {name: acc.mean() for name, acc in accs.items()}

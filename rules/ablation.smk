@@ -6,7 +6,7 @@
 # results/{model}/ablation/checks.json.
 ABLATION = f"{RESULTS}/{{model}}/ablation"
 ABLATION_TABLES = ["topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary", "pairs"]
-ABLATION_COMMON = ["batch", "tolerance", "hook_tolerance"]
+ABLATION_COMMON = ["batch", "tolerance", "hook_tolerance", "method"]
 
 
 def ablation_targets():
@@ -45,6 +45,7 @@ rule ablation_circuit:
     input:
         model=lambda w: prepared(w.model),
         circuit=lambda w: sequence_table(w.model, "circuit"),
+        eval=lambda w: sequence_table(w.model, "eval"),     # ablation.method = mean: the means
         scores=lambda w: scores_table(w.model),
     output:
         scores=f"{ABLATION}/circuit_scores.parquet",
@@ -68,6 +69,7 @@ rule ablation_attribution:
     input:
         model=lambda w: prepared(w.model),
         phrases=lambda w: sequence_table(w.model, "phrases"),
+        eval=lambda w: sequence_table(w.model, "eval"),     # ablation.method = mean: the means
     output:
         attribution=f"{ABLATION}/attribution.parquet",
         summary=f"{ABLATION}/attribution_summary.parquet",

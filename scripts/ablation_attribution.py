@@ -10,7 +10,7 @@ i, o, p = snakemake.input, snakemake.output, snakemake.params
 with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, p.device)
     attribution, summary, pairs, note, checks = run_attribution(
-        model, adapter, read_parquet(i.phrases), dict(p.ablation))
+        model, adapter, read_parquet(i.phrases), dict(p.ablation), read_parquet(i.eval))
     write_json(checks, o.checks)
     write_parquet(attribution, o.attribution, note=note)
     write_parquet(summary, o.summary, note=note)

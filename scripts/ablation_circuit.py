@@ -10,7 +10,7 @@ i, o, p = snakemake.input, snakemake.output, snakemake.params
 with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, p.device)
     scores, loss, note, checks = run_circuit(model, adapter, read_parquet(i.circuit),
-                                             read_parquet(i.scores), dict(p.ablation))
+                                             read_parquet(i.scores), dict(p.ablation), read_parquet(i.eval))
     write_json(checks, o.checks)
     write_parquet(scores, o.scores, note=note)
     write_parquet(loss, o.loss, note=note)

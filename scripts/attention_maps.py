@@ -10,7 +10,7 @@ p, out = snakemake.params, snakemake.output
 with log_to(snakemake.log[0], snakemake.threads):
     model, tokenizer, adapter = load_prepared(Path(snakemake.input.model).parent, p.dtype, p.device)
     maps, tokens, predictions = phrase_outputs(model, tokenizer, read_parquet(snakemake.input.phrases),
-                                               p.quantum, p.top)
+                                               p.quantum, p.top, adapter)
     write_parquet(maps, out.maps, note=dict(
         weight=f"quantized to 1/{p.quantum}: stored rows sum to 1 only within that step per cell",
         cells="row >= col only; cells above the diagonal are 0 (causal mask) and not stored",

@@ -5,7 +5,7 @@ import torch
 
 from headwatch.checks import read_parquet, write_parquet
 from headwatch.models import load_prepared
-from headwatch.scores import head_scores
+from headwatch.scores import SCORES, head_scores
 from headwatch.sequences import ids_tensor
 from headwatch.workflow import log_to
 
@@ -17,7 +17,7 @@ with log_to(snakemake.log[0], snakemake.threads) as log:
     table = head_scores(model, adapter, [torch.tensor(list(ids)) for ids in prose.token_ids],
                         ids_tensor(induction), int(induction.half_length.iloc[0]),
                         int(induction.offset.iloc[0]), p.batch)
-    for score in ("sink", "prev", "self", "induction"):
+    for score in SCORES:
         top = table.sort_values(score, ascending=False).head(5)
         log.info("top %s: %s", score, [(int(r.layer), int(r.head), round(getattr(r, score), 3))
                                        for r in top.itertuples()])

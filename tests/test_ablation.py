@@ -25,6 +25,16 @@ def _repeated(n, seed):
                              offset=OFFSET))
 
 
+def _copy_losses(model, adapter, ids, heads, means=None):
+    with cut_heads(adapter, heads, means):
+        logits = full_logits(model, ids)
+    c1 = F.cross_entropy(logits[:, OFFSET:OFFSET + T - 1].reshape(-1, logits.shape[-1]),
+                         ids[:, OFFSET + 1:OFFSET + T].reshape(-1))
+    c2 = F.cross_entropy(logits[:, OFFSET + T:OFFSET + 2 * T - 1].reshape(-1, logits.shape[-1]),
+                         ids[:, OFFSET + T + 1:OFFSET + 2 * T].reshape(-1))
+    return float(c1), float(c2)
+
+
 @pytest.fixture(scope="module")
 def setup():
     model = tiny_model("llama")
@@ -93,7 +103,8 @@ def test_random_heads_reproducible_and_sized():
 
 def test_topk_targeted_vs_random(setup, topk):
     model, adapter, scores = setup
-    eval_df, table, note, checks = topk
+    eval_df, both, note, checks = topk
+    table = both[both.method == "zero"].reset_index(drop=True)      # the configured method (zero)
     ranked = scores.sort_values(["induction", "layer", "head"], ascending=[False, True, True])
     targeted = [A.head_label(int(r.layer), int(r["head"])) for _, r in ranked.head(3).iterrows()]
     assert table.k.tolist() == [1, 2, 3]
@@ -109,13 +120,7 @@ def test_topk_targeted_vs_random(setup, topk):
     # The losses, recomputed by hand from full logits (targets inside each copy).
     ids = torch.tensor(np.stack(eval_df.token_ids))
     def copy_losses(heads):
-        with cut_heads(adapter, heads):
-            logits = full_logits(model, ids)
-        c1 = F.cross_entropy(logits[:, OFFSET:OFFSET + T - 1].reshape(-1, logits.shape[-1]),
-                             ids[:, OFFSET + 1:OFFSET + T].reshape(-1))
-        c2 = F.cross_entropy(logits[:, OFFSET + T:OFFSET + 2 * T - 1].reshape(-1, logits.shape[-1]),
-                             ids[:, OFFSET + T + 1:OFFSET + 2 * T].reshape(-1))
-        return float(c1), float(c2)
+        return _copy_losses(model, adapter, ids, heads)
     i1, i2 = copy_losses([])
     assert np.allclose(table.intact_copy1, i1, atol=1e-5) and np.allclose(table.intact_copy2, i2, atol=1e-5)
     heads3 = [(int(t[1:].split("H")[0]), int(t.split("H")[1])) for t in targeted]
@@ -124,7 +129,7 @@ def test_topk_targeted_vs_random(setup, topk):
     assert abs(t2 - i2) > 1e-4                                 # the cut does something
     # Reproducible from the seed.
     again, _, _ = A.run_topk(model, adapter, eval_df, scores, PARAMS)
-    pd.testing.assert_frame_equal(table, again)
+    pd.testing.assert_frame_equal(both, again)
     assert checks["passed"] and checks["hook_vs_weights"]["max_abs_diff"] == 0.0
     assert checks["restore"]["identical"] and checks["batched_vs_loop"]["max_abs_diff"] <= 1e-5
     assert "t = offset+T .. offset+2T-2" in note["positions"]
@@ -214,3 +219,62 @@ def test_figures_from_tables(tmp_path, topk, circuit, attribution):
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="no attribution rows"):
         figs.attribution_heatmap(attribution[1], "missing")
+
+
+# ----------------------------------------------------------------- mean cuts
+def test_topk_writes_both_methods_side_by_side(setup, topk):
+    """5a: one row per (method, k), the configured method first, the same heads and draws for both;
+    mean rows are losses with each cut head's z replaced by its mean over the eval set."""
+    model, adapter, scores = setup
+    eval_df, table, note, checks = topk
+    assert table.columns[0] == "method" and table.method.tolist() == ["zero"] * 3 + ["mean"] * 3
+    zero_rows, mean_rows = (table[table.method == m].reset_index(drop=True) for m in ("zero", "mean"))
+    for col in ("k", "targeted_heads", "random_heads", "intact_copy1", "intact_copy2"):
+        assert zero_rows[col].tolist() == mean_rows[col].tolist()
+    ids = torch.tensor(np.stack(eval_df.token_ids))
+    means = A.head_means(model, adapter, ids)
+    heads3 = [(int(t[1:].split("H")[0]), int(t.split("H")[1])) for t in mean_rows.targeted_heads.iloc[-1].split()]
+    m1, m2 = _copy_losses(model, adapter, ids, heads3, means)
+    assert abs(mean_rows.targeted_copy1.iloc[-1] - m1) < 1e-5 and abs(mean_rows.targeted_copy2.iloc[-1] - m2) < 1e-5
+    assert abs(mean_rows.targeted_copy2.iloc[-1] - zero_rows.targeted_copy2.iloc[-1]) > 1e-4
+    assert checks["hook_vs_weights"]["max_abs_diff"] == 0.0
+    assert checks["hook_vs_mean_bias"]["passed"]
+    assert checks["hook_vs_mean_bias"]["max_abs_diff"] <= A.MEAN_BIAS_TOLERANCE
+    assert len(checks["batched_vs_loop"]["comparisons"]) == 2                  # one per method
+    assert "configured ablation.method (zero) first" in note["method"]
+    configured_mean, _, _ = A.run_topk(model, adapter, eval_df, scores, dict(PARAMS, method="mean"))
+    assert configured_mean.method.tolist() == ["mean"] * 3 + ["zero"] * 3
+    pd.testing.assert_frame_equal(configured_mean[configured_mean.method == "zero"].reset_index(drop=True),
+                                  zero_rows)
+
+
+def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit, attribution):
+    model, adapter, scores = setup
+    eval_df = topk[0]
+    params = dict(PARAMS, method="mean")
+    with pytest.raises(ValueError, match="ablation.method = mean"):
+        A.run_circuit(model, adapter, circuit[0], scores, params)
+    with pytest.raises(ValueError, match="ablation.method"):
+        A.run_circuit(model, adapter, circuit[0], scores, dict(PARAMS, method="median"), eval_df)
+    sc, loss, note, checks = A.run_circuit(model, adapter, circuit[0], scores, params, eval_df)
+    assert note["method"] == "mean" and "hook_vs_mean_bias" in checks and "hook_vs_weights" not in checks
+    means = A.head_means(model, adapter, torch.tensor(np.stack(eval_df.token_ids)))
+    ids = torch.tensor(np.stack(circuit[0].token_ids))
+    prev = sc.prev_head.iloc[0]
+    prev = (int(prev[1:].split("H")[0]), int(prev.split("H")[1]))
+    with cut_heads(adapter, [prev], means):
+        after = induction_scores(model, adapter, ids, T, OFFSET)
+    for r in sc.itertuples():
+        assert abs(r.after_prev_cut - after[r.layer, r.head]) < 1e-5
+    zero_sc = circuit[1]
+    assert not np.allclose(sc.after_prev_cut, zero_sc.after_prev_cut, atol=1e-6)   # a different cut
+    phrases = attribution[0]
+    attr, summary, pairs, note, checks = A.run_attribution(model, adapter, phrases, params, eval_df)
+    assert note["method"] == "mean" and checks["passed"] and "hook_vs_mean_bias" in checks
+    row = attr.iloc[5]
+    ph = phrases.set_index("phrase").loc[row.phrase]
+    with torch.no_grad(), cut_heads(adapter, [(int(row.layer), int(row["head"]))], means):
+        p = torch.softmax(model(torch.tensor([ph.token_ids])).logits[0, -1], -1)[ph.expected_id]
+    assert abs(row.p_cut - float(p)) < 1e-6
+    merged = A.merge_checks({"topk": topk[3], "attribution": checks})
+    assert merged["hook_vs_mean_bias_max_abs_diff"] <= A.MEAN_BIAS_TOLERANCE

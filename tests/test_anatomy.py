@@ -240,7 +240,7 @@ def test_rotate_half_and_rotary_by_hand():
 
 
 # ---------------------------------------------------------------- weight check
-@pytest.mark.parametrize("family", ["gpt_neox", "llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("family", ["gpt_neox", "llama", "qwen2", "gpt2", "charlm"])
 def test_weight_check_recomputes_every_head(family):
     model = tiny_model(family, layers=2)
     a = Adapter(model)

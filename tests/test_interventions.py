@@ -323,3 +323,13 @@ def test_mean_cut_guards(tiny):
     with pytest.raises(ValueError, match="means must be"):
         with cut_heads(a, [(1, 0)], means[:, :1]):
             pass
+
+
+def test_arch_does_not_import_the_sweep():
+    """The char model's family is described by names: importing the adapter imports no sweep code."""
+    import subprocess
+    import sys
+    code = ("import sys, headwatch.arch, headwatch.interventions, headwatch.cut; "
+            "print(sorted(m for m in sys.modules if m.startswith('headwatch.charlm')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

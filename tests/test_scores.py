@@ -70,7 +70,7 @@ def test_scores_pool_cells_over_sequences_of_different_lengths(monkeypatch):
     maps = {3: a, 6: b}   # stands in for the model: fixed maps per sentence length
     import headwatch.scores as scores
     monkeypatch.setattr(scores, "attention_maps",
-                        lambda model, ids: maps[ids.shape[-1]].reshape(1, 1, 1, *maps[ids.shape[-1]].shape))
+                        lambda model, ids, adapter=None: maps[ids.shape[-1]].reshape(1, 1, 1, *maps[ids.shape[-1]].shape))
     out = scores.prose_scores(None, None, [torch.zeros(3), torch.zeros(6)])
     assert out["sink"].item() == pytest.approx(pooled)
 

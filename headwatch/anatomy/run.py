@@ -91,6 +91,5 @@ def run_kv_groups(folder, phrases: pd.DataFrame, phrase: str, control_layers: in
     control_cuts = kv_group_cuts(control, Adapter(control), ids, control_name, "control")
     log.info("control: heads moved per cut %s",
              sorted(control_cuts.groupby(["layer", "kv_group"])["heads_moved"].first().unique().tolist()))
-    with torch.no_grad():
-        maps = all_maps(model, torch.tensor([ids], device=model.device))
+    maps = all_maps(model, torch.tensor([ids], device=model.device), adapter)
     return pd.concat([cuts, control_cuts], ignore_index=True), kv_similarity(maps, adapter, name)

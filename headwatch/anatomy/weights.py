@@ -10,7 +10,9 @@ weights — input norm (LayerNorm or RMSNorm), q/k projections with biases,
 rotary embedding (partial for GPT-NeoX; the rotate-half convention of the
 transformers implementations; the model's base), scale, causal mask,
 softmax — in float64 from the hidden state entering the layer, and compares
-it with the map the model itself returns. Above the tolerance it raises.
+it with the map the model itself returns (both read by captures at the
+``resid_in`` and ``pattern`` sites). What a family's norm, rotary type and
+scale are, the adapter says. Above the tolerance it raises.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from torch import nn
 
 from ..arch import Adapter
 from ..checks import assert_finite
+from ..interventions import capture, intervene
 
 
 class WeightCheckError(RuntimeError):
@@ -89,19 +92,18 @@ def head_slices(model: nn.Module, adapter: Adapter, layer: int, head: int) -> di
 
 
 # ----------------------------------------------------------- by-hand attention
-def _norm_by_hand(norm: nn.Module, x: torch.Tensor, config) -> tuple[torch.Tensor, str, float]:
-    """(normed x, kind, eps) in float64 from the norm's own weights."""
-    w = norm.weight.detach().double().cpu()
-    eps = getattr(norm, "eps", None) or getattr(norm, "variance_epsilon", None)
-    if isinstance(norm, nn.LayerNorm):
+def _norm_by_hand(adapter: Adapter, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, str, float]:
+    """(normed x, kind, eps) in float64 from the input norm's own weights (its kind from the adapter)."""
+    n = adapter.input_norm_params(layer)
+    w, eps = n["weight"].detach().double().cpu(), n["eps"]
+    if n["kind"] == "LayerNorm":
         mu = x.mean(-1, keepdim=True)
         var = ((x - mu) ** 2).mean(-1, keepdim=True)
-        b = norm.bias.detach().double().cpu() if norm.bias is not None else 0.0
-        return (x - mu) / torch.sqrt(var + eps) * w + b, "LayerNorm", float(eps)
-    if type(norm).__name__.endswith("RMSNorm"):
-        eps = eps if eps is not None else config.rms_norm_eps
-        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w, "RMSNorm", float(eps)
-    raise NotImplementedError(f"no by-hand formula for the norm {type(norm).__name__}")
+        b = n["bias"].detach().double().cpu() if n["bias"] is not None else 0.0
+        return (x - mu) / torch.sqrt(var + eps) * w + b, "LayerNorm", eps
+    if n["kind"] == "RMSNorm":
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w, "RMSNorm", eps
+    raise NotImplementedError(f"no by-hand formula for the norm {n['kind']}")
 
 
 def _project(adapter: Adapter, module: nn.Module, sl: slice, x: torch.Tensor) -> torch.Tensor:
@@ -133,29 +135,18 @@ def apply_rotary(x: torch.Tensor, rotary_dims: int, base: float) -> torch.Tensor
     return torch.cat((rot * ang.cos() + rotate_half(rot) * ang.sin(), rest), dim=-1)
 
 
-def attention_scale(adapter: Adapter, layer: int) -> float:
-    """1/sqrt(head size), with GPT-2's optional switches."""
-    cfg = adapter.model.config
-    scale = adapter.head_dim ** -0.5 if getattr(cfg, "scale_attn_weights", True) else 1.0
-    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
-        scale /= float(layer + 1)
-    return scale
-
-
 def hand_map(adapter: Adapter, layer: int, head: int, hidden: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """The head's attention map [T, T] in float64 from the layer's input hidden state [T, W]."""
-    cfg = adapter.model.config
-    rope = getattr(cfg, "rope_parameters", None) or {}
-    if adapter.rotary_dims and rope.get("rope_type", "default") != "default":
-        raise NotImplementedError(f"rope_type {rope.get('rope_type')!r}: only the default rotary "
+    if adapter.rotary_dims and adapter.rope_type != "default":
+        raise NotImplementedError(f"rope_type {adapter.rope_type!r}: only the default rotary "
                                   "embedding is recomputed by hand")
     x = hidden.detach().double().cpu()
-    xn, norm_kind, eps = _norm_by_hand(adapter.input_norm(layer), x, cfg)
+    xn, norm_kind, eps = _norm_by_hand(adapter, layer, x)
     q = _project(adapter, adapter.query_proj(layer), adapter.query_slice(head), xn)
     k = _project(adapter, adapter.key_proj(layer), adapter.key_slice(adapter.kv_group(head)), xn)
     q = apply_rotary(q, adapter.rotary_dims or 0, adapter.rotary_base or 0)
     k = apply_rotary(k, adapter.rotary_dims or 0, adapter.rotary_base or 0)
-    scale = attention_scale(adapter, layer)
+    scale = adapter.attention_scale(layer)
     scores = (q @ k.T) * scale
     T = scores.shape[0]
     scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1), -math.inf)
@@ -169,20 +160,14 @@ def hand_map(adapter: Adapter, layer: int, head: int, hidden: torch.Tensor) -> t
 
 @torch.no_grad()
 def model_map_and_input(model: nn.Module, adapter: Adapter, ids: torch.Tensor, layer: int):
-    """(all maps [L][H, T, T], the hidden state entering ``layer`` [T, W]) from one forward pass."""
-    seen = {}
-
-    def grab(module, args, kwargs):
-        seen["x"] = (args[0] if args else kwargs["hidden_states"]).detach()
-
-    handle = adapter.block(layer).register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        out = model(ids, output_attentions=True)
-    finally:
-        handle.remove()
-    maps = [a[0] for a in out.attentions]
+    """(all maps [L][H, T, T], the hidden state entering ``layer`` [T, W]) from one forward pass:
+    captures at every layer's ``pattern`` and at ``layer``'s ``resid_in``."""
+    edits = [capture("pattern", l) for l in range(adapter.n_layers)] + [capture("resid_in", layer)]
+    with intervene(adapter, edits) as cap:
+        adapter.run_body(ids)
+    maps = [cap.one(("pattern", l, None))[0] for l in range(adapter.n_layers)]
     assert_finite(maps[layer], f"layer {layer} attention maps")
-    return maps, seen["x"][0]
+    return maps, cap.one(("resid_in", layer, None))[0]
 
 
 def _cell(r: int, c: int, tokens, hand, mine) -> dict:

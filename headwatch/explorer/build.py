@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-SCORES = ("sink", "prev", "self", "induction")
+from ..arch import context_length, shape_of
+from ..scores import SCORES
+
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 ESCAPE = 255
 
@@ -41,10 +43,6 @@ class ExplorerDataError(ValueError):
 
 
 # ------------------------------------------------------------------ helpers
-def head_label(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
-
-
 def display_token(token: str) -> str:
     """How the page writes a token: spaces as ␣, newlines as ↵, tabs as ⇥, empty as ∅."""
     if token == "":
@@ -175,10 +173,8 @@ def model_shape(folder, dtype: str = "float32") -> dict:
 
 def config_shape(cfg, dtype: str = "float32") -> dict:
     """:func:`headwatch.arch.shape_of` plus the context length and bytes per number of ``dtype``."""
-    from ..arch import shape_of
-
     s = shape_of(cfg)
-    context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    context = context_length(cfg)
     if dtype not in BYTES:
         raise ExplorerDataError(f"dtype {dtype!r}: bytes per number unknown (know {sorted(BYTES)})")
     out = {k: _plain(v) for k, v in s.items()}
@@ -191,8 +187,6 @@ def config_shape(cfg, dtype: str = "float32") -> dict:
 def reference_base(path) -> dict:
     """{label, base, rotary_dims} of a reference config (config/models/<name>.json)."""
     from transformers import AutoConfig
-
-    from ..arch import shape_of
 
     path = Path(path)
     raw = json.loads(path.read_text())
@@ -239,6 +233,14 @@ def _attribution(attr: pd.DataFrame, phrases: list[str], layers: int, heads: int
                       p_intact=_plain(a["p_intact"].iloc[0]),
                       expected=display_token(str(exp)) if exp is not None else None)
     return out
+
+
+def configured_method(topk: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the configured cut method (the table's first; the page plots one method —
+    the figure and the Parquet file hold both)."""
+    if "method" not in topk.columns or topk.empty:
+        return topk
+    return topk[topk["method"] == topk["method"].iloc[0]].reset_index(drop=True)
 
 
 def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
@@ -308,7 +310,7 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
                    sources=sources or {})
     ablation = {}
     if topk is not None:
-        ablation["topk"] = records(topk)
+        ablation["topk"] = records(configured_method(topk))
     if circuit_scores is not None:
         ablation["circuit_scores"] = records(circuit_scores)
     if circuit_loss is not None:

@@ -11,10 +11,26 @@ import pandas as pd
 from .style import DIVERGING, ONE_COLUMN, PALETTE, TWO_COLUMNS, figure
 
 
+METHOD_TITLES = {"zero": "zero cut (z = 0)", "mean": "mean cut (z = eval-set mean)"}
+
+
 def topk_curves(topk: pd.DataFrame):
-    """Loss per token vs heads cut, targeted vs random (min–max band), copy 1 beside copy 2."""
-    t = topk.sort_values("k")
-    fig, axes = figure(TWO_COLUMNS, 2.6, ncols=2, sharey=True)
+    """Loss per token vs heads cut, targeted vs random (min–max band), copy 1 beside copy 2;
+    one row of panels per cut method (the table's order: the configured method first)."""
+    methods = list(dict.fromkeys(topk["method"])) if "method" in topk else ["zero"]
+    fig, axes = figure(TWO_COLUMNS, 2.6 * len(methods), nrows=len(methods), ncols=2, sharey=True,
+                       squeeze=False)
+    for i, (row, method) in enumerate(zip(axes, methods)):
+        t = topk[topk["method"] == method] if "method" in topk else topk
+        _topk_panels(row, t.sort_values("k"), METHOD_TITLES.get(method, method), titles=i == 0)
+    axes[-1][0].set_xlabel("heads cut")
+    axes[-1][1].set_xlabel("heads cut")
+    handles, labels = axes[-1][1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=2, frameon=False)
+    return fig
+
+
+def _topk_panels(axes, t: pd.DataFrame, method: str, titles: bool) -> None:
     x_t, x_r = t.n_cut_targeted.to_numpy(), t.n_cut_random.to_numpy()
     draws = int(t.n_draws.iloc[0])
     for ax, copy, title in zip(axes, ("copy1", "copy2"),
@@ -30,12 +46,9 @@ def topk_curves(topk: pd.DataFrame):
         ax.fill_between(x_r, t[f"random_{copy}_min"], t[f"random_{copy}_max"], color=PALETTE[0],
                         alpha=0.2, lw=0, label=f"random: min–max over {draws} draws")
         ax.set_xticks(sorted(set(x_t) | set(x_r)))
-        ax.set_xlabel("heads cut")
-        ax.set_title(title)
-    axes[0].set_ylabel("loss per token (nats)")
-    handles, labels = axes[1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=2, frameon=False)
-    return fig
+        if titles:
+            ax.set_title(title)
+    axes[0].set_ylabel(f"{method}\nloss per token (nats)")
 
 
 def circuit_bars(scores: pd.DataFrame):

@@ -4,13 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..arch import head_label
 from ..attention import map_of
 from ..scores import SCORES
 from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure
-
-
-def head_label(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
 
 
 def mosaic(maps: pd.DataFrame, phrase: str) -> tuple[np.ndarray, int, int, int]:
