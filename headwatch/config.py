@@ -708,16 +708,17 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
 
 
 def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
-                 cuda=cuda_available, stream=sys.stderr) -> list[str]:
+                 cuda=cuda_available, stream=None) -> list[str]:
     """Every check that can be done before any job; raise :class:`ConfigError` listing them all.
 
     Returns the warnings (also printed to ``stream``). A passing verdict is cached in
     ``<workdir>/.snakemake/headwatch/checks/`` (``cache=False``: always run).
     """
-    workdir = Path(workdir)
+    workdir, stream = Path(workdir), stream or sys.stderr
     schema = workdir / "config" / "schema.yaml"
-    errors = unknown_keys(config, load_schema(schema)) if schema.exists() else []
-    errors += model_errors(config)
+    if schema.exists():
+        check_keys(config, schema)
+    errors = model_errors(config)
     if not errors:
         for key in config["study"]:
             errors += source_errors(key, config["models"][key])
@@ -731,10 +732,12 @@ def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
         t0 = time.perf_counter()
         errors, warnings = run_checks(config, located, workdir, cuda)
         if errors:
+            for w in warnings:
+                print(f"{WARNING_PREFIX} {w}", file=stream)
             raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
         record = dict(warnings=warnings, seconds=round(time.perf_counter() - t0, 3))
         if cache:
-            # the GGUF's converted tokenizer exists now: key the verdict by it
+            # keyed again: a tokenizer converted just now is one of the files
             _cache_write(folder, verdict_key(config, located, workdir), record)
     for w in record["warnings"]:
         print(f"{WARNING_PREFIX} {w}", file=stream)

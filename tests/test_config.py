@@ -1,4 +1,6 @@
 """A bad config stops before any job runs, with a message that names the key."""
+import json
+
 import pytest
 
 from headwatch.config import ConfigError, check_config, model_errors, sweep_errors
@@ -53,3 +55,115 @@ def test_snakemake_stops_before_any_job(workdir, tiny_model_dir, change, message
     assert result.returncode != 0
     assert message in result.stdout + result.stderr, (result.stdout + result.stderr)[-2000:]
     assert not (workdir / "results").exists(), "a job ran before the config was checked"
+
+
+# ---------------------------------------------------------------- pre-job checks, unit by unit
+def test_unknown_keys_are_named_with_their_path_and_the_nearest_valid_key():
+    from headwatch.config import load_schema, unknown_keys
+    from workflow import ROOT
+
+    schema = load_schema(ROOT / "config" / "schema.yaml")
+    assert unknown_keys(base(), schema) == []
+    config = base()
+    config["ablaton"] = {"top_n": 2}
+    config["sweep"]["sweeps"]["heads_split"]["grid"][1]["haeds"] = 2
+    config["models"]["smollm2-135m"]["gguf"]["fiel"] = "x.gguf"
+    config["phrases"]["names"]["zzz"] = 1
+    assert unknown_keys(config, schema) == [
+        "models.smollm2-135m.gguf.fiel: unknown key 'fiel' under `models.smollm2-135m.gguf`; did you mean `file`?",
+        "phrases.names.zzz: unknown key 'zzz' under `phrases.names`; valid keys here: "
+        "['also', 'expected', 'random', 'seed', 'text']",
+        "sweep.sweeps.heads_split.grid[1].haeds: unknown key 'haeds' under `sweep.sweeps.heads_split.grid[1]`; "
+        "did you mean `heads`?",
+        "ablaton: unknown key 'ablaton' at the top level; did you mean `ablation`?",
+    ]
+    with pytest.raises(ConfigError, match="a misspelled key would be silently ignored"):
+        check_config(config)
+
+
+@pytest.mark.parametrize("device, cuda, refused", [("cpu", True, True), ("auto", False, True),
+                                                   ("auto", True, False), ("cuda", False, False)])
+def test_float16_is_refused_where_the_jobs_would_run_on_a_cpu(device, cuda, refused):
+    from headwatch.config import dtype_errors
+
+    config = base()
+    config["device"] = device
+    config["models"]["smollm2-135m"]["dtype"] = "float16"
+    errors = dtype_errors(config, cuda=lambda: cuda)
+    assert bool(errors) == refused
+    if refused:
+        assert errors[0].startswith("models.smollm2-135m.dtype: float16 on the CPU")
+        assert "use dtype: float32" in errors[0]
+    config["models"]["smollm2-135m"]["dtype"] = "float32"
+    assert dtype_errors(config, cuda=lambda: False) == []
+
+
+def test_a_passing_verdict_is_cached_and_keyed_by_config_and_files(tmp_path, tiny_model_dir, monkeypatch):
+    import shutil
+
+    import headwatch.config as hc
+    from workflow import ROOT, deep_merge, tiny_config
+
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    config = deep_merge(base(), tiny_config(model))
+    assert check_config(config, tmp_path) == []
+    assert len(list((tmp_path / ".snakemake/headwatch/checks").glob("*.json"))) == 1
+    calls = []
+    real = hc.run_checks
+    monkeypatch.setattr(hc, "run_checks", lambda *a, **k: calls.append(1) or real(*a, **k))
+    check_config(config, tmp_path)
+    assert calls == []                                     # cached
+    config["attention"]["batch"] = 3
+    check_config(config, tmp_path)
+    assert calls == [1]                                    # another config: checked again
+    (model / "config.json").write_text((model / "config.json").read_text().replace(
+        '"max_position_embeddings": 256', '"max_position_embeddings": 40'))
+    with pytest.raises(ConfigError, match=r"sequences.half_length = 25 \(× 2\): 50 tokens, longer than the "
+                                          r"context of model tiny-llama \(40 positions"):
+        check_config(config, tmp_path)                     # a changed file: checked again, and refused
+    assert calls == [1, 1]
+    with pytest.raises(ConfigError):
+        check_config(config, tmp_path)                     # a refusal is never cached
+    assert calls == [1, 1, 1]
+
+
+def test_a_cached_verdict_imports_neither_torch_nor_transformers(tmp_path, tiny_model_dir):
+    """What makes `snakemake -n` cheap: once cached, the checks read a few files and hash them."""
+    import shutil
+    import subprocess
+    import sys
+
+    from workflow import ROOT, deep_merge, tiny_config
+
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    config = deep_merge(base(), tiny_config(tiny_model_dir))
+    check_config(config, tmp_path)
+    code = ("import json, sys; from headwatch.config import check_config; "
+            f"check_config(json.loads(sys.argv[1]), {str(tmp_path)!r}); "
+            "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(config)], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_gguf_source_is_checked_from_its_header_and_a_converted_tokenizer(tmp_path, smollm2_tokenizer):
+    """Before the default model is prepared, its shape comes from the GGUF's header and its
+    tokenizer from a tokenizer.json that transformers writes once (then the checks are cheap)."""
+    import shutil
+
+    from headwatch.config import locate, model_facts
+    from workflow import ROOT
+
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    config = base()
+    loc = locate("smollm2-135m", config["models"]["smollm2-135m"], tmp_path)
+    assert loc.origin == "gguf" and not (loc.tokenizer / "tokenizer.json").exists()
+    facts = model_facts(loc, config["models"]["smollm2-135m"])
+    assert (loc.tokenizer / "tokenizer.json").exists()
+    assert (facts.shape["layers"], facts.shape["heads"], facts.shape["context"]) == (30, 9, 8192)
+    for text in ("The cat sat on the mat. The cat sat on the", " Mary", " tap"):
+        assert facts.tokenizer(text).input_ids == smollm2_tokenizer(text).input_ids
+    assert check_config(config, tmp_path) == []
+

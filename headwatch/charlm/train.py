@@ -225,8 +225,9 @@ def load_checkpoint(path: Path, fp: str, device) -> tuple[dict | None, list[dict
 def _log_file() -> Path | None:
     """The file the root logger writes to (the rule's log under headwatch.workflow.log_to)."""
     for handler in logging.getLogger().handlers:
-        name = getattr(getattr(handler, "stream", None), "name", None) or getattr(handler, "baseFilename", None)
-        if isinstance(name, str) and Path(name).is_file():
+        stream = getattr(handler, "stream", None)
+        name = getattr(stream, "name", None) or getattr(handler, "baseFilename", None)
+        if isinstance(name, str) and not getattr(stream, "closed", False) and Path(name).is_file():
             return Path(name)
     return None
 
