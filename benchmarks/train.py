@@ -1,7 +1,12 @@
-"""Training throughput of the sweep's model on this machine, against its own matmul rate.
+"""Training throughput of the sweep's model on this machine, against its own matmul rate;
+with ``--arms``, peak memory and step time of dense and experts models side by side.
 
     .venv/bin/python benchmarks/train.py [--threads 2] [--width 256 --heads 4]
         [--batch 64 --context 128] [--steps 5] [--variants eager,compile]
+    .venv/bin/python benchmarks/train.py --arms dense,e8k2,e16k1 --batch 8 --context 64 \
+        [--steps 5] [--device cuda]
+    .venv/bin/python benchmarks/train.py --precisions float32,bf16 --width 128 --heads 2 \
+        --batch 8 --context 64 [--train-steps 300] [--seeds 0,1] [--arm dense]
 
 Measures, in one run and with the same thread count:
   1. the float32 matmul rate (square matmuls of 1024 and 2048): the yardstick;
@@ -11,6 +16,16 @@ Measures, in one run and with the same thread count:
 The machine may be shared: rounds of (1) and (2) are interleaved and the best of
 each is compared (both measured under the same background load); medians are
 printed beside them.
+
+With ``--arms`` each arm (``dense``; ``e{E}k{k}``: E experts, top k, expert width
+4·width ÷ k; ``b{w}`` appended: balancing loss of weight w) runs in a fresh process
+(so a peak resident set is that arm's alone): warm-up steps, then timed steps, and
+it prints the resident set before the first step, the peak resident set (CPU), the
+CUDA allocator's peak (GPU) and the best and median seconds per step.
+
+With ``--precisions`` it trains with headwatch.charlm.train (two plays, ~120 k
+characters) once per precision and seed and prints the final validation and
+training losses: what a precision changes, beside the seed-to-seed spread.
 
 FLOPs counted per training step (forward + backward = 3 × forward), PaLM convention:
   6 × P_matmul × tokens            P_matmul = matmul weights: per layer 4·W² (q,k,v,o)
@@ -24,7 +39,11 @@ that keeps the achieved rate below the matmul rate.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,24 +81,42 @@ def flops_per_step(width, heads, layers, context, batch, ffn=4, vocab=VOCAB) -> 
                 attention=12 * layers * context * width * tokens)
 
 
-def make_step(args, variant: str):
+ARM = re.compile(r"dense|e(\d+)k(\d+)(?:b([0-9.]+))?")
+
+
+def arm_options(arm: str) -> tuple[dict, float]:
+    """CharLM options and balancing weight of an arm name (dense, e8k2, e16k1, e8k2b0.01)."""
+    m = ARM.fullmatch(arm)
+    if not m:
+        raise SystemExit(f"--arms: {arm!r} is not dense or e<experts>k<top_k>[b<balance>]")
+    if arm == "dense":
+        return {}, 0.0
+    return dict(experts=int(m[1]), top_k=int(m[2])), float(m[3] or 0.0)
+
+
+def make_step(args, variant: str, arm: str = "dense"):
     """One full training step of the sweep's model (as headwatch.charlm.train runs it)."""
+    device = torch.device(args.device)
+    options, balance = arm_options(arm)
     torch.manual_seed(0)
-    model = CharLM(VOCAB, args.width, args.heads, layers=args.layers, context=args.context)
+    model = CharLM(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
+                   **options).to(device)
     s = settings_of(dict(steps=1, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=0, weight_decay=0.1,
                          eval_every=1, eval_batches=1, checkpoint_every=1))
-    opt = make_optimizer(model, s, torch.device("cpu"))
+    opt = make_optimizer(model, s, device)
     fwd = torch.compile(model) if variant == "compile" else model
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, VOCAB, (args.batch, args.context), generator=g)
-    y = torch.randint(0, VOCAB, (args.batch, args.context), generator=g)
+    x = torch.randint(0, VOCAB, (args.batch, args.context), generator=g).to(device)
+    y = torch.randint(0, VOCAB, (args.batch, args.context), generator=g).to(device)
 
     def step():
         loss = F.cross_entropy(fwd(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss + balance * torch.stack(model.balance_losses).mean() if balance else loss).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     return step
 
@@ -88,6 +125,88 @@ def timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def rss_mb() -> float:
+    """This process's resident set now (Linux /proc), MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def one_arm(args) -> dict:
+    """Run one arm in this process; its memory and step times."""
+    step = make_step(args, "eager", args.one_arm)
+    before = rss_mb()
+    for _ in range(args.warmup):
+        step()
+    times = [timed(step) for _ in range(args.steps * args.rounds)]
+    out = dict(arm=args.one_arm, rss_before_mb=before, peak_rss_mb=resource.getrusage(
+        resource.RUSAGE_SELF).ru_maxrss / 1024, best_s=min(times), median_s=sorted(times)[len(times) // 2])
+    if args.device.startswith("cuda"):
+        out["cuda_peak_mb"] = torch.cuda.max_memory_allocated(args.device) / 2**20
+    return out
+
+
+def run_arms(args, argv) -> None:
+    """Each arm in a fresh process (its own peak resident set); one table."""
+    rows = []
+    for arm in args.arms.split(","):
+        arm_options(arm)
+        cmd = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--one-arm", arm]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"arm {arm} failed:\n{done.stderr[-2000:]}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"width {args.width}, heads {args.heads}, layers {args.layers}; batch {args.batch} x context "
+          f"{args.context} = {args.batch * args.context:,} tokens/step; {args.warmup} warm-up + "
+          f"{args.steps * args.rounds} timed steps per arm; device {args.device}, "
+          f"{args.threads} thread(s); torch {torch.__version__}")
+    cuda = "cuda_peak_mb" in rows[0]
+    print(f"{'arm':<10}{'params':>12}{'RSS before':>12}{'peak RSS':>10}{'growth':>8}"
+          + (f"{'CUDA peak':>11}" if cuda else "") + f"{'best s/step':>13}{'median':>8}")
+    for r in rows:
+        options, _ = arm_options(r["arm"])
+        params = count_params(VOCAB, args.width, args.layers, args.context, heads=args.heads,
+                              **options)["total"]
+        print(f"{r['arm']:<10}{params:>12,}{r['rss_before_mb']:>10.0f}MB{r['peak_rss_mb']:>8.0f}MB"
+              f"{r['peak_rss_mb'] - r['rss_before_mb']:>6.0f}MB"
+              + (f"{r['cuda_peak_mb']:>9.0f}MB" if cuda else "")
+              + f"{r['best_s']:>13.3f}{r['median_s']:>8.3f}")
+
+
+def compare_precisions(args) -> None:
+    """Final losses of the same runs under each precision (same seeds, data, init)."""
+    import numpy as np
+
+    from headwatch.charlm.corpus import build_corpus
+    from headwatch.charlm.train import train
+
+    corpus = build_corpus(plays=["tragedies/macbeth", "tragedies/hamlet"], target_chars=120_000)
+    ids, meta = corpus.ids(), corpus.meta()
+    options, balance = arm_options(args.arm)
+    model = dict(width=args.width, heads=args.heads, layers=args.layers, context=args.context, **options,
+                 **(dict(balance=balance) if options else {}))
+    steps = args.train_steps
+    settings = dict(steps=steps, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=max(1, steps // 20),
+                    weight_decay=0.1, eval_every=steps, eval_batches=20, checkpoint_every=steps)
+    seeds = [int(x) for x in args.seeds.split(",")]
+    print(f"{args.arm} {model}; {steps} steps of {args.batch} x {args.context}; seeds {seeds}; "
+          f"device {args.device}, {args.threads} thread(s); torch {torch.__version__}")
+    finals = {}
+    for precision in args.precisions.split(","):
+        t0 = time.perf_counter()
+        runs = [train(ids, meta, model, seed, settings, device=args.device, precision=precision)[1].iloc[-1]
+                for seed in seeds]
+        finals[precision] = np.array([r["val_loss"] for r in runs])
+        print(f"{precision:<8} val {' '.join(f'{r.val_loss:.5f}' for r in runs)}  train "
+              f"{' '.join(f'{r.train_loss:.5f}' for r in runs)}  ({time.perf_counter() - t0:.0f} s)")
+    ref = args.precisions.split(",")[0]
+    noise = f"{finals[ref].std(ddof=1):.5f}" if len(seeds) > 1 else "(one seed)"
+    for precision, v in finals.items():
+        if precision != ref:
+            d = v - finals[ref]
+            print(f"{precision} - {ref}: val loss {' '.join(f'{x:+.5f}' for x in d)} nats/char "
+                  f"(mean {d.mean():+.5f}); seed std of {ref}: {noise}")
 
 
 def main(argv=None):
@@ -102,8 +221,25 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (matmul rate, timed steps)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--variants", default="eager,compile")
+    ap.add_argument("--arms", help="compare memory and time of these arms instead, e.g. dense,e8k2,e16k1")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--one-arm", help=argparse.SUPPRESS)
+    ap.add_argument("--precisions",
+                    help="train under each of these (float32,bf16,tf32) and compare the final losses")
+    ap.add_argument("--train-steps", type=int, default=300)
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--arm", default="dense", help="with --precisions: dense or e<E>k<k>[b<w>]")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.one_arm:
+        print(json.dumps(one_arm(args)))
+        return
+    if args.arms:
+        run_arms(args, argv)
+        return
+    if args.precisions:
+        compare_precisions(args)
+        return
 
     f = flops_per_step(args.width, args.heads, args.layers, args.context, args.batch)
     total = f["dense"] + f["attention"]

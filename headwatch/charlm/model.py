@@ -104,7 +104,8 @@ def assignment_counts(chosen: torch.Tensor, experts: int) -> torch.Tensor:
     """(E,) int64 token→expert assignments in ``chosen`` (N, k), without a host synchronisation
     (``torch.bincount`` reads its maximum on the host on a GPU)."""
     flat = chosen.flatten()
-    return torch.zeros(experts, dtype=torch.long, device=chosen.device).scatter_add_(0, flat, torch.ones_like(flat))
+    counts = torch.zeros(experts, dtype=torch.long, device=chosen.device)
+    return counts.scatter_add_(0, flat, torch.ones_like(flat))
 
 
 def balance_loss(probs: torch.Tensor, chosen: torch.Tensor, experts: int,
@@ -122,7 +123,7 @@ def balance_loss(probs: torch.Tensor, chosen: torch.Tensor, experts: int,
 
 
 def _grouped_mm_fits(a: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether ``torch.nn.functional.grouped_mm`` takes these operands: it exists (torch >= 2.8)
+    """Whether ``torch.nn.functional.grouped_mm`` takes these operands: this torch has it
     and every row of ``a`` and of each ``w[e]`` starts on a 16-byte boundary."""
     size = a.element_size()
     return (hasattr(F, "grouped_mm") and a.is_contiguous() and w.is_contiguous()
@@ -136,7 +137,7 @@ def grouped_matmul(a: torch.Tensor, w: torch.Tensor, ends: torch.Tensor) -> torc
     (``F.grouped_mm``: one kernel for every expert; on a CUDA GPU of compute
     capability 9.x/10.x in bfloat16 without reading ``ends`` on the host, otherwise
     torch loops over the groups in C++ after one read). Shapes it cannot take (a row
-    not a multiple of 16 bytes, torch < 2.8) fall back to one matmul per group of a
+    not a multiple of 16 bytes) or a torch without it fall back to one matmul per group of a
     view of ``w`` (``unbind``: the gradient of ``w`` is one (E, K, N) tensor, not one
     per expert); that path reads ``ends`` on the host.
     """

@@ -123,7 +123,8 @@ def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4
                          train_loss=float(last["train_loss"]),
                          chars_per_s=float(m["tokens_per_s"].mean()),
                          expert_share_min=float(shares.min()), expert_share_max=float(shares.max()),
-                         peak_memory_mb=note.get("peak_memory_mb"), peak_memory_of=note.get("peak_memory_of")))
+                         peak_memory_mb=note.get("peak_memory_mb"),
+                         peak_memory_of=note.get("peak_memory_of")))
     finals = pd.DataFrame(rows)
     finals["peak_memory_mb"] = finals["peak_memory_mb"].astype("Float64")   # <NA>: not recorded
     return finals

@@ -7,6 +7,11 @@
 * Validation: ``eval_batches × batch`` windows spaced evenly over the
   validation split (no randomness: the same set for every model), evaluated
   every ``eval_every`` steps and at the end. Loss is in nats per character.
+* No host synchronisation inside a step: every step's windows are on the device
+  before the first one, and each step's loss is summed on the device (float64)
+  and read only where a metrics row or a checkpoint is written — the same
+  losses, bit for bit, as reading every step's. ``tokens_per_s`` is timed
+  between those reads (evaluation and checkpoint writing excluded).
 * AdamW (weight decay on matrices and embeddings only), linear warm-up to
   ``lr`` then cosine decay to ``min_lr``, gradient clipping.
 * A checkpoint (model, optimizer, metrics so far, the loss accumulated since
