@@ -1,4 +1,4 @@
-# Figures of the training sweep (protocol §7-8): read the summary tables, never a model.
+# Figures of the training sweep (protocol §7, §8): read the summary tables, never a model.
 FIGURES_SWEEP = {f"{name}_{ext}": f"{FIGURES}/sweep/{stem}.{ext}"
                  for name, stem in (("heads", "loss_vs_heads"), ("width", "loss_vs_width"),
                                     ("curves", "training_curves"))
@@ -12,7 +12,8 @@ rule figures_sweep:
         finals=f"{RESULTS}/sweep/finals.parquet",
         curves=f"{RESULTS}/sweep/curves.parquet",
     output:
-        **FIGURES_SWEEP,
+        **{key: report(path, caption=f"../report/sweep_{Path(path).stem}.rst", category="sweep",
+                       subcategory="heads split and width") for key, path in FIGURES_SWEEP.items()},
     log:
         f"{RESULTS}/logs/figures_sweep.log",
     benchmark:
@@ -26,8 +27,10 @@ rule figures_sweep_study:
         summary=f"{RESULTS}/sweep/studies/{{study}}.parquet",
         finals=f"{RESULTS}/sweep/studies/{{study}}_finals.parquet",
     output:
-        pdf=f"{FIGURES}/sweep/study_{{study}}.pdf",
-        png=f"{FIGURES}/sweep/study_{{study}}.png",
+        pdf=report(f"{FIGURES}/sweep/study_{{study}}.pdf", caption="../report/sweep_study.rst",
+                   category="sweep", subcategory="study {study}"),
+        png=report(f"{FIGURES}/sweep/study_{{study}}.png", caption="../report/sweep_study.rst",
+                   category="sweep", subcategory="study {study}"),
     wildcard_constraints:
         study="|".join(sweep_studies()) or "(?!)",
     params:
