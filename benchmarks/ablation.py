@@ -1,21 +1,41 @@
-"""Benchmark: every single-head cut on every phrase, one-at-a-time vs batched (protocol §5 "Speed").
+"""Benchmark: every single-head cut on every phrase, one-at-a-time vs batched (protocol §5 "Speed"),
+and the same cuts through TransformerLens when it is installed.
 
-    .venv/bin/python benchmarks/ablation.py --model results/models/smollm2-135m [--threads 1]
+    .venv/bin/python benchmarks/ablation.py --model results/models/smollm2-135m [--threads 2]
+    .venv/bin/python benchmarks/ablation.py --phrases names --heads 20    # a short smoke run
 
-For each of the configured phrases and each head (SmolLM2: 270 heads × 4
-phrases = 1080 cuts), the probability of the phrase's expected next token is
-computed (i) with one full forward pass per cut under ``cut.cut_heads`` — the
-plain loop — and (ii) with ``cut.BatchedCuts`` (per-row masks, the intact
-computation reused below each chunk's earliest cut layer, logits only at the
-last position), in the same run. Both must agree to the configured tolerance
-(1e-5). Prints both times, their ratio and the peak memory (RSS high-water mark;
-CUDA peak allocation too on a GPU). The batched time includes building the
-intact cache. The runs are interleaved per phrase (batched, loop, batched again;
-batched = the mean of its two runs) so that load from other processes on a
-shared machine falls on both alike.
+For each configured phrase and each head (SmolLM2: 270 heads × 4 phrases = 1,080 cuts)
+the probability of the phrase's expected next token is computed
 
-If ``transformer_lens`` is importable, its ``run_with_hooks`` loop over the same
-cuts is timed as well (an optional benchmark dependency, never a runtime one).
+(i)   with one full forward pass per cut under ``cut.cut_heads`` — the plain loop;
+(ii)  with ``cut.BatchedCuts`` — per-row masks, the intact computation reused below each
+      chunk's earliest cut layer, logits only at the last position;
+(iii) with TransformerLens (optional): the same model, loaded through
+      ``TransformerBridge.boot_transformers(..., hf_model=..., tokenizer=...)`` offline,
+      one ``run_with_hooks`` forward per cut that zeroes the head in
+      ``blocks.{layer}.attn.hook_z`` (the input of the output projection, as in (i)).
+
+Before timing (iii) the bridge's logits are compared with the model's on every phrase
+(they must agree within ``--tl-logit-tolerance``), and afterwards its probabilities with
+the loop's (within ``ablation.tolerance``); (ii) must agree with (i) within the same
+tolerance. A failed check ends the run with an error. The loops are interleaved per phrase
+(batched, loop, TransformerLens, batched again; batched = the mean of its two runs) so that
+load from other processes on a shared machine falls on all alike. Printed: each path's wall
+and CPU time, the ratios (i)/(ii), (iii)/(ii) and (iii)/(i), and the peak memory (RSS
+high-water mark; CUDA peak allocation too on a GPU).
+
+What the numbers mean: (i)/(ii) is what batching buys inside headwatch; (iii)/(ii) is how
+much longer the same cuts take as a TransformerLens user would write them (a hook per
+forward). Both loops compute the full logits of every position; (ii) computes only what is
+read. The times are wall-clock seconds of this process and depend on the machine, the
+thread count (``--threads``) and other load: compare ratios measured in the same run. For
+scale: on an unloaded 2-core machine with 2 threads, the 1,080 cuts took 220–260 s in
+TransformerLens 4.3's loop and 23–24 s on the batched path.
+
+TransformerLens is an optional benchmark dependency, never a runtime one. Install it in
+the same resolve as the project's pins so that none of them moves:
+
+    .venv/bin/pip install -r requirements.txt transformer-lens==4.3.0
 """
 from __future__ import annotations
 
@@ -75,22 +95,67 @@ def timed(fn, device, *args):
     return result, time.perf_counter() - t0, time.process_time() - c0
 
 
-def transformer_lens_loop(model, tokenizer, adapter, phrases, heads, device):
-    """run_with_hooks over the same cuts: zero head h of hook_z in block l."""
-    from transformer_lens import HookedTransformer  # noqa: F401  (optional)
+# ------------------------------------------------------------------ TransformerLens
+def transformer_lens_bridge(folder, tokenizer, dtype: str, device):
+    """The prepared model booted through TransformerLens 4.x, offline: a second copy of the
+    weights (so that nothing TransformerLens does to its model can touch headwatch's)."""
+    from importlib.metadata import version
 
-    tl = HookedTransformer.from_pretrained("HuggingFaceTB/SmolLM2-135M", hf_model=model,
-                                           tokenizer=tokenizer, device=str(device))
+    try:
+        from transformer_lens.model_bridge import TransformerBridge
+    except ImportError as err:
+        raise SystemExit(f"TransformerLens {version('transformer-lens')} has no TransformerBridge; this "
+                         "benchmark needs 4.x: pip install -r requirements.txt transformer-lens==4.3.0") from err
+    hf_model, _, _ = load_prepared(folder, dtype, device.type)
+    bridge = TransformerBridge.boot_transformers(str(folder), hf_model=hf_model, tokenizer=tokenizer,
+                                                 device=device.type, dtype=hf_model.dtype)
+    return bridge, version("transformer-lens")
+
+
+@torch.no_grad()
+def check_bridge_logits(bridge, model, phrases, device, tolerance: float) -> tuple[float, bool]:
+    """Max |Δlogit| (every position, every vocabulary entry, every phrase) between the bridge
+    and the model, and whether they are identical; SystemExit above ``tolerance``."""
+    worst, identical = 0.0, True
+    for ids, _ in phrases:
+        mine = model(input_ids=ids.to(device)).logits.float()
+        theirs = bridge(ids.to(device))
+        if not isinstance(theirs, torch.Tensor) or theirs.shape != mine.shape:
+            raise SystemExit(f"TransformerBridge returned {type(theirs).__name__} "
+                             f"{getattr(theirs, 'shape', '')}, expected logits {tuple(mine.shape)}")
+        theirs = theirs.float()
+        worst = max(worst, float((theirs - mine).abs().max()))
+        identical = identical and torch.equal(theirs, mine)
+    if worst > tolerance:
+        raise SystemExit(f"TransformerBridge's logits differ from the model's by up to {worst:g} "
+                         f"> {tolerance:g}: its cuts would not be the same computation")
+    return worst, identical
+
+
+@torch.no_grad()
+def transformer_lens_loop(bridge, adapter, phrases, heads, device):
+    """run_with_hooks over the same cuts: zero head h of hook_z ([batch, pos, heads, head_dim])
+    in block l — the head's slice of the output projection's input, as cut_heads does."""
     out = []
-    with torch.no_grad():
-        for ids, expected in phrases:
-            for layer, head in heads:
-                def zero(z, hook, head=head):
-                    z[:, :, head, :] = 0.0
-                    return z
-                logits = tl.run_with_hooks(ids.to(device), fwd_hooks=[(f"blocks.{layer}.attn.hook_z", zero)])
-                out.append(torch.softmax(logits[0, -1].float(), -1)[expected].item())
+    for ids, expected in phrases:
+        for layer, head in heads:
+            def zero(z, hook, head=head):
+                if z.ndim != 4 or z.shape[2] != adapter.n_heads:
+                    raise SystemExit(f"{hook.name}: expected [batch, pos, {adapter.n_heads} heads, "
+                                     f"head_dim], got {tuple(z.shape)}")
+                z[:, :, head, :] = 0.0
+                return z
+            logits = bridge.run_with_hooks(ids.to(device), fwd_hooks=[(f"blocks.{layer}.attn.hook_z", zero)])
+            out.append(torch.softmax(logits[0, -1].float(), -1)[expected].item())
     return torch.tensor(out, dtype=torch.float64)
+
+
+def pick_heads(all_heads, n: int | None):
+    """All heads, or ``n`` of them spread evenly over the layers (for a short run)."""
+    if not n or n >= len(all_heads):
+        return list(all_heads)
+    step = len(all_heads) / n
+    return [all_heads[int(i * step)] for i in range(n)]
 
 
 def main(argv=None):
@@ -101,6 +166,12 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=None, help="rows per forward (default: ablation.batch)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--phrases", default=None, help="comma-separated phrase names (default: every phrase)")
+    ap.add_argument("--heads", type=int, default=None,
+                    help="cut only this many heads, spread over the layers (default: every head)")
+    ap.add_argument("--no-transformer-lens", action="store_true", help="skip (iii) even when installed")
+    ap.add_argument("--tl-logit-tolerance", type=float, default=1e-5,
+                    help="max |Δlogit| allowed between TransformerBridge and the model (default 1e-5)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.threads:
@@ -108,64 +179,94 @@ def main(argv=None):
     cfg = yaml.safe_load(open(args.config))
     batch = args.batch or cfg["ablation"]["batch"]
     tolerance = cfg["ablation"]["tolerance"]
+    phrase_cfg = cfg["phrases"]
+    if args.phrases:
+        unknown = sorted(set(args.phrases.split(",")) - set(phrase_cfg))
+        if unknown:
+            raise SystemExit(f"--phrases: {unknown} are not phrases of {args.config} ({sorted(phrase_cfg)})")
+        phrase_cfg = {k: v for k, v in phrase_cfg.items() if k in args.phrases.split(",")}
 
     model, tokenizer, adapter = load_prepared(args.model, "float32", args.device)
     device = next(model.parameters()).device
-    table = phrases_table(tokenizer, cfg["phrases"], cfg["sequences"]["vocab_low"], cfg["sequences"]["vocab_high"])
+    table = phrases_table(tokenizer, phrase_cfg, cfg["sequences"]["vocab_low"], cfg["sequences"]["vocab_high"])
     phrases = [(torch.tensor([list(r.token_ids)]), int(r.expected_id)) for r in table.itertuples()]
-    heads = adapter.heads()
+    heads = pick_heads(adapter.heads(), args.heads)
     n_cuts = len(heads) * len(phrases)
-    print(f"model {args.model}: {adapter.n_layers} layers × {adapter.n_heads} heads = {len(heads)} heads; "
-          f"{len(phrases)} phrases ({', '.join(f'{p}: {len(t)} tokens' for p, t in zip(table.phrase, table.token_ids))}); "
+    full = len(heads) == len(adapter.heads()) and len(phrases) == len(cfg["phrases"])
+    print(f"model {args.model}: {adapter.n_layers} layers × {adapter.n_heads} heads; cutting {len(heads)} "
+          f"heads{' (a subset)' if len(heads) < len(adapter.heads()) else ''} on {len(phrases)} phrases "
+          f"({', '.join(f'{p}: {len(t)} tokens' for p, t in zip(table.phrase, table.token_ids))}): "
           f"{n_cuts} single-head cuts")
     print(f"device {device.type}, dtype {model.dtype}, torch threads {torch.get_num_threads()}, "
           f"batch {batch} rows per forward")
+
+    bridge = None
+    if args.no_transformer_lens:
+        print("(iii) TransformerLens: skipped (--no-transformer-lens)")
+    else:
+        try:
+            import transformer_lens  # noqa: F401
+        except ImportError:
+            print("(iii) TransformerLens is not installed, so its loop is not timed (optional: "
+                  "pip install -r requirements.txt transformer-lens==4.3.0)")
+        else:
+            bridge, version = transformer_lens_bridge(args.model, tokenizer, "float32", device)
+            worst, identical = check_bridge_logits(bridge, model, phrases, device, args.tl_logit_tolerance)
+            print(f"(iii) TransformerLens {version}: TransformerBridge.boot_transformers on the same weights; "
+                  f"its logits vs the model's on every phrase: max |Δ| = {worst:g} "
+                  f"({'identical' if identical else 'within ' + format(args.tl_logit_tolerance, 'g')})")
     with torch.no_grad():                                     # warm-up
         model(input_ids=phrases[0][0].to(device))
+        if bridge is not None:
+            bridge(phrases[0][0].to(device))
 
-    # Interleaved per phrase (batched, loop, batched again) so that load from other
-    # processes on a shared machine falls on both alike; batched = mean of its two runs.
-    t_loop = t_b1 = t_b2 = c_loop = c_b1 = c_b2 = 0.0
-    lp, b1, b2 = [], [], []
+    # Interleaved per phrase so that load from other processes falls on every path alike.
+    t = dict(loop=0.0, b1=0.0, b2=0.0, tl=0.0)
+    c = dict(loop=0.0, b1=0.0, b2=0.0, tl=0.0)
+    res = dict(loop=[], b1=[], b2=[], tl=[])
     for phrase, one in zip(table.phrase, phrases):
-        x1, s1, k1 = timed(batched, device, model, adapter, [one], heads, batch)
-        xl, sl, kl = timed(loop, device, model, adapter, [one], heads, device)
-        x2, s2, k2 = timed(batched, device, model, adapter, [one], heads, batch)
-        print(f"  {phrase:12s} wall: loop {sl:7.2f} s, batched {s1:6.2f} s / {s2:6.2f} s;   "
-              f"CPU: loop {kl:7.2f} s, batched {k1:6.2f} s / {k2:6.2f} s", flush=True)
-        t_loop, t_b1, t_b2 = t_loop + sl, t_b1 + s1, t_b2 + s2
-        c_loop, c_b1, c_b2 = c_loop + kl, c_b1 + k1, c_b2 + k2
-        lp.append(xl), b1.append(x1), b2.append(x2)
-    lp, b1, b2 = torch.cat(lp), torch.cat(b1), torch.cat(b2)
-    t_batched, c_batched = (t_b1 + t_b2) / 2, (c_b1 + c_b2) / 2
+        runs = [("b1", batched, (model, adapter, [one], heads, batch)),
+                ("loop", loop, (model, adapter, [one], heads, device))]
+        if bridge is not None:
+            runs.append(("tl", transformer_lens_loop, (bridge, adapter, [one], heads, device)))
+        runs.append(("b2", batched, (model, adapter, [one], heads, batch)))
+        line = []
+        for key, fn, fn_args in runs:
+            x, wall, cpu = timed(fn, device, *fn_args)
+            t[key] += wall
+            c[key] += cpu
+            res[key].append(x)
+            line.append(f"{key} {wall:.2f} s")
+        print(f"  {phrase:12s} wall: " + ", ".join(line), flush=True)
+    lp, b1, b2 = (torch.cat(res[k]) for k in ("loop", "b1", "b2"))
+    t_batched, c_batched = (t["b1"] + t["b2"]) / 2, (c["b1"] + c["b2"]) / 2
     agree = compare_batched(b1, lp, tolerance, "probability of the expected token, every cut")
-    same = torch.equal(b1, b2)
-    print(f"(i)  one forward per cut (hook):  wall {t_loop:8.2f} s ({1000 * t_loop / n_cuts:.1f} ms per cut); "
-          f"CPU {c_loop:8.2f} s")
-    print(f"(ii) batched (mask, prefix reuse, last-position logits): wall {t_batched:8.2f} s "
-          f"(mean of two runs: {t_b1:.2f} s, {t_b2:.2f} s; {1000 * t_batched / n_cuts:.2f} ms per cut); "
-          f"CPU {c_batched:8.2f} s ({c_b1:.2f} s, {c_b2:.2f} s)")
-    ratio = t_loop / t_batched
-    print(f"ratio (i)/(ii), wall: {ratio:.2f}×  (against the slower batched run: {t_loop / max(t_b1, t_b2):.2f}×)"
-          f"   target ≥ 6×: {'met' if ratio >= 6 else 'NOT met'}")
-    if device.type == "cpu":
-        print(f"ratio (i)/(ii), CPU time of this process (insensitive to other processes' load): "
-              f"{c_loop / c_batched:.2f}×  (against the slower batched run: {c_loop / max(c_b1, c_b2):.2f}×)")
-    print(f"agreement: max |Δp| = {agree['max_abs_diff']:.3g} over {agree['n_values']} probabilities "
-          f"(tolerance {tolerance:g}): {'PASS' if agree['passed'] else 'FAIL'}; batched runs identical: {same}")
+    print(f"(i)   one forward per cut (hook):  wall {t['loop']:8.2f} s ({1000 * t['loop'] / n_cuts:.1f} ms per cut); "
+          f"CPU {c['loop']:8.2f} s")
+    print(f"(ii)  batched (mask, prefix reuse, last-position logits): wall {t_batched:8.2f} s "
+          f"(mean of two runs: {t['b1']:.2f} s, {t['b2']:.2f} s; {1000 * t_batched / n_cuts:.2f} ms per cut); "
+          f"CPU {c_batched:8.2f} s")
+    ratio = t["loop"] / t_batched
+    print(f"(i)/(ii), wall: {ratio:.2f}×  (against the slower batched run: "
+          f"{t['loop'] / max(t['b1'], t['b2']):.2f}×); CPU time of this process: {c['loop'] / c_batched:.2f}×"
+          + (f"   target ≥ 6×: {'met' if ratio >= 6 else 'NOT met'}" if full else
+             "   (a subset: the ≥ 6× target is for every cut on every phrase)"))
+    print(f"agreement (ii) vs (i): max |Δp| = {agree['max_abs_diff']:.3g} over {agree['n_values']} probabilities "
+          f"(tolerance {tolerance:g}): PASS; batched runs identical: {torch.equal(b1, b2)}")
+    if bridge is not None:
+        tl = torch.cat(res["tl"])
+        tl_agree = compare_batched(tl, lp, tolerance, "TransformerLens vs the hook loop, every cut")
+        print(f"(iii) TransformerLens run_with_hooks loop: wall {t['tl']:8.2f} s "
+              f"({1000 * t['tl'] / n_cuts:.1f} ms per cut); CPU {c['tl']:8.2f} s")
+        print(f"(iii)/(ii), wall: {t['tl'] / t_batched:.2f}×  (CPU {c['tl'] / c_batched:.2f}×);  "
+              f"(iii)/(i), wall: {t['tl'] / t['loop']:.2f}×")
+        print(f"agreement (iii) vs (i): max |Δp| = {tl_agree['max_abs_diff']:.3g} (tolerance {tolerance:g}): PASS")
     peak = peak_rss_gb()
-    print(f"peak memory (RSS high-water mark): {peak:.2f} GB   target < 4 GB: {'met' if peak < 4 else 'NOT met'}")
+    print(f"peak memory (RSS high-water mark): {peak:.2f} GB"
+          f"{' (two copies of the model: TransformerLens has its own)' if bridge is not None else ''}"
+          f"   target < 4 GB: {'met' if peak < 4 else 'NOT met'}")
     if device.type == "cuda":
         print(f"peak CUDA memory allocated: {torch.cuda.max_memory_allocated() / 1024 ** 3:.2f} GB")
-    try:
-        import transformer_lens  # noqa: F401
-    except ImportError:
-        print("transformer_lens is not installed: its run_with_hooks loop is not timed (optional)")
-    else:
-        tl, t_tl, _ = timed(transformer_lens_loop, device, model, tokenizer, adapter, phrases, heads, device)
-        d = float((tl - lp).abs().max())
-        print(f"(iii) transformer_lens run_with_hooks loop: {t_tl:.2f} s; ratio to batched "
-              f"{t_tl / t_batched:.2f}×; max |Δp| vs the hook loop {d:.3g}")
 
 
 if __name__ == "__main__":
