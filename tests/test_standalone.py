@@ -22,10 +22,12 @@ from workflow import make_workdir  # noqa: E402
 
 # Built from pieces so that this file does not match its own patterns.
 OUTSIDE = ["../" + "shared", "S" + "PEC"]
+# A tracker reference: the word issue or PR (or pull request) followed by a number, or a
+# bare hash and number (not a CSS colour after "property:").
 ISSUE_REFERENCES = [
-    r"\bissues?[ _/-]*#?[0-9]+",                 # "issue 7", "issues/7", "issue #7"
-    r"\b(pull request|PR)[ _/-]*#?[0-9]+",       # "PR 7", "pull request #7"
-    r"(?<!:)(^|[\s(\[])#[0-9]{1,5}\b",           # "#13" (not a CSS colour after "prop:")
+    r"\bissues?[ _/-]*#?[0-9]+",
+    r"\b(pull request|PR)[ _/-]*#?[0-9]+",
+    r"(?<!:)(^|[\s(\[])#[0-9]{1,5}\b",
 ]
 
 
@@ -161,8 +163,9 @@ def test_no_tracked_file_points_outside_the_repository():
 
 def test_the_grep_finds_what_it_looks_for(tmp_path):
     """The patterns above are not vacuous: each catches its kind of reference."""
-    samples = ["see " + OUTSIDE[0] + "/x.md", OUTSIDE[1] + " §5", "as in issue 7", "fixes #13",
-               "PR #4"]
+    samples = ["see " + OUTSIDE[0] + "/x.md", OUTSIDE[1] + " §5"] + [
+        " ".join(words) for words in (("as in", "issue", "7"), ("fixes", "#" + "13"), ("PR", "#" + "4"),
+                                      ("see", "issues/" + "12"))]
     for text in samples:
         assert any(p in text for p in OUTSIDE) or any(
             re.search(p, text, re.IGNORECASE) for p in ISSUE_REFERENCES), text
