@@ -2,11 +2,12 @@
 
 Everything else in headwatch addresses a head as ``(layer, head)`` (0-based,
 layer first) and asks the adapter where that head lives. A family is one
-:class:`Family` entry in :data:`FAMILIES`: dotted module paths inside a block,
-the norm class in front of attention, how attention weights are read, and —
-for a model without a transformers config, the sweep's character model — its
-class by dotted name (never imported here) and the attributes that hold its
-shape.
+:class:`Family` entry — in :data:`FAMILIES` by transformers ``model_type``, or
+in :data:`CLASS_FAMILIES` by class name for a model without a transformers
+config (the sweep's character model; named, never imported here): dotted
+module paths inside a block, the norm class in front of attention, how
+attention weights are read, and for a class family the attributes that hold
+its shape.
 
 **Sites** (:data:`SITES`) are the named places of each layer where
 :mod:`headwatch.interventions` reads or edits a forward pass:
@@ -97,16 +98,23 @@ FAMILIES = {
                     "RMSNorm"),
     "gpt2": Family("gpt2", "transformer.h", "attn", "attn.c_proj", ("attn.c_attn",), "ln_1", "LayerNorm",
                    fused_layout="qkv", conv1d=True),
-    # The sweep's character model (headwatch.charlm.model.CharLM): described by names only, so
-    # that importing this module never imports the sweep. It calls scaled_dot_product_attention,
-    # which returns no weights: its pattern is recomputed (no rotary, scale 1/√head_dim).
-    "charlm": Family("charlm", "blocks", "attn", "attn.o", ("attn.q", "attn.k", "attn.v"), "ln1",
-                     "LayerNorm", mlp="ffn", pattern="recompute",
-                     model_class="headwatch.charlm.model.CharLM",
-                     shape_attrs=dict(layers="layers", heads="heads", kv_heads="kv_heads", width="width",
-                                      head_dim="head_dim"),
-                     embeddings=("tok", "head")),
 }
+"""The transformers families, by ``config.model_type``."""
+
+_CHARLM = Family("charlm", "blocks", "attn", "attn.o", ("attn.q", "attn.k", "attn.v"), "ln1", "LayerNorm",
+                 mlp="ffn", pattern="recompute", model_class="headwatch.charlm.model.CharLM",
+                 shape_attrs=dict(layers="layers", heads="heads", kv_heads="kv_heads", width="width",
+                                  head_dim="head_dim"),
+                 embeddings=("tok", "head"))
+CLASS_FAMILIES = {_CHARLM.model_class: _CHARLM}
+"""Models without a transformers config, by class (dotted name; never imported here): the
+sweep's character model, whose scaled_dot_product_attention returns no weights, so its
+pattern is recomputed (no rotary, scale 1/√head_dim)."""
+
+
+def all_families() -> dict[str, Family]:
+    """Every family by name: the transformers ones, then those known by class."""
+    return {**FAMILIES, **{f.name: f for f in CLASS_FAMILIES.values()}}
 
 SITES = {
     "z": "input of the attention output projection (per head)",
@@ -131,10 +139,9 @@ def _class_name(model) -> str:
 def family_of(config) -> Family:
     """The family of a transformers config (``model_type``)."""
     kind = getattr(config, "model_type", None)
-    known = sorted(k for k, f in FAMILIES.items() if f.has_config)
-    if kind not in FAMILIES or not FAMILIES[kind].has_config:
+    if kind not in FAMILIES:
         raise ValueError(
-            f"model_type {kind!r} has no adapter; headwatch knows {known} "
+            f"model_type {kind!r} has no adapter; headwatch knows {sorted(FAMILIES)} "
             "(add one to headwatch/arch.py: FAMILIES)")
     return FAMILIES[kind]
 
@@ -142,11 +149,11 @@ def family_of(config) -> Family:
 def family_of_model(model: nn.Module) -> Family:
     """The family of a loaded model: by class name for models without a config, else its config."""
     name = _class_name(model)
-    for fam in FAMILIES.values():
-        if fam.model_class == name:
-            return fam
+    if name in CLASS_FAMILIES:
+        return CLASS_FAMILIES[name]
     if getattr(model, "config", None) is None:
-        raise ValueError(f"{name} has no transformers config and no entry in headwatch/arch.py: FAMILIES")
+        raise ValueError(f"{name} has no transformers config and no entry in headwatch/arch.py: "
+                         "CLASS_FAMILIES")
     return family_of(model.config)
 
 
@@ -448,9 +455,9 @@ def check_site(site: str) -> str:
 def sites_table(families: Iterable[str] = ()) -> list[dict]:
     """Per family and site: the module path inside a block and whether it is hooked on its input
     or output (the table of ``docs`` and of the tests)."""
-    rows = []
-    for name in families or FAMILIES:
-        f = FAMILIES[name]
+    rows, known = [], all_families()
+    for name in families or known:
+        f = known[name]
         qkv = f.qkv if len(f.qkv) == 3 else f.qkv * 3
         where = {"z": (f.out_proj, "input"), "k": (qkv[1], "output"), "v": (qkv[2], "output"),
                  "pattern": (f.attention, "output: its weights" if f.pattern == "weights"

@@ -221,7 +221,11 @@ class _Plan:
             if dead:
                 raise InterventionError(f"{dead[0].where()} is at or below the skip at layer "
                                         f"{self.skip.layer}: those blocks do not run")
-        self.captures = Captures({e.name: [] for e in edits if e.op == "capture"})
+        names = [e.name for e in edits if e.op == "capture"]
+        if len(set(names)) != len(names):
+            twice = sorted({repr(n) for n in names if names.count(n) > 1})
+            raise InterventionError(f"two captures named {', '.join(twice)}: give each its own key")
+        self.captures = Captures({n: [] for n in names})
         self.stash: dict[int, dict[str, torch.Tensor]] = {}
         self.hooks: dict[tuple[int, str], tuple[nn.Module, str, list]] = {}
         self.caches: dict[int, dict] = {}

@@ -3,7 +3,7 @@ hook vs zeroed weights, the model restored (also when the body raises), batched 
 import pytest
 import torch
 
-from headwatch.arch import FAMILIES, SITES, Adapter, HeadAddressError, sites_table
+from headwatch.arch import SITES, Adapter, HeadAddressError, all_families, sites_table
 from headwatch.cut import (MEAN_BIAS_TOLERANCE, BatchedCuts, check_hook_vs_mean_bias, cut_heads,
                            head_means, loop_cuts)
 from headwatch.interventions import (InterventionError, attention_maps, capture, check_against_reference,
@@ -61,7 +61,7 @@ def test_every_family_names_a_module_for_every_site(tiny):
     for r in rows:                                   # the table's paths are the adapter's
         if r["module"] != "(block)":
             assert r["module"] == a.site_path(r["site"])
-    assert set(FAMILIES) == set(ALL_FAMILIES)
+    assert set(all_families()) == set(ALL_FAMILIES)
 
 
 @pytest.mark.parametrize("site", list(SITES))
@@ -259,7 +259,8 @@ def test_bad_edits_are_refused_before_anything_is_registered(tiny):
            ([capture("z", 0), type(zero("z", 0))("z", 0, "erase", 0)], InterventionError, "unknown op"),
            ([zero("z", 0, 0, rows=torch.tensor([1, 0]))], InterventionError, "bool"),
            ([scale("z", 0, "x", 0)], InterventionError, "factor"),
-           ([skip(0, torch.zeros(1)), skip(1, torch.zeros(1))], InterventionError, "one skip")]
+           ([skip(0, torch.zeros(1)), skip(1, torch.zeros(1))], InterventionError, "one skip"),
+           ([capture("v", 1), capture("v", 1)], InterventionError, "two captures")]
     for edits, err, match in bad:
         with pytest.raises(err, match=match):
             with intervene(a, edits):
