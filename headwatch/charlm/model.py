@@ -191,8 +191,10 @@ class Experts(nn.Module):
                 else None)
         mm = lambda a, w: grouped_matmul(a if cast is None else a.to(cast),  # noqa: E731
                                          w if cast is None else w.to(cast), ends)
-        h = F.gelu(mm(x2.index_select(0, order // k), self.w1) + self.b1.index_select(0, expert))
-        y = mm(h, self.w2) + self.b2.index_select(0, expert)
+        # Gathers by indexing (its gradient is summed by index_put, deterministic on a GPU as well,
+        # where index_select's gradient would add rows by atomics in no fixed order).
+        h = F.gelu(mm(x2[order // k], self.w1) + self.b1[expert])
+        y = mm(h, self.w2) + self.b2[expert]
         y = y * weight.flatten()[order].unsqueeze(1).to(y.dtype)
         back = torch.empty_like(order).scatter_(0, order, torch.arange(n * k, device=x.device))
         out = y.index_select(0, back).view(n, k, -1).sum(1)
