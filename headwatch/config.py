@@ -162,6 +162,9 @@ def hub_file(repo: str, filename: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+
+
 def source_errors(key: str, model_cfg: dict) -> list[str]:
     """Does the configured source of model ``key`` exist on this machine?"""
     where = f"models.{key}"
@@ -180,6 +183,12 @@ def source_errors(key: str, model_cfg: dict) -> list[str]:
         if not (path / "config.json").exists():
             return [f"{where}.source: the folder {src!r} holds no config.json; a local source is a "
                     "model folder (config.json, weights, tokenizer), as save_pretrained writes it"]
+        if not any(any(path.glob(pattern)) for pattern in WEIGHT_FILES):
+            return [f"{where}.source: the folder {src!r} holds no weights ({', '.join(WEIGHT_FILES)}); "
+                    "a local source is a model folder as save_pretrained writes it"]
+        if not any((path / name).exists() for name in ("tokenizer.json", "vocab.json", "tokenizer.model")):
+            return [f"{where}.source: the folder {src!r} holds no tokenizer (tokenizer.json, vocab.json or "
+                    "tokenizer.model); save it there with the model (tokenizer.save_pretrained)"]
         return []
     if looks_like_path(src):
         hint = ""
@@ -455,7 +464,11 @@ def model_facts(loc: Located, model_cfg: dict) -> ModelFacts:
             raise ModelNotFoundError(f"models.{loc.key}.source: {src!r} could not be fetched")
         loc.__dict__.update(fetched.__dict__)
     if not (loc.tokenizer / "tokenizer.json").exists():
-        _convert_tokenizer(loc.tokenizer, *loc.convert)
+        try:
+            _convert_tokenizer(loc.tokenizer, *loc.convert)
+        except (OSError, ValueError, KeyError) as err:
+            raise ModelNotFoundError(f"models.{loc.key}: no tokenizer can be read from {loc.convert[0]!r} "
+                                     f"({type(err).__name__}: {err})") from err
     if loc.origin == "gguf":
         shape = shape_from_gguf(gguf_header(loc.gguf))
         where = f"{loc.gguf} (GGUF header)"

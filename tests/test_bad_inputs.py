@@ -129,6 +129,14 @@ def test_a_typo_in_the_source_of_a_prepared_model_costs_nothing_once_fixed(tree,
     result = run_with(tree, set_in("models.tiny-llama.source", str(empty)), TARGET)
     assert result.returncode != 0
     assert f"the folder {str(empty)!r} holds no config.json" in result.stdout + result.stderr
+    shutil.copy(tiny_model_dir / "config.json", empty / "config.json")
+    result = run_with(tree, set_in("models.tiny-llama.source", str(empty)), TARGET)
+    assert result.returncode != 0
+    assert f"the folder {str(empty)!r} holds no weights" in result.stdout + result.stderr
+    shutil.copy(tiny_model_dir / "model.safetensors", empty / "model.safetensors")
+    result = run_with(tree, set_in("models.tiny-llama.source", str(empty)), TARGET)
+    assert result.returncode != 0
+    assert f"the folder {str(empty)!r} holds no tokenizer" in result.stdout + result.stderr
     assert snapshot(workdir) == before
     fixed = run_with(tree, lambda c: None, "-n", TARGET)
     assert fixed.returncode == 0 and planned_jobs(fixed) == {}, fixed.stdout[-2000:]
