@@ -85,6 +85,11 @@ class Family:
     def has_config(self) -> bool:
         return not self.model_class
 
+    @property
+    def qkv_paths(self) -> tuple[str, str, str]:
+        """The (q, k, v) projection paths; the fused module's three times when fused."""
+        return self.qkv if len(self.qkv) == 3 else self.qkv * 3
+
 
 FAMILIES = {
     "gpt_neox": Family("gpt_neox", "gpt_neox.layers", "attention", "attention.dense",
@@ -295,8 +300,7 @@ class Adapter:
         return w[cols, :] if self.family.conv1d else w[:, cols]
 
     def _qkv_module(self, layer: int, which: int) -> nn.Module:
-        paths = self.family.qkv
-        return _get(self.blocks[layer], paths[which] if len(paths) == 3 else paths[0])
+        return _get(self.blocks[layer], self.family.qkv_paths[which])
 
     def query_proj(self, layer: int) -> nn.Module:
         return self._qkv_module(layer, 0)
@@ -397,9 +401,8 @@ class Adapter:
     def site_path(self, site: str) -> str:
         """The dotted path of the site's module inside a block (``""`` = the block itself)."""
         f = self.family
-        qkv = f.qkv if len(f.qkv) == 3 else f.qkv * 3
-        return {"z": f.out_proj, "k": qkv[1], "v": qkv[2], "pattern": f.attention, "resid": "",
-                "resid_in": ""}[check_site(site)]
+        return {"z": f.out_proj, "k": f.qkv_paths[1], "v": f.qkv_paths[2], "pattern": f.attention,
+                "resid": "", "resid_in": ""}[check_site(site)]
 
     # ---- what the by-hand formulas need --------------------------------------
     def input_norm_params(self, layer: int) -> dict:
@@ -458,7 +461,7 @@ def sites_table(families: Iterable[str] = ()) -> list[dict]:
     rows, known = [], all_families()
     for name in families or known:
         f = known[name]
-        qkv = f.qkv if len(f.qkv) == 3 else f.qkv * 3
+        qkv = f.qkv_paths
         where = {"z": (f.out_proj, "input"), "k": (qkv[1], "output"), "v": (qkv[2], "output"),
                  "pattern": (f.attention, "output: its weights" if f.pattern == "weights"
                              else f"recomputed from {qkv[0]} and {qkv[1]}"),
