@@ -182,6 +182,31 @@ def test_a_corrupt_table_names_its_rule_and_the_command_that_remakes_it(tree, tm
     assert len(read_parquet(prose)) == 8 and len(read_parquet(workdir / TARGET)) == 12
 
 
+def test_a_table_whose_rows_or_schema_disagree_with_its_own_record_is_refused(tmp_path):
+    """Written with an integrity record (rows, columns and types): a file rewritten behind the
+    workflow's back with other rows or another schema is named as corrupt, like a truncated one."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from headwatch.checks import CorruptTableError, write_parquet
+
+    path = tmp_path / "scores.parquet"
+    write_parquet(pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "sink": [0.5, 0.25, 0.125]}), path)
+    table = pq.read_table(path)
+    assert len(read_parquet(path)) == 3
+    pq.write_table(table.slice(0, 2), path)                       # a row lost, the record kept
+    with pytest.raises(CorruptTableError, match=r"scores.parquet is corrupt: it holds 2 rows, its integrity "
+                                                r"record says 3\. Remake it with `snakemake --forcerun "):
+        read_parquet(path)
+    sink = table.schema.get_field_index("sink")
+    pq.write_table(table.set_column(sink, pa.field("sink", pa.float32()),
+                                    table.column("sink").cast(pa.float32())), path)
+    with pytest.raises(CorruptTableError, match=r"its schema .*\['sink', 'float'\].* differs from its "
+                                                r"integrity record .*\['sink', 'double'\]"):
+        read_parquet(path)
+
+
 # ---------------------------------------------------------------- training checkpoints
 TINY = dict(steps=12, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
             eval_batches=2, checkpoint_every=3)
