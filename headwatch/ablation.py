@@ -245,10 +245,42 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
         index[("random", k)] = list(range(len(variants), len(variants) + draws))
         variants += rand
     log.info("5a: %d cut variants × %d eval sequences × %d methods", len(variants), len(ids), len(methods))
+    kmax, n1 = max(ks), len(c1)
+
+    def per_copy(method: str) -> np.ndarray:
+        """[V, 2]: mean loss on copy 1 and copy 2 of every variant cut by ``method``."""
+        runner = BatchedCuts(model, adapter, ids, positions, params["batch"], means=means[method])
+        losses = runner.run_variants(variants, reduce).cpu()                  # [V, N, P]
+        # Guard 3 on the intact model, the largest targeted cut and the first random draw of it.
+        check_v = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
+        looped = loop_cuts(model, adapter, ids, [variants[v] for v in check_v], reduce, positions,
+                           params["batch"], means[method]).cpu()
+        checks.compare(losses[check_v], looped, params["tolerance"],
+                       f"5a loss per token (nats), {method} cuts, {len(check_v)} variants × {len(ids)} "
+                       f"sequences × {len(positions)} positions")
+        return torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
+                           dim=1).double().numpy()
+
     rows = []
     for method in methods:
-        rows += _topk_rows(model, adapter, ids, positions, len(c1), reduce, variants, index, targeted,
-                           ks, method, means[method], params, checks)
+        loss = per_copy(method)
+        for k in ks:
+            t = index[("targeted", k)]
+            r = index[("random", k)]
+            sizes = {len(variants[v]) for v in r}
+            if len(sizes) != 1:
+                raise CutCheckError(f"random draws for k={k} cut different numbers of heads: {sizes}")
+            if any(h in set(targeted) for v in r for h in variants[v]):
+                raise CutCheckError("a random control contains a targeted head")
+            row = dict(method=method, k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=sizes.pop(),
+                       n_draws=len(r), targeted_heads=heads_label(variants[t]),
+                       random_heads=[heads_label(variants[v]) for v in r])
+            for c, name in ((0, "copy1"), (1, "copy2")):
+                rl = loss[r, c]
+                row.update({f"intact_{name}": loss[0, c], f"targeted_{name}": loss[t, c],
+                            f"random_{name}_mean": rl.mean(), f"random_{name}_min": rl.min(),
+                            f"random_{name}_max": rl.max()})
+            rows.append(row)
     df = pd.DataFrame(rows)
     note = dict(positions=LOSS_POSITIONS_NOTE, half_length=T, offset=offset, sequences=len(ids),
                 top_n=top_n, targeted_set=heads_label(targeted), random_pool=len(pool),
@@ -258,42 +290,6 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
                        "the same heads and draws for both",
                 **METHOD_NOTE)
     return df, note
-
-
-def _topk_rows(model, adapter, ids, positions, n1, reduce, variants, index, targeted, ks, method, means,
-               params, checks) -> list[dict]:
-    """The 5a rows of one cut method: batched losses of every variant, guard 3 against the loop."""
-    runner = BatchedCuts(model, adapter, ids, positions, params["batch"], means=means)
-    losses = runner.run_variants(variants, reduce).cpu()                  # [V, N, P]
-    # Guard 3 on the intact model, the largest targeted cut and the first random draw of it.
-    kmax = max(ks)
-    check_v = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
-    looped = loop_cuts(model, adapter, ids, [variants[v] for v in check_v], reduce, positions,
-                       params["batch"], means).cpu()
-    checks.compare(losses[check_v], looped, params["tolerance"],
-                   f"5a loss per token (nats), {method} cuts, {len(check_v)} variants × {len(ids)} "
-                   f"sequences × {len(positions)} positions")
-    per_copy = torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
-                           dim=1).double().numpy()                             # [V, 2]
-    rows = []
-    for k in ks:
-        t = index[("targeted", k)]
-        r = index[("random", k)]
-        sizes = {len(variants[v]) for v in r}
-        if len(sizes) != 1:
-            raise CutCheckError(f"random draws for k={k} cut different numbers of heads: {sizes}")
-        if any(h in set(targeted) for v in r for h in variants[v]):
-            raise CutCheckError("a random control contains a targeted head")
-        row = dict(method=method, k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=sizes.pop(),
-                   n_draws=len(r), targeted_heads=heads_label(variants[t]),
-                   random_heads=[heads_label(variants[v]) for v in r])
-        for c, name in ((0, "copy1"), (1, "copy2")):
-            rl = per_copy[r, c]
-            row.update({f"intact_{name}": per_copy[0, c], f"targeted_{name}": per_copy[t, c],
-                        f"random_{name}_mean": rl.mean(), f"random_{name}_min": rl.min(),
-                        f"random_{name}_max": rl.max()})
-        rows.append(row)
-    return rows
 
 
 # ----------------------------------------------------------------- 5b
