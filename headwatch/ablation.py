@@ -47,7 +47,7 @@ import pandas as pd
 import torch
 
 from .arch import Adapter, Head, head_label, heads_label
-from .cut import (MEAN_BIAS_TOLERANCE, BatchedCuts, CutCheckError, check_hook_vs_mean_bias,
+from .cut import (MEAN_BIAS_RTOL, BatchedCuts, CutCheckError, check_hook_vs_mean_bias,
                   check_hook_vs_weights, check_restore, compare_batched, cut_heads, cut_rows, full_logits,
                   head_mask, head_means, heads_one_per_layer, loop_cuts, normalize_heads)
 from .scores import attention_maps, induction_cells, induction_scores, top_heads
@@ -163,12 +163,13 @@ class AblationChecks:
 
     def hook_vs_mean_bias(self, means: torch.Tensor, extra_heads: Sequence[Head] = ()) -> dict:
         """Guard 1 for mean cuts ("zeroed weights" is a zero-cut guard): the hook against Wo's
-        columns zeroed plus the mean's projection as a bias, within MEAN_BIAS_TOLERANCE."""
+        columns zeroed plus the mean's projection as a bias, within MEAN_BIAS_RTOL × max |logit|."""
         heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
         rec = check_hook_vs_mean_bias(self.model, self.adapter, self.ids, heads, means,
-                                      MEAN_BIAS_TOLERANCE, self.batch)
-        log.info("guard mean cut by hook vs its bias form: %d cuts, max |Δlogit| = %g (tolerance %g)",
-                 rec["n_cuts"], rec["max_abs_diff"], MEAN_BIAS_TOLERANCE)
+                                      MEAN_BIAS_RTOL, self.batch)
+        log.info("guard mean cut by hook vs its bias form: %d cuts, max |Δlogit| = %g (tolerance %g = "
+                 "%g × max |logit| %g)", rec["n_cuts"], rec["max_abs_diff"], rec["tolerance"],
+                 MEAN_BIAS_RTOL, rec["max_abs_logit"])
         self.records["hook_vs_mean_bias"] = rec
         return rec
 

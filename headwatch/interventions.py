@@ -252,10 +252,18 @@ class _Plan:
 
     def _add(self, e: Edit) -> None:
         a, L = self.a, e.layer
-        if e.site in ("k", "v"):
-            self._hook(a.site_module(e.site, L), "out").append(("features", e.site, e, None))
-        elif e.site == "z":
-            self._hook(a.out_proj(L), "in").append(("features", "z", e, None))
+        if e.site in ("k", "v", "z"):
+            actions = self._hook(a.site_module(e.site, L), "in" if e.site == "z" else "out")
+            if self._constant(e):
+                # Consecutive zero / constant replace edits of distinct units: one where() in all.
+                last = actions[-1] if actions else None
+                if last and last[0] == "run" and last[1] == e.site and \
+                        e.unit not in {x.unit for x in last[2]}:
+                    last[2].append(e)
+                else:
+                    actions.append(("run", e.site, [e], {}))
+            else:
+                actions.append(("features", e.site, e, None))
         elif e.site == "pattern":
             if e.op == "capture":
                 if a.family.pattern == "recompute":
@@ -273,7 +281,31 @@ class _Plan:
         else:
             self._hook(a.block(L), "in_kw").append(("whole", "resid_in", e, None))
 
+    @staticmethod
+    def _constant(e: Edit) -> bool:
+        """A zero, or a replace by one vector of the unit's size (or a number), of one unit."""
+        return e.unit is not None and (e.op == "zero" or (
+            e.op == "replace" and (not isinstance(e.value, torch.Tensor) or e.value.ndim <= 1)))
+
     # ---- what runs inside the hooks
+    def _run_of(self, x: torch.Tensor, site: str, edits: list[Edit], cache: dict) -> torch.Tensor:
+        """A run of constant edits as one ``where(mask, fill, x)``; mask and fill built once per
+        device, dtype and batch size."""
+        key = (x.device, x.dtype, x.shape[0])
+        if key not in cache:
+            per_row = any(e.rows is not None for e in edits)
+            mask = torch.zeros(x.shape[0] if per_row else 1, 1, x.shape[-1], dtype=torch.bool, device=x.device)
+            fill = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device)
+            for e in edits:
+                sl = self.a.site_slice(site, e.unit)
+                rows = _rows(e, x, self.caches.setdefault(id(e), {}))
+                mask[:, 0, sl] = True if rows is None else rows[:, None]
+                if e.op == "replace":
+                    fill[sl] = _on(e.value, x)
+            cache[key] = (mask, fill)
+        mask, fill = cache[key]
+        return torch.where(mask, fill, x)
+
     def _units(self, e: Edit) -> list[int]:
         return list(range(self.a.site_units(e.site))) if e.unit is None else [e.unit]
 
@@ -360,6 +392,9 @@ class _Plan:
                 continue
             if kind == "pattern_capture":
                 self._pattern_capture(what, e, extra, output)
+                continue
+            if kind == "run":
+                x, cloned = self._run_of(x, what, e, extra), True       # a new tensor
                 continue
             if e.op != "capture" and not cloned:
                 x, cloned = x.clone(), True

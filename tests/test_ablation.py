@@ -239,7 +239,7 @@ def test_topk_writes_both_methods_side_by_side(setup, topk):
     assert abs(mean_rows.targeted_copy2.iloc[-1] - zero_rows.targeted_copy2.iloc[-1]) > 1e-4
     assert checks["hook_vs_weights"]["max_abs_diff"] == 0.0
     assert checks["hook_vs_mean_bias"]["passed"]
-    assert checks["hook_vs_mean_bias"]["max_abs_diff"] <= A.MEAN_BIAS_TOLERANCE
+    assert checks["hook_vs_mean_bias"]["max_abs_diff"] <= checks["hook_vs_mean_bias"]["tolerance"]
     assert len(checks["batched_vs_loop"]["comparisons"]) == 2                  # one per method
     assert "configured ablation.method (zero) first" in note["method"]
     configured_mean, _, _ = A.run_topk(model, adapter, eval_df, scores, dict(PARAMS, method="mean"))
@@ -277,4 +277,4 @@ def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit,
         p = torch.softmax(model(torch.tensor([ph.token_ids])).logits[0, -1], -1)[ph.expected_id]
     assert abs(row.p_cut - float(p)) < 1e-6
     merged = A.merge_checks({"topk": topk[3], "attribution": checks})
-    assert merged["hook_vs_mean_bias_max_abs_diff"] <= A.MEAN_BIAS_TOLERANCE
+    assert merged["hook_vs_mean_bias_max_abs_diff"] <= checks["hook_vs_mean_bias"]["tolerance"]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from headwatch.arch import SITES, Adapter, HeadAddressError, all_families, sites_table
-from headwatch.cut import (MEAN_BIAS_TOLERANCE, BatchedCuts, check_hook_vs_mean_bias, cut_heads,
+from headwatch.cut import (MEAN_BIAS_RTOL, BatchedCuts, check_hook_vs_mean_bias, cut_heads,
                            head_means, loop_cuts)
 from headwatch.interventions import (InterventionError, attention_maps, capture, check_against_reference,
                                      check_restore, compare_batched, full_logits, hooks_on, intervene,
@@ -287,8 +287,8 @@ def test_head_means_are_the_mean_of_z_over_rows_and_positions(tiny):
 
 
 def test_mean_cut_guards(tiny):
-    """Mean cuts: hook vs its bias form (within MEAN_BIAS_TOLERANCE; "zeroed weights" is a zero-cut
-    guard), batched vs loop (1e-5), the model restored; and a mean cut is not a zero cut."""
+    """Mean cuts: hook vs its bias form (within MEAN_BIAS_RTOL × max |logit|; "zeroed weights" is a
+    zero-cut guard), batched vs loop (1e-5), the model restored; and a mean cut is not a zero cut."""
     model, a = tiny
     ids = random_ids(3, 10, seed=7)
     intact = full_logits(model, ids, adapter=a)
@@ -297,7 +297,8 @@ def test_mean_cut_guards(tiny):
     heads = [(l, l % a.n_heads) for l in range(a.n_layers)] + [(0, a.n_heads - 1)]
     biased = [getattr(a.out_proj(l), "bias", None) is not None for l in range(a.n_layers)]
     rec = check_hook_vs_mean_bias(model, a, ids, heads, means)
-    assert rec["passed"] and rec["max_abs_diff"] <= MEAN_BIAS_TOLERANCE
+    assert rec["max_abs_logit"] == float(intact.abs().max()) and rec["rtol"] == MEAN_BIAS_RTOL
+    assert rec["passed"] and rec["max_abs_diff"] <= rec["tolerance"] == MEAN_BIAS_RTOL * rec["max_abs_logit"]
     assert rec["layers_covered"] == list(range(a.n_layers))
     # Weights restored, and a bias attached for the check is gone again.
     assert _same(model, snap)
@@ -306,7 +307,7 @@ def test_mean_cut_guards(tiny):
     wrong = [(dict(layer=0), [replace("z", 0, means[0, 0], 0)],
               lambda: replaced_by_bias(a, [(0, 0, means[0, 0] + 1.0)]))]
     with pytest.raises(InterventionError, match="max"):
-        check_against_reference(model, a, ids, wrong, MEAN_BIAS_TOLERANCE)
+        check_against_reference(model, a, ids, wrong, rec["tolerance"])
     positions = torch.tensor([0, 4, 9])
     variants = [[], [(1, 0)], [(0, 1), (2, 3)]]
 
