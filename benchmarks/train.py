@@ -11,7 +11,7 @@ with ``--arms``, peak memory and step time of dense and experts models side by s
 Measures, in one run and with the same thread count:
   1. the float32 matmul rate (square matmuls of 1024 and 2048): the yardstick;
   2. tokens/s of full training steps (forward, loss, backward, gradient clipping,
-     fused AdamW step), as headwatch.charlm.train runs them, for each variant
+     fused AdamW step), as headwatch.sweep.train runs them, for each variant
      (eager; torch.compile of the model).
 The machine may be shared: rounds of (1) and (2) are interleaved and the best of
 each is compared (both measured under the same background load); medians are
@@ -23,7 +23,7 @@ With ``--arms`` each arm (``dense``; ``e{E}k{k}``: E experts, top k, expert widt
 it prints the resident set before the first step, the peak resident set (CPU), the
 CUDA allocator's peak (GPU) and the best and median seconds per step.
 
-With ``--precisions`` it trains with headwatch.charlm.train (two plays, ~120 k
+With ``--precisions`` it trains with headwatch.sweep.train (two plays, ~120 k
 characters) once per precision and seed and prints the final validation and
 training losses: what a precision changes, beside the seed-to-seed spread.
 
@@ -52,8 +52,9 @@ import torch
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from headwatch.charlm.model import CharLM, count_params  # noqa: E402
-from headwatch.charlm.train import make_optimizer, settings_of  # noqa: E402
+from headwatch.charlm.model import CharLM  # noqa: E402
+from headwatch.charlm.spec import ModelSpec  # noqa: E402
+from headwatch.sweep.train import make_optimizer, settings_of  # noqa: E402
 
 VOCAB = 65   # the size of the Shakespeare character vocabulary
 
@@ -95,12 +96,12 @@ def arm_options(arm: str) -> tuple[dict, float]:
 
 
 def make_step(args, variant: str, arm: str = "dense"):
-    """One full training step of the sweep's model (as headwatch.charlm.train runs it)."""
+    """One full training step of the sweep's model (as headwatch.sweep.train runs it)."""
     device = torch.device(args.device)
     options, balance = arm_options(arm)
     torch.manual_seed(0)
-    model = CharLM(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
-                   **options).to(device)
+    model = CharLM(ModelSpec(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
+                             **options)).to(device)
     s = settings_of(dict(steps=1, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=0, weight_decay=0.1,
                          eval_every=1, eval_batches=1, checkpoint_every=1))
     opt = make_optimizer(model, s, device)
@@ -166,8 +167,8 @@ def run_arms(args, argv) -> None:
           + (f"{'CUDA peak':>11}" if cuda else "") + f"{'best s/step':>13}{'median':>8}")
     for r in rows:
         options, _ = arm_options(r["arm"])
-        params = count_params(VOCAB, args.width, args.layers, args.context, heads=args.heads,
-                              **options)["total"]
+        params = ModelSpec(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
+                           **options).param_counts()["total"]
         print(f"{r['arm']:<10}{params:>12,}{r['rss_before_mb']:>10.0f}MB{r['peak_rss_mb']:>8.0f}MB"
               f"{r['peak_rss_mb'] - r['rss_before_mb']:>6.0f}MB"
               + (f"{r['cuda_peak_mb']:>9.0f}MB" if cuda else "")
@@ -179,7 +180,7 @@ def compare_precisions(args) -> None:
     import numpy as np
 
     from headwatch.charlm.corpus import build_corpus
-    from headwatch.charlm.train import train
+    from headwatch.sweep.train import train
 
     corpus = build_corpus(plays=["tragedies/macbeth", "tragedies/hamlet"], target_chars=120_000)
     ids, meta = corpus.ids(), corpus.meta()
@@ -243,7 +244,8 @@ def main(argv=None):
 
     f = flops_per_step(args.width, args.heads, args.layers, args.context, args.batch)
     total = f["dense"] + f["attention"]
-    params = count_params(VOCAB, args.width, args.layers, args.context)["total"]
+    params = ModelSpec(VOCAB, args.width, args.heads, layers=args.layers,
+                       context=args.context).param_counts()["total"]
     print(f"model: width {args.width}, heads {args.heads}, layers {args.layers}, "
           f"{params:,} parameters ({f['p_matmul']:,} in matmuls); batch {args.batch} x context "
           f"{args.context} = {args.batch * args.context:,} tokens/step; torch {torch.__version__}, "

@@ -8,9 +8,12 @@ The modules, in the order data flows through them:
     sequences  the seeded token sets, prose and phrases
     attention  attention maps and next-token predictions for phrases
     scores     sink / prev / self / induction, reduced inside the forward pass
-    cut        cutting heads (the one ablation hook) — see ablation
+    interventions  every edit and capture of a forward pass, at named sites (the one hook module)
+    cut        cutting heads (zero or mean) through interventions — see ablation
     anatomy    configs, parameters by block, rotary, KV cache, weight checks
-    charlm     the sweep's character-level models
+    params     parameters by block, counted from a model's modules (the one count)
+    charlm     the sweep's character-level model (ModelSpec, CharLM), corpus, tokenizers
+    sweep      the sweep: plan, config checks, training, summary, studies
     figures    one figure style and the plots
 """
 __version__ = "0.1.0"

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-import torch
-from torch import nn
+if TYPE_CHECKING:      # torch is imported where a model is at hand: the config checks read
+    import torch       # shapes from config.json through this module without importing it
+    from torch import nn
 
 
 class HeadAddressError(IndexError):
@@ -162,22 +163,51 @@ def family_of_model(model: nn.Module) -> Family:
     return family_of(model.config)
 
 
+# Config keys of each number, in the order they are tried (GPT-2 and GPT-NeoX spell them
+# their own way); a config is a transformers config object or a config.json dict.
+CONFIG_KEYS = dict(
+    width=("hidden_size", "n_embd"),
+    heads=("num_attention_heads", "n_head"),
+    layers=("num_hidden_layers", "n_layer", "num_layers"),
+    kv_heads=("num_key_value_heads",),
+    head_dim=("head_dim",),
+    context=("max_position_embeddings", "n_positions", "n_ctx", "seq_length"),
+    vocab=("vocab_size",),
+    ffn=("intermediate_size", "n_inner"),
+)
+
+
+def config_value(config, what: str):
+    """The first of :data:`CONFIG_KEYS` ``[what]`` that ``config`` sets (None if none)."""
+    for key in CONFIG_KEYS[what]:
+        value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _attr(config, key: str, default=None):
+    value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+    return default if value is None else value
+
+
 def shape_of(config) -> dict:
-    """Layers, heads, kv heads, width, head size and rotary settings from a config alone."""
+    """Layers, heads, kv heads, width, head size and rotary settings from a config alone
+    (a transformers config or a ``config.json`` dict; a number the config lacks is None)."""
     c = config
-    width = getattr(c, "hidden_size", None) or getattr(c, "n_embd")
-    heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head")
-    layers = getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer")
-    kv_heads = getattr(c, "num_key_value_heads", None) or heads
-    head_dim = getattr(c, "head_dim", None) or (width // heads if width % heads == 0 else None)
-    rope = getattr(c, "rope_parameters", None) or {}
-    if c.model_type == "gpt2":
+    width, heads, layers = config_value(c, "width"), config_value(c, "heads"), config_value(c, "layers")
+    kv_heads = config_value(c, "kv_heads") or heads
+    head_dim = config_value(c, "head_dim") or (width // heads if width and heads and width % heads == 0
+                                               else None)
+    rope = _attr(c, "rope_parameters", {})
+    model_type = _attr(c, "model_type")
+    if model_type == "gpt2":
         rotary_dims, base = 0, None
     else:
-        base = rope.get("rope_theta", getattr(c, "rope_theta", None))
-        frac = rope.get("partial_rotary_factor", getattr(c, "rotary_pct", 1.0))
+        base = rope.get("rope_theta", _attr(c, "rope_theta"))
+        frac = rope.get("partial_rotary_factor", _attr(c, "rotary_pct", 1.0))
         rotary_dims = int(head_dim * frac) if head_dim else None
-    return dict(family=c.model_type, layers=layers, heads=heads, kv_heads=kv_heads, width=width,
+    return dict(family=model_type, layers=layers, heads=heads, kv_heads=kv_heads, width=width,
                 head_dim=head_dim, rotary_dims=rotary_dims, rotary_base=base)
 
 
@@ -194,14 +224,31 @@ def rope_type(config) -> str:
     """The rotary embedding's type (``"default"`` for plain RoPE), ``""`` without rotary."""
     if not shape_of(config)["rotary_dims"]:
         return ""
-    rope = getattr(config, "rope_parameters", None) or {}
-    return rope.get("rope_type", "default")
+    return _attr(config, "rope_parameters", {}).get("rope_type", "default")
 
 
 def context_length(config) -> int | None:
     """The longest sequence the model's position encoding is configured for."""
-    n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    n = config_value(config, "context")
     return int(n) if n else None
+
+
+def vocab_size(config) -> int | None:
+    n = config_value(config, "vocab")
+    return int(n) if n else None
+
+
+def ffn_width(config) -> int | None:
+    """The feed-forward network's hidden width (GPT-2: ``n_inner`` None means 4 × width)."""
+    n = config_value(config, "ffn")
+    if n is None and config_value(config, "width"):
+        return 4 * int(config_value(config, "width"))
+    return int(n) if n else None
+
+
+def tied_embeddings(config) -> bool:
+    """Whether the output head shares the input embedding matrix."""
+    return bool(_attr(config, "tie_word_embeddings", False))
 
 
 def ungrouped_config(config, layers: int):
@@ -407,6 +454,8 @@ class Adapter:
     # ---- what the by-hand formulas need --------------------------------------
     def input_norm_params(self, layer: int) -> dict:
         """The norm in front of attention: kind ("LayerNorm" / "RMSNorm"), weight, bias, eps."""
+        from torch import nn
+
         norm = self.input_norm(layer)
         if not (type(norm).__name__.endswith(self.family.norm)
                 or (self.family.norm == "LayerNorm" and isinstance(norm, nn.LayerNorm))):
@@ -436,6 +485,8 @@ class Adapter:
         (0 = every position, n = the last n, a 1-D tensor = those positions)."""
         if self.family.has_config:
             return self.model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits
+        import torch
+
         out = self.model(ids)
         if isinstance(keep, torch.Tensor):
             return out[:, keep]
@@ -475,12 +526,24 @@ def model_parts(model: nn.Module) -> dict:
     """The modules each parameter block is made of (headwatch.anatomy counts them).
 
     Keys: ``input_embeddings``, ``output_embeddings`` (modules; when tied they share
-    one weight tensor), ``blocks``, ``attention`` (every projection of every layer) and
-    ``ffn`` (every layer's feed-forward network). Works for every family of
+    one weight tensor), ``blocks``, ``attention`` (every projection of every layer),
+    ``ffn`` (every layer's feed-forward network) and ``norms`` (every norm module). Works for every family of
     :data:`FAMILIES`, the sweep's character model included.
     """
     a = Adapter(model)
     inp, out = a.embeddings()
     return dict(input_embeddings=[inp], output_embeddings=[out], blocks=list(a.blocks),
                 attention=[m for l in range(a.n_layers) for m in a.attention_projections(l)],
-                ffn=[a.mlp(l) for l in range(a.n_layers)])
+                ffn=[a.mlp(l) for l in range(a.n_layers)],
+                norms=[m for m in model.modules() if is_norm(m)])
+
+
+NORM_CLASSES = ("LayerNorm", "RMSNorm")
+"""The norms of every family, by class name (transformers names its RMSNorm per family)."""
+
+
+def is_norm(module) -> bool:
+    """A LayerNorm or RMSNorm of any family."""
+    from torch import nn
+
+    return isinstance(module, nn.LayerNorm) or type(module).__name__.endswith(NORM_CLASSES)

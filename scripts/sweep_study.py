@@ -1,8 +1,8 @@
-"""Summarize one study sweep (headwatch.charlm.study); refuses when its invariant fails."""
+"""Summarize one study sweep (headwatch.sweep.study); refuses when its invariant fails."""
 import json
 from pathlib import Path
 
-from headwatch.charlm.study import read_study_runs, summarize_study
+from headwatch.sweep.study import read_study_runs, summarize_study
 from headwatch.checks import write_parquet
 from headwatch.workflow import log_to
 

@@ -1,5 +1,5 @@
-"""Summarize the sweeps (headwatch.charlm.summary): per configuration, contrast, curves."""
-from headwatch.charlm.summary import read_runs, summarize
+"""Summarize the sweeps (headwatch.sweep.summary): per configuration, contrast, curves."""
+from headwatch.sweep.summary import read_runs, summarize
 from headwatch.checks import write_parquet
 from headwatch.workflow import log_to
 

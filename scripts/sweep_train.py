@@ -1,12 +1,12 @@
-"""Train one sweep model (headwatch.charlm.train); resumes from its checkpoint."""
+"""Train one sweep model (headwatch.sweep.train); resumes from its checkpoint."""
 from pathlib import Path
 
 import torch
 
 from headwatch.charlm.corpus import load_ids
-from headwatch.charlm.train import save_model, train
+from headwatch.sweep.train import save_model, train
 from headwatch.checks import write_parquet
-from headwatch.models import pick_device
+from headwatch.device import pick_device
 from headwatch.workflow import log_to
 
 with log_to(snakemake.log[0]) as log:  # noqa: F821
@@ -19,7 +19,7 @@ with log_to(snakemake.log[0]) as log:  # noqa: F821
                                  checkpoint=Path(sm.output.metrics).with_name("checkpoint.pt"),
                                  device=device, precision=job["precision"])
     run = dict(sweep=sm.wildcards.sweep, config=sm.wildcards.config, seed=job["seed"])
-    note = dict(info, **run, model=model.spec(), train=job["train"], corpus_sha256=meta["sha256"])
+    note = dict(info, **run, model=model.spec.to_dict(), train=job["train"], corpus_sha256=meta["sha256"])
     write_parquet(metrics, sm.output.metrics, note=note)
     save_model(model.cpu(), sm.output.model, meta, info, extra=dict(run=run, train=job["train"]))
     log.info("final val loss %.4f nats/char", info["final_val_loss"])

@@ -42,3 +42,11 @@ def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
     model.save_pretrained(path)
     smollm2_tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def small_corpus():
+    """Two plays, 120 k characters: the corpus tests and the resume tests read the same one."""
+    from headwatch.charlm.corpus import build_corpus
+
+    return build_corpus(plays=["tragedies/macbeth", "tragedies/hamlet"], target_chars=120_000)

@@ -21,6 +21,7 @@ from headwatch.anatomy.context import angle_at
 from headwatch.anatomy.weights import apply_rotary, head_slices, rotate_half
 from headwatch.arch import Adapter
 from headwatch.charlm.model import CharLM, count_params
+from headwatch.charlm.spec import ModelSpec
 from tiny import random_ids, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +130,7 @@ def test_charlm_blocks_match_its_formula_and_heads_change_nothing():
     counts = []
     for heads in (1, 4, 32):
         t = params_by_block(CharLM(65, 256, heads)).set_index("block")["params"]
-        ref = count_params(65, 256)
+        ref = count_params(ModelSpec(65, 256, heads))
         assert (t["input_embeddings"], t["position_embeddings"], t["attention"], t["ffn"], t["norms"],
                 t["output_embeddings"], t["total"]) == (ref["embeddings"], ref["positions"], ref["attention"],
                                                         ref["ffn"], ref["norms"], ref["head"], ref["total"])
@@ -138,13 +139,13 @@ def test_charlm_blocks_match_its_formula_and_heads_change_nothing():
 
 
 def test_block_count_guard(monkeypatch):
-    import headwatch.anatomy.configs as cfgs
+    import headwatch.params as counting
 
     model = tiny_model("llama")
-    real = cfgs.classify_parameters
-    monkeypatch.setattr(cfgs, "classify_parameters", lambda m: real(m).iloc[1:])   # lose a tensor
+    real = counting.classify_parameters
+    monkeypatch.setattr(counting, "classify_parameters", lambda m: real(m).iloc[1:])   # lose a tensor
     with pytest.raises(BlockCountError):
-        cfgs.params_by_block(model)
+        counting.params_by_block(model)
 
 
 # -------------------------------------------------------------------- survey

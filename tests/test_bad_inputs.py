@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from headwatch.charlm.corpus import build_corpus
-from headwatch.charlm.train import Interrupted, train
+from headwatch.sweep.train import Interrupted, train
 from headwatch.checks import read_note, read_parquet
 from headwatch.workflow import log_to
 from workflow import make_workdir, planned_jobs, snakemake, tiny_config, write_config
@@ -242,7 +242,7 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_training_goes_on(corpus, st
     assert ckpt.exists() and (tmp_path / "checkpoint.prev.pt").exists()
     for name in broken:
         truncate(tmp_path / name)
-    caplog.set_level(logging.INFO, logger="headwatch.charlm")
+    caplog.set_level(logging.INFO, logger="headwatch.sweep")
     model, metrics, info = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
     for name in broken:
         aside = tmp_path / f"{name}.corrupt"

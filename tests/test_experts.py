@@ -1,35 +1,26 @@
-"""The sweep's new options (experts, grouped keys/values, depth at a fixed budget)
-and the studies that summarize them, with their invariants."""
-import copy
-import math
-
-import numpy as np
-import pandas as pd
+"""The character model's options: experts behind a router (dispatch, balancing loss, memory)
+and grouped keys/values."""
 import pytest
 import torch
-import yaml
 
-from headwatch.charlm import SLUG, check_sweeps, job_params, model_of, runs, slug
-from headwatch.charlm.corpus import build_corpus
 from headwatch.charlm.model import CharLM, Experts, balance_loss, count_params
-from headwatch.charlm.study import arch, invariant_error, read_study_runs, summarize_study
-from headwatch.charlm.summary import SummaryError
-from headwatch.charlm.train import train
-from headwatch.checks import write_parquet
-from conftest import ROOT
-
-CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
+from headwatch.charlm.spec import ModelSpec
 
 
 def n_params(model):
     return sum(p.numel() for p in model.parameters())
 
 
+def experts_layer(width, experts, top_k, expert_width):
+    """One Experts module of a spec with these numbers (vocabulary and heads play no part)."""
+    return Experts(ModelSpec(vocab_size=1, width=width, heads=1, experts=experts, top_k=top_k,
+                             expert_width=expert_width))
+
 # ----------------------------------------------------------------- router
 def test_router_sends_each_token_to_exactly_top_k_experts_and_mixes_them_by_hand():
     torch.manual_seed(0)
     for E, k in ((4, 1), (8, 2), (16, 2)):
-        m = Experts(width=12, experts=E, top_k=k, expert_width=6)
+        m = experts_layer(12, E, k, 6)
         for p in (m.w1, m.w2, m.b1, m.b2):
             torch.nn.init.normal_(p, 0, 0.3)
         x = torch.randn(3, 5, 12)
@@ -114,183 +105,9 @@ def test_grouped_kv_is_plain_attention_with_each_group_copied_to_its_query_heads
     x = torch.randint(0, 30, (2, 12))
     torch.testing.assert_close(gqa(x), plain(x), rtol=0, atol=1e-6)
     # k and v store kv_heads × head size rows each: attention 2·(2W² + 2·W·K·d) for 2 layers.
-    p = count_params(30, W, 2, 12, heads=H, kv_heads=K)
+    p = count_params(ModelSpec(30, W, H, layers=2, context=12, kv_heads=K))
     assert n_params(gqa) == p["total"] and p["attention"] == 2 * (2 * W * W + 2 * W * K * d)
 
-
-# ---------------------------------------------------------------- budgets
-def test_depth_sweep_budget_is_within_2_percent_with_heads_of_64():
-    sw = CONFIG["sweeps"]["depth"]
-    models = [model_of(CONFIG, e) for e in sw["grid"]]
-    a = [arch(m) for m in models]
-    assert [x["layers"] for x in a] == [4, 8, 12] and {x["head_size"] for x in a} == {64}
-    ne = [x["non_embedding"] for x in a]
-    # Hand: L · (4·W·A + 8W² + 9W) + 2W with A = heads·64:
-    #   4 · (4·256·256 + 8·65 536 + 2 304) + 512 = 3 155 456
-    #   8 · (4·192·128 + 8·36 864 + 1 728) + 384 = 3 159 936   (+0.14 %)
-    #  12 · (4·128·256 + 8·16 384 + 1 152) + 256 = 3 159 808   (+0.14 %)
-    assert ne == [3_155_456, 3_159_936, 3_159_808]
-    assert max(abs(n / ne[0] - 1) for n in ne) < 0.02
-    for m, x in zip(models, a):        # the formula is the module's own count
-        kw = {k: m[k] for k in ("head_size", "kv_heads") if k in m}
-        model = CharLM(65, m["width"], m["heads"], layers=m["layers"], **kw)
-        body = sum(p.numel() for n, p in model.named_parameters() if n.startswith(("blocks.", "ln_f.")))
-        assert body == x["non_embedding"]
-    assert invariant_error(sw["study"], models) == ""
-    # The textbook choice (width = heads × 64) misses the budget, and the study says so.
-    bad = [dict(models[0]), dict(models[1], heads=3, head_size=64)]
-    assert "outside" in invariant_error(sw["study"], bad) and "+12.60 %" in invariant_error(sw["study"], bad)
-
-
-def test_experts_sweeps_have_equal_active_ffn_width_and_stored_vs_active_counts():
-    for name in ("experts", "experts_topk"):
-        sw = CONFIG["sweeps"][name]
-        a = [arch(model_of(CONFIG, e)) for e in sw["grid"]]
-        assert {x["ffn_active_width"] for x in a} == {4 * 256}, name
-        assert invariant_error(sw["study"], [model_of(CONFIG, e) for e in sw["grid"]]) == ""
-    # 8 experts of half width (512), top 2: stored FFN 8 × (2·256·512 + 512 + 256) + router 256·8
-    e8 = arch(model_of(CONFIG, CONFIG["sweeps"]["experts"]["grid"][1]))
-    assert e8["expert_width"] == 512 and e8["top_k"] == 2
-    ffn_stored, ffn_active = 8 * (2 * 256 * 512 + 768) + 2048, 2 * (2 * 256 * 512 + 768) + 2048
-    dense_ffn = 2 * 4 * 256 * 256 + 4 * 256 + 256
-    assert e8["params_formula"] - count_params(65, 256)["total"] == 4 * (ffn_stored - dense_ffn)
-    assert e8["params_active_formula"] - count_params(65, 256)["total"] == 4 * (ffn_active - dense_ffn)
-    m = CharLM(65, 256, 4, experts=8, top_k=2)
-    assert n_params(m) == e8["params_formula"] and m.active_params() == e8["params_active_formula"]
-    # An arm with a different active width is refused.
-    models = [model_of(CONFIG, e) for e in CONFIG["sweeps"]["experts_topk"]["grid"]]
-    models[2] = dict(models[2], expert_width=512)
-    assert "must be equal" in invariant_error({"kind": "experts"}, models)
-
-
-def test_slugs_are_readable_and_bad_options_are_named_by_key():
-    assert slug({"width": 256, "heads": 4, "experts": 8, "top_k": 2, "balance": 0.01}) == "w256-h4-e8k2-b0.01"
-    assert slug({"width": 256, "heads": 4, "experts": 8, "top_k": 2, "balance": 0}) == "w256-h4-e8k2-b0"
-    assert slug({"width": 192, "heads": 2, "layers": 8, "head_size": 64}) == "w192-h2-l8-d64"
-    assert slug({"width": 256, "heads": 4, "kv_heads": 2}) == "w256-h4-kv2"
-    assert slug({"width": 256, "heads": 4}) == "w256-h4"
-    assert all(SLUG.match(r["config"]) for r in runs(CONFIG))
-    # Plain entries keep exactly the settings they had: nothing reruns.
-    assert job_params(CONFIG, "heads_split", "w256-h4", 0)["model"] == dict(
-        width=256, heads=4, layers=4, context=128, ffn_mult=4)
-    assert job_params(CONFIG, "experts", "w256-h4-e8k2-b0", 0)["model"] == dict(
-        width=256, heads=4, layers=4, context=128, ffn_mult=4, experts=8, top_k=2, balance=0)
-    cfg = copy.deepcopy(CONFIG)
-    cfg["sweeps"]["kv_sharing"]["grid"][1]["kv_heads"] = 3
-    cfg["sweeps"]["heads_split"]["grid"][0]["balance"] = 0.01
-    cfg["sweeps"]["depth"]["grid"][2]["head_size"] = 32
-    errors = check_sweeps(cfg)
-    assert any(e.startswith("sweep.sweeps.kv_sharing.grid[1]: kv_heads 3 must divide heads 4") for e in errors)
-    assert any(e.startswith("sweep.sweeps.heads_split.grid[0]: top_k, expert_width and balance need experts")
-               for e in errors)
-    assert any(e.startswith("sweep.sweeps.depth.study: non-embedding parameters must lie within 2 %")
-               for e in errors), errors
-    cfg = copy.deepcopy(CONFIG)
-    cfg["skip"] = ["depth", "nope"]
-    assert check_sweeps(cfg) == ["sweep.skip: 'nope' is not a sweep (" + str(sorted(cfg["sweeps"])) + ")"]
-    cfg["skip"] = ["depth"]
-    assert {r["sweep"] for r in runs(cfg)} == set(cfg["sweeps"]) - {"depth"}
-
-
-# --------------------------------------------------- a tiny study, in process
-TINY_TRAIN = dict(steps=6, batch=4, lr=3e-3, min_lr=3e-4, warmup=1, weight_decay=0.1, eval_every=3,
-                  eval_batches=2, checkpoint_every=100)
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return build_corpus(plays=["tragedies/macbeth"], target_chars=20_000)
-
-
-def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path):
-    torch.set_num_threads(1)
-    ids, meta = corpus.ids(), corpus.meta()
-    cfg = dict(model=dict(layers=2, context=16, ffn_mult=4), sweeps=dict(ex=dict(
-        study=dict(kind="experts"), seeds=[0, 1], train=TINY_TRAIN,
-        grid=[dict(width=16, heads=2), dict(width=16, heads=2, experts=4, top_k=2, balance=0.01),
-              dict(width=16, heads=2, experts=4, top_k=2, balance=0)])))
-    planned = []
-    for r in runs(cfg):
-        job = job_params(cfg, r["sweep"], r["config"], r["seed"])
-        model, metrics, info = train(ids, meta, job["model"], job["seed"], job["train"])
-        path = tmp_path / f"{r['config']}-{r['seed']}.parquet"
-        write_parquet(metrics, path, note=info)
-        planned.append(dict(r, model=job["model"], metrics=path, info=info))
-    by = {(p["config"], p["seed"]): p["info"] for p in planned}
-    # the plain arm records nothing new; the expert arms record their load, each layer's shares sum to 1
-    assert "expert_shares" not in by[("w16-h2", 0)]
-    shares = np.array(by[("w16-h2-e4k2-b0.01", 0)]["expert_shares"])
-    assert shares.shape == (2, 4) and np.allclose(shares.sum(1), 1)
-    # balancing changes training (same seed, same data, same init): the losses differ
-    assert by[("w16-h2-e4k2-b0.01", 0)]["final_val_loss"] != by[("w16-h2-e4k2-b0", 0)]["final_val_loss"]
-    finals = read_study_runs(planned, meta["vocab_size"])
-    s = summarize_study(finals, cfg["sweeps"]["ex"]["study"])
-    assert s["config"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
-    assert (s["ffn_active_width"] == 64).all() and (s["seeds"] == 2).all()
-    dense, moe = s.iloc[0], s.iloc[1]
-    assert dense["params"] == dense["params_active"] == count_params(meta["vocab_size"], 16, 2, 16)["total"]
-    assert moe["params"] > moe["params_active"] > 0 and moe["uniform_share"] == 0.25
-    assert moe["expert_share_min"] <= 0.25 <= moe["expert_share_max"]
-    assert dense["val_bpc_mean"] == pytest.approx(dense["val_loss_mean"] / math.log(2))
-    assert (s["chars_per_s"] > 0).all()
-    # each run's peak memory is recorded (here one process: its peak resident set so far) and the
-    # table keeps the largest over seeds
-    assert all(p["info"]["peak_memory_of"] == "process max RSS" for p in planned)
-    assert finals["peak_memory_mb"].min() > 50
-    assert s["peak_memory_mb"].tolist() == finals.groupby("config", sort=False)["peak_memory_mb"].max().tolist()
-    # The figure draws from the tables.
-    from headwatch.figures.style import save
-    from headwatch.figures.sweep import study_figure
-
-    save(study_figure("experts", s, finals), tmp_path / "f.pdf", tmp_path / "f.png")
-    assert (tmp_path / "f.png").stat().st_size > 0
-    # A broken invariant in the measured data: no summary.
-    broken = finals.copy()
-    broken.loc[broken["config"] == "w16-h2-e4k2-b0", "expert_width"] = 16
-    with pytest.raises(SummaryError, match="active FFN width.*refusing"):
-        summarize_study(broken, cfg["sweeps"]["ex"]["study"])
-
-
-def _finals(rows):
-    base = dict(sweep="s", trained_under="s", heads=4, head_size=64, kv_heads=4, experts=0, top_k=0,
-                expert_width=0, balance=0.0, ffn_active_width=1024, kv_cache_bytes_per_token=0, steps=5,
-                train_loss=1.0, chars_per_s=1.0, expert_share_min=1.0, expert_share_max=1.0,
-                peak_memory_mb=100.0, peak_memory_of="process max RSS")
-    out = []
-    for r in rows:
-        for seed, loss in enumerate(r.pop("losses")):
-            out.append(dict(base, **r, seed=seed, val_loss=loss))
-    return pd.DataFrame(out)
-
-
-def test_depth_and_kv_summaries_refuse_when_their_invariant_fails():
-    depth = dict(kind="depth", tolerance=0.02, head_size=64)
-    ok = [dict(config="a", width=256, layers=4, non_embedding=1000, params=5, params_formula=5,
-               params_active=5, losses=[1.0, 1.2]),
-          dict(config="b", width=192, heads=2, kv_heads=2, layers=8, non_embedding=1019, params=6, params_formula=6,
-               params_active=6, losses=[1.1, 1.3])]
-    s = summarize_study(_finals(copy.deepcopy(ok)), depth)
-    assert s["val_loss_std"].tolist() == pytest.approx([math.sqrt(0.02)] * 2)
-    # peak memory: the largest over seeds; a run that predates the record is <NA>, not a NaN refusal
-    f = _finals(copy.deepcopy(ok))
-    f["peak_memory_mb"] = pd.array([120.0, 90.0, None, None], dtype="Float64")
-    s2 = summarize_study(f, depth)
-    assert s2["peak_memory_mb"].iloc[0] == 120.0 and s2["peak_memory_mb"].isna().tolist() == [False, True]
-    assert s["non_embedding_vs_first"].tolist() == pytest.approx([0, 0.019])
-    off = copy.deepcopy(ok)
-    off[1]["non_embedding"] = 1021
-    with pytest.raises(SummaryError, match=r"within 2 %.*b.*\+2\.10 %.*refusing"):
-        summarize_study(_finals(off), depth)
-    wrong = copy.deepcopy(ok)
-    wrong[1]["params"] = 7
-    with pytest.raises(SummaryError, match="differ from the architecture formula"):
-        summarize_study(_finals(wrong), depth)
-    kv = [dict(config=c, width=256, layers=4, kv_heads=k, non_embedding=1, params=1, params_formula=1,
-               params_active=1, losses=[1.0, 1.1]) for c, k in (("a", 4), ("b", 2))]
-    assert len(summarize_study(_finals(copy.deepcopy(kv)), {"kind": "kv"})) == 2
-    kv[1]["layers"] = 5
-    with pytest.raises(SummaryError, match="differ only in kv_heads"):
-        summarize_study(_finals(kv), {"kind": "kv"})
 
 
 # ------------------------------------------------------- the dispatch
@@ -310,7 +127,7 @@ def loop_reference(m: Experts, x):
 
 def _experts(E, k, width, expert_width, seed=0):
     torch.manual_seed(seed)
-    m = Experts(width=width, experts=E, top_k=k, expert_width=expert_width)
+    m = experts_layer(width, E, k, expert_width)
     for p in (m.w1, m.w2, m.b1, m.b2, m.router.weight):
         torch.nn.init.normal_(p, 0, 0.3)
     return m

@@ -5,7 +5,7 @@ by `make browser`; the test FAILS, never skips, when they are missing).
 The page is built from a tiny run: a 3-layer × 4-head Llama (tests/tiny.py) through the
 workflow's own code: attention maps and predictions (headwatch.attention.phrase_outputs),
 scores (headwatch.scores), the three ablation experiments (headwatch.ablation), and a sweep
-summary (headwatch.charlm.summary) from made-up final losses.
+summary (headwatch.sweep.summary) from made-up final losses.
 """
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def ablation_tables(model, adapter, scores, repeated_ids, phrases) -> dict:
 
 
 def sweep_tables() -> dict:
-    """Sweep summary and contrast by headwatch.charlm.summary, from made-up final losses."""
-    from headwatch.charlm.summary import summarize
+    """Sweep summary and contrast by headwatch.sweep.summary, from made-up final losses."""
+    from headwatch.sweep.summary import summarize
 
     finals = []
     for sweep, grid in (("heads_split", [(16, 1), (16, 2), (16, 4)]), ("width", [(8, 1), (16, 2)])):

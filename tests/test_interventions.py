@@ -332,6 +332,6 @@ def test_arch_does_not_import_the_sweep():
     import subprocess
     import sys
     code = ("import sys, headwatch.arch, headwatch.interventions, headwatch.cut; "
-            "print(sorted(m for m in sys.modules if m.startswith('headwatch.charlm')))")
+            "print(sorted(m for m in sys.modules if m.startswith(('headwatch.charlm', 'headwatch.sweep'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from headwatch.charlm.model import count_params
+from headwatch.charlm.spec import ModelSpec
 from workflow import deep_merge, make_workdir, planned_jobs, tiny_config, write_config
 
 TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet",
@@ -70,7 +71,8 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert (summary["seeds"] == 2).all()
     split = summary[summary["sweep"] == "heads_split"]
     vocab = __import__("json").loads((res / "corpus" / "meta.json").read_text())["vocab_size"]
-    hand = count_params(vocab, split["width"].iloc[0], **{k: sw["model"][k] for k in ("layers", "context")})
+    hand = count_params(ModelSpec(vocab, int(split["width"].iloc[0]), 1,
+                                 **{k: sw["model"][k] for k in ("layers", "context")}))
     assert set(split["params"]) == {hand["total"]}
     # The configuration both sweeps list with the same settings is trained once, under the first.
     shared = summary[(summary["sweep"] == "width") & (summary["config"] == "w16-h2")].iloc[0]

@@ -16,7 +16,7 @@ from headwatch.charlm.tokenizer import (VocabError, bits_per_char, check_same_va
                                         encode_splits, eval_windows, load_split_ids,
                                         load_vocab, parse_vocab_name, read_splits,
                                         token_lengths, train_vocab, vocab_name)
-from headwatch.charlm.train import evaluate
+from headwatch.sweep.train import evaluate
 from conftest import ROOT
 
 NAMES = ["char", "bpe256", "bpe300", "bpe384"]

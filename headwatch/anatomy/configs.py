@@ -4,8 +4,10 @@ Every model the anatomy looks at is an :class:`Entry`: a studied model (its
 prepared folder, with weights), a reference config shipped under
 ``config/models/`` (no weights) or one of the sweep's char-model shapes.
 Each is instantiated on the ``meta`` device — shapes without memory — and its
-parameters are classified into blocks by the modules that own them
-(:func:`headwatch.arch.model_parts` says which modules those are).
+parameters are counted into blocks by the modules that own them
+(:mod:`headwatch.params`, the one parameter count; :func:`headwatch.arch.model_parts`
+says which modules those are). What a config's keys mean is :mod:`headwatch.arch`'s
+to know (:func:`~headwatch.arch.shape_of` and its neighbours).
 
 A config whose width is not divisible by its heads (and that does not set a
 head size of its own) gets a row with an ``error`` note instead of a crash.
@@ -21,15 +23,13 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..arch import Adapter, model_parts, shape_of
+from ..arch import (Adapter, context_length, ffn_width, rope_type, shape_of, tied_embeddings,
+                    vocab_size)
+from ..params import BlockCountError, classify_parameters, params_by_block  # noqa: F401 (re-exported)
 
 
 class HeadShapeError(ValueError):
     """The head size of the config disagrees with the tensors."""
-
-
-class BlockCountError(RuntimeError):
-    """Parameter blocks that do not add up to the model's parameter count."""
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Entry:
     name: str
     source: str                       # "study" | "reference" | "sweep"
     kind: str                         # "hf" (transformers config) | "charlm" (the sweep's model)
-    raw: dict                         # config.json contents, or CharLM's constructor arguments
+    raw: dict                         # config.json contents, or the fields of a charlm ModelSpec
     weights: Path | None = None       # prepared folder holding the real tensors (studied models)
     note: str = ""
     _built: dict = field(default_factory=dict, repr=False)
@@ -60,7 +60,8 @@ def reference_entry(name: str, folder="config/models") -> Entry:
 def sweep_entries(sweep_cfg: dict, vocab_size: int) -> list[Entry]:
     """One entry per distinct configuration of every sweep's grid (named by its slug), built
     with the sweep's own model settings and options (layers, head size, kv heads, experts)."""
-    from ..charlm import model_of, slug
+    from ..charlm.spec import FIELDS
+    from ..sweep.plan import model_of, slug
 
     seen: dict[str, Entry] = {}
     for sweep_name, sweep in sweep_cfg.get("sweeps", {}).items():
@@ -69,9 +70,8 @@ def sweep_entries(sweep_cfg: dict, vocab_size: int) -> list[Entry]:
             if name in seen:
                 seen[name].note += f", {sweep_name}"
                 continue
-            model = model_of(sweep_cfg, g)
-            model.pop("balance", None)   # a training setting, not a shape
-            raw = dict(vocab_size=int(vocab_size), **model)
+            model = model_of(sweep_cfg, g)      # without its training settings (balance): a shape
+            raw = dict(vocab_size=int(vocab_size), **{k: v for k, v in model.items() if k in FIELDS})
             seen[name] = Entry(f"sweep {name}", "sweep", "charlm", raw,
                                note=f"vocabulary {vocab_size} (nominal); sweeps: {sweep_name}")
     return list(seen.values())
@@ -88,19 +88,26 @@ def shape_error(entry: Entry) -> str:
     """'' when the config makes sense, else why not (width not divisible by heads, …)."""
     r = entry.raw
     if entry.kind == "charlm":
-        width, heads, explicit = r["width"], r["heads"], r.get("head_size")
+        width, heads = r["width"], r["heads"]
+        head_dim = r.get("head_size") or (width // heads if heads and width % heads == 0 else None)
+        kv = r.get("kv_heads") or heads
     else:
-        width = r.get("hidden_size", r.get("n_embd"))
-        heads = r.get("num_attention_heads", r.get("n_head"))
-        explicit = r.get("head_dim")
+        s = shape_of(r)
+        width, heads, head_dim, kv = s["width"], s["heads"], s["head_dim"], s["kv_heads"]
     if not width or not heads:
         return f"config has no width/heads (width={width}, heads={heads})"
-    if explicit is None and width % heads:
+    if head_dim is None:
         return (f"width {width} is not divisible by {heads} heads (width ÷ heads = "
                 f"{width / heads:g}); no head size")
-    kv = r.get("num_key_value_heads") or heads
     if heads % kv:
         return f"{heads} heads do not split into {kv} key/value groups"
+    if entry.kind == "charlm":
+        from ..charlm.spec import ModelSpec
+
+        try:
+            ModelSpec(**r)
+        except ValueError as err:
+            return str(err)
     return ""
 
 
@@ -109,9 +116,10 @@ def build_meta(entry: Entry) -> nn.Module:
     if "model" not in entry._built:
         if entry.kind == "charlm":
             from ..charlm.model import CharLM
+            from ..charlm.spec import ModelSpec
 
             with torch.device("meta"):
-                model = CharLM(**entry.raw)
+                model = CharLM(ModelSpec(**entry.raw))
         else:
             from transformers import AutoModelForCausalLM
 
@@ -151,14 +159,9 @@ def tensor_head_dims(model: nn.Module, entry: Entry, shapes: dict | None = None)
     disk); without it the meta model's own shapes are used.
     """
     names = _param_names(model)
-    if entry.kind == "charlm":
-        b = model.blocks[0].attn
-        mods, heads, kv = dict(q=b.q, k=b.k, o=b.o), model.heads, model.kv_heads
-        fused, conv1d = "", False
-    else:
-        a = Adapter(model)
-        mods, heads, kv = dict(q=a.query_proj(0), k=a.key_proj(0), o=a.out_proj(0)), a.n_heads, a.n_kv_heads
-        fused, conv1d = a.family.fused_layout, a.family.conv1d
+    a = Adapter(model)
+    mods, heads, kv = dict(q=a.query_proj(0), k=a.key_proj(0), o=a.out_proj(0)), a.n_heads, a.n_kv_heads
+    fused, conv1d = a.family.fused_layout, a.family.conv1d
 
     def shape(mod):
         name = names[id(mod.weight)]
@@ -190,26 +193,21 @@ SURVEY_COLUMNS = ["name", "source", "architecture", "layers", "heads", "kv_heads
 def _describe(entry: Entry) -> dict:
     r = entry.raw
     if entry.kind == "charlm":
-        W, H = r["width"], r["heads"]
+        from ..charlm.spec import ModelSpec
+
+        spec = ModelSpec(**r)
         # ffn: neurons a token traverses (with experts: top_k × expert width, the active FFN)
-        ffn = (r.get("top_k", 2) * (r.get("expert_width") or r["ffn_mult"] * W // r.get("top_k", 2))
-               if r.get("experts") else r["ffn_mult"] * W)
-        return dict(architecture="charlm", layers=r["layers"], heads=H, kv_heads=r.get("kv_heads") or H,
-                    width=W, head_dim=r.get("head_size") or W // H, ffn=ffn, vocab=r["vocab_size"],
-                    context=r["context"], rotary_dims=0, rotary_base=0.0, rope_type="",
-                    tied_embeddings=False)
+        return dict(architecture="charlm", layers=spec.layers, heads=spec.heads, kv_heads=spec.kv_groups,
+                    width=spec.width, head_dim=spec.head_dim, ffn=spec.ffn_active_width,
+                    vocab=spec.vocab_size, context=spec.context, rotary_dims=0, rotary_base=0.0,
+                    rope_type="", tied_embeddings=False)
     cfg = _hf_config(r)
     s = shape_of(cfg)
-    ffn = (getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None)
-           or 4 * s["width"])  # GPT-2: n_inner None means 4 × width
-    context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions")
-    rope = getattr(cfg, "rope_parameters", None) or {}
     return dict(architecture=cfg.model_type, layers=s["layers"], heads=s["heads"],
-                kv_heads=s["kv_heads"], width=s["width"], head_dim=s["head_dim"], ffn=int(ffn),
-                vocab=cfg.vocab_size, context=int(context), rotary_dims=int(s["rotary_dims"] or 0),
-                rotary_base=float(s["rotary_base"] or 0.0),
-                rope_type=rope.get("rope_type", "default") if s["rotary_dims"] else "",
-                tied_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)))
+                kv_heads=s["kv_heads"], width=s["width"], head_dim=s["head_dim"], ffn=ffn_width(cfg),
+                vocab=vocab_size(cfg), context=context_length(cfg), rotary_dims=int(s["rotary_dims"] or 0),
+                rotary_base=float(s["rotary_base"] or 0.0), rope_type=rope_type(cfg),
+                tied_embeddings=tied_embeddings(cfg))
 
 
 def _error_row(entry: Entry, error: str) -> dict:
@@ -255,89 +253,6 @@ def survey_table(entries: list[Entry]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------- parameters by block
-BLOCKS = ["input_embeddings", "position_embeddings", "attention", "ffn", "norms",
-          "output_embeddings", "other"]
-
-COUNTED = {
-    "input_embeddings": "token embedding matrix (vocab × width){tied}",
-    "position_embeddings": "learned position embeddings (context × width); 0 for rotary models",
-    "attention": "q, k, v (or fused QKV) and output projections of every layer, their biases included",
-    "ffn": "every layer's feed-forward network, its biases included",
-    "norms": "every LayerNorm/RMSNorm (before attention, before the FFN, final, any q/k norm), "
-             "weights and biases",
-    "output_embeddings": "output head (vocab × width){tied}",
-    "other": "parameters in none of the blocks above (expected 0)",
-    "total": "sum of the blocks = sum(p.numel()) over the model's parameters (a tied matrix once)",
-}
-
-
-def _is_norm(module: nn.Module) -> bool:
-    return isinstance(module, nn.LayerNorm) or type(module).__name__.endswith(("RMSNorm", "LayerNorm"))
-
-
-def classify_parameters(model: nn.Module) -> pd.DataFrame:
-    """One row per parameter tensor: name, block, numel, is_bias (tied tensors once)."""
-    parts = model_parts(model)
-    ids = {k: {id(m) for m in parts[k]} for k in ("attention",)}
-    # embeddings by tensor, not by module: a tied output head shares the input's tensor
-    inputs = {id(p) for m in parts["input_embeddings"] for p in m.parameters()}
-    outputs = {id(p) for m in parts["output_embeddings"] for p in m.parameters()} - inputs
-    ffn = {id(m) for f in parts["ffn"] for m in f.modules()}
-    rows, seen = [], set()
-    for mname, module in model.named_modules():
-        for pname, p in module.named_parameters(recurse=False):
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            if id(p) in inputs:
-                block = "input_embeddings"
-            elif id(p) in outputs:
-                block = "output_embeddings"
-            elif _is_norm(module):
-                block = "norms"
-            elif id(module) in ids["attention"]:
-                block = "attention"
-            elif id(module) in ffn:
-                block = "ffn"
-            elif isinstance(module, nn.Embedding):
-                block = "position_embeddings"
-            else:
-                block = "other"
-            rows.append(dict(name=f"{mname}.{pname}" if mname else pname, block=block,
-                             numel=p.numel(), is_bias=pname == "bias"))
-    return pd.DataFrame(rows)
-
-
-def params_by_block(model: nn.Module, name: str = "", source: str = "") -> pd.DataFrame:
-    """Rows ``block, params, share, biases, counted`` for every block and the total.
-
-    Raises :class:`BlockCountError` when the blocks do not add up to
-    ``sum(p.numel())`` (a parameter counted twice or missed).
-    """
-    per = classify_parameters(model)
-    total = sum(p.numel() for p in model.parameters())
-    parts = model_parts(model)
-    tied = bool({id(p) for m in parts["input_embeddings"] for p in m.parameters()}
-                & {id(p) for m in parts["output_embeddings"] for p in m.parameters()})
-    rows = []
-    for block in BLOCKS:
-        sel = per[per["block"] == block]
-        n = int(sel["numel"].sum())
-        rows.append(dict(name=name, source=source, block=block, params=n, share=n / total,
-                         biases=int(sel.loc[sel["is_bias"], "numel"].sum()),
-                         counted=COUNTED[block].format(
-                             tied=" — also the output head (tied)" if tied and block == "input_embeddings"
-                             else " — 0: tied to the input embeddings" if tied else ""),
-                         error=""))
-    blocks_sum = sum(r["params"] for r in rows)
-    if blocks_sum != total:
-        raise BlockCountError(f"{name}: parameter blocks sum to {blocks_sum}, the model has {total}")
-    rows.append(dict(name=name, source=source, block="total", params=total, share=1.0,
-                     biases=int(per.loc[per["is_bias"], "numel"].sum()), counted=COUNTED["total"],
-                     error=""))
-    return pd.DataFrame(rows)
-
-
 def params_table(entries: list[Entry]) -> pd.DataFrame:
     """Parameters by block for every entry; an entry that cannot be built gets one error row.
 

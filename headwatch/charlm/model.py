@@ -7,8 +7,10 @@ without bias. Attention has separate q/k/v/o projections, each width × width
 without bias, so splitting a width into more heads changes no weight count.
 No dropout: training is deterministic on CPU.
 
-Options, all off by default — the default model is unchanged, weight
-for weight, for the same seed:
+Every module is built from one :class:`~headwatch.charlm.spec.ModelSpec`
+(``CharLM(spec)``, nanoGPT's config object), which lists the options once with
+their defaults. Options, all off by default — the default model is unchanged,
+weight for weight, for the same seed:
 
 * ``head_size``: the size of each head when it is not width ÷ heads; the
   attention's inner width is then heads × head_size (q, k, v: width → inner;
@@ -37,52 +39,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-
-def check_shape(width: int, heads: int) -> int:
-    """The head size width ÷ heads; ValueError when the heads do not divide the width."""
-    if heads < 1 or width < 1:
-        raise ValueError(f"width ({width}) and heads ({heads}) must be positive")
-    if width % heads:
-        raise ValueError(f"heads {heads} do not divide width {width}: the head size would be "
-                         f"{width / heads:g}; pick heads among the divisors of {width}")
-    return width // heads
-
-
-def check_options(width: int, heads: int, head_size: int | None = None, kv_heads: int | None = None,
-                  experts: int = 0, top_k: int = 2, expert_width: int | None = None,
-                  ffn_mult: int = 4) -> dict:
-    """The resolved options (head_size, kv_heads, experts, top_k, expert_width); ValueError if unsound."""
-    hs = check_shape(width, heads) if head_size is None else int(head_size)
-    if hs < 1:
-        raise ValueError(f"head_size {head_size} must be positive")
-    kv = heads if kv_heads is None else int(kv_heads)
-    if kv < 1 or heads % kv:
-        raise ValueError(f"kv_heads {kv_heads} must divide heads {heads} (query heads per key/value group)")
-    ew = None
-    if experts:
-        if experts < 1 or not 1 <= top_k <= experts:
-            raise ValueError(f"top_k {top_k} must lie in [1, experts={experts}]")
-        if expert_width is None:
-            if (ffn_mult * width) % top_k:
-                raise ValueError(f"top_k {top_k} does not divide the dense FFN width {ffn_mult * width}; "
-                                 "give expert_width")
-            expert_width = ffn_mult * width // top_k
-        ew = int(expert_width)
-        if ew < 1:
-            raise ValueError(f"expert_width {expert_width} must be positive")
-    elif expert_width is not None:
-        raise ValueError("expert_width needs experts > 0")
-    return dict(head_size=hs, kv_heads=kv, experts=int(experts or 0), top_k=int(top_k) if experts else 0,
-                expert_width=ew)
+from .spec import ModelSpec
 
 
 class Attention(nn.Module):
-    def __init__(self, width: int, heads: int, head_size: int | None = None, kv_heads: int | None = None):
+    def __init__(self, spec: ModelSpec):
         super().__init__()
-        self.heads = heads
-        self.head_dim = check_shape(width, heads) if head_size is None else head_size
-        self.kv_heads = heads if kv_heads is None else kv_heads
-        inner, kv_inner = heads * self.head_dim, self.kv_heads * self.head_dim
+        width = spec.width
+        self.heads, self.head_dim, self.kv_heads = spec.heads, spec.head_dim, spec.kv_groups
+        inner, kv_inner = self.heads * self.head_dim, self.kv_heads * self.head_dim
         self.q = nn.Linear(width, inner, bias=False)
         self.k = nn.Linear(width, kv_inner, bias=False)   # rows g*d:(g+1)*d are key/value group g
         self.v = nn.Linear(width, kv_inner, bias=False)
@@ -148,10 +113,13 @@ def grouped_matmul(a: torch.Tensor, w: torch.Tensor, ends: torch.Tensor) -> torc
 
 
 class Experts(nn.Module):
-    """E GELU experts (width → expert_width → width, with biases) behind a top-k router."""
+    """E GELU experts (width → expert width → width, with biases) behind a top-k router."""
 
-    def __init__(self, width: int, experts: int, top_k: int, expert_width: int):
+    def __init__(self, spec: ModelSpec):
         super().__init__()
+        if not spec.experts:
+            raise ValueError(f"Experts needs experts > 0 (spec {spec.to_dict()})")
+        width, experts, top_k, expert_width = spec.width, spec.experts, spec.routed, spec.expert_hidden
         self.experts, self.top_k, self.expert_width = experts, top_k, expert_width
         self.router = nn.Linear(width, experts, bias=False)
         self.w1 = nn.Parameter(torch.empty(experts, width, expert_width))
@@ -204,18 +172,17 @@ class Experts(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, width: int, heads: int, ffn_mult: int, head_size: int | None = None,
-                 kv_heads: int | None = None, experts: int = 0, top_k: int = 2,
-                 expert_width: int | None = None):
+    def __init__(self, spec: ModelSpec):
         super().__init__()
+        width = spec.width
         self.ln1 = nn.LayerNorm(width)
-        self.attn = Attention(width, heads, head_size, kv_heads)
+        self.attn = Attention(spec)
         self.ln2 = nn.LayerNorm(width)
-        if experts:
-            self.ffn = Experts(width, experts, top_k, expert_width)
+        if spec.experts:
+            self.ffn = Experts(spec)
         else:
-            self.ffn = nn.Sequential(nn.Linear(width, ffn_mult * width), nn.GELU(),
-                                     nn.Linear(ffn_mult * width, width))
+            self.ffn = nn.Sequential(nn.Linear(width, spec.ffn_mult * width), nn.GELU(),
+                                     nn.Linear(spec.ffn_mult * width, width))
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -223,31 +190,30 @@ class Block(nn.Module):
 
 
 class CharLM(nn.Module):
-    def __init__(self, vocab_size: int, width: int, heads: int, layers: int = 4,
-                 context: int = 128, ffn_mult: int = 4, head_size: int | None = None,
-                 kv_heads: int | None = None, experts: int = 0, top_k: int = 2,
-                 expert_width: int | None = None):
+    """The sweep's model, built from one :class:`ModelSpec`: ``CharLM(spec)``.
+
+    ``CharLM(vocab_size, width, heads, layers=..., ...)`` is shorthand for
+    ``CharLM(ModelSpec(vocab_size, width, heads, layers=..., ...))``.
+    """
+
+    def __init__(self, *args, **kwargs):
         super().__init__()
-        opts = check_options(width, heads, head_size, kv_heads, experts, top_k, expert_width, ffn_mult)
-        self.vocab_size, self.width, self.heads = vocab_size, width, heads
-        self.layers, self.context, self.ffn_mult = layers, context, ffn_mult
-        self.options = dict(head_size=head_size, kv_heads=kv_heads, experts=experts, top_k=top_k,
-                            expert_width=expert_width)
-        self.kv_heads, self.experts = opts["kv_heads"], opts["experts"]
-        self.top_k, self.expert_width = opts["top_k"], opts["expert_width"]
-        self._head_dim = opts["head_size"]
-        self.tok = nn.Embedding(vocab_size, width)
-        self.pos = nn.Embedding(context, width)
-        self.blocks = nn.ModuleList(Block(width, heads, ffn_mult, head_size, opts["kv_heads"],
-                                          opts["experts"], opts["top_k"], opts["expert_width"])
-                                    for _ in range(layers))
+        spec = args[0] if len(args) == 1 and not kwargs and isinstance(args[0], ModelSpec) \
+            else ModelSpec(*args, **kwargs)
+        self.spec = spec
+        width = spec.width
+        self.tok = nn.Embedding(spec.vocab_size, width)
+        self.pos = nn.Embedding(spec.context, width)
+        self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.layers))
         self.ln_f = nn.LayerNorm(width)
-        self.head = nn.Linear(width, vocab_size, bias=False)
+        self.head = nn.Linear(width, spec.vocab_size, bias=False)
+        if self.head.weight.is_meta:    # shapes only (parameter counts): no values to draw
+            return
         self.apply(self._init)
         for name, p in self.named_parameters():   # GPT-2: scale the residual projections
             if (name.endswith("attn.o.weight") or name.endswith("ffn.2.weight")
                     or name.endswith("ffn.w2")):
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * spec.layers))
 
     @staticmethod
     def _init(m):
@@ -261,9 +227,35 @@ class CharLM(nn.Module):
             nn.init.zeros_(m.b1)
             nn.init.zeros_(m.b2)
 
+    # The shape numbers headwatch.arch reads (its class family names these attributes), and the
+    # vocabulary and context the corpus's readers ask for.
+    @property
+    def vocab_size(self) -> int:
+        return self.spec.vocab_size
+
+    @property
+    def context(self) -> int:
+        return self.spec.context
+
+    @property
+    def width(self) -> int:
+        return self.spec.width
+
+    @property
+    def heads(self) -> int:
+        return self.spec.heads
+
+    @property
+    def layers(self) -> int:
+        return self.spec.layers
+
+    @property
+    def kv_heads(self) -> int:
+        return self.spec.kv_groups
+
     @property
     def head_dim(self) -> int:
-        return self._head_dim
+        return self.spec.head_dim
 
     def expert_layers(self) -> list[Experts]:
         return [b.ffn for b in self.blocks if isinstance(b.ffn, Experts)]
@@ -281,72 +273,50 @@ class CharLM(nn.Module):
 
     def forward(self, idx):
         T = idx.shape[1]
-        if T > self.context:
-            raise ValueError(f"sequence of {T} tokens is longer than the context {self.context}")
+        if T > self.spec.context:
+            raise ValueError(f"sequence of {T} tokens is longer than the context {self.spec.context}")
         x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))
 
-    def spec(self) -> dict:
-        """The constructor arguments (saved with the weights); options only when set."""
-        spec = dict(vocab_size=self.vocab_size, width=self.width, heads=self.heads,
-                    layers=self.layers, context=self.context, ffn_mult=self.ffn_mult)
-        for k, v in self.options.items():
-            if k == "top_k" and not self.options["experts"]:
-                continue
-            if v not in (None, 0):
-                spec[k] = v
-        return spec
-
     def active_params(self) -> int:
         """Parameters a token uses: all but the (E − k) experts it is not routed to."""
-        n = sum(p.numel() for p in self.parameters())
-        for m in self.expert_layers():
-            per = m.w1[0].numel() + m.b1[0].numel() + m.w2[0].numel() + m.b2[0].numel()
-            n -= (m.experts - m.top_k) * per
-        return n
+        return self.spec.param_counts()["total_active"]
 
 
-def count_params(vocab_size: int, width: int, layers: int = 4, context: int = 128,
-                 ffn_mult: int = 4, heads: int | None = None, head_size: int | None = None,
-                 kv_heads: int | None = None, experts: int = 0, top_k: int = 2,
-                 expert_width: int | None = None) -> dict:
-    """Parameters by block from the architecture formula (no model built).
+def count_params(spec: ModelSpec) -> dict:
+    """Parameters by block of the model ``spec`` describes, counted from its modules (built on
+    the ``meta`` device: shapes, no memory) by :func:`headwatch.params.block_counts` — the one
+    count that the anatomy's tables use too.
 
-    Per block: attention 4·W² (q, k, v, o; no bias); two LayerNorms 2·2W; FFN
-    W·fW + fW (up, bias) + fW·W + W (down, bias). Plus token embeddings V·W,
-    positions C·W, final LayerNorm 2W and the untied head W·V. The heads do
-    not appear: splitting a width changes no parameter count.
+    Keys: ``embeddings`` (V·W), ``positions`` (C·W), ``attention``, ``norms``, ``ffn``,
+    ``head`` (W·V, untied), ``total``; ``non_embedding`` = attention + norms + ffn (no
+    token or position embeddings, no output head); ``ffn_active`` / ``total_active``
+    count only the k experts a token is routed to; ``ffn_active_width`` is the FFN
+    neurons a token traverses (fW dense, k·X with experts).
 
-    With options: attention 2·W·A + 2·W·A_kv where A = heads × head size and
-    A_kv = kv_heads × head size; experts: router W·E plus E·(2·W·X + X + W) for
-    expert width X. ``non_embedding`` = attention + norms + ffn (no token or
-    position embeddings, no output head); ``ffn_active`` / ``total_active``
-    count only the k experts a token is routed to; ``ffn_active_width`` is
-    the FFN neurons a token traverses (fW dense, k·X with experts).
+    What the modules hold, for reference (the tests check it against hand counts): per
+    block, attention 2·W·A + 2·W·A_kv (q, o; k, v; no bias) with A = heads × head size and
+    A_kv = kv_heads × head size — 4·W² for the plain model, so splitting a width into
+    more heads changes no count; two LayerNorms 2·2W; FFN W·fW + fW + fW·W + W (with
+    bias), or with experts a router W·E plus E·(2·W·X + X + W) for expert width X. Plus
+    the final LayerNorm 2W.
     """
-    V, W, L, C, f = vocab_size, width, layers, context, ffn_mult
-    if heads is None:
-        if head_size is not None or kv_heads is not None:
-            raise ValueError("count_params: head_size / kv_heads need heads")
-        attn = 4 * W * W
-    else:
-        o = check_options(W, heads, head_size, kv_heads, experts, top_k, expert_width, f)
-        A, A_kv = heads * o["head_size"], o["kv_heads"] * o["head_size"]
-        attn = 2 * W * A + 2 * W * A_kv
-    if experts:
-        X = expert_width if expert_width is not None else f * W // top_k
-        per_expert = 2 * W * X + X + W
-        ffn, ffn_active, active_width = W * experts + experts * per_expert, W * experts + top_k * per_expert, top_k * X
-    else:
-        ffn = ffn_active = 2 * f * W * W + f * W + W
-        active_width = f * W
-    parts = dict(embeddings=V * W, positions=C * W, attention=L * attn,
-                 norms=L * 2 * 2 * W + 2 * W, ffn=L * ffn, head=W * V)
-    parts["total"] = sum(parts.values())
+    from ..params import block_counts
+
+    with torch.device("meta"):
+        model = CharLM(spec)
+    b = block_counts(model)
+    if b["other"]:
+        raise RuntimeError(f"{b['other']} parameters of {spec.to_dict()} fall in no block")
+    parts = dict(embeddings=b["input_embeddings"], positions=b["position_embeddings"],
+                 attention=b["attention"], norms=b["norms"], ffn=b["ffn"], head=b["output_embeddings"],
+                 total=b["total"])
     parts["non_embedding"] = parts["attention"] + parts["norms"] + parts["ffn"]
-    parts["ffn_active"] = L * ffn_active
-    parts["total_active"] = parts["total"] - parts["ffn"] + parts["ffn_active"]
-    parts["ffn_active_width"] = active_width
+    idle = sum((m.experts - m.top_k) * (m.w1[0].numel() + m.b1[0].numel() + m.w2[0].numel()
+                                        + m.b2[0].numel()) for m in model.expert_layers())
+    parts["ffn_active"] = parts["ffn"] - idle
+    parts["total_active"] = parts["total"] - idle
+    parts["ffn_active_width"] = spec.ffn_active_width
     return parts

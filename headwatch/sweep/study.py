@@ -5,7 +5,7 @@ table (one row per configuration, mean ± std over seeds) and one figure.
 Each kind has an invariant that makes its comparison fair; it is checked on the
 config before any job (``check_sweeps``) and again, on the parameter counts the
 training jobs recorded, before a summary is written. When it fails the summary
-raises :class:`~headwatch.charlm.summary.SummaryError` and nothing is written.
+raises :class:`~headwatch.sweep.summary.SummaryError` and nothing is written.
 
 * ``experts``: every configuration traverses the same FFN width per token
   (``ffn_active_width`` = 4·width for a dense FFN, top_k × expert_width with
@@ -34,31 +34,26 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..charlm.spec import TRAINING_OPTIONS, ModelSpec
 from ..checks import assert_finite, read_note, read_parquet
-from .model import check_options, count_params
 from .summary import SummaryError
 
-ARCH_KEYS = ["width", "heads", "layers", "head_size", "kv_heads", "experts", "top_k", "expert_width",
-             "balance"]
+MODEL_COLUMNS = ["width", "heads", "layers", "head_size", "kv_heads", "experts", "top_k", "expert_width",
+                 "balance"]
 
 
-def arch(model: dict, vocab_size: int = 65, bytes_per_number: int = 4) -> dict:
-    """Resolved architecture numbers of one model-settings dict (``headwatch.charlm.model_of``)."""
-    o = check_options(model["width"], model["heads"], model.get("head_size"), model.get("kv_heads"),
-                      model.get("experts", 0), model.get("top_k", 2), model.get("expert_width"),
-                      model.get("ffn_mult", 4))
-    p = count_params(vocab_size, model["width"], model.get("layers", 4), model.get("context", 128),
-                     model.get("ffn_mult", 4), heads=model["heads"], head_size=model.get("head_size"),
-                     kv_heads=model.get("kv_heads"), experts=model.get("experts", 0),
-                     top_k=model.get("top_k", 2), expert_width=model.get("expert_width"))
-    return dict(width=model["width"], heads=model["heads"], layers=model.get("layers", 4),
-                head_size=o["head_size"], kv_heads=o["kv_heads"], experts=o["experts"],
-                top_k=o["top_k"], expert_width=o["expert_width"] or 0,
-                balance=float(model.get("balance", 0.0)),
+def model_numbers(model: dict, vocab_size: int = 65, bytes_per_number: int = 4) -> dict:
+    """Resolved numbers of one model-settings dict (``headwatch.sweep.plan.model_of``): its
+    shape with every default filled in, and its parameter counts (:meth:`ModelSpec.param_counts`)."""
+    spec = ModelSpec.from_settings(vocab_size, model)
+    p = spec.param_counts()
+    return dict(width=spec.width, heads=spec.heads, layers=spec.layers, head_size=spec.head_dim,
+                kv_heads=spec.kv_groups, experts=spec.experts, top_k=spec.routed,
+                expert_width=spec.expert_hidden,
+                balance=float(model.get("balance", TRAINING_OPTIONS["balance"])),
                 ffn_active_width=p["ffn_active_width"], non_embedding=p["non_embedding"],
                 params_formula=p["total"], params_active_formula=p["total_active"],
-                kv_cache_bytes_per_token=2 * model.get("layers", 4) * o["kv_heads"] * o["head_size"]
-                * bytes_per_number)
+                kv_cache_bytes_per_token=spec.kv_cache_bytes_per_token(bytes_per_number))
 
 
 def invariant_error(study: dict, models: list[dict], labels: list[str] | None = None,
@@ -66,7 +61,7 @@ def invariant_error(study: dict, models: list[dict], labels: list[str] | None = 
     """'' when the study's comparison is fair, else why not. ``non_embedding``:
     measured counts to use instead of the formula's (the summary passes them)."""
     kind = study["kind"]
-    a = [arch(m) for m in models]
+    a = [model_numbers(m) for m in models]
     labels = labels or [f"grid[{i}]" for i in range(len(models))]
     if len(a) < 2:
         return f"a {kind} study needs at least 2 configurations"
@@ -102,17 +97,17 @@ def invariant_error(study: dict, models: list[dict], labels: list[str] | None = 
 
 def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4) -> pd.DataFrame:
     """One row per (config, seed): resolved architecture, recorded parameters, final losses,
-    throughput and expert shares (``vocab_size``: the corpus's). ``runs[i]``: a run of ``headwatch.charlm.runs`` with
+    throughput and expert shares (``vocab_size``: the corpus's). ``runs[i]``: a run of ``headwatch.sweep.plan.runs`` with
     ``model`` (its settings) and ``metrics`` (path)."""
     rows = []
     for r in runs:
         m = read_parquet(r["metrics"])
         note = read_note(r["metrics"])
         last = m.iloc[-1]
-        a = arch(r["model"], vocab_size, bytes_per_number)
+        a = model_numbers(r["model"], vocab_size, bytes_per_number)
         shares = np.asarray(note.get("expert_shares") or [[1.0]], dtype=float)
         rows.append(dict(sweep=r["sweep"], config=r["config"], seed=r["seed"],
-                         trained_under=r["trained_under"], **{k: a[k] for k in ARCH_KEYS},
+                         trained_under=r["trained_under"], **{k: a[k] for k in MODEL_COLUMNS},
                          ffn_active_width=a["ffn_active_width"],
                          kv_cache_bytes_per_token=a["kv_cache_bytes_per_token"],
                          params=int(note["params"]),
@@ -155,7 +150,7 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
     if err:
         raise SummaryError(f"sweep {name!r} ({study['kind']} study): {err}; refusing to write the summary")
 
-    keys = ["sweep", "config", "trained_under"] + ARCH_KEYS + [
+    keys = ["sweep", "config", "trained_under"] + MODEL_COLUMNS + [
         "ffn_active_width", "kv_cache_bytes_per_token", "params", "params_active", "non_embedding"]
     g = finals.groupby(keys, sort=False)
     s = g.agg(seeds=("seed", "count"), steps=("steps", "max"),

@@ -1,5 +1,6 @@
-"""The training loop without host synchronisation: the same losses, bit for bit, as the
-loop that read every step's loss on the host, and no per-step host read left."""
+"""One training job (headwatch.sweep.train): schedule and data order by hand, resuming from a
+checkpoint bit for bit, and the loop without host synchronisation — the same losses, bit
+for bit, as the loop that read every step's loss on the host, and no per-step host read left."""
 import math
 
 import numpy as np
@@ -10,8 +11,8 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from headwatch.charlm.corpus import build_corpus
-from headwatch.charlm.train import (batch_offsets, eval_offsets, lr_at, make_model, make_optimizer,
-                                    settings_of, train, windows)
+from headwatch.sweep.train import (Interrupted, batch_offsets, eval_offsets, lr_at, make_model,
+                                   make_optimizer, settings_of, train, windows)
 
 TRAIN = dict(steps=10, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
              eval_batches=2, checkpoint_every=100)
@@ -114,3 +115,60 @@ def test_a_non_finite_loss_stops_training_and_names_its_step(corpus):
     ids, meta = corpus
     with pytest.raises(NonFiniteError, match=r"training loss is (nan|inf) at step \d+ "):
         train(ids, meta, DENSE, 0, dict(TRAIN, lr=1e6, warmup=1))
+
+
+# --------------------------------------------------------- schedule, data
+def test_learning_rate_schedule_hand_cases():
+    kw = dict(lr=1e-3, min_lr=1e-4, warmup=10, steps=110)
+    assert lr_at(0, **kw) == pytest.approx(1e-4)            # (0+1)/10 of lr
+    assert lr_at(4, **kw) == pytest.approx(5e-4)
+    assert lr_at(10, **kw) == pytest.approx(1e-3)           # end of warm-up: the peak
+    assert lr_at(60, **kw) == pytest.approx(5.5e-4)         # half-way: (lr + min_lr) / 2
+    assert lr_at(110, **kw) == pytest.approx(1e-4)          # the end: min_lr
+    assert lr_at(30, **kw) > lr_at(31, **kw)
+
+
+def test_data_order_depends_on_seed_and_step_only():
+    a = batch_offsets(0, 7, 10_000, 8, 32)
+    assert np.array_equal(a, batch_offsets(0, 7, 10_000, 8, 32))
+    assert not np.array_equal(a, batch_offsets(1, 7, 10_000, 8, 32))
+    assert not np.array_equal(a, batch_offsets(0, 8, 10_000, 8, 32))
+    assert a.min() >= 0 and a.max() <= 10_000 - 32 - 1
+    ids = torch.arange(100)
+    x, y = windows(ids, [0, 50], 4)
+    assert x.tolist() == [[0, 1, 2, 3], [50, 51, 52, 53]] and y.tolist() == [[1, 2, 3, 4], [51, 52, 53, 54]]
+    assert eval_offsets(100, 3, 9).tolist() == [0, 45, 90]     # evenly spaced, last ends at id 99
+
+
+# ---------------------------------------------------------------- resume
+TINY = dict(steps=12, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
+            eval_batches=2, checkpoint_every=3)
+TINY_MODEL = dict(width=16, heads=2, layers=2, context=16)
+
+
+def test_a_resumed_run_ends_exactly_like_an_uninterrupted_one(small_corpus, tmp_path):
+    torch.set_num_threads(1)
+    ids, meta = small_corpus.ids(), small_corpus.meta()
+    straight, m1, info1 = train(ids, meta, TINY_MODEL, 3, TINY)
+    ckpt = tmp_path / "checkpoint.pt"
+    with pytest.raises(Interrupted):                   # "killed" right after step 6's checkpoint
+        train(ids, meta, TINY_MODEL, 3, TINY, checkpoint=ckpt, stop_after=5)
+    assert ckpt.exists()
+    resumed, m2, info2 = train(ids, meta, TINY_MODEL, 3, TINY, checkpoint=ckpt)
+    assert info2["resumed_from"] == 6 and info1["resumed_from"] == 0
+    assert not ckpt.exists()                           # removed once the run is complete
+    assert m1["step"].tolist() == m2["step"].tolist() == [4, 8, 12]
+    cols = ["train_loss", "val_loss"]
+    assert np.array_equal(m1[cols].to_numpy(), m2[cols].to_numpy())   # bit-identical
+    for (n, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), n
+    assert m1["val_loss"].iloc[-1] < m1["val_loss"].iloc[0] < math.log(meta["vocab_size"]) + 0.1
+
+
+def test_a_checkpoint_of_other_settings_is_not_resumed(small_corpus, tmp_path):
+    ids, meta = small_corpus.ids(), small_corpus.meta()
+    ckpt = tmp_path / "checkpoint.pt"
+    with pytest.raises(Interrupted):
+        train(ids, meta, TINY_MODEL, 3, dict(TINY, lr=1e-2), checkpoint=ckpt, stop_after=3)
+    _, _, info = train(ids, meta, TINY_MODEL, 3, dict(TINY, steps=6), checkpoint=ckpt)
+    assert info["resumed_from"] == 0

@@ -45,16 +45,16 @@ import pandas as pd
 import torch
 from torch.nn import functional as F
 
+from ..charlm.model import CharLM
+from ..charlm.spec import OPTIONS, TRAINING_OPTIONS, ModelSpec
 from ..checks import NonFiniteError, assert_finite
-from .model import CharLM
 
-log = logging.getLogger("headwatch.charlm")
+log = logging.getLogger("headwatch.sweep")
 
 TRAIN_KEYS = ("steps", "batch", "lr", "min_lr", "warmup", "weight_decay", "eval_every",
               "eval_batches", "checkpoint_every")
 DEFAULTS = dict(betas=[0.9, 0.99], grad_clip=1.0)
 PRECISIONS = ("float32", "tf32", "bf16")
-MODEL_OPTIONS = ("head_size", "kv_heads", "experts", "top_k", "expert_width")  # CharLM keywords
 
 
 class Interrupted(RuntimeError):
@@ -99,12 +99,11 @@ def windows(ids: torch.Tensor, offsets, context: int):
 
 
 def make_model(vocab_size: int, model_cfg: dict, seed: int) -> CharLM:
-    """A freshly initialized model; its init depends on the seed only."""
+    """A freshly initialized model of the job's model settings (``headwatch.sweep.plan.model_of``);
+    its init depends on the seed only."""
+    spec = ModelSpec.from_settings(vocab_size, model_cfg)
     torch.manual_seed(seed)
-    options = {k: model_cfg[k] for k in MODEL_OPTIONS if k in model_cfg}
-    return CharLM(vocab_size=vocab_size, width=model_cfg["width"], heads=model_cfg["heads"],
-                  layers=model_cfg.get("layers", 4), context=model_cfg.get("context", 128),
-                  ffn_mult=model_cfg.get("ffn_mult", 4), **options)
+    return CharLM(spec)
 
 
 def make_optimizer(model: CharLM, s: dict, device: torch.device) -> torch.optim.AdamW:
@@ -160,7 +159,7 @@ def evaluate(model, ids: torch.Tensor, offsets, batch: int, context: int, amp) -
 def expert_shares(model, ids: torch.Tensor, offsets, batch: int, context: int, amp) -> list[list[float]]:
     """Per expert layer, each expert's share of the token→expert assignments on the windows
     at ``offsets`` (each row sums to 1); [] for a dense model."""
-    if not model.experts:
+    if not model.spec.experts:
         return []
     was = model.training
     model.eval()
@@ -273,7 +272,8 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     """
     s = settings_of(train_cfg)
     device = torch.device(device)
-    context = model_cfg.get("context", 128)
+    spec = ModelSpec.from_settings(meta["vocab_size"], model_cfg)
+    context = spec.context
     n_train = meta["n_train"]
     data = torch.as_tensor(ids.astype(np.int64), device=device)
     train_ids, val_ids = data[:n_train], data[n_train:]
@@ -300,12 +300,12 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
         state = saved["state"]
         resumed_from = state["step"]
     log.info("model %s seed %d: %d parameters, device %s, precision %s, threads %d",
-             model.spec(), seed, params, device, precision, torch.get_num_threads())
+             spec.to_dict(), seed, params, device, precision, torch.get_num_threads())
 
     # Weight of the load-balancing loss (mean of the expert layers' E·Σ f_i·P_i); 0 = none.
-    balance = float(model_cfg.get("balance", 0.0))
-    if balance and not model.experts:
-        raise ValueError(f"balance {balance} needs experts (model {model.spec()})")
+    balance = float(model_cfg.get("balance", TRAINING_OPTIONS["balance"]))
+    if balance and not spec.experts:
+        raise ValueError(f"balance {balance} needs experts (model {spec.to_dict()})")
     model.train()
     tokens_per_step = s["batch"] * context
     first = state["step"]
@@ -332,7 +332,7 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
         state["loss_sum"] = loss_sum.item()
         if not math.isfinite(state["loss_sum"]):
             raise NonFiniteError(f"training loss is {bad_value.item()} at step {bad_step.item()} (model "
-                                 f"{model.spec()}, seed {seed}; read at step {step}); lower the learning "
+                                 f"{spec.to_dict()}, seed {seed}; read at step {step}); lower the learning "
                                  "rate or use float32")
 
     for step in range(first, s["steps"]):
@@ -382,12 +382,9 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     info = dict(params=params, fingerprint=fp, resumed_from=resumed_from, device=str(device),
                 precision=precision, threads=torch.get_num_threads(),
                 final_val_loss=float(metrics["val_loss"].iloc[-1]), **peak_memory(device))
-    if set(model_cfg) & {*MODEL_OPTIONS, "balance"}:   # study options: record what the studies read
-        from .model import count_params
-
-        parts = count_params(meta["vocab_size"], model.width, model.layers, model.context, model.ffn_mult,
-                             heads=model.heads, **{k: model_cfg[k] for k in MODEL_OPTIONS if k in model_cfg})
-        info.update(vocab_size=meta["vocab_size"], params_active=model.active_params(),
+    if set(model_cfg) & {*OPTIONS, *TRAINING_OPTIONS}:   # study options: record what the studies read
+        parts = spec.param_counts()
+        info.update(vocab_size=meta["vocab_size"], params_active=parts["total_active"],
                     non_embedding=parts["non_embedding"], balance=balance,
                     expert_shares=expert_shares(model, val_ids, val_offsets, s["batch"], context, amp))
     if ckpt:
@@ -402,13 +399,13 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
 def save_model(model: CharLM, path, meta: dict, info: dict, extra: dict | None = None) -> None:
     """Weights with everything needed to rebuild and read the model."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    torch.save(dict(spec=model.spec(), state_dict=model.state_dict(), vocab=meta["vocab"],
+    torch.save(dict(spec=model.spec.to_dict(), state_dict=model.state_dict(), vocab=meta["vocab"],
                     info=info, **(extra or {})), path)
 
 
 def load_model(path, device="cpu") -> tuple[CharLM, dict]:
     """A saved sweep model (eval mode) and its record (vocab, info, ...)."""
     saved = torch.load(path, map_location=device, weights_only=False)
-    model = CharLM(**saved["spec"]).to(device)
+    model = CharLM(ModelSpec(**saved["spec"])).to(device)
     model.load_state_dict(saved["state_dict"])
     return model.eval(), saved

@@ -1,0 +1,142 @@
+"""The character model's options, in one object (nanoGPT's config object).
+
+:class:`ModelSpec` names every option of :class:`headwatch.charlm.model.CharLM`
+once, with its default, and is what every module of the model is built from
+(``CharLM(spec)``, ``Block(spec)``, ``Attention(spec)``, ``Experts(spec)``), what a
+saved model records (:meth:`ModelSpec.to_dict`) and what its parameters are
+counted from (:meth:`ModelSpec.param_counts`).
+
+It imports only the standard library, so that the sweep's planning and config
+checks (read on every Snakemake parse) can resolve a grid entry without torch.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Every option of the sweep's character model. The options after ``ffn_mult`` are
+    off by default: the plain model is unchanged, weight for weight, for the same seed.
+
+    * ``head_size``: the size of each head when it is not width ÷ heads (attention's
+      inner width is then heads × head_size).
+    * ``kv_heads``: grouped-query attention; query head h reads key/value group
+      ``h // (heads // kv_heads)`` (None = heads: plain attention).
+    * ``experts`` (E > 0): the FFN becomes E experts behind a router that sends each
+      token to its ``top_k`` most probable experts; ``expert_width`` defaults to
+      ffn_mult × width ÷ top_k (the FFN neurons a token traverses equal the dense model's).
+
+    Construction checks the shape and raises ValueError naming what is unsound.
+    """
+
+    vocab_size: int
+    width: int
+    heads: int
+    layers: int = 4
+    context: int = 128
+    ffn_mult: int = 4
+    head_size: int | None = None
+    kv_heads: int | None = None
+    experts: int = 0
+    top_k: int = 2
+    expert_width: int | None = None
+
+    def __post_init__(self):
+        if self.heads < 1 or self.width < 1:
+            raise ValueError(f"width ({self.width}) and heads ({self.heads}) must be positive")
+        if self.head_size is None and self.width % self.heads:
+            raise ValueError(f"heads {self.heads} do not divide width {self.width}: the head size would be "
+                             f"{self.width / self.heads:g}; pick heads among the divisors of {self.width}")
+        if self.head_size is not None and self.head_size < 1:
+            raise ValueError(f"head_size {self.head_size} must be positive")
+        if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
+            raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads} "
+                             "(query heads per key/value group)")
+        if self.experts:
+            if self.experts < 1 or not 1 <= self.top_k <= self.experts:
+                raise ValueError(f"top_k {self.top_k} must lie in [1, experts={self.experts}]")
+            if self.expert_width is None and (self.ffn_mult * self.width) % self.top_k:
+                raise ValueError(f"top_k {self.top_k} does not divide the dense FFN width "
+                                 f"{self.ffn_mult * self.width}; give expert_width")
+            if self.expert_width is not None and self.expert_width < 1:
+                raise ValueError(f"expert_width {self.expert_width} must be positive")
+        elif self.expert_width is not None:
+            raise ValueError("expert_width needs experts > 0")
+
+    # ---- resolved options ----------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        """The size of each head: ``head_size``, or width ÷ heads."""
+        return self.width // self.heads if self.head_size is None else self.head_size
+
+    @property
+    def kv_groups(self) -> int:
+        """Key/value heads: ``kv_heads``, or heads (plain attention)."""
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def routed(self) -> int:
+        """Experts a token is sent to: ``top_k`` with experts, 0 for a dense FFN."""
+        return self.top_k if self.experts else 0
+
+    @property
+    def expert_hidden(self) -> int:
+        """Each expert's hidden width (0 for a dense FFN)."""
+        if not self.experts:
+            return 0
+        return self.ffn_mult * self.width // self.top_k if self.expert_width is None else self.expert_width
+
+    @property
+    def ffn_active_width(self) -> int:
+        """FFN neurons a token traverses: ffn_mult × width dense, top_k × expert width with experts."""
+        return self.routed * self.expert_hidden if self.experts else self.ffn_mult * self.width
+
+    def kv_cache_bytes_per_token(self, bytes_per_number: int = 4) -> int:
+        """Keys and values of every layer for one token: 2 × layers × kv heads × head size numbers."""
+        return 2 * self.layers * self.kv_groups * self.head_dim * bytes_per_number
+
+    # ---- records ---------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """The saved form: the six shape numbers, and each option only when it is set."""
+        out = {k: v for k, v in asdict(self).items() if k not in OPTIONS}
+        for k in OPTIONS:
+            v = getattr(self, k)
+            if k == "top_k" and not self.experts:
+                continue
+            if v not in (None, 0):
+                out[k] = v
+        return out
+
+    @classmethod
+    def from_settings(cls, vocab_size: int, settings: dict) -> "ModelSpec":
+        """The spec of a sweep job's model settings (``headwatch.sweep.plan.model_of``: width,
+        heads, the sweep's model defaults, the entry's options; its training-only keys skipped)."""
+        unknown = sorted(set(settings) - set(FIELDS) - set(TRAINING_OPTIONS))
+        if unknown:
+            raise ValueError(f"model settings {unknown} are not options of the character model "
+                             f"(options: {list(FIELDS[1:])})")
+        return cls(vocab_size=int(vocab_size), **{k: v for k, v in settings.items() if k in FIELDS})
+
+    def param_counts(self) -> dict:
+        """Parameters by block, counted from the modules (:func:`headwatch.charlm.model.count_params`)."""
+        return dict(_param_counts(self))
+
+
+FIELDS = tuple(f.name for f in fields(ModelSpec))
+"""Every option name, in the constructor's order."""
+OPTIONS = FIELDS[FIELDS.index("head_size"):]
+"""The options that are off by default (the plain model has none of them)."""
+DEFAULTS = {f.name: f.default for f in fields(ModelSpec) if f.name not in ("vocab_size", "width", "heads")}
+"""Each option's default, read from the dataclass (typed once, above)."""
+TRAINING_OPTIONS = {"balance": 0.0}
+"""Keys of a grid entry that set training, not the model, with their defaults: ``balance``,
+the weight of the experts' load-balancing loss (0 = none; only with experts)."""
+
+
+@lru_cache(maxsize=512)
+def _param_counts(spec: ModelSpec) -> dict:
+    from .model import count_params
+
+    return count_params(spec)

