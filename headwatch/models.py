@@ -23,6 +23,7 @@ import torch
 from .arch import Adapter
 from .checks import assert_finite, write_json
 from .config import PREPARED_RECORD, ModelNotFoundError, gguf_path, source_of  # noqa: F401
+from .device import pick_device  # noqa: F401  (also importable from here)
 
 log = logging.getLogger("headwatch.models")
 
@@ -31,13 +32,6 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 class HalfOnCPUError(ValueError):
     """float16 requested on a CPU: logits overflow to NaN while maps look plausible."""
-
-
-def pick_device(setting: str = "auto") -> torch.device:
-    """``auto`` = CUDA when present, else CPU."""
-    if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(setting)
 
 
 def _not_found(src: str, err: Exception) -> ModelNotFoundError:
