@@ -47,6 +47,7 @@ import pandas as pd
 import torch
 
 from .arch import Adapter, Head, head_label, heads_label
+from .device import exact_numerics, numerics
 from .cut import (MEAN_BIAS_RTOL, BatchedCuts, CutCheckError, check_hook_vs_mean_bias,
                   check_hook_vs_weights, check_restore, compare_batched, cut_heads, cut_rows, full_logits,
                   head_mask, head_means, heads_one_per_layer, loop_cuts, normalize_heads)
@@ -196,7 +197,7 @@ class AblationChecks:
             max_abs_diff=max(r["max_abs_diff"] for r in self.batched),
             passed=all(r["passed"] for r in self.batched), comparisons=self.batched)
         p = next(self.model.parameters())
-        return dict(dtype=str(p.dtype).replace("torch.", ""), device=p.device.type,
+        return dict(dtype=str(p.dtype).replace("torch.", ""), device=p.device.type, numerics=numerics(),
                     guard_input_ids_shapes=[list(x.shape) for x in self.ids]
                     if isinstance(self.ids, (list, tuple)) else [list(self.ids.shape)],
                     passed=all(r["passed"] for r in self.records.values()), **self.records)
@@ -303,20 +304,18 @@ def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length
     dev = next(model.parameters()).device
     ids = ids.to(dev)
     n = len(ids)
-    masks = head_mask(adapter, variants).repeat_interleave(n, dim=0)
-    seq = torch.arange(n).repeat(len(variants))
-    sums = torch.zeros(len(variants), adapter.n_layers, adapter.n_heads, dtype=torch.float64)
-    count = torch.zeros(len(variants), dtype=torch.float64)
+    masks = head_mask(adapter, variants, dev).repeat_interleave(n, dim=0)      # row = (variant, sequence)
+    seq = torch.arange(n, device=dev).repeat(len(variants))
     rows_per = max(1, int(batch))
+    sums, cells_per_row = [], 0
     for i in range(0, len(masks), rows_per):
-        m = masks[i:i + rows_per]
-        with cut_rows(adapter, m.to(dev), means):
-            cells = induction_cells(attention_maps(model, ids[seq[i:i + rows_per].to(dev)], adapter),
+        with cut_rows(adapter, masks[i:i + rows_per], means):
+            cells = induction_cells(attention_maps(model, ids[seq[i:i + rows_per]], adapter),
                                     half_length, offset)                     # [B, L, H, T-1]
-        var = torch.arange(i, i + len(m)) // n
-        sums.index_add_(0, var, cells.sum(dim=-1).double().cpu())
-        count.index_add_(0, var, torch.full((len(m),), float(cells.shape[-1]), dtype=torch.float64))
-    return (sums / count[:, None, None]).float()
+        sums.append(cells.sum(dim=-1).double())                             # stays on the device
+        cells_per_row = cells.shape[-1]
+    per_row = torch.cat(sums).reshape(len(variants), n, adapter.n_layers, adapter.n_heads)
+    return (per_row.sum(dim=1) / (n * cells_per_row)).float().cpu()
 
 
 def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame,
@@ -490,6 +489,7 @@ def phrase_ids(phrases: pd.DataFrame) -> list[torch.Tensor]:
     return [_phrase_ids(row) for row in phrases.itertuples()]
 
 
+@exact_numerics()
 def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict):
     """Rule ablation_topk: (table, parquet note, checks record); raises if a guard fails."""
     checks = AblationChecks(model, adapter, ids_tensor(eval_df.head(int(params["guard_sequences"]))),
@@ -498,6 +498,7 @@ def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFram
     return table, note, checks.finish()
 
 
+@exact_numerics()
 def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame, params: dict,
                 eval_df: pd.DataFrame | None = None):
     """Rule ablation_circuit: (scores table, loss table, note, checks record). ``eval_df``: the eval
@@ -508,6 +509,7 @@ def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.Da
     return sc, loss, note, checks.finish()
 
 
+@exact_numerics()
 def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, params: dict,
                     eval_df: pd.DataFrame | None = None):
     """Rule ablation_attribution: (attribution, summary, pairs, note, checks record). ``eval_df``:

@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .arch import Adapter, Head, HeadAddressError
+from .device import exact_numerics
 from .interventions import (Edit, InterventionError, capture, check_against_reference, check_restore,
                             compare_batched, full_logits, intervene, replace, replaced_by_bias, skip,
                             zero, zeroed_weights)
@@ -163,14 +164,14 @@ def head_means(model, adapter: Adapter, ids: torch.Tensor, batch: int = 64) -> t
     """Every head's ``z`` averaged over every row and position of ``ids``: ``[L, H, head_dim]``
     (float64 sums, returned in float32) — the values of a mean cut, by one capture at ``z``."""
     dev = next(model.parameters()).device
-    total = torch.zeros(adapter.n_layers, adapter.n_heads * adapter.head_dim, dtype=torch.float64)
+    ids = ids.to(dev)
+    total = torch.zeros(adapter.n_layers, adapter.n_heads * adapter.head_dim, dtype=torch.float64, device=dev)
     for i in range(0, len(ids), batch):
-        chunk = ids[i:i + batch].to(dev)
         with intervene(adapter, [capture("z", l) for l in range(adapter.n_layers)]) as cap:
-            adapter.run_body(chunk)
+            adapter.run_body(ids[i:i + batch])
         for l in range(adapter.n_layers):
-            total[l] += cap.one(("z", l, None)).double().sum(dim=(0, 1)).cpu()
-    return (total / ids.numel()).float().reshape(adapter.n_layers, adapter.n_heads, adapter.head_dim)
+            total[l] += cap.one(("z", l, None)).double().sum(dim=(0, 1))
+    return (total / ids.numel()).float().cpu().reshape(adapter.n_layers, adapter.n_heads, adapter.head_dim)
 
 
 # ------------------------------------------------------------ forward passes
@@ -193,6 +194,7 @@ def loop_cuts(model, adapter: Adapter, ids: torch.Tensor, variants: Sequence[Ite
     """
     dev = _model_device(model)
     ids = ids.to(dev)
+    positions = None if positions is None else positions.to(dev)
     seq_all = torch.arange(len(ids), device=dev)
     out = []
     for heads in variants:
@@ -201,7 +203,7 @@ def loop_cuts(model, adapter: Adapter, ids: torch.Tensor, variants: Sequence[Ite
             for i in range(0, len(ids), batch):
                 logits = adapter.logits(ids[i:i + batch])
                 if positions is not None:
-                    logits = logits[:, positions.to(dev)]
+                    logits = logits[:, positions]
                 parts.append(reduce(logits, seq_all[i:i + batch]))
         out.append(torch.cat(parts))
     return torch.stack(out)
@@ -293,23 +295,23 @@ class BatchedCuts:
         if not self.reuse_prefix:
             earliest = torch.zeros_like(earliest)
         order = torch.argsort(earliest, stable=True)
-        results: list[torch.Tensor | None] = [None] * len(order)
+        # Planning reads the host copies; the forward passes index the device copies (one transfer each).
+        masks_dev, seq_dev, order_dev = (t.to(self.device) for t in (masks, seq_index, order))
+        parts = []
         keep = self.positions if self.positions is not None else 0
         for i, j in plan_chunks(earliest[order].tolist(), L, self.batch, self.overhead):
             rows = order[i:j]
             start = int(earliest[rows].min())
-            sidx = seq_index[rows].to(self.device)
-            m = masks[rows]
-            heads = [(int(l), int(h)) for l, h in m.any(dim=0).nonzero().tolist()]
-            edits = cut_edits(self.adapter, heads, self.means, m)
+            sidx = seq_dev[order_dev[i:j]]
+            heads = [(int(l), int(h)) for l, h in masks[rows].any(dim=0).nonzero().tolist()]
+            edits = cut_edits(self.adapter, heads, self.means, masks_dev[order_dev[i:j]])
             if start > 0:       # blocks below the earliest cut: the intact hidden states, not run
                 edits.append(skip(start - 1, self.hidden[start - 1][sidx]))
             with intervene(self.adapter, edits):
                 logits = self.adapter.logits(self.ids[sidx], keep=keep)
-            red = reduce(logits, sidx)
-            for k, r in enumerate(rows.tolist()):
-                results[r] = red[k]
-        return torch.stack(results)
+            parts.append(reduce(logits, sidx))
+        # parts hold the rows in `order`; argsort(order) puts each back at its own place
+        return torch.cat(parts)[torch.argsort(order_dev)]
 
     def run_variants(self, variants: Sequence[Iterable[Sequence[int]]], reduce: Reduce) -> torch.Tensor:
         """Each variant (a set of heads) on every sequence: ``[V, N, ...]``, like :func:`loop_cuts`."""
@@ -323,6 +325,7 @@ class BatchedCuts:
 
 # -------------------------------------------------------------------- guards
 @torch.no_grad()
+@exact_numerics()
 def check_hook_vs_weights(model, adapter: Adapter, ids: torch.Tensor,
                           heads: Iterable[Sequence[int]], tolerance: float = 0.0,
                           batch: int = 64) -> dict:
@@ -338,6 +341,7 @@ def check_hook_vs_weights(model, adapter: Adapter, ids: torch.Tensor,
 
 
 @torch.no_grad()
+@exact_numerics()
 def check_hook_vs_mean_bias(model, adapter: Adapter, ids, heads: Iterable[Sequence[int]],
                             means: torch.Tensor, rtol: float = MEAN_BIAS_RTOL, batch: int = 64) -> dict:
     """Guard 1 for mean cuts: "hook vs zeroed weights" is defined only for zero cuts. A mean cut

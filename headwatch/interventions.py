@@ -515,8 +515,8 @@ def full_logits(model, ids, batch: int = 64, adapter: Adapter | None = None):
     if isinstance(ids, (list, tuple)):
         return [full_logits(model, x, batch, adapter) for x in ids]
     dev = _device(model)
-    return torch.cat([adapter.logits(ids[i:i + batch].to(dev)).float().cpu()
-                      for i in range(0, len(ids), batch)])
+    ids = ids.to(dev)
+    return torch.cat([adapter.logits(ids[i:i + batch]).float() for i in range(0, len(ids), batch)]).cpu()
 
 
 def _weight_views(adapter: Adapter, site: str, layer: int, unit: int) -> list[torch.Tensor]:

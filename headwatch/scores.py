@@ -57,11 +57,11 @@ class _Mean:
         self.total, self.count = 0.0, 0
 
     def add(self, cells: torch.Tensor) -> None:  # cells [batch, layers, heads, n]
-        self.total = self.total + cells.sum(dim=(0, -1)).double().cpu()
+        self.total = self.total + cells.sum(dim=(0, -1)).double()    # on the cells' device
         self.count += cells.shape[0] * cells.shape[-1]
 
     def mean(self) -> torch.Tensor:
-        return (self.total / self.count).float()
+        return (self.total / self.count).float().cpu()
 
 
 def _batches(ids: torch.Tensor, batch: int):
@@ -72,6 +72,7 @@ def _batches(ids: torch.Tensor, batch: int):
 def induction_scores(model, adapter, ids: torch.Tensor, half_length: int, offset: int = 0,
                      batch: int = 8) -> torch.Tensor:
     """Induction score of every head: [layers, heads]."""
+    ids = ids.to(next(model.parameters()).device)      # once, not per batch
     acc = _Mean()
     for chunk in _batches(ids, batch):
         acc.add(induction_cells(attention_maps(model, chunk, adapter=adapter), half_length, offset))

@@ -28,7 +28,8 @@ import torch
 from torch import nn
 
 from ..arch import Adapter, ungrouped_config
-from ..checks import assert_finite
+from ..tableio import assert_finite
+from ..device import exact_numerics
 from ..interventions import attention_maps, intervene, zero
 
 
@@ -52,45 +53,50 @@ def all_maps(model: nn.Module, ids: torch.Tensor, adapter: Adapter | None = None
 
 
 @torch.no_grad()
+@exact_numerics()
 def kv_group_cuts(model: nn.Module, adapter: Adapter, ids, label: str = "", role: str = "model") -> pd.DataFrame:
     """One row per (cut layer, cut group, head of that layer); raises on any inexact result."""
     device = next(model.parameters()).device
     ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1).to(device)
     intact = all_maps(model, ids, adapter)
     assert_finite(intact, f"{label}: intact attention maps")
+    cuts = [(layer, group) for layer in range(adapter.n_layers) for group in range(adapter.n_kv_heads)]
+    figures = []    # per cut, on the device: [its layer's per-head max |Δ|, earlier layers' max, restore max]
+    for layer, group in cuts:
+        with zero_key_slice(adapter, layer, group):
+            cut = all_maps(model, ids, adapter)
+        restored = all_maps(model, ids, adapter)
+        delta = (cut - intact).abs().amax(dim=(-1, -2))                  # [layers, heads] (NaN stays NaN)
+        before = delta[:layer].amax() if layer else delta.new_zeros(())
+        figures.append(torch.cat([delta[layer], before.reshape(1), (restored - intact).abs().amax().reshape(1)]))
+    figures = torch.stack(figures).cpu() if figures else torch.zeros(0, adapter.n_heads + 2)
     rows = []
-    for layer in range(adapter.n_layers):
-        for group in range(adapter.n_kv_heads):
-            with zero_key_slice(adapter, layer, group):
-                cut = all_maps(model, ids, adapter)
-            assert_finite(cut, f"{label}: maps with key slice (layer={layer}, group={group}) zeroed")
-            restored = all_maps(model, ids, adapter)
-            delta = (cut - intact).abs().amax(dim=(-1, -2))              # [layers, heads]
-            in_group = [adapter.kv_group(h) == group for h in range(adapter.n_heads)]
-            here = delta[layer].cpu()
-            others = [float(here[h]) for h in range(adapter.n_heads) if not in_group[h]]
-            summary = dict(
-                heads_moved=int((here > 0).sum()), group_heads=int(sum(in_group)),
-                others_max_delta=max(others, default=0.0),
-                before_max_delta=float(delta[:layer].max()) if layer else 0.0,
-                restore_max_delta=float((restored - intact).abs().max()))
-            problems = []
-            if any(in_group[h] and not here[h] > 0 for h in range(adapter.n_heads)):
-                problems.append("a head of the group did not move")
-            if summary["others_max_delta"] != 0:
-                problems.append(f"heads outside the group moved by {summary['others_max_delta']:.3e}")
-            if summary["before_max_delta"] != 0:
-                problems.append(f"layers before the cut moved by {summary['before_max_delta']:.3e}")
-            if summary["restore_max_delta"] != 0:
-                problems.append(f"after the hook was removed the maps differ by "
-                                f"{summary['restore_max_delta']:.3e}")
-            if problems:
-                raise KVGroupError(f"{label}: zeroing the keys of (layer={layer}, group={group}): "
-                                   + "; ".join(problems) + f" (per-head max |Δ| {here.tolist()})")
-            for h in range(adapter.n_heads):
-                rows.append(dict(model=label, role=role, layer=layer, kv_group=group, head=h,
-                                 head_group=adapter.kv_group(h), in_group=in_group[h],
-                                 max_delta=float(here[h]), moved=bool(here[h] > 0), **summary))
+    for (layer, group), fig in zip(cuts, figures):
+        assert_finite(fig, f"{label}: maps with key slice (layer={layer}, group={group}) zeroed")
+        in_group = [adapter.kv_group(h) == group for h in range(adapter.n_heads)]
+        here = fig[:adapter.n_heads]
+        others = [float(here[h]) for h in range(adapter.n_heads) if not in_group[h]]
+        summary = dict(
+            heads_moved=int((here > 0).sum()), group_heads=int(sum(in_group)),
+            others_max_delta=max(others, default=0.0),
+            before_max_delta=float(fig[-2]), restore_max_delta=float(fig[-1]))
+        problems = []
+        if any(in_group[h] and not here[h] > 0 for h in range(adapter.n_heads)):
+            problems.append("a head of the group did not move")
+        if summary["others_max_delta"] != 0:
+            problems.append(f"heads outside the group moved by {summary['others_max_delta']:.3e}")
+        if summary["before_max_delta"] != 0:
+            problems.append(f"layers before the cut moved by {summary['before_max_delta']:.3e}")
+        if summary["restore_max_delta"] != 0:
+            problems.append(f"after the hook was removed the maps differ by "
+                            f"{summary['restore_max_delta']:.3e}")
+        if problems:
+            raise KVGroupError(f"{label}: zeroing the keys of (layer={layer}, group={group}): "
+                               + "; ".join(problems) + f" (per-head max |Δ| {here.tolist()})")
+        for h in range(adapter.n_heads):
+            rows.append(dict(model=label, role=role, layer=layer, kv_group=group, head=h,
+                             head_group=adapter.kv_group(h), in_group=in_group[h],
+                             max_delta=float(here[h]), moved=bool(here[h] > 0), **summary))
     return pd.DataFrame(rows)
 
 

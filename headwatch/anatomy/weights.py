@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from ..arch import Adapter
-from ..checks import assert_finite
+from ..tableio import assert_finite
+from ..device import exact_numerics, numerics
 from ..interventions import capture, intervene
 
 
@@ -177,6 +178,7 @@ def _cell(r: int, c: int, tokens, hand, mine) -> dict:
 
 
 @torch.no_grad()
+@exact_numerics()
 def weight_check(model: nn.Module, adapter: Adapter, ids, layer: int, head: int, tokens=None,
                  tolerance: float = 1e-4) -> dict:
     """Compare the by-hand map with the model's; raise :class:`WeightCheckError` above ``tolerance``.
@@ -197,7 +199,7 @@ def weight_check(model: nn.Module, adapter: Adapter, ids, layer: int, head: int,
     worst = divmod(int(delta.argmax()), T)
     strongest = (T - 1, int(mine[T - 1].argmax()))
     record = dict(layer=layer, head=head, kv_group=adapter.kv_group(head), tokens=T,
-                  model_dtype=str(next(model.parameters()).dtype), model_device=device.type,
+                  model_dtype=str(next(model.parameters()).dtype), model_device=device.type, numerics=numerics(),
                   family=adapter.family.name, **how, tolerance=tolerance,
                   max_abs_delta=float(delta.max()), mean_abs_delta=float(delta.mean()),
                   cell_largest_delta=_cell(*worst, tokens, hand, mine),
