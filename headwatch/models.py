@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .arch import Adapter
-from .checks import assert_finite, write_json
+from .tableio import assert_finite, write_json
 from .config import PREPARED_RECORD, ModelNotFoundError, gguf_path, source_of  # noqa: F401
 from .device import pick_device  # noqa: F401  (also importable from here)
 

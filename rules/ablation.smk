@@ -2,8 +2,8 @@
 # previous-token → induction circuit, 5c per-head attribution. Every rule runs
 # the guards of headwatch/cut.py (hook vs zeroed weights on the full logits,
 # batched vs one-at-a-time, the model back intact) and fails if one fails; its
-# record goes to results/{model}/ablation/checks/{rule}.json, merged into
-# results/{model}/ablation/checks.json.
+# record goes to results/{model}/ablation/guards/{rule}.json, merged into
+# results/{model}/ablation/guards.json.
 ABLATION = f"{RESULTS}/{{model}}/ablation"
 ABLATION_TABLES = ["topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary", "pairs"]
 ABLATION_COMMON = ["batch", "tolerance", "hook_tolerance", "method"]
@@ -11,7 +11,7 @@ ABLATION_COMMON = ["batch", "tolerance", "hook_tolerance", "method"]
 
 def ablation_targets():
     return (expand_models(f"{ABLATION}/{{name}}.parquet", name=ABLATION_TABLES)
-            + expand_models(f"{ABLATION}/checks.json"))
+            + expand_models(f"{ABLATION}/guards.json"))
 
 
 def ablation_slice(*keys):
@@ -26,7 +26,7 @@ rule ablation_topk:
         scores=lambda w: scores_table(w.model),
     output:
         table=f"{ABLATION}/topk.parquet",
-        checks=f"{ABLATION}/checks/topk.json",
+        guards=f"{ABLATION}/guards/topk.json",
     params:
         ablation=ablation_slice("top_n", "k", "random_draws", "seed", "guard_sequences"),
         dtype=lambda w: get_dtype(w.model),
@@ -50,7 +50,7 @@ rule ablation_circuit:
     output:
         scores=f"{ABLATION}/circuit_scores.parquet",
         loss=f"{ABLATION}/circuit_loss.parquet",
-        checks=f"{ABLATION}/checks/circuit.json",
+        guards=f"{ABLATION}/guards/circuit.json",
     params:
         ablation=ablation_slice("top_n", "random_draws", "seed", "circuit", "guard_sequences"),
         dtype=lambda w: get_dtype(w.model),
@@ -74,7 +74,7 @@ rule ablation_attribution:
         attribution=f"{ABLATION}/attribution.parquet",
         summary=f"{ABLATION}/attribution_summary.parquet",
         pairs=f"{ABLATION}/pairs.parquet",
-        checks=f"{ABLATION}/checks/attribution.json",
+        guards=f"{ABLATION}/guards/attribution.json",
     params:
         ablation=ablation_slice("attribution"),
         dtype=lambda w: get_dtype(w.model),
@@ -89,16 +89,16 @@ rule ablation_attribution:
         "../scripts/ablation_attribution.py"
 
 
-rule ablation_checks:
+rule ablation_guards:
     input:
-        topk=f"{ABLATION}/checks/topk.json",
-        circuit=f"{ABLATION}/checks/circuit.json",
-        attribution=f"{ABLATION}/checks/attribution.json",
+        topk=f"{ABLATION}/guards/topk.json",
+        circuit=f"{ABLATION}/guards/circuit.json",
+        attribution=f"{ABLATION}/guards/attribution.json",
     output:
-        f"{ABLATION}/checks.json",
+        f"{ABLATION}/guards.json",
     log:
-        f"{RESULTS}/logs/ablation_checks/{{model}}.log",
+        f"{RESULTS}/logs/ablation_guards/{{model}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/ablation_checks/{{model}}.tsv"
+        f"{RESULTS}/benchmarks/ablation_guards/{{model}}.tsv"
     script:
-        "../scripts/ablation_checks.py"
+        "../scripts/ablation_guards.py"

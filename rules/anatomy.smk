@@ -32,7 +32,7 @@ rule anatomy_survey:
     output:
         f"{ANATOMY}/survey.parquet",
     params:
-        study=studied_models(),
+        models_studied=studied_models(),
         references=config["anatomy"]["references"],
         sweep=anatomy_sweep_shapes(),
         sweep_vocab=config["anatomy"]["sweep_vocab"],
@@ -51,7 +51,7 @@ rule anatomy_params:
     output:
         f"{ANATOMY}/params_by_block.parquet",
     params:
-        study=studied_models(),
+        models_studied=studied_models(),
         references=config["anatomy"]["references"],
         sweep=anatomy_sweep_shapes(),
         sweep_vocab=config["anatomy"]["sweep_vocab"],

@@ -18,7 +18,7 @@ def check_config(config):
 
 
 def studied_models():
-    return list(config["study"])
+    return list(config["models_studied"])
 
 
 def get_model_cfg(model):

@@ -18,13 +18,13 @@ from headwatch.sweep import plan as sweep_plan
 SWEEP = f"{RESULTS}/sweep"
 SWEEP_CORPUS = dict(ids=f"{SWEEP}/corpus/ids.npy", meta=f"{SWEEP}/corpus/meta.json",
                     text=f"{SWEEP}/corpus/corpus.txt")
-SWEEP_RUN = f"{SWEEP}/{{sweep}}/{{config}}/seed{{seed}}"
+SWEEP_RUN = f"{SWEEP}/{{sweep}}/{{arch}}/seed{{seed}}"
 
 
 
 def sweep_run_dir(run):
     """Folder of a run's outputs: under the sweep that trains it."""
-    return SWEEP_RUN.format(sweep=run["trained_under"], config=run["config"], seed=run["seed"])
+    return SWEEP_RUN.format(sweep=run["trained_under"], arch=run["arch"], seed=run["seed"])
 
 
 def sweep_summary_inputs(wildcards):
@@ -69,18 +69,18 @@ rule sweep_train:
         model=f"{SWEEP_RUN}/model.pt",
     wildcard_constraints:
         sweep="|".join(config["sweep"]["sweeps"]),
-        config=sweep_plan.SLUG_PATTERN,
+        arch=sweep_plan.SLUG_PATTERN,
         seed=r"\d+",
     params:
         # Raises for a run another sweep owns (it is read from there, never retrained).
-        job=lambda w: sweep_plan.job_params(config["sweep"], w.sweep, w.config, int(w.seed)),
+        job=lambda w: sweep_plan.job_params(config["sweep"], w.sweep, w.arch, int(w.seed)),
     threads: config["sweep"].get("threads", 1)
     resources:
         gpu=1,
     log:
-        f"{RESULTS}/logs/sweep_train/{{sweep}}/{{config}}/seed{{seed}}.log",
+        f"{RESULTS}/logs/sweep_train/{{sweep}}/{{arch}}/seed{{seed}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/sweep_train/{{sweep}}/{{config}}/seed{{seed}}.tsv"
+        f"{RESULTS}/benchmarks/sweep_train/{{sweep}}/{{arch}}/seed{{seed}}.tsv"
     script:
         "../scripts/sweep_train.py"
 

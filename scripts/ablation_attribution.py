@@ -2,16 +2,16 @@
 from pathlib import Path
 
 from headwatch.ablation import run_attribution
-from headwatch.checks import read_parquet, write_json, write_parquet
+from headwatch.tableio import read_parquet, write_json, write_parquet
 from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
 i, o, p = snakemake.input, snakemake.output, snakemake.params
 with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, p.device)
-    attribution, summary, pairs, note, checks = run_attribution(
+    attribution, summary, pairs, note, guards = run_attribution(
         model, adapter, read_parquet(i.phrases), dict(p.ablation), read_parquet(i.eval))
-    write_json(checks, o.checks)
+    write_json(guards, o.guards)
     write_parquet(attribution, o.attribution, note=note)
     write_parquet(summary, o.summary, note=note)
     write_parquet(pairs, o.pairs, note=note)

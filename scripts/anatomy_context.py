@@ -1,7 +1,7 @@
 """Rules anatomy_rotary, anatomy_kv_cache, anatomy_cells: context arithmetic from the survey."""
 
 from headwatch.anatomy import attention_cells_table, kv_cache_table, rotary_table
-from headwatch.checks import read_parquet, write_parquet
+from headwatch.tableio import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
 with log_to(snakemake.log[0]) as log:

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from headwatch.anatomy import run
-from headwatch.checks import write_json
+from headwatch.tableio import write_json
 from headwatch.workflow import log_to
 
 p = snakemake.params

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from headwatch.anatomy import run
-from headwatch.checks import read_parquet, write_parquet
+from headwatch.tableio import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
 p, out = snakemake.params, snakemake.output

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from headwatch.attention import phrase_outputs
-from headwatch.checks import read_parquet, write_parquet
+from headwatch.tableio import read_parquet, write_parquet
 from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 

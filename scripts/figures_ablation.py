@@ -1,6 +1,6 @@
 """Rules figures_ablation_*: ablation figures from the ablation tables (protocol §5, §8)."""
 
-from headwatch.checks import read_parquet
+from headwatch.tableio import read_parquet
 from headwatch.figures import ablation as figs
 from headwatch.figures.style import save
 from headwatch.workflow import log_to

@@ -1,6 +1,6 @@
 """Rules figures_anatomy_*: anatomy figures, drawn from the anatomy tables."""
 
-from headwatch.checks import read_parquet
+from headwatch.tableio import read_parquet
 from headwatch.figures import anatomy
 from headwatch.figures.style import save
 from headwatch.workflow import log_to

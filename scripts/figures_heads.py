@@ -1,6 +1,6 @@
 """Rules figures_grid, figures_head, figures_scores: where heads look."""
 
-from headwatch.checks import read_parquet
+from headwatch.tableio import read_parquet
 from headwatch.figures import heads
 from headwatch.figures.style import save
 from headwatch.scores import top_heads

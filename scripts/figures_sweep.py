@@ -1,6 +1,6 @@
 """Sweep figures (headwatch.figures.sweep) from the summary tables."""
 
-from headwatch.checks import read_parquet
+from headwatch.tableio import read_parquet
 from headwatch.figures import sweep as figs
 from headwatch.figures.style import save
 from headwatch.workflow import log_to

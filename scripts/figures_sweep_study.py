@@ -1,6 +1,6 @@
 """One study sweep's figure (headwatch.figures.sweep.study_figure) from its summary tables."""
 
-from headwatch.checks import read_parquet
+from headwatch.tableio import read_parquet
 from headwatch.figures.sweep import study_figure
 from headwatch.figures.style import save
 from headwatch.workflow import log_to

@@ -1,7 +1,7 @@
 """Rule report_explorer: the explorer page of one model, from its tables."""
 from pathlib import Path
 
-from headwatch.checks import read_parquet
+from headwatch.tableio import read_parquet
 from headwatch.explorer import build_explorer, model_shape, reference_base, rotary_options
 from headwatch.workflow import log_to
 

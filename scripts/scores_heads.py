@@ -3,7 +3,7 @@ from pathlib import Path
 
 import torch
 
-from headwatch.checks import read_parquet, write_parquet
+from headwatch.tableio import read_parquet, write_parquet
 from headwatch.models import load_prepared
 from headwatch.scores import SCORES, head_scores
 from headwatch.sequences import ids_tensor

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from headwatch.checks import write_parquet
+from headwatch.tableio import write_parquet
 from headwatch.sequences import make_set
 from headwatch.workflow import log_to
 

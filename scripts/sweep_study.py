@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 
 from headwatch.sweep.study import read_study_runs, summarize_study
-from headwatch.checks import write_parquet
+from headwatch.tableio import write_parquet
 from headwatch.workflow import log_to
 
 with log_to(snakemake.log[0]) as log:  # noqa: F821

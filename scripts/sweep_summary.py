@@ -1,6 +1,6 @@
 """Summarize the sweeps (headwatch.sweep.summary): per configuration, contrast, curves."""
 from headwatch.sweep.summary import read_runs, summarize
-from headwatch.checks import write_parquet
+from headwatch.tableio import write_parquet
 from headwatch.workflow import log_to
 
 with log_to(snakemake.log[0]) as log:  # noqa: F821

@@ -199,12 +199,12 @@ def test_circuit(setup, circuit):
     assert checks["passed"]
 
 
-def test_merge_checks_refuses_a_failed_record(topk):
+def test_merge_guards_refuses_a_failed_record(topk):
     rec = topk[3]
-    merged = A.merge_checks({"topk": rec, "again": rec})
+    merged = A.merge_guards({"topk": rec, "again": rec})
     assert merged["passed"] and merged["hook_vs_weights_max_abs_diff"] == 0.0
     with pytest.raises(CutCheckError, match="again"):
-        A.merge_checks({"topk": rec, "again": dict(rec, passed=False)})
+        A.merge_guards({"topk": rec, "again": dict(rec, passed=False)})
 
 
 def test_figures_from_tables(tmp_path, topk, circuit, attribution):
@@ -276,5 +276,5 @@ def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit,
     with torch.no_grad(), cut_heads(adapter, [(int(row.layer), int(row["head"]))], means):
         p = torch.softmax(model(torch.tensor([ph.token_ids])).logits[0, -1], -1)[ph.expected_id]
     assert abs(row.p_cut - float(p)) < 1e-6
-    merged = A.merge_checks({"topk": topk[3], "attribution": checks})
+    merged = A.merge_guards({"topk": topk[3], "attribution": checks})
     assert merged["hook_vs_mean_bias_max_abs_diff"] <= checks["hook_vs_mean_bias"]["tolerance"]

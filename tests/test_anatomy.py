@@ -15,7 +15,7 @@ from headwatch.anatomy import (BlockCountError, Entry, HeadShapeError, KVGroupEr
                                attention_cells, kv_cache_bytes, kv_cache_table,
                                kv_group_cuts, kv_similarity, pair_periods, pairs_not_wrapped,
                                params_by_block, params_table, reach, reference_entry, rotary_pairs,
-                               rotary_table, study_entry, survey_table, sweep_entries,
+                               rotary_table, studied_entry, survey_table, sweep_entries,
                                ungrouped_control, weight_check)
 from headwatch.anatomy.context import angle_at
 from headwatch.anatomy.weights import apply_rotary, head_slices, rotate_half
@@ -198,9 +198,9 @@ def test_sweep_shapes_are_surveyed_once_each():
 def test_studied_model_is_cross_checked_against_its_tensors(tmp_path):
     model = tiny_model("llama")
     model.save_pretrained(tmp_path / "good")
-    row = survey_table([study_entry("tiny", tmp_path / "good")]).iloc[0]
+    row = survey_table([studied_entry("tiny", tmp_path / "good")]).iloc[0]
     assert (row.tensors_from, row.head_dim, row.head_dim_tensors, row.group_size) == ("weights", 16, 16.0, 2)
-    assert params_table([study_entry("tiny", tmp_path / "good")]).iloc[-1]["params"] == \
+    assert params_table([studied_entry("tiny", tmp_path / "good")]).iloc[-1]["params"] == \
         sum(p.numel() for p in model.parameters())
     # a config that lies about the heads: 8 heads of 8 over 2 kv heads; the tensors say 16
     model.save_pretrained(tmp_path / "lying")
@@ -208,7 +208,7 @@ def test_studied_model_is_cross_checked_against_its_tensors(tmp_path):
     cfg.update(num_attention_heads=8, head_dim=8)
     (tmp_path / "lying" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(HeadShapeError, match="head size 8"):
-        survey_table([study_entry("liar", tmp_path / "lying")])
+        survey_table([studied_entry("liar", tmp_path / "lying")])
 
 
 # ----------------------------------------------------------- one head's weights

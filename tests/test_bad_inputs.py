@@ -16,7 +16,7 @@ import torch
 
 from headwatch.charlm.corpus import build_corpus
 from headwatch.sweep.train import Interrupted, train
-from headwatch.checks import read_note, read_parquet
+from headwatch.tableio import read_note, read_parquet
 from headwatch.workflow import log_to
 from workflow import make_workdir, planned_jobs, snakemake, tiny_config, write_config
 
@@ -189,7 +189,7 @@ def test_a_table_whose_rows_or_schema_disagree_with_its_own_record_is_refused(tm
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from headwatch.checks import CorruptTableError, write_parquet
+    from headwatch.tableio import CorruptTableError, write_parquet
 
     path = tmp_path / "scores.parquet"
     write_parquet(pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "sink": [0.5, 0.25, 0.125]}), path)

@@ -15,10 +15,10 @@ def base():
 
 def test_unknown_model_key_is_named():
     config = base()
-    config["study"] = ["smollm2-135m", "gpt-17"]
+    config["models_studied"] = ["smollm2-135m", "gpt-17"]
     assert model_errors(config) == [
-        f"study[1]: unknown model 'gpt-17'; known models (config key `models`): {sorted(config['models'])}"]
-    with pytest.raises(ConfigError, match=r"study\[1\]: unknown model 'gpt-17'"):
+        f"models_studied[1]: unknown model 'gpt-17'; known models (config key `models`): {sorted(config['models'])}"]
+    with pytest.raises(ConfigError, match=r"models_studied\[1\]: unknown model 'gpt-17'"):
         check_config(config)
 
 
@@ -29,6 +29,34 @@ def test_heads_that_do_not_divide_the_width_are_named():
     assert errors == ["sweep.sweeps.heads_split.grid[2]: heads 3 do not divide width 256"]
 
 
+@pytest.mark.parametrize("section", ["models_studied", "ablation", "anatomy", "sweep", "report"])
+def test_a_missing_section_is_named_by_the_schema(section):
+    """Every section the rules read is required: leaving one out stops the workflow with its name,
+    never a bare KeyError inside a rule file."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+    from workflow import ROOT
+
+    config = base()
+    del config[section]
+    with pytest.raises(WorkflowError) as err:
+        validate(config, str(ROOT / "config" / "schema.yaml"))
+    assert f"'{section}' is a required property" in " ".join(map(str, err.value.args))
+
+
+def test_keys_that_may_be_left_out_get_their_default():
+    from snakemake.utils import validate
+    from workflow import ROOT
+
+    config = base()
+    del config["report"]["tables"], config["sweep"]["threads"], config["sweep"]["skip"]
+    del config["models"]["smollm2-135m"]["dtype"], config["ablation"]["method"]
+    validate(config, str(ROOT / "config" / "schema.yaml"))
+    assert config["report"]["tables"] == {"per_model": [], "shared": []}
+    assert (config["sweep"]["threads"], config["sweep"]["skip"]) == (1, [])
+    assert config["models"]["smollm2-135m"]["dtype"] == "float32" and config["ablation"]["method"] == "zero"
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return make_workdir(tmp_path_factory.mktemp("badconfig"))
@@ -37,7 +65,7 @@ def workdir(tmp_path_factory):
 @pytest.mark.parametrize("change, message", [
     (lambda c: c["sweep"]["sweeps"]["heads_split"]["grid"].append({"width": 256, "heads": 3}),
      "sweep.sweeps.heads_split.grid"),
-    (lambda c: c.update(study=["no-such-model"]), "study[0]: unknown model 'no-such-model'"),
+    (lambda c: c.update(models_studied=["no-such-model"]), "models_studied[0]: unknown model 'no-such-model'"),
     (lambda c: c["phrases"]["names"].update(expected=" Maryland-upon-Thames"),
      "phrases.names.expected = ' Maryland-upon-Thames' is split by the tokenizer"),
     (lambda c: c["attention"].update(quantum="fine"), "quantum"),

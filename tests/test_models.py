@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from headwatch.checks import NonFiniteError, write_parquet
+from headwatch.tableio import NonFiniteError, write_parquet
 from headwatch.config import FileTokenizer, gguf_header, shape_from_config, shape_from_gguf
 from headwatch.models import (HalfOnCPUError, ModelNotFoundError, check_forward, gguf_path, load_prepared,
                               load_tokenizer, prepare_model)

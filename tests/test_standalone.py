@@ -36,7 +36,7 @@ def _sample_values(name: str, constraint: str | None, config: dict) -> list[str]
     """Values to instantiate a wildcard with: the studied models and the phrases from the
     config, the alternatives of a plain alternation constraint, else the name itself."""
     if name == "model":
-        return list(config["study"])
+        return list(config["models_studied"])
     if name == "phrase":
         return list(config["phrases"])
     if constraint and re.fullmatch(r"[\w.]+(\|[\w.]+)*", constraint):

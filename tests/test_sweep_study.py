@@ -13,7 +13,7 @@ import yaml
 from headwatch.charlm.corpus import build_corpus
 from headwatch.charlm.model import CharLM, count_params
 from headwatch.charlm.spec import ModelSpec
-from headwatch.checks import write_parquet
+from headwatch.tableio import write_parquet
 from headwatch.sweep.plan import job_params, model_of, runs
 from headwatch.sweep.study import invariant_error, model_numbers, read_study_runs, summarize_study
 from headwatch.sweep.summary import SummaryError, summarize
@@ -32,7 +32,7 @@ def finals(losses: dict, params: dict | None = None) -> pd.DataFrame:
     rows = []
     for (sweep, width, heads), values in losses.items():
         for seed, v in enumerate(values):
-            rows.append(dict(sweep=sweep, config=f"w{width}-h{heads}", seed=seed, width=width,
+            rows.append(dict(sweep=sweep, arch=f"w{width}-h{heads}", seed=seed, width=width,
                              heads=heads, trained_under=sweep, head_size=width // heads,
                              params=(params or {}).get((sweep, width, heads), width * 100),
                              steps=10, val_loss=v, train_loss=v + 0.1, tokens_per_s=1000.0))
@@ -46,10 +46,10 @@ CAP = dict(sweep="width", **{"from": 4, "to": 8})
 
 def test_summary_spread_noise_gain_and_ratio_by_hand():
     summary, contrast = summarize(finals(LOSSES), "split", CAP)
-    row = summary.set_index(["sweep", "config"]).loc[("split", "w8-h1")]
+    row = summary.set_index(["sweep", "arch"]).loc[("split", "w8-h1")]
     assert row["val_loss_mean"] == pytest.approx(2.1) and row["val_loss_std"] == pytest.approx(0.1414214)
     c = contrast.iloc[0]
-    assert (c["best_config"], c["worst_config"]) == ("w8-h2", "w8-h1")
+    assert (c["best_arch"], c["worst_arch"]) == ("w8-h2", "w8-h1")
     assert c["spread"] == pytest.approx(0.4)
     assert c["mean_seed_std"] == pytest.approx(math.sqrt(0.02))          # both stds are 0.1414
     assert c["capacity_gain"] == pytest.approx(1.1)
@@ -135,12 +135,12 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
               dict(width=16, heads=2, experts=4, top_k=2, balance=0)])))
     planned = []
     for r in runs(cfg):
-        job = job_params(cfg, r["sweep"], r["config"], r["seed"])
+        job = job_params(cfg, r["sweep"], r["arch"], r["seed"])
         model, metrics, info = train(ids, meta, job["model"], job["seed"], job["train"])
-        path = tmp_path / f"{r['config']}-{r['seed']}.parquet"
+        path = tmp_path / f"{r['arch']}-{r['seed']}.parquet"
         write_parquet(metrics, path, note=info)
         planned.append(dict(r, model=job["model"], metrics=path, info=info))
-    by = {(p["config"], p["seed"]): p["info"] for p in planned}
+    by = {(p["arch"], p["seed"]): p["info"] for p in planned}
     # the plain arm records nothing new; the expert arms record their load, each layer's shares sum to 1
     assert "expert_shares" not in by[("w16-h2", 0)]
     shares = np.array(by[("w16-h2-e4k2-b0.01", 0)]["expert_shares"])
@@ -149,7 +149,7 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
     assert by[("w16-h2-e4k2-b0.01", 0)]["final_val_loss"] != by[("w16-h2-e4k2-b0", 0)]["final_val_loss"]
     finals = read_study_runs(planned, meta["vocab_size"])
     s = summarize_study(finals, cfg["sweeps"]["ex"]["study"])
-    assert s["config"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
+    assert s["arch"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
     assert (s["ffn_active_width"] == 64).all() and (s["seeds"] == 2).all()
     dense, moe = s.iloc[0], s.iloc[1]
     assert dense["params"] == dense["params_active"] == count_params(
@@ -162,7 +162,7 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
     # table keeps the largest over seeds
     assert all(p["info"]["peak_memory_of"] == "process max RSS" for p in planned)
     assert finals["peak_memory_mb"].min() > 50
-    assert s["peak_memory_mb"].tolist() == finals.groupby("config", sort=False)["peak_memory_mb"].max().tolist()
+    assert s["peak_memory_mb"].tolist() == finals.groupby("arch", sort=False)["peak_memory_mb"].max().tolist()
     # The figure draws from the tables.
     from headwatch.figures.style import save
     from headwatch.figures.sweep import study_figure
@@ -171,7 +171,7 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
     assert (tmp_path / "f.png").stat().st_size > 0
     # A broken invariant in the measured data: no summary.
     broken = finals.copy()
-    broken.loc[broken["config"] == "w16-h2-e4k2-b0", "expert_width"] = 16
+    broken.loc[broken["arch"] == "w16-h2-e4k2-b0", "expert_width"] = 16
     with pytest.raises(SummaryError, match="active FFN width.*refusing"):
         summarize_study(broken, cfg["sweeps"]["ex"]["study"])
 
@@ -190,9 +190,9 @@ def _finals(rows):
 
 def test_depth_and_kv_summaries_refuse_when_their_invariant_fails():
     depth = dict(kind="depth", tolerance=0.02, head_size=64)
-    ok = [dict(config="a", width=256, layers=4, non_embedding=1000, params=5, params_formula=5,
+    ok = [dict(arch="a", width=256, layers=4, non_embedding=1000, params=5, params_formula=5,
                params_active=5, losses=[1.0, 1.2]),
-          dict(config="b", width=192, heads=2, kv_heads=2, layers=8, non_embedding=1019, params=6, params_formula=6,
+          dict(arch="b", width=192, heads=2, kv_heads=2, layers=8, non_embedding=1019, params=6, params_formula=6,
                params_active=6, losses=[1.1, 1.3])]
     s = summarize_study(_finals(copy.deepcopy(ok)), depth)
     assert s["val_loss_std"].tolist() == pytest.approx([math.sqrt(0.02)] * 2)
@@ -210,7 +210,7 @@ def test_depth_and_kv_summaries_refuse_when_their_invariant_fails():
     wrong[1]["params"] = 7
     with pytest.raises(SummaryError, match="differ from the architecture formula"):
         summarize_study(_finals(wrong), depth)
-    kv = [dict(config=c, width=256, layers=4, kv_heads=k, non_embedding=1, params=1, params_formula=1,
+    kv = [dict(arch=c, width=256, layers=4, kv_heads=k, non_embedding=1, params=1, params_formula=1,
                params_active=1, losses=[1.0, 1.1]) for c, k in (("a", 4), ("b", 2))]
     assert len(summarize_study(_finals(copy.deepcopy(kv)), {"kind": "kv"})) == 2
     kv[1]["layers"] = 5

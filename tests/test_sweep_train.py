@@ -11,8 +11,8 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from headwatch.charlm.corpus import build_corpus
-from headwatch.sweep.train import (Interrupted, batch_offsets, eval_offsets, lr_at, make_model,
-                                   make_optimizer, settings_of, train, windows)
+from headwatch.sweep.train import (Interrupted, batch_offsets, eval_offsets, load_trained, lr_at,
+                                   make_model, make_optimizer, save_trained, settings_of, train, windows)
 
 TRAIN = dict(steps=10, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
              eval_batches=2, checkpoint_every=100)
@@ -110,7 +110,7 @@ def test_the_host_reads_do_not_grow_with_the_steps(corpus):
 
 
 def test_a_non_finite_loss_stops_training_and_names_its_step(corpus):
-    from headwatch.checks import NonFiniteError
+    from headwatch.tableio import NonFiniteError
 
     ids, meta = corpus
     with pytest.raises(NonFiniteError, match=r"training loss is (nan|inf) at step \d+ "):
@@ -172,3 +172,17 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(small_corpus, tmp_path):
         train(ids, meta, TINY_MODEL, 3, dict(TINY, lr=1e-2), checkpoint=ckpt, stop_after=3)
     _, _, info = train(ids, meta, TINY_MODEL, 3, dict(TINY, steps=6), checkpoint=ckpt)
     assert info["resumed_from"] == 0
+
+
+def test_a_saved_model_loads_back_with_its_record(corpus, tmp_path):
+    ids, meta = corpus
+    model, _, info = train(ids, meta, EXPERTS, 1, dict(TRAIN, steps=2, eval_every=2))
+    save_trained(model, tmp_path / "model.pt", meta, info, extra=dict(run=dict(sweep="s", arch="a", seed=1)))
+    back, saved = load_trained(tmp_path / "model.pt")
+    assert back.spec == model.spec and back.spec.experts == 4 and not back.training
+    for (name, a), (_, b) in zip(model.state_dict().items(), back.state_dict().items()):
+        assert torch.equal(a, b), name
+    x = torch.randint(0, meta["vocab_size"], (2, EXPERTS["context"]))
+    assert torch.equal(back(x), model.eval()(x))
+    assert saved["vocab"] == meta["vocab"] and saved["info"]["params"] == info["params"]
+    assert saved["run"] == dict(sweep="s", arch="a", seed=1)

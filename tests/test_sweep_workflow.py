@@ -38,13 +38,13 @@ def with_sweep_figures(workdir):
 
 
 def planned_runs(result) -> set[tuple[str, str, int]]:
-    """(sweep, config, seed) of every sweep_train job in a dry run's listing."""
+    """(sweep, arch, seed) of every sweep_train job in a dry run's listing."""
     out, rule = set(), None
     for line in (result.stdout + result.stderr).splitlines():
         line = line.strip()
         if line.startswith("rule "):
             rule = line[5:].rstrip(":")
-        m = re.match(r"wildcards: sweep=(\w+), config=([\w-]+), seed=(\d+)", line)
+        m = re.match(r"wildcards: sweep=(\w+), arch=([\w-]+), seed=(\d+)", line)
         if m and rule == "sweep_train":
             out.add((m.group(1), m.group(2), int(m.group(3))))
     return out
@@ -67,7 +67,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     summary = pd.read_parquet(res / "summary.parquet")
     expected = [(name, f"w{e['width']}-h{e['heads']}") for name, s in sw["sweeps"].items()
                 if not s.get("study") for e in s["grid"]]
-    assert list(zip(summary["sweep"], summary["config"])) == expected
+    assert list(zip(summary["sweep"], summary["arch"])) == expected
     assert (summary["seeds"] == 2).all()
     split = summary[summary["sweep"] == "heads_split"]
     vocab = __import__("json").loads((res / "corpus" / "meta.json").read_text())["vocab_size"]
@@ -75,7 +75,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
                                  **{k: sw["model"][k] for k in ("layers", "context")}))
     assert set(split["params"]) == {hand["total"]}
     # The configuration both sweeps list with the same settings is trained once, under the first.
-    shared = summary[(summary["sweep"] == "width") & (summary["config"] == "w16-h2")].iloc[0]
+    shared = summary[(summary["sweep"] == "width") & (summary["arch"] == "w16-h2")].iloc[0]
     assert shared["trained_under"] == "heads_split" and not (res / "width" / "w16-h2").exists()
     for seed in (0, 1):
         m = pd.read_parquet(res / "heads_split" / "w16-h2" / f"seed{seed}" / "metrics.parquet")
@@ -89,7 +89,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
         assert (workdir / f).stat().st_size > 0
     # The tiny experts study: dense w16-h2 read from heads_split, two expert arms.
     study = pd.read_parquet(res / "studies" / "experts.parquet")
-    assert study["config"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
+    assert study["arch"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
     assert study["trained_under"].tolist() == ["heads_split", "experts", "experts"]
     assert (study["ffn_active_width"] == 64).all() and (study["seeds"] == 2).all()
     assert (study["params_active"].iloc[1:] < study["params"].iloc[1:]).all()

@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from headwatch.checks import read_note
+from headwatch.tableio import read_note
 from workflow import make_workdir, planned_jobs, snakemake, tiny_config, write_config
 
 

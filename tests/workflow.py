@@ -38,7 +38,7 @@ def tiny_config(model_dir: Path) -> dict:
     for part in sorted((ROOT / "tests" / "configs").glob("*.yaml")):
         config = deep_merge(config, yaml.safe_load(part.read_text()) or {})
     return deep_merge(config, {"models": {"tiny-llama": {"source": str(model_dir), "dtype": "float32"}},
-                               "study": ["tiny-llama"]})
+                               "models_studied": ["tiny-llama"]})
 
 
 def write_config(workdir: Path, config: dict, name: str = "tiny.yaml") -> Path:

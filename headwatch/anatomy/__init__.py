@@ -8,7 +8,7 @@ key/value heads can be seen by cutting.
 * :mod:`.kvgroups` — key-slice cuts per (layer, group), the ungrouped control, map similarity
 """
 from .configs import (BlockCountError, Entry, HeadShapeError, build_meta, classify_parameters,  # noqa: F401
-                      params_by_block, params_table, reference_entry, study_entry, survey_table,
+                      params_by_block, params_table, reference_entry, studied_entry, survey_table,
                       sweep_entries)
 from .context import (attention_cells, attention_cells_table, kv_cache_bytes, kv_cache_table,  # noqa: F401
                       pair_periods, pairs_not_wrapped, reach, rotary_pairs, rotary_table)

@@ -35,7 +35,7 @@ class HeadShapeError(ValueError):
 @dataclass
 class Entry:
     name: str
-    source: str                       # "study" | "reference" | "sweep"
+    source: str                       # "studied" | "reference" | "sweep"
     kind: str                         # "hf" (transformers config) | "charlm" (the sweep's model)
     raw: dict                         # config.json contents, or the fields of a charlm ModelSpec
     weights: Path | None = None       # prepared folder holding the real tensors (studied models)
@@ -44,10 +44,10 @@ class Entry:
 
 
 # ------------------------------------------------------------------- entries
-def study_entry(name: str, folder) -> Entry:
+def studied_entry(name: str, folder) -> Entry:
     folder = Path(folder)
     raw = json.loads((folder / "config.json").read_text())
-    return Entry(name, "study", "hf", raw, weights=folder, note=f"weights in {folder}")
+    return Entry(name, "studied", "hf", raw, weights=folder, note=f"weights in {folder}")
 
 
 def reference_entry(name: str, folder="config/models") -> Entry:
@@ -296,7 +296,7 @@ def config_errors(config: dict, workdir=".") -> list[str]:
     for i, name in enumerate(refs):
         if not (Path(workdir) / "config" / "models" / f"{name}.json").exists():
             errors.append(f"anatomy.references[{i}]: no reference config config/models/{name}.json")
-    known = set(refs) | set(config.get("study", []))
+    known = set(refs) | set(config["models_studied"])
     for name, other in (a.get("swap_base") or {}).items():
         for what, key in (("model", name), ("base donor", other)):
             if key not in known:

@@ -63,7 +63,7 @@ def attention_cells(context: int, heads: int, layers: int) -> int:
 def _usable(survey: pd.DataFrame) -> pd.DataFrame:
     """One row per model name (a studied model wins over its reference config)."""
     ok = survey[survey["error"] == ""].copy()
-    ok["_rank"] = ok["source"].map({"study": 0, "reference": 1, "sweep": 2})
+    ok["_rank"] = ok["source"].map({"studied": 0, "reference": 1, "sweep": 2})
     ok = ok.sort_values(["_rank"], kind="stable").drop_duplicates("name").drop(columns="_rank")
     order = {n: i for i, n in enumerate(survey["name"].drop_duplicates())}
     return ok.sort_values("name", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)

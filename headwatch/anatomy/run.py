@@ -10,25 +10,25 @@ from pathlib import Path
 
 import pandas as pd
 
-from .configs import params_table, reference_entry, study_entry, survey_table, sweep_entries
+from .configs import params_table, reference_entry, studied_entry, survey_table, sweep_entries
 from .kvgroups import all_maps, kv_group_cuts, kv_similarity, ungrouped_control
 from .weights import head_slices, weight_check
 
 log = logging.getLogger("headwatch.anatomy")
 
 
-def entries(study: dict, references: dict, sweep: dict | None, sweep_vocab: int) -> list:
+def entries(studied: dict, references: dict, sweep: dict | None, sweep_vocab: int) -> list:
     """Studied models ({name: prepared folder}), reference configs ({name: json path}),
     then the sweep's shapes (``sweep`` = {"model": ..., "sweeps": {name: {"grid": [...]}}})."""
-    out = [study_entry(name, folder) for name, folder in study.items()]
+    out = [studied_entry(name, folder) for name, folder in studied.items()]
     out += [reference_entry(name, Path(path).parent) for name, path in references.items()]
     if sweep:
         out += sweep_entries(sweep, sweep_vocab)
     return out
 
 
-def survey(study, references, sweep, sweep_vocab) -> pd.DataFrame:
-    table = survey_table(entries(study, references, sweep, sweep_vocab))
+def survey(studied, references, sweep, sweep_vocab) -> pd.DataFrame:
+    table = survey_table(entries(studied, references, sweep, sweep_vocab))
     for row in table.itertuples():
         log.info("survey %s (%s): %s", row.name, row.source, row.error or
                  f"{row.layers} layers × {row.heads} heads ({row.kv_heads} kv), width {row.width}, "
@@ -36,8 +36,8 @@ def survey(study, references, sweep, sweep_vocab) -> pd.DataFrame:
     return table
 
 
-def params(study, references, sweep, sweep_vocab) -> pd.DataFrame:
-    return params_table(entries(study, references, sweep, sweep_vocab))
+def params(studied, references, sweep, sweep_vocab) -> pd.DataFrame:
+    return params_table(entries(studied, references, sweep, sweep_vocab))
 
 
 def phrase_tokens(phrases: pd.DataFrame, name: str, key: str) -> tuple[list[int], list[str]]:

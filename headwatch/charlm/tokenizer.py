@@ -207,7 +207,7 @@ def train_vocab(corpus_dir, out_dir, name: str, parallel: bool = False) -> dict:
                 train_chars=len(train_text), train_sha256=sha256(train_text),
                 corpus_sha256=corpus_meta["sha256"], tokenizers_version=tokenizers.__version__,
                 tokenizer_sha256=file_hash, **extra)
-    from ..checks import write_json
+    from ..tableio import write_json
 
     write_json(meta, out_dir / "meta.json")
     if size is not None and meta["vocab_size"] < size:
@@ -297,7 +297,7 @@ def encode_splits(corpus_dir, vocab_dir) -> dict:
                  val_chars_per_token=len(val_text) / len(val_ids),
                  train_sha256=sha256(train_text), val_sha256=sha256(val_text),
                  corpus_sha256=corpus_meta["sha256"], tokenizer_sha256=vmeta["tokenizer_sha256"])
-    from ..checks import write_json
+    from ..tableio import write_json
 
     write_json(split, vocab_dir / "split.json")
     log.info("%s: train %d chars -> %d tokens, val %d chars -> %d tokens (%.3f chars/token) in %.2f s",
@@ -429,7 +429,7 @@ def bits_per_char(model, val_ids, lengths, stride: int | None = None, batch: int
     val_chars = int(lengths[ids.cpu().numpy()].sum())
     chars = val_chars - int(lengths[int(ids[0])])
     if not math.isfinite(nats):
-        from ..checks import NonFiniteError
+        from ..tableio import NonFiniteError
 
         raise NonFiniteError(f"validation nats are {nats}")
     cpt = val_chars / n

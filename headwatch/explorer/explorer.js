@@ -604,7 +604,7 @@
     const names = Array.from(new Set(sweeps));
     const box = $('sweep-plot');
     const widths = col(T, 'width'), heads = col(T, 'heads'), mean = col(T, 'val_loss_mean'), sd = col(T, 'val_loss_std');
-    const seeds = col(T, 'seeds'), cfg = col(T, 'config');
+    const seeds = col(T, 'seeds'), cfg = col(T, 'arch');
     if (!mean) { table('sweep-summary-table', T, 'results/sweep/summary.parquet'); return; }
     names.forEach(function (name, k) {
       const rows = [];

@@ -1,7 +1,7 @@
 """Key tables as small self-contained HTML pages, for Snakemake's report (which shows
 HTML, images and PDF, but not Parquet). Numbers are printed to 4 significant digits
 (integers, and floats of 10 000 or more, as whole numbers); the table's ``headwatch``
-note (checks.write_parquet) is printed above it, so that units and definitions travel
+note (tableio.write_parquet) is printed above it, so that units and definitions travel
 with the numbers."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..checks import read_note, read_parquet
+from ..tableio import read_note, read_parquet
 
 STYLE = """body{font:13px/1.4 "DejaVu Sans",Arial,sans-serif;margin:14px;color:#1b1b1b}
 h1{font-size:16px;margin:0 0 6px}dl{font-size:12px;color:#444;margin:0 0 10px}dt{font-weight:bold}

@@ -64,10 +64,10 @@ def training_curves(curves: pd.DataFrame):
     fig, axes = figure(TWO_COLUMNS, 2.6, ncols=len(sweeps), sharey=True, squeeze=False)
     for ax, sweep in zip(axes[0], sweeps):
         c = curves[curves["sweep"] == sweep]
-        configs = (c[["config", "width", "heads"]].drop_duplicates()
-                   .sort_values(["width", "heads"])["config"])
+        configs = (c[["arch", "width", "heads"]].drop_duplicates()
+                   .sort_values(["width", "heads"])["arch"])
         for i, cfg in enumerate(configs):
-            m = c[c["config"] == cfg].groupby("step")[["train_loss", "val_loss"]].mean()
+            m = c[c["arch"] == cfg].groupby("step")[["train_loss", "val_loss"]].mean()
             color = PALETTE[i % len(PALETTE)]
             ax.plot(m.index, m["val_loss"], color=color, marker="o", ms=2, label=cfg)
             ax.plot(m.index, m["train_loss"], color=color, ls="--", lw=0.8)
@@ -84,9 +84,9 @@ def training_curves(curves: pd.DataFrame):
 def _bpc_points(ax, summary: pd.DataFrame, finals: pd.DataFrame, color):
     """Mean ± std bits per character per configuration (x = position), single seeds in grey."""
     x = np.arange(len(summary))
-    pos = dict(zip(summary["config"], x))
-    f = finals[finals["config"].isin(pos)]
-    ax.scatter(f["config"].map(pos), f["val_loss"] / np.log(2), s=6, color="0.55", zorder=2,
+    pos = dict(zip(summary["arch"], x))
+    f = finals[finals["arch"].isin(pos)]
+    ax.scatter(f["arch"].map(pos), f["val_loss"] / np.log(2), s=6, color="0.55", zorder=2,
                linewidths=0, label=f"single seeds (n = {f['seed'].nunique()})")
     ax.errorbar(x, summary["val_bpc_mean"], yerr=summary["val_bpc_std"], fmt="o", ms=3, capsize=2,
                 color=color, zorder=3, label="mean ± std over seeds")

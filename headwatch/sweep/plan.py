@@ -2,7 +2,8 @@
 
 A sweep is data (``config["sweep"]["sweeps"][name]``: a grid of
 ``{width, heads}`` entries, seeds, training settings); a model is
-``(sweep, config, seed)``. A grid entry may add options, each named in
+``(sweep, arch, seed)``, where ``arch`` is the slug of its grid entry (the ``{arch}``
+wildcard). A grid entry may add options, each named in
 its slug, in this order::
 
     w{width}-h{heads}  [-l{layers}] [-d{head_size}] [-kv{kv_heads}]
@@ -68,20 +69,20 @@ def slug(entry: dict) -> str:
     return s
 
 
-def parse_slug(config: str) -> tuple[int, int]:
+def parse_slug(arch: str) -> tuple[int, int]:
     """(width, heads) of a slug; ValueError for a string that is not one."""
-    m = SLUG.match(config)
+    m = SLUG.match(arch)
     if not m:
-        raise ValueError(f"{config!r} is not a configuration slug w{{width}}-h{{heads}}[-options]")
+        raise ValueError(f"{arch!r} is not a configuration slug w{{width}}-h{{heads}}[-options]")
     return int(m.group(1)), int(m.group(2))
 
 
-def entry_of(sweep_cfg: dict, sweep: str, config: str) -> dict:
-    """The grid entry of ``sweep`` whose slug is ``config``."""
+def entry_of(sweep_cfg: dict, sweep: str, arch: str) -> dict:
+    """The grid entry of ``sweep`` whose slug is ``arch``."""
     for e in sweep_cfg["sweeps"][sweep]["grid"]:
-        if slug(e) == config:
+        if slug(e) == arch:
             return e
-    raise KeyError(f"sweep {sweep!r} lists no configuration {config}")
+    raise KeyError(f"sweep {sweep!r} lists no configuration {arch}")
 
 
 def model_of(sweep_cfg: dict, entry: dict) -> dict:
@@ -106,22 +107,22 @@ def active_sweeps(sweep_cfg: dict) -> dict:
     return {n: s for n, s in sweep_cfg["sweeps"].items() if n not in skip}
 
 
-def owner(sweep_cfg: dict, sweep: str, config: str, seed: int) -> str:
-    """The sweep whose job trains (sweep, config, seed): the first sweep listing the same
+def owner(sweep_cfg: dict, sweep: str, arch: str, seed: int) -> str:
+    """The sweep whose job trains (sweep, arch, seed): the first sweep listing the same
     configuration and seed with identical training settings."""
     sweeps = active_sweeps(sweep_cfg)
     if sweep not in sweeps:
         raise KeyError(f"sweep {sweep!r} is not planned (missing, or in sweep.skip)")
     train = sweeps[sweep]["train"]
     for name, sw in sweeps.items():
-        if (any(slug(e) == config for e in sw["grid"]) and seed in sw["seeds"]
+        if (any(slug(e) == arch for e in sw["grid"]) and seed in sw["seeds"]
                 and sw["train"] == train):
             return name
-    raise KeyError(f"sweep {sweep!r} does not list configuration {config} with seed {seed}")
+    raise KeyError(f"sweep {sweep!r} does not list configuration {arch} with seed {seed}")
 
 
 def runs(sweep_cfg: dict, studies: bool | None = None) -> list[dict]:
-    """Every (sweep, config, seed) of every planned sweep, with the sweep that trains it.
+    """Every (sweep, arch, seed) of every planned sweep, with the sweep that trains it.
 
     ``studies``: None = all sweeps; False = only those without a ``study`` block
     (the split/capacity summary); True = only those with one."""
@@ -131,7 +132,7 @@ def runs(sweep_cfg: dict, studies: bool | None = None) -> list[dict]:
             continue
         for e in sw["grid"]:
             for seed in sw["seeds"]:
-                out.append(dict(sweep=name, config=slug(e), seed=seed, width=e["width"],
+                out.append(dict(sweep=name, arch=slug(e), seed=seed, width=e["width"],
                                 heads=e["heads"], trained_under=owner(sweep_cfg, name, slug(e), seed)))
     return out
 
@@ -141,13 +142,13 @@ def train_jobs(sweep_cfg: dict) -> list[dict]:
     return [r for r in runs(sweep_cfg) if r["trained_under"] == r["sweep"]]
 
 
-def job_params(sweep_cfg: dict, sweep: str, config: str, seed: int) -> dict:
+def job_params(sweep_cfg: dict, sweep: str, arch: str, seed: int) -> dict:
     """Exactly the slice of config one training job depends on (its rule's params: editing
     one sweep reruns that sweep's jobs only)."""
-    if owner(sweep_cfg, sweep, config, seed) != sweep:
-        raise ValueError(f"{sweep}/{config}/seed{seed} is trained under sweep "
-                         f"{owner(sweep_cfg, sweep, config, seed)!r}; read it from there")
-    return dict(model=model_of(sweep_cfg, entry_of(sweep_cfg, sweep, config)), seed=seed,
+    if owner(sweep_cfg, sweep, arch, seed) != sweep:
+        raise ValueError(f"{sweep}/{arch}/seed{seed} is trained under sweep "
+                         f"{owner(sweep_cfg, sweep, arch, seed)!r}; read it from there")
+    return dict(model=model_of(sweep_cfg, entry_of(sweep_cfg, sweep, arch)), seed=seed,
                 train=dict(sweep_cfg["sweeps"][sweep]["train"]),
                 precision=sweep_cfg["precision"], device=sweep_cfg["device"])
 
@@ -159,7 +160,7 @@ def studies(sweep_cfg: dict) -> list[str]:
 
 def study_runs(sweep_cfg: dict, study: str) -> list[dict]:
     """The study's runs, each with its model settings (``model``: the study reads them there)."""
-    return [dict(r, model=model_of(sweep_cfg, entry_of(sweep_cfg, study, r["config"])))
+    return [dict(r, model=model_of(sweep_cfg, entry_of(sweep_cfg, study, r["arch"])))
             for r in runs(sweep_cfg, studies=True) if r["sweep"] == study]
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..charlm.spec import TRAINING_OPTIONS, ModelSpec
-from ..checks import assert_finite, read_note, read_parquet
+from ..tableio import assert_finite, read_note, read_parquet
 from .summary import SummaryError
 
 MODEL_COLUMNS = ["width", "heads", "layers", "head_size", "kv_heads", "experts", "top_k", "expert_width",
@@ -96,7 +96,7 @@ def invariant_error(study: dict, models: list[dict], labels: list[str] | None = 
 
 
 def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4) -> pd.DataFrame:
-    """One row per (config, seed): resolved architecture, recorded parameters, final losses,
+    """One row per (arch, seed): resolved architecture, recorded parameters, final losses,
     throughput and expert shares (``vocab_size``: the corpus's). ``runs[i]``: a run of ``headwatch.sweep.plan.runs`` with
     ``model`` (its settings) and ``metrics`` (path)."""
     rows = []
@@ -106,7 +106,7 @@ def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4
         last = m.iloc[-1]
         a = model_numbers(r["model"], vocab_size, bytes_per_number)
         shares = np.asarray(note.get("expert_shares") or [[1.0]], dtype=float)
-        rows.append(dict(sweep=r["sweep"], config=r["config"], seed=r["seed"],
+        rows.append(dict(sweep=r["sweep"], arch=r["arch"], seed=r["seed"],
                          trained_under=r["trained_under"], **{k: a[k] for k in MODEL_COLUMNS},
                          ffn_active_width=a["ffn_active_width"],
                          kv_cache_bytes_per_token=a["kv_cache_bytes_per_token"],
@@ -133,14 +133,14 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
     bad = finals[~np.isfinite(finals[["val_loss", "train_loss"]].to_numpy(dtype=float)).all(axis=1)]
     if len(bad):
         raise SummaryError("NaN/inf final loss in " + ", ".join(
-            f"{r.sweep}/{r.config}/seed{r.seed}" for r in bad.itertuples()) + "; refusing to summarize")
+            f"{r.sweep}/{r.arch}/seed{r.seed}" for r in bad.itertuples()) + "; refusing to summarize")
     wrong = finals[finals["params"] != finals["params_formula"]]
     if len(wrong):
         raise SummaryError("recorded parameter counts differ from the architecture formula for " +
-                           ", ".join(f"{r.config}/seed{r.seed}: {r.params} vs {r.params_formula}"
+                           ", ".join(f"{r.arch}/seed{r.seed}: {r.params} vs {r.params_formula}"
                                      for r in wrong.itertuples()))
-    configs = list(dict.fromkeys(finals["config"]))
-    first = finals.drop_duplicates("config").set_index("config").loc[configs]
+    configs = list(dict.fromkeys(finals["arch"]))
+    first = finals.drop_duplicates("arch").set_index("arch").loc[configs]
     models = [dict(width=int(r.width), heads=int(r.heads), layers=int(r.layers),
                    head_size=int(r.head_size), kv_heads=int(r.kv_heads),
                    **(dict(experts=int(r.experts), top_k=int(r.top_k),
@@ -150,7 +150,7 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
     if err:
         raise SummaryError(f"sweep {name!r} ({study['kind']} study): {err}; refusing to write the summary")
 
-    keys = ["sweep", "config", "trained_under"] + MODEL_COLUMNS + [
+    keys = ["sweep", "arch", "trained_under"] + MODEL_COLUMNS + [
         "ffn_active_width", "kv_cache_bytes_per_token", "params", "params_active", "non_embedding"]
     g = finals.groupby(keys, sort=False)
     s = g.agg(seeds=("seed", "count"), steps=("steps", "max"),
@@ -166,7 +166,7 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
                            f"count: {len(s)} groups for {len(configs)} configurations")
     few = s[s["seeds"] < 2]
     if len(few):
-        raise SummaryError("a seed std needs at least 2 seeds; only one for " + ", ".join(few["config"]))
+        raise SummaryError("a seed std needs at least 2 seeds; only one for " + ", ".join(few["arch"]))
     s["val_bpc_mean"] = s["val_loss_mean"] / math.log(2)
     s["val_bpc_std"] = s["val_loss_std"] / math.log(2)
     ref = s["non_embedding"].iloc[0]

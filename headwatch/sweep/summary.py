@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..checks import assert_finite, read_note, read_parquet
+from ..tableio import assert_finite, read_note, read_parquet
 
 
 class SummaryError(ValueError):
@@ -37,14 +37,14 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     for r in runs:
         m = read_parquet(r["metrics"])
         note = read_note(r["metrics"])
-        label = {k: r[k] for k in ("sweep", "config", "seed", "width", "heads", "trained_under")}
+        label = {k: r[k] for k in ("sweep", "arch", "seed", "width", "heads", "trained_under")}
         last = m.iloc[-1]
         finals.append(dict(label, params=int(note["params"]), head_size=r["width"] // r["heads"],
                            steps=int(last["step"]), val_loss=float(last["val_loss"]),
                            train_loss=float(last["train_loss"]),
                            tokens_per_s=float(m["tokens_per_s"].mean())))
         curves.append(m.assign(**label))
-    cols = ["sweep", "config", "seed", "width", "heads", "trained_under"]
+    cols = ["sweep", "arch", "seed", "width", "heads", "trained_under"]
     curves = pd.concat(curves, ignore_index=True)
     return pd.DataFrame(finals), curves[cols + [c for c in curves.columns if c not in cols]]
 
@@ -55,17 +55,17 @@ def summarize(finals: pd.DataFrame, split_sweep: str, capacity: dict
     bad = finals[~np.isfinite(finals[["val_loss", "train_loss"]].to_numpy(dtype=float)).all(axis=1)]
     if len(bad):
         raise SummaryError("NaN/inf final loss in " + ", ".join(
-            f"{r.sweep}/{r.config}/seed{r.seed}" for r in bad.itertuples()) + "; refusing to summarize")
+            f"{r.sweep}/{r.arch}/seed{r.seed}" for r in bad.itertuples()) + "; refusing to summarize")
     split = finals[finals["sweep"] == split_sweep]
     if split.empty:
         raise SummaryError(f"sweep.summary.split_sweep: no results for sweep {split_sweep!r}")
-    counts = split.groupby("config")["params"].unique()
+    counts = split.groupby("arch")["params"].unique()
     if split["params"].nunique() != 1:
         raise SummaryError(f"sweep {split_sweep!r} must hold the parameter count fixed, but counts "
                            f"differ: {({c: [int(x) for x in v] for c, v in counts.items()})}; "
                            "refusing to write the summary")
 
-    keys = ["sweep", "config", "width", "heads", "head_size", "params", "trained_under"]
+    keys = ["sweep", "arch", "width", "heads", "head_size", "params", "trained_under"]
     g = finals.groupby(keys, sort=False)
     summary = g.agg(seeds=("seed", "count"), steps=("steps", "max"),
                     val_loss_mean=("val_loss", "mean"), val_loss_std=("val_loss", "std"),
@@ -75,7 +75,7 @@ def summarize(finals: pd.DataFrame, split_sweep: str, capacity: dict
     few = summary[summary["seeds"] < 2]
     if len(few):
         raise SummaryError("a seed std needs at least 2 seeds; only one for " +
-                           ", ".join(f"{r.sweep}/{r.config}" for r in few.itertuples()))
+                           ", ".join(f"{r.sweep}/{r.arch}" for r in few.itertuples()))
 
     s = summary[summary["sweep"] == split_sweep]
     best, worst = s.loc[s["val_loss_mean"].idxmin()], s.loc[s["val_loss_mean"].idxmax()]
@@ -91,10 +91,10 @@ def summarize(finals: pd.DataFrame, split_sweep: str, capacity: dict
     contrast = pd.DataFrame([dict(
         split_sweep=split_sweep, split_width=int(s["width"].iloc[0]), split_params=int(s["params"].iloc[0]),
         configs=len(s), seeds=int(s["seeds"].min()),
-        best_config=best["config"], best_loss=float(best["val_loss_mean"]),
-        worst_config=worst["config"], worst_loss=float(worst["val_loss_mean"]),
+        best_arch=best["arch"], best_loss=float(best["val_loss_mean"]),
+        worst_arch=worst["arch"], worst_loss=float(worst["val_loss_mean"]),
         spread=spread, mean_seed_std=noise, spread_over_std=spread / noise if noise else np.inf,
-        capacity_sweep=capacity["sweep"], capacity_from=lo["config"], capacity_to=hi["config"],
+        capacity_sweep=capacity["sweep"], capacity_from=lo["arch"], capacity_to=hi["arch"],
         capacity_from_loss=float(lo["val_loss_mean"]), capacity_to_loss=float(hi["val_loss_mean"]),
         capacity_gain=gain, spread_over_gain=spread / gain if gain else np.inf)])
     assert_finite(summary, "sweep summary")

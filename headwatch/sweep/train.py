@@ -47,7 +47,7 @@ from torch.nn import functional as F
 
 from ..charlm.model import CharLM
 from ..charlm.spec import OPTIONS, TRAINING_OPTIONS, ModelSpec
-from ..checks import NonFiniteError, assert_finite
+from ..tableio import NonFiniteError, assert_finite
 
 log = logging.getLogger("headwatch.sweep")
 
@@ -396,15 +396,16 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     return model, metrics, info
 
 
-def save_model(model: CharLM, path, meta: dict, info: dict, extra: dict | None = None) -> None:
+def save_trained(model: CharLM, path, meta: dict, info: dict, extra: dict | None = None) -> None:
     """Weights with everything needed to rebuild and read the model."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     torch.save(dict(spec=model.spec.to_dict(), state_dict=model.state_dict(), vocab=meta["vocab"],
                     info=info, **(extra or {})), path)
 
 
-def load_model(path, device="cpu") -> tuple[CharLM, dict]:
-    """A saved sweep model (eval mode) and its record (vocab, info, ...)."""
+def load_trained(path, device="cpu") -> tuple[CharLM, dict]:
+    """A trained sweep model saved by :func:`save_trained` (``model.pt``), in eval mode, and its
+    record (vocab, info, ...). (Studied models load with :func:`headwatch.models.load_model`.)"""
     saved = torch.load(path, map_location=device, weights_only=False)
     model = CharLM(ModelSpec(**saved["spec"])).to(device)
     model.load_state_dict(saved["state_dict"])

@@ -1,4 +1,4 @@
-"""Guards that stop a rule instead of letting a bad number reach a table.
+"""Tables in and out (Parquet, JSON records), guarded: a bad number never reaches a table.
 
 Every table the workflow publishes goes through :func:`write_parquet`, which
 refuses NaN and inf and names the column that holds them (the float16-on-CPU
