@@ -505,18 +505,20 @@ def maps_and_logits(model, ids: torch.Tensor, adapter: Adapter | None = None):
 
 # ------------------------------------------------------------------ guards
 @torch.no_grad()
-def full_logits(model, ids, batch: int = 64, adapter: Adapter | None = None):
-    """Every logit (every position, every vocabulary entry), float32 on the CPU.
+def full_logits(model, ids, batch: int = 64, adapter: Adapter | None = None, on_device: bool = False):
+    """Every logit (every position, every vocabulary entry), float32 on the CPU (on the model's
+    device with ``on_device``).
 
     ``ids`` is a LongTensor ``[N, T]`` (→ one tensor ``[N, T, vocab]``) or a list of
     such tensors of different lengths (→ a list of logits tensors).
     """
     adapter = adapter or Adapter(model)
     if isinstance(ids, (list, tuple)):
-        return [full_logits(model, x, batch, adapter) for x in ids]
+        return [full_logits(model, x, batch, adapter, on_device) for x in ids]
     dev = _device(model)
     ids = ids.to(dev)
-    return torch.cat([adapter.logits(ids[i:i + batch]).float() for i in range(0, len(ids), batch)]).cpu()
+    out = torch.cat([adapter.logits(ids[i:i + batch]).float() for i in range(0, len(ids), batch)])
+    return out if on_device else out.cpu()
 
 
 def _weight_views(adapter: Adapter, site: str, layer: int, unit: int) -> list[torch.Tensor]:
@@ -612,6 +614,14 @@ def _equal(a, b) -> bool:
     return bool(torch.equal(a, b))
 
 
+def _figures(a, b) -> torch.Tensor:
+    """[max |a - b|, 1.0 if a equals b else 0.0] (float64, on a's device: nothing is read)."""
+    if isinstance(a, list):
+        parts = torch.stack([_figures(x, y) for x, y in zip(a, b)])
+        return torch.stack([parts[:, 0].max(), parts[:, 1].min()])
+    return torch.stack([(a - b).abs().max().double(), (a == b).all().double()])
+
+
 def _shape(a) -> list:
     return [list(x.shape) for x in a] if isinstance(a, list) else list(a.shape)
 
@@ -623,13 +633,15 @@ def check_against_reference(model, adapter: Adapter, ids, cases: Sequence[tuple[
     sequence of ``ids``, every position and vocabulary entry) under :func:`intervene` ``(edits)``
     against those under the context ``reference()`` (a weight-level equivalent). ``label`` names
     the case (it holds ``layer``). Raises InterventionError if any max |Δ| > ``tolerance``."""
-    per, hooked = [], None
-    for label, edits, reference in cases:
+    figures, hooked = [], None
+    for label, edits, reference in cases:      # the logits stay on the device; one read after the loop
         with intervene(adapter, edits):
-            hooked = full_logits(model, ids, batch, adapter)
+            hooked = full_logits(model, ids, batch, adapter, on_device=True)
         with reference():
-            ref = full_logits(model, ids, batch, adapter)
-        per.append(dict(**label, max_abs_diff=_max_diff(hooked, ref), identical=_equal(hooked, ref)))
+            ref = full_logits(model, ids, batch, adapter, on_device=True)
+        figures.append(_figures(hooked, ref))
+    read = torch.stack(figures).cpu().tolist() if figures else []
+    per = [dict(**label, max_abs_diff=d, identical=e == 1.0) for (label, _, _), (d, e) in zip(cases, read)]
     if not per:
         raise InterventionError(f"{what}: no case to check")
     worst = max(p["max_abs_diff"] for p in per)
