@@ -59,11 +59,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))     # this process imports the repository's headwatch, installed or not
 
 # ---- the names of the workflow this check depends on (a rename there is a one-line fix here).
 # Rule names are read from Snakemake's own listing (--summary), never typed here.
 MODELS_KEY = "models"                        # top-level config key: every model by key
-STUDY_KEY = "study"                          # the list of studied models (found by its contents if renamed)
+STUDY_KEY = "models_studied"                 # the list of studied models (found by its contents if renamed)
 MODEL_KEY = "smollm2-135m-random"            # the random model's key under `models:` (and results/ folder)
 REFERENCE = "config/models/smollm2-135m.json"   # its shape
 JOBS_PER_GPU = ("sweep", "jobs_per_gpu")     # set (--jobs-per-gpu) when config/schema.yaml knows the key
@@ -120,13 +121,25 @@ def to_install(pins: dict[str, str], names) -> list[str]:
     return [f"{n}=={pins[n]}" for n in names if installed(n) != pins[n]]
 
 
-def pip(python: str, *args: str) -> None:
-    cmd = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
+def pip(*args: str) -> bool:
+    """``pip install`` into this interpreter's environment; False (and said) when it fails."""
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
     say(f"   $ {' '.join(cmd)}")
-    subprocess.run(cmd, check=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        say("   pip failed: " + (done.stderr.strip().splitlines() or ["(no message)"])[-1])
+    return done.returncode == 0
+
+
+def use_path(folder: Path) -> None:
+    """Put ``folder`` first on the import path of this process and of every process it starts."""
+    sys.path.insert(0, str(folder))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(folder)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
 
 
 def install(args) -> dict:
+    """What is missing, from the wheel folder; where the environment cannot take it, into
+    ``<workdir>/site`` on PYTHONPATH. The repository itself: editable, else on PYTHONPATH."""
     pins = requirement_pins()
     wheels = args.wheels
     missing, other = to_install(pins, NEEDED), to_install(pins, PINNED)
@@ -136,19 +149,25 @@ def install(args) -> dict:
         if not wheels.is_dir() or not any(wheels.glob("*.whl")):
             raise SystemExit(f"missing {missing} and no wheels in {wheels}: download them first "
                              f"({HERE / 'README.md'}, 'Wheels')")
-        pip(sys.executable, *local, *missing)
+        if not pip(*local, *missing):
+            site = args.workdir / "site"
+            if not pip(*local, "--target", str(site), *missing):
+                raise SystemExit(f"cannot install {missing} from {wheels}")
+            use_path(site)
+            rec["site"] = str(site)
     have = {p.name.split("-")[0].lower() for p in wheels.glob("*.whl")} if wheels.is_dir() else set()
-    if other:
-        if all(s.split("==")[0] in have for s in other):
-            pip(sys.executable, *local, *other)
-        else:
-            say(f"   warning: this machine has {rec['other_versions']} (requirements.txt pins "
-                f"{other}) and the wheels are not in {wheels}: running with the machine's versions")
+    # transformers & co. at the pins, over the machine's own dependencies (--no-deps): on failure
+    # the run goes on with the machine's versions, and says so.
+    if other and not (all(s.split("==")[0] in have for s in other) and pip(*local, "--no-deps", *other)):
+        say(f"   warning: running with this machine's {rec['other_versions']} (requirements.txt pins {other})")
     if importable_from() != ROOT:
-        if installed("setuptools") is None:
-            pip(sys.executable, *local, "setuptools")
-        pip(sys.executable, "--no-deps", "--no-build-isolation", "--no-index", "-e", str(ROOT))
-        rec["installed_repo"] = True
+        st = tuple(int(x) for x in re.findall(r"\d+", installed("setuptools") or "0")[:2])
+        if st < (64,) or (st < (70, 1) and installed("wheel") is None):   # no editable build backend
+            pip(*local, "--upgrade", "setuptools")
+        rec["repo"] = "pip install -e" if pip("--no-deps", "--no-build-isolation", "--no-index", "-e", str(ROOT)) \
+            else "PYTHONPATH"
+        if rec["repo"] == "PYTHONPATH":
+            use_path(ROOT)
     rec["versions"] = {n: installed(n) for n in ("torch", *PINNED, *NEEDED, "pandas", "pyarrow")}
     return rec
 
@@ -273,7 +292,7 @@ def overlay(args, model_folder: str) -> tuple[dict, list[str]]:
     import yaml
 
     notes = []
-    cfg = {MODELS_KEY: {MODEL_KEY: dict(source=model_folder, dtype="float32", reference=REFERENCE)},
+    cfg = {MODELS_KEY: {MODEL_KEY: dict(source=model_folder, dtype="float32")},
            studied_key(): [MODEL_KEY]}
     if args.cpu_tiny:
         cfg = deep_merge(cfg, yaml.safe_load((HERE / "tiny.yaml").read_text()))
