@@ -31,8 +31,9 @@ from pathlib import Path
 MIB = 2 ** 20
 #: The last line :func:`log_to` writes to a rule's log (after the timestamp and logger name).
 RESOURCES = "resources:"
-#: What a run of the workflow reads beside the library: the Snakefile and what it includes or reads.
-WORKFLOW_FILES = ("Snakefile", "rules", "scripts", "config", "report")
+#: What a run of the workflow reads beside the library: the Snakefile and what it includes or reads
+#: (environment.yml: the rules' conda environment).
+WORKFLOW_FILES = ("Snakefile", "rules", "scripts", "config", "report", "environment.yml")
 
 
 def copy_workflow(root: str | Path, dest: str | Path) -> Path:
