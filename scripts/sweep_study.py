@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-from headwatch.sweep.study import read_study_runs, summarize_study
+from headwatch.sweep.study import read_study_runs, study_note, summarize_study
 from headwatch.tableio import write_parquet
 from headwatch.workflow import log_to
 
@@ -13,7 +13,6 @@ with log_to(snakemake.log[0]) as log:  # noqa: F821
     runs = [dict(r, metrics=path) for r, path in zip(sm.params.runs, sm.input.metrics, strict=True)]
     finals = read_study_runs(runs, vocab, study.get("bytes_per_number", 4))
     summary = summarize_study(finals, study)
-    write_parquet(summary, sm.output.summary, note=dict(study=study, loss="final validation loss",
-                                                         bpc="nats / ln 2", std="over seeds, ddof=1"))
+    write_parquet(summary, sm.output.summary, note=study_note(study))
     write_parquet(finals, sm.output.finals)
     log.info("%s study summary:\n%s", study["kind"], summary.T.to_string())

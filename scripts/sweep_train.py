@@ -1,9 +1,14 @@
-"""Train one sweep model (headwatch.sweep.train); resumes from its checkpoint."""
+"""Train one sweep model (headwatch.sweep.train); resumes from its checkpoint.
+
+A job on the corpus's characters reads its ids (results/sweep/corpus); a job with a
+``vocab`` reads that vocabulary's ids and its tokens' lengths in characters
+(results/sweep/corpus/vocab/<vocab>, headwatch.charlm.tokenizer)."""
 from pathlib import Path
 
 import torch
 
 from headwatch.charlm.corpus import load_ids
+from headwatch.charlm.tokenizer import load_split_ids, load_vocab, token_lengths
 from headwatch.sweep.train import save_trained, train
 from headwatch.tableio import write_parquet
 from headwatch.device import pick_device
@@ -13,13 +18,21 @@ with log_to(snakemake.log[0]) as log:  # noqa: F821
     sm = snakemake  # noqa: F821
     torch.set_num_threads(sm.threads)
     job = sm.params.job
-    ids, meta = load_ids(sm.input.ids, sm.input.meta)
+    if "vocab" in job:
+        vocab_dir = Path(sm.input.split).parent
+        ids, meta = load_split_ids(vocab_dir)
+        if meta["name"] != job["vocab"]:
+            raise ValueError(f"{vocab_dir} holds vocabulary {meta['name']!r}, the job asks for {job['vocab']!r}")
+        lengths = token_lengths(load_vocab(vocab_dir)[0])
+    else:
+        (ids, meta), lengths = load_ids(sm.input.ids, sm.input.meta), None
     device = pick_device(job["device"])
     model, metrics, info = train(ids, meta, job["model"], job["seed"], job["train"],
                                  checkpoint=Path(sm.output.metrics).with_name("checkpoint.pt"),
-                                 device=device, precision=job["precision"])
+                                 device=device, precision=job["precision"], lengths=lengths)
     run = dict(sweep=sm.wildcards.sweep, arch=sm.wildcards.arch, seed=job["seed"])
     note = dict(info, **run, model=model.spec.to_dict(), train=job["train"], corpus_sha256=meta["sha256"])
     write_parquet(metrics, sm.output.metrics, note=note)
     save_trained(model.cpu(), sm.output.model, meta, info, extra=dict(run=run, train=job["train"]))
-    log.info("final val loss %.4f nats/char", info["final_val_loss"])
+    log.info("final val loss %.4f nats/token; whole validation split %.4f bits/char", info["final_val_loss"],
+             info["val_full"]["bits_per_char"])

@@ -65,8 +65,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch.nn import functional as F
 
 log = logging.getLogger("headwatch.charlm")
 
@@ -371,7 +369,6 @@ def eval_windows(n: int, context: int, stride: int | None = None) -> tuple[int, 
     return L, windows
 
 
-@torch.no_grad()
 def bits_per_char(model, val_ids, lengths, stride: int | None = None, batch: int = 32,
                   amp=None) -> dict:
     """Bits per character of ``model`` on the whole validation split ``val_ids``.
@@ -395,6 +392,16 @@ def bits_per_char(model, val_ids, lengths, stride: int | None = None, batch: int
     ``chars_per_window`` = context × chars_per_token, and the evaluation's ``seconds``,
     ``tokens_per_s`` and ``chars_per_s`` (scored tokens / characters per second).
     """
+    import torch       # here, not at the top: the sweep's plan reads this module's names on every parse
+
+    with torch.no_grad():
+        return _bits_per_char(model, val_ids, lengths, stride, batch, amp)
+
+
+def _bits_per_char(model, val_ids, lengths, stride, batch, amp) -> dict:
+    import torch
+    from torch.nn import functional as F
+
     device = next(model.parameters()).device
     context = model.context
     stride = context if stride is None else stride

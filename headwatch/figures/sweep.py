@@ -151,7 +151,35 @@ def kv_study(summary: pd.DataFrame, finals: pd.DataFrame):
     return fig
 
 
-STUDY_FIGURES = dict(experts=experts_study, depth=depth_study, kv=kv_study)
+def vocab_study(summary: pd.DataFrame, finals: pd.DataFrame):
+    """Vocabulary size: bits per character of the whole validation split against the vocabulary
+    size (mean ± std over seeds, single seeds in grey), above the share of the parameters that
+    the vocabulary sets (token embedding + output head)."""
+    s = summary.sort_values("vocab_size")
+    fig, (ax, ax2) = figure(ONE_COLUMN, 4.4, nrows=2, sharex=True)
+    f = finals[finals["arch"].isin(s["arch"])]
+    ax.scatter(f["vocab_size"], f["val_bits_per_char"], s=6, color="0.55", zorder=2, linewidths=0,
+               label=f"single seeds (n = {f['seed'].nunique()})")
+    ax.errorbar(s["vocab_size"], s["val_bpc_mean"], yerr=s["val_bpc_std"], marker="o", ms=3, capsize=2,
+                color=PALETTE[4 % len(PALETTE)], zorder=3, label="mean ± std over seeds")
+    for r in s.itertuples():
+        ax.annotate(f"{r.chars_per_window:.0f} ch", (r.vocab_size, r.val_bpc_mean + r.val_bpc_std),
+                    textcoords="offset points", xytext=(0, 3), ha="center", va="bottom", fontsize=6)
+    ax.margins(y=0.2)
+    ax.set_ylabel("validation bits per character\n(whole split)")
+    ax.set_title(f"context {s['context'].iloc[0]} tokens in every arm (labels: characters per window)",
+                 fontsize=7)
+    ax.legend(frameon=False, fontsize=6)
+    ax2.plot(s["vocab_size"], 100 * s["embedding_share"], marker="o", ms=3, color=PALETTE[1])
+    ax2.set_ylabel("token embedding + head\n(% of parameters)")
+    ax2.set_xscale("log", base=2)
+    ax2.set_xticks(s["vocab_size"], [f"{r.vocab}\n{r.vocab_size}" for r in s.itertuples()], fontsize=6)
+    ax2.minorticks_off()
+    ax2.set_xlabel("vocabulary (tokens)")
+    return fig
+
+
+STUDY_FIGURES = dict(experts=experts_study, depth=depth_study, kv=kv_study, vocab=vocab_study)
 
 
 def study_figure(kind: str, summary: pd.DataFrame, finals: pd.DataFrame):

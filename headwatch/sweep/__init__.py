@@ -5,5 +5,5 @@ is concluded from them. The model itself and its corpus are :mod:`headwatch.char
 * :mod:`.checks`  — the sweep's config checks (:func:`~.checks.check_sweeps`)
 * :mod:`.train`   — one training job: data order, schedule, evaluation, checkpoints
 * :mod:`.summary` — the split/capacity summary and its guards
-* :mod:`.study`   — the study sweeps (experts, depth, kv) and their invariants
+* :mod:`.study`   — the study sweeps (experts, depth, kv, vocab) and their invariants
 """

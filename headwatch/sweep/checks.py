@@ -9,7 +9,8 @@ not exist.
 from __future__ import annotations
 
 from ..charlm.spec import ModelSpec
-from .plan import ENTRY_KEYS, GRID_OPTIONS, NAME, STUDY_KINDS, model_of, slug
+from ..charlm.tokenizer import VocabError, parse_vocab_name
+from .plan import ENTRY_KEYS, GRID_OPTIONS, NAME, STUDY_KINDS, model_of, slug, vocab_of
 
 INTEGER_OPTIONS = tuple(k for k in GRID_OPTIONS if k != "balance")
 
@@ -29,6 +30,11 @@ def entry_errors(entry: dict, sweep_cfg: dict) -> list[str]:
         out.append(f"balance must be a number >= 0, got {b!r}")
     if not entry.get("experts") and any(k in entry for k in ("top_k", "expert_width", "balance")):
         out.append("top_k, expert_width and balance need experts > 0")
+    if "vocab" in entry:
+        try:
+            parse_vocab_name(str(entry["vocab"]))
+        except VocabError as err:
+            out.append(f"vocab: {err}")
     if out:
         return out
     if "head_size" not in entry and entry["width"] % entry["heads"]:
@@ -99,7 +105,8 @@ def check_sweeps(sweep_cfg: dict) -> list[str]:
                   and not any(k.startswith(f"{key}.grid") for k in errors)):
                 from .study import invariant_error
 
-                err = invariant_error(study, [model_of(sweep_cfg, e) for e in sw["grid"]])
+                err = invariant_error(study, [model_of(sweep_cfg, e) for e in sw["grid"]],
+                                      vocabs=[vocab_of(e) for e in sw["grid"]])
                 if err:
                     errors.append(f"{key}.study: {err}")
     for name in sweep_cfg.get("skip") or []:

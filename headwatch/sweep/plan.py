@@ -7,15 +7,20 @@ wildcard). A grid entry may add options, each named in
 its slug, in this order::
 
     w{width}-h{heads}  [-l{layers}] [-d{head_size}] [-kv{kv_heads}]
-                       [-e{experts}k{top_k} [-x{expert_width}] -b{balance}]
+                       [-e{experts}k{top_k} [-x{expert_width}] -b{balance}] [-v{vocab}]
 
-e.g. ``w256-h4-e8k2-b0.01``, ``w192-h2-l8-d64``, ``w256-h4-kv2``. A key that is
+e.g. ``w256-h4-e8k2-b0.01``, ``w192-h2-l8-d64``, ``w256-h4-kv2``, ``w256-h4-vbpe1024``. A key that is
 absent takes the sweep's ``model`` default (layers) or the plain model's
 (:class:`headwatch.charlm.spec.ModelSpec`: no experts, kv_heads = heads, head size
 = width ÷ heads); an entry without options keeps its slug ``w{width}-h{heads}``,
 so it is shared with the sweeps that list it. ``balance`` (the weight of the
 load-balancing loss, default 0) is only allowed with experts and always shown
-after them (``-b0`` = none).
+after them (``-b0`` = none). ``vocab`` names the vocabulary the model reads
+(:mod:`headwatch.charlm.tokenizer`: ``char`` or ``bpe{size}``); ``char``, the
+corpus's own characters, is the default and is not shown, so ``{vocab: char}`` is
+the plain entry. Another vocabulary changes the data, not the model's options:
+it is the job's ``vocab`` (:func:`job_params`), absent for ``char``, so the
+plain jobs' params stay as they were.
 
 Sharing: a configuration that appears in several sweeps with the same seed and
 *identical* training settings is trained once, under the first sweep (in config
@@ -24,7 +29,7 @@ If the settings differ, each sweep trains its own copy. Sweeps named in
 ``sweep.skip`` are left out of the plan altogether (``make quick`` skips the
 studies; ``make quick-more`` runs them).
 
-A sweep with a ``study`` block (``kind``: experts | depth | kv) gets its own
+A sweep with a ``study`` block (``kind``: experts | depth | kv | vocab) gets its own
 summary and figure (:mod:`headwatch.sweep.study`) instead of joining the
 split/capacity summary (:mod:`headwatch.sweep.summary`).
 
@@ -37,15 +42,22 @@ from __future__ import annotations
 import re
 
 from ..charlm.spec import DEFAULTS, OPTIONS, TRAINING_OPTIONS
+from ..charlm.tokenizer import VOCAB_PATTERN
 
 GRID_OPTIONS = ("layers",) + OPTIONS + tuple(TRAINING_OPTIONS)
-"""The options a grid entry may add to ``width`` and ``heads``."""
-ENTRY_KEYS = ("width", "heads") + GRID_OPTIONS
+"""The model options a grid entry may add to ``width`` and ``heads``."""
+DATA_OPTIONS = ("vocab",)
+"""The options a grid entry may add that change the data, not the model."""
+ENTRY_KEYS = ("width", "heads") + GRID_OPTIONS + DATA_OPTIONS
+CHAR = "char"
+"""The default vocabulary: the corpus's characters (``ids.npy``)."""
 SLUG = re.compile(r"^w(\d+)-h(\d+)(?:-l(\d+))?(?:-d(\d+))?(?:-kv(\d+))?"
-                  r"(?:-e(\d+)k(\d+)(?:-x(\d+))?-b([0-9.e+-]+))?$")
-SLUG_PATTERN = r"w\d+-h\d+(-l\d+)?(-d\d+)?(-kv\d+)?(-e\d+k\d+(-x\d+)?-b[0-9.e+-]+)?"
+                  r"(?:-e(\d+)k(\d+)(?:-x(\d+))?-b([0-9.e+-]+))?"
+                  rf"(?:-v({VOCAB_PATTERN}))?$")
+SLUG_PATTERN = (r"w\d+-h\d+(-l\d+)?(-d\d+)?(-kv\d+)?(-e\d+k\d+(-x\d+)?-b[0-9.e+-]+)?"
+                rf"(-v({VOCAB_PATTERN}))?")
 NAME = re.compile(r"^[A-Za-z0-9_]+$")
-STUDY_KINDS = ("experts", "depth", "kv")
+STUDY_KINDS = ("experts", "depth", "kv", "vocab")
 
 
 def _num(x) -> str:
@@ -66,7 +78,14 @@ def slug(entry: dict) -> str:
         if "expert_width" in entry:
             s += f"-x{entry['expert_width']}"
         s += f"-b{_num(entry.get('balance', TRAINING_OPTIONS['balance']))}"
+    if vocab_of(entry) != CHAR:
+        s += f"-v{vocab_of(entry)}"
     return s
+
+
+def vocab_of(entry: dict) -> str:
+    """The vocabulary a grid entry's model reads: its ``vocab``, or ``char``."""
+    return entry.get("vocab", CHAR)
 
 
 def parse_slug(arch: str) -> tuple[int, int]:
@@ -148,9 +167,24 @@ def job_params(sweep_cfg: dict, sweep: str, arch: str, seed: int) -> dict:
     if owner(sweep_cfg, sweep, arch, seed) != sweep:
         raise ValueError(f"{sweep}/{arch}/seed{seed} is trained under sweep "
                          f"{owner(sweep_cfg, sweep, arch, seed)!r}; read it from there")
-    return dict(model=model_of(sweep_cfg, entry_of(sweep_cfg, sweep, arch)), seed=seed,
-                train=dict(sweep_cfg["sweeps"][sweep]["train"]),
-                precision=sweep_cfg["precision"], device=sweep_cfg["device"])
+    entry = entry_of(sweep_cfg, sweep, arch)
+    job = dict(model=model_of(sweep_cfg, entry), seed=seed, train=dict(sweep_cfg["sweeps"][sweep]["train"]),
+               precision=sweep_cfg["precision"], device=sweep_cfg["device"])
+    if vocab_of(entry) != CHAR:             # absent for the corpus's characters: those params are unchanged
+        job["vocab"] = vocab_of(entry)
+    return job
+
+
+def job_vocab(sweep_cfg: dict, sweep: str, arch: str) -> str:
+    """The vocabulary a training job reads (``char`` = the corpus's ids)."""
+    return vocab_of(entry_of(sweep_cfg, sweep, arch))
+
+
+def vocabularies(sweep_cfg: dict) -> list[str]:
+    """Every vocabulary other than ``char`` that a planned training job reads, in config order:
+    one tokenizer job each."""
+    return list(dict.fromkeys(v for r in train_jobs(sweep_cfg)
+                              if (v := job_vocab(sweep_cfg, r["sweep"], r["arch"])) != CHAR))
 
 
 def studies(sweep_cfg: dict) -> list[str]:
@@ -159,9 +193,15 @@ def studies(sweep_cfg: dict) -> list[str]:
 
 
 def study_runs(sweep_cfg: dict, study: str) -> list[dict]:
-    """The study's runs, each with its model settings (``model``: the study reads them there)."""
-    return [dict(r, model=model_of(sweep_cfg, entry_of(sweep_cfg, study, r["arch"])))
-            for r in runs(sweep_cfg, studies=True) if r["sweep"] == study]
+    """The study's runs, each with its model settings (``model``: the study reads them there);
+    a ``vocab`` study's runs also name their vocabulary (``vocab``)."""
+    vocab = (sweep_cfg["sweeps"][study].get("study") or {}).get("kind") == "vocab"
+    out = []
+    for r in runs(sweep_cfg, studies=True):
+        if r["sweep"] == study:
+            entry = entry_of(sweep_cfg, study, r["arch"])
+            out.append(dict(r, model=model_of(sweep_cfg, entry), **({"vocab": vocab_of(entry)} if vocab else {})))
+    return out
 
 
 def corpus_inputs(sweep_cfg: dict) -> list[str]:

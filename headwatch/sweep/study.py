@@ -1,5 +1,5 @@
 """Summaries of the study sweeps ("studies"): experts, depth at a fixed budget,
-shared keys/values. A sweep with a ``study`` block in config gets one summary
+shared keys/values, vocabulary size. A sweep with a ``study`` block in config gets one summary
 table (one row per configuration, mean ± std over seeds) and one figure.
 
 Each kind has an invariant that makes its comparison fair; it is checked on the
@@ -26,6 +26,25 @@ run predates the record.
 * ``kv``: configurations differ only in kv_heads (same width, heads, head
   size, layers, FFN). KV-cache bytes per token = 2 × layers × kv_heads ×
   head size × ``bytes_per_number``.
+* ``vocab``: configurations differ only in the vocabulary they read (``vocab``:
+  ``char`` or ``bpe{size}``, :mod:`headwatch.charlm.tokenizer`); same width,
+  heads, layers, context, FFN, steps and batch. The context is held equal **in
+  tokens**, so a larger vocabulary sees more characters per window
+  (``chars_per_window`` = context × the validation split's characters per token).
+  The metric is bits per character of the whole validation split
+  (:func:`~headwatch.charlm.tokenizer.bits_per_char`: total nats over its tokens ÷
+  its characters ÷ ln 2), which each training job records (``val_full`` in its
+  metrics' note); arms evaluated on different validation text are refused
+  (:func:`~headwatch.charlm.tokenizer.check_same_validation`). Parameters:
+  ``params`` (all), ``vocab_params`` = token embedding + output head (2 ×
+  vocabulary × width, the part the vocabulary sets), ``positions`` (context ×
+  width, the same in every arm), ``non_embedding`` = attention + norms + FFN;
+  ``params`` = vocab_params + positions + non_embedding, so "without embeddings"
+  (``non_embedding``) leaves out the position embeddings too, and
+  ``params_without_vocab`` = positions + non_embedding keeps them.
+  ``embedding_share`` = vocab_params ÷ params. Throughput: training
+  ``tokens_per_s`` (the mean of the logged intervals) and ``chars_per_s`` =
+  tokens/s × the training split's characters per token.
 """
 from __future__ import annotations
 
@@ -57,9 +76,10 @@ def model_numbers(model: dict, vocab_size: int = 65, bytes_per_number: int = 4) 
 
 
 def invariant_error(study: dict, models: list[dict], labels: list[str] | None = None,
-                    non_embedding: list[int] | None = None) -> str:
+                    non_embedding: list[int] | None = None, vocabs: list[str] | None = None) -> str:
     """'' when the study's comparison is fair, else why not. ``non_embedding``:
-    measured counts to use instead of the formula's (the summary passes them)."""
+    measured counts to use instead of the formula's (the summary passes them); ``vocabs``:
+    each configuration's vocabulary (``char`` when not given)."""
     kind = study["kind"]
     a = [model_numbers(m) for m in models]
     labels = labels or [f"grid[{i}]" for i in range(len(models))]
@@ -90,6 +110,14 @@ def invariant_error(study: dict, models: list[dict], labels: list[str] | None = 
             return f"configurations may differ only in kv_heads; ({', '.join(fixed)}) = {shapes}"
         if len({x["kv_heads"] for x in a}) != len(a):
             return "every configuration needs its own kv_heads"
+    elif kind == "vocab":
+        vocabs = vocabs or ["char"] * len(models)
+        shapes = {lab: tuple(sorted(m.items())) for lab, m in zip(labels, models)}
+        if len(set(shapes.values())) != 1:
+            return ("configurations may differ only in their vocabulary (same model: width, heads, layers, "
+                    f"context, FFN, options); got {({lab: dict(v) for lab, v in shapes.items()})}")
+        if len(set(vocabs)) != len(vocabs):
+            return f"every configuration needs its own vocabulary; got {dict(zip(labels, vocabs))}"
     else:
         return f"unknown study kind {kind!r}"
     return ""
@@ -98,13 +126,16 @@ def invariant_error(study: dict, models: list[dict], labels: list[str] | None = 
 def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4) -> pd.DataFrame:
     """One row per (arch, seed): resolved architecture, recorded parameters, final losses,
     throughput and expert shares (``vocab_size``: the corpus's). ``runs[i]``: a run of ``headwatch.sweep.plan.runs`` with
-    ``model`` (its settings) and ``metrics`` (path)."""
+    ``model`` (its settings) and ``metrics`` (path); a run that names its ``vocab`` (a vocab
+    study's, :func:`headwatch.sweep.plan.study_runs`) also gets its vocabulary's columns
+    (:func:`vocab_columns`)."""
     rows = []
     for r in runs:
         m = read_parquet(r["metrics"])
         note = read_note(r["metrics"])
         last = m.iloc[-1]
-        a = model_numbers(r["model"], vocab_size, bytes_per_number)
+        vocab = "vocab" in r
+        a = model_numbers(r["model"], int(note["vocab_size"]) if vocab else vocab_size, bytes_per_number)
         shares = np.asarray(note.get("expert_shares") or [[1.0]], dtype=float)
         rows.append(dict(sweep=r["sweep"], arch=r["arch"], seed=r["seed"],
                          trained_under=r["trained_under"], **{k: a[k] for k in MODEL_COLUMNS},
@@ -119,10 +150,60 @@ def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4
                          chars_per_s=float(m["tokens_per_s"].mean()),
                          expert_share_min=float(shares.min()), expert_share_max=float(shares.max()),
                          peak_memory_mb=note.get("peak_memory_mb"),
-                         peak_memory_of=note.get("peak_memory_of")))
+                         peak_memory_of=note.get("peak_memory_of"),
+                         **(vocab_columns(r, note, m) if vocab else {})))
     finals = pd.DataFrame(rows)
     finals["peak_memory_mb"] = finals["peak_memory_mb"].astype("Float64")   # <NA>: not recorded
     return finals
+
+
+VOCAB_NOTE = ("bits_per_char", "nats", "tokens", "chars", "val_sha256", "val_chars", "val_tokens",
+              "chars_per_window", "context", "stride")
+"""What a vocab study reads from each run's whole-validation evaluation (``val_full``)."""
+
+
+def vocab_columns(run: dict, note: dict, metrics: pd.DataFrame) -> dict:
+    """A vocab study run's own columns: its vocabulary, the whole-validation evaluation its
+    training job recorded (``val_full``), its parameters split by what the vocabulary sets, and
+    its training throughput in tokens and characters."""
+    full = note.get("val_full")
+    if not full:
+        raise SummaryError(f"{run['sweep']}/{run['arch']}/seed{run['seed']} ({run['metrics']}) records no "
+                           "whole-validation evaluation (val_full); it was trained before bits per "
+                           "character were recorded: remake it (snakemake --forcerun that file)")
+    if note.get("vocab", "char") != run["vocab"]:
+        raise SummaryError(f"{run['metrics']} was trained on vocabulary {note.get('vocab', 'char')!r}, "
+                           f"not {run['vocab']!r}")
+    spec = ModelSpec.from_settings(int(note["vocab_size"]), run["model"])
+    p = spec.param_counts()
+    tokens_per_s = float(metrics["tokens_per_s"].mean())
+    return dict(vocab=run["vocab"], vocab_size=int(note["vocab_size"]),
+                **{k if k in ("val_sha256", "val_chars", "val_tokens", "chars_per_window", "context",
+                              "stride") else f"val_{k}": full[k] for k in VOCAB_NOTE},
+                val_chars_per_token=full["val_chars"] / full["val_tokens"],
+                train_chars_per_token=float(note["train_chars_per_token"]),
+                token_embeddings=p["embeddings"], output_head=p["head"], vocab_params=p["embeddings"] + p["head"],
+                positions=p["positions"], tokens_per_s=tokens_per_s,
+                train_chars_per_s=tokens_per_s * float(note["train_chars_per_token"]),
+                eval_tokens_per_s=float(full["tokens_per_s"]), eval_chars_per_s=float(full["chars_per_s"]))
+
+
+def study_note(study: dict) -> dict:
+    """What a study table's metadata says about its numbers (stored with the table)."""
+    if study["kind"] == "vocab":
+        return dict(study=study, metric="bits per character of the whole validation split: total nats over "
+                    "its tokens / its characters / ln 2 (val_bpc_mean, val_bpc_std); every arm scored on "
+                    "the same validation characters (val_sha256, checked)",
+                    context="held equal in TOKENS (sweep.model.context): a larger vocabulary sees more "
+                    "characters per window (chars_per_window = context x validation characters per token)",
+                    params="params = vocab_params (token embedding + output head) + positions (position "
+                    "embeddings, the same in every arm) + non_embedding (attention + norms + FFN); "
+                    "params_without_vocab = positions + non_embedding; embedding_share = vocab_params / params",
+                    throughput="tokens_per_s: training, mean of the logged intervals; chars_per_s = tokens_per_s "
+                    "x the training split's characters per token; eval_*: the whole-validation evaluation",
+                    val_loss="val_loss_mean: the sampled validation windows' loss in nats per TOKEN (not "
+                    "comparable across vocabularies)", std="over seeds, ddof=1")
+    return dict(study=study, loss="final validation loss", bpc="nats / ln 2", std="over seeds, ddof=1")
 
 
 def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
@@ -146,7 +227,10 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
                    **(dict(experts=int(r.experts), top_k=int(r.top_k),
                            expert_width=int(r.expert_width)) if r.experts else {}))
               for r in first.itertuples()]
-    err = invariant_error(study, models, configs, [int(x) for x in first["non_embedding"]])
+    if study["kind"] == "vocab":
+        models = [dict(m, context=int(r.context)) for m, r in zip(models, first.itertuples())]
+    err = invariant_error(study, models, configs, [int(x) for x in first["non_embedding"]],
+                          vocabs=list(first["vocab"]) if "vocab" in first else None)
     if err:
         raise SummaryError(f"sweep {name!r} ({study['kind']} study): {err}; refusing to write the summary")
 
@@ -172,5 +256,47 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
     ref = s["non_embedding"].iloc[0]
     s["non_embedding_vs_first"] = s["non_embedding"] / ref - 1
     s["uniform_share"] = np.where(s["experts"] > 0, 1 / s["experts"].clip(lower=1), 1.0)
+    if study["kind"] == "vocab":
+        s = _vocab_summary(finals, s, name)
     assert_finite(s, f"{name} study summary")
     return s
+
+
+def _vocab_summary(finals: pd.DataFrame, s: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The vocab study's columns (module docstring): bits per character of the whole validation
+    split mean ± std over seeds in place of the sampled windows' loss ÷ ln 2, parameters by what
+    the vocabulary sets, characters per window and throughput. Refuses arms evaluated on
+    different validation text."""
+    from ..charlm.tokenizer import VocabError, check_same_validation
+
+    try:
+        check_same_validation({f"{r.arch}/seed{r.seed}": dict(val_sha256=r.val_sha256, val_chars=r.val_chars)
+                               for r in finals.itertuples()})
+    except VocabError as err:
+        raise SummaryError(f"sweep {name!r} (vocab study): {err}; refusing to write the summary") from None
+    per_arm = ["vocab", "vocab_size", "token_embeddings", "output_head", "vocab_params", "positions",
+               "context", "val_tokens", "val_chars", "val_chars_per_token", "chars_per_window",
+               "train_chars_per_token", "val_sha256", "stride"]
+    g = finals.groupby("arch", sort=False)
+    varying = [c for c in per_arm if (g[c].nunique() > 1).any()]
+    if varying:
+        raise SummaryError(f"sweep {name!r} (vocab study): the seeds of one configuration disagree on {varying}")
+    arm = g[per_arm].first()
+    agg = g.agg(bpc_mean=("val_bits_per_char", "mean"), bpc_std=("val_bits_per_char", "std"),
+                tokens_per_s=("tokens_per_s", "mean"), chars_per_s_train=("train_chars_per_s", "mean"),
+                eval_tokens_per_s=("eval_tokens_per_s", "mean"), eval_chars_per_s=("eval_chars_per_s", "mean"))
+    out = s.drop(columns=["chars_per_s"]).join(arm, on="arch").join(agg, on="arch")
+    out["val_bpc_mean"], out["val_bpc_std"] = out.pop("bpc_mean"), out.pop("bpc_std")
+    out["chars_per_s"] = out.pop("chars_per_s_train")
+    out["val_loss_unit"] = "nats per token"        # the sampled windows' loss: per token, not per character
+    out["params_without_vocab"] = out["params"] - out["vocab_params"]
+    if (out["params_without_vocab"] != out["positions"] + out["non_embedding"]).any():
+        raise SummaryError(f"sweep {name!r} (vocab study): parameters do not add up to token embedding + head "
+                           "+ positions + non-embedding")
+    out["embedding_share"] = out["vocab_params"] / out["params"]
+    order = ["sweep", "arch", "vocab", "vocab_size", "seeds", "steps", "val_bpc_mean", "val_bpc_std",
+             "params", "vocab_params", "token_embeddings", "output_head", "positions", "non_embedding",
+             "params_without_vocab", "embedding_share", "context", "val_chars_per_token", "chars_per_window",
+             "train_chars_per_token", "tokens_per_s", "chars_per_s", "eval_tokens_per_s", "eval_chars_per_s",
+             "peak_memory_mb", "peak_memory_of"]
+    return out[order + [c for c in out.columns if c not in order]]

@@ -6,7 +6,14 @@
   initialization, and a resumed run needs no saved data position.
 * Validation: ``eval_batches × batch`` windows spaced evenly over the
   validation split (no randomness: the same set for every model), evaluated
-  every ``eval_every`` steps and at the end. Loss is in nats per character.
+  every ``eval_every`` steps and at the end. Loss is in nats per token (per character
+  for the corpus's own character vocabulary).
+* At the end, bits per character of the **whole** validation split
+  (:func:`headwatch.charlm.tokenizer.bits_per_char`, windows of the context tiling
+  the split), recorded in the run's info as ``val_full`` with the hash of the
+  validation text it scored, so runs on different vocabularies can be compared on
+  the same characters (the vocab study). ``lengths`` gives each token id's
+  characters (all 1 for the character vocabulary).
 * No host synchronisation inside a step: every step's windows are on the device
   before the first one, and each step's loss is summed on the device (float64)
   and read only where a metrics row or a checkpoint is written — the same
@@ -260,10 +267,37 @@ def keep_attempt_log(log_file: Path | None) -> tuple[Path | None, list[str]]:
     return link, [str(p) for p in earlier]
 
 
+FULL_EVAL_BATCH = 32
+"""Windows per forward pass of the whole-validation evaluation (the result does not depend on it)."""
+
+
+def validation_record(val_ids: np.ndarray, meta: dict, lengths: np.ndarray | None) -> dict:
+    """Characters per token id and the validation text's hash and length for
+    :func:`headwatch.charlm.tokenizer.bits_per_char`: from the vocabulary's split meta
+    (``val_sha256``), or, for the corpus's characters (``lengths`` None), decoded from the ids
+    with the corpus vocabulary (``meta["vocab"]``)."""
+    from ..charlm.tokenizer import sha256
+
+    if lengths is None:
+        lengths = np.ones(meta["vocab_size"], dtype=np.int64)
+        vocab = meta["vocab"]
+        text = "".join(vocab[i] for i in val_ids.tolist())
+        return dict(lengths=lengths, val_sha256=sha256(text), val_chars=len(text), train_chars_per_token=1.0)
+    if "val_sha256" not in meta:
+        raise KeyError("a vocabulary's ids need its split meta (val_sha256): load them with "
+                       "headwatch.charlm.tokenizer.load_split_ids")
+    return dict(lengths=np.asarray(lengths, dtype=np.int64), val_sha256=meta["val_sha256"],
+                val_chars=meta["val_chars"], train_chars_per_token=meta["train_chars_per_token"])
+
+
 def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: dict,
           checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
-          precision: str = "float32", stop_after: int | None = None):
+          precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None):
     """Train one model; return (model, metrics DataFrame, info dict).
+
+    ``ids``/``meta``: the corpus's character ids (:func:`headwatch.charlm.corpus.load_ids`) or a
+    vocabulary's (:func:`headwatch.charlm.tokenizer.load_split_ids`, with ``lengths`` =
+    :func:`~headwatch.charlm.tokenizer.token_lengths` of its tokenizer).
 
     ``checkpoint``: file to resume from and to save to every ``checkpoint_every``
     steps (it and the one before it are removed at the end; unreadable ones are
@@ -275,6 +309,7 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     spec = ModelSpec.from_settings(meta["vocab_size"], model_cfg)
     context = spec.context
     n_train = meta["n_train"]
+    record = validation_record(np.asarray(ids[n_train:]), meta, lengths)   # before any step: fail early
     data = torch.as_tensor(ids.astype(np.int64), device=device)
     train_ids, val_ids = data[:n_train], data[n_train:]
     val_offsets = torch.as_tensor(eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context),
@@ -379,12 +414,23 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
                 raise Interrupted(f"stopped after the checkpoint of step {done}")
 
     metrics = pd.DataFrame(state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"])
+    from ..charlm.tokenizer import bits_per_char
+
+    full = bits_per_char(model, np.asarray(ids[n_train:]), record["lengths"], batch=FULL_EVAL_BATCH, amp=amp)
+    if full["val_chars"] != record["val_chars"]:
+        raise RuntimeError(f"the validation ids hold {full['val_chars']} characters, their record says "
+                           f"{record['val_chars']}")
+    full["val_sha256"] = record["val_sha256"]
+    log.info("whole validation split: %.4f bits/char (%d tokens, %d characters, %.1f characters per window)",
+             full["bits_per_char"], full["val_tokens"], full["val_chars"], full["chars_per_window"])
     info = dict(params=params, fingerprint=fp, resumed_from=resumed_from, device=str(device),
                 precision=precision, threads=torch.get_num_threads(),
-                final_val_loss=float(metrics["val_loss"].iloc[-1]), **peak_memory(device))
+                final_val_loss=float(metrics["val_loss"].iloc[-1]), val_full=full,
+                vocab=meta["vocab"] if lengths is not None else "char", vocab_size=meta["vocab_size"],
+                train_chars_per_token=record["train_chars_per_token"], **peak_memory(device))
     if set(model_cfg) & {*OPTIONS, *TRAINING_OPTIONS}:   # study options: record what the studies read
         parts = spec.param_counts()
-        info.update(vocab_size=meta["vocab_size"], params_active=parts["total_active"],
+        info.update(params_active=parts["total_active"],
                     non_embedding=parts["non_embedding"], balance=balance,
                     expert_shares=expert_shares(model, val_ids, val_offsets, s["batch"], context, amp))
     if ckpt:
