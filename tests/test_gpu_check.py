@@ -298,3 +298,32 @@ def test_the_studied_models_key_is_found_in_the_config():
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     key = check.studied_key()
     assert config[key] and all(m in config[check.MODELS_KEY] for m in config[key])
+
+
+# ------------------------------------------------------------------ docs/results/paper-scale.md
+def test_the_results_page_is_written_from_the_tables(tiny, tmp_path):
+    """benchmarks/gpu/paper_tables.py on the tiny run (its model as if it were SmolLM2, its $OUT as
+    the GPU's): each number on the page is the one in the tables."""
+    page = tmp_path / "paper-scale.md"
+    done = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--smollm2", str(tiny["results"]),
+                           "--model", check.MODEL_KEY, "--gpu", str(tiny["out"]), "--out", str(page)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = page.read_text()
+    m = tiny["results"] / check.MODEL_KEY
+    scores = pd.read_parquet(m / "scores.parquet")
+    top = scores.sort_values(["induction", "layer", "head"], ascending=[False, True, True]).iloc[0]
+    assert f"| 1 | " in text and f"L{int(top.layer)}H{int(top['head'])} {top.induction:.3f} |" in text
+    topk = pd.read_parquet(m / "ablation" / "topk.parquet")
+    for r in topk.itertuples():
+        assert (f"| {r.method} | {r.k} | {r.targeted_heads} | {r.intact_copy1:.4f} | {r.targeted_copy1:.4f} | "
+                f"{r.random_copy1_mean:.4f} ({r.random_copy1_min:.4f}–{r.random_copy1_max:.4f}) |") in text
+    summary = pd.read_parquet(m / "ablation" / "attribution_summary.parquet")
+    for r in summary.itertuples():
+        assert f"| {r.phrase} | {r.expected!r} | {r.p_intact:.4f} | {r.costliest} |" in text
+    seq = len(pd.read_parquet(m / "sequences" / "eval.parquet"))
+    assert f"{seq} eval" in text
+    sweep = pd.read_parquet(tiny["results"] / "sweep" / "summary.parquet")
+    assert f"| {sweep.val_loss_mean.iloc[0]:.4f} |" in text
+    assert text.count("**Not yet measured**") == 1        # the studies only: tiny.yaml skips them
+    assert "Jobs on CUDA: 0 of" in text

@@ -1,0 +1,287 @@
+"""Write docs/results/paper-scale.md from result tables: every number computed, none typed.
+
+Two sources, each optional:
+
+* ``--smollm2 DIR``: a ``results/`` folder holding the real SmolLM2-135M at paper scale
+  (``make run``'s config: 40 / 32 / 24 sequences): its score top-5s, the 5a table with its
+  random controls (both cut methods), the 5b circuit, the 5c attribution summary and
+  pairs, every guard's figures and the CPU times of the rules that made them.
+* ``--gpu DIR``: what the GPU check wrote under ``$OUT`` (benchmarks/gpu/README.md): the
+  GPU, every rule's wall time and peak GPU memory, the sweep's 24 models at 2000 steps
+  (loss per configuration, the contrast) and the studies' tables. Without it those
+  sections say they are not yet measured and how to measure them.
+
+    .venv/bin/python benchmarks/gpu/paper_tables.py --smollm2 results --gpu <check's $OUT> \\
+        --out docs/results/paper-scale.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+from check import guards  # noqa: E402  (the same reading of the guard records as the check's report)
+
+SCORES = ("sink", "prev", "self", "induction")
+NOT_MEASURED = ("**Not yet measured** (needs a GPU). On a machine with one: `make gpu-check` "
+                "(benchmarks/gpu/README.md; it ends within 9.5 min and resumes when run again until "
+                "it says `finished`), then rerun this script with `--gpu <its output folder>`.")
+
+
+def fmt(x, spec: str = ".4g") -> str:
+    if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) >= 1e3):
+        return f"{int(x):,}"
+    if isinstance(x, float):
+        return format(x, spec) if x != 0 else "0"
+    if isinstance(x, (list, tuple)) or hasattr(x, "tolist"):
+        return ", ".join(map(str, list(x)))
+    return str(x)
+
+
+def md_table(df: pd.DataFrame, spec: str = ".4g", **specs: str) -> str:
+    """A Markdown table; floats as ``spec`` (``specs``: per column)."""
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in df.itertuples(index=False):
+        cells = [fmt(v, specs.get(c, spec)).replace("|", "\\|") for c, v in zip(cols, row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def span(mean, lo, hi, spec: str = ".4f") -> str:
+    return f"{fmt(float(mean), spec)} ({fmt(float(lo), spec)}–{fmt(float(hi), spec)})"
+
+
+# ------------------------------------------------------------------ the two scales, from the configs
+def config(*names: str) -> dict:
+    """config/<name>.yaml files merged key by key, as Snakemake merges --configfile overlays."""
+    import yaml
+
+    from check import deep_merge
+
+    out: dict = {}
+    for name in names:
+        out = deep_merge(out, yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) or {})
+    return out
+
+
+def sweep_facts(cfg: dict) -> dict:
+    """Training runs of the plain sweeps and of the studies (a configuration listed twice with the same
+    seed and `train` settings is trained once, under the first sweep), steps, batch and context."""
+    sw = cfg["sweep"]
+    seen, plain, studies = set(), 0, 0
+    for name, s in sw["sweeps"].items():
+        if name in sw.get("skip", []):
+            continue
+        for entry in s["grid"]:
+            for seed in s["seeds"]:
+                key = json.dumps([entry, seed, s["train"]], sort_keys=True)
+                if key not in seen:
+                    seen.add(key)
+                    studies, plain = (studies + 1, plain) if s.get("study") else (studies, plain + 1)
+    first = next(s for s in sw["sweeps"].values() if not s.get("study"))
+    return dict(plain=plain, studies=studies, steps=first["train"]["steps"], batch=first["train"]["batch"],
+                context=sw["model"]["context"], seeds=len(first["seeds"]))
+
+
+# ------------------------------------------------------------------ SmolLM2 at paper scale
+def provenance(folder: Path) -> str:
+    """The commit of the checkout that holds ``folder``; for each file it had changed, the commit of
+    its origin repository where that file is exactly so (if any)."""
+    def git(*a, at=folder):
+        return subprocess.run(["git", "-C", str(at), *a], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "a folder outside any git checkout"
+    top = Path(git("rev-parse", "--show-toplevel"))
+    origin = git("config", "--get", "remote.origin.url") or str(top)
+    changed = git("diff", "--name-only", "HEAD").split()
+    if not changed:
+        return f"the checkout at commit {head}"
+    where: dict[str, list[str]] = {}
+    for f in changed:
+        blob = git("hash-object", str(top / f))
+        found = next((c for c in git("log", "--all", "--format=%h", "--", f, at=origin).split()
+                      if git("rev-parse", f"{c}:{f}", at=origin) == blob), "no commit")
+        where.setdefault(found, []).append(f)
+    return (f"the checkout at commit {head} with uncommitted changes: "
+            + "; ".join(f"{', '.join(fs)} as in {c}" for c, fs in where.items()))
+
+
+def smollm2_sections(results: Path, model: str) -> list[str]:
+    m = results / model
+    seq = {n: len(pd.read_parquet(m / "sequences" / f"{n}.parquet")) for n in ("induction", "eval", "circuit")}
+    out = [f"## {model} at paper scale (measured on a CPU)",
+           f"The real model (the GGUF of config/config.yaml, dequantized to float32) under `make run`'s "
+           f"config as is: {seq['induction']} induction sequences, {seq['eval']} eval and {seq['circuit']} "
+           f"circuit sequences (counted in `results/{model}/sequences/`), computed by "
+           f"{provenance(results.resolve().parent)}. These are the paper-scale numbers for this model; a GPU "
+           "computes the same ones up to float32 rounding (the guards below bound it)."]
+
+    scores = pd.read_parquet(m / "scores.parquet")
+    out += ["### Head scores: the top 5 of each (protocol §4)", "",
+            "Head = L(layer)H(head), 0-based; each score in [0, 1]."]
+    rows = []
+    for rank in range(5):
+        row = {"rank": rank + 1}
+        for s in SCORES:
+            top = scores.sort_values([s, "layer", "head"], ascending=[False, True, True]).iloc[rank]
+            row[s] = f"L{int(top.layer)}H{int(top['head'])} {top[s]:.3f}"
+        rows.append(row)
+    out += [md_table(pd.DataFrame(rows))]
+
+    topk = pd.read_parquet(m / "ablation" / "topk.parquet")
+    out += ["### 5a: the top-k induction heads cut vs k random heads (protocol §5a)", "",
+            "Loss per token (nats) on copy 1 and copy 2 of the eval set; random: mean (min–max) over "
+            f"{int(topk.n_draws.iloc[0])} draws of k heads from outside the targeted set. Both cut methods "
+            "(zero: the head's voice set to 0; mean: set to its mean over the eval set)."]
+    rows = [dict(method=r.method, k=int(r.k), targeted=r.targeted_heads,
+                 **{"intact copy 1": r.intact_copy1, "targeted copy 1": r.targeted_copy1,
+                    "random copy 1": span(r.random_copy1_mean, r.random_copy1_min, r.random_copy1_max),
+                    "intact copy 2": r.intact_copy2, "targeted copy 2": r.targeted_copy2,
+                    "random copy 2": span(r.random_copy2_mean, r.random_copy2_min, r.random_copy2_max)})
+            for r in topk.itertuples()]
+    out += [md_table(pd.DataFrame(rows), ".4f")]
+
+    cs = pd.read_parquet(m / "ablation" / "circuit_scores.parquet")
+    cl = pd.read_parquet(m / "ablation" / "circuit_loss.parquet")
+    c0 = cs.iloc[0]
+    out += ["### 5b: the previous-token head and the induction heads (protocol §5b)", "",
+            f"Previous-token head {c0.prev_head} (prev score {c0.prev_score:.3f}) cut; induction re-scored on "
+            f"the circuit set. Of the {int(c0.n_above_threshold)} top heads with intact induction above "
+            f"{c0.half_threshold:g}, {int(c0.n_lose_half_prev_cut)} lose more than half with it cut; at most "
+            f"{int(c0.n_lose_half_random_max)} do under any of {int(c0.n_random_draws)} random single-head cuts.",
+            md_table(cs[["rank", "label", "intact", "after_prev_cut", "prev_shift", "random_max_shift",
+                         "random_max_shift_head"]].rename(columns={"label": "head"}), ".4f"),
+            "", "Loss per token (nats) on the circuit set, mean (min–max) over the random draws:",
+            md_table(pd.DataFrame([{"condition": r.condition, "heads cut": r.n_heads_cut, "draws": r.n_draws,
+                                    "copy 1": span(r.loss_copy1, r.loss_copy1_min, r.loss_copy1_max),
+                                    "copy 2": span(r.loss_copy2, r.loss_copy2_min, r.loss_copy2_max)}
+                                   for r in cl.itertuples()]))]
+
+    summ = pd.read_parquet(m / "ablation" / "attribution_summary.parquet")
+    pairs = pd.read_parquet(m / "ablation" / "pairs.parquet")
+    out += ["### 5c: every head cut alone on every phrase (protocol §5c)", "",
+            "Probability of the expected next token; drops in percentage points.",
+            md_table(pd.DataFrame([{"phrase": r.phrase, "expected": repr(r.expected), "p intact": r.p_intact,
+                                    "costliest head": r.costliest, "its drop": r.costliest_drop,
+                                    f"heads with no effect": f"{int(r.n_no_effect)} of {int(r.n_heads)} "
+                                                             f"(< {r.no_effect_points:g})",
+                                    f"costliest {int(r.together)} together: drop": r.drop_together}
+                                   for r in summ.itertuples()]), ".2f", **{"p intact": ".4f"}),
+            "", "The two costliest heads A and B: drop(A) + drop(B) against drop(A and B):",
+            md_table(pairs[["phrase", "a", "b", "drop_a", "drop_b", "drop_sum", "drop_both", "nonadditivity"]],
+                     ".2f")]
+
+    g = pd.DataFrame(guards(results))
+    g = g[g.source.str.startswith(f"{model}/")]
+    out += ["### Guards", "",
+            "Every guard's record, as the rules wrote it (bound 0 = must be exact).",
+            md_table(g, ".3g")]
+
+    bench = results / "benchmarks"
+    times = []
+    for p in sorted(bench.glob(f"*/{model}.tsv")) + sorted(bench.glob(f"*/{model}/*.tsv")):
+        t = pd.read_csv(p, sep="\t")
+        times.append(dict(rule=p.relative_to(bench).parts[0], job=str(p.relative_to(bench).with_suffix("")),
+                          wall_s=float(t["s"].iloc[-1]), max_rss_mib=float(t["max_rss"].iloc[-1])))
+    if times:
+        t = pd.DataFrame(times).groupby("rule", sort=False).agg(jobs=("job", "size"), wall_s=("wall_s", "sum"),
+                                                               max_rss_MiB=("max_rss_mib", "max")).reset_index()
+        out += ["### CPU times of this run", "",
+                "Snakemake's benchmark records of the run above (2 CPU cores shared with other work, so "
+                "these are under load: an upper bound, not a clean timing).", md_table(t, ".1f")]
+    return out
+
+
+# ------------------------------------------------------------------ the GPU check's output
+def gpu_sections(gpu: Path | None, paper: dict) -> list[str]:
+    out = ["## The sweep at paper scale (GPU)", "",
+           f"The head-count sweep's {paper['plain']} training runs ({paper['seeds']} seeds per configuration) at "
+           f"{paper['steps']} steps of {paper['batch']} × {paper['context']} characters, and the studies' "
+           f"{paper['studies']} more, on the Shakespeare corpus of config/config.yaml. Paper scale."]
+    report = json.loads((gpu / "report.json").read_text()) if gpu and (gpu / "report.json").exists() else None
+    sweep = gpu / "results" / "sweep" if gpu else None
+    if report is None or not (sweep / "summary.parquet").exists():
+        out += ["", NOT_MEASURED]
+    else:
+        summ = pd.read_parquet(sweep / "summary.parquet")
+        arch = "arch" if "arch" in summ else "config"
+        out += ["### Validation loss per configuration (nats per character, mean ± std over seeds)",
+                md_table(summ[["sweep", arch, "width", "heads", "head_size", "params", "seeds", "steps",
+                               "val_loss_mean", "val_loss_std"]], ".4f", val_loss_std=".2g"),
+                "### The contrast: head split against seed noise and against width",
+                md_table(pd.read_parquet(sweep / "contrast.parquet")[
+                    ["split_sweep", "spread", "mean_seed_std", "spread_over_std", "capacity_from", "capacity_to",
+                     "capacity_gain", "spread_over_gain"]])]
+    out += ["## The studies at paper scale (GPU)", ""]
+    studies = sorted(p for p in (sweep / "studies").glob("*.parquet") if not p.stem.endswith("_finals")) \
+        if sweep and (sweep / "studies").is_dir() else []
+    if not studies:
+        out += [NOT_MEASURED]
+    for p in studies:
+        out += [f"### {p.stem}", md_table(pd.read_parquet(p))]
+    out += ["## GPU, timings and guards of the GPU check", ""]
+    if report is None:
+        out += [NOT_MEASURED]
+    else:
+        mach = report["steps"]["machine"]
+        out += [f"GPU: {mach.get('gpu')} ({mach.get('gpu_memory_gib', '–')} GiB; nvidia-smi: "
+                f"{mach.get('nvidia_smi', '–')}); torch {mach.get('torch')}, CUDA {mach.get('cuda_build')}, "
+                f"{mach.get('cores')} CPU cores. The studied model there is SmolLM2-shaped with random "
+                "weights: its timings are real, its scores are not.",
+                f"Jobs on CUDA: {report['jobs_on_cuda']} of {report['jobs']}; sweep phase wall time "
+                f"{fmt(report['sweep_phase_wall_s'])} s; the check {'stopped at its time limit' if report['stopped'] else 'finished'} "
+                f"after {fmt(report['wall_s'])} s.",
+                md_table(pd.DataFrame(report["rules"]), ".1f"),
+                md_table(pd.DataFrame(report["guards"]), ".3g")]
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smollm2", type=Path, required=True, help="a results/ folder with the paper-scale SmolLM2")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--gpu", type=Path, default=None, help="the GPU check's output folder ($OUT)")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "paper-scale.md")
+    args = ap.parse_args(argv)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    gpu = "`--gpu " + str(args.gpu) + "`" if args.gpu else "no GPU output yet"
+    paper, quick = config("config"), config("config", "quick")
+    pf, qf = sweep_facts(paper), sweep_facts(quick)
+    qs = {n: quick["sequences"]["sets"][n]["n"] for n in ("induction", "eval", "circuit")}
+    on_gpu = "the GPU below" if args.gpu else "not yet: needs a GPU"
+    head = ["# Paper-scale results",
+            f"Written by `benchmarks/gpu/paper_tables.py` from result tables (commit {commit}; {gpu}); "
+            "every number below is read from a table, none is typed. Regenerate it, never edit it.",
+            "| part | scale | measured on |\n|---|---|---|\n"
+            f"| {args.model}: scores, 5a, 5b, 5c, guards | **paper scale** (`make run`'s config) | a CPU (2 cores) |\n"
+            f"| the sweep ({pf['plain']} runs, {pf['steps']} steps) and the studies ({pf['studies']} runs) "
+            f"| **paper scale** | {on_gpu} |\n"
+            f"| GPU type, rule times and peak GPU memory | – | {on_gpu} |",
+            "Everything else headwatch has published so far (`make quick`, config/quick.yaml) is CPU scale: "
+            f"{qs['induction']} induction, {qs['eval']} eval and {qs['circuit']} "
+            f"circuit sequences; sweeps of {qf['steps']} steps of {qf['batch']} × {qf['context']} characters."]
+    text = "\n\n".join(head + smollm2_sections(args.smollm2, args.model) + gpu_sections(args.gpu, pf)) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(re.sub(r"\n{3,}", "\n\n", text))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
