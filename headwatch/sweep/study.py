@@ -157,9 +157,11 @@ def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4
     return finals
 
 
-VOCAB_NOTE = ("bits_per_char", "nats", "tokens", "chars", "val_sha256", "val_chars", "val_tokens",
-              "chars_per_window", "context", "stride")
-"""What a vocab study reads from each run's whole-validation evaluation (``val_full``)."""
+VOCAB_NOTE = dict(bits_per_char="val_bits_per_char", nats="val_nats", tokens="scored_tokens",
+                  chars="scored_chars", val_sha256="val_sha256", val_chars="val_chars", val_tokens="val_tokens",
+                  chars_per_window="chars_per_window", context="context", stride="stride")
+"""What a vocab study reads from each run's whole-validation evaluation (``val_full``), and its
+column: the tokens and characters scored are the split's less its first token."""
 
 
 def vocab_columns(run: dict, note: dict, metrics: pd.DataFrame) -> dict:
@@ -178,8 +180,7 @@ def vocab_columns(run: dict, note: dict, metrics: pd.DataFrame) -> dict:
     p = spec.param_counts()
     tokens_per_s = float(metrics["tokens_per_s"].mean())
     return dict(vocab=run["vocab"], vocab_size=int(note["vocab_size"]),
-                **{k if k in ("val_sha256", "val_chars", "val_tokens", "chars_per_window", "context",
-                              "stride") else f"val_{k}": full[k] for k in VOCAB_NOTE},
+                **{column: full[key] for key, column in VOCAB_NOTE.items()},
                 val_chars_per_token=full["val_chars"] / full["val_tokens"],
                 train_chars_per_token=float(note["train_chars_per_token"]),
                 token_embeddings=p["embeddings"], output_head=p["head"], vocab_params=p["embeddings"] + p["head"],
