@@ -1,13 +1,15 @@
 # headwatch — score, cut, anatomize and sweep the attention heads of a causal LM.
 # The protocol is docs/protocol.md; every choice lives in config/config.yaml.
+# docs/architecture.md maps the files: rules/ hold rules only; paths, targets and the
+# sweep's plan are in the library (headwatch/paths.py, targets.py, sweep/plan.py).
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 configfile: "config/config.yaml"
 
-# Schema first (types, names), then the checks a schema cannot express (heads
-# that do not divide the width, unknown model keys, expected tokens the
+# Schema first (types, names, defaults), then the checks a schema cannot express
+# (heads that do not divide the width, unknown model keys, expected tokens the
 # tokenizer splits): both stop before any job runs, naming the key.
 from headwatch.config import check_keys
 
@@ -32,11 +34,4 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        sequences_targets(),
-        attention_targets(),
-        scores_targets(),
-        ablation_targets(),
-        anatomy_targets(),
-        sweep_targets(),
-        figures_targets(),
-        report_targets(),
+        all_targets(),

@@ -14,7 +14,7 @@ config, the model sources and each studied model's ``tokenizer.json`` /
 * head addresses and head counts that a studied model does not have;
 * expected tokens that the tokenizer splits (and, as a warning, an expected
   token without its leading space after a phrase that ends in a word);
-* the sweep's and the anatomy's own checks.
+* the sweep's, the anatomy's and the report's own checks.
 
 They are cheap: tokenizers are read from ``tokenizer.json`` with the
 ``tokenizers`` library and shapes from ``config.json`` (or a GGUF's header),
@@ -501,6 +501,15 @@ def sweep_errors(config: dict) -> list[str]:
     return check_sweeps(config["sweep"])
 
 
+def report_errors(config: dict, workdir) -> list[str]:
+    """The explorer's rotary clock compares bases with reference configs that must exist."""
+    refs = Path(workdir) / "config" / "models"
+    return [f"report.explorer.rotary_references[{i}]: {name!r} has no reference config "
+            f"config/models/{name}.json"
+            for i, name in enumerate(config["report"]["explorer"]["rotary_references"])
+            if not (refs / f"{name}.json").exists()]
+
+
 def _needs_device(config: dict) -> bool:
     return any(config["models"][k].get("dtype") == "float16" for k in config["models_studied"])
 
@@ -704,7 +713,8 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
     """(errors, warnings) of every check that reads the studied models."""
     from .anatomy.configs import config_errors as anatomy_errors
 
-    errors = sweep_errors(config) + anatomy_errors(config, workdir) + dtype_errors(config, cuda)
+    errors = (sweep_errors(config) + anatomy_errors(config, workdir) + report_errors(config, workdir)
+              + dtype_errors(config, cuda))
     warnings = []
     for loc in located:
         try:

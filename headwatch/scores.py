@@ -23,11 +23,10 @@ import pandas as pd
 import torch
 
 from .interventions import attention_maps   # the maps every score reads (also importable from here)
+from .names import SCORES                    # the four scores, in the order of every table and figure
 
 log = logging.getLogger("headwatch.scores")
 
-#: The four scores, in the order of every table, figure and page.
-SCORES = ("sink", "prev", "self", "induction")
 PROSE_SCORES = SCORES[:3]       # read on the prose sentences; induction on the repeated sequences
 
 

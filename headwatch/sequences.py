@@ -19,6 +19,8 @@ checks use :func:`single_token` with a light tokenizer.
 from __future__ import annotations
 
 RANDOM_SETS = ("induction", "eval", "circuit")
+SETS = RANDOM_SETS + ("prose", "phrases")
+"""Every sequence table (the ``{set}`` wildcard)."""
 
 
 def adds_bos(tokenizer) -> bool:
@@ -126,7 +128,7 @@ def set_params(name: str, config: dict) -> dict:
         return dict(sentences=list(config["prose"]))
     if name == "phrases":
         return dict(phrases=dict(config["phrases"]), **vocab)
-    raise ValueError(f"unknown sequence set {name!r}; known: {RANDOM_SETS + ('prose', 'phrases')}")
+    raise ValueError(f"unknown sequence set {name!r}; known: {SETS}")
 
 
 def make_set(tokenizer, name: str, params: dict):

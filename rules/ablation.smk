@@ -1,104 +1,99 @@
 # Stage "ablation": cutting heads (protocol §5) — 5a targeted vs random, 5b the
-# previous-token → induction circuit, 5c per-head attribution. Every rule runs
-# the guards of headwatch/cut.py (hook vs zeroed weights on the full logits,
-# batched vs one-at-a-time, the model back intact) and fails if one fails; its
-# record goes to results/{model}/ablation/guards/{rule}.json, merged into
+# previous-token → induction circuit, 5c per-head attribution. Every cut goes
+# through headwatch/interventions.py (headwatch/cut.py: zero or mean, by
+# ablation.method); every experiment runs the guards (hook vs zeroed weights or
+# mean-bias weights on the full logits, batched vs one-at-a-time, the model back
+# intact) and fails if one fails. Its record goes to
+# results/{model}/ablation/guards/{experiment}.json, merged into
 # results/{model}/ablation/guards.json.
-ABLATION = f"{RESULTS}/{{model}}/ablation"
-ABLATION_TABLES = ["topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary", "pairs"]
-ABLATION_COMMON = ["batch", "tolerance", "hook_tolerance", "method"]
-
-
-def ablation_targets():
-    return (expand_models(f"{ABLATION}/{{name}}.parquet", name=ABLATION_TABLES)
-            + expand_models(f"{ABLATION}/guards.json"))
-
-
-def ablation_slice(*keys):
-    """The part of config["ablation"] a rule depends on (its params: only stale jobs rerun)."""
-    return {key: config["ablation"][key] for key in list(keys) + ABLATION_COMMON}
 
 
 rule ablation_topk:
     input:
-        model=lambda w: prepared(w.model),
-        eval=lambda w: sequence_table(w.model, "eval"),
-        scores=lambda w: scores_table(w.model),
+        model=paths.prepared("{model}"),
+        eval=paths.sequence_table("{model}", "eval"),
+        scores=paths.scores("{model}"),
     output:
-        table=f"{ABLATION}/topk.parquet",
-        guards=f"{ABLATION}/guards/topk.json",
+        table=paths.ablation_table("{model}", "topk"),
+        guards=paths.guard_record("{model}", "topk"),
     params:
         ablation=ablation_slice("top_n", "k", "random_draws", "seed", "guard_sequences"),
         dtype=lambda w: get_dtype(w.model),
         device=config["device"],
     log:
-        f"{RESULTS}/logs/ablation_topk/{{model}}.log",
+        paths.log("ablation_topk", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/ablation_topk/{{model}}.tsv"
+        paths.benchmark("ablation_topk", "{model}")
     resources:
-        gpu=1,
+        gpu=GPU_JOB,
+    conda:
+        "../environment.yml"
     script:
         "../scripts/ablation_topk.py"
 
 
 rule ablation_circuit:
     input:
-        model=lambda w: prepared(w.model),
-        circuit=lambda w: sequence_table(w.model, "circuit"),
-        eval=lambda w: sequence_table(w.model, "eval"),     # ablation.method = mean: the means
-        scores=lambda w: scores_table(w.model),
+        model=paths.prepared("{model}"),
+        circuit=paths.sequence_table("{model}", "circuit"),
+        eval=paths.sequence_table("{model}", "eval"),     # ablation.method = mean: the means
+        scores=paths.scores("{model}"),
     output:
-        scores=f"{ABLATION}/circuit_scores.parquet",
-        loss=f"{ABLATION}/circuit_loss.parquet",
-        guards=f"{ABLATION}/guards/circuit.json",
+        scores=paths.ablation_table("{model}", "circuit_scores"),
+        loss=paths.ablation_table("{model}", "circuit_loss"),
+        guards=paths.guard_record("{model}", "circuit"),
     params:
         ablation=ablation_slice("top_n", "random_draws", "seed", "circuit", "guard_sequences"),
         dtype=lambda w: get_dtype(w.model),
         device=config["device"],
     log:
-        f"{RESULTS}/logs/ablation_circuit/{{model}}.log",
+        paths.log("ablation_circuit", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/ablation_circuit/{{model}}.tsv"
+        paths.benchmark("ablation_circuit", "{model}")
     resources:
-        gpu=1,
+        gpu=GPU_JOB,
+    conda:
+        "../environment.yml"
     script:
         "../scripts/ablation_circuit.py"
 
 
 rule ablation_attribution:
     input:
-        model=lambda w: prepared(w.model),
-        phrases=lambda w: sequence_table(w.model, "phrases"),
-        eval=lambda w: sequence_table(w.model, "eval"),     # ablation.method = mean: the means
+        model=paths.prepared("{model}"),
+        phrases=paths.sequence_table("{model}", "phrases"),
+        eval=paths.sequence_table("{model}", "eval"),     # ablation.method = mean: the means
     output:
-        attribution=f"{ABLATION}/attribution.parquet",
-        summary=f"{ABLATION}/attribution_summary.parquet",
-        pairs=f"{ABLATION}/pairs.parquet",
-        guards=f"{ABLATION}/guards/attribution.json",
+        attribution=paths.ablation_table("{model}", "attribution"),
+        summary=paths.ablation_table("{model}", "attribution_summary"),
+        pairs=paths.ablation_table("{model}", "pairs"),
+        guards=paths.guard_record("{model}", "attribution"),
     params:
         ablation=ablation_slice("attribution"),
         dtype=lambda w: get_dtype(w.model),
         device=config["device"],
     log:
-        f"{RESULTS}/logs/ablation_attribution/{{model}}.log",
+        paths.log("ablation_attribution", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/ablation_attribution/{{model}}.tsv"
+        paths.benchmark("ablation_attribution", "{model}")
     resources:
-        gpu=1,
+        gpu=GPU_JOB,
+    conda:
+        "../environment.yml"
     script:
         "../scripts/ablation_attribution.py"
 
 
 rule ablation_guards:
     input:
-        topk=f"{ABLATION}/guards/topk.json",
-        circuit=f"{ABLATION}/guards/circuit.json",
-        attribution=f"{ABLATION}/guards/attribution.json",
+        **{experiment: paths.guard_record("{model}", experiment) for experiment in targets.ABLATION_EXPERIMENTS},
     output:
-        f"{ABLATION}/guards.json",
+        paths.guards("{model}"),
     log:
-        f"{RESULTS}/logs/ablation_guards/{{model}}.log",
+        paths.log("ablation_guards", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/ablation_guards/{{model}}.tsv"
+        paths.benchmark("ablation_guards", "{model}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/ablation_guards.py"

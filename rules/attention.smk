@@ -2,29 +2,26 @@
 # next-token predictions (protocol §3).
 
 
-def attention_targets():
-    return expand_models(f"{RESULTS}/{{model}}/attention/{{name}}.parquet", name=["maps", "tokens"]) + \
-        expand_models(f"{RESULTS}/{{model}}/predictions.parquet")
-
-
 rule attention_maps:
     input:
-        model=lambda w: prepared(w.model),
-        phrases=lambda w: sequence_table(w.model, "phrases"),
+        model=paths.prepared("{model}"),
+        phrases=paths.sequence_table("{model}", "phrases"),
     output:
-        maps=f"{RESULTS}/{{model}}/attention/maps.parquet",
-        tokens=f"{RESULTS}/{{model}}/attention/tokens.parquet",
-        predictions=f"{RESULTS}/{{model}}/predictions.parquet",
+        maps=paths.attention_table("{model}", "maps"),
+        tokens=paths.attention_table("{model}", "tokens"),
+        predictions=paths.predictions("{model}"),
     params:
         quantum=config["attention"]["quantum"],
         top=config["attention"]["top_predictions"],
         dtype=lambda w: get_dtype(w.model),
         device=config["device"],
     log:
-        f"{RESULTS}/logs/attention_maps/{{model}}.log",
+        paths.log("attention_maps", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/attention_maps/{{model}}.tsv"
+        paths.benchmark("attention_maps", "{model}")
     resources:
-        gpu=1,
+        gpu=GPU_JOB,
+    conda:
+        "../environment.yml"
     script:
         "../scripts/attention_maps.py"

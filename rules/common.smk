@@ -1,15 +1,21 @@
-# Helpers shared by every stage: paths, config slices, targets.
-import json
+# Helpers shared by every stage: the slices of the config each job depends on, the input
+# functions, and what the default target asks for. The rules files hold rules only.
+# Paths are built by headwatch/paths.py, the targets by headwatch/targets.py, the sweep's
+# plan by headwatch/sweep/plan.py (all three are tested without Snakemake).
 from pathlib import Path
 
+from headwatch import paths, targets
 from headwatch.config import check_config as _check_config
-
-RESULTS = "results"
-FIGURES = "figures"
+from headwatch.sequences import SETS, set_params
+from headwatch.sweep import plan as sweep_plan
 
 wildcard_constraints:
     model=r"[A-Za-z0-9_.\-]+",
-    set=r"induction|eval|circuit|prose|phrases",
+    set="|".join(SETS),
+
+# The gpu resource: every job that runs a model takes a whole GPU.
+GPU_JOB = 1
+GPU_TRAIN_JOB = GPU_JOB
 
 
 def check_config(config):
@@ -21,22 +27,84 @@ def studied_models():
     return list(config["models_studied"])
 
 
-def get_model_cfg(model):
-    return config["models"][model]
-
-
 def get_dtype(model):
-    return config["models"][model].get("dtype", "float32")
+    return config["models"][model]["dtype"]
 
 
-def prepared(model):
-    """The record file written last by models_prepare; its folder is the model."""
-    return f"{RESULTS}/models/{model}/prepared.json"
+def model_source(model):
+    """Where a model comes from: the part of its entry that its preparation depends on."""
+    return {k: v for k, v in config["models"][model].items() if k in ("gguf", "source")}
 
 
-def model_dir(model):
-    return f"{RESULTS}/models/{model}"
+def sequence_params(wildcards):
+    return set_params(wildcards.set, config)
 
 
-def expand_models(pattern, **kw):
-    return expand(pattern, model=studied_models(), **kw)
+def ablation_slice(*keys):
+    """The part of config["ablation"] an experiment depends on (its params: only stale jobs rerun)."""
+    return {key: config["ablation"][key] for key in list(keys) + ["batch", "tolerance", "hook_tolerance",
+                                                                   "method"]}
+
+
+def reference_configs(names):
+    return [paths.reference_config(n) for n in names]
+
+
+def anatomy_sweep_shapes():
+    """The slice of the sweep config that fixes its model shapes (not its training)."""
+    s = config["sweep"]
+    return dict(model=s["model"], sweeps={k: {"grid": v["grid"]} for k, v in s["sweeps"].items()})
+
+
+def sweep_corpus_inputs(wildcards):
+    return sweep_plan.corpus_inputs(config["sweep"])
+
+
+def sweep_job_params(wildcards):
+    """Exactly the slice of config one training job depends on; raises for a run another sweep
+    owns (it is read from there, never retrained)."""
+    return sweep_plan.job_params(config["sweep"], wildcards.sweep, wildcards.arch, int(wildcards.seed))
+
+
+def sweep_summary_runs():
+    return sweep_plan.runs(config["sweep"], studies=False)
+
+
+def sweep_summary_inputs(wildcards):
+    """Every run's metrics, read from the sweep that trains it (w256-h4 of `width` comes from
+    heads_split/ when both sweeps train it the same way)."""
+    return [paths.run_output(r, "metrics.parquet") for r in sweep_summary_runs()]
+
+
+def sweep_studies():
+    return sweep_plan.studies(config["sweep"])
+
+
+def sweep_study_constraint():
+    """The {study} wildcard: the planned study sweeps only (a pattern matching nothing if none)."""
+    return "|".join(sweep_studies()) or "(?!)"
+
+
+def sweep_study_runs(wildcards):
+    return sweep_plan.study_runs(config["sweep"], wildcards.study)
+
+
+def sweep_study_inputs(wildcards):
+    return [paths.run_output(r, "metrics.parquet") for r in sweep_study_runs(wildcards)]
+
+
+def sweep_study_block(wildcards):
+    return config["sweep"]["sweeps"][wildcards.study]["study"]
+
+
+def report_producible(path):
+    """Does some rule of this workflow write ``path``?"""
+    return any(r.is_producer(path) for r in workflow.rules)
+
+
+def explorer_inputs(wildcards):
+    return targets.explorer_inputs(wildcards.model, config, report_producible)
+
+
+def all_targets():
+    return targets.all_targets(config, report_producible)

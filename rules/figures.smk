@@ -1,83 +1,67 @@
 # Stage "figures": every figure is drawn from tables, never from a model; each
 # is written as a PDF (papers) and a PNG (screens) in the one style of
-# headwatch/figures/style.py.
-SCORE_NAMES = ["sink", "prev", "self", "induction"]
-
-
-def figures_heads_targets():
-    out = []
-    for model in studied_models():
-        out += expand(f"{FIGURES}/{model}/grid_{{phrase}}.{{ext}}", phrase=list(config["phrases"]),
-                      ext=["pdf", "png"])
-        out += expand(f"{FIGURES}/{model}/head_{{score}}.{{ext}}", score=SCORE_NAMES, ext=["pdf", "png"])
-        out += expand(f"{FIGURES}/{model}/{{name}}.{{ext}}", name=["scores_ranked", "sink_vs_induction"],
-                      ext=["pdf", "png"])
-    return out
-
-
-# The figures of the other stages, one file per family of figures.
-include: "figures_anatomy.smk"
-include: "figures_ablation.smk"
-include: "figures_sweep.smk"
-
-
-def figures_targets():
-    return (figures_heads_targets() + figures_anatomy_targets() + figures_ablation_targets()
-            + figures_sweep_targets())
+# headwatch/figures/style.py. The figures of the other stages are in the files
+# included at the end, one per family of figures.
 
 
 rule figures_grid:
     input:
-        maps=f"{RESULTS}/{{model}}/attention/maps.parquet",
-        tokens=f"{RESULTS}/{{model}}/attention/tokens.parquet",
+        maps=paths.attention_table("{model}", "maps"),
+        tokens=paths.attention_table("{model}", "tokens"),
     output:
-        pdf=report(f"{FIGURES}/{{model}}/grid_{{phrase}}.pdf", caption="../report/figures_grid.rst",
-                   category="heads", subcategory="{model}"),
-        png=report(f"{FIGURES}/{{model}}/grid_{{phrase}}.png", caption="../report/figures_grid.rst",
-                   category="heads", subcategory="{model}"),
+        **{ext: report(paths.head_figure("{model}", "grid_{phrase}", ext), caption="../report/figures_grid.rst",
+                       category="heads", subcategory="{model}") for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_grid/{{model}}/{{phrase}}.log",
+        paths.log("figures_grid", "{model}", "{phrase}"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_grid/{{model}}/{{phrase}}.tsv"
+        paths.benchmark("figures_grid", "{model}", "{phrase}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_heads.py"
 
 
 rule figures_head:
     input:
-        maps=f"{RESULTS}/{{model}}/attention/maps.parquet",
-        tokens=f"{RESULTS}/{{model}}/attention/tokens.parquet",
-        scores=f"{RESULTS}/{{model}}/scores.parquet",
+        maps=paths.attention_table("{model}", "maps"),
+        tokens=paths.attention_table("{model}", "tokens"),
+        scores=paths.scores("{model}"),
     output:
-        pdf=report(f"{FIGURES}/{{model}}/head_{{score}}.pdf", caption="../report/figures_head.rst",
-                   category="heads", subcategory="{model}"),
-        png=report(f"{FIGURES}/{{model}}/head_{{score}}.png", caption="../report/figures_head.rst",
-                   category="heads", subcategory="{model}"),
+        **{ext: report(paths.head_figure("{model}", "head_{score}", ext), caption="../report/figures_head.rst",
+                       category="heads", subcategory="{model}") for ext in paths.EXTENSIONS},
     params:
         phrase="noise",  # the enlarged maps are drawn on the noise phrase (protocol §8)
     log:
-        f"{RESULTS}/logs/figures_head/{{model}}/{{score}}.log",
+        paths.log("figures_head", "{model}", "{score}"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_head/{{model}}/{{score}}.tsv"
+        paths.benchmark("figures_head", "{model}", "{score}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_heads.py"
 
 
 rule figures_scores:
     input:
-        scores=f"{RESULTS}/{{model}}/scores.parquet",
+        scores=paths.scores("{model}"),
     output:
-        ranked_pdf=report(f"{FIGURES}/{{model}}/scores_ranked.pdf", caption="../report/scores_ranked.rst",
-                          category="heads", subcategory="{model}"),
-        ranked_png=report(f"{FIGURES}/{{model}}/scores_ranked.png", caption="../report/scores_ranked.rst",
-                          category="heads", subcategory="{model}"),
-        scatter_pdf=report(f"{FIGURES}/{{model}}/sink_vs_induction.pdf", caption="../report/sink_vs_induction.rst",
-                           category="heads", subcategory="{model}"),
-        scatter_png=report(f"{FIGURES}/{{model}}/sink_vs_induction.png", caption="../report/sink_vs_induction.rst",
-                           category="heads", subcategory="{model}"),
+        **{f"ranked_{ext}": report(paths.head_figure("{model}", "scores_ranked", ext),
+                                   caption="../report/scores_ranked.rst", category="heads", subcategory="{model}")
+           for ext in paths.EXTENSIONS},
+        **{f"scatter_{ext}": report(paths.head_figure("{model}", "sink_vs_induction", ext),
+                                    caption="../report/sink_vs_induction.rst", category="heads",
+                                    subcategory="{model}")
+           for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_scores/{{model}}.log",
+        paths.log("figures_scores", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_scores/{{model}}.tsv"
+        paths.benchmark("figures_scores", "{model}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_heads.py"
+
+
+include: "figures_anatomy.smk"
+include: "figures_ablation.smk"
+include: "figures_sweep.smk"

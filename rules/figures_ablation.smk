@@ -1,78 +1,68 @@
 # Figures of the ablation stage (protocol §5, §8): drawn from the ablation tables,
-# never from a model; PDF + PNG under figures/{model}/ablation/.
-ABLATION_FIGURES = f"{FIGURES}/{{model}}/ablation"
-ABLATION_DATA = f"{RESULTS}/{{model}}/ablation"
-
-
-def figures_ablation_targets():
-    out = []
-    for model in studied_models():
-        out += expand(f"{FIGURES}/{model}/ablation/{{name}}.{{ext}}",
-                      name=["topk", "circuit", "pairs"], ext=["pdf", "png"])
-        out += expand(f"{FIGURES}/{model}/ablation/attribution_{{phrase}}.{{ext}}",
-                      phrase=list(config["phrases"]), ext=["pdf", "png"])
-    return out
+# never from a model; PDF + PNG under figures/{model}/ablation/. Included by
+# rules/figures.smk.
 
 
 rule figures_ablation_topk:
     input:
-        table=f"{ABLATION_DATA}/topk.parquet",
+        table=paths.ablation_table("{model}", "topk"),
     output:
-        pdf=report(f"{ABLATION_FIGURES}/topk.pdf", caption="../report/ablation_topk.rst",
-                   category="ablation", subcategory="{model}"),
-        png=report(f"{ABLATION_FIGURES}/topk.png", caption="../report/ablation_topk.rst",
-                   category="ablation", subcategory="{model}"),
+        **{ext: report(paths.ablation_figure("{model}", "topk", ext), caption="../report/ablation_topk.rst",
+                       category="ablation", subcategory="{model}") for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_ablation_topk/{{model}}.log",
+        paths.log("figures_ablation_topk", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_ablation_topk/{{model}}.tsv"
+        paths.benchmark("figures_ablation_topk", "{model}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_ablation.py"
 
 
 rule figures_ablation_circuit:
     input:
-        table=f"{ABLATION_DATA}/circuit_scores.parquet",
+        table=paths.ablation_table("{model}", "circuit_scores"),
     output:
-        pdf=report(f"{ABLATION_FIGURES}/circuit.pdf", caption="../report/ablation_circuit.rst",
-                   category="ablation", subcategory="{model}"),
-        png=report(f"{ABLATION_FIGURES}/circuit.png", caption="../report/ablation_circuit.rst",
-                   category="ablation", subcategory="{model}"),
+        **{ext: report(paths.ablation_figure("{model}", "circuit", ext), caption="../report/ablation_circuit.rst",
+                       category="ablation", subcategory="{model}") for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_ablation_circuit/{{model}}.log",
+        paths.log("figures_ablation_circuit", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_ablation_circuit/{{model}}.tsv"
+        paths.benchmark("figures_ablation_circuit", "{model}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_ablation.py"
 
 
 rule figures_ablation_attribution:
     input:
-        table=f"{ABLATION_DATA}/attribution.parquet",
+        table=paths.ablation_table("{model}", "attribution"),
     output:
-        pdf=report(f"{ABLATION_FIGURES}/attribution_{{phrase}}.pdf", caption="../report/ablation_attribution.rst",
-                   category="ablation", subcategory="{model}"),
-        png=report(f"{ABLATION_FIGURES}/attribution_{{phrase}}.png", caption="../report/ablation_attribution.rst",
-                   category="ablation", subcategory="{model}"),
+        **{ext: report(paths.ablation_figure("{model}", "attribution_{phrase}", ext),
+                       caption="../report/ablation_attribution.rst", category="ablation", subcategory="{model}")
+           for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_ablation_attribution/{{model}}/{{phrase}}.log",
+        paths.log("figures_ablation_attribution", "{model}", "{phrase}"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_ablation_attribution/{{model}}/{{phrase}}.tsv"
+        paths.benchmark("figures_ablation_attribution", "{model}", "{phrase}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_ablation.py"
 
 
 rule figures_ablation_pairs:
     input:
-        table=f"{ABLATION_DATA}/pairs.parquet",
+        table=paths.ablation_table("{model}", "pairs"),
     output:
-        pdf=report(f"{ABLATION_FIGURES}/pairs.pdf", caption="../report/ablation_pairs.rst",
-                   category="ablation", subcategory="{model}"),
-        png=report(f"{ABLATION_FIGURES}/pairs.png", caption="../report/ablation_pairs.rst",
-                   category="ablation", subcategory="{model}"),
+        **{ext: report(paths.ablation_figure("{model}", "pairs", ext), caption="../report/ablation_pairs.rst",
+                       category="ablation", subcategory="{model}") for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_ablation_pairs/{{model}}.log",
+        paths.log("figures_ablation_pairs", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_ablation_pairs/{{model}}.tsv"
+        paths.benchmark("figures_ablation_pairs", "{model}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_ablation.py"

@@ -2,73 +2,68 @@
 # Included by rules/figures.smk.
 
 
-def figures_anatomy_targets():
-    out = expand(f"{FIGURES}/anatomy/{{name}}.{{ext}}", name=["params_by_block", "rotary_clocks", "kv_cache"],
-                 ext=["pdf", "png"])
-    return out + expand_models(f"{FIGURES}/{{model}}/anatomy/kv_cut_matrix.{{ext}}", ext=["pdf", "png"])
-
-
 rule figures_anatomy_params:
     input:
-        f"{RESULTS}/anatomy/params_by_block.parquet",
+        paths.anatomy_table("params_by_block"),
     output:
-        pdf=report(f"{FIGURES}/anatomy/params_by_block.pdf", caption="../report/anatomy_params_by_block.rst",
-                   category="anatomy"),
-        png=report(f"{FIGURES}/anatomy/params_by_block.png", caption="../report/anatomy_params_by_block.rst",
-                   category="anatomy"),
+        **{ext: report(paths.anatomy_figure("params_by_block", ext), caption="../report/anatomy_params_by_block.rst",
+                       category="anatomy") for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_anatomy_params.log",
+        paths.log("figures_anatomy_params"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_anatomy_params.tsv"
+        paths.benchmark("figures_anatomy_params")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_anatomy.py"
 
 
 rule figures_anatomy_rotary:
     input:
-        f"{RESULTS}/anatomy/rotary.parquet",
+        paths.anatomy_table("rotary"),
     output:
-        pdf=report(f"{FIGURES}/anatomy/rotary_clocks.pdf", caption="../report/anatomy_rotary_clocks.rst",
-                   category="anatomy"),
-        png=report(f"{FIGURES}/anatomy/rotary_clocks.png", caption="../report/anatomy_rotary_clocks.rst",
-                   category="anatomy"),
+        **{ext: report(paths.anatomy_figure("rotary_clocks", ext), caption="../report/anatomy_rotary_clocks.rst",
+                       category="anatomy") for ext in paths.EXTENSIONS},
     params:
         models=config["anatomy"]["clocks"],
     log:
-        f"{RESULTS}/logs/figures_anatomy_rotary.log",
+        paths.log("figures_anatomy_rotary"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_anatomy_rotary.tsv"
+        paths.benchmark("figures_anatomy_rotary")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_anatomy.py"
 
 
 rule figures_anatomy_kv_cache:
     input:
-        f"{RESULTS}/anatomy/kv_cache.parquet",
+        paths.anatomy_table("kv_cache"),
     output:
-        pdf=report(f"{FIGURES}/anatomy/kv_cache.pdf", caption="../report/anatomy_kv_cache.rst",
-                   category="anatomy"),
-        png=report(f"{FIGURES}/anatomy/kv_cache.png", caption="../report/anatomy_kv_cache.rst",
-                   category="anatomy"),
+        **{ext: report(paths.anatomy_figure("kv_cache", ext), caption="../report/anatomy_kv_cache.rst",
+                       category="anatomy") for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_anatomy_kv_cache.log",
+        paths.log("figures_anatomy_kv_cache"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_anatomy_kv_cache.tsv"
+        paths.benchmark("figures_anatomy_kv_cache")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_anatomy.py"
 
 
 rule figures_anatomy_kv_cut:
     input:
-        f"{RESULTS}/{{model}}/anatomy/kv_groups.parquet",
+        paths.model_anatomy("{model}", "kv_groups.parquet"),
     output:
-        pdf=report(f"{FIGURES}/{{model}}/anatomy/kv_cut_matrix.pdf", caption="../report/anatomy_kv_cut_matrix.rst",
-                   category="anatomy", subcategory="{model}"),
-        png=report(f"{FIGURES}/{{model}}/anatomy/kv_cut_matrix.png", caption="../report/anatomy_kv_cut_matrix.rst",
-                   category="anatomy", subcategory="{model}"),
+        **{ext: report(paths.model_anatomy_figure("{model}", "kv_cut_matrix", ext),
+                       caption="../report/anatomy_kv_cut_matrix.rst", category="anatomy", subcategory="{model}")
+           for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_anatomy_kv_cut/{{model}}.log",
+        paths.log("figures_anatomy_kv_cut", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_anatomy_kv_cut/{{model}}.tsv"
+        paths.benchmark("figures_anatomy_kv_cut", "{model}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_anatomy.py"

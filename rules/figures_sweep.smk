@@ -1,48 +1,40 @@
 # Figures of the training sweep (protocol §7, §8): read the summary tables, never a model.
-FIGURES_SWEEP = {f"{name}_{ext}": f"{FIGURES}/sweep/{stem}.{ext}"
-                 for name, stem in (("heads", "loss_vs_heads"), ("width", "loss_vs_width"),
-                                    ("curves", "training_curves"))
-                 for ext in ("pdf", "png")}
+# Included by rules/figures.smk.
 
 
 rule figures_sweep:
     input:
-        summary=f"{RESULTS}/sweep/summary.parquet",
-        contrast=f"{RESULTS}/sweep/contrast.parquet",
-        finals=f"{RESULTS}/sweep/finals.parquet",
-        curves=f"{RESULTS}/sweep/curves.parquet",
+        **{name: paths.sweep_table(name) for name in targets.SWEEP_TABLES},
     output:
-        **{key: report(path, caption=f"../report/sweep_{Path(path).stem}.rst", category="sweep",
-                       subcategory="heads split and width") for key, path in FIGURES_SWEEP.items()},
+        **{f"{key}_{ext}": report(paths.sweep_figure(stem, ext), caption=f"../report/sweep_{stem}.rst",
+                                  category="sweep", subcategory="heads split and width")
+           for key, stem in targets.SWEEP_FIGURES.items() for ext in paths.EXTENSIONS},
     log:
-        f"{RESULTS}/logs/figures_sweep.log",
+        paths.log("figures_sweep"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_sweep.tsv"
+        paths.benchmark("figures_sweep")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_sweep.py"
 
 
 rule figures_sweep_study:
     input:
-        summary=f"{RESULTS}/sweep/studies/{{study}}.parquet",
-        finals=f"{RESULTS}/sweep/studies/{{study}}_finals.parquet",
+        summary=paths.study_table("{study}"),
+        finals=paths.study_table("{study}", finals=True),
     output:
-        pdf=report(f"{FIGURES}/sweep/study_{{study}}.pdf", caption="../report/sweep_study.rst",
-                   category="sweep", subcategory="study {study}"),
-        png=report(f"{FIGURES}/sweep/study_{{study}}.png", caption="../report/sweep_study.rst",
-                   category="sweep", subcategory="study {study}"),
+        **{ext: report(paths.sweep_figure("study_{study}", ext), caption="../report/sweep_study.rst",
+                       category="sweep", subcategory="study {study}") for ext in paths.EXTENSIONS},
     wildcard_constraints:
-        study="|".join(sweep_studies()) or "(?!)",
+        study=sweep_study_constraint(),
     params:
-        kind=lambda w: config["sweep"]["sweeps"][w.study]["study"]["kind"],
+        kind=lambda w: sweep_study_block(w)["kind"],
     log:
-        f"{RESULTS}/logs/figures_sweep_study/{{study}}.log",
+        paths.log("figures_sweep_study", "{study}"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures_sweep_study/{{study}}.tsv"
+        paths.benchmark("figures_sweep_study", "{study}")
+    conda:
+        "../environment.yml"
     script:
         "../scripts/figures_sweep_study.py"
-
-
-def figures_sweep_targets():
-    return list(FIGURES_SWEEP.values()) + [f"{FIGURES}/sweep/study_{n}.{ext}" for n in sweep_studies()
-                                           for ext in ("pdf", "png")]

@@ -5,13 +5,15 @@
 
 rule models_prepare:
     output:
-        f"{RESULTS}/models/{{model}}/prepared.json",
+        paths.prepared("{model}"),
     params:
-        source=lambda w: {k: v for k, v in get_model_cfg(w.model).items() if k in ("gguf", "source")},
+        source=lambda w: model_source(w.model),
     log:
-        f"{RESULTS}/logs/models_prepare/{{model}}.log",
+        paths.log("models_prepare", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/models_prepare/{{model}}.tsv"
+        paths.benchmark("models_prepare", "{model}")
+    conda:
+        "../environment.yml"
     # Conversion runs on the CPU on purpose (dequantize + save); no gpu resource.
     script:
         "../scripts/models_prepare.py"

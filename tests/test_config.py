@@ -195,3 +195,19 @@ def test_the_gguf_source_is_checked_from_its_header_and_a_converted_tokenizer(tm
         assert facts.tokenizer(text).input_ids == smollm2_tokenizer(text).input_ids
     assert check_config(config, tmp_path) == []
 
+
+
+def test_a_rotary_reference_without_its_config_is_named(tmp_path):
+    """The explorer's clock compares bases with reference configs: a missing one is a config error
+    (checked with the others before any job, not while the rules are read)."""
+    import shutil
+
+    from headwatch.config import report_errors
+    from workflow import ROOT
+
+    config = base()
+    assert report_errors(config, ROOT) == []
+    config["report"]["explorer"]["rotary_references"] = ["qwen2.5-0.5b", "gpt-17"]
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    assert report_errors(config, tmp_path) == [
+        "report.explorer.rotary_references[1]: 'gpt-17' has no reference config config/models/gpt-17.json"]

@@ -37,11 +37,12 @@ SLURM_JOBS = ["attention_maps", "scores_heads", "sequences_make"]
 # ------------------------------------------------------------ the profiles (no Slurm needed)
 
 def gpu_rules(rules_dir: Path = ROOT / "rules") -> set[str]:
-    """Rules whose resources declare a GPU (`gpu=1`), read from rules/*.smk."""
+    """Rules whose resources declare a GPU (`gpu=` a number > 0 or a name: the whole GPU or one
+    share of it, rules/common.smk), read from rules/*.smk."""
     found = set()
     for smk in rules_dir.glob("*.smk"):
         for name, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), re.M):
-            if re.search(r"^\s+gpu\s*=\s*[1-9]", body, re.M):
+            if re.search(r"^\s+gpu\s*=\s*(?!0\b)\w", body, re.M):
                 found.add(name)
     return found
 

@@ -73,7 +73,7 @@ def dump(workdir: str, *configfiles: str) -> dict:
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
 
     logging.disable(logging.CRITICAL)
-    out = dict(rules={}, captions=[])
+    out = dict(rules={}, directives={}, captions=[])
     with SnakemakeApi(OutputSettings()) as api:
         wf_api = api.workflow(resource_settings=ResourceSettings(cores=1),
                               config_settings=ConfigSettings(configfiles=[Path(c) for c in configfiles]),
@@ -81,6 +81,7 @@ def dump(workdir: str, *configfiles: str) -> dict:
         wf = wf_api._workflow                   # the parsed workflow (rules, config)
         config = wf.config
         out["config"] = json.loads(json.dumps(config))
+        out["workdir"] = str(workdir)
         for rule in wf.rules:
             outputs = []
             for f in rule.output:
@@ -92,6 +93,10 @@ def dump(workdir: str, *configfiles: str) -> dict:
                                                  {**wf.wildcard_constraints,
                                                   **(rule.wildcard_constraints or {})}.items()}))
             out["rules"][rule.name] = outputs
+            out["directives"][rule.name] = dict(
+                log=[str(f) for f in rule.log], benchmark=str(rule.benchmark) if rule.benchmark else None,
+                conda=str(rule.conda_env) if rule.conda_env else None, norun=rule.norun,
+                gpu=str(rule.resources["gpu"]) if "gpu" in rule.resources else None)
         # Captions, for every concrete target of `all` that a captioned output produces.
         for target in wf.get_rule("all").input:
             for rule in wf.rules:
@@ -242,6 +247,18 @@ def _readme_patterns() -> list[re.Pattern]:
                     rx += re.escape(part)
             patterns.append(re.compile(rx + (".+" if p.endswith("/") else "")))
     return patterns
+
+
+def test_every_rule_has_a_log_a_benchmark_and_its_software(paper):
+    """Each job writes a log and a time/memory record, and names the environment it runs in
+    (the conda line points at the repository's environment.yml, from rules/)."""
+    rules = {n: d for n, d in paper["directives"].items() if not d["norun"]}
+    assert set(rules) == set(paper["rules"]) - {"all"}
+    for name, d in rules.items():
+        assert d["log"] and all(f.startswith("results/logs/") for f in d["log"]), name
+        assert d["benchmark"] and d["benchmark"].startswith("results/benchmarks/"), name
+        assert d["conda"] and d["conda"].endswith("environment.yml"), name
+        assert (Path(paper["workdir"]) / "environment.yml").exists()
 
 
 def test_readme_outputs_table_lists_every_rules_outputs(paper):

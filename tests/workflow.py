@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ("Snakefile", "rules", "scripts", "config", "report")
+PROJECT_FILES = ("Snakefile", "rules", "scripts", "config", "report", "environment.yml")
 
 
 def make_workdir(path: Path) -> Path:

@@ -1,0 +1,177 @@
+"""Every file the workflow writes, each built by one function.
+
+The rules call these with wildcard placeholders (``scores("{model}")`` is the
+pattern ``results/{model}/scores.parquet``) and the targets with real values
+(``scores("smollm2-135m")``); nothing else spells a path. The README's Outputs
+table lists what each file holds.
+"""
+from __future__ import annotations
+
+RESULTS = "results"
+FIGURES = "figures"
+EXTENSIONS = ("pdf", "png")          # every figure is written twice: for papers and for screens
+
+
+def _join(*parts) -> str:
+    return "/".join(str(p) for p in parts)
+
+
+# ------------------------------------------------------------------ models, sequences, maps, scores
+def model_dir(model: str) -> str:
+    """The prepared model: a float32 safetensors folder and its tokenizer."""
+    return _join(RESULTS, "models", model)
+
+
+def prepared(model: str) -> str:
+    """The record written last by models_prepare; its folder is the model."""
+    return _join(model_dir(model), "prepared.json")
+
+
+def sequence_table(model: str, name: str) -> str:
+    return _join(RESULTS, model, "sequences", f"{name}.parquet")
+
+
+def attention_table(model: str, name: str) -> str:
+    """``maps`` or ``tokens``."""
+    return _join(RESULTS, model, "attention", f"{name}.parquet")
+
+
+def predictions(model: str) -> str:
+    return _join(RESULTS, model, "predictions.parquet")
+
+
+def scores(model: str) -> str:
+    return _join(RESULTS, model, "scores.parquet")
+
+
+# ------------------------------------------------------------------ ablation
+def ablation_table(model: str, name: str) -> str:
+    return _join(RESULTS, model, "ablation", f"{name}.parquet")
+
+
+def guard_record(model: str, experiment: str) -> str:
+    """One ablation rule's guard record (``topk``, ``circuit``, ``attribution``)."""
+    return _join(RESULTS, model, "ablation", "guards", f"{experiment}.json")
+
+
+def guards(model: str) -> str:
+    """Every ablation rule's guard record, merged."""
+    return _join(RESULTS, model, "ablation", "guards.json")
+
+
+# ------------------------------------------------------------------ anatomy
+def anatomy_table(name: str) -> str:
+    """A model-independent anatomy table (survey, params_by_block, rotary, ...)."""
+    return _join(RESULTS, "anatomy", f"{name}.parquet")
+
+
+def model_anatomy(model: str, file: str) -> str:
+    """A per-model anatomy record, ``file`` with its extension (``weight_check.json``, ...)."""
+    return _join(RESULTS, model, "anatomy", file)
+
+
+def reference_config(name: str) -> str:
+    """A reference config shipped with the workflow (an input, never written)."""
+    return _join("config", "models", f"{name}.json")
+
+
+# ------------------------------------------------------------------ sweep
+SWEEP_CORPUS_FILES = {"ids": "ids.npy", "meta": "meta.json", "text": "corpus.txt"}
+
+
+def sweep_corpus(part: str) -> str:
+    """The character corpus: ``ids``, ``meta`` or ``text``."""
+    return _join(RESULTS, "sweep", "corpus", SWEEP_CORPUS_FILES[part])
+
+
+def sweep_run(sweep: str, arch: str, seed, file: str) -> str:
+    """A training job's output (``metrics.parquet``, ``model.pt``, ``checkpoint.pt``)."""
+    return _join(RESULTS, "sweep", sweep, arch, f"seed{seed}", file)
+
+
+def run_output(run: dict, file: str) -> str:
+    """``file`` of a planned run (:func:`headwatch.sweep.plan.runs`), in the folder of the
+    sweep that trains it (its owner)."""
+    return sweep_run(run["trained_under"], run["arch"], run["seed"], file)
+
+
+def sweep_table(name: str) -> str:
+    """``summary``, ``contrast``, ``finals`` or ``curves``."""
+    return _join(RESULTS, "sweep", f"{name}.parquet")
+
+
+def study_table(study: str, finals: bool = False) -> str:
+    return _join(RESULTS, "sweep", "studies", f"{study}{'_finals' if finals else ''}.parquet")
+
+
+VOCAB_FILES = {"tokenizer": "tokenizer.json", "meta": "meta.json", "train": "train.npy", "val": "val.npy",
+               "split": "split.json"}
+
+
+def sweep_vocab(vocab: str, part: str) -> str:
+    """A vocabulary of the corpus (``bpe{size}``; headwatch.charlm.tokenizer): ``tokenizer``,
+    ``meta``, the ``train``/``val`` token ids or the ``split`` record."""
+    return _join(RESULTS, "sweep", "corpus", "vocab", vocab, VOCAB_FILES[part])
+
+
+# ------------------------------------------------------------------ report
+def explorer(model: str) -> str:
+    return _join(RESULTS, model, "explorer.html")
+
+
+def table(scope: str, name: str) -> str:
+    """Any table by scope (``{model}``, ``sweep``, ``anatomy``) and name (may hold a ``/``)."""
+    return _join(RESULTS, scope, f"{name}.parquet")
+
+
+def table_page(scope: str, name: str) -> str:
+    """The HTML page of :func:`table` for Snakemake's report."""
+    return _join(RESULTS, "tables", scope, f"{name}.html")
+
+
+def page_of(table_path: str) -> str:
+    """The page of a table path under ``results/`` (``results/a/b.parquet`` → its page)."""
+    rel = table_path[len(RESULTS) + 1:] if table_path.startswith(f"{RESULTS}/") else None
+    if rel is None or not rel.endswith(".parquet") or "/" not in rel:
+        raise ValueError(f"{table_path!r} is not a table under {RESULTS}/<scope>/")
+    scope, name = rel[:-len(".parquet")].split("/", 1)
+    return table_page(scope, name)
+
+
+def run_config() -> str:
+    """The merged configuration of the last run that executed jobs."""
+    return _join(RESULTS, "run_config.yaml")
+
+
+# ------------------------------------------------------------------ figures
+def head_figure(model: str, name: str, ext: str) -> str:
+    """figures/{model}/{name}.{ext}: grids, enlarged heads, ranked scores."""
+    return _join(FIGURES, model, f"{name}.{ext}")
+
+
+def ablation_figure(model: str, name: str, ext: str) -> str:
+    return _join(FIGURES, model, "ablation", f"{name}.{ext}")
+
+
+def anatomy_figure(name: str, ext: str) -> str:
+    return _join(FIGURES, "anatomy", f"{name}.{ext}")
+
+
+def model_anatomy_figure(model: str, name: str, ext: str) -> str:
+    return _join(FIGURES, model, "anatomy", f"{name}.{ext}")
+
+
+def sweep_figure(name: str, ext: str) -> str:
+    return _join(FIGURES, "sweep", f"{name}.{ext}")
+
+
+# ------------------------------------------------------------------ logs and time/memory records
+def log(rule: str, *wildcards: str) -> str:
+    """A rule's log: ``results/logs/{rule}.log``, or ``results/logs/{rule}/{w1}/.../{wn}.log``."""
+    return _join(RESULTS, "logs", rule, *wildcards) + ".log" if wildcards else _join(RESULTS, "logs", f"{rule}.log")
+
+
+def benchmark(rule: str, *wildcards: str) -> str:
+    """A rule's time/memory record, laid out like its log."""
+    return (_join(RESULTS, "benchmarks", rule, *wildcards) + ".tsv" if wildcards
+            else _join(RESULTS, "benchmarks", f"{rule}.tsv"))

@@ -1,0 +1,137 @@
+"""The run a report describes (protocol §8).
+
+Every run that executes jobs (``make quick``/``run``/``quick-more`` or a plain
+``snakemake --configfile ...``) records its merged configuration in
+``results/run_config.yaml`` (:func:`write_record`, called by rules/report.smk when
+the run starts; dry runs and ``--report`` record nothing), and ``make report``
+hands that file back with ``--configfile``. The captions name the scale of the
+configuration they are rendered with (:func:`run_scale`: paper, quick, quick with
+the studies, or custom with the keys that differ), and the workflow page says
+where it differs from the recorded run (:func:`recorded_run`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+# The overlays that define the scales (Makefile: make quick, make quick-more).
+SCALES = [
+    ("paper", "paper scale", []),
+    ("quick", "quick scale", ["config/quick.yaml"]),
+    ("quick+studies", "quick scale with the sweep studies", ["config/quick.yaml", "config/quick_more.yaml"]),
+]
+COMPUTED_KEY = "report_run"
+"""The key the report's own description of the run is stored under (not part of the run's config)."""
+
+
+class RunRecordError(ValueError):
+    """The record of the last run cannot be read."""
+
+
+def leaves(d: dict, prefix: tuple = ()) -> dict:
+    """{path tuple: value} of a nested dict; lists and empty dicts are values."""
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict) and value:
+            out.update(leaves(value, prefix + (key,)))
+        else:
+            out[prefix + (key,)] = value
+    return out
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """Dotted keys whose values differ between two configs (a key missing on one side included)."""
+    la, lb = leaves(a), leaves(b)
+    return sorted(".".join(map(str, k)) for k in set(la) | set(lb) if la.get(k, KeyError) != lb.get(k, KeyError))
+
+
+def config_of(basedir, *files: str) -> dict:
+    """config/config.yaml with ``files`` laid over it, merged the way Snakemake merges --configfile."""
+    from snakemake.common.configfile import load_configfile
+    from snakemake.utils import update_config
+
+    out: dict = {}
+    for name in ("config/config.yaml",) + tuple(files):
+        update_config(out, load_configfile(str(Path(basedir) / name)))
+    return out
+
+
+def run_config(config: dict) -> dict:
+    """The configuration as the run uses it (without the report's own computed key)."""
+    return {k: v for k, v in config.items() if k != COMPUTED_KEY}
+
+
+def run_scale(cfg: dict, basedir) -> tuple[str, str]:
+    """(scale name, sentence) of a config: which of :data:`SCALES` its scale keys — every key
+    the quick overlays set — match, or 'custom' with the keys that differ from the paper scale."""
+    from snakemake.common.configfile import load_configfile
+
+    keys = set()
+    for _, _, files in SCALES:
+        for name in files:
+            keys |= set(leaves(load_configfile(str(Path(basedir) / name))))
+    mine = leaves(cfg)
+    for name, label, files in SCALES:
+        ref = leaves(config_of(basedir, *files))
+        if all(mine.get(k, KeyError) == ref.get(k, KeyError) for k in keys):
+            over = " and ".join(files)
+            return name, f"{label} ({over + ' over ' if over else ''}config/config.yaml{'' if over else ' as it is'})"
+    paper = leaves(config_of(basedir))
+    off = sorted(".".join(map(str, k)) for k in keys if mine.get(k, KeyError) != paper.get(k, KeyError))
+    shown = ", ".join(off[:12]) + (f" and {len(off) - 12} more keys" if len(off) > 12 else "")
+    return "custom", f"custom scale (differs from the paper scale of config/config.yaml at {shown})"
+
+
+def recorded_run(record, cfg: dict) -> tuple[str | None, list[str]]:
+    """(config files, differences from ``cfg``) of the recorded run, or (None, []) when none is."""
+    import yaml
+
+    record = Path(record)
+    if not record.exists():
+        return None, []
+    text = record.read_text()
+    try:
+        recorded = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise RunRecordError(f"{record} (the record of the last run) is not valid YAML; "
+                             f"delete it, the next run writes it again ({err})") from err
+    files = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                  if line.startswith("# config files:")), "")
+    return files, differences(recorded, cfg)
+
+
+def describe(config: dict, basedir, record) -> dict:
+    """What the captions and the workflow page say about the run (``config["report_run"]``)."""
+    cfg = run_config(config)
+    scale, text = run_scale(cfg, basedir)
+    files, diff = recorded_run(record, cfg)
+    return dict(scale=scale, scale_text=text, record=str(record), recorded_files=files,
+                recorded_differences=diff)
+
+
+def config_files(configfiles, given) -> str:
+    """The config files of a run in merge order: the Snakefile's own (``configfiles``), then
+    those given with --configfile (``given``; paths relative to the working directory when
+    inside it)."""
+    given = [os.path.relpath(f) if not os.path.relpath(f).startswith("..") else str(f) for f in map(str, given)]
+    own = [str(f) for f in configfiles if os.path.relpath(str(f)) not in given and str(f) not in given]
+    return " + ".join(own + given)
+
+
+def write_record(record, config: dict, files: str) -> None:
+    """Record a run's merged configuration (atomically), with the files it came from."""
+    import yaml
+
+    record = Path(record)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_name(record.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write("# The merged configuration of the last run that executed jobs, written by\n"
+                 "# rules/report.smk (onstart). `make report` passes it back with --configfile.\n"
+                 f"# config files: {files}\n"
+                 f"# written: {datetime.now().isoformat(timespec='seconds')}\n")
+        # (a JSON round trip turns a JSON config's OrderedDicts into plain dicts for YAML)
+        yaml.safe_dump(json.loads(json.dumps(run_config(config))), fh, sort_keys=False, allow_unicode=True)
+    os.replace(tmp, record)

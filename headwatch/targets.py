@@ -1,0 +1,126 @@
+"""What the workflow makes: the targets of ``rule all``, stage by stage, and the inputs that
+exist only when some rule of the DAG makes them (the explorer's optional tables, the
+report's table pages).
+
+Every function takes the validated config; those that depend on the DAG take
+``producible(path) -> bool`` (does some rule write this path?), which the rules
+answer from Snakemake's own rule list. Paths come from :mod:`headwatch.paths`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from . import paths
+from .names import SCORES
+from .sequences import SETS
+from .sweep import plan
+
+ABLATION_EXPERIMENTS = ("topk", "circuit", "attribution")
+"""The ablation rules' experiments (protocol §5a–c); each writes a guard record."""
+ABLATION_TABLES = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary", "pairs")
+ANATOMY_TABLES = ("survey", "params_by_block", "rotary", "kv_cache", "attention_cells")
+MODEL_ANATOMY_FILES = ("head_slices.json", "weight_check.json", "kv_groups.parquet", "kv_similarity.parquet")
+SWEEP_TABLES = ("summary", "contrast", "finals", "curves")
+HEAD_FIGURES = ("scores_ranked", "sink_vs_induction")
+ABLATION_FIGURES = ("topk", "circuit", "pairs")
+ANATOMY_FIGURES = ("params_by_block", "rotary_clocks", "kv_cache")
+SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "curves": "training_curves"}
+"""The sweep's figures by output key (rule figures_sweep) and file stem."""
+EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
+EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
+
+Producible = Callable[[str], bool]
+
+
+def figure_pair(make, *args) -> list[str]:
+    """Both files (PDF, PNG) of one figure: ``make(*args, ext)`` for each extension."""
+    return [make(*args, ext) for ext in paths.EXTENSIONS]
+
+
+def models(config: dict) -> list[str]:
+    return list(config["models_studied"])
+
+
+def sequences(config: dict) -> list[str]:
+    return [paths.sequence_table(m, s) for m in models(config) for s in SETS]
+
+
+def attention(config: dict) -> list[str]:
+    return [p for m in models(config) for p in (paths.attention_table(m, "maps"),
+                                                paths.attention_table(m, "tokens"), paths.predictions(m))]
+
+
+def scores(config: dict) -> list[str]:
+    return [paths.scores(m) for m in models(config)]
+
+
+def ablation(config: dict) -> list[str]:
+    return [p for m in models(config)
+            for p in [paths.ablation_table(m, t) for t in ABLATION_TABLES] + [paths.guards(m)]]
+
+
+def anatomy(config: dict) -> list[str]:
+    return ([paths.anatomy_table(t) for t in ANATOMY_TABLES]
+            + [paths.model_anatomy(m, f) for m in models(config) for f in MODEL_ANATOMY_FILES])
+
+
+def sweep(config: dict) -> list[str]:
+    """Every training job's outputs (each once, under its owner), the summaries, each study's tables."""
+    s = config["sweep"]
+    return ([paths.run_output(r, f) for r in plan.train_jobs(s) for f in ("metrics.parquet", "model.pt")]
+            + [paths.sweep_table(t) for t in SWEEP_TABLES]
+            + [paths.study_table(n, finals) for n in plan.studies(s) for finals in (False, True)])
+
+
+def figures(config: dict) -> list[str]:
+    out = []
+    for m in models(config):
+        out += [f for phrase in config["phrases"] for f in figure_pair(paths.head_figure, m, f"grid_{phrase}")]
+        out += [f for score in SCORES for f in figure_pair(paths.head_figure, m, f"head_{score}")]
+        out += [f for name in HEAD_FIGURES for f in figure_pair(paths.head_figure, m, name)]
+    out += [f for name in ANATOMY_FIGURES for f in figure_pair(paths.anatomy_figure, name)]
+    out += [f for m in models(config) for f in figure_pair(paths.model_anatomy_figure, m, "kv_cut_matrix")]
+    for m in models(config):
+        out += [f for name in ABLATION_FIGURES for f in figure_pair(paths.ablation_figure, m, name)]
+        out += [f for phrase in config["phrases"]
+                for f in figure_pair(paths.ablation_figure, m, f"attribution_{phrase}")]
+    out += [f for stem in SWEEP_FIGURES.values() for f in figure_pair(paths.sweep_figure, stem)]
+    out += [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")]
+    return out
+
+
+def report_tables(config: dict, producible: Producible) -> list[str]:
+    """The key tables of ``report.tables`` and every planned study's summary, as HTML pages,
+    each only when some rule of the workflow makes its table (a stage not in the DAG is left out)."""
+    tables = config["report"]["tables"]
+    found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)]
+    found += [paths.table(*t.split("/", 1)) for t in tables["shared"]]
+    found += [paths.study_table(n) for n in plan.studies(config["sweep"])]
+    return [paths.page_of(t) for t in found if producible(t)]
+
+
+def report(config: dict, producible: Producible) -> list[str]:
+    return [paths.explorer(m) for m in models(config)] + report_tables(config, producible)
+
+
+def all_targets(config: dict, producible: Producible) -> list[str]:
+    """Everything ``rule all`` asks for."""
+    return (sequences(config) + attention(config) + scores(config) + ablation(config) + anatomy(config)
+            + sweep(config) + figures(config) + report(config, producible))
+
+
+def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
+    """The explorer page's inputs: the spine tables always; the ablation and sweep tables
+    whenever a rule of the workflow makes them (so a workflow without those stages still
+    builds a page, without their sections)."""
+    inputs = dict(model=paths.prepared(model), maps=paths.attention_table(model, "maps"),
+                  tokens=paths.attention_table(model, "tokens"), predictions=paths.predictions(model),
+                  scores=paths.scores(model),
+                  references=[paths.reference_config(r) for r in config["report"]["explorer"]["rotary_references"]])
+    for name in EXPLORER_ABLATION:
+        if producible(paths.ablation_table(model, name)):
+            inputs[name] = paths.ablation_table(model, name)
+    for key, name in EXPLORER_SWEEP.items():
+        if producible(paths.sweep_table(name)):
+            inputs[key] = paths.sweep_table(name)
+    return inputs

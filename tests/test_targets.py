@@ -1,0 +1,100 @@
+"""What the rules ask the library for, without Snakemake: every output path from one function
+(headwatch.paths), the default target (headwatch.targets) and the record of the run a report
+describes (headwatch.run_record)."""
+import copy
+
+import pytest
+import yaml
+
+from headwatch import paths, run_record, targets
+from headwatch.sweep import plan
+from conftest import ROOT
+
+CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def everything(path):
+    return True
+
+
+# ------------------------------------------------------------------ paths
+def test_each_path_is_spelled_once_and_takes_wildcards_or_values():
+    assert paths.scores("{model}") == "results/{model}/scores.parquet"
+    assert paths.scores("m") == "results/m/scores.parquet"
+    assert paths.sweep_run("{sweep}", "{arch}", "{seed}", "model.pt") == "results/sweep/{sweep}/{arch}/seed{seed}/model.pt"
+    assert paths.guard_record("m", "topk") == "results/m/ablation/guards/topk.json"
+    assert paths.log("sweep_train", "s", "a", "seed0") == "results/logs/sweep_train/s/a/seed0.log"
+    assert paths.log("sweep_summary") == "results/logs/sweep_summary.log"
+    assert paths.benchmark("scores_heads", "m") == "results/benchmarks/scores_heads/m.tsv"
+    assert paths.head_figure("m", "grid_noise", "png") == "figures/m/grid_noise.png"
+    assert paths.study_table("kv", finals=True) == "results/sweep/studies/kv_finals.parquet"
+    # a run is read from the folder of the sweep that trains it
+    run = dict(sweep="width", arch="w256-h4", seed=2, trained_under="heads_split")
+    assert paths.run_output(run, "metrics.parquet") == "results/sweep/heads_split/w256-h4/seed2/metrics.parquet"
+
+
+def test_a_tables_page_mirrors_its_path():
+    assert paths.page_of(paths.table("m", "ablation/topk")) == "results/tables/m/ablation/topk.html"
+    assert paths.page_of(paths.sweep_table("summary")) == paths.table_page("sweep", "summary")
+    for bad in ("results/scores.parquet", "figures/m/x.parquet", "results/m/x.json"):
+        with pytest.raises(ValueError, match="is not a table"):
+            paths.page_of(bad)
+
+
+# ------------------------------------------------------------------ targets
+def test_the_default_target_holds_every_stage_once():
+    out = targets.all_targets(CONFIG, everything)
+    assert len(out) == len(set(out))
+    m = CONFIG["models_studied"][0]
+    for path in (paths.sequence_table(m, "phrases"), paths.attention_table(m, "maps"), paths.predictions(m),
+                 paths.scores(m), paths.guards(m), paths.ablation_table(m, "pairs"),
+                 paths.anatomy_table("survey"), paths.model_anatomy(m, "kv_similarity.parquet"),
+                 paths.sweep_table("curves"), paths.study_table("experts_topk", finals=True),
+                 paths.head_figure(m, "head_induction", "pdf"), paths.ablation_figure(m, "attribution_names", "png"),
+                 paths.sweep_figure("study_depth", "pdf"), paths.explorer(m),
+                 paths.page_of(paths.table(m, "ablation/topk"))):
+        assert path in out, path
+    trained = [p for p in out if p.endswith("/model.pt")]
+    assert len(trained) == len(plan.train_jobs(CONFIG["sweep"])) > 24
+    assert not any(p.startswith("results/sweep/width/w256-h4/") for p in out)     # heads_split trains it
+
+
+def test_skipped_studies_and_absent_stages_are_left_out():
+    cfg = copy.deepcopy(CONFIG)
+    cfg["sweep"]["skip"] = plan.studies(cfg["sweep"])
+    out = targets.all_targets(cfg, lambda p: not p.startswith("results/sweep/"))
+    assert not any("studies" in p or "study_" in p for p in out)
+    assert paths.page_of(paths.sweep_table("summary")) not in out           # no rule makes it: no page
+    assert paths.page_of(paths.anatomy_table("rotary")) in out
+    inputs = targets.explorer_inputs("m", cfg, lambda p: "ablation" in p)
+    assert inputs["topk"] == paths.ablation_table("m", "topk") and "sweep_summary" not in inputs
+    assert inputs["references"] == [paths.reference_config(r)
+                                     for r in cfg["report"]["explorer"]["rotary_references"]]
+
+
+# ------------------------------------------------------------------ the run a report describes
+def test_the_scale_is_found_from_the_overlays():
+    assert run_record.run_scale(run_record.config_of(ROOT), ROOT)[0] == "paper"
+    assert run_record.run_scale(run_record.config_of(ROOT, "config/quick.yaml"), ROOT)[0] == "quick"
+    both = run_record.config_of(ROOT, "config/quick.yaml", "config/quick_more.yaml")
+    assert run_record.run_scale(both, ROOT)[0] == "quick+studies"
+    custom = run_record.config_of(ROOT, "config/quick.yaml")
+    custom["sweep"]["model"]["context"] = 32
+    name, text = run_record.run_scale(custom, ROOT)
+    assert name == "custom" and "sweep.model.context" in text
+
+
+def test_a_recorded_run_is_written_read_back_and_compared(tmp_path):
+    record = tmp_path / "run_config.yaml"
+    assert run_record.recorded_run(record, CONFIG) == (None, [])
+    config = dict(copy.deepcopy(CONFIG), **{run_record.COMPUTED_KEY: {"scale": "paper"}})
+    run_record.write_record(record, config, "config/config.yaml + my.yaml")
+    files, diff = run_record.recorded_run(record, CONFIG)
+    assert files == "config/config.yaml + my.yaml" and diff == []
+    assert run_record.COMPUTED_KEY not in yaml.safe_load(record.read_text())
+    other = copy.deepcopy(CONFIG)
+    other["attention"]["batch"] = 3
+    assert run_record.recorded_run(record, other)[1] == ["attention.batch"]
+    record.write_text("models: [unclosed\n")
+    with pytest.raises(run_record.RunRecordError, match="not valid YAML"):
+        run_record.recorded_run(record, CONFIG)
