@@ -180,7 +180,29 @@ def test_a_phase_past_its_deadline_is_asked_to_stop_then_interrupted_then_killed
     assert rec["stopped"] == "killed" and rec["returncode"] == -signal.SIGKILL
     rec = check.run_phase("probe", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path,
                           tmp_path / "probe.log", deadline=time.monotonic() + 1.0, grace=0.5, kill_after=5)
-    assert rec["stopped"] is None and rec["returncode"] == -signal.SIGTERM     # SIGTERM (graceful) ended it
+    assert rec["stopped"] == "no new jobs" and rec["returncode"] == -signal.SIGTERM   # the graceful stop ended it
+
+
+def test_a_job_cut_short_by_the_time_limit_is_not_called_a_failure(tmp_path):
+    results = tmp_path / "results"
+    logs = results / "logs" / "ablation_topk"
+    logs.mkdir(parents=True)
+    for name, error in (("a.log", "KeyboardInterrupt"), ("b.log", "headwatch.workflow.Terminated: 143")):
+        with pytest.raises(BaseException):
+            with log_to(logs / name):
+                raise KeyboardInterrupt if error == "KeyboardInterrupt" else check_terminated()
+    assert check.interrupted(results, "ablation_topk", since=0)
+    with pytest.raises(ValueError):
+        with log_to(logs / "c.log"):
+            raise ValueError("a real failure")
+    assert not check.interrupted(results, "ablation_topk", since=0)
+    assert not check.interrupted(results, "no_such_rule", since=0)
+
+
+def check_terminated():
+    from headwatch.workflow import Terminated
+
+    return Terminated(143)
 
 
 # ------------------------------------------------------------------ log_to

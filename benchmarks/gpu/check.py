@@ -82,7 +82,7 @@ TINY_SHAPE = dict(num_hidden_layers=3, hidden_size=64, intermediate_size=128, nu
                   num_key_value_heads=2, head_dim=16)
 SEED = 0
 REPORT_RESERVE_S = 20          # kept for the report at the end of the time limit
-GRACE_S = 60                   # before the limit: Snakemake starts no new job
+GRACE_S = 60                   # before the limit: Snakemake starts no new job (at most 20 % of the limit)
 KILL_AFTER_S = 30              # after the interrupt: what is still running is killed
 
 START = time.monotonic()
@@ -372,8 +372,7 @@ def run_phase(name: str, cmd: list[str], cwd: Path, log: Path, deadline: float, 
                 pass
     text = log.read_text(errors="replace")
     failed = sorted(set(re.findall(r"Error in rule (\w+):", text)))
-    return dict(phase=name, returncode=rc, wall_s=round(time.monotonic() - t0, 1),
-                stopped=stop if stop in ("interrupted", "killed") else None,
+    return dict(phase=name, returncode=rc, wall_s=round(time.monotonic() - t0, 1), stopped=stop,
                 no_new_jobs_after_s=round(max(deadline - grace - t0, 0), 1) if stop else None,
                 failed_rules=failed, log=str(log))
 
@@ -418,6 +417,15 @@ def collect_jobs(results: Path, since: float) -> "pd.DataFrame":
         if col not in df:
             df[col] = None
     return df
+
+
+def interrupted(results: Path, rule: str, since: float) -> bool:
+    """Did every log of ``rule`` that failed in this run fail on the check's own interrupt?"""
+    texts = [p.read_text(errors="replace") for p in (results / "logs" / rule).rglob("*.log")
+             if p.stat().st_mtime >= since] if (results / "logs" / rule).is_dir() else []
+    failed = [t for t in texts if "this attempt failed" in t]
+    return bool(failed) and all(re.search(r"^(KeyboardInterrupt|headwatch\.workflow\.Terminated)", t, re.M)
+                                for t in failed)
 
 
 def rules_table(jobs) -> "pd.DataFrame":
@@ -615,6 +623,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     started_wall = time.time()
     deadline = START + args.time_limit - REPORT_RESERVE_S
+    grace = min(GRACE_S, 0.2 * args.time_limit)
     args.out.mkdir(parents=True, exist_ok=True)
     steps: dict = {}
     say(f"headwatch GPU check{' --cpu-tiny' if args.cpu_tiny else ''}: {time.strftime('%Y-%m-%d %H:%M:%S')}, "
@@ -650,7 +659,7 @@ def main(argv=None) -> int:
     configfile.write_text(yaml.safe_dump(cfg, sort_keys=False))
     shutil.copy(configfile, args.out / configfile.name)
     steps["overlay"] = dict(file=str(configfile), notes=notes)
-    say(f"3. overlay: {configfile} over config/config.yaml ({STUDY_KEY}: {cfg[STUDY_KEY]})"
+    say(f"3. overlay: {configfile} over config/config.yaml ({studied_key()}: {cfg[studied_key()]})"
         + "".join(f"; note: {n}" for n in notes))
 
     outputs = dag_outputs(args.workdir, configfile)
@@ -658,7 +667,7 @@ def main(argv=None) -> int:
     phases = []
     for name in args.phases:
         left = deadline - time.monotonic()
-        if left < GRACE_S / 2 or any(p["stopped"] for p in phases):
+        if left < grace + 10 or any(p["stopped"] for p in phases):      # it would be told to stop at once
             phases.append(dict(phase=name, skipped=f"{max(left, 0):.0f} s left", stopped=None,
                                returncode=None, wall_s=0.0, failed_rules=[]))
             say(f"4. phase {name}: not started ({phases[-1]['skipped']})")
@@ -668,30 +677,37 @@ def main(argv=None) -> int:
         cmd = snakemake_cmd(args, configfile, targets)
         say(f"4. phase {name}: {len(targets) or 'the default target, all'} targets; "
             f"{' '.join(c for c in cmd[1:] if c not in targets)}")
-        rec = run_phase(name, cmd, args.workdir, args.out / f"snakemake-{name}.log", deadline)
+        rec = run_phase(name, cmd, args.workdir, args.out / f"snakemake-{name}.log", deadline, grace)
         phases.append(rec)
         say(f"   {name}: {rec['wall_s']:.1f} s, exit {rec['returncode']}"
-            + (f", stopped at the time limit ({rec['stopped']})" if rec["stopped"] else "")
+            + (f", stopped by the time limit ({rec['stopped']})" if rec["stopped"] else "")
             + (f", failed rules {rec['failed_rules']}" if rec["failed_rules"] else ""))
     steps["phases"] = phases
 
     summary = report(args, steps, phases, started_wall)
     stopped = any(p.get("stopped") or p.get("skipped") for p in phases)
     failed = sorted({r for p in phases for r in p.get("failed_rules", [])})
+    cut_short = [r for r in failed if interrupted(args.workdir / "results", r, started_wall)]
+    failed = [r for r in failed if r not in cut_short]
+    if cut_short:
+        say(f"interrupted by the time limit (not failures: their logs end in the interrupt): {cut_short}")
+    errors = [f"phase {p['phase']} exited {p['returncode']}" for p in phases
+              if p.get("returncode") not in (0, None) and not p.get("stopped")]
     say("")
     end = ("STOPPED at the time limit: rerun the same command to resume (finished jobs are kept, training "
            "continues from its last checkpoint)") if stopped else "finished"
-    if failed:
-        end += "; FAILED rules: " + ", ".join(failed)
+    if failed or errors:
+        end += "; FAILED: " + ", ".join([f"rule {r}" for r in failed] + errors)
     say(f"== {end}; check wall time {elapsed():.1f} s")
     skipped = copy_out(args.workdir, args.out)
     if skipped:
         say(f"not copied to {args.out} (too large): {skipped}")
     (args.out / "report.json").write_text(json.dumps(dict(steps=steps, **summary, stopped=stopped,
-                                                          failed_rules=failed, wall_s=round(elapsed(), 1)),
+                                                          failed_rules=failed, errors=errors,
+                                                          wall_s=round(elapsed(), 1)),
                                                      indent=1, default=str))
     (args.out / "report.txt").write_text("\n".join(_printed) + "\n")
-    return 1 if failed else 0
+    return 1 if failed or errors else 0
 
 
 if __name__ == "__main__":
