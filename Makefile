@@ -11,8 +11,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= $(shell nproc)
-# The gpu resource keeps model jobs from sharing a GPU. With no GPU (nvidia-smi
-# finds none) it would only serialise CPU jobs, so allow one per core instead.
+# The gpu resource counts GPUs: the workflow splits each into sweep.jobs_per_gpu shares,
+# a training job taking one and every other model job a whole GPU (headwatch/gpu_shares.py).
+# With no GPU (nvidia-smi finds none) it would only serialise CPU jobs, so allow one per
+# core instead (the cores then bound every job, shared or not).
 GPUS ?= $(shell n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo $(CORES))
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS)
 # Nothing is downloaded from a model hub at run time; set HF_HUB_OFFLINE=0 to allow it.

@@ -4,7 +4,7 @@
 # plan by headwatch/sweep/plan.py (all three are tested without Snakemake).
 from pathlib import Path
 
-from headwatch import paths, targets
+from headwatch import gpu_shares, paths, targets
 from headwatch.config import check_config as _check_config
 from headwatch.sequences import SETS, set_params
 from headwatch.sweep import plan as sweep_plan
@@ -13,9 +13,10 @@ wildcard_constraints:
     model=r"[A-Za-z0-9_.\-]+",
     set="|".join(SETS),
 
-# The gpu resource: every job that runs a model takes a whole GPU.
-GPU_JOB = 1
-GPU_TRAIN_JOB = GPU_JOB
+# The gpu resource, counted in shares (headwatch/gpu_shares.py): a job that runs a model
+# asks for a whole GPU (GPU_JOB shares), a training job for one share, so that
+# sweep.jobs_per_gpu training jobs run beside each other on one GPU.
+GPU_JOB, GPU_TRAIN_JOB = gpu_shares.share_gpus(workflow, config["sweep"]["jobs_per_gpu"])
 
 
 def check_config(config):
