@@ -61,6 +61,15 @@ def sweep_corpus_inputs(wildcards):
     return sweep_plan.corpus_inputs(config["sweep"])
 
 
+def sweep_train_inputs(wildcards):
+    """The ids a training job reads: the corpus's characters, or its vocabulary's files (rule
+    sweep_vocab)."""
+    vocab = sweep_plan.job_vocab(config["sweep"], wildcards.sweep, wildcards.arch)
+    if vocab == sweep_plan.CHAR:
+        return dict(ids=paths.sweep_corpus("ids"), meta=paths.sweep_corpus("meta"))
+    return {part: paths.sweep_vocab(vocab, part) for part in paths.VOCAB_FILES}
+
+
 def sweep_job_params(wildcards):
     """Exactly the slice of config one training job depends on; raises for a run another sweep
     owns (it is read from there, never retrained)."""

@@ -9,10 +9,14 @@
 # `train`, the shared `model`, precision, device): editing one sweep reruns that
 # sweep's jobs and the summary, nothing else.
 #
-# Studies: a sweep with a `study` block (experts | depth | kv) is summarized on
+# Studies: a sweep with a `study` block (experts | depth | kv | vocab) is summarized on
 # its own (rule sweep_study) after checking its invariant, instead of joining
 # summary.parquet. Sweeps in `sweep.skip` are not planned at all (make quick skips
 # the studies; make quick-more runs them).
+#
+# Vocabularies: a grid entry's `vocab` (bpe<size>) makes its jobs read that vocabulary's
+# ids, trained on the corpus's training split by one sweep_vocab job per vocabulary
+# (its only param is the name: adding a size trains only that tokenizer).
 
 
 rule sweep_corpus:
@@ -32,10 +36,28 @@ rule sweep_corpus:
         "../scripts/sweep_corpus.py"
 
 
+rule sweep_vocab:
+    input:
+        **{part: paths.sweep_corpus(part) for part in paths.SWEEP_CORPUS_FILES},
+    output:
+        **{part: paths.sweep_vocab("{vocab}", part) for part in paths.VOCAB_FILES},
+    wildcard_constraints:
+        vocab=sweep_plan.VOCAB_PATTERN,
+    params:
+        vocab=lambda w: w.vocab,
+    log:
+        paths.log("sweep_vocab", "{vocab}"),
+    benchmark:
+        paths.benchmark("sweep_vocab", "{vocab}")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/sweep_vocab.py"
+
+
 rule sweep_train:
     input:
-        ids=paths.sweep_corpus("ids"),
-        meta=paths.sweep_corpus("meta"),
+        unpack(sweep_train_inputs),
     output:
         metrics=paths.sweep_run("{sweep}", "{arch}", "{seed}", "metrics.parquet"),
         model=paths.sweep_run("{sweep}", "{arch}", "{seed}", "model.pt"),

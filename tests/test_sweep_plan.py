@@ -17,10 +17,11 @@ CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
 def test_config_sweeps_are_valid_and_plan_24_models_with_w256_h4_trained_once():
     cfg = CONFIG
     assert check_sweeps(cfg) == []
-    # The split/capacity summary's 27 runs (24 trained); the studies add 45 runs of
-    # which 33 are trained (w256-h4 x 3 is heads_split's, e8k2-b0.01 x 3 is experts').
+    # The split/capacity summary's 27 runs (24 trained); the studies add 63 runs of
+    # which 48 are trained (w256-h4 x 3 is heads_split's, e8k2-b0.01 x 3 is experts').
     assert len(runs(cfg, studies=False)) == 27
-    assert len(runs(cfg)) == 72 and len(train_jobs(cfg)) == 24 + 33
+    assert len(runs(cfg)) == 90 and len(train_jobs(cfg)) == 24 + 33 + 15
+    assert owner(cfg, "vocab", "w256-h4", 0) == "heads_split"
     assert len([r for r in train_jobs(cfg) if r["sweep"] in ("heads_split", "width")]) == 24
     assert owner(cfg, "experts_topk", "w256-h4-e8k2-b0.01", 1) == "experts"
     assert owner(cfg, "kv_sharing", "w256-h4", 2) == owner(cfg, "depth", "w256-h4", 2) == "heads_split"
@@ -95,9 +96,9 @@ def test_studies_their_runs_and_the_corpus_input():
     """What the sweep's rules ask the plan: the study sweeps (skipped ones left out), each study's
     runs with their model settings and the sweep that trains them, the corpus's input file."""
     cfg = copy.deepcopy(CONFIG)
-    assert studies(cfg) == ["experts", "depth", "kv_sharing", "experts_topk"]
+    assert studies(cfg) == ["experts", "depth", "kv_sharing", "experts_topk", "vocab"]
     cfg["skip"] = ["depth"]
-    assert studies(cfg) == ["experts", "kv_sharing", "experts_topk"]
+    assert studies(cfg) == ["experts", "kv_sharing", "experts_topk", "vocab"]
     kv = study_runs(cfg, "kv_sharing")
     assert [(r["arch"], r["seed"]) for r in kv] == [(c, s) for c in ("w256-h4", "w256-h4-kv2", "w256-h4-kv1")
                                                       for s in (0, 1, 2)]

@@ -1,6 +1,8 @@
 """The sweep stage through the real Snakefile, on a tiny config, in a temporary folder:
-it trains end to end, a second run has nothing to do, editing one sweep reruns only
-that sweep's jobs, and a bad grid entry stops before any job."""
+it trains end to end (a tiny vocab study included: characters vs a byte-level BPE
+vocabulary), a second run has nothing to do, editing one sweep reruns only that sweep's
+jobs, adding a vocabulary size schedules only its tokenizer and its models, and a bad
+grid entry stops before any job."""
 import os
 import re
 import subprocess
@@ -15,10 +17,21 @@ from headwatch.charlm.spec import ModelSpec
 from workflow import deep_merge, make_workdir, planned_jobs, tiny_config, write_config
 
 TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet",
-           "results/sweep/studies/experts.parquet"]
+           "results/sweep/studies/experts.parquet", "results/sweep/studies/vocab.parquet"]
 FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", "training_curves",
-                                              "study_experts")
+                                              "study_experts", "study_vocab")
            for e in ("pdf", "png")]
+VOCAB_GRID = [{"width": 16, "heads": 2}, {"width": 16, "heads": 2, "vocab": "bpe300"}]
+
+
+def with_vocab_study(config: dict) -> dict:
+    """The tiny config with a tiny vocab study: the plain w16-h2 (heads_split's) and a 300-token
+    byte-level BPE arm, same settings."""
+    sw = config["sweep"]
+    return deep_merge(config, {"sweep": {
+        "skip": [n for n in sw["skip"] if n != "vocab"],
+        "sweeps": {"vocab": {"study": {"kind": "vocab"}, "grid": VOCAB_GRID, "seeds": [0, 1],
+                             "train": sw["sweeps"]["heads_split"]["train"]}}}})
 
 
 def smk(workdir, configfile, *args):
@@ -37,6 +50,18 @@ def with_sweep_figures(workdir):
     return workdir
 
 
+def planned_wildcards(result, rule_name: str) -> list[str]:
+    """The wildcards lines of every job of ``rule_name`` in a dry run's listing."""
+    out, rule = [], None
+    for line in (result.stdout + result.stderr).splitlines():
+        line = line.strip()
+        if line.startswith("rule "):
+            rule = line[5:].rstrip(":")
+        if line.startswith("wildcards:") and rule == rule_name:
+            out.append(line)
+    return out
+
+
 def planned_runs(result) -> set[tuple[str, str, int]]:
     """(sweep, arch, seed) of every sweep_train job in a dry run's listing."""
     out, rule = set(), None
@@ -53,7 +78,7 @@ def planned_runs(result) -> set[tuple[str, str, int]]:
 @pytest.fixture(scope="module")
 def sweep_run(tmp_path_factory, tiny_model_dir):
     workdir = with_sweep_figures(make_workdir(tmp_path_factory.mktemp("sweep")))
-    config = tiny_config(tiny_model_dir)
+    config = with_vocab_study(tiny_config(tiny_model_dir))
     configfile = write_config(workdir, config)
     result = smk(workdir, configfile)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -96,6 +121,18 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert (res / "experts" / "w16-h2-e4k2-b0" / "seed1" / "model.pt").stat().st_size > 0
     logs = {p.name for p in (workdir / "results" / "logs").rglob("*.log")}
     assert {"sweep_corpus.log", "sweep_summary.log", "figures_sweep.log", "seed0.log"} <= logs
+    # The tiny vocab study: characters (read from heads_split) vs 300 byte-level BPE tokens,
+    # both scored in bits per character on the same validation text.
+    vocab = pd.read_parquet(res / "studies" / "vocab.parquet")
+    assert vocab["arch"].tolist() == ["w16-h2", "w16-h2-vbpe300"]
+    assert vocab["vocab"].tolist() == ["char", "bpe300"] and vocab["vocab_size"].iloc[1] == 300
+    assert vocab["trained_under"].tolist() == ["heads_split", "vocab"]
+    assert vocab["val_sha256"].nunique() == 1 and (vocab["seeds"] == 2).all()
+    assert vocab["chars_per_window"].iloc[1] > vocab["chars_per_window"].iloc[0] == 16
+    assert (vocab["val_bpc_mean"] > 0).all() and (vocab["params"] > vocab["params_without_vocab"]).all()
+    assert sorted(p.name for p in (res / "corpus" / "vocab" / "bpe300").iterdir()) == [
+        "meta.json", "split.json", "tokenizer.json", "train.npy", "val.npy"]
+    assert not (res / "vocab" / "w16-h2").exists()                # the char arm is heads_split's
 
 
 def test_a_second_dry_run_has_nothing_to_do(sweep_run):
@@ -120,6 +157,18 @@ def test_changing_one_sweeps_steps_reruns_only_that_sweep(sweep_run):
     result = smk(workdir, write_config(workdir, changed, "split_grid.yaml"), "-n")
     assert planned_runs(result) == {("heads_split", "w16-h4", 0), ("heads_split", "w16-h4", 1)}
     assert planned_jobs(result) == {"sweep_train": 2, "sweep_summary": 1, "figures_sweep": 1}
+
+
+def test_adding_a_vocabulary_size_schedules_only_its_tokenizer_and_models(sweep_run):
+    workdir, config, _ = sweep_run
+    grid = VOCAB_GRID + [{"width": 16, "heads": 2, "vocab": "bpe320"}]
+    changed = deep_merge(config, {"sweep": {"sweeps": {"vocab": {"grid": grid}}}})
+    result = smk(workdir, write_config(workdir, changed, "vocab_size.yaml"), "-n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert planned_wildcards(result, "sweep_vocab") == ["wildcards: vocab=bpe320"]
+    assert planned_runs(result) == {("vocab", "w16-h2-vbpe320", 0), ("vocab", "w16-h2-vbpe320", 1)}
+    assert planned_jobs(result) == {"sweep_vocab": 1, "sweep_train": 2, "sweep_study": 1,
+                                    "figures_sweep_study": 1}
 
 
 def test_a_bad_grid_entry_stops_before_any_job(tmp_path, tiny_model_dir):

@@ -182,3 +182,17 @@ def test_the_vocab_option_names_the_slug_and_leaves_plain_jobs_unchanged():
     assert vocabularies(cfg) == ["bpe256", "bpe512", "bpe1024", "bpe2048", "bpe4096"]
     assert [r["vocab"] for r in study_runs(cfg, "vocab")][::3] == ["char"] + vocabularies(cfg)
     assert all(SLUG.match(r["arch"]) for r in train_jobs(cfg))
+
+
+def test_the_paper_vocab_study_is_sound_and_unfair_grids_are_named_by_key():
+    cfg = copy.deepcopy(CONFIG)
+    assert check_sweeps(cfg) == []
+    grid = cfg["sweeps"]["vocab"]["grid"]
+    assert [e.get("vocab", "char") for e in grid] == ["char", "bpe256", "bpe512", "bpe1024", "bpe2048", "bpe4096"]
+    assert {(e["width"], e["heads"]) for e in grid} == {(256, 4)} and cfg["sweeps"]["vocab"]["seeds"] == [0, 1, 2]
+    grid[2] = dict(grid[2], layers=8)
+    grid.append(dict(width=256, heads=4, vocab="bpe100"))
+    errors = "\n".join(check_sweeps(cfg))
+    assert "sweep.sweeps.vocab.grid[6]: vocab: " in errors and ">= 256" in errors
+    del grid[6]
+    assert "sweep.sweeps.vocab.study: configurations may differ only in their vocabulary" in "\n".join(check_sweeps(cfg))

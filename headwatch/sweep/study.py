@@ -196,7 +196,9 @@ def study_note(study: dict) -> dict:
                     "its tokens / its characters / ln 2 (val_bpc_mean, val_bpc_std); every arm scored on "
                     "the same validation characters (val_sha256, checked)",
                     context="held equal in TOKENS (sweep.model.context): a larger vocabulary sees more "
-                    "characters per window (chars_per_window = context x validation characters per token)",
+                    "characters per window (chars_per_window = context x validation characters per token); "
+                    "steps and batch are equal too, so each arm trains on the same number of tokens and a "
+                    "larger vocabulary on more characters (train_chars_per_token)",
                     params="params = vocab_params (token embedding + output head) + positions (position "
                     "embeddings, the same in every arm) + non_embedding (attention + norms + FFN); "
                     "params_without_vocab = positions + non_embedding; embedding_share = vocab_params / params",
