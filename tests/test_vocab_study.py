@@ -174,8 +174,11 @@ def test_the_vocab_option_names_the_slug_and_leaves_plain_jobs_unchanged():
                                   grid=[dict(width=256, heads=4)] + [dict(width=256, heads=4, vocab=f"bpe{n}")
                                                                      for n in (256, 512, 1024, 2048, 4096)])
     plain = job_params(cfg, "heads_split", "w256-h4", 0)
-    assert "vocab" not in plain
+    assert "vocab" not in plain and plain["val_full"] is True        # the vocab study reads it
     assert job_params(cfg, "vocab", "w256-h4-vbpe1024", 0) == dict(plain, vocab="bpe1024")
+    # a job no vocab study reads skips the whole-validation evaluation, skipped study or not
+    assert "val_full" not in job_params(cfg, "heads_split", "w256-h8", 0)
+    assert job_params(dict(cfg, skip=["vocab"]), "heads_split", "w256-h4", 0) == plain
     # the char arm is trained once, under heads_split
     vocab_runs = [r for r in runs(cfg) if r["sweep"] == "vocab"]
     assert {r["trained_under"] for r in vocab_runs if r["arch"] == "w256-h4"} == {"heads_split"}

@@ -20,7 +20,10 @@ after them (``-b0`` = none). ``vocab`` names the vocabulary the model reads
 corpus's own characters, is the default and is not shown, so ``{vocab: char}`` is
 the plain entry. Another vocabulary changes the data, not the model's options:
 it is the job's ``vocab`` (:func:`job_params`), absent for ``char``, so the
-plain jobs' params stay as they were.
+plain jobs' params stay as they were. A job whose model a ``vocab`` study reads
+(or that reads another vocabulary) also scores the whole validation split in bits
+per character (the job's ``val_full``; the other jobs skip that evaluation, which
+at CPU scale costs about half of their training time).
 
 Sharing: a configuration that appears in several sweeps with the same seed and
 *identical* training settings is trained once, under the first sweep (in config
@@ -172,7 +175,16 @@ def job_params(sweep_cfg: dict, sweep: str, arch: str, seed: int) -> dict:
                precision=sweep_cfg["precision"], device=sweep_cfg["device"])
     if vocab_of(entry) != CHAR:             # absent for the corpus's characters: those params are unchanged
         job["vocab"] = vocab_of(entry)
+    if vocab_of(entry) != CHAR or arch in vocab_study_archs(sweep_cfg):
+        job["val_full"] = True
     return job
+
+
+def vocab_study_archs(sweep_cfg: dict) -> set[str]:
+    """The configurations a ``vocab`` study lists, whether or not it is planned (``sweep.skip``):
+    their jobs score the whole validation split, so skipping the study reruns nothing."""
+    return {slug(e) for sw in sweep_cfg["sweeps"].values()
+            if (sw.get("study") or {}).get("kind") == "vocab" for e in sw["grid"]}
 
 
 def job_vocab(sweep_cfg: dict, sweep: str, arch: str) -> str:

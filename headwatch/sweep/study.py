@@ -33,7 +33,7 @@ run predates the record.
   (``chars_per_window`` = context × the validation split's characters per token).
   The metric is bits per character of the whole validation split
   (:func:`~headwatch.charlm.tokenizer.bits_per_char`: total nats over its tokens ÷
-  its characters ÷ ln 2), which each training job records (``val_full`` in its
+  its characters ÷ ln 2), which the training job of each arm records (``val_full`` in its
   metrics' note); arms evaluated on different validation text are refused
   (:func:`~headwatch.charlm.tokenizer.check_same_validation`). Parameters:
   ``params`` (all), ``vocab_params`` = token embedding + output head (2 ×
@@ -171,8 +171,8 @@ def vocab_columns(run: dict, note: dict, metrics: pd.DataFrame) -> dict:
     full = note.get("val_full")
     if not full:
         raise SummaryError(f"{run['sweep']}/{run['arch']}/seed{run['seed']} ({run['metrics']}) records no "
-                           "whole-validation evaluation (val_full); it was trained before bits per "
-                           "character were recorded: remake it (snakemake --forcerun that file)")
+                           "whole-validation evaluation (val_full): it was trained before its job was asked for bits per "
+                           "character; remake it (snakemake --forcerun that file)")
     if note.get("vocab", "char") != run["vocab"]:
         raise SummaryError(f"{run['metrics']} was trained on vocabulary {note.get('vocab', 'char')!r}, "
                            f"not {run['vocab']!r}")

@@ -8,7 +8,7 @@
   validation split (no randomness: the same set for every model), evaluated
   every ``eval_every`` steps and at the end. Loss is in nats per token (per character
   for the corpus's own character vocabulary).
-* At the end, bits per character of the **whole** validation split
+* At the end (``full_eval``), bits per character of the **whole** validation split
   (:func:`headwatch.charlm.tokenizer.bits_per_char`, windows of the context tiling
   the split), recorded in the run's info as ``val_full`` with the hash of the
   validation text it scored, so runs on different vocabularies can be compared on
@@ -292,12 +292,14 @@ def validation_record(val_ids: np.ndarray, meta: dict, lengths: np.ndarray | Non
 
 def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: dict,
           checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
-          precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None):
+          precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None,
+          full_eval: bool = True):
     """Train one model; return (model, metrics DataFrame, info dict).
 
     ``ids``/``meta``: the corpus's character ids (:func:`headwatch.charlm.corpus.load_ids`) or a
     vocabulary's (:func:`headwatch.charlm.tokenizer.load_split_ids`, with ``lengths`` =
-    :func:`~headwatch.charlm.tokenizer.token_lengths` of its tokenizer).
+    :func:`~headwatch.charlm.tokenizer.token_lengths` of its tokenizer). ``full_eval``: score the
+    whole validation split in bits per character at the end (``val_full`` in the info).
 
     ``checkpoint``: file to resume from and to save to every ``checkpoint_every``
     steps (it and the one before it are removed at the end; unreadable ones are
@@ -414,15 +416,17 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
                 raise Interrupted(f"stopped after the checkpoint of step {done}")
 
     metrics = pd.DataFrame(state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"])
-    from ..charlm.tokenizer import bits_per_char
+    full = None
+    if full_eval:
+        from ..charlm.tokenizer import bits_per_char
 
-    full = bits_per_char(model, np.asarray(ids[n_train:]), record["lengths"], batch=FULL_EVAL_BATCH, amp=amp)
-    if full["val_chars"] != record["val_chars"]:
-        raise RuntimeError(f"the validation ids hold {full['val_chars']} characters, their record says "
-                           f"{record['val_chars']}")
-    full["val_sha256"] = record["val_sha256"]
-    log.info("whole validation split: %.4f bits/char (%d tokens, %d characters, %.1f characters per window)",
-             full["bits_per_char"], full["val_tokens"], full["val_chars"], full["chars_per_window"])
+        full = bits_per_char(model, np.asarray(ids[n_train:]), record["lengths"], batch=FULL_EVAL_BATCH, amp=amp)
+        if full["val_chars"] != record["val_chars"]:
+            raise RuntimeError(f"the validation ids hold {full['val_chars']} characters, their record says "
+                               f"{record['val_chars']}")
+        full["val_sha256"] = record["val_sha256"]
+        log.info("whole validation split: %.4f bits/char (%d tokens, %d characters, %.1f characters per "
+                 "window)", full["bits_per_char"], full["val_tokens"], full["val_chars"], full["chars_per_window"])
     info = dict(params=params, fingerprint=fp, resumed_from=resumed_from, device=str(device),
                 precision=precision, threads=torch.get_num_threads(),
                 final_val_loss=float(metrics["val_loss"].iloc[-1]), val_full=full,
