@@ -39,8 +39,9 @@ def tiny(tmp_path_factory):
     env.pop("OUT", None)
     t0 = time.monotonic()
     result = subprocess.run(["bash", str(GPU / "check.sh"), "--cpu-tiny", "--workdir", str(workdir),
-                             "--out", str(out), "--cores", "2"], env=env, capture_output=True, text=True,
-                            timeout=900)
+                             "--out", str(out), "--cores", "2", "--time-limit", "480"], env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert "STOPPED" not in result.stdout, result.stdout[-4000:]
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     return dict(workdir=workdir, out=out, stdout=result.stdout, results=workdir / "results",
                 seconds=time.monotonic() - t0)

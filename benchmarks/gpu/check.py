@@ -295,7 +295,11 @@ def overlay(args, model_folder: str) -> tuple[dict, list[str]]:
     cfg = {MODELS_KEY: {MODEL_KEY: dict(source=model_folder, dtype="float32")},
            studied_key(): [MODEL_KEY]}
     if args.cpu_tiny:
-        cfg = deep_merge(cfg, yaml.safe_load((HERE / "tiny.yaml").read_text()))
+        tiny = yaml.safe_load((HERE / "tiny.yaml").read_text())
+        # every sweep tiny.yaml does not scale down is left out (a study added later too)
+        paper = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]["sweeps"]
+        tiny["sweep"]["skip"] = [name for name in paper if name not in tiny["sweep"]["sweeps"]]
+        cfg = deep_merge(cfg, tiny)
     if schema_knows(JOBS_PER_GPU):
         cfg = deep_merge(cfg, {JOBS_PER_GPU[0]: {JOBS_PER_GPU[1]: args.jobs_per_gpu}})
     else:
