@@ -71,7 +71,8 @@ quick: venv
 	$(SNAKEMAKE) --configfile config/quick.yaml
 
 # The sweep studies (experts, depth at a fixed budget, shared keys/values,
-# experts x top-k: 33 more models, ~15-20 min on 2 CPU cores) at the quick scale, which
+# experts x top-k, vocabulary: 48 more models and 5 tokenizers, ~35 min on 2 CPU
+# cores) at the quick scale, which
 # `make quick` skips (config/quick.yaml: sweep.skip); config/quick_more.yaml empties the
 # skip list. Run after (or instead of) `make quick`: what quick made is not redone.
 quick-more: venv
