@@ -46,7 +46,7 @@ Files of one vocabulary ``<name>`` (one folder, e.g.
   token ids of each split, tokens and characters per split, characters per
   token, the hash of each split's text.
 
-:func:`load_split_ids` gives what :func:`headwatch.charlm.train.train` takes
+:func:`load_split_ids` gives what :func:`headwatch.sweep.train.train` takes
 (``ids`` = train then validation ids, ``meta`` with ``n_train`` in tokens and
 ``vocab_size``); :func:`bits_per_char` scores a trained model on the whole
 validation split; :func:`check_same_validation` refuses arms that were
@@ -305,7 +305,7 @@ def encode_splits(corpus_dir, vocab_dir) -> dict:
 
 
 def load_split_ids(vocab_dir) -> tuple[np.ndarray, dict]:
-    """(ids, meta) for :func:`headwatch.charlm.train.train`: ``ids`` = training then
+    """(ids, meta) for :func:`headwatch.sweep.train.train`: ``ids`` = training then
     validation ids; ``meta`` = the split meta plus ``n_train``/``n_val`` (tokens),
     ``vocab_size``, ``vocab`` (the characters for ``char``, else the name) and ``sha256``
     (the corpus hash for ``char``, so a char arm's training fingerprint is the corpus's;
