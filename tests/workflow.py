@@ -2,27 +2,20 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
+from headwatch.workflow import copy_workflow
+
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ("Snakefile", "rules", "scripts", "config", "report", "environment.yml")
 
 
 def make_workdir(path: Path) -> Path:
     """A copy of the workflow (not of results/) in ``path``."""
-    path.mkdir(parents=True, exist_ok=True)
-    for name in PROJECT_FILES:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, path / name, dirs_exist_ok=True)
-        elif src.exists():
-            shutil.copy(src, path / name)
-    return path
+    return copy_workflow(ROOT, path)
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
