@@ -54,7 +54,8 @@ def _phrase_rows():
     return pd.DataFrame(rows)
 
 
-ABLATION_PARAMS = dict(top_n=4, k=[1, 2, 4], random_draws=3, seed=0, batch=64, tolerance=1e-5, hook_tolerance=0.0,
+ABLATION_PARAMS = dict(top_n=4, method="zero", k=[1, 2, 4], random_draws=3, seed=0, batch=64, tolerance=1e-5,
+                       hook_tolerance=0.0,
                        guard_sequences=2, circuit=dict(half_threshold=0.1),
                        attribution=dict(no_effect_points=0.5, together=3))
 
@@ -317,6 +318,26 @@ def test_page_in_chromium(browser, page, tiny_tables, tmp_path):
     assert float(d.find_element(by, "#attr-readout").get_attribute("data-drop")) == want
     assert d.find_element(by, "#ablation-section").is_displayed()
     assert len(d.find_elements(by, "#topk-plot svg")) == 2
+
+    # the cut method: the configured one shown first, every other a click away; plots and table follow
+    topk = t["ablation"]["topk"]
+    methods = list(dict.fromkeys(topk["method"]))
+    assert methods == [ABLATION_PARAMS["method"], "mean"]
+    j = list(topk.columns).index("method") + 1
+
+    def shown(method):
+        assert d.find_element(by, "#topk-methods").get_attribute("data-method") == method
+        cells = [c.text for c in d.find_elements(by, f"#topk-data tbody td:nth-child({j})")]
+        assert cells == [method] * int((topk["method"] == method).sum())
+        titles = [e.text for e in d.find_elements(by, "#topk-plot svg text") if e.text.startswith("copy ")]
+        assert len(titles) == 2 and all(x.endswith(f"{method} cut") for x in titles), titles
+
+    shown(methods[0])
+    d.find_element(by, f"#topk-method-{methods[1]}").click()
+    shown(methods[1])
+    assert len(d.find_elements(by, "#topk-plot svg")) == 2
+    d.find_element(by, f"#topk-method-{methods[0]}").click()
+    shown(methods[0])
     assert len(d.find_elements(by, "#sweep-plot svg")) == 2   # one panel per sweep
 
     # rotary clock: head size 16 → P = 8 pairs; base 10000, distance 100: periods

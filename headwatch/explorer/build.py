@@ -235,14 +235,6 @@ def _attribution(attr: pd.DataFrame, phrases: list[str], layers: int, heads: int
     return out
 
 
-def configured_method(topk: pd.DataFrame) -> pd.DataFrame:
-    """The rows of the configured cut method (the table's first; the page plots one method —
-    the figure and the Parquet file hold both)."""
-    if "method" not in topk.columns or topk.empty:
-        return topk
-    return topk[topk["method"] == topk["method"].iloc[0]].reset_index(drop=True)
-
-
 def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
                      shape: dict, quantum: int, predictions: pd.DataFrame | None = None,
                      topk: pd.DataFrame | None = None, circuit_scores: pd.DataFrame | None = None,
@@ -310,7 +302,7 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
                    sources=sources or {})
     ablation = {}
     if topk is not None:
-        ablation["topk"] = records(configured_method(topk))
+        ablation["topk"] = records(topk)       # every cut method; the page switches between them
     if circuit_scores is not None:
         ablation["circuit_scores"] = records(circuit_scores)
     if circuit_loss is not None:

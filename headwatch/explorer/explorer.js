@@ -6,7 +6,8 @@
  *   #head-view[data-layer][data-head], rect.map-cell[data-row][data-col][data-weight],
  *   #readout[data-row][data-col][data-weight] with #readout-text,
  *   button.score-btn#score-{name}, #bars[data-score] > .bar#bar-L{l}-H{h}[data-rank][data-value],
- *   .attr-cell#attr-L{l}-H{h}[data-drop], #rotary-distance, input[name=rotary-base],
+ *   .attr-cell#attr-L{l}-H{h}[data-drop], input[name=topk-method]#topk-method-{method},
+ *   #topk-methods[data-method], #rotary-distance, input[name=rotary-base],
  *   #rotary-summary[data-unwrapped][data-pairs][data-reach], #kv-* inputs, #kv-row-{key}[data-value].
  */
 (function () {
@@ -493,27 +494,24 @@
     $('ablation-section').hidden = false;
     if (A.topk) {
       $('topk-block').hidden = false;
-      const T = A.topk;
-      const nT = col(T, 'n_cut_targeted') || col(T, 'k'), nR = col(T, 'n_cut_random') || col(T, 'k');
-      const box = $('topk-plot');
-      [['copy1', 'copy 1 (unpredictable: the control)'], ['copy2', 'copy 2 (repeated: induction can predict it)']].forEach(function (c, j) {
-        const tg = col(T, 'targeted_' + c[0]), rm = col(T, 'random_' + c[0] + '_mean');
-        if (!tg || !rm) return;
-        const rlo = col(T, 'random_' + c[0] + '_min'), rhi = col(T, 'random_' + c[0] + '_max');
-        const intact = col(T, 'intact_' + c[0]);
-        const draws = col(T, 'n_draws');
-        plot(box, {
-          id: 'topk-plot-' + c[0], title: c[1], xlabel: 'heads cut', ylabel: 'loss per token (nats)',
-          xticks: Array.from(new Set(nT.concat(nR))).sort(function (a, b) { return a - b; }),
-          series: [
-            { name: 'targeted (top induction heads)', color: PALETTE[3], points: tg.map(function (y, i) { return { x: nT[i], y: y }; }) },
-            { name: 'random heads' + (draws ? ' (mean, min–max of ' + draws[0] + ' draws)' : ''), color: PALETTE[0], dash: '5 3',
-              points: rm.map(function (y, i) { return rlo ? { x: nR[i], y: y, lo: rlo[i], hi: rhi[i] } : { x: nR[i], y: y }; }) }
-          ],
-          hlines: intact ? [{ y: intact[0], label: 'intact ' + fmtNum(intact[0]) }] : []
+      // one view per cut method (the table holds every method, the configured one first)
+      const methods = A.topk.columns.indexOf('method') < 0 ? [null]
+        : col(A.topk, 'method').filter(function (m, i, all) { return all.indexOf(m) === i; });
+      const box = $('topk-methods');
+      box.innerHTML = '';
+      $('topk-method-row').hidden = methods.length < 2;
+      if (methods.length > 1) {
+        methods.forEach(function (m, i) {
+          const lab = el('label');
+          const r = el('input', { type: 'radio', name: 'topk-method', id: 'topk-method-' + m, value: m });
+          if (i === 0) r.checked = true;
+          r.addEventListener('change', function () { renderTopk(m); });
+          lab.appendChild(r);
+          lab.appendChild(document.createTextNode(' ' + m + ' cut' + (i === 0 ? ' (configured)' : '')));
+          box.appendChild(lab);
         });
-      });
-      table('topk-table', T, 'results/' + D.model + '/ablation/topk.parquet');
+      }
+      renderTopk(methods[0]);
     }
     if (A.circuit_scores || A.circuit_loss) {
       $('circuit-block').hidden = false;
@@ -540,6 +538,38 @@
       $('attribution-block').hidden = false;
       table('attribution-summary-table', A.attribution_summary, 'per phrase: the costliest head, heads without effect, the N costliest cut together (attribution_summary.parquet)');
     }
+  }
+
+  function rowsWhere(rec, name, value) {
+    const j = rec.columns.indexOf(name);
+    return { columns: rec.columns, rows: rec.rows.filter(function (r) { return r[j] === value; }) };
+  }
+
+  function renderTopk(method) {
+    const T = method === null ? D.ablation.topk : rowsWhere(D.ablation.topk, 'method', method);
+    $('topk-methods').dataset.method = method === null ? '' : method;
+    const nT = col(T, 'n_cut_targeted') || col(T, 'k'), nR = col(T, 'n_cut_random') || col(T, 'k');
+    const box = $('topk-plot');
+    box.innerHTML = '';
+    [['copy1', 'copy 1 (unpredictable: the control)'], ['copy2', 'copy 2 (repeated: induction can predict it)']].forEach(function (c) {
+      const tg = col(T, 'targeted_' + c[0]), rm = col(T, 'random_' + c[0] + '_mean');
+      if (!tg || !rm) return;
+      const rlo = col(T, 'random_' + c[0] + '_min'), rhi = col(T, 'random_' + c[0] + '_max');
+      const intact = col(T, 'intact_' + c[0]);
+      const draws = col(T, 'n_draws');
+      plot(box, {
+        id: 'topk-plot-' + c[0], title: c[1] + (method ? ', ' + method + ' cut' : ''), xlabel: 'heads cut',
+        ylabel: 'loss per token (nats)',
+        xticks: Array.from(new Set(nT.concat(nR))).sort(function (a, b) { return a - b; }),
+        series: [
+          { name: 'targeted (top induction heads)', color: PALETTE[3], points: tg.map(function (y, i) { return { x: nT[i], y: y }; }) },
+          { name: 'random heads' + (draws ? ' (mean, min–max of ' + draws[0] + ' draws)' : ''), color: PALETTE[0], dash: '5 3',
+            points: rm.map(function (y, i) { return rlo ? { x: nR[i], y: y, lo: rlo[i], hi: rhi[i] } : { x: nR[i], y: y }; }) }
+        ],
+        hlines: intact ? [{ y: intact[0], label: 'intact ' + fmtNum(intact[0]) }] : []
+      });
+    });
+    table('topk-table', T, 'results/' + D.model + '/ablation/topk.parquet' + (method ? ' (' + method + ' cut rows)' : ''));
   }
 
   function attrData() {
