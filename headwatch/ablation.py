@@ -74,8 +74,10 @@ METHODS = ("zero", "mean")
 
 
 def ablation_method(params: dict) -> str:
-    """``ablation.method`` (the schema's default, zero, when the slice has none)."""
-    method = params.get("method", "zero")
+    """``ablation.method`` of the slice (config/schema.yaml gives the workflow its default)."""
+    if "method" not in params:
+        raise ValueError(f"ablation.method is missing: one of {list(METHODS)}")
+    method = params["method"]
     if method not in METHODS:
         raise ValueError(f"ablation.method = {method!r}: must be one of {list(METHODS)}")
     return method

@@ -12,7 +12,7 @@ from headwatch.scores import induction_scores, scores_table
 from tiny import random_ids, tiny_model
 
 T, OFFSET, BOS = 6, 1, 0
-PARAMS = dict(top_n=3, k=[1, 2, 3], random_draws=3, seed=11, batch=8, tolerance=1e-5,
+PARAMS = dict(top_n=3, method="zero", k=[1, 2, 3], random_draws=3, seed=11, batch=8, tolerance=1e-5,
               hook_tolerance=0.0, guard_sequences=1, circuit=dict(half_threshold=0.05),
               attribution=dict(no_effect_points=0.02, together=3))
 
