@@ -2,17 +2,21 @@
 with ``--arms``, peak memory and step time of dense and experts models side by side.
 
     .venv/bin/python benchmarks/train.py [--threads 2] [--width 256 --heads 4]
-        [--batch 64 --context 128] [--steps 5] [--variants eager,compile]
+        [--batch 64 --context 128] [--steps 5] [--variants eager,compile,cudagraphs]
+        [--device cuda] [--json PATH]
     .venv/bin/python benchmarks/train.py --arms dense,e8k2,e16k1 --batch 8 --context 64 \
         [--steps 5] [--device cuda]
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --width 128 --heads 2 \
         --batch 8 --context 64 [--train-steps 300] [--seeds 0,1] [--arm dense]
 
 Measures, in one run and with the same thread count:
-  1. the float32 matmul rate (square matmuls of 1024 and 2048): the yardstick;
+  1. the float32 matmul rate on the device (square matmuls of 1024 and 2048 on a CPU,
+     4096 and 8192 on a GPU; full float32, no TF32): the yardstick;
   2. tokens/s of full training steps (forward, loss, backward, gradient clipping,
      fused AdamW step), as headwatch.sweep.train runs them, for each variant
-     (eager; torch.compile of the model).
+     (eager; torch.compile of the model; cudagraphs: torch.compile with CUDA graphs,
+     mode="reduce-overhead", CUDA only). ``--json PATH`` writes the figures as they come
+     (after the warm-up, after each round), so a run cut short keeps what it measured.
 The machine may be shared: rounds of (1) and (2) are interleaved and the best of
 each is compared (both measured under the same background load); medians are
 printed beside them.
@@ -59,17 +63,21 @@ from headwatch.sweep.train import make_optimizer, settings_of  # noqa: E402
 VOCAB = 65   # the size of the Shakespeare character vocabulary
 
 
-def matmul_rate(seconds: float = 0.5) -> tuple[float, int]:
-    """Best float32 FLOP/s over square matmuls of a few sizes."""
+def matmul_rate(seconds: float = 0.5, device: str = "cpu") -> tuple[float, int]:
+    """Best float32 FLOP/s over square matmuls of a few sizes on ``device``."""
+    dev = torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     best = (0.0, 0)
-    for n in (1024, 2048):
-        a, b = torch.randn(n, n), torch.randn(n, n)
+    for n in ((4096, 8192) if dev.type == "cuda" else (1024, 2048)):
+        a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
         for _ in range(2):
             a @ b
+        sync()
         k, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             a @ b
             k += 1
+            sync()
         rate = 2 * n ** 3 * k / (time.perf_counter() - t0)
         best = max(best, (rate, n))
     return best
@@ -82,6 +90,7 @@ def flops_per_step(width, heads, layers, context, batch, ffn=4, vocab=VOCAB) -> 
                 attention=12 * layers * context * width * tokens)
 
 
+VARIANTS = ("eager", "compile", "cudagraphs")
 ARM = re.compile(r"dense|e(\d+)k(\d+)(?:b([0-9.]+))?")
 
 
@@ -105,7 +114,12 @@ def make_step(args, variant: str, arm: str = "dense"):
     s = settings_of(dict(steps=1, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=0, weight_decay=0.1,
                          eval_every=1, eval_batches=1, checkpoint_every=1))
     opt = make_optimizer(model, s, device)
-    fwd = torch.compile(model) if variant == "compile" else model
+    if variant not in VARIANTS:
+        raise SystemExit(f"--variants: {variant!r} is not one of {VARIANTS}")
+    if variant == "cudagraphs" and device.type != "cuda":
+        raise RuntimeError("CUDA graphs need a CUDA device")
+    fwd = model if variant == "eager" else torch.compile(model, mode="reduce-overhead" if variant == "cudagraphs"
+                                                         else None)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, VOCAB, (args.batch, args.context), generator=g).to(device)
     y = torch.randint(0, VOCAB, (args.batch, args.context), generator=g).to(device)
@@ -221,7 +235,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=2, help="timed steps per variant and round")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (matmul rate, timed steps)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    ap.add_argument("--variants", default="eager,compile")
+    ap.add_argument("--variants", default="eager,compile", help=f"from {','.join(VARIANTS)}")
+    ap.add_argument("--json", help="write the figures here (as they come)")
     ap.add_argument("--arms", help="compare memory and time of these arms instead, e.g. dense,e8k2,e16k1")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--one-arm", help=argparse.SUPPRESS)
@@ -231,6 +246,9 @@ def main(argv=None):
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--arm", default="dense", help="with --precisions: dense or e<E>k<k>[b<w>]")
     args = ap.parse_args(argv)
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown:
+        ap.error(f"--variants: {unknown} not among {list(VARIANTS)}")
     torch.set_num_threads(args.threads)
     if args.one_arm:
         print(json.dumps(one_arm(args)))
@@ -249,39 +267,61 @@ def main(argv=None):
     print(f"model: width {args.width}, heads {args.heads}, layers {args.layers}, "
           f"{params:,} parameters ({f['p_matmul']:,} in matmuls); batch {args.batch} x context "
           f"{args.context} = {args.batch * args.context:,} tokens/step; torch {torch.__version__}, "
-          f"{args.threads} thread(s)")
-    # Other processes share this machine: interleave rounds of (matmul rate, steps of
+          f"device {args.device}, {args.threads} thread(s)", flush=True)
+    record = dict(device=args.device, torch=torch.__version__, width=args.width, heads=args.heads,
+                  layers=args.layers, batch=args.batch, context=args.context, params=params,
+                  flops_per_step=total, variants={}, failed={}, matmul_rates=[])
+
+    def keep() -> None:
+        """The figures so far, in --json (a run cut short keeps what it measured)."""
+        for v, t in times.items():
+            if t:
+                best = min(t)
+                rates = record["matmul_rates"]
+                record["variants"][v] = dict(best_s=best, median_s=sorted(t)[len(t) // 2], steps=len(t),
+                                             tokens_per_s=args.batch * args.context / best,
+                                             gflops=total / best / 1e9, warmup_s=warm[v],
+                                             of_matmul=total / best / max(rates) if rates else None)
+        if args.json:                   # whole or not at all: a reader never sees half a file
+            part = Path(args.json + ".part")
+            part.write_text(json.dumps(record, indent=1))
+            part.replace(args.json)
+
+    # Other processes may share this machine: interleave rounds of (matmul rate, steps of
     # every variant) and compare the best of each, both measured under the same load.
-    steps, warm, failed = {}, {}, {}
+    steps, warm, times = {}, {}, {}
     for v in args.variants.split(","):
         try:
             steps[v] = make_step(args, v)
             warm[v] = sum(timed(steps[v]) for _ in range(args.warmup))
+            times[v] = []
         except Exception as err:  # e.g. no C++ compiler for torch.compile
-            failed[v] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
+            record["failed"][v] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
             steps.pop(v, None)
-    rates, times = [], {v: [] for v in steps}
+        print(f"{v}: " + (f"warm-up {warm[v]:.1f} s" if v in steps else f"failed: {record['failed'][v]}"),
+              flush=True)
+        keep()
     for _ in range(args.rounds):
-        rates.append(matmul_rate()[0])
+        record["matmul_rates"].append(matmul_rate(device=args.device)[0])
         for v, fn in steps.items():
             times[v] += [timed(fn) for _ in range(args.steps)]
-    rates.append(matmul_rate()[0])
+        keep()
+    record["matmul_rates"].append(matmul_rate(device=args.device)[0])
+    keep()
+    rates = record["matmul_rates"]
     rate = max(rates)
     print(f"float32 matmul rate: best {rate / 1e9:.1f} GFLOP/s, median {sorted(rates)[len(rates) // 2] / 1e9:.1f} "
-          f"({len(rates)} measurements, square 1024 and 2048)")
+          f"({len(rates)} measurements)")
     print(f"counted FLOPs/step: {total / 1e9:.2f} G = 6·P·tokens {f['dense'] / 1e9:.2f} G "
           f"+ attention {f['attention'] / 1e9:.2f} G")
     print()
-    print(f"{'variant':<10}{'best s/step':>12}{'median':>8}{'tokens/s':>10}{'GFLOP/s':>9}"
+    print(f"{'variant':<11}{'best s/step':>12}{'median':>8}{'tokens/s':>11}{'GFLOP/s':>9}"
           f"{'of matmul':>11}{'warm-up s':>11}")
-    for v, t in times.items():
-        best, med = min(t), sorted(t)[len(t) // 2]
-        achieved = total / best
-        print(f"{v:<10}{best:>12.3f}{med:>8.3f}{args.batch * args.context / best:>10,.0f}"
-              f"{achieved / 1e9:>9.1f}{achieved / rate:>10.0%}{warm[v]:>11.1f}")
-    for v, why in failed.items():
-        print(f"{v:<10} failed: {why}")
-
+    for v, r in record["variants"].items():
+        print(f"{v:<11}{r['best_s']:>12.4f}{r['median_s']:>8.4f}{r['tokens_per_s']:>11,.0f}"
+              f"{r['gflops']:>9.1f}{r['of_matmul']:>10.0%}{r['warmup_s']:>11.1f}")
+    for v, why in record["failed"].items():
+        print(f"{v:<11} failed: {why}")
 
 if __name__ == "__main__":
     main()

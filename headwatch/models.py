@@ -23,7 +23,7 @@ import torch
 from .arch import Adapter
 from .tableio import assert_finite, write_json
 from .config import PREPARED_RECORD, ModelNotFoundError, gguf_path, source_of  # noqa: F401
-from .device import pick_device  # noqa: F401  (also importable from here)
+from .device import pick_device
 
 log = logging.getLogger("headwatch.models")
 

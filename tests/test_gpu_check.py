@@ -69,7 +69,7 @@ def test_the_steps_are_printed_in_order_and_the_report_file_holds_them(tiny):
 
 
 def test_the_overlay_studies_the_random_model_from_its_folder(tiny):
-    cfg = yaml.safe_load((tiny["out"] / "gpu-check.yaml").read_text())
+    cfg = yaml.safe_load((tiny["workdir"] / check.CONFIG_NAME).read_text())
     studied = cfg[check.studied_key()]
     assert studied == [check.MODEL_KEY]
     folder = Path(cfg[check.MODELS_KEY][check.MODEL_KEY]["source"])
@@ -108,8 +108,9 @@ def test_no_job_touched_cuda_and_the_count_comes_from_the_logs(tiny):
 
 def test_the_sweep_total_and_the_training_jobs_come_from_the_run(tiny):
     report = json.loads((tiny["out"] / "report.json").read_text())
-    (phase,) = report["steps"]["phases"]
+    phase, bench = report["steps"]["phases"]
     assert phase["phase"] == "models+sweep" and phase["returncode"] == 0 and not phase["stopped"]
+    assert bench["phase"] == check.BENCH and bench["returncode"] == 0
     assert f"wall time: {phase['wall_s']:.1f} s" in tiny["stdout"]
     metrics = list((tiny["results"] / "sweep").rglob("metrics.parquet"))
     assert len(metrics) == report["training_jobs"] == 6
@@ -118,6 +119,38 @@ def test_the_sweep_total_and_the_training_jobs_come_from_the_run(tiny):
     assert f"job wall time sum {bench:.1f} s" in tiny["stdout"]
     summary = pd.read_parquet(tiny["results"] / "sweep" / "summary.parquet")
     assert "-- sweep/summary" in tiny["stdout"] and f"{summary.val_loss_mean.iloc[0]:.4g}" in tiny["stdout"]
+
+
+def test_the_training_step_is_timed_on_the_sweeps_plain_model_and_printed_from_its_record(tiny):
+    record = json.loads((tiny["workdir"] / check.BENCH_RECORD).read_text())
+    tiny_cfg = yaml.safe_load((GPU / "tiny.yaml").read_text())["sweep"]
+    assert record["finished"] and record["device"] == "cpu"
+    assert (record["width"], record["heads"]) == (16, 2)          # the capacity sweep's larger model
+    assert (record["layers"], record["context"]) == (tiny_cfg["model"]["layers"], tiny_cfg["model"]["context"])
+    assert record["batch"] == tiny_cfg["sweeps"]["width"]["train"]["batch"]
+    eager = record["variants"]["eager"]
+    assert eager["steps"] == 2 and eager["best_s"] <= eager["median_s"]
+    assert eager["tokens_per_s"] == pytest.approx(record["batch"] * record["context"] / eager["best_s"])
+    lines = tiny["stdout"].split("== training step", 1)[1].splitlines()
+    row = next(line.split() for line in lines if line.startswith("eager"))
+    assert row[1] == f"{eager['best_s']:.4f}" and row[3] == f"{eager['tokens_per_s']:,.0f}"
+    assert json.loads((tiny["out"] / "report.json").read_text())["training_step"]["variants"] == record["variants"]
+
+
+def test_the_training_step_keeps_what_it_measured_when_cut_short(tmp_path):
+    """benchmarks/train.py writes its record as it goes: killed in its rounds, the warm-up is in it."""
+    record = tmp_path / "step.json"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "train.py"), "--width", "16", "--heads", "2",
+                             "--layers", "1", "--batch", "2", "--context", "8", "--variants", "eager",
+                             "--steps", "1", "--rounds", "100000", "--warmup", "1", "--threads", "1",
+                             "--json", str(record)], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (record.exists() and json.loads(record.read_text())["variants"]):
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    got = json.loads(record.read_text())
+    assert got["variants"]["eager"]["steps"] >= 1 and "finished" not in got
 
 
 def test_every_guard_record_is_printed_with_its_figures(tiny):
@@ -141,32 +174,61 @@ def test_every_guard_record_is_printed_with_its_figures(tiny):
     assert text.count("key-group cut") == 2       # the model and its ungrouped control
 
 
-def test_out_holds_the_tables_logs_and_records_but_no_weights(tiny):
+def test_out_is_four_files_a_lent_machine_can_hand_back(tiny):
+    """At most 8 files, each under 16 MiB, no folder, names of letters, digits, '.', '_', '-'."""
     out = tiny["out"]
-    for name in ("report.txt", "report.json", "jobs.tsv", "gpu-check.yaml", "snakemake-models+sweep.log"):
-        assert (out / name).stat().st_size > 0, name
-    copied = {p.relative_to(out) for p in (out / "results").rglob("*") if p.is_file()}
-    made = {p.relative_to(tiny["workdir"]) for p in tiny["results"].rglob("*")
-            if p.is_file() and p.suffix in (".parquet", ".json", ".tsv", ".log", ".yaml")
-            and "models" != p.relative_to(tiny["results"]).parts[0]}
-    assert copied == made
-    assert not list(out.rglob("*.safetensors")) and not list(out.rglob("*.pt"))
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted([*check.OUT_FILES, check.ARCHIVE])
+    for p in out.iterdir():
+        assert p.is_file() and 0 < p.stat().st_size < 16 * 2 ** 20 and re.fullmatch(r"[A-Za-z0-9._-]+", p.name)
     jobs = pd.read_csv(out / "jobs.tsv", sep="\t")
     assert len(jobs) == len([p for p in (tiny["results"] / "logs").rglob("*.log") if ".attempt-" not in p.name])
 
 
-def test_a_rerun_has_nothing_to_do_and_keeps_what_was_made(tiny):
+def test_the_archive_holds_the_overlay_the_phase_logs_tables_logs_and_records_but_no_weights(tiny, tmp_path):
+    import tarfile
+
+    with tarfile.open(tiny["out"] / check.ARCHIVE) as tar:
+        names = set(tar.getnames())
+    made = {str(p.relative_to(tiny["workdir"])) for p in tiny["results"].rglob("*")
+            if p.is_file() and p.suffix in (".parquet", ".json", ".tsv", ".log", ".yaml")
+            and "models" != p.relative_to(tiny["results"]).parts[0]}
+    assert names == made | {check.CONFIG_NAME, check.BENCH_RECORD, check.BENCH_LOG, "snakemake-models+sweep.log"}
+    assert not [n for n in names if n.endswith((".safetensors", ".pt"))]
+    report = json.loads((tiny["out"] / "report.json").read_text())
+    assert report["packed"]["files"] == len(names) and not report["packed"]["skipped"]
+    back = check.unpack_out(tiny["out"], tmp_path)
+    summary = "results/sweep/summary.parquet"
+    assert pd.read_parquet(back / summary).equals(pd.read_parquet(tiny["workdir"] / summary))
+
+
+def test_the_archive_stays_under_its_limit_and_names_what_it_left_out(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "results" / "sweep").mkdir(parents=True)
+    (work / "results" / "m").mkdir(parents=True)
+    out.mkdir()
+    (work / check.CONFIG_NAME).write_text("models: {}\n")
+    (work / "results" / "sweep" / "summary.parquet").write_bytes(os.urandom(200_000))
+    (work / "results" / "m" / "maps.parquet").write_bytes(os.urandom(900_000))       # incompressible
+    (work / "results" / "m" / "weights.pt").write_bytes(b"x" * 100)
+    packed = check.pack_out(work, out, limit_mib=0.5)
+    assert packed["files"] == 2 and len(packed["skipped"]) == 1 and "maps.parquet" in packed["skipped"][0]
+    assert (out / check.ARCHIVE).stat().st_size < 0.5 * 2 ** 20
+
+
+def test_a_rerun_has_nothing_to_do_and_keeps_what_was_made(tiny, tmp_path):
     """The resumable state: the same command again finds every target made (no job runs)."""
     env = dict(os.environ, PYTHON=sys.executable)
     env.pop("OUT", None)
     result = subprocess.run(["bash", str(GPU / "check.sh"), "--cpu-tiny", "--workdir", str(tiny["workdir"]),
-                             "--out", str(tiny["out"] / "again"), "--cores", "2"], env=env, capture_output=True,
+                             "--out", str(tmp_path / "again"), "--cores", "2"], env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "reused" in result.stdout
     m = re.search(r"\((\d+) of them ran in this check", result.stdout)
     assert m and m.group(1) == "0"
-    assert "Nothing to be done" in (tiny["out"] / "again" / "snakemake-models+sweep.log").read_text()
+    assert "Nothing to be done" in (tiny["workdir"] / "snakemake-models+sweep.log").read_text()
+    assert f"4. phase {check.BENCH}: reused" in result.stdout
 
 
 # ------------------------------------------------------------------ the time limit
@@ -291,8 +353,6 @@ def test_exact_numerics_sets_every_switch_and_restores_each_one():
 def test_pick_device():
     assert pick_device("cpu") == torch.device("cpu")
     assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    from headwatch.models import pick_device as from_models
-    assert from_models is pick_device
 
 
 # ------------------------------------------------------------------ what the check ships

