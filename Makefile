@@ -6,6 +6,7 @@
 #   make test    the test suite (unit tests + an end-to-end run of the DAG on tiny models)
 #   make report  Snakemake's HTML report of the figures and key tables of the last run
 #   make gpu-check  the paper-scale DAG on one GPU, timed and guarded (benchmarks/gpu/README.md)
+#   make gpu-wheels the wheels gpu-check installs on a bare GPU machine (needs PyPI)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -89,9 +90,19 @@ test: venv browser slurm-deps
 # python when there is one, else python3). GPU_CHECK_ARGS=--cpu-tiny: the same steps on the
 # CPU at a tiny scale (tests/test_gpu_check.py runs that).
 GPU_CHECK_ARGS ?=
-.PHONY: gpu-check
+.PHONY: gpu-check gpu-wheels
 gpu-check:
 	bash benchmarks/gpu/check.sh $(GPU_CHECK_ARGS)
+
+# Where PyPI is reachable: the wheels a bare GPU machine (Python 3.12, x86-64) lacks, into
+# benchmarks/gpu/wheels/ (git-ignored; copy it there with the repository). connection-pool
+# publishes no wheel, so its pure-Python one is built here first.
+GPU_WHEELS := benchmarks/gpu/wheels
+gpu-wheels:
+	$(PYTHON) -m pip wheel --quiet --no-deps -w $(GPU_WHEELS) connection-pool==0.0.3
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	    --platform manylinux2014_x86_64 --find-links $(GPU_WHEELS) -d $(GPU_WHEELS) -r benchmarks/gpu/wheels.txt
+	@ls $(GPU_WHEELS)/*.whl | wc -l | xargs echo "wheels:"; du -sh $(GPU_WHEELS)
 
 # Snakemake's own report of every figure (declared with report(...) in rules/*.smk),
 # the key tables and the explorer pages, for the outputs of the last run. Every run
