@@ -16,19 +16,28 @@ def _seed_points(ax, finals: pd.DataFrame, x: str):
                label=f"single seeds (n = {finals['seed'].nunique()})")
 
 
+def _loss_against(summary: pd.DataFrame, finals: pd.DataFrame, sweep: str, x: str, color: str, ticks,
+                  xlabel: str):
+    """One sweep's final validation loss against ``x`` (log 2 axis): single seeds and mean ± std.
+    ``ticks(rows)``: the tick labels of the sweep's rows, sorted by ``x``."""
+    s = summary[summary["sweep"] == sweep].sort_values(x)
+    fig, ax = figure(ONE_COLUMN)
+    _seed_points(ax, finals[finals["sweep"] == sweep], x)
+    ax.errorbar(s[x], s["val_loss_mean"], yerr=s["val_loss_std"], marker="o", ms=3,
+                capsize=2, color=color, zorder=3, label="mean ± std over seeds")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(s[x], ticks(s))
+    ax.minorticks_off()
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("validation loss (nats/char)")
+    return fig, ax, s
+
+
 def loss_vs_heads(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Series):
     """Split sweep: final validation loss against the number of heads at fixed width."""
-    sweep = contrast["split_sweep"]
-    s = summary[summary["sweep"] == sweep].sort_values("heads")
-    fig, ax = figure(ONE_COLUMN)
-    _seed_points(ax, finals[finals["sweep"] == sweep], "heads")
-    ax.errorbar(s["heads"], s["val_loss_mean"], yerr=s["val_loss_std"], marker="o", ms=3,
-                capsize=2, color=PALETTE[0], zorder=3, label="mean ± std over seeds")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(s["heads"], [f"{h}\n({d})" for h, d in zip(s["heads"], s["head_size"])])
-    ax.minorticks_off()
-    ax.set_xlabel("heads (head size)")
-    ax.set_ylabel("validation loss (nats/char)")
+    fig, ax, _ = _loss_against(summary, finals, contrast["split_sweep"], "heads", PALETTE[0],
+                               lambda s: [f"{h}\n({d})" for h, d in zip(s["heads"], s["head_size"])],
+                               "heads (head size)")
     ax.set_title(f"width {contrast['split_width']}, {contrast['split_params']:,} parameters each\n"
                  f"spread {contrast['spread']:.3f} = {contrast['spread_over_std']:.1f}× seed std "
                  f"= {contrast['spread_over_gain']:.2f}× the {contrast['capacity_from']}→"
@@ -39,18 +48,10 @@ def loss_vs_heads(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Seri
 
 def loss_vs_width(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Series):
     """Capacity sweep: final validation loss against the width."""
-    sweep = contrast["capacity_sweep"]
-    s = summary[summary["sweep"] == sweep].sort_values("width")
-    fig, ax = figure(ONE_COLUMN)
-    _seed_points(ax, finals[finals["sweep"] == sweep], "width")
-    ax.errorbar(s["width"], s["val_loss_mean"], yerr=s["val_loss_std"], marker="o", ms=3,
-                capsize=2, color=PALETTE[1], zorder=3, label="mean ± std over seeds")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(s["width"], [f"{w}\n{_count(p)}" for w, p in zip(s["width"], s["params"])])
-    ax.minorticks_off()
+    fig, ax, s = _loss_against(summary, finals, contrast["capacity_sweep"], "width", PALETTE[1],
+                               lambda s: [f"{w}\n{_count(p)}" for w, p in zip(s["width"], s["params"])],
+                               "width (parameters)")
     sizes = sorted(s["head_size"].unique())
-    ax.set_xlabel("width (parameters)")
-    ax.set_ylabel("validation loss (nats/char)")
     ax.set_title(f"head size {', '.join(map(str, sizes))}; "
                  f"{contrast['capacity_from']}→{contrast['capacity_to']} gain "
                  f"{contrast['capacity_gain']:.3f}")
