@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "benchmarks" / "gpu"
 sys.path.insert(0, str(GPU))
 import check  # noqa: E402  (benchmarks/gpu/check.py)
+import paper_tables  # noqa: E402  (benchmarks/gpu/paper_tables.py)
 
 
 # ------------------------------------------------------------------ the check, tiny
@@ -410,3 +411,14 @@ def test_the_results_page_is_written_from_the_tables(tiny, tmp_path):
     assert f"| {sweep.val_loss_mean.iloc[0]:.4f} |" in text
     assert text.count("**Not yet measured**") == 1        # the studies only: tiny.yaml skips them
     assert "Jobs on CUDA: 0 of" in text
+    assert "### One training step of the sweep's model" in text and "| eager |" in text
+
+    # the GPU part alone, later: the model's section is kept as it was
+    model_part = text[text.index(f"## {check.MODEL_KEY} at paper scale"):text.index(paper_tables.GPU_HEADING)]
+    again = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--model", check.MODEL_KEY,
+                            "--gpu", str(tiny["out"]), "--out", str(page)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert model_part in page.read_text() and page.read_text().count(paper_tables.GPU_HEADING) == 1
+    fresh = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--gpu", str(tiny["out"]),
+                            "--out", str(tmp_path / "none.md")], capture_output=True, text=True, timeout=300)
+    assert fresh.returncode != 0 and "give --smollm2" in fresh.stderr

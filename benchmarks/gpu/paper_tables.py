@@ -5,7 +5,8 @@ Two sources, each optional:
 * ``--smollm2 DIR``: a ``results/`` folder holding the real SmolLM2-135M at paper scale
   (``make run``'s config: 40 / 32 / 24 sequences): its score top-5s, the 5a table with its
   random controls (both cut methods), the 5b circuit, the 5c attribution summary and
-  pairs, every guard's figures and the CPU times of the rules that made them.
+  pairs, every guard's figures and the CPU times of the rules that made them. Without it
+  that section of the page ``--out`` is kept as it is (it names the commit that made it).
 * ``--gpu DIR``: what the GPU check wrote under ``$OUT`` (benchmarks/gpu/README.md; its
   ``report.json`` and the archive ``run.tar.gz`` of its tables, read here): the
   GPU, every rule's wall time and peak GPU memory, the sweep's 24 models at 2000 steps
@@ -14,6 +15,7 @@ Two sources, each optional:
 
     .venv/bin/python benchmarks/gpu/paper_tables.py --smollm2 results --gpu <check's $OUT> \\
         --out docs/results/paper-scale.md
+    .venv/bin/python benchmarks/gpu/paper_tables.py --gpu <check's $OUT>   # SmolLM2's section kept
 """
 from __future__ import annotations
 
@@ -34,9 +36,10 @@ sys.path.insert(0, str(HERE))
 from check import ARCHIVE, guards, unpack_out  # noqa: E402  (the check's own reading of its records)
 
 SCORES = ("sink", "prev", "self", "induction")
+GPU_HEADING = "## The sweep at paper scale (GPU)"      # where the GPU sections begin
 NOT_MEASURED = ("**Not yet measured** (needs a GPU). On a machine with one: `make gpu-check` "
                 "(benchmarks/gpu/README.md; it ends within 9.5 min and resumes when run again until "
-                "it says `finished`), then rerun this script with `--gpu <its output folder>`.")
+                "it says `finished`), then `benchmarks/gpu/paper_tables.py --gpu <its output folder>`.")
 
 
 def fmt(x, spec: str = ".4g") -> str:
@@ -122,6 +125,15 @@ def provenance(folder: Path) -> str:
         where.setdefault(found, []).append(f)
     return (f"the checkout at commit {head} with uncommitted changes: "
             + "; ".join(f"{', '.join(fs)} as in {c}" for c, fs in where.items()))
+
+
+def kept_section(page: Path, model: str) -> str:
+    """The model's section of an existing page, as it is (it names the commit that computed it)."""
+    text = page.read_text() if page.exists() else ""
+    start, end = text.find(f"## {model} at paper scale"), text.find(GPU_HEADING)
+    if start < 0 or end < start:
+        raise SystemExit(f"{page} has no '{model} at paper scale' section to keep: give --smollm2 <results folder>")
+    return text[start:end].strip()
 
 
 def smollm2_sections(results: Path, model: str) -> list[str]:
@@ -217,7 +229,7 @@ def gpu_sections(gpu: Path | None, paper: dict) -> list[str]:
 
 
 def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
-    out = ["## The sweep at paper scale (GPU)", "",
+    out = [GPU_HEADING, "",
            f"The head-count sweep's {paper['plain']} training runs ({paper['seeds']} seeds per configuration) at "
            f"{paper['steps']} steps of {paper['batch']} × {paper['context']} characters, and the studies' "
            f"{paper['studies']} more, on the Shakespeare corpus of config/config.yaml. Paper scale."]
@@ -278,7 +290,9 @@ def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smollm2", type=Path, required=True, help="a results/ folder with the paper-scale SmolLM2")
+    ap.add_argument("--smollm2", type=Path, default=None,
+                    help="a results/ folder with the paper-scale SmolLM2 (default: keep that section of --out "
+                         "as it is, e.g. to add a GPU check's output alone)")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--gpu", type=Path, default=None, help="the GPU check's output folder ($OUT)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "paper-scale.md")
@@ -301,7 +315,8 @@ def main(argv=None) -> None:
             "Everything else headwatch has published so far (`make quick`, config/quick.yaml) is CPU scale: "
             f"{qs['induction']} induction, {qs['eval']} eval and {qs['circuit']} "
             f"circuit sequences; sweeps of {qf['steps']} steps of {qf['batch']} × {qf['context']} characters."]
-    text = "\n\n".join(head + smollm2_sections(args.smollm2, args.model) + gpu_sections(args.gpu, pf)) + "\n"
+    model_part = smollm2_sections(args.smollm2, args.model) if args.smollm2 else [kept_section(args.out, args.model)]
+    text = "\n\n".join(head + model_part + gpu_sections(args.gpu, pf)) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(re.sub(r"\n{3,}", "\n\n", text))
     print(f"wrote {args.out}")
