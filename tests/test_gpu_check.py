@@ -113,6 +113,7 @@ def test_the_sweep_total_and_the_training_jobs_come_from_the_run(tiny):
     assert phase["phase"] == "models+sweep" and phase["returncode"] == 0 and not phase["stopped"]
     assert bench["phase"] == check.BENCH and bench["returncode"] == 0
     assert f"wall time: {phase['wall_s']:.1f} s" in tiny["stdout"]
+    assert "studies phase (not run) wall time: - s" in tiny["stdout"]       # tiny.yaml has no study
     metrics = list((tiny["results"] / "sweep").rglob("metrics.parquet"))
     assert len(metrics) == report["training_jobs"] == 6
     bench = sum(float(pd.read_csv(p, sep="\t")["s"].iloc[-1])
@@ -230,6 +231,20 @@ def test_a_rerun_has_nothing_to_do_and_keeps_what_was_made(tiny, tmp_path):
     assert m and m.group(1) == "0"
     assert "Nothing to be done" in (tiny["workdir"] / "snakemake-models+sweep.log").read_text()
     assert f"4. phase {check.BENCH}: reused" in result.stdout
+
+
+def test_the_sweep_phase_asks_for_the_sweeps_tables_and_the_studies_phase_for_the_rest():
+    """The sweep's training runs come with its tables (what the studies read is not asked for), so
+    the head-count sweep finishes before any study starts and has a wall time of its own."""
+    r = check.RESULTS
+    files = [f"{r}/sweep/summary.parquet", f"{r}/sweep/contrast.parquet", f"{r}/sweep/heads_split/w256-h1/seed0.pt",
+             f"{r}/sweep/studies/experts.parquet", f"{r}/sweep/experts/w256-h4-e8k2/seed0/metrics.parquet",
+             f"{r}/{check.MODEL_KEY}/scores.parquet", f"{r}/{check.MODEL_KEY}/explorer.html", f"{r}/report.html"]
+    picked = {name: [f for f in files if select and select(f)] for name, select in check.PHASES.items()}
+    assert picked["sweep"] == files[:2]
+    assert picked["studies"] == files[:5]         # what the sweep phase made is already there: not redone
+    assert picked["models"] == [files[5]]
+    assert check.PHASES["rest"] is None           # the default target: everything
 
 
 # ------------------------------------------------------------------ the time limit

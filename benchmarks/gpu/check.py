@@ -18,8 +18,9 @@ says what it needs. Steps, each printed as it happens:
 4. **the DAG**, in a copy of the workflow under the work folder, with
    ``--resources gpu=1`` (``--gpus``), in phases so that what matters most is done
    first: the model rules (maps, scores, the three ablation experiments and their
-   guards, anatomy's weight check and key-group cuts), then the sweep and its studies
-   (the real ones on Shakespeare: paper-scale results), then one training step of the
+   guards, anatomy's weight check and key-group cuts), then the sweep (its summary
+   tables and the training runs they read), then the studies (both on Shakespeare:
+   paper-scale results), then one training step of the
    sweep's model timed eager, under ``torch.compile`` and with CUDA graphs
    (``benchmarks/train.py``; the ``bench`` phase, at most ``--bench-seconds``), then
    everything else (figures, anatomy tables, report pages).
@@ -78,7 +79,9 @@ CONFIG_NAME = "gpu-check.yaml"               # the overlay, in the work folder
 # Phase -> which output files of the DAG it asks for (None = the default target, everything).
 PHASES = {
     "models": lambda f: f.startswith(f"{RESULTS}/{MODEL_KEY}/") and not f.endswith(".html"),
-    "sweep": lambda f: f.startswith(f"{RESULTS}/sweep/"),
+    # the sweep's own tables (summary, contrast, ...): their training runs come with them, the studies' do not
+    "sweep": lambda f: re.fullmatch(rf"{RESULTS}/sweep/[^/]+", f) is not None,
+    "studies": lambda f: f.startswith(f"{RESULTS}/sweep/"),    # everything else of the sweep: the studies
     "rest": None,
 }
 BENCH = "bench"        # the phase that times one training step: eager, torch.compile, CUDA graphs
@@ -668,12 +671,15 @@ def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
     say(f"jobs on CUDA (logs whose resources line names a cuda device): {n_cuda} of {len(jobs)} "
         f"({n_this} of them ran in this check, the others in an earlier one)")
     train = jobs[jobs["rule"].isin(args.train_rules)] if len(jobs) else jobs
-    sweep_phase = next((p for p in phases if "sweep" in p["phase"].split("+")), None)
+    walls = {}
     say("")
     say("== sweep")
-    say(f"sweep phase ({sweep_phase and sweep_phase['phase']}) wall time: "
-        f"{_fmt(sweep_phase and sweep_phase['wall_s'], '.1f')} s (the training jobs, the summary and the "
-        f"studies, as scheduled with --resources gpu={args.gpus})")
+    for part, what in (("sweep", "the sweep's training jobs and its summary"), ("studies", "the studies")):
+        phase = next((p for p in phases if part in p["phase"].split("+") and not p.get("skipped")), None)
+        walls[part] = phase and phase["wall_s"]
+        say(f"{part} phase ({phase['phase'] if phase else 'not run'}) wall time: {_fmt(walls[part], '.1f')} s "
+            f"({what}, as scheduled with --resources gpu={args.gpus}"
+            + (f"; {phase['stopped']}" if phase and phase.get("stopped") else "") + ")")
     if len(train):
         say(f"training jobs: {len(train)} with a log ({int(train['wall_s'].notna().sum())} finished), "
             f"{int(train['device'].astype(str).str.startswith('cuda').sum())} on CUDA; job wall time "
@@ -697,7 +703,7 @@ def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
     return dict(jobs=len(jobs), jobs_on_cuda=n_cuda, jobs_this_run=n_this,
                 rules=json.loads(rules.to_json(orient="records")) if len(rules) else [],
                 guards=json.loads(g.to_json(orient="records")) if len(g) else [],
-                sweep_phase_wall_s=sweep_phase and sweep_phase["wall_s"],
+                sweep_phase_wall_s=walls["sweep"], studies_phase_wall_s=walls["studies"],
                 training_step=json.loads((args.workdir / BENCH_RECORD).read_text())
                 if (args.workdir / BENCH_RECORD).exists() else None,
                 training_jobs=len(train), training_wall_s_sum=float(train["wall_s"].sum()) if len(train) else None)
@@ -723,7 +729,7 @@ def parse(argv=None):
     ap.add_argument("--phases", default=None,
                     help=f"run one after the other, comma-separated, from {list(PHASES)} and {BENCH!r} (one "
                          "training step timed eager, compiled and with CUDA graphs); a+b = one Snakemake run for "
-                         f"both (default: models,sweep,{BENCH},rest; --cpu-tiny: models+sweep,{BENCH})")
+                         f"both (default: models,sweep,studies,{BENCH},rest; --cpu-tiny: models+sweep,{BENCH})")
     ap.add_argument("--bench-seconds", type=float, default=150.0,
                     help=f"the most the {BENCH!r} phase may take (it keeps what it measured when cut short)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -733,7 +739,7 @@ def parse(argv=None):
     args.workdir = args.workdir.resolve()
     args.out = (args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else args.workdir / "out")).resolve()
     args.phases = (args.phases or ("models+sweep," + BENCH if args.cpu_tiny
-                                   else f"models,sweep,{BENCH},rest")).split(",")
+                                   else f"models,sweep,studies,{BENCH},rest")).split(",")
     if args.gpus is None:
         args.gpus = args.cores if args.cpu_tiny else 1
     unknown = [p for phase in args.phases for p in phase.split("+") if p not in PHASES and phase != BENCH]

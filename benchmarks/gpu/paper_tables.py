@@ -268,9 +268,10 @@ def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
                 f"{mach.get('nvidia_smi', '–')}); torch {mach.get('torch')}, CUDA {mach.get('cuda_build')}, "
                 f"{mach.get('cores')} CPU cores. The studied model there is SmolLM2-shaped with random "
                 "weights: its timings are real, its scores are not.",
-                f"Jobs on CUDA: {report['jobs_on_cuda']} of {report['jobs']}; sweep phase wall time "
-                f"{fmt(report['sweep_phase_wall_s'])} s; the check {'stopped at its time limit' if report['stopped'] else 'finished'} "
-                f"after {fmt(report['wall_s'])} s.",
+                f"Jobs on CUDA: {report['jobs_on_cuda']} of {report['jobs']}; wall time of the sweep phase "
+                f"(its training runs and summary) {fmt(report['sweep_phase_wall_s'])} s, of the studies phase "
+                f"{fmt(report.get('studies_phase_wall_s'))} s; the check "
+                f"{'stopped at its time limit' if report['stopped'] else 'finished'} after {fmt(report['wall_s'])} s.",
                 md_table(pd.DataFrame(report["rules"]), ".1f"),
                 md_table(pd.DataFrame(report["guards"]), ".3g")]
         step = report.get("training_step")
