@@ -129,7 +129,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert vocab["trained_under"].tolist() == ["heads_split", "vocab"]
     assert vocab["val_sha256"].nunique() == 1 and (vocab["seeds"] == 2).all()
     assert vocab["chars_per_window"].iloc[1] > vocab["chars_per_window"].iloc[0] == 16
-    assert (vocab["val_bpc_mean"] > 0).all() and (vocab["params"] > vocab["params_without_vocab"]).all()
+    assert (vocab["val_full_bpc_mean"] > 0).all() and (vocab["params"] > vocab["params_without_vocab"]).all()
     assert sorted(p.name for p in (res / "corpus" / "vocab" / "bpe300").iterdir()) == [
         "meta.json", "split.json", "tokenizer.json", "train.npy", "val.npy"]
     assert not (res / "vocab" / "w16-h2").exists()                # the char arm is heads_split's

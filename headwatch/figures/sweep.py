@@ -159,12 +159,12 @@ def vocab_study(summary: pd.DataFrame, finals: pd.DataFrame):
     s = summary.sort_values("vocab_size")
     fig, (ax, ax2) = figure(ONE_COLUMN, 4.4, nrows=2, sharex=True)
     f = finals[finals["arch"].isin(s["arch"])]
-    ax.scatter(f["vocab_size"], f["val_bits_per_char"], s=6, color="0.55", zorder=2, linewidths=0,
+    ax.scatter(f["vocab_size"], f["val_full_bpc"], s=6, color="0.55", zorder=2, linewidths=0,
                label=f"single seeds (n = {f['seed'].nunique()})")
-    ax.errorbar(s["vocab_size"], s["val_bpc_mean"], yerr=s["val_bpc_std"], marker="o", ms=3, capsize=2,
+    ax.errorbar(s["vocab_size"], s["val_full_bpc_mean"], yerr=s["val_full_bpc_std"], marker="o", ms=3, capsize=2,
                 color=PALETTE[4 % len(PALETTE)], zorder=3, label="mean ± std over seeds")
     for r in s.itertuples():
-        ax.annotate(f"{r.chars_per_window:.0f} ch", (r.vocab_size, r.val_bpc_mean + r.val_bpc_std),
+        ax.annotate(f"{r.chars_per_window:.0f} ch", (r.vocab_size, r.val_full_bpc_mean + r.val_full_bpc_std),
                     textcoords="offset points", xytext=(0, 3), ha="center", va="bottom", fontsize=6)
     ax.margins(y=0.2)
     ax.set_ylabel("validation bits per character\n(whole split)")

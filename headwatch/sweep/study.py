@@ -157,7 +157,7 @@ def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4
     return finals
 
 
-VOCAB_NOTE = dict(bits_per_char="val_bits_per_char", nats="val_nats", tokens="scored_tokens",
+VOCAB_NOTE = dict(bits_per_char="val_full_bpc", nats="val_nats", tokens="scored_tokens",
                   chars="scored_chars", val_sha256="val_sha256", val_chars="val_chars", val_tokens="val_tokens",
                   chars_per_window="chars_per_window", context="context", stride="stride")
 """What a vocab study reads from each run's whole-validation evaluation (``val_full``), and its
@@ -193,7 +193,7 @@ def study_note(study: dict) -> dict:
     """What a study table's metadata says about its numbers (stored with the table)."""
     if study["kind"] == "vocab":
         return dict(study=study, metric="bits per character of the whole validation split: total nats over "
-                    "its tokens / its characters / ln 2 (val_bpc_mean, val_bpc_std); every arm scored on "
+                    "its tokens / its characters / ln 2 (val_full_bpc_mean, val_full_bpc_std); every arm scored on "
                     "the same validation characters (val_sha256, checked)",
                     context="held equal in TOKENS (sweep.model.context): a larger vocabulary sees more "
                     "characters per window (chars_per_window = context x validation characters per token); "
@@ -206,7 +206,9 @@ def study_note(study: dict) -> dict:
                     "x the training split's characters per token; eval_*: the whole-validation evaluation",
                     val_loss="val_loss_mean: the sampled validation windows' loss in nats per TOKEN (not "
                     "comparable across vocabularies)", std="over seeds, ddof=1")
-    return dict(study=study, loss="final validation loss", bpc="nats / ln 2", std="over seeds, ddof=1")
+    return dict(study=study, loss="final validation loss of the sampled validation windows (val_loss_mean, "
+                "nats per character)", bpc="val_bpc_mean, val_bpc_std: that loss / ln 2 (not the whole split, "
+                "which a vocab study scores as val_full_bpc)", std="over seeds, ddof=1")
 
 
 def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
@@ -285,11 +287,13 @@ def _vocab_summary(finals: pd.DataFrame, s: pd.DataFrame, name: str) -> pd.DataF
     if varying:
         raise SummaryError(f"sweep {name!r} (vocab study): the seeds of one configuration disagree on {varying}")
     arm = g[per_arm].first()
-    agg = g.agg(bpc_mean=("val_bits_per_char", "mean"), bpc_std=("val_bits_per_char", "std"),
+    agg = g.agg(bpc_mean=("val_full_bpc", "mean"), bpc_std=("val_full_bpc", "std"),
                 tokens_per_s=("tokens_per_s", "mean"), chars_per_s_train=("train_chars_per_s", "mean"),
                 eval_tokens_per_s=("eval_tokens_per_s", "mean"), eval_chars_per_s=("eval_chars_per_s", "mean"))
-    out = s.drop(columns=["chars_per_s"]).join(arm, on="arch").join(agg, on="arch")
-    out["val_bpc_mean"], out["val_bpc_std"] = out.pop("bpc_mean"), out.pop("bpc_std")
+    # val_bpc_* (the sampled windows' loss / ln 2) would be bits per TOKEN here: the whole split's
+    # bits per character take their place, under their own name
+    out = s.drop(columns=["chars_per_s", "val_bpc_mean", "val_bpc_std"]).join(arm, on="arch").join(agg, on="arch")
+    out["val_full_bpc_mean"], out["val_full_bpc_std"] = out.pop("bpc_mean"), out.pop("bpc_std")
     out["chars_per_s"] = out.pop("chars_per_s_train")
     out["val_loss_unit"] = "nats per token"        # the sampled windows' loss: per token, not per character
     out["params_without_vocab"] = out["params"] - out["vocab_params"]
@@ -297,7 +301,7 @@ def _vocab_summary(finals: pd.DataFrame, s: pd.DataFrame, name: str) -> pd.DataF
         raise SummaryError(f"sweep {name!r} (vocab study): parameters do not add up to token embedding + head "
                            "+ positions + non-embedding")
     out["embedding_share"] = out["vocab_params"] / out["params"]
-    order = ["sweep", "arch", "vocab", "vocab_size", "seeds", "steps", "val_bpc_mean", "val_bpc_std",
+    order = ["sweep", "arch", "vocab", "vocab_size", "seeds", "steps", "val_full_bpc_mean", "val_full_bpc_std",
              "params", "vocab_params", "token_embeddings", "output_head", "positions", "non_embedding",
              "params_without_vocab", "embedding_share", "context", "val_chars_per_token", "chars_per_window",
              "train_chars_per_token", "tokens_per_s", "chars_per_s", "eval_tokens_per_s", "eval_chars_per_s",
