@@ -613,10 +613,10 @@ PACKED = (".parquet", ".json", ".tsv", ".log", ".yaml")
 
 
 def packed_files(workdir: Path) -> list[Path]:
-    """What the archive holds, most wanted first: the overlay, the training-step record and its output,
-    Snakemake's output per phase,
-    then every table, log, checks record and benchmark record under ``results/`` (no weights, no
-    checkpoints, nothing of ``results/models/``): the sweep's first, then by size."""
+    """What the archive holds, most wanted first: the overlay, the training-step record and its
+    output, Snakemake's output per phase, then every table, log, checks record and benchmark record
+    under ``results/`` (no weights, no checkpoints, nothing of ``results/models/``): the sweep's
+    first, then by size."""
     own = [workdir / CONFIG_NAME, workdir / BENCH_RECORD, workdir / BENCH_LOG, *sorted(workdir.glob("snakemake-*.log"))]
     results = workdir / RESULTS
     found = [p for p in results.rglob("*") if p.is_file() and p.suffix in PACKED
