@@ -447,18 +447,14 @@ def bench_lines(workdir: Path) -> list[str]:
     path = workdir / BENCH_RECORD
     if not path.exists():
         return []
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from train import step_table   # benchmarks/train.py: the table it prints itself
+
     r = json.loads(path.read_text())
-    lines = [f"model: width {r['width']}, heads {r['heads']}, layers {r['layers']}, {r['params']:,} parameters; "
-             f"batch {r['batch']} x context {r['context']}; device {r['device']}, torch {r['torch']}; float32 "
-             f"matmul rate {_fmt(max(r['matmul_rates'], default=float('nan')) / 1e9, '.1f')} GFLOP/s"
-             + ("" if r.get("finished") else " (cut short: what it measured)"),
-             f"{'variant':<11}{'best s/step':>12}{'median':>9}{'tokens/s':>12}{'GFLOP/s':>9}{'of matmul':>10}"
-             f"{'warm-up s':>10}"]
-    for v, x in r["variants"].items():
-        lines.append(f"{v:<11}{x['best_s']:>12.4f}{x['median_s']:>9.4f}{x['tokens_per_s']:>12,.0f}{x['gflops']:>9.1f}"
-                     f"{_fmt(x['of_matmul'] and 100 * x['of_matmul'], '.0f'):>9}%{x['warmup_s']:>10.1f}")
-    lines += [f"{v:<11}failed: {why}" for v, why in r["failed"].items()]
-    return lines
+    return [f"model: width {r['width']}, heads {r['heads']}, layers {r['layers']}, {r['params']:,} parameters; "
+            f"batch {r['batch']} x context {r['context']}; device {r['device']}, torch {r['torch']}; float32 "
+            f"matmul rate {_fmt(max(r['matmul_rates'], default=float('nan')) / 1e9, '.1f')} GFLOP/s"
+            + ("" if r.get("finished") else " (cut short: what it measured)")] + step_table(r)
 
 
 # ------------------------------------------------------------------ 5. the report
