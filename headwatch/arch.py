@@ -1,13 +1,16 @@
-"""One adapter per architecture family: the only code that knows module names.
+"""One adapter per architecture family: the only code that knows module names and the
+rules of each family's attention.
 
 Everything else in headwatch addresses a head as ``(layer, head)`` (0-based,
 layer first) and asks the adapter where that head lives. A family is one
 :class:`Family` entry — in :data:`FAMILIES` by transformers ``model_type``, or
 in :data:`CLASS_FAMILIES` by class name for a model without a transformers
 config (the sweep's character model; named, never imported here): dotted
-module paths inside a block, the norm class in front of attention, how
-attention weights are read, and for a class family the attributes that hold
-its shape.
+module paths inside a block, the norm (kind, offset), the fused QKV layout, how
+attention weights are read, the attention's rules (scale, logit soft-capping,
+QK-norm, rotary or learned positions and the rotary pair layout, sliding
+window) as values or as the config keys that hold them, and for a class family
+the attributes that hold its shape.
 
 **Sites** (:data:`SITES`) are the named places of each layer where
 :mod:`headwatch.interventions` reads or edits a forward pass:
@@ -16,19 +19,24 @@ its shape.
   (its ``head_dim`` slice, :meth:`Adapter.out_columns`). A head's "voice".
 * ``k`` / ``v`` — the key / value projection outputs; one unit per key/value
   group (:meth:`Adapter.key_slice`, :meth:`Adapter.value_slice`; inside the
-  fused QKV output for GPT-NeoX and GPT-2). Before any rotary embedding.
+  fused QKV output for GPT-NeoX, GPT-2 and Phi-3). Before any rotary embedding
+  (OLMo 2's keys: after its key norm, which spans every group).
 * ``pattern`` — the attention weights ``[batch, heads, T, T]``; one unit per head.
 * ``resid`` — a block's output ``[batch, T, width]``; ``resid_in`` — its input.
 
-:func:`sites_table` lists the module each site hooks, per family.
+:func:`sites_table` lists the module each site hooks, per family
+(:func:`sites_markdown` and :func:`families_markdown` are the tables of
+``docs/architecture.md``; ``python -m headwatch.arch`` prints them).
 
 The rest of what the code must know about a family lives here too: the shape
 from a config (:func:`shape_of`), the context length (:func:`context_length`),
-the rotary type (:func:`rope_type`), the norm in front of attention
-(:meth:`Adapter.input_norm_params`), the attention scale
-(:meth:`Adapter.attention_scale`), a family's config rebuilt without key
-sharing (:func:`ungrouped_config`) and how a model is called
-(:meth:`Adapter.logits`, :meth:`Adapter.run_body`).
+the rotary settings (:func:`rope_parameters`, :meth:`Adapter.rope`), the norms
+(:meth:`Adapter.input_norm_params`, :meth:`Adapter.qk_norm_params`), the
+attention scale, soft-cap and window (:meth:`Adapter.attention_scale`,
+:meth:`Adapter.softcap`, :meth:`Adapter.window`), a family's config rebuilt
+without key sharing (:func:`ungrouped_config`) and how a model is called
+(:meth:`Adapter.logits`, :meth:`Adapter.run_body`). :mod:`headwatch.recompute`
+applies the rules.
 
 A key/value group is ``kv_group = head // (heads // kv_heads)``.
 """
@@ -62,20 +70,54 @@ def heads_label(heads: Sequence[Head]) -> str:
 
 @dataclass(frozen=True)
 class Family:
+    """What the code must know about one architecture, as data: module paths, the norm, the
+    fused layout, and the attention's rules (scale, soft-capping, QK-norm, position encoding,
+    sliding window) as values or as the config keys that hold them. Every module that needs
+    one of these reads it here (the weight check, the recomputed pattern, the key-group
+    cuts, the anatomy tables); none tests a family's name."""
     name: str
     layers: str            # dotted path from the top-level model to the ModuleList of blocks
     attention: str         # the attention module inside a block
     out_proj: str          # dotted path inside a block
     qkv: tuple[str, ...]   # (q, k, v) paths inside a block, or one fused path
-    input_norm: str
-    norm: str              # class of the input norm: "LayerNorm" or "RMSNorm" (its by-hand formula)
-    fused_layout: str = "" # "per_head" (GPT-NeoX: [q_h k_h v_h] per head) or "qkv" (GPT-2: [Q K V])
+    input_norm: str        # the norm in front of attention; "" = attention reads the block input
+    norm: str              # class of the family's norms: "LayerNorm" or "RMSNorm" (its by-hand formula)
+    norm_offset: float = 0.0   # RMSNorm multiplies by (offset + w): Gemma's (1 + w) has 1.0
+    # The fused QKV output, in head_dim units: "per_head" = [q_h k_h v_h] for each head h
+    # (GPT-NeoX, no key sharing); "qkv" = [Q heads·d | K kv·d | V kv·d] (GPT-2; Phi-3 with grouped keys).
+    fused_layout: str = ""
     conv1d: bool = False   # GPT-2's Conv1D stores weight as (in, out)
+    block_tuple: bool = False  # a block returns (hidden, attention weights), not the hidden state alone
     mlp: str = "mlp"       # the feed-forward network inside a block (anatomy: parameters by block)
     # How the pattern site is read: "weights" = the attention module returns its weights
-    # (transformers' eager attention); "recompute" = softmax(q·kᵀ/√d) under the causal mask
-    # from the q/k projection outputs (a model that calls a fused kernel, with no rotary).
+    # (transformers' eager attention); "recompute" = headwatch.recompute from the q/k
+    # projection outputs (a model that calls a fused kernel).
     pattern: str = "weights"
+    # The attention logits: q·k × n^(-1/2), n = the head size ("head_dim") or the number a
+    # config key holds (Gemma 2/3: "query_pre_attn_scalar"); "" = not scaled.
+    scale_by: str = "head_dim"
+    # GPT-2's config switches: (scaling on/off, divide by layer + 1); "" = no such switch.
+    scale_switches: tuple[str, str] = ("", "")
+    softcap: str = ""      # config key of the logit soft-cap c: s → c·tanh(s / c) (Gemma 2); unset = none
+    # Queries and keys normalised (RMSNorm) before rotary: "head" = over each head's head_dim
+    # (Qwen3, Gemma 3), "projection" = over the whole projection output (OLMo 2); "" = none.
+    qk_norm: str = ""
+    qk_norm_paths: tuple[str, str] = ("", "")
+    # Position: "rotary" or "absolute" (learned positions added to the embeddings).
+    position: str = "rotary"
+    # Rotary pairs: "half" = dims (i, i + r/2) (transformers' rotate_half), "interleaved" =
+    # dims (2i, 2i + 1) (GPT-J).
+    rotary_layout: str = "half"
+    rotary_dims_key: str = ""  # config key holding the rotary dims as a count (GPT-J: "rotary_dim")
+    rotary_base: float = 0.0   # the base when the config names none (GPT-J's fixed 10 000)
+    # Sliding window: the config key of its length ("" = none), and the layers it applies to
+    # as (config key listing each layer's kind, the windowed kind); ("", "") = every layer
+    # (Mistral, Phi-3). A query at i sees keys j with i - window < j <= i.
+    window: str = ""
+    window_layers: tuple[str, str] = ("", "")
+    # Sites hooked on another module than their default (e.g. the keys after a QK-norm that
+    # spans every key/value group, so that a group's slice is its own: OLMo 2's "k").
+    site_paths: dict = field(default_factory=dict)
     # A model without a transformers config: its class by dotted name, the attributes that
     # hold its shape, and its embedding modules.
     model_class: str = ""
@@ -91,31 +133,56 @@ class Family:
         """The (q, k, v) projection paths; the fused module's three times when fused."""
         return self.qkv if len(self.qkv) == 3 else self.qkv * 3
 
+    def fused_units(self, heads: int, kv_heads: int) -> int:
+        """Outputs of the fused QKV projection in head_dim units (1 per head of q, k and v)."""
+        return 3 * heads if self.fused_layout == "per_head" else heads + 2 * kv_heads
 
-FAMILIES = {
-    "gpt_neox": Family("gpt_neox", "gpt_neox.layers", "attention", "attention.dense",
-                       ("attention.query_key_value",), "input_layernorm", "LayerNorm",
-                       fused_layout="per_head"),
-    "llama": Family("llama", "model.layers", "self_attn", "self_attn.o_proj",
-                    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "input_layernorm",
-                    "RMSNorm"),
-    "qwen2": Family("qwen2", "model.layers", "self_attn", "self_attn.o_proj",
-                    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "input_layernorm",
-                    "RMSNorm"),
-    "gpt2": Family("gpt2", "transformer.h", "attn", "attn.c_proj", ("attn.c_attn",), "ln_1", "LayerNorm",
-                   fused_layout="qkv", conv1d=True),
-}
+
+def _llama_like(name: str, **kw) -> Family:
+    """Llama's module names (model.layers, self_attn, q/k/v/o_proj, input_layernorm, RMSNorm)."""
+    paths = dict(layers="model.layers", attention="self_attn", out_proj="self_attn.o_proj",
+                 qkv=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                 input_norm="input_layernorm", norm="RMSNorm")
+    return Family(name, **{**paths, **kw})
+
+
+_QK_NORMS = ("self_attn.q_norm", "self_attn.k_norm")
+_LAYER_TYPES = ("layer_types", "sliding_attention")
+_GEMMA = dict(norm_offset=1.0, scale_by="query_pre_attn_scalar", softcap="attn_logit_softcapping",
+              window="sliding_window", window_layers=_LAYER_TYPES)
+
+FAMILIES = {f.name: f for f in (
+    Family("gpt_neox", "gpt_neox.layers", "attention", "attention.dense", ("attention.query_key_value",),
+           "input_layernorm", "LayerNorm", fused_layout="per_head"),
+    _llama_like("llama"),
+    _llama_like("qwen2", window="sliding_window", window_layers=_LAYER_TYPES),
+    Family("gpt2", "transformer.h", "attn", "attn.c_proj", ("attn.c_attn",), "ln_1", "LayerNorm",
+           fused_layout="qkv", conv1d=True, position="absolute",
+           scale_switches=("scale_attn_weights", "scale_attn_by_inverse_layer_idx")),
+    _llama_like("gemma2", **_GEMMA),
+    _llama_like("gemma3_text", **{**_GEMMA, "softcap": ""}, qk_norm="head", qk_norm_paths=_QK_NORMS),
+    _llama_like("qwen3", qk_norm="head", qk_norm_paths=_QK_NORMS, window="sliding_window",
+                window_layers=_LAYER_TYPES),
+    _llama_like("olmo2", input_norm="", qk_norm="projection", qk_norm_paths=_QK_NORMS,
+                site_paths={"k": "self_attn.k_norm"}),
+    _llama_like("phi3", qkv=("self_attn.qkv_proj",), fused_layout="qkv", window="sliding_window"),
+    _llama_like("mistral", window="sliding_window"),
+    Family("gptj", "transformer.h", "attn", "attn.out_proj", ("attn.q_proj", "attn.k_proj", "attn.v_proj"),
+           "ln_1", "LayerNorm", block_tuple=True, rotary_layout="interleaved", rotary_dims_key="rotary_dim",
+           rotary_base=10000.0),
+)}
 """The transformers families, by ``config.model_type``."""
 
 _CHARLM = Family("charlm", "blocks", "attn", "attn.o", ("attn.q", "attn.k", "attn.v"), "ln1", "LayerNorm",
-                 mlp="ffn", pattern="recompute", model_class="headwatch.charlm.model.CharLM",
+                 mlp="ffn", pattern="recompute", position="absolute",
+                 model_class="headwatch.charlm.model.CharLM",
                  shape_attrs=dict(layers="layers", heads="heads", kv_heads="kv_heads", width="width",
                                   head_dim="head_dim"),
                  embeddings=("tok", "head"))
 CLASS_FAMILIES = {_CHARLM.model_class: _CHARLM}
 """Models without a transformers config, by class (dotted name; never imported here): the
 sweep's character model, whose scaled_dot_product_attention returns no weights, so its
-pattern is recomputed (no rotary, scale 1/√head_dim)."""
+pattern is recomputed (learned positions, scale 1/√head_dim)."""
 
 
 def all_families() -> dict[str, Family]:
@@ -187,27 +254,69 @@ def config_value(config, what: str):
 
 
 def _attr(config, key: str, default=None):
+    if not key or config is None:
+        return default
     value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
     return default if value is None else value
+
+
+def _family_or_default(config) -> Family:
+    """The config's family; an unknown ``model_type`` reads as a rotary family without
+    extras (the pre-job checks then refuse it by name)."""
+    return FAMILIES.get(_attr(config, "model_type"), _llama_like(str(_attr(config, "model_type"))))
+
+
+def window_of(config, layer: int, family: Family | None = None) -> int | None:
+    """The sliding window of ``layer`` (None = the layer sees every earlier position)."""
+    f = family or _family_or_default(config)
+    n = _attr(config, f.window)
+    if not n:
+        return None
+    key, kind = f.window_layers
+    if key:
+        kinds = _attr(config, key) or []
+        if layer >= len(kinds) or kinds[layer] != kind:
+            return None
+    return int(n)
+
+
+def _global_layer(config, family: Family) -> int:
+    """The first layer without a window (0 if every layer has one): whose rotary settings
+    the model-level shape reports."""
+    n = config_value(config, "layers") or 0
+    return next((l for l in range(n) if window_of(config, l, family) is None), 0)
+
+
+def rope_parameters(config, layer: int | None = None) -> dict:
+    """The rotary settings (``rope_theta``, ``rope_type``, ``factor``, ...) of ``layer``: a
+    config that keys them by layer kind (Gemma 3: sliding vs full attention) gives that
+    kind's; ``layer=None`` = the first layer without a window."""
+    rope = _attr(config, "rope_parameters", {}) or {}
+    kinds = _attr(config, "layer_types") or []
+    if kinds and any(isinstance(rope.get(k), dict) for k in set(kinds)):
+        if layer is None:
+            layer = _global_layer(config, _family_or_default(config))
+        rope = rope.get(kinds[layer]) or {}
+    return rope
 
 
 def shape_of(config) -> dict:
     """Layers, heads, kv heads, width, head size and rotary settings from a config alone
     (a transformers config or a ``config.json`` dict; a number the config lacks is None)."""
     c = config
+    f = _family_or_default(c)
     width, heads, layers = config_value(c, "width"), config_value(c, "heads"), config_value(c, "layers")
     kv_heads = config_value(c, "kv_heads") or heads
     head_dim = config_value(c, "head_dim") or (width // heads if width and heads and width % heads == 0
                                                else None)
-    rope = _attr(c, "rope_parameters", {})
-    model_type = _attr(c, "model_type")
-    if model_type == "gpt2":
+    if f.position != "rotary":
         rotary_dims, base = 0, None
     else:
-        base = rope.get("rope_theta", _attr(c, "rope_theta"))
+        rope = rope_parameters(c)
+        base = rope.get("rope_theta", _attr(c, "rope_theta", f.rotary_base or None))
         frac = rope.get("partial_rotary_factor", _attr(c, "rotary_pct", 1.0))
-        rotary_dims = int(head_dim * frac) if head_dim else None
-    return dict(family=model_type, layers=layers, heads=heads, kv_heads=kv_heads, width=width,
+        rotary_dims = _attr(c, f.rotary_dims_key) or (int(head_dim * frac) if head_dim else None)
+    return dict(family=_attr(c, "model_type"), layers=layers, heads=heads, kv_heads=kv_heads, width=width,
                 head_dim=head_dim, rotary_dims=rotary_dims, rotary_base=base)
 
 
@@ -220,11 +329,11 @@ def model_shape(model: nn.Module) -> dict:
     return dict(family=fam.name, **s, rotary_dims=0, rotary_base=None)
 
 
-def rope_type(config) -> str:
+def rope_type(config, layer: int | None = None) -> str:
     """The rotary embedding's type (``"default"`` for plain RoPE), ``""`` without rotary."""
     if not shape_of(config)["rotary_dims"]:
         return ""
-    return _attr(config, "rope_parameters", {}).get("rope_type", "default")
+    return rope_parameters(config, layer).get("rope_type", "default")
 
 
 def context_length(config) -> int | None:
@@ -252,17 +361,20 @@ def tied_embeddings(config) -> bool:
 
 
 def ungrouped_config(config, layers: int):
-    """The same family and sizes with ``kv heads = heads`` and ``layers`` blocks (a fresh config)."""
+    """The same family and sizes with ``kv heads = heads`` and ``layers`` blocks (a fresh config;
+    the per-layer kinds, e.g. which layers have a window, are those of its first ``layers``)."""
     from transformers import AutoConfig
 
     d = copy.deepcopy(config.to_dict())
-    for key in ("num_hidden_layers", "n_layer"):
+    for key in CONFIG_KEYS["layers"]:
         if key in d:
             d[key] = layers
-    heads = d.get("num_attention_heads", d.get("n_head"))
     if "num_key_value_heads" in d:
-        d["num_key_value_heads"] = heads
-    for key in ("layer_types", "max_window_layers", "quantization_config", "architectures"):
+        d["num_key_value_heads"] = config_value(d, "heads")
+    for key in {family_of(config).window_layers[0], "layer_types"} - {""}:
+        if d.get(key):
+            d[key] = d[key][:layers]
+    for key in ("max_window_layers", "quantization_config", "architectures"):
         d.pop(key, None)
     model_type = d.pop("model_type")
     return AutoConfig.for_model(model_type, **d)
@@ -362,8 +474,8 @@ class Adapter:
         d = self.head_dim
         if self.family.fused_layout == "per_head":      # [q_h k_h v_h] for each head h
             start = index * 3 * d + which * d
-        elif self.family.fused_layout == "qkv":         # [Q | K | V], each width wide
-            start = which * self.n_heads * d + index * d
+        elif self.family.fused_layout == "qkv":         # [Q heads·d | K kv·d | V kv·d]
+            start = (0, self.n_heads, self.n_heads + self.n_kv_heads)[which] * d + index * d
         else:                                           # separate q/k/v projections
             start = index * d
         return slice(start, start + d)
@@ -381,9 +493,10 @@ class Adapter:
         return self._fused_slice(2, kv_group)
 
     def projection_rows(self, module: nn.Module, features: slice) -> list[torch.Tensor]:
-        """Views of the weight (and bias) entries that produce output ``features`` of a projection."""
+        """Views of the weight (and bias) entries that produce output ``features`` of a projection
+        (or of a norm's scale, when a site is a norm's output: OLMo 2's keys)."""
         w = module.weight
-        out = [w[:, features] if self.family.conv1d else w[features, :]]
+        out = [w[features] if w.ndim == 1 else w[:, features] if self.family.conv1d else w[features, :]]
         if getattr(module, "bias", None) is not None:
             out.append(module.bias[features])
         return out
@@ -432,8 +545,8 @@ class Adapter:
 
     def site_module(self, site: str, layer: int) -> nn.Module:
         """The module whose input (z, resid_in) or output (k, v, pattern, resid) is the site."""
-        return {"z": self.out_proj, "k": self.key_proj, "v": self.value_proj, "pattern": self.attention,
-                "resid": self.block, "resid_in": self.block}[check_site(site)](layer)
+        path = self.site_path(site)
+        return _get(self.blocks[layer], path) if path else self.blocks[layer]
 
     def site_slice(self, site: str, unit: int) -> slice:
         """The features of the site's tensor (last dimension) that hold ``unit``."""
@@ -447,37 +560,69 @@ class Adapter:
 
     def site_path(self, site: str) -> str:
         """The dotted path of the site's module inside a block (``""`` = the block itself)."""
-        f = self.family
-        return {"z": f.out_proj, "k": f.qkv_paths[1], "v": f.qkv_paths[2], "pattern": f.attention,
-                "resid": "", "resid_in": ""}[check_site(site)]
+        return _site_paths(self.family)[check_site(site)]
 
     # ---- what the by-hand formulas need --------------------------------------
-    def input_norm_params(self, layer: int) -> dict:
-        """The norm in front of attention: kind ("LayerNorm" / "RMSNorm"), weight, bias, eps."""
+    def _norm_params(self, norm: nn.Module, what: str) -> dict:
         from torch import nn
 
-        norm = self.input_norm(layer)
-        if not (type(norm).__name__.endswith(self.family.norm)
-                or (self.family.norm == "LayerNorm" and isinstance(norm, nn.LayerNorm))):
-            raise NotImplementedError(f"{self.family.name}: the input norm is {type(norm).__name__}, "
-                                      f"not the {self.family.norm} this family declares")
+        kind = self.family.norm
+        if not (type(norm).__name__.endswith(kind) or (kind == "LayerNorm" and isinstance(norm, nn.LayerNorm))):
+            raise NotImplementedError(f"{self.family.name}: the {what} is {type(norm).__name__}, "
+                                      f"not the {kind} this family declares")
         eps = getattr(norm, "eps", None) or getattr(norm, "variance_epsilon", None)
         if eps is None and self.config is not None:
             eps = getattr(self.config, "rms_norm_eps", None)
-        return dict(kind=self.family.norm, weight=norm.weight, bias=getattr(norm, "bias", None),
-                    eps=float(eps))
+        return dict(kind=kind, weight=norm.weight, bias=getattr(norm, "bias", None), eps=float(eps),
+                    offset=self.family.norm_offset)
 
-    @property
-    def rope_type(self) -> str:
-        return rope_type(self.config) if self.config is not None else ""
+    def input_norm_params(self, layer: int) -> dict:
+        """The norm in front of attention: kind ("LayerNorm" / "RMSNorm"; "" = none), weight,
+        bias, eps and offset (an RMSNorm multiplies by offset + weight)."""
+        if not self.family.input_norm:
+            return dict(kind="", weight=None, bias=None, eps=0.0, offset=0.0)
+        return self._norm_params(self.input_norm(layer), "input norm")
+
+    def qk_norm_params(self, layer: int) -> tuple[dict, dict] | None:
+        """(query norm, key norm) parameters as :meth:`input_norm_params`, None without QK-norm;
+        over each head (``Family.qk_norm == "head"``) or the whole projection ("projection")."""
+        if not self.family.qk_norm:
+            return None
+        block = self.blocks[layer]
+        return tuple(self._norm_params(_get(block, p), f"{w} norm")
+                     for p, w in zip(self.family.qk_norm_paths, ("query", "key")))
+
+    def rope(self, layer: int) -> dict:
+        """The rotary embedding of ``layer``: dims (0 = none), base, type, linear factor and
+        pair layout (:attr:`Family.rotary_layout`); a config may set them per layer kind."""
+        if not self.rotary_dims:
+            return dict(dims=0, base=0.0, type="", factor=1.0, layout="")
+        params = rope_parameters(self.config, layer) if self.config is not None else {}
+        return dict(dims=int(self.rotary_dims), base=float(params.get("rope_theta") or self.rotary_base),
+                    type=params.get("rope_type", "default"), factor=float(params.get("factor") or 1.0),
+                    layout=self.family.rotary_layout)
 
     def attention_scale(self, layer: int) -> float:
-        """1/sqrt(head size), with GPT-2's optional switches."""
-        cfg = self.config
-        scale = self.head_dim ** -0.5 if getattr(cfg, "scale_attn_weights", True) else 1.0
-        if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+        """The factor of q·k: n^(-1/2) with n the head size or the config's
+        (:attr:`Family.scale_by`), 1 when unscaled, and GPT-2's switches."""
+        f, cfg = self.family, self.config
+        n = self.head_dim if f.scale_by == "head_dim" else _attr(cfg, f.scale_by)
+        scale = float(n) ** -0.5 if f.scale_by else 1.0
+        on, by_layer = f.scale_switches
+        if not _attr(cfg, on, True):
+            scale = 1.0
+        if _attr(cfg, by_layer, False):
             scale /= float(layer + 1)
         return scale
+
+    def softcap(self, layer: int) -> float | None:
+        """The attention-logit soft-cap c (s → c·tanh(s / c)), None without one."""
+        c = _attr(self.config, self.family.softcap)
+        return float(c) if c else None
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of ``layer`` (None = every earlier position is seen)."""
+        return window_of(self.config, layer, self.family) if self.config is not None else None
 
     # ---- calling the model -----------------------------------------------------
     def logits(self, ids: torch.Tensor, keep: int | torch.Tensor = 0) -> torch.Tensor:
@@ -500,6 +645,12 @@ class Adapter:
             self.model(ids)
 
 
+def _site_paths(f: Family) -> dict[str, str]:
+    """Each site's module path inside a block ("" = the block itself)."""
+    q, k, v = f.qkv_paths
+    return {**dict(z=f.out_proj, k=k, v=v, pattern=f.attention, resid="", resid_in=""), **f.site_paths}
+
+
 def check_site(site: str) -> str:
     if site not in SITES:
         raise HeadAddressError(f"unknown site {site!r}; the sites are {list(SITES)}")
@@ -508,18 +659,76 @@ def check_site(site: str) -> str:
 
 def sites_table(families: Iterable[str] = ()) -> list[dict]:
     """Per family and site: the module path inside a block and whether it is hooked on its input
-    or output (the table of ``docs`` and of the tests)."""
+    or output (the table of ``docs/architecture.md``, :func:`sites_markdown`, and of the tests)."""
     rows, known = [], all_families()
     for name in families or known:
         f = known[name]
-        qkv = f.qkv_paths
-        where = {"z": (f.out_proj, "input"), "k": (qkv[1], "output"), "v": (qkv[2], "output"),
-                 "pattern": (f.attention, "output: its weights" if f.pattern == "weights"
-                             else f"recomputed from {qkv[0]} and {qkv[1]}"),
-                 "resid": ("(block)", "output"), "resid_in": ("(block)", "input")}
-        for site, (path, side) in where.items():
-            rows.append(dict(family=name, site=site, blocks=f.layers, module=path, hooked=side))
+        paths = _site_paths(f)
+        q, k, _ = f.qkv_paths
+        hooked = dict(z="input", k="output", v="output", resid="output", resid_in="input",
+                      pattern="output: its weights" if f.pattern == "weights"
+                      else f"recomputed from {q} and {k}")
+        for site in SITES:
+            rows.append(dict(family=name, site=site, blocks=f.layers, module=paths[site] or "(block)",
+                             hooked=hooked[site]))
     return rows
+
+
+def sites_markdown() -> str:
+    """:func:`sites_table` as the Markdown table of ``docs/architecture.md``: one row per
+    family, the module each per-head and per-group site hooks (``resid`` / ``resid_in`` are
+    every family's block output / input)."""
+    by = {}
+    for r in sites_table():
+        by.setdefault(r["family"], {"blocks": r["blocks"]})[r["site"]] = r
+    cols = ("z", "k", "v", "pattern")
+
+    def cell(r):
+        if r["site"] == "pattern" and r["hooked"].startswith("recomputed"):
+            return r["hooked"].replace("recomputed from ", "recomputed from `").replace(" and ", "`, `") + "`"
+        side = "weights" if r["site"] == "pattern" else r["hooked"]
+        return f"`{r['module']}` {side}"
+
+    lines = ["| family | blocks | " + " | ".join(f"`{c}`" for c in cols) + " |",
+             "|---" * (len(cols) + 2) + "|"]
+    for name, row in by.items():
+        lines.append(f"| {name} | `{row['blocks']}` | " + " | ".join(cell(row[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def families_markdown() -> str:
+    """The attention rules of every family (its :class:`Family` entry), as the Markdown table
+    of ``docs/architecture.md``; a value from the config is named by its key."""
+    def norm(f):
+        kind = f.norm + (f" (offset {f.norm_offset:g} + w)" if f.norm_offset else "")
+        return kind if f.input_norm else f"none (attention reads the block input; {f.norm} after)"
+
+    def scale(f):
+        n = "1" if not f.scale_by else "1/√head_dim" if f.scale_by == "head_dim" else f"1/√`{f.scale_by}`"
+        switches = [f"`{k}`" for k in f.scale_switches if k]
+        return n + (f", switches {', '.join(switches)}" if switches else "")
+
+    def position(f):
+        if f.position != "rotary":
+            return f.position
+        dims = f"`{f.rotary_dims_key}` dims" if f.rotary_dims_key else "rope_parameters"
+        base = f", base {f.rotary_base:g}" if f.rotary_base else ""
+        return f"rotary, {f.rotary_layout} pairs ({dims}{base})"
+
+    def window(f):
+        if not f.window:
+            return "none"
+        key, kind = f.window_layers
+        return f"`{f.window}`, " + (f"layers whose `{key}` is `{kind}`" if key else "every layer")
+
+    lines = ["| family | input norm | QK-norm | scale | soft-cap | position | sliding window | fused QKV |",
+             "|---" * 8 + "|"]
+    for f in all_families().values():
+        qk = f"{f.qk_norm} (`{'`, `'.join(f.qk_norm_paths)}`)" if f.qk_norm else "none"
+        cap = f"`{f.softcap}`" if f.softcap else "none"
+        lines.append(f"| {f.name} | {norm(f)} | {qk} | {scale(f)} | {cap} | {position(f)} | {window(f)} | "
+                     f"{f.fused_layout or 'no'} |")
+    return "\n".join(lines) + "\n"
 
 
 def model_parts(model: nn.Module) -> dict:
@@ -547,3 +756,8 @@ def is_norm(module) -> bool:
     from torch import nn
 
     return isinstance(module, nn.LayerNorm) or type(module).__name__.endswith(NORM_CLASSES)
+
+
+if __name__ == "__main__":       # the tables of docs/architecture.md
+    print(sites_markdown())
+    print(families_markdown(), end="")

@@ -26,10 +26,12 @@ How each site is reached:
 
 * ``z``: a forward pre-hook on the output projection (its input).
 * ``k``, ``v``: a forward hook on the key / value projection (the fused QKV
-  module for GPT-NeoX and GPT-2), before any rotary embedding.
+  module for GPT-NeoX, GPT-2 and Phi-3), before any rotary embedding; OLMo 2's
+  keys after its key norm, which spans every group (``Family.site_paths``).
 * ``pattern``: read by a forward hook on the attention module (the weights
-  transformers' eager attention returns) or recomputed from the q/k outputs
-  (families whose kernel returns none, ``Family.pattern == "recompute"``).
+  transformers' eager attention returns) or recomputed from the q/k outputs by
+  the family's rules (:mod:`headwatch.recompute`; families whose kernel returns
+  none, ``Family.pattern == "recompute"``).
   Edits act through ``z``, since a head's output is linear in its weights,
   ``z_h = P_h · V_g(h)``: zero → ``z_h = 0``; scale c → ``c · z_h``; replace by
   ``P'`` → ``z_h = P' · V_g(h)`` with ``V`` the value projection's output of the
@@ -57,7 +59,6 @@ exact arithmetic, within float rounding in float32),
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
@@ -65,6 +66,8 @@ import torch
 from torch import nn
 
 from .arch import Adapter, check_site
+from .recompute import pattern as recomputed_pattern
+from .recompute import split_heads
 
 __all__ = ["Edit", "Captures", "InterventionError", "OPS", "zero", "scale", "replace", "capture", "skip",
            "intervene", "attention_maps", "maps_and_logits", "full_logits", "zeroed_weights",
@@ -352,14 +355,8 @@ class _Plan:
                     "attn_implementation='eager'")
             return p
         s = self.stash[layer]
-        q, k = s["q"], s["k"]
-        a = self.a
-        qh = torch.stack([q[..., a.query_slice(h)] for h in range(a.n_heads)], dim=1)
-        kh = torch.stack([k[..., a.key_slice(a.kv_group(h))] for h in range(a.n_heads)], dim=1)
-        scores = torch.matmul(qh.float(), kh.float().transpose(-1, -2)) * a.attention_scale(layer)
-        T = q.shape[1]
-        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
-        return torch.softmax(scores.masked_fill(causal, -math.inf), dim=-1).to(q.dtype)
+        q, k = split_heads(self.a, s["q"], s["k"])
+        return recomputed_pattern(self.a, layer, q.float(), k.float()).to(s["q"].dtype)
 
     def _pattern_capture(self, layer: int, e: Edit, before: list[Edit], output) -> None:
         p = self._pattern(layer, output)
@@ -448,6 +445,8 @@ def intervene(adapter: Adapter, edits: Iterable[Edit]):
         _ACTIVE.update(h.id for _, h in handles)
         if plan.skip is not None:
             value = plan.skip.value
+            if adapter.family.block_tuple:          # what the block returns: (hidden, weights)
+                value = (value, None)
             for layer in range(plan.skip.layer + 1):
                 block = adapter.block(layer)
                 block.forward = lambda *args, _v=value, **kwargs: _v

@@ -34,14 +34,27 @@ def smollm2_tokenizer():
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
-    """A tiny Llama (grouped kv heads) with SmolLM2's tokenizer, saved as a local folder:
-    what a user's `source: /path/to/model` looks like, in seconds instead of minutes."""
-    path = tmp_path_factory.mktemp("tiny-llama")
-    model = tiny_model("llama", vocab=len(smollm2_tokenizer))
-    model.save_pretrained(path)
-    smollm2_tokenizer.save_pretrained(path)
-    return path
+def tiny_family_dir(tmp_path_factory, smollm2_tokenizer):
+    """``make(family)``: a tiny model of that family with SmolLM2's tokenizer, saved as a local
+    folder (once per session): what a user's `source: /path/to/model` looks like, in
+    seconds instead of minutes."""
+    made = {}
+
+    def make(family: str):
+        if family not in made:
+            path = tmp_path_factory.mktemp(f"tiny-{family}")
+            tiny_model(family, vocab=len(smollm2_tokenizer)).save_pretrained(path)
+            smollm2_tokenizer.save_pretrained(path)
+            made[family] = path
+        return made[family]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_family_dir):
+    """A tiny Llama (grouped kv heads) with SmolLM2's tokenizer, saved as a local folder."""
+    return tiny_family_dir("llama")
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Model anatomy (protocol §6): formulas against hand-computed cases, parameter blocks against
 real instantiated models, the by-hand weight check and the key-group cuts on tiny models."""
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -18,11 +19,13 @@ from headwatch.anatomy import (BlockCountError, Entry, HeadShapeError, KVGroupEr
                                rotary_table, studied_entry, survey_table, sweep_entries,
                                ungrouped_control, weight_check)
 from headwatch.anatomy.context import angle_at
-from headwatch.anatomy.weights import apply_rotary, head_slices, rotate_half
+from headwatch.anatomy.weights import head_slices
 from headwatch.arch import Adapter
+from headwatch.interventions import hooks_on
+from headwatch.recompute import apply_rotary, rotate_half, rotate_pairs
 from headwatch.charlm.model import CharLM, count_params
 from headwatch.charlm.spec import ModelSpec
-from tiny import random_ids, tiny_model
+from tiny import ALL_FAMILIES, EXPECT, random_ids, tiny_config, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 REFS = ROOT / "config" / "models"
@@ -93,29 +96,29 @@ def test_tables_apply_the_formulas():
 
 
 # ---------------------------------------------------------- parameter blocks
-@pytest.mark.parametrize("family", ["gpt_neox", "llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_blocks_sum_to_the_instantiated_model(family):
     model = tiny_model(family)
+    a = Adapter(model)
     table = params_by_block(model).set_index("block")
     total = sum(p.numel() for p in model.parameters())
     assert table.loc["total", "params"] == total
     assert table.drop("total")["params"].sum() == total
     assert table.loc["other", "params"] == 0
     assert table.loc["input_embeddings", "params"] == 512 * 64
-    # a tiny model has 3 layers, width 64, 4 heads of 16 (2 kv heads for llama/qwen2)
-    attention = {"gpt_neox": 3 * (192 * 64 + 192 + 64 * 64 + 64),      # fused QKV + dense, biases
-                 "llama": 3 * (64 * 64 + 2 * 32 * 64 + 64 * 64),        # q, k, v (grouped), o
-                 "qwen2": 3 * (64 * 64 + 64 + 2 * (32 * 64 + 32) + 64 * 64),  # q/k/v biases, o none
-                 "gpt2": 3 * (64 * 192 + 192 + 64 * 64 + 64)}[family]
-    assert table.loc["attention", "params"] == attention
-    tied = family == "gpt2"
+    # a tiny model has 3 layers, width 64, 4 heads of 16 over its kv heads: q, k, v, o and biases
+    H, KV, d, W = 4, a.n_kv_heads, 16, 64
+    biases = 0 if family == "charlm" else EXPECT[family]["attn_biases"]
+    assert table.loc["attention", "params"] == 3 * (W * (H + 2 * KV) * d + H * d * W + biases)
+    inp, out = a.embeddings()
+    tied = inp.weight is out.weight
     assert (table.loc["output_embeddings", "params"] == 0) == tied
     assert ("tied" in table.loc["output_embeddings", "counted"]) == tied
-    # the same counts from the config alone, on the meta device
-    with torch.device("meta"):
-        from transformers import AutoModelForCausalLM
-        meta = AutoModelForCausalLM.from_config(model.config)
-    assert params_by_block(meta)["params"].tolist() == table["params"].tolist()
+    if a.family.has_config:   # the same counts from the config alone, on the meta device
+        with torch.device("meta"):
+            from transformers import AutoModelForCausalLM
+            meta = AutoModelForCausalLM.from_config(model.config)
+        assert params_by_block(meta)["params"].tolist() == table["params"].tolist()
 
 
 def test_biases_are_said_where_they_are_counted():
@@ -166,6 +169,16 @@ def test_reference_configs_load_and_carry_the_public_numbers():
     totals = params_table([reference_entry(n, REFS) for n in ("pythia-160m-deduped", "smollm2-135m")])
     totals = totals[totals.block == "total"].set_index("name")["params"]
     assert totals["pythia-160m-deduped"] == 162_322_944 and totals["smollm2-135m"] == 134_515_008
+
+
+def test_every_family_is_surveyed_from_its_config_on_the_meta_device(family, tmp_path):
+    tiny_config(family).to_json_file(tmp_path / f"tiny-{family}.json")
+    row = survey_table([reference_entry(f"tiny-{family}", tmp_path)]).iloc[0]
+    want = EXPECT[family]
+    assert row.error == "" and row.architecture == family
+    assert (row.layers, row.heads, row.kv_heads, row.head_dim, row.head_dim_tensors, row.rotary_dims) == \
+        (3, 4, want["kv_heads"], 16, 16.0, want["rotary_dims"])
+    assert row.position == ("rotary" if want["rotary_dims"] else "learned")
 
 
 def test_width_not_divisible_by_heads_is_reported_not_crashed():
@@ -228,29 +241,71 @@ def test_head_slices_by_hand():
     g = head_slices(llama, Adapter(llama), 0, 3)                   # head 3 → kv group 1 of 2
     assert g["kv_group"] == 1 and g["key"]["rows"] == [16, 32] and g["key"]["shared_by_heads"] == [2, 3]
     assert g["params"]["own"] == 2 * 16 * 64 and g["params"]["key_value"] == 2 * 16 * 64
+    # Phi-3: one fused [Q (4 heads) | K (2 groups) | V (2 groups)] of 16-dim rows
+    phi = tiny_model("phi3")
+    f = head_slices(phi, Adapter(phi), 0, 3)
+    assert (f["query"]["rows"], f["key"]["rows"], f["value"]["rows"]) == ([48, 64], [80, 96], [112, 128])
+    assert f["query"]["fused"] and f["query"]["shape"] == [128, 64]
 
 
-def test_rotate_half_and_rotary_by_hand():
+def test_rotate_half_interleaved_and_rotary_by_hand():
     x = torch.tensor([[1.0, 2.0, 3.0, 4.0]], dtype=torch.float64)
     assert rotate_half(x).tolist() == [[-3.0, -4.0, 1.0, 2.0]]
+    assert rotate_pairs(x).tolist() == [[-2.0, 1.0, -4.0, 3.0]]
     # position 1, 4 rotary dims, base 100: pair 0 turns 1 rad, pair 1 turns 100^(-1/2) = 0.1 rad
     v = torch.tensor([[0.0, 0.0, 0.0, 0.0, 9.0], [1.0, 0.0, 0.0, 0.0, 9.0]], dtype=torch.float64)
-    out = apply_rotary(v, 4, 100.0)
+    out = apply_rotary(v, 4, 100.0)                                  # pairs (0, 2) and (1, 3)
     assert out[1].tolist() == pytest.approx([math.cos(1), 0.0, math.sin(1), 0.0, 9.0])
     assert out[1, 4] == 9.0                                           # past the rotary dims: untouched
+    w = torch.tensor([[0.0] * 5, [1.0, 0.0, 1.0, 0.0, 9.0]], dtype=torch.float64)
+    pairs = apply_rotary(w, 4, 100.0, layout="interleaved")           # pairs (0, 1) and (2, 3)
+    assert pairs[1].tolist() == pytest.approx([math.cos(1), math.sin(1), math.cos(0.1), math.sin(0.1), 9.0])
+    slow = apply_rotary(v, 4, 100.0, factor=2.0)                      # linear scaling: half the angle
+    assert slow[1].tolist() == pytest.approx([math.cos(0.5), 0.0, math.sin(0.5), 0.0, 9.0])
 
 
 # ---------------------------------------------------------------- weight check
-@pytest.mark.parametrize("family", ["gpt_neox", "llama", "qwen2", "gpt2", "charlm"])
+def _worst(model, a, ids, tolerance=1.0):
+    return max(weight_check(model, a, ids, layer, head, tolerance=tolerance)["max_abs_delta"]
+               for layer in range(a.n_layers) for head in range(a.n_heads))
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_weight_check_recomputes_every_head(family):
+    """The map recomputed by hand in float64 is the model's eager attention: within 1e-6 of the
+    model run in float64 (transformers keeps some steps in float32), 1e-5 in float32."""
     model = tiny_model(family, layers=2)
     a = Adapter(model)
     ids = random_ids(1, 12, seed=3)
-    worst = max(weight_check(model, a, ids, layer, head, tolerance=1e-5)["max_abs_delta"]
-                for layer in range(2) for head in range(4))
-    assert worst < 1e-5
-    if family == "gpt_neox":
-        assert a.rotary_dims == 4                                     # partial: 25 % of 16
+    assert _worst(model, a, ids, 1e-5) < 1e-5
+    assert _worst(model.double(), a, ids, 1e-6) < 1e-6
+
+
+def test_each_rule_of_a_family_changes_its_maps(family):
+    """Every special case of a family's attention is exercised by its tiny model: the weight
+    check fails when any one rule of its entry is dropped or turned around. (Transformers
+    families: a recomputed pattern follows the same rules on both sides; its check is
+    z = pattern · v, tests/test_interventions.py.)"""
+    model = tiny_model(family, layers=2).double()
+    a = Adapter(model)
+    ids = random_ids(1, 12, seed=3)
+    f = a.family
+    wrong = {"scale": dict(scale_by="" if f.scale_by == "head_dim" else "head_dim", scale_switches=("", ""))}
+    if "RMSNorm" in (a.input_norm_params(0)["kind"], f.norm if f.qk_norm else ""):
+        wrong["norm offset"] = dict(norm_offset=1.0 - f.norm_offset)
+    if a.rotary_dims:
+        wrong["rotary pairs"] = dict(rotary_layout="interleaved" if f.rotary_layout == "half" else "half")
+    if any(a.window(l) for l in range(a.n_layers)):
+        wrong["window"] = dict(window="")
+    if a.softcap(0):
+        wrong["soft-cap"] = dict(softcap="")
+    if f.qk_norm:
+        wrong["QK-norm"] = dict(qk_norm="")
+    for rule, change in wrong.items():
+        a.family = dataclasses.replace(f, **change)
+        assert _worst(model, a, ids) > 1e-3, rule
+    a.family = f
+    assert _worst(model, a, ids) < 1e-6
 
 
 def test_weight_check_names_a_cell_and_fails_loudly():
@@ -261,36 +316,31 @@ def test_weight_check_names_a_cell_and_fails_loudly():
     cell = rec["cell_last_row_strongest"]
     assert cell["row"] == 9 and cell["row_token"] == "t9"
     assert cell["by_hand"] == pytest.approx(cell["model"], abs=1e-5) and cell["model"] > 0.1
-    a.rotary_base = 500.0   # a wrong base must be caught: the check can fail
+    rope = a.rope
+    a.rope = lambda layer: dict(rope(layer), base=500.0)     # a wrong base must be caught
     with pytest.raises(WeightCheckError, match="tolerance"):
         weight_check(model, a, ids, 0, 2, tolerance=1e-5)
 
 
 # -------------------------------------------------------------- key/value groups
-def test_key_group_cut_moves_exactly_the_group_on_grouped_llama():
-    model = tiny_model("llama", layers=2)
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_key_group_cut_moves_exactly_the_group(family):
+    model = tiny_model(family, layers=2)
     a = Adapter(model)
-    cuts = kv_group_cuts(model, a, random_ids(1, 10, seed=2), "tiny-llama")
-    assert len(cuts) == 2 * 2 * 4                                    # layers × groups × heads
+    cuts = kv_group_cuts(model, a, random_ids(1, 10, seed=2), f"tiny-{family}")
+    assert len(cuts) == 2 * a.n_kv_heads * 4                         # layers × groups × heads
     moved = cuts[cuts.moved]
     assert (moved["head_group"] == moved["kv_group"]).all()
-    assert (cuts.groupby(["layer", "kv_group"])["heads_moved"].first() == 2).all()
+    assert (cuts.groupby(["layer", "kv_group"])["heads_moved"].first() == a.group_size).all()
     assert (cuts[~cuts.in_group]["max_delta"] == 0).all()
     assert (cuts[["others_max_delta", "before_max_delta", "restore_max_delta"]] == 0).all().all()
-    # the hook is gone: the model gives the intact maps again
-    assert not model.model.layers[0].self_attn.k_proj._forward_hooks
-
-
-def test_key_slice_moves_exactly_one_head_without_sharing():
-    neox = tiny_model("gpt_neox", layers=2)
-    cuts = kv_group_cuts(neox, Adapter(neox), random_ids(1, 10, seed=2), "tiny-neox", "control")
-    assert (cuts.groupby(["layer", "kv_group"])["heads_moved"].first() == 1).all()
-    assert (cuts[cuts.moved]["head"] == cuts[cuts.moved]["kv_group"]).all()
-    control = ungrouped_control(tiny_model("llama").config, layers=1, seed=0)
-    ca = Adapter(control)
-    assert (ca.n_kv_heads, ca.n_heads, ca.n_layers) == (4, 4, 1)
-    c = kv_group_cuts(control, ca, random_ids(1, 10, seed=2), "control")
-    assert (c.groupby(["layer", "kv_group"])["heads_moved"].first() == 1).all()
+    assert hooks_on(model) == 0                                      # the hook is gone
+    if a.family.has_config:      # the control: the same family without key sharing, one layer
+        control = ungrouped_control(model.config, layers=1, seed=0)
+        ca = Adapter(control)
+        assert (ca.n_kv_heads, ca.n_heads, ca.n_layers, ca.window(0)) == (4, 4, 1, a.window(0))
+        c = kv_group_cuts(control, ca, random_ids(1, 10, seed=2), "control")
+        assert (c.groupby(["layer", "kv_group"])["heads_moved"].first() == 1).all()
 
 
 def test_a_wrong_key_slice_is_fatal(monkeypatch):

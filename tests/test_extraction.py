@@ -1,5 +1,7 @@
 """Attention extraction on tiny models of each family: causal maps, rows sum to 1,
 and the long table round-trips."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,7 +10,7 @@ import torch
 from headwatch.arch import Adapter, HeadAddressError
 from headwatch.attention import check_maps, map_of, maps_table
 from headwatch.scores import attention_maps
-from tiny import random_ids, tiny_model
+from tiny import EXPECT, random_ids, tiny_config, tiny_model
 
 
 def test_maps_are_causal_and_rows_sum_to_one(family):
@@ -48,11 +50,26 @@ def test_maps_table_quantizes_and_round_trips():
 def test_adapters_answer_shape_and_projection(family):
     model = tiny_model(family)
     a = Adapter(model)
-    assert (a.n_layers, a.n_heads, a.head_dim) == (3, 4, 16)
-    assert a.n_kv_heads == (2 if family in ("llama", "qwen2") else 4)
+    want = EXPECT[family]
+    assert (a.n_layers, a.n_heads, a.head_dim, a.n_kv_heads) == (3, 4, 16, want["kv_heads"])
     assert a.out_weight_for_head(1, 2).numel() == 64 * 16
-    assert a.rotary_dims == {"gpt_neox": 4, "gpt2": 0}.get(family, 16)
+    assert a.rotary_dims == want["rotary_dims"]
+    assert tuple(a.window(l) for l in range(3)) == want["windows"]
     with pytest.raises(HeadAddressError, match="does not exist"):
         a.check_head(3, 0)
     with pytest.raises(HeadAddressError):
         a.check_head(0, 4)
+
+
+def test_the_pre_job_checks_read_every_family_from_its_config_json(family, tmp_path):
+    """headwatch.config reads a family's shape from config.json alone (no transformers) and
+    finds its adapter."""
+    from headwatch.config import ModelFacts, head_errors, shape_from_config
+
+    tiny_config(family).to_json_file(tmp_path / "config.json")
+    shape = shape_from_config(json.loads((tmp_path / "config.json").read_text()))
+    assert shape == dict(model_type=family, layers=3, heads=4, kv_heads=EXPECT[family]["kv_heads"],
+                         context=256, vocab=512)
+    assert head_errors({}, ModelFacts("tiny", "folder", None, shape, "config.json")) == []
+    unknown = dict(shape, model_type="mamba")
+    assert "no adapter" in head_errors({}, ModelFacts("tiny", "folder", None, unknown, "config.json"))[0]

@@ -1,17 +1,21 @@
 """The intervention API (headwatch/interventions.py): every site of every family, and its guards —
 hook vs zeroed weights, the model restored (also when the body raises), batched vs loop."""
+from pathlib import Path
+
 import pytest
 import torch
 
-from headwatch.arch import SITES, Adapter, HeadAddressError, all_families, sites_table
+from headwatch.arch import (SITES, Adapter, HeadAddressError, all_families, families_markdown,
+                           sites_markdown, sites_table)
 from headwatch.cut import (MEAN_BIAS_RTOL, BatchedCuts, check_hook_vs_mean_bias, cut_heads,
                            head_means, loop_cuts)
 from headwatch.interventions import (InterventionError, attention_maps, capture, check_against_reference,
                                      check_restore, compare_batched, full_logits, hooks_on, intervene,
                                      maps_and_logits, replace, replaced_by_bias, scale, skip, zero,
                                      zeroed_weights)
-from tiny import ALL_FAMILIES, random_ids, tiny_model
+from tiny import ALL_FAMILIES, CONFIGS, FAMILIES, random_ids, tiny_model
 
+ROOT = Path(__file__).resolve().parents[1]
 WEIGHTED = ("z", "pattern", "k", "v")        # sites with weights that produce them alone
 
 
@@ -61,7 +65,16 @@ def test_every_family_names_a_module_for_every_site(tiny):
     for r in rows:                                   # the table's paths are the adapter's
         if r["module"] != "(block)":
             assert r["module"] == a.site_path(r["site"])
-    assert set(all_families()) == set(ALL_FAMILIES)
+    assert set(CONFIGS) == set(FAMILIES) and set(all_families()) == set(FAMILIES) | {"charlm"}
+
+
+def test_the_docs_tables_and_family_list_are_the_adapters():
+    """docs/architecture.md holds the tables `python -m headwatch.arch` prints; the README names
+    every family by its model_type."""
+    docs = (ROOT / "docs" / "architecture.md").read_text()
+    assert sites_markdown() in docs and families_markdown() in docs
+    readme = (ROOT / "README.md").read_text()
+    assert [f for f in FAMILIES if f"`{f}`" not in readme] == []
 
 
 @pytest.mark.parametrize("site", list(SITES))

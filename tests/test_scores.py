@@ -75,10 +75,10 @@ def test_scores_pool_cells_over_sequences_of_different_lengths(monkeypatch):
     assert out["sink"].item() == pytest.approx(pooled)
 
 
-def test_worked_check_one_head_on_one_phrase_is_the_plain_mean_of_its_cells():
+def test_worked_check_one_head_on_one_phrase_is_the_plain_mean_of_its_cells(family):
     """protocol §4 worked check: the score of one head equals the mean of the cells it reads,
     taken from the model's own attention map."""
-    model = tiny_model("llama")
+    model = tiny_model(family)
     adapter = Adapter(model)
     ids = random_ids(1, 12, seed=5)
     scores = head_scores(model, adapter, [ids[0]], random_ids(2, 10, seed=6), half_length=5)
@@ -93,8 +93,8 @@ def test_worked_check_one_head_on_one_phrase_is_the_plain_mean_of_its_cells():
         assert row[name] == pytest.approx(torch.stack(values).mean().item(), abs=1e-6), name
 
 
-def test_induction_scores_batching_does_not_change_the_result():
-    model = tiny_model("gpt_neox")
+def test_induction_scores_batching_does_not_change_the_result(family):
+    model = tiny_model(family)
     adapter = Adapter(model)
     ids = random_ids(5, 5, seed=1).repeat(1, 2)
     one = induction_scores(model, adapter, ids, 5, batch=1)

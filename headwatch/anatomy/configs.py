@@ -176,8 +176,8 @@ def tensor_head_dims(model: nn.Module, entry: Entry, shapes: dict | None = None)
 
     (qs, qn), (ks, kn), (os_, on) = shape(mods["q"]), shape(mods["k"]), shape(mods["o"])
     q_out, k_out, o_in = out_in(qs)[0], out_in(ks)[0], out_in(os_)[1]
-    if fused:  # one fused QKV tensor: q, k and v of every head
-        q_dim = k_dim = q_out / (3 * heads)
+    if fused:  # one fused QKV tensor: q of every head, k and v of every group
+        q_dim = k_dim = q_out / a.family.fused_units(heads, kv)
     else:
         q_dim, k_dim = q_out / heads, k_out / kv
     return dict(q=q_dim, k=k_dim, o=o_in / heads, tensors=f"{qn}, {kn}, {on}")

@@ -2,21 +2,20 @@
 
 :func:`head_slices` says where a head lives in the real tensors: the rows of
 Wq, Wk, Wv (its key/value group's, for grouped models; inside the fused QKV
-tensor for GPT-NeoX and GPT-2) and the columns of Wo, as ranges in the stored
+tensor for GPT-NeoX, GPT-2 and Phi-3) and the columns of Wo, as ranges in the stored
 tensor, with their parameter counts.
 
 :func:`weight_check` recomputes that head's attention map from the raw
-weights — input norm (LayerNorm or RMSNorm), q/k projections with biases,
-rotary embedding (partial for GPT-NeoX; the rotate-half convention of the
-transformers implementations; the model's base), scale, causal mask,
-softmax — in float64 from the hidden state entering the layer, and compares
-it with the map the model itself returns (both read by captures at the
-``resid_in`` and ``pattern`` sites). What a family's norm, rotary type and
-scale are, the adapter says. Above the tolerance it raises.
+weights — input norm (LayerNorm or RMSNorm, Gemma's 1 + w, none for OLMo 2),
+q/k projections with biases, then :mod:`headwatch.recompute`: QK-norm, rotary
+embedding (partial, rotate-half or GPT-J's interleaved pairs, the layer's
+base), scale, soft-capping, causal mask and sliding window, softmax — in
+float64 from the hidden state entering the layer, and compares it with the map
+the model itself returns (both read by captures at the ``resid_in`` and
+``pattern`` sites). What a family's rules are, the adapter says. Above the
+tolerance it raises.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
@@ -25,6 +24,7 @@ from ..arch import Adapter
 from ..tableio import assert_finite
 from ..device import exact_numerics, numerics
 from ..interventions import capture, intervene
+from ..recompute import norm, pattern, rules
 
 
 class WeightCheckError(RuntimeError):
@@ -93,20 +93,6 @@ def head_slices(model: nn.Module, adapter: Adapter, layer: int, head: int) -> di
 
 
 # ----------------------------------------------------------- by-hand attention
-def _norm_by_hand(adapter: Adapter, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, str, float]:
-    """(normed x, kind, eps) in float64 from the input norm's own weights (its kind from the adapter)."""
-    n = adapter.input_norm_params(layer)
-    w, eps = n["weight"].detach().double().cpu(), n["eps"]
-    if n["kind"] == "LayerNorm":
-        mu = x.mean(-1, keepdim=True)
-        var = ((x - mu) ** 2).mean(-1, keepdim=True)
-        b = n["bias"].detach().double().cpu() if n["bias"] is not None else 0.0
-        return (x - mu) / torch.sqrt(var + eps) * w + b, "LayerNorm", eps
-    if n["kind"] == "RMSNorm":
-        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w, "RMSNorm", eps
-    raise NotImplementedError(f"no by-hand formula for the norm {n['kind']}")
-
-
 def _project(adapter: Adapter, module: nn.Module, sl: slice, x: torch.Tensor) -> torch.Tensor:
     w = module.weight.detach().double().cpu()
     w = w[:, sl] if adapter.family.conv1d else w[sl, :].T          # (in, d)
@@ -114,49 +100,21 @@ def _project(adapter: Adapter, module: nn.Module, sl: slice, x: torch.Tensor) ->
     return x @ w + (0.0 if b is None else b.detach().double().cpu()[sl])
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """[x1, x2] → [−x2, x1] over the last dimension (the transformers convention)."""
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
-
-def apply_rotary(x: torch.Tensor, rotary_dims: int, base: float) -> torch.Tensor:
-    """Rotate the first ``rotary_dims`` of each position's vector by position × frequency.
-
-    Pair i (0-based) of the rotated part pairs dims i and i + rotary_dims/2 and
-    turns base^(-2i/rotary_dims) radians per token; the rest pass unchanged.
-    """
-    if not rotary_dims:
-        return x
-    T = x.shape[0]
-    inv = 1.0 / (float(base) ** (torch.arange(0, rotary_dims, 2, dtype=torch.float64) / rotary_dims))
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    ang = torch.cat((ang, ang), dim=-1)
-    rot, rest = x[:, :rotary_dims], x[:, rotary_dims:]
-    return torch.cat((rot * ang.cos() + rotate_half(rot) * ang.sin(), rest), dim=-1)
-
-
 def hand_map(adapter: Adapter, layer: int, head: int, hidden: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """The head's attention map [T, T] in float64 from the layer's input hidden state [T, W]."""
-    if adapter.rotary_dims and adapter.rope_type != "default":
-        raise NotImplementedError(f"rope_type {adapter.rope_type!r}: only the default rotary "
-                                  "embedding is recomputed by hand")
+    """The head's attention map [T, T] in float64 from the layer's input hidden state [T, W]:
+    the input norm and every head's q/k projections by hand from the stored weights, then
+    the family's rules (:func:`headwatch.recompute.pattern`: QK-norm, rotary, scale,
+    soft-cap, window)."""
     x = hidden.detach().double().cpu()
-    xn, norm_kind, eps = _norm_by_hand(adapter, layer, x)
-    q = _project(adapter, adapter.query_proj(layer), adapter.query_slice(head), xn)
-    k = _project(adapter, adapter.key_proj(layer), adapter.key_slice(adapter.kv_group(head)), xn)
-    q = apply_rotary(q, adapter.rotary_dims or 0, adapter.rotary_base or 0)
-    k = apply_rotary(k, adapter.rotary_dims or 0, adapter.rotary_base or 0)
-    scale = adapter.attention_scale(layer)
-    scores = (q @ k.T) * scale
-    T = scores.shape[0]
-    scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1), -math.inf)
-    how = dict(norm=norm_kind, eps=eps, rotary_dims=int(adapter.rotary_dims or 0),
-               rotary_base=float(adapter.rotary_base or 0), scale=scale,
-               rotary_convention="rotate-half: pair i = dims (i, i + rotary_dims/2), "
-                                 "angle = position × base^(-2i/rotary_dims)",
+    n = adapter.input_norm_params(layer)
+    xn = norm(x, n)
+    q = torch.stack([_project(adapter, adapter.query_proj(layer), adapter.query_slice(h), xn)
+                     for h in range(adapter.n_heads)])
+    k = torch.stack([_project(adapter, adapter.key_proj(layer), adapter.key_slice(g), xn)
+                     for g in range(adapter.n_kv_heads)])
+    how = dict(norm=n["kind"] or "none", eps=n["eps"], norm_offset=n["offset"], **rules(adapter, layer),
                precision="float64 on CPU")
-    return torch.softmax(scores, dim=-1), how
+    return pattern(adapter, layer, q, k)[head], how
 
 
 @torch.no_grad()
