@@ -94,7 +94,7 @@ class Family:
     # projection outputs (a model that calls a fused kernel).
     pattern: str = "weights"
     # The attention logits: q·k × n^(-1/2), n = the head size ("head_dim") or the number a
-    # config key holds (Gemma 2/3: "query_pre_attn_scalar"); "" = not scaled.
+    # config key holds (Gemma 2/3: "query_pre_attn_scalar"); "" = not scaled (GPT-Neo).
     scale_by: str = "head_dim"
     # GPT-2's config switches: (scaling on/off, divide by layer + 1); "" = no such switch.
     scale_switches: tuple[str, str] = ("", "")
@@ -170,6 +170,10 @@ FAMILIES = {f.name: f for f in (
     Family("gptj", "transformer.h", "attn", "attn.out_proj", ("attn.q_proj", "attn.k_proj", "attn.v_proj"),
            "ln_1", "LayerNorm", block_tuple=True, rotary_layout="interleaved", rotary_dims_key="rotary_dim",
            rotary_base=10000.0),
+    Family("gpt_neo", "transformer.h", "attn.attention", "attn.attention.out_proj",
+           ("attn.attention.q_proj", "attn.attention.k_proj", "attn.attention.v_proj"), "ln_1",
+           "LayerNorm", block_tuple=True, position="absolute", scale_by="", window="window_size",
+           window_layers=("attention_layers", "local")),
 )}
 """The transformers families, by ``config.model_type``."""
 
@@ -230,11 +234,11 @@ def family_of_model(model: nn.Module) -> Family:
     return family_of(model.config)
 
 
-# Config keys of each number, in the order they are tried (GPT-2 and GPT-NeoX spell them
-# their own way); a config is a transformers config object or a config.json dict.
+# Config keys of each number, in the order they are tried (GPT-2, GPT-NeoX and GPT-Neo spell
+# them their own way); a config is a transformers config object or a config.json dict.
 CONFIG_KEYS = dict(
     width=("hidden_size", "n_embd"),
-    heads=("num_attention_heads", "n_head"),
+    heads=("num_attention_heads", "n_head", "num_heads"),
     layers=("num_hidden_layers", "n_layer", "num_layers"),
     kv_heads=("num_key_value_heads",),
     head_dim=("head_dim",),
@@ -374,6 +378,8 @@ def ungrouped_config(config, layers: int):
     for key in {family_of(config).window_layers[0], "layer_types"} - {""}:
         if d.get(key):
             d[key] = d[key][:layers]
+            if "attention_types" in d:     # GPT-Neo derives its layer kinds from this run-length list
+                d["attention_types"] = [[d[key], 1]]
     for key in ("max_window_layers", "quantization_config", "architectures"):
         d.pop(key, None)
     model_type = d.pop("model_type")

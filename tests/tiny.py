@@ -21,6 +21,7 @@ family switched on:
 * phi3 — fused [Q K V] with grouped keys, partial rotary (50 %), a window on every layer;
 * mistral — grouped kv, a window on every layer;
 * gptj — interleaved (rotate-every-two) partial rotary (8 of 16 dims), fixed base;
+* gpt_neo — learned positions, no scaling, a local (windowed) middle layer;
 * charlm — separate q/k/v/o without biases, grouped kv heads, attention by a fused
   kernel that returns no weights (pattern recomputed).
 
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import torch
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, GPT2Config, GPTJConfig,
-                          GPTNeoXConfig, LlamaConfig, MistralConfig, Olmo2Config, Phi3Config,
+                          GPTNeoConfig, GPTNeoXConfig, LlamaConfig, MistralConfig, Olmo2Config, Phi3Config,
                           Qwen2Config, Qwen3Config)
 
 from headwatch import arch
@@ -88,6 +89,10 @@ CONFIGS = {
     "gptj": lambda v, L, H, KV, W: GPTJConfig(
         vocab_size=v, n_embd=W, n_layer=L, n_head=H, rotary_dim=(W // H) // 2, n_positions=256,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0),
+    "gpt_neo": lambda v, L, H, KV, W: GPTNeoConfig(
+        vocab_size=v, hidden_size=W, num_layers=L, num_heads=H, max_position_embeddings=256,
+        attention_types=[[["global", "local"], L // 2], [["global"], L % 2]], window_size=WINDOW,
+        resid_dropout=0.0, embed_dropout=0.0, attention_dropout=0.0, bos_token_id=0, eos_token_id=0),
 }
 """One tiny config per transformers family: ``(vocab, layers, heads, kv heads, width) → config``
 (families without key sharing ignore kv heads)."""
@@ -106,6 +111,7 @@ EXPECT = {  # by hand, for the default tiny shape: kv heads, rotary dims, each l
     "phi3": dict(kv_heads=2, rotary_dims=8, windows=(WINDOW + 2,) * 3, attn_biases=0),
     "mistral": dict(kv_heads=2, rotary_dims=16, windows=(WINDOW,) * 3, attn_biases=0),
     "gptj": dict(kv_heads=4, rotary_dims=8, windows=(None,) * 3, attn_biases=0),
+    "gpt_neo": dict(kv_heads=4, rotary_dims=0, windows=(None, WINDOW, None), attn_biases=64),
 }
 
 
