@@ -604,9 +604,10 @@ class Adapter:
         if not self.rotary_dims:
             return dict(dims=0, base=0.0, type="", factor=1.0, layout="")
         params = rope_parameters(self.config, layer) if self.config is not None else {}
+        kind = params.get("rope_type", "default")
+        factor = float(params.get("factor") or 1.0) if kind == "linear" else 1.0    # positions ÷ factor
         return dict(dims=int(self.rotary_dims), base=float(params.get("rope_theta") or self.rotary_base),
-                    type=params.get("rope_type", "default"), factor=float(params.get("factor") or 1.0),
-                    layout=self.family.rotary_layout)
+                    type=kind, factor=factor, layout=self.family.rotary_layout)
 
     def attention_scale(self, layer: int) -> float:
         """The factor of q·k: n^(-1/2) with n the head size or the config's
