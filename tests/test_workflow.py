@@ -65,3 +65,44 @@ def test_changing_a_phrase_reruns_only_what_reads_phrases(run):
     assert jobs.get("sequences_make") == 1            # only the phrases table
     assert "attention_maps" in jobs
     assert "scores_heads" not in jobs and "models_prepare" not in jobs
+
+
+def test_patching_outputs_guards_figures_and_pages(run):
+    """Activation patching (protocol §5d) on the tiny model: the four tables with their schemas and
+    the note the report shows, every guard passed with its figure, the figures, the table pages and
+    the explorer's panel."""
+    import json
+
+    workdir, _, config = run
+    res = workdir / "results" / "tiny-llama" / "patching"
+    prompts = pd.read_parquet(res / "prompts.parquet")
+    n = config["patching"]["n"]
+    assert len(prompts) == n and list(prompts.order) == ["ABBA", "BABA"] * (n // 2)
+    assert (prompts.clean_ids.map(len) == prompts.corrupted_ids.map(len)).all()
+    heads = pd.read_parquet(res / "heads.parquet")
+    assert list(heads.columns[:5]) == ["layer", "head", "label", "logit_diff", "score"] and len(heads) == 3 * 4
+    length = len(prompts.clean_ids.iloc[0])
+    resid = pd.read_parquet(res / "resid.parquet")
+    assert len(resid) == 3 * length and list(resid.columns) == ["layer", "position", "token", "logit_diff", "score"]
+    assert resid[resid.position == 0].score.abs().max() < 1e-5        # the same first token: nothing moves
+    positions = pd.read_parquet(res / "positions.parquet")
+    assert len(positions) == config["patching"]["top_k"] * length
+    note = read_note(res / "heads.parquet")
+    for key in ("clean_logit_diff", "corrupted_logit_diff", "names_phrase_p_io", "names_phrase_p_s",
+                "estimate_pearson", "estimate_spearman", "estimate_top10_overlap", "exact_seconds",
+                "estimate_seconds"):
+        assert key in note, key
+    assert note["clean_logit_diff"] != note["corrupted_logit_diff"] and note["position_labels"][1] == "{A}"
+    guards = json.loads((res / "guards.json").read_text())
+    assert guards["passed"]
+    for name in ("nothing_patched", "everything_patched", "clean_to_clean"):
+        assert guards[name]["identical"] and guards[name]["max_abs_diff"] == 0.0, name
+    assert guards["batched_vs_loop"]["passed"] and guards["batched_vs_loop"]["n_cases"] > 0
+    for name in ("heads", "resid", "top_heads"):
+        for ext in ("pdf", "png"):
+            assert (workdir / "figures" / "tiny-llama" / "patching" / f"{name}.{ext}").stat().st_size > 0
+    pages = workdir / "results" / "tables" / "tiny-llama" / "patching"
+    assert "clean_logit_diff" in (pages / "heads.html").read_text()
+    assert {p.name for p in pages.glob("*.html")} == {"prompts.html", "heads.html", "resid.html", "positions.html"}
+    page = (workdir / "results" / "tiny-llama" / "explorer.html").read_text()
+    assert '"patching":{"heads":{"columns":["layer","head"' in page
