@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -56,22 +55,14 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")           # the model is local; nothing is downloaded
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ablation import check_bridge_logits, peak_rss_gb, sync, transformer_lens_bridge  # noqa: E402
+from ablation import check_bridge_logits, peak_rss_gb, pick_heads, timed, transformer_lens_bridge  # noqa: E402
 from headwatch.models import load_prepared  # noqa: E402
 from headwatch.patching import (Patcher, attribution_patching, correlations, head_patches, logit_diff,  # noqa: E402
                                 prompt_set, prompt_tensors)
-
-
-def timed(fn, device, *args):
-    """(result, wall seconds, CPU seconds of this process)."""
-    sync(device)
-    t0, c0 = time.perf_counter(), time.process_time()
-    result = fn(*args)
-    sync(device)
-    return result, time.perf_counter() - t0, time.process_time() - c0
 
 
 def batched(model, adapter, clean, corrupted, io, s, batch):
@@ -112,33 +103,23 @@ def transformer_lens_loop(bridge, clean, corrupted, io, s, heads):
     return (out - r) / (c - r)
 
 
-def pick_heads(all_heads, n):
-    """All heads (None), or ``n`` spread evenly over the layers."""
-    if not n or n >= len(all_heads):
-        return None
-    step = len(all_heads) / n
-    return [all_heads[int(i * step)] for i in range(n)]
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=None, help="prompts (default: config/quick.yaml's patching.n)")
     ap.add_argument("--model", default=str(ROOT / "results/models/smollm2-135m"),
                     help="a prepared model folder (models_prepare output)")
-    ap.add_argument("--config", default=str(ROOT / "config/config.yaml"))
-    ap.add_argument("--n", type=int, default=None, help="prompts (default: config/quick.yaml's patching.n)")
-    ap.add_argument("--batch", type=int, default=None, help="rows per forward (default: patching.batch)")
+    ap.add_argument("--config", default=str(ROOT / "config/config.yaml"), help="patching: from this config")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--heads", type=int, default=None,
-                    help="patch only this many heads, spread over the layers (default: every head)")
-    ap.add_argument("--no-repeat", action="store_true", help="run the batched path once, not before and after")
+    ap.add_argument("--batch", type=int, default=None, help="rows per forward (default: patching.batch)")
+    ap.add_argument("--device", default="auto", help="auto = CUDA when present")
     ap.add_argument("--tolerance", type=float, default=1e-4, help="max |Δ score| between (i) and (ii)")
     ap.add_argument("--tl-logit-tolerance", type=float, default=1e-5,
                     help="max |Δlogit| allowed between TransformerBridge and the model (default 1e-5)")
+    ap.add_argument("--heads", type=int, default=None,
+                    help="patch only this many heads, spread over the layers (default: every head)")
+    ap.add_argument("--no-repeat", action="store_true", help="run the batched path once, not before and after")
     args = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
     params = dict(yaml.safe_load(open(args.config))["patching"])
     quick = yaml.safe_load(open(ROOT / "config/quick.yaml")).get("patching", {})
     params["n"] = args.n or quick.get("n", params["n"])
@@ -154,10 +135,10 @@ def main(argv=None):
     prompts, note = prompt_set(tokenizer, params)
     clean, corrupted, io, s = (t.to(device) for t in prompt_tensors(prompts))
     heads = pick_heads(adapter.heads(), args.heads)
-    n_heads = len(heads) if heads else len(adapter.heads())
+    n_heads, full = len(heads), len(heads) == len(adapter.heads())
     print(f"model {args.model}: {adapter.n_layers} layers × {adapter.n_heads} heads; {len(prompts)} prompts of "
           f"{note['length']} tokens ({len(params['templates'])} templates, ABBA and BABA, corrupted ABC); "
-          f"patching {n_heads} heads{' (a subset)' if heads else ''}, z over every position")
+          f"patching {n_heads} heads{'' if full else ' (a subset)'}, z over every position")
     print(f"device {device.type}, dtype {model.dtype}, torch threads {torch.get_num_threads()}, "
           f"batch {batch} rows per forward (headwatch)")
     bridge, version = transformer_lens_bridge(args.model, tokenizer, "float32", device)
@@ -173,7 +154,8 @@ def main(argv=None):
     t, c = {}, {}
     (b1, base), t["b1"], c["b1"] = timed(batched, device, model, adapter, clean, corrupted, io, s, batch)
     print(f"  batched (ii): wall {t['b1']:.2f} s", flush=True)
-    tl, t["tl"], c["tl"] = timed(transformer_lens_loop, device, bridge, clean, corrupted, io, s, heads)
+    tl, t["tl"], c["tl"] = timed(transformer_lens_loop, device, bridge, clean, corrupted, io, s,
+                                 None if full else heads)
     print(f"  TransformerLens (i): wall {t['tl']:.2f} s", flush=True)
     if not args.no_repeat:
         (b2, _), t["b2"], c["b2"] = timed(batched, device, model, adapter, clean, corrupted, io, s, batch)
@@ -196,7 +178,6 @@ def main(argv=None):
           + f"; CPU {c_b:8.2f} s   [every head: {len(adapter.heads())} heads]")
     print(f"(iii) attribution patching (estimate): wall {t['est']:8.2f} s; CPU {c['est']:8.2f} s")
     ratio = t["tl"] / t_b
-    full = heads is None
     print(f"(i)/(ii), wall: {ratio:.2f}×  (CPU {c['tl'] / c_b:.2f}×)"
           + (f"   target ≥ 10×: {'met' if ratio >= 10 else 'NOT met'}" if full else
              f"   (TransformerLens patched {n_heads} heads, the batched path all {len(adapter.heads())})"))

@@ -592,6 +592,8 @@ def _run_patching(model, adapter, prompts, phrases, params: dict):
     heads = head_patches(adapter)
     head_ld = patcher.run(heads)
     t_exact = time.perf_counter() - t0
+    log.info("%d prompts of %d tokens: logit difference clean %.4f, corrupted %.4f; %d heads patched in %.1f s",
+             patcher.n, patcher.length, patcher.clean_mean, patcher.corrupted_mean, len(heads), t_exact)
     for guard in (guards.nothing_patched, guards.everything_patched):
         records.add(guard(patcher, sample))
     t0 = time.perf_counter()
@@ -609,10 +611,13 @@ def _run_patching(model, adapter, prompts, phrases, params: dict):
     top = top_heads(table, "score", k)
     records.add(guards.clean_to_clean(patcher, sample, list(dict.fromkeys(heads_one_per_layer(adapter) + top))))
 
+    t0 = time.perf_counter()
     resid = resid_patches(adapter, patcher.length)
     resid_ld = patcher.run(resid)
     where = position_patches(top, patcher.length)
     where_ld = patcher.run(where)
+    log.info("%d residual patches (layer × position) and %d top-head × position patches in %.1f s",
+             len(resid), len(where), time.perf_counter() - t0)
     # The batched sweep vs one patch per forward pass: one head per layer and the top heads
     # (every position), the last position and a name's position of every block's input, the
     # top head at every position.

@@ -3,6 +3,7 @@ import pandas as pd
 import pytest
 
 from headwatch.tableio import read_note
+from test_explorer import browser  # noqa: F401  (Chromium, for the explorer's patching panel)
 from workflow import make_workdir, planned_jobs, snakemake, tiny_config, write_config
 
 
@@ -106,3 +107,31 @@ def test_patching_outputs_guards_figures_and_pages(run):
     assert {p.name for p in pages.glob("*.html")} == {"prompts.html", "heads.html", "resid.html", "positions.html"}
     page = (workdir / "results" / "tiny-llama" / "explorer.html").read_text()
     assert '"patching":{"heads":{"columns":["layer","head"' in page
+
+
+def test_the_explorer_shows_the_patching_panel(run, browser):
+    """The page of the tiny run in Chromium: both layers × heads maps hold the heads table's
+    scores, hovering a head reads it out, the residual map has the tokens on its axis."""
+    import json
+
+    from test_explorer import _hover, _open
+
+    workdir, _, _ = run
+    res = workdir / "results" / "tiny-llama"
+    heads = pd.read_parquet(res / "patching" / "heads.parquet").sort_values(["layer", "head"])
+    labels = read_note(res / "patching" / "heads.parquet")["position_labels"]
+    _open(browser, res / "explorer.html")
+    by = "css selector"
+    assert browser.find_element(by, "#patching-section").is_displayed()
+    assert "Activation patching: the heads that carry the name" in [a.text for a in browser.find_elements(by, "#toc a")]
+    for grid, column in (("exact", "score"), ("estimate", "estimate_score")):
+        cells = browser.find_elements(by, f"#patching-{grid} .patch-cell")
+        assert [float(c.get_attribute("data-score")) for c in cells] == pytest.approx(heads[column].tolist())
+    _hover(browser, browser.find_element(by, "#patch-estimate-L1-H2"))
+    readout = browser.find_element(by, "#patch-readout")
+    assert (readout.get_attribute("data-layer"), readout.get_attribute("data-head")) == ("1", "2")
+    assert readout.text.startswith("L1 H2: score ")
+    assert len(browser.find_elements(by, "#patching-resid .patch-cell")) == 3 * len(labels)
+    assert [t.get_attribute("textContent") for t in browser.find_elements(by, "#patching-resid .tok")] == labels
+    assert "prompts; logit difference IO − S: clean" in browser.find_element(by, "#patching-line").text
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], json.dumps(browser.get_log("browser"))

@@ -489,6 +489,17 @@
     return svg;
   }
 
+  // a layers × heads grid of cells made by cell(l, h): head numbers above, layer 0 on top
+  function headGrid(box, cell) {
+    box.style.gridTemplateColumns = 'auto repeat(' + H + ', 20px)';
+    box.appendChild(el('div', { class: 'lab' }, ''));
+    for (let h = 0; h < H; h++) box.appendChild(el('div', { class: 'lab', style: 'text-align:center' }, String(h)));
+    for (let l = 0; l < L; l++) {
+      box.appendChild(el('div', { class: 'lab' }, 'L' + l));
+      for (let h = 0; h < H; h++) box.appendChild(cell(l, h));
+    }
+  }
+
   // ------------------------------------------------------------ ablation
   function renderAblation() {
     const A = D.ablation;
@@ -522,19 +533,12 @@
     }
     if (A.attribution) {
       $('attribution-block').hidden = false;
-      const g = $('attribution-grid');
-      g.style.gridTemplateColumns = 'auto repeat(' + H + ', 20px)';
-      g.appendChild(el('div', { class: 'lab' }, ''));
-      for (let h = 0; h < H; h++) g.appendChild(el('div', { class: 'lab', style: 'text-align:center' }, String(h)));
-      for (let l = 0; l < L; l++) {
-        g.appendChild(el('div', { class: 'lab' }, 'L' + l));
-        for (let h = 0; h < H; h++) {
-          const c = el('div', { class: 'attr-cell', id: 'attr-' + headId(l, h), 'data-layer': String(l), 'data-head': String(h) });
-          c.addEventListener('mouseenter', function () { attrReadout(l, h); });
-          c.addEventListener('click', function () { selectHead(l, h, true); });
-          g.appendChild(c);
-        }
-      }
+      headGrid($('attribution-grid'), function (l, h) {
+        const c = el('div', { class: 'attr-cell', id: 'attr-' + headId(l, h), 'data-layer': String(l), 'data-head': String(h) });
+        c.addEventListener('mouseenter', function () { attrReadout(l, h); });
+        c.addEventListener('click', function () { selectHead(l, h, true); });
+        return c;
+      });
     }
     if (A.attribution_summary) {
       $('attribution-block').hidden = false;
@@ -603,18 +607,8 @@
     line.textContent = 'phrase “' + PHRASES[st.phrase].name + '”: p(' + a.expected + ') intact = ' + pctProb(a.p_intact) +
       '; costliest head ' + headLabel(Math.floor(best / H), best % H) + ' (drop ' + fmtPts(a.drop[best]) +
       ' points). Colour: drop in percentage points, ±' + fmtPts(vmax) + ' (' + D.colormaps.diverging_name + '; red = the head helps).';
-    const box = $('attr-colorbar');
-    box.innerHTML = '';
-    const W = 220, x0 = 24, svg = sv('svg', { width: W + 2 * x0, height: 36 });
-    for (let k = 0; k < 44; k++) {
-      const t = -vmax + (2 * vmax) * k / 43;
-      svg.appendChild(sv('rect', { x: x0 + k * W / 44, y: 2, width: W / 44 + 0.5, height: 10, fill: divColor(t, vmax) }));
-    }
-    [-vmax, 0, vmax].forEach(function (v, k) {
-      svg.appendChild(sv('text', { x: x0 + W * k / 2, y: 24, 'text-anchor': 'middle', 'font-size': 10 }, (v < 0 ? '−' : '') + fmtPts(Math.abs(v))));
-    });
-    svg.appendChild(sv('text', { x: x0 + W / 2, y: 34, 'text-anchor': 'middle', 'font-size': 10 }, 'drop (percentage points)'));
-    box.appendChild(svg);
+    colorbarInto($('attr-colorbar'), vmax, 'drop (percentage points)',
+                 function (v) { return (v < 0 ? '−' : '') + fmtPts(Math.abs(v)); });
   }
 
   function attrReadout(l, h) {
@@ -626,8 +620,8 @@
     ro.textContent = headLabel(l, h) + ': drop ' + fmtPts(a.drop[i]) + ' points (p ' + pctProb(a.p_intact) + ' → ' + pctProb(a.p_cut[i]) + ')';
   }
 
-  // ------------------------------------------------------------ activation patching
-  function colorbarInto(box, vmax, label) {
+  // ------------------------------------------------------------ diverging colour bar, ±vmax
+  function colorbarInto(box, vmax, label, fmt) {
     box.innerHTML = '';
     const W = 220, x0 = 24, svg = sv('svg', { width: W + 2 * x0, height: 36 });
     for (let k = 0; k < 44; k++) {
@@ -635,12 +629,13 @@
       svg.appendChild(sv('rect', { x: x0 + k * W / 44, y: 2, width: W / 44 + 0.5, height: 10, fill: divColor(t, vmax) }));
     }
     [-vmax, 0, vmax].forEach(function (v, k) {
-      svg.appendChild(sv('text', { x: x0 + W * k / 2, y: 24, 'text-anchor': 'middle', 'font-size': 10 }, fmtNum(v)));
+      svg.appendChild(sv('text', { x: x0 + W * k / 2, y: 24, 'text-anchor': 'middle', 'font-size': 10 }, fmt(v)));
     });
     svg.appendChild(sv('text', { x: x0 + W / 2, y: 34, 'text-anchor': 'middle', 'font-size': 10 }, label));
     box.appendChild(svg);
   }
 
+  // ------------------------------------------------------------ activation patching
   function renderPatching() {
     const P = D.patching;
     if (!P) return;
@@ -661,24 +656,17 @@
       ro.textContent = headLabel(l, h) + ': score ' + fmtNum(score[i]) + ' (logit difference ' + fmtNum(ld[i]) + '), estimate ' + fmtNum(est[i]);
     };
     [['patching-exact', 'exact', score], ['patching-estimate', 'estimate', est]].forEach(function (g) {
-      const box = $(g[0]);
-      box.style.gridTemplateColumns = 'auto repeat(' + H + ', 20px)';
-      box.appendChild(el('div', { class: 'lab' }, ''));
-      for (let h = 0; h < H; h++) box.appendChild(el('div', { class: 'lab', style: 'text-align:center' }, String(h)));
-      for (let l = 0; l < L; l++) {
-        box.appendChild(el('div', { class: 'lab' }, 'L' + l));
-        for (let h = 0; h < H; h++) {
-          const x = g[2][l * H + h];
-          const c = el('div', { class: 'patch-cell', id: 'patch-' + g[1] + '-' + headId(l, h), 'data-layer': String(l),
-                                'data-head': String(h), 'data-score': String(x), title: headLabel(l, h) + ': ' + fmtNum(x) });
-          c.style.background = divColor(x, vmax);
-          c.addEventListener('mouseenter', function () { readout(l, h); });
-          c.addEventListener('click', function () { selectHead(l, h, true); });
-          box.appendChild(c);
-        }
-      }
+      headGrid($(g[0]), function (l, h) {
+        const x = g[2][l * H + h];
+        const c = el('div', { class: 'patch-cell', id: 'patch-' + g[1] + '-' + headId(l, h), 'data-layer': String(l),
+                              'data-head': String(h), 'data-score': String(x), title: headLabel(l, h) + ': ' + fmtNum(x) });
+        c.style.background = divColor(x, vmax);
+        c.addEventListener('mouseenter', function () { readout(l, h); });
+        c.addEventListener('click', function () { selectHead(l, h, true); });
+        return c;
+      });
     });
-    colorbarInto($('patch-colorbar'), vmax, 'score (0 = corrupted, 1 = clean)');
+    colorbarInto($('patch-colorbar'), vmax, 'score (0 = corrupted, 1 = clean)', fmtNum);
     const R = P.resid, T = R.tokens.length, box = $('patching-resid');
     box.style.gridTemplateColumns = 'auto repeat(' + T + ', 20px)';
     box.appendChild(el('div', { class: 'lab' }, ''));
