@@ -219,7 +219,7 @@ def draw_prompts(params: dict) -> list[dict]:
         io, s = (names[j] for j in rng.choice(len(names), size=2, replace=False))
         others = [x for x in names if x not in (io, s)]
         corrupted = [others[j] for j in rng.choice(len(others), size=3, replace=False)]
-        clean = (io, s, s) if order == "ABBA" else (s, io, s)
+        clean = tuple(io if role == "IO" else s for role in ROLES[order])
         rows.append(dict(prompt=i, template=t, order=order, io=io, s=s, clean_names=list(clean),
                          corrupted_names=corrupted, clean_text=fill(templates[t], clean),
                          corrupted_text=fill(templates[t], corrupted)))
@@ -622,7 +622,7 @@ def _run_patching(model, adapter, prompts, phrases, params: dict):
     # (every position), the last position and a name's position of every block's input, the
     # top head at every position.
     probe_heads = list(dict.fromkeys(heads_one_per_layer(adapter) + top))
-    slot = int(min(i for i, x in enumerate(labels) if x.startswith("{")))
+    slot = int((clean != corrupted).any(dim=0).nonzero()[0, 0])         # the first name's position
     probe = ([(heads, head_ld, heads.index(Patch("z", l, h))) for l, h in probe_heads]
              + [(resid, resid_ld, resid.index(Patch("resid_in", l, None, p)))
                 for l in range(adapter.n_layers) for p in sorted({slot, patcher.length - 1})]

@@ -26,7 +26,7 @@ def _limit(*grids) -> float:
 
 
 def _fmt(x) -> str:
-    return "–" if x is None else f"{x:.2f}"
+    return "–" if x is None else f"{x:.3f}"
 
 
 def _baseline(note: dict) -> str:
