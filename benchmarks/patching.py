@@ -203,7 +203,7 @@ def main(argv=None):
     print(f"(i)/(iii), wall: {t['tl'] / t['est']:.1f}×;  (ii)/(iii), wall: {t_b / t['est']:.1f}×")
     macs = multiply_adds(adapter, heads, len(prompts), note["length"])
     print(f"multiply-adds of the weight matrices: (i) {macs[0]:.3g}, (ii) {macs[1]:.3g}: (i)/(ii) = "
-          f"{macs[0] / macs[1]:.2f}× — the ratio a compute-bound device can reach at best")
+          f"{macs[0] / macs[1]:.2f}×: what the arithmetic alone gives (the rest is either side's overhead)")
     print(f"agreement (i) vs (ii): max |Δ score| = {diff:.3g} over {int(keep.sum())} heads "
           f"(tolerance {args.tolerance:g}): PASS"
           + ("" if args.no_repeat else f"; batched runs identical: {np.array_equal(b1, b2, equal_nan=True)}"))
