@@ -71,8 +71,8 @@ from torch import nn
 
 from .arch import Adapter, check_site
 
-__all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero", "scale", "replace", "capture", "skip",
-           "intervene", "attention_maps", "maps_and_logits", "full_logits", "zeroed_weights",
+__all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero", "scale", "replace", "capture",
+           "skip", "intervene", "attention_maps", "maps_and_logits", "full_logits", "zeroed_weights",
            "replaced_by_bias", "check_against_reference", "check_restore", "compare_batched", "hooks_on"]
 
 OPS = ("zero", "scale", "replace", "capture", "skip")

@@ -171,7 +171,8 @@ def test_name_errors_name_the_name_the_template_and_the_model(smollm2_tokenizer)
                                                                   "gave a book to", "{A} met {B} and {C}"]))
     errors = name_errors(config, facts)
     text = "\n".join(errors)
-    assert "patching.names[20] ('Maryland-upon-Thames' with its leading space) = ' Maryland-upon-Thames' is split" in text
+    assert ("patching.names[20] ('Maryland-upon-Thames' with its leading space) = ' Maryland-upon-Thames' "
+            "is split") in text
     assert "(model m1)" in text
     assert "patching.templates[5] = '{A} met {B} and {C}': {A} must follow a space" in text
     assert "patching.top_k = 5: model m1 has 4 heads" in text
