@@ -712,6 +712,7 @@ def _cache_write(folder: Path, key: str, record: dict) -> None:
 def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_available):
     """(errors, warnings) of every check that reads the studied models."""
     from .anatomy.configs import config_errors as anatomy_errors
+    from .patching import name_errors as patching_name_errors
 
     errors = (sweep_errors(config) + anatomy_errors(config, workdir) + report_errors(config, workdir)
               + dtype_errors(config, cuda))
@@ -724,6 +725,7 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
             continue
         errs, warns = token_errors(config, facts)
         errors += errs + length_errors(config, facts) + head_errors(config, facts)
+        errors += patching_name_errors(config, facts)
         warnings += warns
     return errors, warnings
 

@@ -15,7 +15,12 @@ made with :func:`zero`, :func:`scale`, :func:`replace`, :func:`capture` or
 :func:`skip`. It applies to every row of the batch or, with ``rows`` (bool
 ``[batch]``), to those rows only; a replacement may carry its own values per
 row (a leading batch dimension). Edits of one site apply in the order listed;
-a capture sees the edits listed before it. :func:`intervene` applies any list
+a capture sees the edits listed before it. A capture is detached, except one
+made with ``grad=True``: it keeps the site's whole tensor (every unit, every
+row) as the forward pass goes on with it, so that
+``torch.autograd.grad(metric, captured)`` is the gradient of a metric with
+respect to the site (``z``, ``resid`` and ``resid_in``: :data:`GRAD_SITES`;
+attribution patching, :mod:`headwatch.patching`). :func:`intervene` applies any list
 of edits in every forward pass run inside it::
 
     with intervene(adapter, [zero("z", 3, unit=1), capture("pattern", 5)]) as cap:
@@ -69,11 +74,14 @@ from .arch import Adapter, check_site
 from .recompute import pattern as recomputed_pattern
 from .recompute import split_heads
 
-__all__ = ["Edit", "Captures", "InterventionError", "OPS", "zero", "scale", "replace", "capture", "skip",
-           "intervene", "attention_maps", "maps_and_logits", "full_logits", "zeroed_weights",
+__all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero", "scale", "replace", "capture",
+           "skip", "intervene", "attention_maps", "maps_and_logits", "full_logits", "zeroed_weights",
            "replaced_by_bias", "check_against_reference", "check_restore", "compare_batched", "hooks_on"]
 
 OPS = ("zero", "scale", "replace", "capture", "skip")
+GRAD_SITES = ("z", "resid", "resid_in")
+"""Sites that are a module's whole input or output tensor: a capture there can keep its gradient
+(``k`` and ``v`` are slices of a fused projection's output in some families)."""
 
 
 class InterventionError(RuntimeError):
@@ -90,6 +98,7 @@ class Edit:
     value: Any = None                     # scale: the factor; replace / skip: the new values
     rows: torch.Tensor | None = None      # bool [batch]: the rows it applies to (None = all)
     key: Hashable = None                  # capture: where its tensors go
+    grad: bool = False                    # capture: keep the tensor in the autograd graph
 
     @property
     def name(self) -> Hashable:
@@ -113,8 +122,11 @@ def replace(site: str, layer: int, value, unit: int | None = None, rows: torch.T
 
 
 def capture(site: str, layer: int, unit: int | None = None, rows: torch.Tensor | None = None,
-            key: Hashable = None) -> Edit:
-    return Edit(site, int(layer), "capture", unit, None, rows, key)
+            key: Hashable = None, grad: bool = False) -> Edit:
+    """Record the site's tensor in every forward pass (detached), or with ``grad=True`` the
+    whole site's tensor itself, still in the autograd graph (``unit`` and ``rows`` None): the
+    tensor the forward pass goes on with, so that a gradient can be taken with respect to it."""
+    return Edit(site, int(layer), "capture", unit, None, rows, key, grad)
 
 
 def skip(layer: int, value: torch.Tensor) -> Edit:
@@ -123,7 +135,8 @@ def skip(layer: int, value: torch.Tensor) -> Edit:
 
 
 class Captures(dict):
-    """``key`` → the captured tensors, one per forward pass run inside :func:`intervene` (detached)."""
+    """``key`` → the captured tensors, one per forward pass run inside :func:`intervene` (detached,
+    but for a capture with ``grad=True``)."""
 
     def one(self, key: Hashable) -> torch.Tensor:
         got = self[key]
@@ -156,6 +169,10 @@ def _check_edit(adapter: Adapter, e: Edit) -> None:
         raise InterventionError(f"{e.where()} takes no value")
     if e.op == "skip" and (e.site != "resid" or e.rows is not None or not isinstance(e.value, torch.Tensor)):
         raise InterventionError(f"{e.where()}: skip is a resid edit of the whole batch with a tensor value")
+    if e.grad and (e.op != "capture" or e.site not in GRAD_SITES or e.unit is not None or e.rows is not None):
+        raise InterventionError(f"{e.where()}: only a capture of a whole {', '.join(GRAD_SITES)} site (no "
+                                "unit, every row) can keep its gradient: a slice of a tensor is not on the "
+                                "forward pass's path")
 
 
 def _on(t, ref: torch.Tensor, cache: dict | None = None, tag: str = ""):
@@ -316,6 +333,9 @@ class _Plan:
         """A zero / scale / replace / capture of z, k or v on ``x`` [batch, T, features] (in place)."""
         cache = self.caches.setdefault(id(e), {})
         units = self._units(e)
+        if e.op == "capture" and e.grad:
+            self.captures[e.name].append(x)
+            return
         if e.op == "capture":
             rows = _rows(e, x, cache)
             got = torch.cat([x[..., self.a.site_slice(site, u)] for u in units], dim=-1)
@@ -376,7 +396,7 @@ class _Plan:
         cache = self.caches.setdefault(id(e), {})
         if e.op == "capture":
             rows = _rows(e, x, cache)
-            self.captures[e.name].append((x if rows is None else x[rows]).detach())
+            self.captures[e.name].append(x if e.grad else (x if rows is None else x[rows]).detach())
         else:
             _edited(x, (Ellipsis,), e, cache)
 

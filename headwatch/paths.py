@@ -59,6 +59,17 @@ def guards(model: str) -> str:
     return _join(RESULTS, model, "ablation", "guards.json")
 
 
+# ------------------------------------------------------------------ patching
+def patching_table(model: str, name: str) -> str:
+    """An activation-patching table (``prompts``, ``heads``, ``resid``, ``positions``)."""
+    return _join(RESULTS, model, "patching", f"{name}.parquet")
+
+
+def patching_guards(model: str) -> str:
+    """The patching rule's guard record."""
+    return _join(RESULTS, model, "patching", "guards.json")
+
+
 # ------------------------------------------------------------------ anatomy
 def anatomy_table(name: str) -> str:
     """A model-independent anatomy table (survey, params_by_block, rotary, ...)."""
@@ -151,6 +162,10 @@ def head_figure(model: str, name: str, ext: str) -> str:
 
 def ablation_figure(model: str, name: str, ext: str) -> str:
     return _join(FIGURES, model, "ablation", f"{name}.{ext}")
+
+
+def patching_figure(model: str, name: str, ext: str) -> str:
+    return _join(FIGURES, model, "patching", f"{name}.{ext}")
 
 
 def anatomy_figure(name: str, ext: str) -> str:

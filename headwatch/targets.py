@@ -18,6 +18,9 @@ from .sweep import plan
 ABLATION_EXPERIMENTS = ("topk", "circuit", "attribution")
 """The ablation rules' experiments (protocol §5a–c); each writes a guard record."""
 ABLATION_TABLES = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary", "pairs")
+PATCHING_TABLES = ("prompts", "heads", "resid", "positions")
+"""The activation-patching tables (protocol §5d); the rule also writes a guard record."""
+PATCHING_FIGURES = ("heads", "resid", "top_heads")
 ANATOMY_TABLES = ("survey", "params_by_block", "rotary", "kv_cache", "attention_cells")
 MODEL_ANATOMY_FILES = ("head_slices.json", "weight_check.json", "kv_groups.parquet", "kv_similarity.parquet")
 SWEEP_TABLES = ("summary", "contrast", "finals", "curves")
@@ -27,6 +30,8 @@ ANATOMY_FIGURES = ("params_by_block", "rotary_clocks", "kv_cache")
 SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "curves": "training_curves"}
 """The sweep's figures by output key (rule figures_sweep) and file stem."""
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
+EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid"}
+"""The explorer's patching inputs by key (report_explorer) and table name."""
 EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
 
 Producible = Callable[[str], bool]
@@ -59,6 +64,11 @@ def ablation(config: dict) -> list[str]:
             for p in [paths.ablation_table(m, t) for t in ABLATION_TABLES] + [paths.guards(m)]]
 
 
+def patching(config: dict) -> list[str]:
+    return [p for m in models(config)
+            for p in [paths.patching_table(m, t) for t in PATCHING_TABLES] + [paths.patching_guards(m)]]
+
+
 def anatomy(config: dict) -> list[str]:
     return ([paths.anatomy_table(t) for t in ANATOMY_TABLES]
             + [paths.model_anatomy(m, f) for m in models(config) for f in MODEL_ANATOMY_FILES])
@@ -84,6 +94,7 @@ def figures(config: dict) -> list[str]:
         out += [f for name in ABLATION_FIGURES for f in figure_pair(paths.ablation_figure, m, name)]
         out += [f for phrase in config["phrases"]
                 for f in figure_pair(paths.ablation_figure, m, f"attribution_{phrase}")]
+        out += [f for name in PATCHING_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
     out += [f for stem in SWEEP_FIGURES.values() for f in figure_pair(paths.sweep_figure, stem)]
     out += [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")]
     return out
@@ -105,13 +116,13 @@ def report(config: dict, producible: Producible) -> list[str]:
 
 def all_targets(config: dict, producible: Producible) -> list[str]:
     """Everything ``rule all`` asks for."""
-    return (sequences(config) + attention(config) + scores(config) + ablation(config) + anatomy(config)
-            + sweep(config) + figures(config) + report(config, producible))
+    return (sequences(config) + attention(config) + scores(config) + ablation(config) + patching(config)
+            + anatomy(config) + sweep(config) + figures(config) + report(config, producible))
 
 
 def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
-    """The explorer page's inputs: the spine tables always; the ablation and sweep tables
-    whenever a rule of the workflow makes them (so a workflow without those stages still
+    """The explorer page's inputs: the spine tables always; the ablation, patching and sweep
+    tables whenever a rule of the workflow makes them (so a workflow without those stages still
     builds a page, without their sections)."""
     inputs = dict(model=paths.prepared(model), maps=paths.attention_table(model, "maps"),
                   tokens=paths.attention_table(model, "tokens"), predictions=paths.predictions(model),
@@ -120,6 +131,9 @@ def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
     for name in EXPLORER_ABLATION:
         if producible(paths.ablation_table(model, name)):
             inputs[name] = paths.ablation_table(model, name)
+    for key, name in EXPLORER_PATCHING.items():
+        if producible(paths.patching_table(model, name)):
+            inputs[key] = paths.patching_table(model, name)
     for key, name in EXPLORER_SWEEP.items():
         if producible(paths.sweep_table(name)):
             inputs[key] = paths.sweep_table(name)

@@ -64,4 +64,5 @@ rule figures_scores:
 
 include: "figures_anatomy.smk"
 include: "figures_ablation.smk"
+include: "figures_patching.smk"
 include: "figures_sweep.smk"

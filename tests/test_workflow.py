@@ -7,6 +7,7 @@ import pytest
 from headwatch import paths
 from headwatch.tableio import read_note
 from tiny import WINDOW
+from test_explorer import browser  # noqa: F401  (Chromium, for the explorer's patching panel)
 from workflow import make_workdir, planned_jobs, snakemake, tiny_config, write_config
 
 
@@ -101,3 +102,72 @@ def test_gemma2_and_qwen3_folders_run_scores_cuts_weight_check_and_key_groups(tm
         assert (mine[~mine.in_group]["max_delta"] == 0).all()
     gemma = json.loads((workdir / "results" / "tiny-gemma2" / "anatomy" / "weight_check.json").read_text())
     assert (gemma["softcap"], gemma["window"], gemma["norm_offset"]) == (10.0, WINDOW, 1.0)   # layer 0
+
+
+def test_patching_outputs_guards_figures_and_pages(run):
+    """Activation patching (protocol §5d) on the tiny model: the four tables with their schemas and
+    the note the report shows, every guard passed with its figure, the figures, the table pages and
+    the explorer's panel."""
+    import json
+
+    workdir, _, config = run
+    res = workdir / "results" / "tiny-llama" / "patching"
+    prompts = pd.read_parquet(res / "prompts.parquet")
+    n = config["patching"]["n"]
+    assert len(prompts) == n and list(prompts.order) == ["ABBA", "BABA"] * (n // 2)
+    assert (prompts.clean_ids.map(len) == prompts.corrupted_ids.map(len)).all()
+    heads = pd.read_parquet(res / "heads.parquet")
+    assert list(heads.columns[:5]) == ["layer", "head", "label", "logit_diff", "score"] and len(heads) == 3 * 4
+    length = len(prompts.clean_ids.iloc[0])
+    resid = pd.read_parquet(res / "resid.parquet")
+    assert len(resid) == 3 * length and list(resid.columns) == ["layer", "position", "token", "logit_diff", "score"]
+    assert resid[resid.position == 0].score.abs().max() < 1e-5        # the same first token: nothing moves
+    positions = pd.read_parquet(res / "positions.parquet")
+    assert len(positions) == config["patching"]["top_k"] * length
+    note = read_note(res / "heads.parquet")
+    for key in ("clean_logit_diff", "corrupted_logit_diff", "names_phrase_p_io", "names_phrase_p_s",
+                "estimate_pearson", "estimate_spearman", "estimate_top10_overlap", "exact_seconds",
+                "estimate_seconds"):
+        assert key in note, key
+    assert note["clean_logit_diff"] != note["corrupted_logit_diff"] and note["position_labels"][1] == "{A}"
+    guards = json.loads((res / "guards.json").read_text())
+    assert guards["passed"]
+    for name in ("nothing_patched", "everything_patched", "clean_to_clean"):
+        assert guards[name]["identical"] and guards[name]["max_abs_diff"] == 0.0, name
+    assert guards["batched_vs_loop"]["passed"] and guards["batched_vs_loop"]["n_cases"] > 0
+    for name in ("heads", "resid", "top_heads"):
+        for ext in ("pdf", "png"):
+            assert (workdir / "figures" / "tiny-llama" / "patching" / f"{name}.{ext}").stat().st_size > 0
+    pages = workdir / "results" / "tables" / "tiny-llama" / "patching"
+    assert "clean_logit_diff" in (pages / "heads.html").read_text()
+    assert {p.name for p in pages.glob("*.html")} == {"prompts.html", "heads.html", "resid.html", "positions.html"}
+    page = (workdir / "results" / "tiny-llama" / "explorer.html").read_text()
+    assert '"patching":{"heads":{"columns":["layer","head"' in page
+
+
+def test_the_explorer_shows_the_patching_panel(run, browser):
+    """The page of the tiny run in Chromium: both layers × heads maps hold the heads table's
+    scores, hovering a head reads it out, the residual map has the tokens on its axis."""
+    import json
+
+    from test_explorer import _hover, _open
+
+    workdir, _, _ = run
+    res = workdir / "results" / "tiny-llama"
+    heads = pd.read_parquet(res / "patching" / "heads.parquet").sort_values(["layer", "head"])
+    labels = read_note(res / "patching" / "heads.parquet")["position_labels"]
+    _open(browser, res / "explorer.html")
+    by = "css selector"
+    assert browser.find_element(by, "#patching-section").is_displayed()
+    assert "Activation patching: the heads that carry the name" in [a.text for a in browser.find_elements(by, "#toc a")]
+    for grid, column in (("exact", "score"), ("estimate", "estimate_score")):
+        cells = browser.find_elements(by, f"#patching-{grid} .patch-cell")
+        assert [float(c.get_attribute("data-score")) for c in cells] == pytest.approx(heads[column].tolist())
+    _hover(browser, browser.find_element(by, "#patch-estimate-L1-H2"))
+    readout = browser.find_element(by, "#patch-readout")
+    assert (readout.get_attribute("data-layer"), readout.get_attribute("data-head")) == ("1", "2")
+    assert readout.text.startswith("L1 H2: score ")
+    assert len(browser.find_elements(by, "#patching-resid .patch-cell")) == 3 * len(labels)
+    assert [t.get_attribute("textContent") for t in browser.find_elements(by, "#patching-resid .tok")] == labels
+    assert "prompts; logit difference IO − S: clean" in browser.find_element(by, "#patching-line").text
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], json.dumps(browser.get_log("browser"))

@@ -13,8 +13,9 @@ comes from the workflow's tables:
   ``(layer * heads + head) * n(n+1)/2 + row(row+1)/2 + col`` for ``col <= row``.
 * tokens, predictions and head scores;
 * optional sections, each rendered only when its table is given: ablation
-  (top-k, circuit, attribution), the training sweep, and always the rotary
-  clock and KV-cache calculator (from the model's config).
+  (top-k, circuit, attribution), activation patching (every head's score and its
+  estimate, the residual stream by layer and position), the training sweep, and
+  always the rotary clock and KV-cache calculator (from the model's config).
 
 Guards raise :class:`ExplorerDataError` (the rule fails) when a map is
 incomplete, a weight is not a multiple of 1/quantum, or the tables disagree on
@@ -235,13 +236,37 @@ def _attribution(attr: pd.DataFrame, phrases: list[str], layers: int, heads: int
     return out
 
 
+PATCHING_SUMMARY = ("prompts", "clean_logit_diff", "corrupted_logit_diff", "names_phrase", "estimate_pearson",
+                    "estimate_spearman", "estimate_top10_overlap", "top10", "exact_seconds", "estimate_seconds",
+                    "top_heads")
+"""What the patching panel's line reads from the tables' note (headwatch.patching)."""
+
+
+def patching_payload(heads: pd.DataFrame, resid: pd.DataFrame, note: dict) -> dict:
+    """The patching panel: every head's exact score and estimate (layer-major), the residual
+    stream's score by layer and position with the position labels, and the note's summary."""
+    missing = [k for k in PATCHING_SUMMARY + ("position_labels",) if k not in note]
+    if missing:
+        raise ExplorerDataError(f"patching/heads.parquet's note lacks {missing}")
+    labels = list(note["position_labels"])
+    r = resid.sort_values(["layer", "position"])
+    if len(r) != (int(r["layer"].max()) + 1) * len(labels):
+        raise ExplorerDataError(f"patching/resid: {len(r)} rows, not one per layer and each of the "
+                                f"{len(labels)} positions")
+    return dict(heads=records(heads.sort_values(["layer", "head"])),
+                resid=dict(score=[_plain(x) for x in r["score"]], layers=int(r["layer"].max()) + 1,
+                           tokens=labels),
+                summary={k: _plain(note[k]) for k in PATCHING_SUMMARY})
+
+
 def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
                      shape: dict, quantum: int, predictions: pd.DataFrame | None = None,
                      topk: pd.DataFrame | None = None, circuit_scores: pd.DataFrame | None = None,
                      circuit_loss: pd.DataFrame | None = None, attribution: pd.DataFrame | None = None,
                      attribution_summary: pd.DataFrame | None = None,
                      sweep_summary: pd.DataFrame | None = None, sweep_contrast: pd.DataFrame | None = None,
-                     rotary: list[dict] | None = None, rotary_distance: int = 1000,
+                     patching_heads: pd.DataFrame | None = None, patching_resid: pd.DataFrame | None = None,
+                     patching_note: dict | None = None, rotary: list[dict] | None = None, rotary_distance: int = 1000,
                      sources: dict | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict (see the module doc for the map encoding)."""
     L, H = int(shape["layers"]), int(shape["heads"])
@@ -313,6 +338,11 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
         ablation["attribution_summary"] = records(attribution_summary)
     if ablation:
         payload["ablation"] = ablation
+    if patching_heads is not None:
+        if len(patching_heads) != L * H or patching_resid is None or patching_note is None:
+            raise ExplorerDataError(f"patching: the heads table ({len(patching_heads)} rows for {L} × {H} heads), "
+                                    "the residual table and the note come together")
+        payload["patching"] = patching_payload(patching_heads, patching_resid, patching_note)
     if sweep_summary is not None:
         payload["sweep"] = dict(summary=records(sweep_summary))
         if sweep_contrast is not None:
@@ -343,7 +373,8 @@ def build_explorer(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFram
     """The explorer page as HTML (written to ``out`` when given).
 
     ``optional``: predictions, topk, circuit_scores, circuit_loss, attribution,
-    attribution_summary, sweep_summary, sweep_contrast (DataFrames; a section is
+    attribution_summary, patching_heads, patching_resid (with ``patching_note``, the
+    heads table's note), sweep_summary, sweep_contrast (DataFrames; a section is
     omitted when its table is None), rotary (list of {label, base}),
     rotary_distance, sources ({name: path} shown in the page's footer).
     """

@@ -7,7 +7,9 @@
  *   #readout[data-row][data-col][data-weight] with #readout-text,
  *   button.score-btn#score-{name}, #bars[data-score] > .bar#bar-L{l}-H{h}[data-rank][data-value],
  *   .attr-cell#attr-L{l}-H{h}[data-drop], input[name=topk-method]#topk-method-{method},
- *   #topk-methods[data-method], #rotary-distance, input[name=rotary-base],
+ *   #topk-methods[data-method], .patch-cell#patch-{exact,estimate}-L{l}-H{h}[data-score],
+ *   #patch-readout[data-layer][data-head][data-score][data-estimate], .patch-cell#patch-resid-L{l}-P{p},
+ *   #rotary-distance, input[name=rotary-base],
  *   #rotary-summary[data-unwrapped][data-pairs][data-reach], #kv-* inputs, #kv-row-{key}[data-value].
  */
 (function () {
@@ -487,6 +489,17 @@
     return svg;
   }
 
+  // a layers × heads grid of cells made by cell(l, h): head numbers above, layer 0 on top
+  function headGrid(box, cell) {
+    box.style.gridTemplateColumns = 'auto repeat(' + H + ', 20px)';
+    box.appendChild(el('div', { class: 'lab' }, ''));
+    for (let h = 0; h < H; h++) box.appendChild(el('div', { class: 'lab', style: 'text-align:center' }, String(h)));
+    for (let l = 0; l < L; l++) {
+      box.appendChild(el('div', { class: 'lab' }, 'L' + l));
+      for (let h = 0; h < H; h++) box.appendChild(cell(l, h));
+    }
+  }
+
   // ------------------------------------------------------------ ablation
   function renderAblation() {
     const A = D.ablation;
@@ -520,19 +533,12 @@
     }
     if (A.attribution) {
       $('attribution-block').hidden = false;
-      const g = $('attribution-grid');
-      g.style.gridTemplateColumns = 'auto repeat(' + H + ', 20px)';
-      g.appendChild(el('div', { class: 'lab' }, ''));
-      for (let h = 0; h < H; h++) g.appendChild(el('div', { class: 'lab', style: 'text-align:center' }, String(h)));
-      for (let l = 0; l < L; l++) {
-        g.appendChild(el('div', { class: 'lab' }, 'L' + l));
-        for (let h = 0; h < H; h++) {
-          const c = el('div', { class: 'attr-cell', id: 'attr-' + headId(l, h), 'data-layer': String(l), 'data-head': String(h) });
-          c.addEventListener('mouseenter', function () { attrReadout(l, h); });
-          c.addEventListener('click', function () { selectHead(l, h, true); });
-          g.appendChild(c);
-        }
-      }
+      headGrid($('attribution-grid'), function (l, h) {
+        const c = el('div', { class: 'attr-cell', id: 'attr-' + headId(l, h), 'data-layer': String(l), 'data-head': String(h) });
+        c.addEventListener('mouseenter', function () { attrReadout(l, h); });
+        c.addEventListener('click', function () { selectHead(l, h, true); });
+        return c;
+      });
     }
     if (A.attribution_summary) {
       $('attribution-block').hidden = false;
@@ -601,18 +607,8 @@
     line.textContent = 'phrase “' + PHRASES[st.phrase].name + '”: p(' + a.expected + ') intact = ' + pctProb(a.p_intact) +
       '; costliest head ' + headLabel(Math.floor(best / H), best % H) + ' (drop ' + fmtPts(a.drop[best]) +
       ' points). Colour: drop in percentage points, ±' + fmtPts(vmax) + ' (' + D.colormaps.diverging_name + '; red = the head helps).';
-    const box = $('attr-colorbar');
-    box.innerHTML = '';
-    const W = 220, x0 = 24, svg = sv('svg', { width: W + 2 * x0, height: 36 });
-    for (let k = 0; k < 44; k++) {
-      const t = -vmax + (2 * vmax) * k / 43;
-      svg.appendChild(sv('rect', { x: x0 + k * W / 44, y: 2, width: W / 44 + 0.5, height: 10, fill: divColor(t, vmax) }));
-    }
-    [-vmax, 0, vmax].forEach(function (v, k) {
-      svg.appendChild(sv('text', { x: x0 + W * k / 2, y: 24, 'text-anchor': 'middle', 'font-size': 10 }, (v < 0 ? '−' : '') + fmtPts(Math.abs(v))));
-    });
-    svg.appendChild(sv('text', { x: x0 + W / 2, y: 34, 'text-anchor': 'middle', 'font-size': 10 }, 'drop (percentage points)'));
-    box.appendChild(svg);
+    colorbarInto($('attr-colorbar'), vmax, 'drop (percentage points)',
+                 function (v) { return (v < 0 ? '−' : '') + fmtPts(Math.abs(v)); });
   }
 
   function attrReadout(l, h) {
@@ -622,6 +618,72 @@
     const i = l * H + h;
     ro.dataset.layer = String(l); ro.dataset.head = String(h); ro.dataset.drop = String(a.drop[i]);
     ro.textContent = headLabel(l, h) + ': drop ' + fmtPts(a.drop[i]) + ' points (p ' + pctProb(a.p_intact) + ' → ' + pctProb(a.p_cut[i]) + ')';
+  }
+
+  // ------------------------------------------------------------ diverging colour bar, ±vmax
+  function colorbarInto(box, vmax, label, fmt) {
+    box.innerHTML = '';
+    const W = 220, x0 = 24, svg = sv('svg', { width: W + 2 * x0, height: 36 });
+    for (let k = 0; k < 44; k++) {
+      const t = -vmax + (2 * vmax) * k / 43;
+      svg.appendChild(sv('rect', { x: x0 + k * W / 44, y: 2, width: W / 44 + 0.5, height: 10, fill: divColor(t, vmax) }));
+    }
+    [-vmax, 0, vmax].forEach(function (v, k) {
+      svg.appendChild(sv('text', { x: x0 + W * k / 2, y: 24, 'text-anchor': 'middle', 'font-size': 10 }, fmt(v)));
+    });
+    svg.appendChild(sv('text', { x: x0 + W / 2, y: 34, 'text-anchor': 'middle', 'font-size': 10 }, label));
+    box.appendChild(svg);
+  }
+
+  // ------------------------------------------------------------ activation patching
+  function renderPatching() {
+    const P = D.patching;
+    if (!P) return;
+    $('patching-section').hidden = false;
+    const score = col(P.heads, 'score'), est = col(P.heads, 'estimate_score'), ld = col(P.heads, 'logit_diff');
+    const m = P.summary;
+    let vmax = 1e-9;
+    score.concat(est, P.resid.score).forEach(function (x) { vmax = Math.max(vmax, Math.abs(x)); });
+    $('patching-line').textContent = m.prompts + ' prompts; logit difference IO − S: clean ' + fmtNum(m.clean_logit_diff) +
+      ', corrupted ' + fmtNum(m.corrupted_logit_diff) + '; score = (patched − corrupted) / (clean − corrupted). ' + m.names_phrase +
+      '. Estimate vs exact: Pearson ' + fmtNum(m.estimate_pearson) + ', Spearman ' + fmtNum(m.estimate_spearman) +
+      ', top-' + m.top10 + ' overlap ' + m.estimate_top10_overlap + '/' + m.top10 + '; exact sweep ' + fmtNum(m.exact_seconds) +
+      ' s, estimate ' + fmtNum(m.estimate_seconds) + ' s. Colour: ±' + fmtNum(vmax) + ' (' + D.colormaps.diverging_name + '; red = the patch brings the clean answer back). Click a head to open its map.';
+    const readout = function (l, h) {
+      const i = l * H + h, ro = $('patch-readout');
+      ro.dataset.layer = String(l); ro.dataset.head = String(h);
+      ro.dataset.score = String(score[i]); ro.dataset.estimate = String(est[i]);
+      ro.textContent = headLabel(l, h) + ': score ' + fmtNum(score[i]) + ' (logit difference ' + fmtNum(ld[i]) + '), estimate ' + fmtNum(est[i]);
+    };
+    [['patching-exact', 'exact', score], ['patching-estimate', 'estimate', est]].forEach(function (g) {
+      headGrid($(g[0]), function (l, h) {
+        const x = g[2][l * H + h];
+        const c = el('div', { class: 'patch-cell', id: 'patch-' + g[1] + '-' + headId(l, h), 'data-layer': String(l),
+                              'data-head': String(h), 'data-score': String(x), title: headLabel(l, h) + ': ' + fmtNum(x) });
+        c.style.background = divColor(x, vmax);
+        c.addEventListener('mouseenter', function () { readout(l, h); });
+        c.addEventListener('click', function () { selectHead(l, h, true); });
+        return c;
+      });
+    });
+    colorbarInto($('patch-colorbar'), vmax, 'score (0 = corrupted, 1 = clean)', fmtNum);
+    const R = P.resid, T = R.tokens.length, box = $('patching-resid');
+    box.style.gridTemplateColumns = 'auto repeat(' + T + ', 20px)';
+    box.appendChild(el('div', { class: 'lab' }, ''));
+    R.tokens.forEach(function (t) { box.appendChild(el('div', { class: 'tok' }, t)); });
+    for (let l = 0; l < R.layers; l++) {
+      box.appendChild(el('div', { class: 'lab' }, 'L' + l));
+      for (let p = 0; p < T; p++) {
+        const x = R.score[l * T + p];
+        const c = el('div', { class: 'patch-cell', id: 'patch-resid-L' + l + '-P' + p, 'data-score': String(x),
+                              title: 'block ' + l + ' input, position ' + p + ' (' + R.tokens[p] + '): ' + fmtNum(x) });
+        c.style.background = divColor(x, vmax);
+        box.appendChild(c);
+      }
+    }
+    const order = score.map(function (_, i) { return i; }).sort(function (a, b) { return score[b] - score[a] || a - b; });
+    table('patching-top-table', { columns: P.heads.columns, rows: order.slice(0, m.top10).map(function (i) { return P.heads.rows[i]; }) },
+      'the top ' + m.top10 + ' heads by patching score (patching/heads.parquet)');
   }
 
   // ------------------------------------------------------------ sweep
@@ -810,6 +872,7 @@
   buildGrid();
   buildBars();
   renderAblation();
+  renderPatching();
   renderSweep();
   buildRotary();
   buildKv();

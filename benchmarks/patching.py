@@ -1,0 +1,220 @@
+"""Benchmark: every head's z patched clean → corrupted on the two-names prompts (protocol §5d),
+TransformerLens's patching loop against headwatch's batched sweep and its one-pass estimate.
+
+    .venv/bin/python benchmarks/patching.py --threads 1                  # the prompts of config/quick.yaml (16)
+    .venv/bin/python benchmarks/patching.py --n 64 --threads 1           # paper scale
+    .venv/bin/python benchmarks/patching.py --heads 18 --no-repeat       # a short smoke run
+
+The prompts are built by ``headwatch.patching.prompt_set`` from the ``patching`` section of the
+config (``--n`` overrides its ``n``; by default quick's, 16) with the model's tokenizer. Every
+head's ``z`` (its slice of the attention output projection's input, every position) is
+patched from the clean run into the corrupted run, and the score (patched − corrupted) /
+(clean − corrupted) of the mean logit difference IO − S at the last position computed
+
+(i)   with TransformerLens 4.3: the same local model booted offline through
+      ``TransformerBridge.boot_transformers(..., hf_model=..., tokenizer=...)``, the clean run
+      cached with ``run_with_cache``, then
+      ``transformer_lens.patching.get_act_patch_attn_head_out_all_pos`` — one forward pass of
+      every corrupted prompt per head, through ``blocks.{layer}.attn.hook_z``
+      (``--heads``: the same patch setter over a subset, by ``generic_activation_patch``);
+(ii)  with ``headwatch.patching.Patcher``: both runs captured once, then many (head, prompt)
+      rows per forward pass, the blocks below each chunk's first patched layer not run, the
+      logits at the last position only (the rule's path);
+(iii) the attribution-patching estimate (``headwatch.patching.attribution_patching``): one
+      forward pass over the clean prompts, one forward and one backward over the corrupted.
+
+Before timing, the bridge's logits must equal the model's on the clean and corrupted prompts
+(within ``--tl-logit-tolerance``); afterwards (i) and (ii) must give the same scores within
+``--tolerance`` (1e-4), or the run ends with an error. The estimate's Pearson and Spearman
+correlation with the exact scores and the overlap of the two top-10 lists are printed. Order:
+batched, TransformerLens, batched again (the mean of the two batched runs is reported), so
+that load from other processes falls on both alike. Printed: each path's wall and CPU time
+(this process) and the ratios (i)/(ii), (i)/(iii), (ii)/(iii); compare ratios from one run.
+
+What bounds the ratio on a CPU: TransformerLens runs every block and the vocabulary
+projection at every position for every head; the batched path runs a head's rows from its own
+layer on (on average half the blocks) and projects the last position only — 2.36× fewer
+multiply-adds for SmolLM2-135M (30 blocks of 3.5 M weights, a 28 M vocabulary projection, 14
+tokens; printed as "multiply-adds"). On a CPU a forward pass of 16 prompts is compute-bound on
+both sides, so that is close to the whole difference; batching can buy more only where the
+loop is bound by launches and Python rather than arithmetic (a GPU). For scale, on a shared
+2-core machine under heavy load (load average 11–20), 1 thread, 16 prompts: (i) 1,415 s wall /
+254 s CPU, (ii) 588 s / 95.6 s, (iii) 13.2 s / 2.2 s; (i)/(ii) 2.4× wall, 2.65× CPU.
+
+TransformerLens is an optional benchmark dependency, never a runtime one:
+
+    .venv/bin/pip install -r requirements.txt transformer-lens==4.3.0
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")           # the model is local; nothing is downloaded
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from ablation import check_bridge_logits, peak_rss_gb, pick_heads, timed, transformer_lens_bridge  # noqa: E402
+from headwatch.models import load_prepared  # noqa: E402
+from headwatch.patching import (Patch, Patcher, attribution_patching, correlations, logit_diff,  # noqa: E402
+                                prompt_set, prompt_tensors)
+
+
+def batched(model, adapter, clean, corrupted, io, s, batch, heads):
+    """(ii): (scores [L, H] by the rule's path — NaN for heads left out —, the Patcher with its
+    clean and corrupted baselines)."""
+    p = Patcher(model, adapter, clean, corrupted, io, s, batch)
+    out = np.full((adapter.n_layers, adapter.n_heads), np.nan)
+    layers, units = zip(*heads)
+    out[list(layers), list(units)] = p.score(p.run([Patch("z", l, h) for l, h in heads]).double().mean(dim=1).numpy())
+    return out, p
+
+
+def multiply_adds(adapter, heads, n: int, length: int) -> tuple[float, float]:
+    """Multiply-adds of the weight matrices (the bulk of the work; attention's T × T products and
+    the norms left out) of (TransformerLens's loop, the batched sweep) over ``heads``: the loop
+    runs every block and the vocabulary projection at every position for every head; the batched
+    path runs a head's rows from its own block on and projects the last position only."""
+    per_block = [sum(m.weight.numel() for m in adapter.block(l).modules() if isinstance(m, torch.nn.Linear)
+                     or type(m).__name__ == "Conv1D") for l in range(adapter.n_layers)]
+    vocab = adapter.embeddings()[1].weight.numel()
+    loop = len(heads) * n * length * (sum(per_block) + vocab)
+    batched = sum(n * (length * sum(per_block[l:]) + vocab) for l, _ in heads)
+    return float(loop), float(batched)
+
+
+def estimate(model, adapter, clean, corrupted, io, s, batch):
+    """(iii): the estimated change of the mean logit difference [L, H]."""
+    return attribution_patching(model, adapter, clean, corrupted, io, s, batch).numpy()
+
+
+@torch.no_grad()
+def transformer_lens_loop(bridge, clean, corrupted, io, s, heads):
+    """(i): TransformerLens's patching of hook_z over every position, one forward per head;
+    scores [L, H] (NaN where ``heads`` leaves a head out)."""
+    from transformer_lens import patching
+
+    def metric(logits):
+        return logit_diff(logits[:, -1], io, s).double().mean()
+
+    clean_logits, cache = bridge.run_with_cache(clean)
+    c, r = float(metric(clean_logits)), float(metric(bridge(corrupted)))
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    if heads is None:
+        out = patching.get_act_patch_attn_head_out_all_pos(bridge, corrupted, cache, metric).double().cpu().numpy()
+    else:
+        import pandas as pd
+
+        index = pd.DataFrame(heads, columns=["layer", "head_index"])
+        flat = patching.generic_activation_patch(bridge, corrupted, cache, metric,
+                                                 patch_setter=patching.layer_head_vector_patch_setter,
+                                                 activation_name="z", index_df=index).double().cpu().numpy()
+        out = np.full((L, H), np.nan)
+        out[index.layer, index.head_index] = flat
+    return (out - r) / (c - r)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=None, help="prompts (default: config/quick.yaml's patching.n)")
+    ap.add_argument("--model", default=str(ROOT / "results/models/smollm2-135m"),
+                    help="a prepared model folder (models_prepare output)")
+    ap.add_argument("--config", default=str(ROOT / "config/config.yaml"), help="patching: from this config")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    ap.add_argument("--batch", type=int, default=None, help="rows per forward (default: patching.batch)")
+    ap.add_argument("--device", default="auto", help="auto = CUDA when present")
+    ap.add_argument("--tolerance", type=float, default=1e-4, help="max |Δ score| between (i) and (ii)")
+    ap.add_argument("--tl-logit-tolerance", type=float, default=1e-5,
+                    help="max |Δlogit| allowed between TransformerBridge and the model (default 1e-5)")
+    ap.add_argument("--heads", type=int, default=None,
+                    help="patch only this many heads, spread over the layers (default: every head)")
+    ap.add_argument("--no-repeat", action="store_true", help="run the batched path once, not before and after")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    params = dict(yaml.safe_load(open(args.config))["patching"])
+    quick = yaml.safe_load(open(ROOT / "config/quick.yaml")).get("patching", {})
+    params["n"] = args.n or quick.get("n", params["n"])
+    batch = args.batch or params["batch"]
+
+    try:
+        import transformer_lens  # noqa: F401
+    except ImportError:
+        raise SystemExit("TransformerLens is not installed; this benchmark compares with it "
+                         "(optional: pip install -r requirements.txt transformer-lens==4.3.0)") from None
+    model, tokenizer, adapter = load_prepared(args.model, "float32", args.device)
+    device = next(model.parameters()).device
+    prompts, note = prompt_set(tokenizer, params)
+    clean, corrupted, io, s = (t.to(device) for t in prompt_tensors(prompts))
+    heads = pick_heads(adapter.heads(), args.heads)
+    n_heads, full = len(heads), len(heads) == len(adapter.heads())
+    print(f"model {args.model}: {adapter.n_layers} layers × {adapter.n_heads} heads; {len(prompts)} prompts of "
+          f"{note['length']} tokens ({len(params['templates'])} templates, ABBA and BABA, corrupted ABC); "
+          f"patching {n_heads} heads{'' if full else ' (a subset)'}, z over every position")
+    print(f"device {device.type}, dtype {model.dtype}, torch threads {torch.get_num_threads()}, "
+          f"batch {batch} rows per forward (headwatch)")
+    bridge, version = transformer_lens_bridge(args.model, tokenizer, "float32", device)
+    worst, identical = check_bridge_logits(bridge, model, [(clean, None), (corrupted, None)], device,
+                                           args.tl_logit_tolerance)
+    print(f"TransformerLens {version}: TransformerBridge.boot_transformers on the same weights; its logits vs "
+          f"the model's on the clean and corrupted prompts: max |Δ| = {worst:g} "
+          f"({'identical' if identical else 'within ' + format(args.tl_logit_tolerance, 'g')})")
+    with torch.no_grad():                                     # warm-up
+        model(input_ids=clean[:2])
+        bridge(clean[:2])
+
+    t, c = {}, {}
+    (b1, base), t["b1"], c["b1"] = timed(batched, device, model, adapter, clean, corrupted, io, s, batch, heads)
+    print(f"  batched (ii): wall {t['b1']:.2f} s", flush=True)
+    tl, t["tl"], c["tl"] = timed(transformer_lens_loop, device, bridge, clean, corrupted, io, s,
+                                 None if full else heads)
+    print(f"  TransformerLens (i): wall {t['tl']:.2f} s", flush=True)
+    if not args.no_repeat:
+        (b2, _), t["b2"], c["b2"] = timed(batched, device, model, adapter, clean, corrupted, io, s, batch, heads)
+        print(f"  batched (ii) again: wall {t['b2']:.2f} s", flush=True)
+    est, t["est"], c["est"] = timed(estimate, device, model, adapter, clean, corrupted, io, s, batch)
+    runs = ["b1"] + ([] if args.no_repeat else ["b2"])
+    t_b, c_b = np.mean([t[k] for k in runs]), np.mean([c[k] for k in runs])
+
+    keep = ~np.isnan(tl)
+    diff = float(np.abs(tl[keep] - b1[keep]).max())
+    if diff > args.tolerance:
+        raise SystemExit(f"TransformerLens's scores differ from headwatch's by up to {diff:g} > {args.tolerance:g}")
+    exact, est_score = b1[keep], base.score(base.corrupted_mean + est)[keep]
+    cor = correlations(exact, est_score)
+    k = min(10, len(exact))
+    top = lambda x: set(np.argsort(-x, kind="stable")[:k].tolist())  # noqa: E731
+    print(f"(i)   TransformerLens {version} get_act_patch_attn_head_out_all_pos: wall {t['tl']:8.2f} s "
+          f"({1000 * t['tl'] / n_heads:.0f} ms per head); CPU {c['tl']:8.2f} s")
+    print(f"(ii)  headwatch batched sweep: wall {t_b:8.2f} s"
+          + ("" if args.no_repeat else f" (mean of two runs: {t['b1']:.2f} s, {t['b2']:.2f} s)")
+          + f"; CPU {c_b:8.2f} s")
+    print(f"(iii) attribution patching (estimate): wall {t['est']:8.2f} s; CPU {c['est']:8.2f} s")
+    ratio = t["tl"] / t_b
+    print(f"(i)/(ii), wall: {ratio:.2f}×  (CPU {c['tl'] / c_b:.2f}×)"
+          + (f"   target ≥ 10×: {'met' if ratio >= 10 else 'NOT met'}" if full else
+             f"   (a subset of {n_heads} heads: the ≥ 10× target is for every head)"))
+    print(f"(i)/(iii), wall: {t['tl'] / t['est']:.1f}×;  (ii)/(iii), wall: {t_b / t['est']:.1f}×")
+    macs = multiply_adds(adapter, heads, len(prompts), note["length"])
+    print(f"multiply-adds of the weight matrices: (i) {macs[0]:.3g}, (ii) {macs[1]:.3g}: (i)/(ii) = "
+          f"{macs[0] / macs[1]:.2f}×: what the arithmetic alone gives (the rest is either side's overhead)")
+    print(f"agreement (i) vs (ii): max |Δ score| = {diff:.3g} over {int(keep.sum())} heads "
+          f"(tolerance {args.tolerance:g}): PASS"
+          + ("" if args.no_repeat else f"; batched runs identical: {np.array_equal(b1, b2, equal_nan=True)}"))
+    print(f"estimate vs exact: Pearson {cor['pearson']:.3f}, Spearman {cor['spearman']:.3f}, top-{k} overlap "
+          f"{len(top(exact) & top(est_score))}/{k}; clean logit difference {base.clean_mean:.4f}, corrupted "
+          f"{base.corrupted_mean:.4f}")
+    print(f"peak memory (RSS high-water mark): {peak_rss_gb():.2f} GB (two copies of the model: "
+          "TransformerLens has its own)")
+    if device.type == "cuda":
+        print(f"peak CUDA memory allocated: {torch.cuda.max_memory_allocated() / 1024 ** 3:.2f} GB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+# Stage "patching" (protocol §5d): activation patching on the two-names task. The prompt
+# set (clean ABBA / BABA prompts and their corrupted ABC twins, names that are one token)
+# is data; the sweep puts the clean run's activations into the corrupted run, many patches
+# per forward pass through headwatch/interventions.py (headwatch/patching.py), estimates the
+# head scores by attribution patching, and runs the guards of headwatch/guards.py (a failed
+# guard stops the rule: no table is written). Figures: rules/figures_patching.smk.
+
+
+rule patching_prompts:
+    input:
+        model=paths.prepared("{model}"),      # its tokenizer
+    output:
+        paths.patching_table("{model}", "prompts"),
+    params:
+        patching={key: config["patching"][key] for key in ("n", "seed", "templates", "names")},
+    log:
+        paths.log("patching_prompts", "{model}"),
+    benchmark:
+        paths.benchmark("patching_prompts", "{model}")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/patching_prompts.py"
+
+
+rule patching_sweep:
+    input:
+        model=paths.prepared("{model}"),
+        prompts=paths.patching_table("{model}", "prompts"),
+        phrases=paths.sequence_table("{model}", "phrases"),   # patching.phrase: p(IO), p(S) reported
+    output:
+        heads=paths.patching_table("{model}", "heads"),
+        resid=paths.patching_table("{model}", "resid"),
+        positions=paths.patching_table("{model}", "positions"),
+        guards=paths.patching_guards("{model}"),
+    params:
+        patching={key: config["patching"][key] for key in ("phrase", "top_k", "batch", "tolerance",
+                                                           "guard_prompts")},
+        dtype=lambda w: get_dtype(w.model),
+        device=config["device"],
+    log:
+        paths.log("patching_sweep", "{model}"),
+    benchmark:
+        paths.benchmark("patching_sweep", "{model}")
+    resources:
+        gpu=GPU_JOB,
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/patching_sweep.py"

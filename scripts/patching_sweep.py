@@ -1,0 +1,20 @@
+"""Rule patching_sweep: every head, the residual stream and the top heads per position patched
+clean → corrupted, the attribution-patching estimate, and the guards (protocol §5d)."""
+from pathlib import Path
+
+from headwatch.models import load_prepared
+from headwatch.patching import run_patching
+from headwatch.tableio import read_note, read_parquet, write_json, write_parquet
+from headwatch.workflow import log_to
+
+i, o, p = snakemake.input, snakemake.output, snakemake.params
+with log_to(snakemake.log[0], snakemake.threads):
+    model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, p.device)
+    prompts = read_parquet(i.prompts)
+    heads, resid, positions, note, guards = run_patching(model, adapter, prompts, read_parquet(i.phrases),
+                                                         dict(p.patching))
+    note = dict(note, templates=read_note(i.prompts)["templates"])
+    write_json(guards, o.guards)
+    write_parquet(heads, o.heads, note=note)
+    write_parquet(resid, o.resid, note=note)
+    write_parquet(positions, o.positions, note=note)
