@@ -59,6 +59,17 @@ def test_the_default_target_holds_every_stage_once():
     assert not any(p.startswith("results/sweep/width/w256-h4/") for p in out)     # heads_split trains it
 
 
+def test_the_laptop_scale_makes_the_sweep_only():
+    laptop = run_record.config_of(ROOT, "config/laptop.yaml")
+    out = targets.all_targets(laptop, everything)
+    assert all(p.startswith(("results/sweep/", "figures/sweep/", "results/tables/sweep/")) for p in out), out
+    assert paths.sweep_figure("contrast", "png") in out and paths.page_of(paths.sweep_table("contrast")) in out
+    assert not any("w512" in p or "studies" in p for p in out)
+    more = run_record.config_of(ROOT, "config/laptop.yaml", "config/laptop_more.yaml")
+    assert paths.study_table("vocab") in targets.all_targets(more, everything)
+    assert [run_record.run_scale(c, ROOT)[0] for c in (laptop, more)] == ["laptop", "laptop+studies"]
+
+
 def test_skipped_studies_and_absent_stages_are_left_out():
     cfg = copy.deepcopy(CONFIG)
     cfg["sweep"]["skip"] = plan.studies(cfg["sweep"])
