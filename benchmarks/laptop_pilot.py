@@ -1,11 +1,11 @@
 """The laptop scale's pilot (protocol §7, config/laptop.yaml): CPU time per training step of each
 sweep configuration, and the learning curve of one, with the sweep's own training code.
 
-    .venv/bin/python benchmarks/laptop_pilot.py steps --batch 16 --context 128 --steps 60 \\
-        [--configs w256-h1,w256-h2,w256-h4,w256-h8,w256-h16,w256-h32,w128-h2,w512-h8] [--jobs 2] \\
-        [--json PATH]
-    .venv/bin/python benchmarks/laptop_pilot.py curve --arch w256-h4 --batch 16 --context 128 \\
-        --steps 3000 --eval-every 100 [--json PATH]
+    .venv/bin/python benchmarks/laptop_pilot.py steps --batch 8 --context 128 --steps 30 \\
+        --eval-batches 12 [--configs w256-h1,w256-h2,w256-h4,w256-h8,w256-h16,w256-h32,w128-h2,w512-h8] \\
+        [--jobs 2] [--json PATH]
+    .venv/bin/python benchmarks/laptop_pilot.py curve --arch w256-h4 --batch 8 --context 128 \\
+        --steps 720 --eval-every 40 --eval-batches 12 [--json PATH]
 
 ``steps``: each configuration (a slug any sweep of config/config.yaml lists, options included, or a
 plain w{width}-h{heads}) trains in a fresh process with 1 torch thread
@@ -159,11 +159,11 @@ def main(argv=None):
     ap.add_argument("mode", choices=("steps", "curve", "job"))
     ap.add_argument("--configs", default="w256-h1,w256-h2,w256-h4,w256-h8,w256-h16,w256-h32,w128-h2,w512-h8")
     ap.add_argument("--arch", default="w256-h4")
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--context", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--eval-every", type=int, default=100)
-    ap.add_argument("--eval-batches", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--eval-every", type=int, default=30)
+    ap.add_argument("--eval-batches", type=int, default=12)
     ap.add_argument("--jobs", type=int, default=2, help="configurations trained side by side")
     ap.add_argument("--corpus", help="folder with ids.npy and meta.json (default: built from the config)")
     ap.add_argument("--json", help="write the figures here")
@@ -172,12 +172,15 @@ def main(argv=None):
         print(json.dumps(one_job(args)))
         return
     args.corpus = corpus_dir(args.corpus)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    print(f"{cpu}, {os.cpu_count()} cores; batch {args.batch}, context {args.context}; load {os.getloadavg()}")
+    from headwatch.run_record import machine
+
+    mach = machine()
+    print(f"{mach['cpu_model']}, {mach['usable_cores']} cores; batch {args.batch}, context {args.context}; "
+          f"load {os.getloadavg()}")
     out = run_steps(args) if args.mode == "steps" else run_curve(args)
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(cpu=cpu, cores=os.cpu_count(), args=vars(args) | dict(
-            corpus=str(args.corpus)), result=out), indent=1, default=str))
+        Path(args.json).write_text(json.dumps(dict(mach, args=vars(args) | dict(corpus=str(args.corpus)),
+                                                   result=out), indent=1, default=str))
 
 
 if __name__ == "__main__":

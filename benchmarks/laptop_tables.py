@@ -55,31 +55,38 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
 
 
-def timing(root: Path, name: str, commit: str) -> dict:
-    """The timed run's record; refused if it failed or its result inputs are not this commit's."""
+def timing(root: Path, name: str, commit: str) -> list[dict]:
+    """The timed run's attempts; refused if the last failed or any was made from a tree with changes or
+    at a commit whose result inputs are not this commit's."""
     path = root / paths.timed_run(name)
     if not path.exists():
         raise PageError(f"no {path}: run `make {name}` first (it writes the record)")
-    rec = json.loads(path.read_text())
-    if rec["exit_status"] != 0:
-        raise PageError(f"{path}: the run failed (exit status {rec['exit_status']}); nothing to publish")
-    if rec["commit"] is None:
-        raise PageError(f"{path}: the run was made from a tree with changes ({rec['dirty']})")
-    moved = git(root, "diff", "--name-only", rec["commit"], commit, "--", *RESULT_INPUTS).split()
-    if moved:
-        raise PageError(f"{path}: the run was made at commit {rec['commit'][:7]}, whose result inputs differ "
-                        f"from this commit's ({commit[:7]}): {', '.join(moved)}; run it again")
-    return rec
+    attempts = json.loads(path.read_text())["attempts"]
+    if attempts[-1]["exit_status"] != 0:
+        raise PageError(f"{path}: the run failed (exit status {attempts[-1]['exit_status']}); finish it first")
+    for a in attempts:
+        if a["commit"] is None:
+            raise PageError(f"{path}: the attempt of {a['started']} was made from a tree with changes ({a['dirty']})")
+        moved = git(root, "diff", "--name-only", a["commit"], commit, "--", *RESULT_INPUTS).split()
+        if moved:
+            raise PageError(f"{path}: the attempt of {a['started']} was made at commit {a['commit'][:7]}, whose "
+                            f"result inputs differ from this commit's ({commit[:7]}): {', '.join(moved)}; "
+                            "clean the results and run it again")
+    return attempts
 
 
-def machine_lines(rec: dict, name: str) -> list[str]:
-    per_core = rec["cpu_s"] / rec["wall_s"] if rec["wall_s"] else float("nan")
-    return [f"`{rec['command']}` ({rec['started']} to {rec['ended']}): **{rec['wall_s'] / 60:.1f} min** wall "
-            f"time, {rec['cpu_s'] / 60:.1f} min of CPU time in its processes ({per_core:.2f} cores busy on "
-            f"average), exit status {rec['exit_status']}. Machine: {rec['cpu_model']}, {rec['usable_cores']} "
-            f"usable of {rec['logical_cores']} logical cores, {fmt(rec['memory_gib'])} GiB; load average "
-            f"(1, 5, 15 min) {', '.join(f'{x:.2f}' for x in rec['load_before'])} before and "
-            f"{', '.join(f'{x:.2f}' for x in rec['load_after'])} after (from `{paths.timed_run(name)}`)."]
+def machine_lines(attempts: list[dict], name: str) -> list[str]:
+    wall, cpu = sum(a["wall_s"] for a in attempts), sum(a["cpu_s"] for a in attempts)
+    last = attempts[-1]
+    loads = "; ".join(f"{', '.join(f'{x:.2f}' for x in a['load_before'])} before and "
+                      f"{', '.join(f'{x:.2f}' for x in a['load_after'])} after" for a in attempts)
+    runs = (f"`{last['command']}` ({last['started']} to {last['ended']})" if len(attempts) == 1 else
+            f"`{last['command']}` in {len(attempts)} attempts (stopped and resumed; from {attempts[0]['started']} "
+            f"to {last['ended']})")
+    return [f"{runs}: **{wall / 60:.1f} min** wall time, {cpu / 60:.1f} min of CPU time in its processes "
+            f"({cpu / wall if wall else float('nan'):.2f} cores busy on average). Machine: {last['cpu_model']}, "
+            f"{last['usable_cores']} usable of {last['logical_cores']} logical cores, {fmt(last['memory_gib'])} GiB; "
+            f"load average (1, 5, 15 min) {loads} (from `{paths.timed_run(name)}`)."]
 
 
 def job_times(root: Path, finals: pd.DataFrame) -> pd.DataFrame:
@@ -159,8 +166,8 @@ def copy_figures(root: Path, out: Path) -> dict[str, str]:
     return copied
 
 
-def studies_section(root: Path, rec: dict) -> list[str]:
-    out = ["## The studies at laptop scale (`make laptop-more`)", "", *machine_lines(rec, MORE_RECORD)]
+def studies_section(root: Path, attempts: list[dict]) -> list[str]:
+    out = ["## The studies at laptop scale (`make laptop-more`)", "", *machine_lines(attempts, MORE_RECORD)]
     for p in sorted((root / paths.study_table("x")).parent.glob("*.parquet")):
         if not p.stem.endswith("_finals"):
             out += [f"### {p.stem}", md_table(pd.read_parquet(p), ".4g")]
@@ -170,7 +177,7 @@ def studies_section(root: Path, rec: dict) -> list[str]:
 def page(root: Path, out: Path, command: str = COMMAND) -> str:
     """The page's Markdown (figures copied next to ``out``); raises DirtyTreeError / PageError."""
     commit = require_clean_tree(root)
-    rec = timing(root, RECORD, commit)
+    attempts = timing(root, RECORD, commit)
     cfg = yaml.safe_load((root / paths.run_config()).read_text())
     scale = run_record.run_scale(cfg, root)[1]
     t = {n: pd.read_parquet(root / paths.sweep_table(n)) for n in ("summary", "contrast", "finals")}
@@ -200,7 +207,7 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
         f"read from them, none is typed (but the original run's findings it is compared with). Regenerate it, "
         f"never edit it. Scale: {scale}.",
         page_header(commit, command),
-        "## The run", "", *machine_lines(rec, RECORD),
+        "## The run", "", *machine_lines(attempts, RECORD),
         f"Corpus, model and training (the run's configuration, `{paths.run_config()}`): {sw['model']['layers']} "
         f"layers, context {sw['model']['context']}; {train['steps']} steps of {train['batch']} windows "
         f"(validation every {train['eval_every']} steps on {train['eval_batches']} × {train['batch']} windows); "

@@ -153,10 +153,12 @@ def machine() -> dict:
 
 
 def timed(name: str, command: list[str], root=".") -> int:
-    """Run ``command`` (in ``root``) and write :func:`headwatch.paths.timed_run` (``name``): its wall time,
-    the CPU time of every process it ran and waited for (user + system), the load average before and
-    after (1, 5, 15 min), the machine, the commit and the files under the result inputs that differed
-    from it. Returns the command's exit status (the record is written either way)."""
+    """Run ``command`` (in ``root``) and add one attempt to :func:`headwatch.paths.timed_run` (``name``):
+    its wall time, the CPU time of every process it ran and waited for (user + system), the load
+    average before and after (1, 5, 15 min), the machine, the commit and the files under the result
+    inputs that differed from it. A run stopped and started again (Snakemake resumes it) adds an
+    attempt to the same record, so the record holds the whole run's time until ``results/`` is
+    cleaned. Returns the command's exit status (the attempt is recorded either way)."""
     import resource
     import shlex
     import subprocess
@@ -175,16 +177,18 @@ def timed(name: str, command: list[str], root=".") -> int:
     status = subprocess.call(command, cwd=root)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    record = dict(name=name, command=shlex.join(command), started=start,
-                  ended=datetime.now().isoformat(timespec="seconds"), wall_s=round(wall, 1),
-                  cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
-                  load_before=list(load_before), load_after=list(os.getloadavg()), exit_status=status,
-                  commit=commit, dirty=dirty, python=sys.version.split()[0], **machine())
+    attempt = dict(command=shlex.join(command), started=start,
+                   ended=datetime.now().isoformat(timespec="seconds"), wall_s=round(wall, 1),
+                   cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+                   load_before=list(load_before), load_after=list(os.getloadavg()), exit_status=status,
+                   commit=commit, dirty=dirty, python=sys.version.split()[0], **machine())
     out = root / paths.timed_run(name)
+    record = json.loads(out.read_text()) if out.exists() else dict(name=name, attempts=[])
+    record["attempts"].append(attempt)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"{name}: {wall / 60:.1f} min wall, {record['cpu_s'] / 60:.1f} min CPU on {record['usable_cores']} cores "
-          f"({record['cpu_model']}); exit status {status}; recorded in {out}")
+    print(f"{name}: {wall / 60:.1f} min wall, {attempt['cpu_s'] / 60:.1f} min CPU on {attempt['usable_cores']} "
+          f"cores ({attempt['cpu_model']}); exit status {status}; attempt {len(record['attempts'])} recorded in {out}")
     return status
 
 

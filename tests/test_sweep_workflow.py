@@ -153,7 +153,7 @@ def test_the_contrast_carries_its_intervals_test_and_verdicts(sweep_run):
     boot = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]["summary"]["bootstrap"]
     assert (c["resamples"], c["resample_seed"], c["level"]) == (boot["resamples"], boot["seed"], boot["level"])
     for q in ("spread", "spread_over_std", "capacity_gain", "spread_over_gain", "paired_diff"):
-        assert c[f"{q}_lo"] <= c[q] <= c[f"{q}_hi"], q
+        assert c[f"{q}_lo"] <= c[f"{q}_hi"], q            # (a percentile interval need not hold the estimate)
     assert c["paired_seeds"] == 2 and 0 < c["split_p"] <= 1
     assert c["split_resolved"] == (c["spread_over_std_lo"] > 1 and c["split_p"] < 1 - boot["level"])
     assert c["width_resolved"] == (c["capacity_gain_lo"] > 0)
@@ -170,8 +170,10 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     out = tmp_path / "laptop-scale.md"
     text = laptop_tables.page(workdir, out)
     head = git(workdir, "rev-parse", "HEAD").strip()
-    timing = __import__("json").loads((workdir / "results" / "timing" / "laptop.json").read_text())
-    assert timing["commit"] == head and timing["exit_status"] == 0 and timing["cpu_s"] > 0
+    timing = __import__("json").loads((workdir / "results" / "timing" / "laptop.json").read_text())["attempts"]
+    assert len(timing) == 1 and timing[0]["commit"] == head and timing[0]["exit_status"] == 0
+    timing = timing[0]
+    assert timing["cpu_s"] > 0
     assert f"commit `{head[:7]}`" in text and laptop_tables.COMMAND in text
     assert f"{timing['wall_s'] / 60:.1f} min" in text and timing["cpu_model"] in text
     summary = pd.read_parquet(res / "summary.parquet")

@@ -64,6 +64,15 @@ def loss_vs_width(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Seri
     return fig
 
 
+def _interval_row(ax, y: float, c: pd.Series, name: str, color: str) -> None:
+    """One quantity of the contrast at height ``y``: its interval as a bar with end ticks, its
+    estimate as a point (which a percentile interval need not contain: the resampled spread of
+    noisy means is larger than the spread of the means)."""
+    ax.hlines(y, c[name + "_lo"], c[name + "_hi"], color=color, lw=1.5)
+    ax.plot([c[name + "_lo"], c[name + "_hi"]], [y, y], "|", ms=8, color=color)
+    ax.plot(c[name], y, "o", ms=4, color=color)
+
+
 def contrast_intervals(finals: pd.DataFrame, contrast: pd.Series):
     """The contrast with its intervals: left, the differences in loss (spread, the best and the
     worst split paired by seed with each seed's difference, the width gain) against 0; right, the
@@ -74,9 +83,8 @@ def contrast_intervals(finals: pd.DataFrame, contrast: pd.Series):
             ("paired_diff", f"{c['worst_arch']} − {c['best_arch']}\npaired by seed (n = {c['paired_seeds']})"),
             ("capacity_gain", f"width gain\n{c['capacity_from']} − {c['capacity_to']}")]
     for y, (name, label) in enumerate(rows):
-        ax.errorbar(c[name], y, xerr=[[c[name] - c[name + "_lo"]], [c[name + "_hi"] - c[name]]], fmt="o",
-                    ms=4, capsize=3, color=PALETTE[y])
-    f = finals.set_index(["sweep", "arch", "seed"])["val_loss"]
+        _interval_row(ax, y, c, name, PALETTE[y])
+    f = finals.set_index(["sweep", "arch", "seed"])["val_loss"].sort_index()
     diffs = (f.loc[(c["split_sweep"], c["worst_arch"])] - f.loc[(c["split_sweep"], c["best_arch"])])
     ax.scatter(diffs, np.full(len(diffs), 1.2), s=8, color="0.55", linewidths=0,
                label="worst − best, single seeds")
@@ -89,8 +97,7 @@ def contrast_intervals(finals: pd.DataFrame, contrast: pd.Series):
     ax.legend(frameon=False, fontsize=6, loc="lower right")
     ratios = [("spread_over_std", "spread / seed std"), ("spread_over_gain", "spread / width gain")]
     for y, (name, label) in enumerate(ratios):
-        ax2.errorbar(c[name], y, xerr=[[c[name] - c[name + "_lo"]], [c[name + "_hi"] - c[name]]], fmt="o",
-                     ms=4, capsize=3, color=PALETTE[3 + y])
+        _interval_row(ax2, y, c, name, PALETTE[3 + y])
     ax2.axvline(1, color="0.3", lw=0.6)
     if all(c[f"{name}_lo"] > 0 for name, _ in ratios):     # ratios of different sizes: a log axis
         ax2.set_xscale("log")
