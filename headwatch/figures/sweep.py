@@ -125,11 +125,11 @@ def training_curves(curves: pd.DataFrame):
             ax.plot(m.index, m["val_loss"], color=color, marker="o", ms=2, label=cfg)
             ax.plot(m.index, m["train_loss"], color=color, ls="--", lw=0.8)
         n = c["seed"].nunique()
-        ax.set_title(f"{sweep}: mean of {n} seed{'s' * (n != 1)}\n"
-                     "(solid: validation; dashed: train, mean since the last point)")
+        ax.set_title(f"{sweep}: mean of {n} seed{'s' * (n != 1)}")
         ax.set_xlabel("step")
         ax.legend(frameon=False, ncols=2)
     axes[0][0].set_ylabel("loss (nats/char)")
+    fig.suptitle("solid: validation; dashed: train, mean since the last point", y=1.0, va="bottom")
     return fig
 
 
