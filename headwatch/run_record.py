@@ -174,7 +174,11 @@ def timed(name: str, command: list[str], root=".") -> int:
         commit, dirty = None, str(err)
     before, load_before = resource.getrusage(resource.RUSAGE_CHILDREN), os.getloadavg()
     start, t0 = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
-    status = subprocess.call(command, cwd=root)
+    proc = subprocess.Popen(command, cwd=root)
+    try:
+        status = proc.wait()
+    except KeyboardInterrupt:        # Ctrl-C reached the command too: let it stop, record the attempt
+        status = proc.wait()
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     attempt = dict(command=shlex.join(command), started=start,

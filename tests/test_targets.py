@@ -109,3 +109,18 @@ def test_a_recorded_run_is_written_read_back_and_compared(tmp_path):
     record.write_text("models: [unclosed\n")
     with pytest.raises(run_record.RunRecordError, match="not valid YAML"):
         run_record.recorded_run(record, CONFIG)
+
+
+def test_a_timed_run_adds_an_attempt_each_time_it_is_started(tmp_path):
+    """make laptop's timer: every start adds an attempt (a resumed run keeps its first part's time),
+    the exit status and the CPU time of the command are kept, a tree outside git is recorded as such."""
+    import json
+    import sys
+
+    assert run_record.timed("t", [sys.executable, "-c", "sum(range(10_000_000))"], root=tmp_path) == 0
+    assert run_record.timed("t", [sys.executable, "-c", "raise SystemExit(3)"], root=tmp_path) == 3
+    rec = json.loads((tmp_path / paths.timed_run("t")).read_text())
+    assert rec["name"] == "t" and [a["exit_status"] for a in rec["attempts"]] == [0, 3]
+    first = rec["attempts"][0]
+    assert first["cpu_s"] > 0 and first["wall_s"] > 0 and first["usable_cores"] >= 1 and first["cpu_model"]
+    assert first["commit"] is None and "git" in first["dirty"]
