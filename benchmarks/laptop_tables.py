@@ -119,6 +119,10 @@ def where(value: float, lo: float, hi: float) -> str:
                                                             "above the interval")
 
 
+def heads_of(n: int, size: int) -> str:
+    return f"{n} head{'s' * (n != 1)} of {size}"
+
+
 def findings(c: pd.Series, summary: pd.DataFrame) -> pd.DataFrame:
     """The original run's findings, point by point, against this run's contrast."""
     split = summary[summary["sweep"] == c["split_sweep"]].set_index("arch")
@@ -129,11 +133,11 @@ def findings(c: pd.Series, summary: pd.DataFrame) -> pd.DataFrame:
     g = 1 / c["spread_over_gain"], 1 / c["spread_over_gain_hi"], 1 / c["spread_over_gain_lo"]
     gain_defined = c["spread_over_gain_lo"] > 0          # an interval through 0: its inverse is unbounded
     rows = [
-        dict(finding=f"optimum at {o['best_heads']} heads of {o['best_head_size']}",
-             here=f"best: {int(best['heads'])} heads of {int(best['head_size'])} ({c['best_arch']})",
+        dict(finding=f"optimum at {heads_of(o['best_heads'], o['best_head_size'])}",
+             here=f"best: {heads_of(int(best['heads']), int(best['head_size']))} ({c['best_arch']})",
              verdict=verdict(int(best["heads"]) == o["best_heads"], bool(c["split_resolved"]))),
-        dict(finding=f"{o['worst_heads']} heads of {o['worst_head_size']} worst",
-             here=f"worst: {int(worst['heads'])} heads of {int(worst['head_size'])} ({c['worst_arch']}); "
+        dict(finding=f"{heads_of(o['worst_heads'], o['worst_head_size'])} worst",
+             here=f"worst: {heads_of(int(worst['heads']), int(worst['head_size']))} ({c['worst_arch']}); "
                   f"worst − best paired by seed {c['paired_diff']:.4f} ({pct}: {c['paired_diff_lo']:.4f}–"
                   f"{c['paired_diff_hi']:.4f})",
              verdict=verdict(int(worst["heads"]) == o["worst_heads"], bool(c["split_resolved"]))),
@@ -146,7 +150,8 @@ def findings(c: pd.Series, summary: pd.DataFrame) -> pd.DataFrame:
                    f"{where(o['gain_over_spread'], g[1], g[2])}" if gain_defined else
                    f"spread / gain {c['spread_over_gain']:.2f} ({pct}: {c['spread_over_gain_lo']:.2f}–"
                    f"{c['spread_over_gain_hi']:.2f}, through 0: the ratio is unbounded)"),
-             verdict=magnitude(o["gain_over_spread"], g[1], g[2], bool(c["width_resolved"])) if gain_defined
+             verdict=magnitude(o["gain_over_spread"], g[1], g[2],
+                               bool(c["width_resolved"] and c["split_resolved"])) if gain_defined
              else "not resolved"),
     ]
     return pd.DataFrame(rows)
