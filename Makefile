@@ -2,6 +2,9 @@
 #   make venv    the virtual environment: TORCH=cpu (default: PyTorch's CPU wheel) or TORCH=cuda
 #   make quick   the whole DAG at CPU scale (config/quick.yaml over config/config.yaml)
 #   make quick-more  the sweep studies at CPU scale (quick skips them)
+#   make laptop  the sweep ONLY (head split at width 256 + width control, 3 seeds), long enough
+#                to answer the head-split question on 2 CPU cores in under an hour; timed
+#   make laptop-more  the sweep studies at laptop scale, timed
 #   make run     the paper-scale protocol (use a GPU: --resources gpu=1 runs one model job at a time)
 #   make test    the test suite (unit tests + an end-to-end run of the DAG on tiny models)
 #   make report  Snakemake's HTML report of the figures and key tables of the last run
@@ -21,7 +24,7 @@ SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS)
 # Nothing is downloaded from a model hub at run time; set HF_HUB_OFFLINE=0 to allow it.
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: run quick quick-more test report clean-results venv FORCE
+.PHONY: run quick quick-more laptop laptop-more test report clean-results venv FORCE
 
 # ------------------------------------------------------------------ installation
 # Every pin is in requirements.txt, torch's too; the torch line below reads it from there.
@@ -78,6 +81,26 @@ quick: venv
 # skip list. Run after (or instead of) `make quick`: what quick made is not redone.
 quick-more: venv
 	$(SNAKEMAKE) --configfile config/quick.yaml config/quick_more.yaml
+
+# Laptop scale (config/laptop.yaml over config/config.yaml; protocol §7, "Laptop scale"): the
+# training sweep ONLY (`default_target: [sweep]`) -- the head-split sweep (width 256, 1 ... 32
+# heads) and the width control (128, 256), 3 seeds each, with their summary, the contrast with
+# its intervals and the figures. Not the studied models' half (SmolLM2's sequences, scores, cuts,
+# anatomy, explorer: `make quick` or `make run`). Steps, batch and evaluation were chosen by
+# measurement to finish within 60 minutes on 2 idle CPU cores after `make venv`.
+# Timed: `python -m headwatch.run_record timed NAME -- ...` writes results/timing/NAME.json (wall
+# and CPU time, CPU model and cores, load before and after, commit), which
+# benchmarks/laptop_tables.py reads to write docs/results/laptop-scale.md.
+TIMED = $(BIN)/python -m headwatch.run_record timed
+laptop: venv
+	$(TIMED) laptop -- $(SNAKEMAKE) --configfile config/laptop.yaml
+
+# The sweep studies (experts, depth, shared keys/values, experts x top-k, vocabulary) at laptop
+# scale: 48 more models and 5 tokenizers, about 2 hours on 2 CPU cores (estimated from the
+# pilot; config/laptop_more.yaml).
+# Run after `make laptop`: what it made is not redone.
+laptop-more: venv
+	$(TIMED) laptop-more -- $(SNAKEMAKE) --configfile config/laptop.yaml config/laptop_more.yaml
 
 test: venv browser slurm-deps
 	$(BIN)/pytest -q

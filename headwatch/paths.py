@@ -154,6 +154,12 @@ def run_config() -> str:
     return _join(RESULTS, "run_config.yaml")
 
 
+def timed_run(name: str) -> str:
+    """The record of one timed make target (``make laptop``: ``laptop``): wall and CPU time, machine,
+    load, commit (:func:`headwatch.run_record.timed`)."""
+    return _join(RESULTS, "timing", f"{name}.json")
+
+
 # ------------------------------------------------------------------ figures
 def head_figure(model: str, name: str, ext: str) -> str:
     """figures/{model}/{name}.{ext}: grids, enlarged heads, ranked scores."""

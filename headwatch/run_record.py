@@ -1,4 +1,4 @@
-"""The run a report describes (protocol §8).
+"""The run a report describes (protocol §8), and the time a timed run took.
 
 Every run that executes jobs (``make quick``/``run``/``quick-more`` or a plain
 ``snakemake --configfile ...``) records its merged configuration in
@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import datetime
 from pathlib import Path
 
-# The overlays that define the scales (Makefile: make quick, make quick-more).
+# The overlays that define the scales (Makefile: make quick, quick-more, laptop, laptop-more).
 SCALES = [
     ("paper", "paper scale", []),
     ("quick", "quick scale", ["config/quick.yaml"]),
     ("quick+studies", "quick scale with the sweep studies", ["config/quick.yaml", "config/quick_more.yaml"]),
+    ("laptop", "laptop scale (the sweep only)", ["config/laptop.yaml"]),
+    ("laptop+studies", "laptop scale with the sweep studies (the sweep only)",
+     ["config/laptop.yaml", "config/laptop_more.yaml"]),
 ]
 COMPUTED_KEY = "report_run"
 """The key the report's own description of the run is stored under (not part of the run's config)."""
@@ -135,3 +139,78 @@ def write_record(record, config: dict, files: str) -> None:
         # (a JSON round trip turns a JSON config's OrderedDicts into plain dicts for YAML)
         yaml.safe_dump(json.loads(json.dumps(run_config(config))), fh, sort_keys=False, allow_unicode=True)
     os.replace(tmp, record)
+
+
+# ------------------------------------------------------------------ a timed run (make laptop)
+def machine() -> dict:
+    """The CPU model, its logical cores, the cores this process may use and the memory (Linux)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+                 "unknown")
+    mem = Path("/proc/meminfo").read_text().split()[1] if Path("/proc/meminfo").exists() else "0"
+    return dict(cpu_model=model, logical_cores=os.cpu_count(), usable_cores=len(os.sched_getaffinity(0)),
+                memory_gib=round(int(mem) / 2**20, 1))
+
+
+def timed(name: str, command: list[str], root=".") -> int:
+    """Run ``command`` (in ``root``) and add one attempt to :func:`headwatch.paths.timed_run` (``name``):
+    its wall time, the CPU time of every process it ran and waited for (user + system), the load
+    average before and after (1, 5, 15 min), the machine, the commit and the files under the result
+    inputs that differed from it. A run stopped and started again (Snakemake resumes it) adds an
+    attempt to the same record, so the record holds the whole run's time until ``results/`` is
+    cleaned. Returns the command's exit status (the attempt is recorded either way)."""
+    import resource
+    import shlex
+    import subprocess
+    import sys
+
+    from . import paths
+    from .provenance import DirtyTreeError, require_clean_tree
+
+    root = Path(root)
+    try:
+        commit, dirty = require_clean_tree(root), None
+    except DirtyTreeError as err:
+        commit, dirty = None, str(err)
+    before, load_before = resource.getrusage(resource.RUSAGE_CHILDREN), os.getloadavg()
+    start, t0 = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
+    proc = subprocess.Popen(command, cwd=root)
+    try:
+        status = proc.wait()
+    except KeyboardInterrupt:        # Ctrl-C reached the command too: let it stop, record the attempt
+        status = proc.wait()
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    attempt = dict(command=shlex.join(command), started=start,
+                   ended=datetime.now().isoformat(timespec="seconds"), wall_s=round(wall, 1),
+                   cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+                   load_before=list(load_before), load_after=list(os.getloadavg()), exit_status=status,
+                   commit=commit, dirty=dirty, python=sys.version.split()[0], **machine())
+    out = root / paths.timed_run(name)
+    record = json.loads(out.read_text()) if out.exists() else dict(name=name, attempts=[])
+    record["attempts"].append(attempt)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"{name}: {wall / 60:.1f} min wall, {attempt['cpu_s'] / 60:.1f} min CPU on {attempt['usable_cores']} "
+          f"cores ({attempt['cpu_model']}); exit status {status}; attempt {len(record['attempts'])} recorded in {out}")
+    return status
+
+
+def main(argv=None) -> None:
+    """``python -m headwatch.run_record timed NAME -- COMMAND ...`` (the Makefile's timed targets)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m headwatch.run_record", description=main.__doc__)
+    ap.add_argument("action", choices=["timed"])
+    ap.add_argument("name", help="the record's name: results/timing/<name>.json")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        ap.error("no command to time (give it after --)")
+    sys.exit(timed(args.name, command))
+
+
+if __name__ == "__main__":
+    main()

@@ -27,12 +27,18 @@ SWEEP_TABLES = ("summary", "contrast", "finals", "curves")
 HEAD_FIGURES = ("scores_ranked", "sink_vs_induction")
 ABLATION_FIGURES = ("topk", "circuit", "pairs")
 ANATOMY_FIGURES = ("params_by_block", "rotary_clocks", "kv_cache")
-SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "curves": "training_curves"}
+SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "contrast": "contrast",
+                 "curves": "training_curves"}
 """The sweep's figures by output key (rule figures_sweep) and file stem."""
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
 EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid"}
 """The explorer's patching inputs by key (report_explorer) and table name."""
 EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
+
+PARTS = ("models", "sweep")
+"""What the default target may make (config ``default_target``): ``models`` = every stage on the
+studied models (sequences, attention, scores, cuts, anatomy, their figures, the explorer and
+their table pages); ``sweep`` = the training sweep, its studies, figures and table pages."""
 
 Producible = Callable[[str], bool]
 
@@ -83,6 +89,17 @@ def sweep(config: dict) -> list[str]:
 
 
 def figures(config: dict) -> list[str]:
+    """Every figure of the default target's parts."""
+    return ((model_figures(config) if "models" in parts(config) else [])
+            + (sweep_figures(config) if "sweep" in parts(config) else []))
+
+
+def sweep_figures(config: dict) -> list[str]:
+    return ([f for stem in SWEEP_FIGURES.values() for f in figure_pair(paths.sweep_figure, stem)]
+            + [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")])
+
+
+def model_figures(config: dict) -> list[str]:
     out = []
     for m in models(config):
         out += [f for phrase in config["phrases"] for f in figure_pair(paths.head_figure, m, f"grid_{phrase}")]
@@ -95,29 +112,38 @@ def figures(config: dict) -> list[str]:
         out += [f for phrase in config["phrases"]
                 for f in figure_pair(paths.ablation_figure, m, f"attribution_{phrase}")]
         out += [f for name in PATCHING_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
-    out += [f for stem in SWEEP_FIGURES.values() for f in figure_pair(paths.sweep_figure, stem)]
-    out += [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")]
     return out
 
 
 def report_tables(config: dict, producible: Producible) -> list[str]:
     """The key tables of ``report.tables`` and every planned study's summary, as HTML pages,
-    each only when some rule of the workflow makes its table (a stage not in the DAG is left out)."""
-    tables = config["report"]["tables"]
-    found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)]
-    found += [paths.table(*t.split("/", 1)) for t in tables["shared"]]
-    found += [paths.study_table(n) for n in plan.studies(config["sweep"])]
+    each only when some rule of the workflow makes its table (a stage not in the DAG is left out)
+    and its part is in the default target (a shared table under ``sweep/`` is the sweep's)."""
+    tables, wanted = config["report"]["tables"], parts(config)
+    found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)] if "models" in wanted else []
+    found += [paths.table(*t.split("/", 1)) for t in tables["shared"]
+              if ("sweep" if t.split("/", 1)[0] == "sweep" else "models") in wanted]
+    found += [paths.study_table(n) for n in plan.studies(config["sweep"])] if "sweep" in wanted else []
     return [paths.page_of(t) for t in found if producible(t)]
 
 
 def report(config: dict, producible: Producible) -> list[str]:
-    return [paths.explorer(m) for m in models(config)] + report_tables(config, producible)
+    explorers = [paths.explorer(m) for m in models(config)] if "models" in parts(config) else []
+    return explorers + report_tables(config, producible)
+
+
+def parts(config: dict) -> list[str]:
+    """The parts of the workflow the default target makes (config ``default_target``, :data:`PARTS`)."""
+    return list(config["default_target"])
 
 
 def all_targets(config: dict, producible: Producible) -> list[str]:
-    """Everything ``rule all`` asks for."""
-    return (sequences(config) + attention(config) + scores(config) + ablation(config) + patching(config)
-            + anatomy(config) + sweep(config) + figures(config) + report(config, producible))
+    """Everything ``rule all`` asks for: the parts in ``default_target``."""
+    wanted = parts(config)
+    models_part = (sequences(config) + attention(config) + scores(config) + ablation(config)
+                   + patching(config) + anatomy(config)) if "models" in wanted else []
+    return (models_part + (sweep(config) if "sweep" in wanted else []) + figures(config)
+            + report(config, producible))
 
 
 def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:

@@ -12,5 +12,6 @@ with log_to(snakemake.log[0]):  # noqa: F821
     contrast = read_parquet(sm.input.contrast).iloc[0]
     save(figs.loss_vs_heads(summary, finals, contrast), sm.output.heads_pdf, sm.output.heads_png)
     save(figs.loss_vs_width(summary, finals, contrast), sm.output.width_pdf, sm.output.width_png)
+    save(figs.contrast_intervals(finals, contrast), sm.output.contrast_pdf, sm.output.contrast_png)
     save(figs.training_curves(read_parquet(sm.input.curves)), sm.output.curves_pdf,
          sm.output.curves_png)

@@ -7,10 +7,13 @@ with log_to(snakemake.log[0]) as log:  # noqa: F821
     sm = snakemake  # noqa: F821
     runs = [dict(r, metrics=path) for r, path in zip(sm.params.runs, sm.input.metrics, strict=True)]
     finals, curves = read_runs(runs)
-    summary, contrast = summarize(finals, sm.params.summary["split_sweep"], sm.params.summary["capacity"])
+    cfg = sm.params.summary
+    summary, contrast = summarize(finals, cfg["split_sweep"], cfg["capacity"], cfg["bootstrap"])
     write_parquet(summary, sm.output.summary, note=dict(loss="final validation loss, nats per character",
                                                          std="over seeds, ddof=1"))
-    write_parquet(contrast, sm.output.contrast)
+    write_parquet(contrast, sm.output.contrast, note=dict(
+        loss="final validation loss, nats per character", interval="percentile bootstrap over seeds",
+        test="split_p: configurations relabelled within each seed"))
     write_parquet(finals, sm.output.finals)
     write_parquet(curves, sm.output.curves)
     log.info("summary:\n%s\ncontrast:\n%s", summary.to_string(), contrast.T.to_string())

@@ -84,7 +84,8 @@ def sweep_tables() -> dict:
                 finals.append(dict(sweep=sweep, arch=f"w{w}-h{h}", seed=seed, width=w, heads=h, trained_under=sweep,
                                    params=1000 * w, head_size=w // h, steps=5, val_loss=3.0 - 0.1 * i + 0.02 * seed,
                                    train_loss=2.9 - 0.1 * i, tokens_per_s=1000.0))
-    summary, contrast = summarize(pd.DataFrame(finals), "heads_split", dict(sweep="width", **{"from": 8, "to": 16}))
+    summary, contrast = summarize(pd.DataFrame(finals), "heads_split", dict(sweep="width", **{"from": 8, "to": 16}),
+                                  dict(resamples=200, seed=0, level=0.95))
     return dict(sweep_summary=summary, sweep_contrast=contrast)
 
 

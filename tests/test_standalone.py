@@ -152,6 +152,11 @@ def quick(workdir):
     return _parsed(workdir, "config/quick.yaml")
 
 
+@pytest.fixture(scope="module")
+def laptop(workdir):
+    return _parsed(workdir, "config/laptop.yaml")
+
+
 # ----------------------------------------------------------------------------- tests
 def test_no_tracked_file_points_outside_the_repository():
     found = []
@@ -197,7 +202,7 @@ def test_sweep_and_studies_are_report_categories(paper):
     assert studies and rendered == {f"figures/sweep/study_{s}.{e}" for s in studies for e in ("pdf", "png")}
 
 
-@pytest.mark.parametrize("scale", ["paper", "quick"])
+@pytest.mark.parametrize("scale", ["paper", "quick", "laptop"])
 def test_every_caption_renders_with_the_scale_and_settings(scale, request):
     parsed = request.getfixturevalue(scale)
     run = parsed["config"]["report_run"]

@@ -42,10 +42,11 @@ def finals(losses: dict, params: dict | None = None) -> pd.DataFrame:
 LOSSES = {("split", 8, 1): [2.0, 2.2], ("split", 8, 2): [1.6, 1.8],     # means 2.1, 1.7
           ("width", 4, 1): [3.0, 3.2], ("width", 8, 2): [2.0, 2.0]}     # means 3.1, 2.0
 CAP = dict(sweep="width", **{"from": 4, "to": 8})
+BOOT = CONFIG["summary"]["bootstrap"]
 
 
 def test_summary_spread_noise_gain_and_ratio_by_hand():
-    summary, contrast = summarize(finals(LOSSES), "split", CAP)
+    summary, contrast = summarize(finals(LOSSES), "split", CAP, BOOT)
     row = summary.set_index(["sweep", "arch"]).loc[("split", "w8-h1")]
     assert row["val_loss_mean"] == pytest.approx(2.1) and row["val_loss_std"] == pytest.approx(0.1414214)
     c = contrast.iloc[0]
@@ -57,17 +58,79 @@ def test_summary_spread_noise_gain_and_ratio_by_hand():
     assert c["spread_over_std"] == pytest.approx(0.4 / math.sqrt(0.02))
 
 
+def three_seeds(split: dict, cap: tuple) -> pd.DataFrame:
+    """Hand-made finals of 3 seeds: split configurations of width 8 (heads: losses), the capacity
+    sweep's w4-h1 and w8-h2 (``cap``: their losses)."""
+    losses = {("split", 8, h): v for h, v in split.items()}
+    losses.update({("width", 4, 1): cap[0], ("width", 8, 2): cap[1]})
+    return finals(losses)
+
+
+def test_the_bootstrap_intervals_exclude_0_for_configurations_apart_and_include_it_for_equal_ones():
+    # Apart: h1 and h4 never overlap (every h4 seed beats every h1 seed), the width gain is clear.
+    apart = three_seeds({1: [2.00, 2.02, 2.04], 2: [1.90, 1.93, 1.95], 4: [1.50, 1.51, 1.53]},
+                        ([3.0, 3.05, 3.1], [2.0, 2.02, 2.05]))
+    c = summarize(apart, "split", CAP, BOOT)[1].iloc[0]
+    assert (c["best_arch"], c["worst_arch"]) == ("w8-h4", "w8-h1")
+    for q in ("spread", "spread_over_std", "capacity_gain", "spread_over_gain"):
+        assert 0 < c[f"{q}_lo"] <= c[f"{q}_hi"], q
+    # The spread's interval spans what resampling 3 seeds can give: the worst-case and the best-case
+    # (per configuration: min / max of its seeds) spreads bound it.
+    assert 2.00 - 1.53 <= c["spread_lo"] and c["spread_hi"] <= 2.04 - 1.50
+    # Paired, seed by seed: h1 - h4 = 0.50, 0.51, 0.51; the mean and an interval within the pairs.
+    assert c["paired_seeds"] == 3 and c["paired_diff"] == pytest.approx(0.5066667)
+    assert 0.50 <= c["paired_diff_lo"] <= c["paired_diff"] <= c["paired_diff_hi"] <= 0.51 + 1e-12
+    assert c["split_resolved"] and c["width_resolved"] and c["split_p"] < 0.05
+    assert (c["resamples"], c["level"]) == (BOOT["resamples"], BOOT["level"])
+
+    # Equal: every configuration holds the same three losses: no spread beyond what resampling
+    # makes, the width gain's interval includes 0, the paired difference is 0, nothing is resolved.
+    # (The width sweep's two differ by a hair: a gain of exactly 0 makes spread / gain infinite,
+    # which the summary refuses.)
+    same = [2.0, 2.1, 1.9]
+    equal = three_seeds({1: same, 2: same, 4: same}, (same, [2.0, 2.1, 1.91]))
+    c = summarize(equal, "split", CAP, BOOT)[1].iloc[0]
+    assert c["capacity_gain"] == pytest.approx(-0.01 / 3)
+    assert c["capacity_gain_lo"] < 0 < c["capacity_gain_hi"]
+    assert c["paired_diff"] == c["paired_diff_lo"] == c["paired_diff_hi"] == 0
+    assert c["spread"] == 0 and c["spread_over_std"] == 0 and c["split_p"] == 1
+    assert c["spread_over_std_lo"] < 1 and not c["split_resolved"] and not c["width_resolved"]
+
+
+def test_the_bootstrap_is_repeatable_and_its_size_seed_and_level_are_the_configs():
+    f = three_seeds({1: [2.0, 2.1, 2.05], 2: [1.95, 2.0, 2.1]}, ([3.0, 3.1, 3.2], [2.0, 2.1, 1.9]))
+    a, b = (summarize(f, "split", CAP, BOOT)[1] for _ in range(2))
+    pd.testing.assert_frame_equal(a, b)
+    small = summarize(f, "split", CAP, dict(BOOT, resamples=200, seed=3, level=0.5))[1].iloc[0]
+    assert (small["resamples"], small["resample_seed"], small["level"]) == (200, 3, 0.5)
+    assert small["spread_hi"] - small["spread_lo"] < a["spread_hi"].iloc[0] - a["spread_lo"].iloc[0]
+
+
+def test_the_paired_comparison_uses_the_same_seeds():
+    # Seed effects shared by both configurations (seed 2 hard for both): unpaired, the seed spread
+    # swamps the difference; paired, worst - best is 0.1 on every seed.
+    f = three_seeds({1: [2.1, 2.5, 3.1], 2: [2.0, 2.4, 3.0]}, ([3.0, 3.1, 3.2], [2.0, 2.1, 2.2]))
+    c = summarize(f, "split", CAP, BOOT)[1].iloc[0]
+    assert c["paired_diff"] == pytest.approx(0.1)
+    assert c["paired_diff_lo"] == pytest.approx(0.1) and c["paired_diff_hi"] == pytest.approx(0.1)
+    assert c["spread_lo"] < 0.1 < c["spread_hi"] and c["spread_hi"] - c["spread_lo"] > 0.5
+    # Seeds that differ between the split configurations: no pairs, refused.
+    f.loc[(f["arch"] == "w8-h2") & (f["seed"] == 2), "seed"] = 7
+    with pytest.raises(SummaryError, match="same seeds"):
+        summarize(f, "split", CAP, BOOT)
+
+
 def test_summary_refuses_differing_split_param_counts():
     bad = finals(LOSSES, params={("split", 8, 1): 800, ("split", 8, 2): 801})
     with pytest.raises(SummaryError, match="parameter count"):
-        summarize(bad, "split", CAP)
+        summarize(bad, "split", CAP, BOOT)
 
 
 def test_summary_refuses_nan():
     nan = dict(LOSSES)
     nan[("split", 8, 2)] = [1.6, float("nan")]
     with pytest.raises(SummaryError, match="NaN.*split/w8-h2/seed1"):
-        summarize(finals(nan), "split", CAP)
+        summarize(finals(nan), "split", CAP, BOOT)
 
 
 # ---------------------------------------------------------------- budgets

@@ -14,11 +14,12 @@ import yaml
 
 from headwatch.charlm.model import count_params
 from headwatch.charlm.spec import ModelSpec
+from conftest import ROOT
 from workflow import deep_merge, make_workdir, planned_jobs, tiny_config, write_config
 
 TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet",
            "results/sweep/studies/experts.parquet", "results/sweep/studies/vocab.parquet"]
-FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", "training_curves",
+FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", "contrast", "training_curves",
                                               "study_experts", "study_vocab")
            for e in ("pdf", "png")]
 VOCAB_GRID = [{"width": 16, "heads": 2}, {"width": 16, "heads": 2, "vocab": "bpe300"}]
@@ -34,12 +35,20 @@ def with_vocab_study(config: dict) -> dict:
                              "train": sw["sweeps"]["heads_split"]["train"]}}}})
 
 
-def smk(workdir, configfile, *args):
-    """Snakemake on only the sweep's targets (other stages are not needed here)."""
+def smk(workdir, configfile, *args, timed=False):
+    """Snakemake on only the sweep's targets (other stages are not needed here); ``timed``: through
+    the Makefile's timer (``python -m headwatch.run_record timed laptop -- ...``), as `make laptop`."""
     cmd = [sys.executable, "-m", "snakemake", *TARGETS, *FIGURES, "--cores", "2",
            "--configfile", str(configfile), *args]
+    if timed:
+        cmd = [sys.executable, "-m", "headwatch.run_record", "timed", "laptop", "--", *cmd]
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+
+
+def git(workdir, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=workdir,
+                          capture_output=True, text=True, check=True).stdout
 
 
 def with_sweep_figures(workdir):
@@ -80,7 +89,10 @@ def sweep_run(tmp_path_factory, tiny_model_dir):
     workdir = with_sweep_figures(make_workdir(tmp_path_factory.mktemp("sweep")))
     config = with_vocab_study(tiny_config(tiny_model_dir))
     configfile = write_config(workdir, config)
-    result = smk(workdir, configfile)
+    git(workdir, "init", "-q")                  # a checkout, as the results page's provenance needs
+    git(workdir, "add", "-A")
+    git(workdir, "commit", "-q", "-m", "tiny")
+    result = smk(workdir, configfile, timed=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return workdir, config, configfile
 
@@ -133,6 +145,58 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert sorted(p.name for p in (res / "corpus" / "vocab" / "bpe300").iterdir()) == [
         "meta.json", "split.json", "tokenizer.json", "train.npy", "val.npy"]
     assert not (res / "vocab" / "w16-h2").exists()                # the char arm is heads_split's
+
+
+def test_the_contrast_carries_its_intervals_test_and_verdicts(sweep_run):
+    workdir, _, _ = sweep_run
+    c = pd.read_parquet(workdir / "results" / "sweep" / "contrast.parquet").iloc[0]
+    boot = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]["summary"]["bootstrap"]
+    assert (c["resamples"], c["resample_seed"], c["level"]) == (boot["resamples"], boot["seed"], boot["level"])
+    for q in ("spread", "spread_over_std", "capacity_gain", "spread_over_gain", "paired_diff"):
+        assert c[f"{q}_lo"] <= c[f"{q}_hi"], q            # (a percentile interval need not hold the estimate)
+    assert c["paired_seeds"] == 2 and 0 < c["split_p"] <= 1
+    assert c["split_resolved"] == (c["spread_over_std_lo"] > 1 and c["split_p"] < 1 - boot["level"])
+    assert c["width_resolved"] == (c["capacity_gain_lo"] > 0)
+
+
+def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sweep_run, tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import laptop_tables
+    from headwatch.provenance import DirtyTreeError
+    from headwatch.sweep.summary import split_verdict
+
+    workdir, _, _ = sweep_run
+    res = workdir / "results" / "sweep"
+    out = tmp_path / "laptop-scale.md"
+    text = laptop_tables.page(workdir, out)
+    head = git(workdir, "rev-parse", "HEAD").strip()
+    timing = __import__("json").loads((workdir / "results" / "timing" / "laptop.json").read_text())["attempts"]
+    assert len(timing) == 1 and timing[0]["commit"] == head and timing[0]["exit_status"] == 0
+    timing = timing[0]
+    assert timing["cpu_s"] > 0
+    assert f"commit `{head[:7]}`" in text and laptop_tables.COMMAND in text
+    assert f"{timing['wall_s'] / 60:.1f} min" in text and timing["cpu_model"] in text
+    summary = pd.read_parquet(res / "summary.parquet")
+    for r in summary.itertuples():
+        assert f"| {r.sweep} | {r.arch} |" in text and f"{r.val_loss_mean:.4f} ± {r.val_loss_std:.4f}" in text
+    c = pd.read_parquet(res / "contrast.parquet").iloc[0]
+    assert split_verdict(c) in text and f"{c['spread_over_std_lo']:.4f}" in text
+    findings = laptop_tables.findings(c, summary)
+    assert len(findings) == 4 and set(findings["verdict"]) <= {"holds", "does not hold", "not resolved"}
+    if not c["split_resolved"]:           # nothing that rests on the split effect holds
+        assert (findings["verdict"].iloc[:2] == "not resolved").all() and "holds" not in set(findings["verdict"])
+    for stem in laptop_tables.FIGURES:
+        assert (tmp_path / "laptop-scale" / f"{stem}.png").stat().st_size > 0
+        assert f"(laptop-scale/{stem}.png)" in text
+    # A result input changed since the commit: refused, the file named.
+    rules = workdir / "rules" / "sweep.smk"
+    kept = rules.read_text()
+    try:
+        rules.write_text(kept + "\n")
+        with pytest.raises(DirtyTreeError, match="rules/sweep.smk"):
+            laptop_tables.page(workdir, out)
+    finally:
+        rules.write_text(kept)
 
 
 def test_a_second_dry_run_has_nothing_to_do(sweep_run):

@@ -59,6 +59,17 @@ def test_the_default_target_holds_every_stage_once():
     assert not any(p.startswith("results/sweep/width/w256-h4/") for p in out)     # heads_split trains it
 
 
+def test_the_laptop_scale_makes_the_sweep_only():
+    laptop = run_record.config_of(ROOT, "config/laptop.yaml")
+    out = targets.all_targets(laptop, everything)
+    assert all(p.startswith(("results/sweep/", "figures/sweep/", "results/tables/sweep/")) for p in out), out
+    assert paths.sweep_figure("contrast", "png") in out and paths.page_of(paths.sweep_table("contrast")) in out
+    assert not any("w512" in p or "studies" in p for p in out)
+    more = run_record.config_of(ROOT, "config/laptop.yaml", "config/laptop_more.yaml")
+    assert paths.study_table("vocab") in targets.all_targets(more, everything)
+    assert [run_record.run_scale(c, ROOT)[0] for c in (laptop, more)] == ["laptop", "laptop+studies"]
+
+
 def test_skipped_studies_and_absent_stages_are_left_out():
     cfg = copy.deepcopy(CONFIG)
     cfg["sweep"]["skip"] = plan.studies(cfg["sweep"])
@@ -98,3 +109,18 @@ def test_a_recorded_run_is_written_read_back_and_compared(tmp_path):
     record.write_text("models: [unclosed\n")
     with pytest.raises(run_record.RunRecordError, match="not valid YAML"):
         run_record.recorded_run(record, CONFIG)
+
+
+def test_a_timed_run_adds_an_attempt_each_time_it_is_started(tmp_path):
+    """make laptop's timer: every start adds an attempt (a resumed run keeps its first part's time),
+    the exit status and the CPU time of the command are kept, a tree outside git is recorded as such."""
+    import json
+    import sys
+
+    assert run_record.timed("t", [sys.executable, "-c", "sum(range(10_000_000))"], root=tmp_path) == 0
+    assert run_record.timed("t", [sys.executable, "-c", "raise SystemExit(3)"], root=tmp_path) == 3
+    rec = json.loads((tmp_path / paths.timed_run("t")).read_text())
+    assert rec["name"] == "t" and [a["exit_status"] for a in rec["attempts"]] == [0, 3]
+    first = rec["attempts"][0]
+    assert first["cpu_s"] > 0 and first["wall_s"] > 0 and first["usable_cores"] >= 1 and first["cpu_model"]
+    assert first["commit"] is None and "git" in first["dirty"]

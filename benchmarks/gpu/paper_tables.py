@@ -249,9 +249,9 @@ def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
                 md_table(summ[["sweep", arch, "width", "heads", "head_size", "params", "seeds", "steps",
                                "val_loss_mean", "val_loss_std"]], ".4f", val_loss_std=".2g"),
                 "### The contrast: head split against seed noise and against width",
-                md_table(pd.read_parquet(sweep / "contrast.parquet")[
-                    ["split_sweep", "spread", "mean_seed_std", "spread_over_std", "capacity_from", "capacity_to",
-                     "capacity_gain", "spread_over_gain"]])]
+                md_table(pd.read_parquet(sweep / "contrast.parquet").filter(regex=(
+                    r"^(split_sweep|spread|mean_seed_std|spread_over_std|capacity_from|capacity_to|capacity_gain|"
+                    r"spread_over_gain|paired_diff|split_p|split_resolved|width_resolved)(_lo|_hi)?$")))]
     out += ["## The studies at paper scale (GPU)", ""]
     studies = sorted(p for p in (sweep / "studies").glob("*.parquet") if not p.stem.endswith("_finals")) \
         if sweep and (sweep / "studies").is_dir() else []

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..sweep.summary import split_verdict, width_verdict
 from .style import ONE_COLUMN, PALETTE, TWO_COLUMNS, figure
 
 
@@ -38,12 +39,18 @@ def loss_vs_heads(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Seri
     fig, ax, _ = _loss_against(summary, finals, contrast["split_sweep"], "heads", PALETTE[0],
                                lambda s: [f"{h}\n({d})" for h, d in zip(s["heads"], s["head_size"])],
                                "heads (head size)")
-    ax.set_title(f"width {contrast['split_width']}, {contrast['split_params']:,} parameters each\n"
-                 f"spread {contrast['spread']:.3f} = {contrast['spread_over_std']:.1f}× seed std "
-                 f"= {contrast['spread_over_gain']:.2f}× the {contrast['capacity_from']}→"
-                 f"{contrast['capacity_to']} gain")
+    c = contrast
+    ax.set_title(f"width {c['split_width']}, {c['split_params']:,} parameters each\n"
+                 f"spread {c['spread']:.3f} ({_interval(c, 'spread', '.3f')}) = {c['spread_over_gain']:.2f}× "
+                 f"the {c['capacity_from']}→{c['capacity_to']} gain ({_interval(c, 'spread_over_gain', '.2f')})\n"
+                 f"{split_verdict(c)}", fontsize=6)
     ax.legend(frameon=False)
     return fig
+
+
+def _interval(c: pd.Series, name: str, spec: str) -> str:
+    """``<level> %: lo–hi`` of one of the contrast's quantities."""
+    return f"{100 * c['level']:g} %: {c[name + '_lo']:{spec}}–{c[name + '_hi']:{spec}}"
 
 
 def loss_vs_width(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Series):
@@ -52,10 +59,55 @@ def loss_vs_width(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Seri
                                lambda s: [f"{w}\n{_count(p)}" for w, p in zip(s["width"], s["params"])],
                                "width (parameters)")
     sizes = sorted(s["head_size"].unique())
-    ax.set_title(f"head size {', '.join(map(str, sizes))}; "
-                 f"{contrast['capacity_from']}→{contrast['capacity_to']} gain "
-                 f"{contrast['capacity_gain']:.3f}")
+    ax.set_title(f"head size {', '.join(map(str, sizes))}\n{width_verdict(contrast)}", fontsize=6)
     ax.legend(frameon=False)
+    return fig
+
+
+def _interval_row(ax, y: float, c: pd.Series, name: str, color: str) -> None:
+    """One quantity of the contrast at height ``y``: its interval as a bar with end ticks, its
+    estimate as a point (which a percentile interval need not contain: the resampled spread of
+    noisy means is larger than the spread of the means)."""
+    ax.hlines(y, c[name + "_lo"], c[name + "_hi"], color=color, lw=1.5)
+    ax.plot([c[name + "_lo"], c[name + "_hi"]], [y, y], "|", ms=8, color=color)
+    ax.plot(c[name], y, "o", ms=4, color=color)
+
+
+def contrast_intervals(finals: pd.DataFrame, contrast: pd.Series):
+    """The contrast with its intervals: left, the differences in loss (spread, the best and the
+    worst split paired by seed with each seed's difference, the width gain) against 0; right, the
+    ratios against 1. Point = the estimate, bar = its bootstrap interval."""
+    c = contrast
+    fig, (ax, ax2) = figure(TWO_COLUMNS, 2.4, ncols=2, gridspec_kw=dict(width_ratios=[3, 2]))
+    rows = [("spread", f"spread: worst − best mean\n({c['worst_arch']} − {c['best_arch']})"),
+            ("paired_diff", f"{c['worst_arch']} − {c['best_arch']}\npaired by seed (n = {c['paired_seeds']})"),
+            ("capacity_gain", f"width gain\n{c['capacity_from']} − {c['capacity_to']}")]
+    for y, (name, label) in enumerate(rows):
+        _interval_row(ax, y, c, name, PALETTE[y])
+    f = finals.set_index(["sweep", "arch", "seed"])["val_loss"].sort_index()
+    diffs = (f.loc[(c["split_sweep"], c["worst_arch"])] - f.loc[(c["split_sweep"], c["best_arch"])])
+    ax.scatter(diffs, np.full(len(diffs), 1.2), s=8, color="0.55", linewidths=0,
+               label="worst − best, single seeds")
+    ax.axvline(0, color="0.3", lw=0.6)
+    ax.axvspan(-c["mean_seed_std"], c["mean_seed_std"], color="0.9", zorder=0,
+               label=f"± mean seed std ({c['mean_seed_std']:.4f})")
+    ax.set_yticks(range(len(rows)), [label for _, label in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("validation loss difference (nats/char)")
+    ax.legend(frameon=False, fontsize=6, loc="lower right")
+    ratios = [("spread_over_std", "spread / seed std"), ("spread_over_gain", "spread / width gain")]
+    for y, (name, label) in enumerate(ratios):
+        _interval_row(ax2, y, c, name, PALETTE[3 + y])
+    ax2.axvline(1, color="0.3", lw=0.6)
+    if all(c[f"{name}_lo"] > 0 for name, _ in ratios):     # ratios of different sizes: a log axis
+        ax2.set_xscale("log")
+    ax2.set_yticks(range(len(ratios)), [label for _, label in ratios])
+    ax2.invert_yaxis()
+    ax2.set_xlabel("ratio")
+    ax2.margins(y=0.4)
+    fig.suptitle(f"{split_verdict(c)}\n{width_verdict(c)}\nbars: {100 * c['level']:g} % percentile "
+                 f"bootstrap intervals over {c['seeds']} seeds ({c['resamples']:,} resamples)", fontsize=7,
+                 y=1.0, va="bottom")
     return fig
 
 
@@ -73,11 +125,11 @@ def training_curves(curves: pd.DataFrame):
             ax.plot(m.index, m["val_loss"], color=color, marker="o", ms=2, label=cfg)
             ax.plot(m.index, m["train_loss"], color=color, ls="--", lw=0.8)
         n = c["seed"].nunique()
-        ax.set_title(f"{sweep}: mean of {n} seed{'s' * (n != 1)}\n"
-                     "(solid: validation; dashed: train, mean since the last point)")
+        ax.set_title(f"{sweep}: mean of {n} seed{'s' * (n != 1)}")
         ax.set_xlabel("step")
         ax.legend(frameon=False, ncols=2)
     axes[0][0].set_ylabel("loss (nats/char)")
+    fig.suptitle("solid: validation; dashed: train, mean since the last point", y=1.0, va="bottom")
     return fig
 
 

@@ -1,0 +1,260 @@
+"""Write docs/results/laptop-scale.md from the tables of a timed `make laptop` run: every number
+computed, none typed (but the original run's findings it is compared with, ORIGINAL below).
+
+    make laptop && .venv/bin/python benchmarks/laptop_tables.py
+    .venv/bin/python benchmarks/laptop_tables.py [--root .] [--out docs/results/laptop-scale.md]
+
+It reads, under ``--root`` (the checkout the run was made in): the run's timing record
+(``results/timing/laptop.json``, written by the Makefile's timed target: wall and CPU time, machine,
+load, commit), its merged configuration (``results/run_config.yaml``), the sweep's tables
+(``results/sweep/{summary,contrast,finals,curves}.parquet``), the training jobs' Snakemake
+benchmark records and the sweep's figures, which it copies next to the page
+(``docs/results/laptop-scale/``). When ``results/timing/laptop-more.json`` is there too (`make
+laptop-more` after `make laptop`), the studies' tables and time follow.
+
+Refused (nothing written): a checkout whose result inputs differ from its commit
+(:func:`headwatch.provenance.require_clean_tree`), a run made from such a tree or at a commit whose
+result inputs differ from this one's, a run that failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE / "gpu"))
+from paper_tables import fmt, md_table  # noqa: E402  (the paper page's own Markdown helpers)
+
+from headwatch import paths, run_record  # noqa: E402
+from headwatch.provenance import RESULT_INPUTS, DirtyTreeError, page_header, require_clean_tree  # noqa: E402
+from headwatch.sweep.summary import split_verdict, width_verdict  # noqa: E402
+
+COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
+RECORD, MORE_RECORD = "laptop", "laptop-more"
+FIGURES = ("training_curves", "contrast", "loss_vs_heads", "loss_vs_width")
+# The original run's findings (the paper-scale sweep this one repeats at laptop scale): the best
+# split, the worst, the spread in seed standard deviations and the width 128 -> 256 gain in spreads.
+ORIGINAL = dict(best_heads=4, best_head_size=64, worst_heads=32, worst_head_size=8, spread_over_std=9.0,
+                gain_over_spread=4.4)
+
+
+class PageError(RuntimeError):
+    """The run cannot be published as it is."""
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+
+def timing(root: Path, name: str, commit: str) -> list[dict]:
+    """The timed run's attempts; refused if the last failed or any was made from a tree with changes or
+    at a commit whose result inputs are not this commit's."""
+    path = root / paths.timed_run(name)
+    if not path.exists():
+        raise PageError(f"no {path}: run `make {name}` first (it writes the record)")
+    attempts = json.loads(path.read_text())["attempts"]
+    if attempts[-1]["exit_status"] != 0:
+        raise PageError(f"{path}: the run failed (exit status {attempts[-1]['exit_status']}); finish it first")
+    for a in attempts:
+        if a["commit"] is None:
+            raise PageError(f"{path}: the attempt of {a['started']} was made from a tree with changes ({a['dirty']})")
+        moved = git(root, "diff", "--name-only", a["commit"], commit, "--", *RESULT_INPUTS).split()
+        if moved:
+            raise PageError(f"{path}: the attempt of {a['started']} was made at commit {a['commit'][:7]}, whose "
+                            f"result inputs differ from this commit's ({commit[:7]}): {', '.join(moved)}; "
+                            "clean the results and run it again")
+    return attempts
+
+
+def machine_lines(attempts: list[dict], name: str) -> list[str]:
+    wall, cpu = sum(a["wall_s"] for a in attempts), sum(a["cpu_s"] for a in attempts)
+    last = attempts[-1]
+    loads = "; ".join(f"{', '.join(f'{x:.2f}' for x in a['load_before'])} before and "
+                      f"{', '.join(f'{x:.2f}' for x in a['load_after'])} after" for a in attempts)
+    runs = (f"`{last['command']}` ({last['started']} to {last['ended']})" if len(attempts) == 1 else
+            f"`{last['command']}` in {len(attempts)} attempts (stopped and resumed; from {attempts[0]['started']} "
+            f"to {last['ended']})")
+    return [f"{runs}: **{wall / 60:.1f} min** wall time, {cpu / 60:.1f} min of CPU time in its processes "
+            f"({cpu / wall if wall else float('nan'):.2f} cores busy on average). Machine: {last['cpu_model']}, "
+            f"{last['usable_cores']} usable of {last['logical_cores']} logical cores, {fmt(last['memory_gib'])} GiB; "
+            f"load average (1, 5, 15 min) {loads} (from `{paths.timed_run(name)}`)."]
+
+
+def job_times(root: Path, finals: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration: mean wall and CPU seconds of its training jobs (Snakemake's benchmark records)."""
+    rows = []
+    for r in finals.drop_duplicates(["trained_under", "arch", "seed"]).itertuples():
+        tsv = root / paths.benchmark("sweep_train", r.trained_under, r.arch, f"seed{r.seed}")
+        if tsv.exists():
+            t = pd.read_csv(tsv, sep="\t").iloc[-1]
+            rows.append(dict(arch=r.arch, trained_under=r.trained_under, job_wall_s=float(t["s"]),
+                             job_cpu_s=float(t["cpu_time"])))
+    if not rows:
+        return pd.DataFrame(columns=["arch", "trained_under", "job_wall_s", "job_cpu_s"])
+    return pd.DataFrame(rows).groupby(["trained_under", "arch"], as_index=False).mean()
+
+
+def verdict(holds: bool, resolved: bool) -> str:
+    return "not resolved" if not resolved else ("holds" if holds else "does not hold")
+
+
+def magnitude(value: float, lo: float, hi: float, resolved: bool) -> str:
+    """A reference value against this run's interval: outside it, the finding does not hold here
+    (the interval excludes it); inside, it holds where the effect is resolved."""
+    return "does not hold" if not lo <= value <= hi else verdict(True, resolved)
+
+
+def where(value: float, lo: float, hi: float) -> str:
+    """Where a reference value lies against an interval."""
+    return "inside the interval" if lo <= value <= hi else ("below the interval" if value < lo else
+                                                            "above the interval")
+
+
+def heads_of(n: int, size: int) -> str:
+    return f"{n} head{'s' * (n != 1)} of {size}"
+
+
+def findings(c: pd.Series, summary: pd.DataFrame) -> pd.DataFrame:
+    """The original run's findings, point by point, against this run's contrast."""
+    split = summary[summary["sweep"] == c["split_sweep"]].set_index("arch")
+    best, worst = split.loc[c["best_arch"]], split.loc[c["worst_arch"]]
+    pct = f"{100 * c['level']:g} %"
+    o = ORIGINAL
+    ratio = (c["spread_over_std"], c["spread_over_std_lo"], c["spread_over_std_hi"])
+    g = 1 / c["spread_over_gain"], 1 / c["spread_over_gain_hi"], 1 / c["spread_over_gain_lo"]
+    gain_defined = c["spread_over_gain_lo"] > 0          # an interval through 0: its inverse is unbounded
+    rows = [
+        dict(finding=f"optimum at {heads_of(o['best_heads'], o['best_head_size'])}",
+             here=f"best: {heads_of(int(best['heads']), int(best['head_size']))} ({c['best_arch']})",
+             verdict=verdict(int(best["heads"]) == o["best_heads"], bool(c["split_resolved"]))),
+        dict(finding=f"{heads_of(o['worst_heads'], o['worst_head_size'])} worst",
+             here=f"worst: {heads_of(int(worst['heads']), int(worst['head_size']))} ({c['worst_arch']}); "
+                  f"worst − best paired by seed {c['paired_diff']:.4f} ({pct}: {c['paired_diff_lo']:.4f}–"
+                  f"{c['paired_diff_hi']:.4f})",
+             verdict=verdict(int(worst["heads"]) == o["worst_heads"], bool(c["split_resolved"]))),
+        dict(finding=f"spread ~{o['spread_over_std']:g}× seed noise",
+             here=f"{ratio[0]:.2f}× ({pct}: {ratio[1]:.2f}–{ratio[2]:.2f}); {o['spread_over_std']:g}× lies "
+                  f"{where(o['spread_over_std'], ratio[1], ratio[2])}; p = {c['split_p']:.3g}",
+             verdict=magnitude(o["spread_over_std"], ratio[1], ratio[2], bool(c["split_resolved"]))),
+        dict(finding=f"width {c['capacity_from']} → {c['capacity_to']} gain {o['gain_over_spread']:g}× the spread",
+             here=(f"{g[0]:.2f}× ({pct}: {g[1]:.2f}–{g[2]:.2f}); {o['gain_over_spread']:g}× lies "
+                   f"{where(o['gain_over_spread'], g[1], g[2])}" if gain_defined else
+                   f"spread / gain {c['spread_over_gain']:.2f} ({pct}: {c['spread_over_gain_lo']:.2f}–"
+                   f"{c['spread_over_gain_hi']:.2f}, through 0: the ratio is unbounded)"),
+             verdict=magnitude(o["gain_over_spread"], g[1], g[2],
+                               bool(c["width_resolved"] and c["split_resolved"])) if gain_defined
+             else "not resolved"),
+    ]
+    return pd.DataFrame(rows)
+
+
+def copy_figures(root: Path, out: Path) -> dict[str, str]:
+    """The sweep's PNG figures next to the page; {stem: path relative to the page}."""
+    folder = out.with_suffix("")
+    folder.mkdir(parents=True, exist_ok=True)
+    copied = {}
+    for stem in FIGURES:
+        src = root / paths.sweep_figure(stem, "png")
+        if not src.exists():
+            raise PageError(f"no {src}: the run did not make its figures")
+        shutil.copy2(src, folder / src.name)
+        copied[stem] = f"{folder.name}/{src.name}"
+    return copied
+
+
+def studies_section(root: Path, attempts: list[dict]) -> list[str]:
+    out = ["## The studies at laptop scale (`make laptop-more`)", "", *machine_lines(attempts, MORE_RECORD)]
+    for p in sorted((root / paths.study_table("x")).parent.glob("*.parquet")):
+        if not p.stem.endswith("_finals"):
+            out += [f"### {p.stem}", md_table(pd.read_parquet(p), ".4g")]
+    return out
+
+
+def page(root: Path, out: Path, command: str = COMMAND) -> str:
+    """The page's Markdown (figures copied next to ``out``); raises DirtyTreeError / PageError."""
+    commit = require_clean_tree(root)
+    attempts = timing(root, RECORD, commit)
+    cfg = yaml.safe_load((root / paths.run_config()).read_text())
+    scale = run_record.run_scale(cfg, root)[1]
+    t = {n: pd.read_parquet(root / paths.sweep_table(n)) for n in ("summary", "contrast", "finals")}
+    summary, c, finals = t["summary"], t["contrast"].iloc[0], t["finals"]
+    sw = cfg["sweep"]
+    train = sw["sweeps"][c["split_sweep"]]["train"]
+    figs = copy_figures(root, out)
+    pct = f"{100 * c['level']:g} %"
+
+    per_config = summary.merge(job_times(root, finals), on=["trained_under", "arch"], how="left")
+    per_config["val_loss"] = [f"{m:.4f} ± {s:.4f}" for m, s in zip(per_config["val_loss_mean"],
+                                                                   per_config["val_loss_std"])]
+    per_config = per_config[["sweep", "arch", "width", "heads", "head_size", "params", "seeds", "steps",
+                             "val_loss", "job_wall_s", "job_cpu_s"]].rename(
+        columns={"val_loss": "validation loss (mean ± std)", "job_wall_s": "wall s per job",
+                 "job_cpu_s": "CPU s per job"})
+    contrast = pd.DataFrame([dict(quantity=q, estimate=c[k], **{f"{pct} low": c[f"{k}_lo"],
+                                                               f"{pct} high": c[f"{k}_hi"]})
+                             for q, k in (("spread (worst − best mean)", "spread"),
+                                          (f"{c['worst_arch']} − {c['best_arch']}, paired by seed", "paired_diff"),
+                                          ("spread / mean seed std", "spread_over_std"),
+                                          (f"width gain {c['capacity_from']} → {c['capacity_to']}", "capacity_gain"),
+                                          ("spread / width gain", "spread_over_gain"))])
+    parts = [
+        "# Laptop-scale results",
+        f"Written by `benchmarks/laptop_tables.py` from the run's tables and records; every number below is "
+        f"read from them, none is typed (but the original run's findings it is compared with). Regenerate it, "
+        f"never edit it. Scale: {scale}.",
+        page_header(commit, command),
+        "## The run", "", *machine_lines(attempts, RECORD),
+        f"Corpus, model and training (the run's configuration, `{paths.run_config()}`): {sw['model']['layers']} "
+        f"layers, context {sw['model']['context']}; {train['steps']} steps of {train['batch']} windows "
+        f"(validation every {train['eval_every']} steps on {train['eval_batches']} × {train['batch']} windows); "
+        f"seeds {', '.join(map(str, sw['sweeps'][c['split_sweep']]['seeds']))}.",
+        "## Validation loss per configuration", "",
+        "Final validation loss in nats per character, mean ± std over seeds (ddof 1); a configuration both "
+        "sweeps list with the same settings is trained once. Job times: Snakemake's benchmark records.",
+        md_table(per_config, ".1f"),
+        f"![training curves]({figs['training_curves']})",
+        "## The contrast, with its intervals", "",
+        f"{pct} percentile bootstrap intervals over seeds ({int(c['resamples']):,} resamples, seed "
+        f"{int(c['resample_seed'])}); with {int(c['seeds'])} seeds they are crude and wide. The split's "
+        f"test: {int(c['resamples']):,} relabellings of the configurations within each seed (protocol §7).",
+        md_table(contrast, ".4f"),
+        f"**{split_verdict(c)}.** **{width_verdict(c)}.**",
+        f"![contrast]({figs['contrast']})", f"![loss vs heads]({figs['loss_vs_heads']})",
+        f"![loss vs width]({figs['loss_vs_width']})",
+        "## The original run's findings at this scale", "",
+        "Point by point; *not resolved* where this run's intervals (or the split's test) cannot tell.",
+        md_table(findings(c, summary)),
+        # Head formation (protocol §7b) belongs here: the heads study's own
+        # markdown_section(results_dir) -> str, once its module is in the workflow.
+    ]
+    more = root / paths.timed_run(MORE_RECORD)
+    if more.exists():
+        parts += studies_section(root, timing(root, MORE_RECORD, commit))
+    return re.sub(r"\n{3,}", "\n\n", "\n\n".join(parts) + "\n")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout the run was made in")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "laptop-scale.md")
+    args = ap.parse_args(argv)
+    try:
+        text = page(args.root.resolve(), args.out)
+    except (DirtyTreeError, PageError) as err:
+        raise SystemExit(f"laptop_tables: refused: {err}") from err
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
