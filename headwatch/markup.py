@@ -32,8 +32,8 @@ CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 """Characters that break a line or are invisible (C0, DEL, C1, the Unicode line/paragraph
 separators): never shown as they are."""
 
-_RST_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")            # every ASCII punctuation character
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>&|~#$!])")    # what can open Markdown/GFM markup
+_RST_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")            # every ASCII punctuation character
+_MARKDOWN_OPENERS = re.compile(r"([\\`*_\[\]<>&|~#$!])")    # what can open Markdown/GFM markup
 
 MATPLOTLIB = {"text.parse_math": False, "text.usetex": False}
 """rcParams under which a figure's text is shown as written (no ``$...$`` mathematics, no TeX)."""
@@ -48,7 +48,7 @@ def visible(text) -> str:
 def rst(text) -> str:
     """``text`` as literal reStructuredText: a backslash before every ASCII punctuation
     character (nothing can open a directive, a role, a link, a reference or emphasis)."""
-    return _RST_SPECIAL.sub(r"\\\1", visible(text))
+    return _RST_PUNCTUATION.sub(r"\\\1", visible(text))
 
 
 def html(text) -> str:
@@ -59,7 +59,7 @@ def html(text) -> str:
 def markdown(text) -> str:
     """``text`` as literal Markdown (CommonMark and GitHub's: emphasis, code, links, images,
     HTML, entities, tables, strike-through, headings' closing #, math)."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", visible(text))
+    return _MARKDOWN_OPENERS.sub(r"\\\1", visible(text))
 
 
 def script_json(obj) -> str:
