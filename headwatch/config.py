@@ -203,8 +203,9 @@ def yaml_errors(path) -> list[str]:
 
 
 def check_yaml(*paths) -> None:
-    """Refuse config files that neither JSON nor YAML can read, naming file, line and column."""
-    errors = [e for p in paths for e in yaml_errors(p)]
+    """Refuse config files that neither JSON nor YAML can read, naming file, line and column
+    (a file that does not exist is Snakemake's to name, or to skip for a --configfile)."""
+    errors = [e for p in paths if Path(p).exists() for e in yaml_errors(p)]
     if errors:
         raise ConfigError("invalid config file:\n  " + "\n  ".join(errors))
 
