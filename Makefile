@@ -21,6 +21,9 @@ CORES ?= $(shell nproc)
 # core instead (the cores then bound every job, shared or not).
 GPUS ?= $(shell n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo $(CORES))
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPUS)
+# Snakemake reads a --configfile before the workflow and says only "Config file is not
+# valid JSON or YAML": the targets below read theirs first, naming file, line and column.
+CHECK_YAML := $(BIN)/python -m headwatch.config
 # Nothing is downloaded from a model hub at run time; set HF_HUB_OFFLINE=0 to allow it.
 export HF_HUB_OFFLINE ?= 1
 
@@ -72,6 +75,7 @@ run: venv
 	$(SNAKEMAKE)
 
 quick: venv
+	$(CHECK_YAML) config/quick.yaml
 	$(SNAKEMAKE) --configfile config/quick.yaml
 
 # The sweep studies (experts, depth at a fixed budget, shared keys/values,
@@ -80,6 +84,7 @@ quick: venv
 # `make quick` skips (config/quick.yaml: sweep.skip); config/quick_more.yaml empties the
 # skip list. Run after (or instead of) `make quick`: what quick made is not redone.
 quick-more: venv
+	$(CHECK_YAML) config/quick.yaml config/quick_more.yaml
 	$(SNAKEMAKE) --configfile config/quick.yaml config/quick_more.yaml
 
 # Laptop scale (config/laptop.yaml over config/config.yaml; protocol §7, "Laptop scale"): the
@@ -141,6 +146,7 @@ report: venv
 	@if [ -z "$(REPORT_CONFIG)" ]; then \
 	  echo "make report: no run is recorded in $(RUN_CONFIG) (every run that executes jobs writes it):"; \
 	  echo "  run make quick or make run first, or name config files: make report REPORT_CONFIG=..."; exit 1; fi
+	$(CHECK_YAML) $(REPORT_CONFIG)
 	$(SNAKEMAKE) --configfile $(REPORT_CONFIG) --report results/report.html \
 	  || { echo "make report: every figure and table of the run in $(REPORT_CONFIG) must exist: let that run finish first"; exit 1; }
 	@size=$$(stat -c %s results/report.html); \

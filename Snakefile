@@ -6,14 +6,18 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
+# A YAML error in config/config.yaml is named with its line and column here (Snakemake's
+# own message names neither; a --configfile is read before this file runs: README, Troubleshooting).
+from headwatch.config import check_keys, check_yaml
+
+check_yaml("config/config.yaml")
+
 configfile: "config/config.yaml"
 
 # Schema first (types, names, defaults), then the checks a schema cannot express
 # (heads that do not divide the width, unknown model keys, expected tokens the
 # tokenizer splits): both stop before any job runs, naming the key.
-from headwatch.config import check_keys
-
-check_keys(config, f"{workflow.basedir}/config/schema.yaml")  # misspelled keys: path + nearest valid key
+check_keys(config, f"{workflow.basedir}/config/schema.yaml")  # misspelled keys, unsafe names: in words
 validate(config, "config/schema.yaml")
 
 include: "rules/common.smk"

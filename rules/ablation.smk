@@ -19,7 +19,6 @@ rule ablation_topk:
     params:
         ablation=ablation_slice("top_n", "k", "random_draws", "seed", "guard_sequences"),
         dtype=lambda w: get_dtype(w.model),
-        device=config["device"],
     log:
         paths.log("ablation_topk", "{model}"),
     benchmark:
@@ -45,7 +44,6 @@ rule ablation_circuit:
     params:
         ablation=ablation_slice("top_n", "random_draws", "seed", "circuit", "guard_sequences"),
         dtype=lambda w: get_dtype(w.model),
-        device=config["device"],
     log:
         paths.log("ablation_circuit", "{model}"),
     benchmark:
@@ -71,7 +69,6 @@ rule ablation_attribution:
     params:
         ablation=ablation_slice("attribution"),
         dtype=lambda w: get_dtype(w.model),
-        device=config["device"],
     log:
         paths.log("ablation_attribution", "{model}"),
     benchmark:

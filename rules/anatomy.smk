@@ -127,7 +127,6 @@ rule anatomy_weight_check:
         phrase=config["anatomy"]["weight_check_phrase"],
         tolerance=config["anatomy"]["weight_check_tolerance"],
         dtype=lambda w: get_dtype(w.model),
-        device=config["device"],
     log:
         paths.log("anatomy_weight_check", "{model}"),
     benchmark:
@@ -151,7 +150,6 @@ rule anatomy_kv_groups:
         phrase=config["anatomy"]["kv_phrase"],
         control=config["anatomy"]["kv_control"],
         dtype=lambda w: get_dtype(w.model),
-        device=config["device"],
     log:
         paths.log("anatomy_kv_groups", "{model}"),
     benchmark:

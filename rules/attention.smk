@@ -14,7 +14,6 @@ rule attention_maps:
         quantum=config["attention"]["quantum"],
         top=config["attention"]["top_predictions"],
         dtype=lambda w: get_dtype(w.model),
-        device=config["device"],
     log:
         paths.log("attention_maps", "{model}"),
     benchmark:

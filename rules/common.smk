@@ -5,12 +5,18 @@
 from pathlib import Path
 
 from headwatch import gpu_shares, paths, targets
-from headwatch.config import check_config as _check_config
+from headwatch.config import check_config as _check_config, check_devices as _check_devices, model_entry
+from headwatch.names import SAFE_NAME, SCORES
 from headwatch.sequences import SETS, set_params
 from headwatch.sweep import plan as sweep_plan
 
+# A wildcard that holds a name from the config is held to the schema's safe-name pattern
+# (headwatch.names.SAFE_NAME = config/schema.yaml definitions.name): no rule can plan a path
+# outside results/ and figures/, whatever a name holds (tests/test_hostile.py).
 wildcard_constraints:
-    model=r"[A-Za-z0-9_.\-]+",
+    model=SAFE_NAME,
+    phrase=SAFE_NAME,
+    score="|".join(SCORES),
     set="|".join(SETS),
 
 # The gpu resource, counted in shares (headwatch/gpu_shares.py): a job that runs a model
@@ -24,17 +30,25 @@ def check_config(config):
     _check_config(config, workdir=Path(workflow.basedir))
 
 
+def check_devices():
+    """A CUDA device that this machine lacks, refused when a run starts (onstart, before any job)
+    if its jobs run here; a cluster's jobs run on its nodes, whose GPUs the login node need not
+    have. The device is not a param: changing it reruns nothing (headwatch/config.py)."""
+    if workflow.local_exec:
+        _check_devices(config)
+
+
 def studied_models():
     return list(config["models_studied"])
 
 
 def get_dtype(model):
-    return config["models"][model]["dtype"]
+    return model_entry(config, model)["dtype"]
 
 
 def model_source(model):
     """Where a model comes from: the part of its entry that its preparation depends on."""
-    return {k: v for k, v in config["models"][model].items() if k in ("gguf", "source")}
+    return {k: v for k, v in model_entry(config, model).items() if k in ("gguf", "source")}
 
 
 def sequence_params(wildcards):

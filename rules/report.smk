@@ -11,7 +11,8 @@
 # required exactly when some rule's output matches its path.
 #
 # The run a report describes (headwatch/run_record.py): every run that executes jobs
-# records its merged configuration in results/run_config.yaml (onstart below; dry
+# records its merged configuration in results/run_config.yaml (onstart below, after
+# refusing a CUDA device this machine lacks: check_devices in rules/common.smk; dry
 # runs and --report record nothing), and `make report` hands that file back with
 # --configfile. The captions name the scale of the configuration they are rendered
 # with (config["report_run"]) and the workflow page says when it differs from the
@@ -24,6 +25,7 @@ config[run_record.COMPUTED_KEY] = run_record.describe(config, workflow.basedir, 
 
 
 onstart:
+    check_devices()
     run_record.write_record(paths.run_config(), config,
                             run_record.config_files(workflow.configfiles, workflow.overwrite_configfiles))
 

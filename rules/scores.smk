@@ -11,7 +11,6 @@ rule scores_heads:
     params:
         batch=config["attention"]["batch"],
         dtype=lambda w: get_dtype(w.model),
-        device=config["device"],
     log:
         paths.log("scores_heads", "{model}"),
     benchmark:

@@ -6,8 +6,8 @@
 # lists it (its owner); the summary reads it from the owner's folder. With
 # different settings each sweep trains its own. Each training job's params are
 # only its own slice of config (its width/heads and options, seed, its sweep's
-# `train`, the shared `model`, precision, device): editing one sweep reruns that
-# sweep's jobs and the summary, nothing else.
+# `train`, the shared `model`, precision; not the device, which says where, not what):
+# editing one sweep reruns that sweep's jobs and the summary, nothing else.
 #
 # Studies: a sweep with a `study` block (experts | depth | kv | vocab) is summarized on
 # its own (rule sweep_study) after checking its invariant, instead of joining

@@ -7,8 +7,9 @@ from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
 i, o, p = snakemake.input, snakemake.output, snakemake.params
+device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)
 with log_to(snakemake.log[0], snakemake.threads):
-    model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, p.device)
+    model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, device)
     attribution, summary, pairs, note, guards = run_attribution(
         model, adapter, read_parquet(i.phrases), dict(p.ablation), read_parquet(i.eval))
     write_json(guards, o.guards)

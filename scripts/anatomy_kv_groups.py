@@ -6,10 +6,11 @@ from headwatch.tableio import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
 p, out = snakemake.params, snakemake.output
+device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)
 with log_to(snakemake.log[0], snakemake.threads):
     cuts, similarity = run.run_kv_groups(Path(snakemake.input.model).parent,
                                          read_parquet(snakemake.input.phrases), p.phrase,
-                                         p.control["layers"], p.control["seed"], p.dtype, p.device)
+                                         p.control["layers"], p.control["seed"], p.dtype, device)
     write_parquet(cuts, out.groups, note=dict(
         cut="the kv group's head_dim slice of the key projection output of `layer`, zeroed by a hook",
         max_delta="max |Δ attention| of `head` (in the cut layer) over its whole map",

@@ -6,7 +6,8 @@ from headwatch.tableio import read_parquet, write_json
 from headwatch.workflow import log_to
 
 p = snakemake.params
+device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)
 with log_to(snakemake.log[0], snakemake.threads):
     write_json(run.run_weight_check(Path(snakemake.input.model).parent, read_parquet(snakemake.input.phrases),
-                                    p.phrase, p.head["layer"], p.head["head"], p.tolerance, p.dtype, p.device),
+                                    p.phrase, p.head["layer"], p.head["head"], p.tolerance, p.dtype, device),
                snakemake.output[0])

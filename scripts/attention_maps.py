@@ -7,8 +7,9 @@ from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
 p, out = snakemake.params, snakemake.output
+device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)
 with log_to(snakemake.log[0], snakemake.threads):
-    model, tokenizer, adapter = load_prepared(Path(snakemake.input.model).parent, p.dtype, p.device)
+    model, tokenizer, adapter = load_prepared(Path(snakemake.input.model).parent, p.dtype, device)
     maps, tokens, predictions = phrase_outputs(model, tokenizer, read_parquet(snakemake.input.phrases),
                                                p.quantum, p.top, adapter)
     write_parquet(maps, out.maps, note=dict(

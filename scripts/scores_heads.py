@@ -10,8 +10,9 @@ from headwatch.sequences import ids_tensor
 from headwatch.workflow import log_to
 
 p = snakemake.params
+device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)
 with log_to(snakemake.log[0], snakemake.threads) as log:
-    model, _, adapter = load_prepared(Path(snakemake.input.model).parent, p.dtype, p.device)
+    model, _, adapter = load_prepared(Path(snakemake.input.model).parent, p.dtype, device)
     induction = read_parquet(snakemake.input.induction)
     prose = read_parquet(snakemake.input.prose)
     table = head_scores(model, adapter, [torch.tensor(list(ids)) for ids in prose.token_ids],

@@ -1,4 +1,5 @@
-"""Build the sweep's character corpus (headwatch.charlm.corpus)."""
+"""Build the sweep's character corpus (headwatch.charlm.corpus): the ids, the text, and the
+record with the ids file's SHA-256, which every training job checks before it reads them."""
 from headwatch.charlm.corpus import build_corpus, save_corpus
 from headwatch.workflow import log_to
 

@@ -1,5 +1,6 @@
 """Train one vocabulary on the corpus's training split and encode both splits
-(headwatch.charlm.tokenizer.train_vocab, encode_splits)."""
+(headwatch.charlm.tokenizer.train_vocab, encode_splits); split.json records each ids file's
+SHA-256, which every training job checks before it reads them."""
 from pathlib import Path
 
 from headwatch.charlm.tokenizer import encode_splits, train_vocab

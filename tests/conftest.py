@@ -63,3 +63,17 @@ def small_corpus():
     from headwatch.charlm.corpus import build_corpus
 
     return build_corpus(plays=["tragedies/macbeth", "tragedies/hamlet"], target_chars=120_000)
+
+
+@pytest.fixture(scope="session")
+def scores_tree(tmp_path_factory, tiny_model_dir):
+    """A workflow folder whose tiny model's scores exist (models_prepare, two sequence sets,
+    scores_heads): the state a user's mistake must not disturb. Shared by tests/test_bad_inputs.py
+    and tests/test_hostile.py; a test that changes it works on a copy."""
+    from workflow import SCORES_TARGET, make_workdir, snakemake, tiny_config, write_config
+
+    workdir = make_workdir(tmp_path_factory.mktemp("scores_tree"))
+    config = tiny_config(tiny_model_dir)
+    result = snakemake(workdir, SCORES_TARGET, "--configfile", str(write_config(workdir, config)))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return workdir, config

@@ -18,9 +18,8 @@ from headwatch.charlm.corpus import build_corpus
 from headwatch.sweep.train import Interrupted, train
 from headwatch.tableio import read_note, read_parquet
 from headwatch.workflow import log_to
-from workflow import make_workdir, planned_jobs, snakemake, tiny_config, write_config
-
-TARGET = "results/tiny-llama/scores.parquet"     # models_prepare, two sequence sets, scores_heads
+from workflow import SCORES_TARGET as TARGET  # models_prepare, two sequence sets, scores_heads
+from workflow import planned_jobs, snakemake, write_config
 
 
 def snapshot(workdir) -> dict:
@@ -34,14 +33,11 @@ def snapshot(workdir) -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory, tiny_model_dir):
-    """A workflow folder whose scores exist: the state a user's mistake must not disturb."""
-    workdir = make_workdir(tmp_path_factory.mktemp("bad_inputs"))
-    config = tiny_config(tiny_model_dir)
-    result = snakemake(workdir, TARGET, "--configfile", str(write_config(workdir, config)))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return workdir, config
+@pytest.fixture
+def tree(scores_tree):
+    """A workflow folder whose scores exist: the state a user's mistake must not disturb
+    (tests/conftest.py, shared with tests/test_hostile.py)."""
+    return scores_tree
 
 
 def run_with(tree, change, *args):

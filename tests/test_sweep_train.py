@@ -177,8 +177,8 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(small_corpus, tmp_path):
 def test_a_saved_model_loads_back_with_its_record(corpus, tmp_path):
     ids, meta = corpus
     model, _, info = train(ids, meta, EXPERTS, 1, dict(TRAIN, steps=2, eval_every=2))
-    save_trained(model, tmp_path / "model.pt", meta, info, extra=dict(run=dict(sweep="s", arch="a", seed=1)))
-    back, saved = load_trained(tmp_path / "model.pt")
+    sha256 = save_trained(model, tmp_path / "model.pt", meta, info, extra=dict(run=dict(sweep="s", arch="a", seed=1)))
+    back, saved = load_trained(tmp_path / "model.pt", sha256=sha256)     # verified, weights_only
     assert back.spec == model.spec and back.spec.experts == 4 and not back.training
     for (name, a), (_, b) in zip(model.state_dict().items(), back.state_dict().items()):
         assert torch.equal(a, b), name

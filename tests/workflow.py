@@ -11,6 +11,7 @@ import yaml
 from headwatch.workflow import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
+SCORES_TARGET = "results/tiny-llama/scores.parquet"     # models_prepare, two sequence sets, scores_heads
 
 
 def make_workdir(path: Path) -> Path:

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from headwatch.markup import markdown
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
@@ -57,11 +59,12 @@ def fmt(x, spec: str = ".4g") -> str:
 
 
 def md_table(df: pd.DataFrame, spec: str = ".4g", **specs: str) -> str:
-    """A Markdown table; floats as ``spec`` (``specs``: per column)."""
+    """A Markdown table; floats as ``spec`` (``specs``: per column). Every cell is text, never
+    markup (a phrase, a model's name: :func:`headwatch.markup.markdown`)."""
     cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines = ["| " + " | ".join(markdown(c) for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for row in df.itertuples(index=False):
-        cells = [fmt(v, specs.get(c, spec)).replace("|", "\\|") for c, v in zip(cols, row)]
+        cells = [markdown(fmt(v, specs.get(c, spec))) for c, v in zip(cols, row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -130,7 +133,7 @@ def provenance(folder: Path) -> str:
 def kept_section(page: Path, model: str) -> str:
     """The model's section of an existing page, as it is (it names the commit that computed it)."""
     text = page.read_text() if page.exists() else ""
-    start, end = text.find(f"## {model} at paper scale"), text.find(GPU_HEADING)
+    start, end = text.find(f"## {markdown(model)} at paper scale"), text.find(GPU_HEADING)
     if start < 0 or end < start:
         raise SystemExit(f"{page} has no '{model} at paper scale' section to keep: give --smollm2 <results folder>")
     return text[start:end].strip()
@@ -139,10 +142,10 @@ def kept_section(page: Path, model: str) -> str:
 def smollm2_sections(results: Path, model: str) -> list[str]:
     m = results / model
     seq = {n: len(pd.read_parquet(m / "sequences" / f"{n}.parquet")) for n in ("induction", "eval", "circuit")}
-    out = [f"## {model} at paper scale (measured on a CPU)",
+    out = [f"## {markdown(model)} at paper scale (measured on a CPU)",
            f"The real model (the GGUF of config/config.yaml, dequantized to float32) under `make run`'s "
            f"config as is: {seq['induction']} induction sequences, {seq['eval']} eval and {seq['circuit']} "
-           f"circuit sequences (counted in `results/{model}/sequences/`), computed by "
+           f"circuit sequences (counted in {markdown(f'results/{model}/sequences/')}), computed by "
            f"{provenance(results.resolve().parent)}. These are the paper-scale numbers for this model; a GPU "
            "computes the same ones up to float32 rounding (the guards below bound it)."]
 
@@ -258,14 +261,14 @@ def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
     if not studies:
         out += [NOT_MEASURED]
     for p in studies:
-        out += [f"### {p.stem}", md_table(pd.read_parquet(p))]
+        out += [f"### {markdown(p.stem)}", md_table(pd.read_parquet(p))]
     out += ["## GPU, timings and guards of the GPU check", ""]
     if report is None:
         out += [NOT_MEASURED]
     else:
         mach = report["steps"]["machine"]
-        out += [f"GPU: {mach.get('gpu')} ({mach.get('gpu_memory_gib', '–')} GiB; nvidia-smi: "
-                f"{mach.get('nvidia_smi', '–')}); torch {mach.get('torch')}, CUDA {mach.get('cuda_build')}, "
+        out += [f"GPU: {markdown(mach.get('gpu'))} ({mach.get('gpu_memory_gib', '–')} GiB; nvidia-smi: "
+                f"{markdown(mach.get('nvidia_smi', '–'))}); torch {mach.get('torch')}, CUDA {mach.get('cuda_build')}, "
                 f"{mach.get('cores')} CPU cores. The studied model there is SmolLM2-shaped with random "
                 "weights: its timings are real, its scores are not.",
                 f"Jobs on CUDA: {report['jobs_on_cuda']} of {report['jobs']}; wall time of the sweep phase "
@@ -309,7 +312,7 @@ def main(argv=None) -> None:
             f"Written by `benchmarks/gpu/paper_tables.py` from result tables (commit {commit}; {gpu}); "
             "every number below is read from a table, none is typed. Regenerate it, never edit it.",
             "| part | scale | measured on |\n|---|---|---|\n"
-            f"| {args.model}: scores, 5a, 5b, 5c, guards | **paper scale** (`make run`'s config) | a CPU (2 cores) |\n"
+            f"| {markdown(args.model)}: scores, 5a, 5b, 5c, guards | **paper scale** (`make run`'s config) | a CPU (2 cores) |\n"
             f"| the sweep ({pf['plain']} runs, {pf['steps']} steps) and the studies ({pf['studies']} runs) "
             f"| **paper scale** | {on_gpu} |\n"
             f"| GPU type, rule times and peak GPU memory | – | {on_gpu} |",

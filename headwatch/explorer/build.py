@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import markup
 from ..arch import context_length, shape_of
 from ..scores import SCORES
 
@@ -356,10 +357,9 @@ def _asset(name: str) -> str:
 
 def render(payload: dict) -> str:
     """The page: template with CSS, JS and the payload inlined."""
-    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    data = data.replace("</", "<\\/")  # never close the <script> element early
+    data = markup.script_json(payload)      # no string in it can close the <script> element
     html = _asset("template.html")
-    title = f"headwatch explorer: {payload['model']}"
+    title = markup.html(f"headwatch explorer: {payload['model']}")
     for key, value in (("{{TITLE}}", title), ("{{CSS}}", _asset("explorer.css")),
                        ("{{JS}}", _asset("explorer.js")), ("{{DATA}}", data)):
         if html.count(key) != 1:

@@ -5,13 +5,13 @@ note (tableio.write_parquet) is printed above it, so that units and definitions 
 with the numbers."""
 from __future__ import annotations
 
-import html
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..markup import html
 from ..tableio import read_note, read_parquet
 
 STYLE = """body{font:13px/1.4 "DejaVu Sans",Arial,sans-serif;margin:14px;color:#1b1b1b}
@@ -44,7 +44,7 @@ def table_page(df: pd.DataFrame, title: str, note: dict | None = None) -> str:
     """The HTML page of one table."""
     numeric = {c: pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
                for c in df.columns}
-    esc = html.escape
+    esc = html                      # every name, value and note is text (headwatch.markup)
     head = "".join(f'<th class="{"" if numeric[c] else "txt"}">{esc(str(c))}</th>' for c in df.columns)
     body = []
     for row in df.itertuples(index=False, name=None):

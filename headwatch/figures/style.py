@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..markup import MATPLOTLIB  # noqa: E402
+
 # Okabe–Ito: distinguishable with every common colour-vision deficiency.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 SEQUENTIAL = "viridis"   # attention weights, scores (perceptually uniform)
@@ -24,6 +26,7 @@ plt.rcParams.update({
     "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
     "axes.spines.top": False, "axes.spines.right": False,
     "figure.dpi": 100, "savefig.dpi": 200, "savefig.bbox": "tight",
+    **MATPLOTLIB,        # text from the config (phrases, tokens, names) is drawn as written, never as $math$
 })
 
 

@@ -3,14 +3,15 @@
 :func:`check_sweeps` runs with the other pre-job config checks
 (:func:`headwatch.config.check_config`), before any job: heads that do not
 divide the width, options that do not fit together, warm-up past the steps, a
-study whose comparison would be unfair, summary settings naming sweeps that do
-not exist.
+study whose comparison would be unfair, a vocabulary whose loss would be compared
+in other units (:func:`unit_errors`), summary settings naming sweeps that do not
+exist.
 """
 from __future__ import annotations
 
 from ..charlm.spec import ModelSpec
 from ..charlm.tokenizer import VocabError, parse_vocab_name
-from .plan import ENTRY_KEYS, GRID_OPTIONS, NAME, STUDY_KINDS, model_of, slug, vocab_of
+from .plan import CHAR, ENTRY_KEYS, GRID_OPTIONS, NAME, STUDY_KINDS, model_of, slug, vocab_of
 
 INTEGER_OPTIONS = tuple(k for k in GRID_OPTIONS if k != "balance")
 
@@ -46,6 +47,19 @@ def entry_errors(entry: dict, sweep_cfg: dict) -> list[str]:
     return out
 
 
+def unit_errors(entry: dict, study: dict | None) -> list[str]:
+    """A vocabulary other than the corpus's characters outside a ``vocab`` study: its loss is in
+    nats per token of that vocabulary, and the summaries and the other studies compare nats per
+    character; only the vocab study compares (in bits per character of the same text)."""
+    vocab = vocab_of(entry)
+    if vocab == CHAR or (study or {}).get("kind") == "vocab":
+        return []
+    where = f"a {study['kind']} study" if study else "a sweep without a study (the summary)"
+    return [f"vocab: {vocab!r} in {where}: its loss would be in nats per {vocab} token, compared with "
+            "nats per character; another vocabulary belongs in a study of kind vocab (bits per "
+            "character of the same text)"]
+
+
 def check_sweeps(sweep_cfg: dict) -> list[str]:
     """Errors a schema cannot express, each naming its key; [] when the sweep config is sound."""
     from .train import PRECISIONS, TRAIN_KEYS
@@ -75,6 +89,7 @@ def check_sweeps(sweep_cfg: dict) -> list[str]:
                 errors.append(f"{key}.grid[{i}]: width and heads must be positive integers, got {e}")
                 continue
             errors += [f"{key}.grid[{i}]: {m}" for m in entry_errors(e, sweep_cfg)]
+            errors += [f"{key}.grid[{i}].{m}" for m in unit_errors(e, sw.get("study"))]
             if slug(e) in seen:
                 errors.append(f"{key}.grid[{i}]: {slug(e)} repeats grid[{seen[slug(e)]}]")
             seen.setdefault(slug(e), i)

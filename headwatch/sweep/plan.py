@@ -166,13 +166,14 @@ def train_jobs(sweep_cfg: dict) -> list[dict]:
 
 def job_params(sweep_cfg: dict, sweep: str, arch: str, seed: int) -> dict:
     """Exactly the slice of config one training job depends on (its rule's params: editing
-    one sweep reruns that sweep's jobs only)."""
+    one sweep reruns that sweep's jobs only). Not the device: where a job runs is not what it
+    computes, and a job must not rerun (its finished outputs removed) because it changed."""
     if owner(sweep_cfg, sweep, arch, seed) != sweep:
         raise ValueError(f"{sweep}/{arch}/seed{seed} is trained under sweep "
                          f"{owner(sweep_cfg, sweep, arch, seed)!r}; read it from there")
     entry = entry_of(sweep_cfg, sweep, arch)
     job = dict(model=model_of(sweep_cfg, entry), seed=seed, train=dict(sweep_cfg["sweeps"][sweep]["train"]),
-               precision=sweep_cfg["precision"], device=sweep_cfg["device"])
+               precision=sweep_cfg["precision"])
     if vocab_of(entry) != CHAR:             # absent for the corpus's characters: those params are unchanged
         job["vocab"] = vocab_of(entry)
     if vocab_of(entry) != CHAR or arch in vocab_study_archs(sweep_cfg):

@@ -190,34 +190,64 @@ def previous_checkpoint(path: Path) -> Path:
     return path.with_name(f"{path.stem}.prev{path.suffix}")
 
 
+def hash_record(path: Path) -> Path:
+    """Where a checkpoint's SHA-256 is recorded when it is written: ``<name>.sha256``."""
+    return path.with_name(path.name + ".sha256")
+
+
 def _save_atomic(obj, path: Path) -> None:
-    """Write ``path`` whole (temporary file, then rename), keeping the one before it."""
+    """Write ``path`` whole (temporary file, then rename) with its SHA-256 beside it, keeping the
+    one before it (both files move together)."""
+    from ..tableio import file_sha256
+
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
+    hash_record(tmp).write_text(file_sha256(tmp) + "\n")
     if path.exists():
         os.replace(path, previous_checkpoint(path))
+        if hash_record(path).exists():
+            os.replace(hash_record(path), hash_record(previous_checkpoint(path)))
+    os.replace(hash_record(tmp), hash_record(path))
     os.replace(tmp, path)
+
+
+def remove_checkpoints(path: Path) -> None:
+    """The run is done: its checkpoints and their hash records go."""
+    for p in (path, previous_checkpoint(path)):
+        p.unlink(missing_ok=True)
+        hash_record(p).unlink(missing_ok=True)
 
 
 CHECKPOINT_KEYS = ("fingerprint", "model", "optimizer", "rng", "state")
 
 
+def _read_checkpoint(path: Path, device) -> dict:
+    """A checkpoint verified against its recorded SHA-256, read as tensors and plain data only."""
+    from ..tableio import verify_sha256
+
+    record = hash_record(path)
+    verify_sha256(path, record.read_text().strip() if record.exists() else None, str(record))
+    return torch.load(path, map_location=device, weights_only=True)
+
+
 def load_checkpoint(path: Path, fp: str, device) -> tuple[dict | None, list[dict]]:
     """The newest readable checkpoint of this run (``path``, then the one before it), and a
-    record of every file that could not be read: each is moved aside as ``<name>.corrupt``
-    and logged with its path. (None, record) when training must start from step 0."""
+    record of every file that could not be read or is not the file written (its SHA-256 differs
+    from the one recorded beside it): each is moved aside as ``<name>.corrupt`` and logged with
+    its path. (None, record) when training must start from step 0."""
     recovered = []
     for candidate in (path, previous_checkpoint(path)):
         if not candidate.exists():
             continue
         try:
-            saved = torch.load(candidate, map_location=device, weights_only=False)
+            saved = _read_checkpoint(candidate, device)
             missing = [k for k in CHECKPOINT_KEYS if k not in saved]
             if missing:
                 raise KeyError(f"no {missing} in it")
         except Exception as err:   # noqa: BLE001 -- whatever torch raises, the file is unusable
             aside = candidate.with_name(candidate.name + ".corrupt")
             os.replace(candidate, aside)
+            hash_record(candidate).unlink(missing_ok=True)
             recovered.append(dict(file=str(candidate), moved_to=str(aside),
                                   error=f"{type(err).__name__}: {err}"[:300]))
             log.warning("checkpoint %s cannot be read (%s); moved aside to %s", candidate,
@@ -439,24 +469,51 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
                     expert_shares=expert_shares(model, val_ids, val_offsets, s["batch"], context, amp))
     if ckpt:
         info.update(checkpoints_moved_aside=recovered, earlier_attempt_logs=earlier_logs)
-        ckpt.unlink(missing_ok=True)
-        previous_checkpoint(ckpt).unlink(missing_ok=True)
+        remove_checkpoints(ckpt)
     if attempt_log is not None:    # this attempt succeeded: the rule's log is its log
         attempt_log.unlink(missing_ok=True)
     return model, metrics, info
 
 
-def save_trained(model: CharLM, path, meta: dict, info: dict, extra: dict | None = None) -> None:
-    """Weights with everything needed to rebuild and read the model."""
+def save_trained(model: CharLM, path, meta: dict, info: dict, extra: dict | None = None) -> str:
+    """Weights with everything needed to rebuild and read the model (tensors and plain data only,
+    so that it loads with ``weights_only=True``); returns the file's SHA-256, which the run's
+    record keeps (``model_sha256`` in its metrics' note) for :func:`load_trained`."""
+    from ..tableio import file_sha256
+
+    record = json.loads(json.dumps(dict(spec=model.spec.to_dict(), vocab=meta["vocab"], info=info,
+                                        **(extra or {})), default=_plain))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    torch.save(dict(spec=model.spec.to_dict(), state_dict=model.state_dict(), vocab=meta["vocab"],
-                    info=info, **(extra or {})), path)
+    torch.save(dict(record, state_dict=model.state_dict()), path)
+    return file_sha256(path)
 
 
-def load_trained(path, device="cpu") -> tuple[CharLM, dict]:
+def _plain(x):
+    """numpy scalars and arrays in a record, as Python numbers and lists."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} in a model's record is not plain data")
+
+
+RUN_RECORD = "metrics.parquet"
+"""The file beside a trained ``model.pt`` whose note records its SHA-256 (``model_sha256``)."""
+
+
+def load_trained(path, device="cpu", sha256: str | None = None) -> tuple[CharLM, dict]:
     """A trained sweep model saved by :func:`save_trained` (``model.pt``), in eval mode, and its
-    record (vocab, info, ...). (Studied models load with :func:`headwatch.models.load_model`.)"""
-    saved = torch.load(path, map_location=device, weights_only=False)
+    record (vocab, info, ...), read only if the file's SHA-256 is ``sha256`` (default: the one its
+    run recorded, ``model_sha256`` in the note of ``metrics.parquet`` beside it), and then as
+    tensors and plain data only. (Studied models load with :func:`headwatch.models.load_model`.)"""
+    from ..tableio import read_note, verify_sha256
+
+    path = Path(path)
+    record = f"the argument sha256 of load_trained({str(path)!r})"
+    if sha256 is None:
+        run = path.with_name(RUN_RECORD)
+        sha256 = read_note(run).get("model_sha256") if run.exists() else None
+        record = f"{run} (model_sha256)"
+    verify_sha256(path, sha256, record)
+    saved = torch.load(path, map_location=device, weights_only=True)
     model = CharLM(ModelSpec(**saved["spec"])).to(device)
     model.load_state_dict(saved["state_dict"])
     return model.eval(), saved
