@@ -98,6 +98,7 @@ quick-more: venv
 # benchmarks/laptop_tables.py reads to write docs/results/laptop-scale.md.
 TIMED = $(BIN)/python -m headwatch.run_record timed
 laptop: venv
+	$(CHECK_YAML) config/laptop.yaml
 	$(TIMED) laptop -- $(SNAKEMAKE) --configfile config/laptop.yaml
 
 # The sweep studies (experts, depth, shared keys/values, experts x top-k, vocabulary) at laptop
@@ -105,6 +106,7 @@ laptop: venv
 # pilot; config/laptop_more.yaml).
 # Run after `make laptop`: what it made is not redone.
 laptop-more: venv
+	$(CHECK_YAML) config/laptop.yaml config/laptop_more.yaml
 	$(TIMED) laptop-more -- $(SNAKEMAKE) --configfile config/laptop.yaml config/laptop_more.yaml
 
 test: venv browser slurm-deps
