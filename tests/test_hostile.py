@@ -149,7 +149,13 @@ NAME_CASES = {
                                "phrases.names.text: the value 'When Mary\\n\\n.. raw:: html\\n\\n   <b>x</b>' "
                                "holds a control character"),
     "tab in phrase text": (_put(["phrases", "names", "text"], "When\tMary"),
-                           "phrases.names.text: the value 'When\\tMary' holds a control character"),
+                           "phrases.names.text: the value 'When\\tMary' holds a control character"),    "patching template over two lines": (_put(["patching", "templates"], ["When {A}\n\n.. raw:: html"]),
+                                          "patching.templates[0]: the value 'When {A}\\n\\n.. raw:: html' "
+                                          "holds a control character"),
+    "patching name with a space": (_put(["patching", "names"], ["Mary", "John", "Tom", "Ann", "A B"]),
+                                   "patching.names[4]: the value 'A B' is not a name: one word"),
+    "patching phrase that climbs out": (_put(["patching", "phrase"], "../x"),
+                                        "patching.phrase: the value '../x' is not a safe name"),
 }
 
 
