@@ -420,6 +420,7 @@ def test_the_results_page_is_written_from_the_tables(tiny, tmp_path):
     summary = pd.read_parquet(m / "ablation" / "attribution_summary.parquet")
     for r in summary.itertuples():
         assert f"| {r.phrase} | {r.expected!r} | {r.p_intact:.4f} | {r.costliest} |" in text
+        assert f"| {r.prose_loss_intact:.4f} | {r.prose_loss_cut:.4f} | {r.cut_scope} |" in text
     seq = len(pd.read_parquet(m / "sequences" / "eval.parquet"))
     assert f"{seq} eval" in text
     sweep = pd.read_parquet(tiny["results"] / "sweep" / "summary.parquet")

@@ -193,13 +193,19 @@ def smollm2_sections(results: Path, model: str) -> list[str]:
     summ = pd.read_parquet(m / "ablation" / "attribution_summary.parquet")
     pairs = pd.read_parquet(m / "ablation" / "pairs.parquet")
     out += ["### 5c: every head cut alone on every phrase (protocol §5c)", "",
-            "Probability of the expected next token; drops in percentage points.",
+            "Probability of the expected next token; drops in percentage points. Cut scope: the costliest "
+            "head cut on the prose sentences, loss per token (nats) intact and cut; global when it rises by "
+            f"more than {summ.global_loss_nats.iloc[0]:g} nats (`ablation.attribution.global_loss_nats`), "
+            "else specific to this prediction.",
             md_table(pd.DataFrame([{"phrase": r.phrase, "expected": repr(r.expected), "p intact": r.p_intact,
                                     "costliest head": r.costliest, "its drop": r.costliest_drop,
                                     f"heads with no effect": f"{int(r.n_no_effect)} of {int(r.n_heads)} "
                                                              f"(< {r.no_effect_points:g})",
-                                    f"costliest {int(r.together)} together: drop": r.drop_together}
-                                   for r in summ.itertuples()]), ".2f", **{"p intact": ".4f"}),
+                                    f"costliest {int(r.together)} together: drop": r.drop_together,
+                                    "prose loss intact": r.prose_loss_intact, "prose loss cut": r.prose_loss_cut,
+                                    "cut scope": r.cut_scope}
+                                   for r in summ.itertuples()]), ".2f",
+                     **{"p intact": ".4f", "prose loss intact": ".4f", "prose loss cut": ".4f"}),
             "", "The two costliest heads A and B: drop(A) + drop(B) against drop(A and B):",
             md_table(pairs[["phrase", "a", "b", "drop_a", "drop_b", "drop_sum", "drop_both", "nonadditivity"]],
                      ".2f")]
