@@ -162,6 +162,7 @@ def test_the_contrast_carries_its_intervals_test_and_verdicts(sweep_run):
 def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sweep_run, tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import laptop_tables
+    from headwatch.markup import markdown
     from headwatch.provenance import DirtyTreeError
     from headwatch.markup import markdown
     from headwatch.sweep.summary import split_verdict
