@@ -16,11 +16,11 @@ one capture at ``z``), which keeps the head in its usual range. 5a writes
 both methods side by side (a ``method`` column, the configured one first);
 5b and 5c use the configured method.
 
-Every experiment runs the guards of protocol §5 through :class:`AblationGuards`
+Every experiment runs the guards of protocol §5 through :class:`headwatch.guards.AblationGuards`
 (hook vs its weight-level form on the full logits — zeroed Wo columns for zero
 cuts, zeroed columns plus the mean's projection as a bias for mean cuts —,
 batched vs one-at-a-time, the model back intact at the end); a failed guard
-raises :class:`~headwatch.cut.CutCheckError` and no table is written.
+raises :class:`~headwatch.guards.GuardError` and no table is written.
 
 **Which positions a loss reads.** A sequence is ``offset`` BOS tokens (0 or 1)
 then copy 1 (positions ``offset .. offset+T-1``) then copy 2 (positions
@@ -47,10 +47,10 @@ import pandas as pd
 import torch
 
 from .arch import Adapter, Head, head_label, heads_label
-from .device import exact_numerics, numerics
-from .cut import (MEAN_BIAS_RTOL, BatchedCuts, CutCheckError, check_hook_vs_mean_bias,
-                  check_hook_vs_weights, check_restore, compare_batched, cut_heads, cut_rows, full_logits,
-                  head_mask, head_means, heads_one_per_layer, loop_cuts, normalize_heads)
+from .device import exact_numerics
+from .cut import (BatchedCuts, cut_heads, cut_rows, head_mask, head_means, heads_one_per_layer, loop_cuts,
+                  normalize_heads)
+from .guards import AblationGuards, GuardError
 from .scores import attention_maps, induction_cells, induction_scores, top_heads
 from .sequences import ids_tensor
 
@@ -142,69 +142,6 @@ def random_heads(pool: Sequence[Head], size: int, draws: int, seed: int, stream:
             for _ in range(draws)]
 
 
-class AblationGuards:
-    """The guards of protocol §5 for one rule; :meth:`record` is its guards JSON.
-
-    Created before any cut: holds the intact full logits of ``guard_ids`` (a LongTensor
-    ``[N, T]`` or a list of them, e.g. phrases of different lengths).
-    """
-
-    def __init__(self, model, adapter: Adapter, guard_ids: torch.Tensor, batch: int = 64):
-        self.model, self.adapter, self.ids, self.batch = model, adapter, guard_ids, batch
-        self.intact = full_logits(model, guard_ids, batch, adapter)
-        self.records: dict = {}
-        self.batched: list[dict] = []
-
-    def hook_vs_weights(self, extra_heads: Sequence[Head] = (), tolerance: float = 0.0) -> dict:
-        """Guard 1 for zero cuts on one head per layer plus ``extra_heads`` (those the experiment cuts)."""
-        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
-        rec = check_hook_vs_weights(self.model, self.adapter, self.ids, heads, tolerance, self.batch)
-        log.info("guard hook vs zeroed weights: %d cuts, max |Δlogit| = %g over %s logits",
-                 rec["n_cuts"], rec["max_abs_diff"], rec["logits_shape"])
-        self.records["hook_vs_weights"] = rec
-        return rec
-
-    def hook_vs_mean_bias(self, means: torch.Tensor, extra_heads: Sequence[Head] = ()) -> dict:
-        """Guard 1 for mean cuts ("zeroed weights" is a zero-cut guard): the hook against Wo's
-        columns zeroed plus the mean's projection as a bias, within MEAN_BIAS_RTOL × max |logit|."""
-        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
-        rec = check_hook_vs_mean_bias(self.model, self.adapter, self.ids, heads, means,
-                                      MEAN_BIAS_RTOL, self.batch)
-        log.info("guard mean cut by hook vs its bias form: %d cuts, max |Δlogit| = %g (tolerance %g = "
-                 "%g × max |logit| %g)", rec["n_cuts"], rec["max_abs_diff"], rec["tolerance"],
-                 MEAN_BIAS_RTOL, rec["max_abs_logit"])
-        self.records["hook_vs_mean_bias"] = rec
-        return rec
-
-    def hook(self, means: torch.Tensor | None, extra_heads: Sequence[Head], tolerance: float) -> dict:
-        """Guard 1 for the cuts an experiment makes: zero cuts (``means`` None) or mean cuts."""
-        if means is None:
-            return self.hook_vs_weights(extra_heads, tolerance)
-        return self.hook_vs_mean_bias(means, extra_heads)
-
-    def compare(self, batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
-        rec = compare_batched(batched.cpu(), looped.cpu(), tolerance, what)
-        log.info("guard batched vs loop (%s): max |Δ| = %g", what, rec["max_abs_diff"])
-        self.batched.append(rec)
-        return rec
-
-    def finish(self) -> dict:
-        """Guard 2 (model back intact), then the whole record."""
-        rec = check_restore(self.model, self.ids, self.intact, self.batch, self.adapter)
-        log.info("guard restore: identical = %s (max |Δlogit| = %g)", rec["identical"], rec["max_abs_diff"])
-        self.records["restore"] = rec
-        if not self.batched:
-            raise CutCheckError("no batched-vs-loop comparison was run")
-        self.records["batched_vs_loop"] = dict(
-            max_abs_diff=max(r["max_abs_diff"] for r in self.batched),
-            passed=all(r["passed"] for r in self.batched), comparisons=self.batched)
-        p = next(self.model.parameters())
-        return dict(dtype=str(p.dtype).replace("torch.", ""), device=p.device.type, numerics=numerics(),
-                    guard_input_ids_shapes=[list(x.shape) for x in self.ids]
-                    if isinstance(self.ids, (list, tuple)) else [list(self.ids.shape)],
-                    passed=all(r["passed"] for r in self.records.values()), **self.records)
-
-
 def _targeted(scores: pd.DataFrame, top_n: int, adapter: Adapter) -> list[Head]:
     heads = normalize_heads(adapter, top_heads(scores, "induction", top_n))
     if len(heads) < top_n:
@@ -214,7 +151,7 @@ def _targeted(scores: pd.DataFrame, top_n: int, adapter: Adapter) -> list[Head]:
 
 # ----------------------------------------------------------------- 5a
 def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict,
-               checks: AblationGuards) -> tuple[pd.DataFrame, dict]:
+               guards: AblationGuards) -> tuple[pd.DataFrame, dict]:
     """5a: loss per token on copy 1 / copy 2 for intact, targeted top-k and random k heads,
     with both cut methods (rows of the configured ``ablation.method`` first; the same draws).
 
@@ -232,7 +169,7 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
     methods = [configured] + [m for m in METHODS if m != configured]
     means = {m: method_means(model, adapter, m, eval_df, params["batch"]) for m in methods}
     for m in methods:
-        checks.hook(means[m], targeted, params["hook_tolerance"])
+        guards.hook(means[m], targeted, params["hook_tolerance"])
 
     ids = ids_tensor(eval_df)
     T, offset = int(eval_df.half_length.iloc[0]), int(eval_df.offset.iloc[0])
@@ -256,12 +193,12 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
         runner = BatchedCuts(model, adapter, ids, positions, params["batch"], means=means[method])
         losses = runner.run_variants(variants, reduce).cpu()                  # [V, N, P]
         # Guard 3 on the intact model, the largest targeted cut and the first random draw of it.
-        check_v = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
-        looped = loop_cuts(model, adapter, ids, [variants[v] for v in check_v], reduce, positions,
+        compared = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
+        looped = loop_cuts(model, adapter, ids, [variants[v] for v in compared], reduce, positions,
                            params["batch"], means[method]).cpu()
-        checks.compare(losses[check_v], looped, params["tolerance"],
-                       f"5a loss per token (nats), {method} cuts, {len(check_v)} variants × {len(ids)} "
-                       f"sequences × {len(positions)} positions")
+        guards.batched_vs_loop(losses[compared], looped, params["tolerance"],
+                               f"5a loss per token (nats), {method} cuts, {len(compared)} variants × "
+                               f"{len(ids)} sequences × {len(positions)} positions")
         return torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
                            dim=1).double().numpy()
 
@@ -273,9 +210,9 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
             r = index[("random", k)]
             sizes = {len(variants[v]) for v in r}
             if len(sizes) != 1:
-                raise CutCheckError(f"random draws for k={k} cut different numbers of heads: {sizes}")
+                raise GuardError(f"random draws for k={k} cut different numbers of heads: {sizes}")
             if any(h in set(targeted) for v in r for h in variants[v]):
-                raise CutCheckError("a random control contains a targeted head")
+                raise GuardError("a random control contains a targeted head")
             row = dict(method=method, k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=sizes.pop(),
                        n_draws=len(r), targeted_heads=heads_label(variants[t]),
                        random_heads=[heads_label(variants[v]) for v in r])
@@ -321,7 +258,7 @@ def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length
 
 
 def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame,
-                   params: dict, checks: AblationGuards, eval_df: pd.DataFrame | None = None
+                   params: dict, guards: AblationGuards, eval_df: pd.DataFrame | None = None
                    ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """5b: re-score induction on the circuit set with the top previous-token head cut.
 
@@ -342,7 +279,7 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
              head_label(*prev), head_label(*best), heads_label(rand))
     method = ablation_method(params)
     means = method_means(model, adapter, method, eval_df, params["batch"])
-    checks.hook(means, [prev, best] + rand, params["hook_tolerance"])
+    guards.hook(means, [prev, best] + rand, params["hook_tolerance"])
 
     ids = ids_tensor(circuit_df)
     T, offset = int(circuit_df.half_length.iloc[0]), int(circuit_df.offset.iloc[0])
@@ -353,8 +290,8 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     for v in (0, 1, 2):
         with cut_heads(adapter, variants[v], means):
             looped.append(induction_scores(model, adapter, ids, T, offset, params["batch"]))
-    checks.compare(ind[:3], torch.stack(looped), params["tolerance"],
-                   "5b induction scores of every head: intact, previous-token cut, first random cut")
+    guards.batched_vs_loop(ind[:3], torch.stack(looped), params["tolerance"],
+                           "5b induction scores of every head: intact, previous-token cut, first random cut")
 
     intact, after, rnd = ind[0].double().numpy(), ind[1].double().numpy(), ind[2:].double().numpy()
     above = intact > thr
@@ -390,8 +327,8 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     reduce = token_losses(ids, positions)
     losses = runner.run_variants(loss_variants, reduce).cpu()
     looped = loop_cuts(model, adapter, ids, loss_variants[:3], reduce, positions, params["batch"], means).cpu()
-    checks.compare(losses[:3], looped, params["tolerance"],
-                   "5b loss per token (nats): intact, best induction cut, previous-token cut")
+    guards.batched_vs_loop(losses[:3], looped, params["tolerance"],
+                           "5b loss per token (nats): intact, best induction cut, previous-token cut")
     n1 = len(c1)
     per = torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
                       dim=1).double().numpy()
@@ -425,7 +362,7 @@ def _phrase_ids(row) -> torch.Tensor:
 
 
 def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: dict,
-                       checks: AblationGuards, eval_df: pd.DataFrame | None = None
+                       guards: AblationGuards, eval_df: pd.DataFrame | None = None
                        ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """5c: probability of each phrase's expected token with every head cut alone.
 
@@ -436,7 +373,7 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: d
     thr, together = float(params["attribution"]["no_effect_points"]), int(params["attribution"]["together"])
     method = ablation_method(params)
     means = method_means(model, adapter, method, eval_df, params["batch"])
-    checks.hook(means, (), params["hook_tolerance"])
+    guards.hook(means, (), params["hook_tolerance"])
     heads = adapter.heads()
     attr_rows, summary, pairs = [], [], []
     for row in phrases.itertuples():
@@ -456,8 +393,8 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: d
         probe = [[]] + [[h] for h in heads_one_per_layer(adapter)]
         looped = loop_cuts(model, adapter, ids, probe + [costly, [a, b]], reduce, last, means=means).cpu()[:, 0, 0]
         batched = torch.tensor([p[0]] + [p[1 + heads.index(h[0])] for h in probe[1:]] + list(p2))
-        checks.compare(batched, looped.double(), params["tolerance"],
-                       f"5c probability of {row.expected!r} on {row.phrase!r}")
+        guards.batched_vs_loop(batched, looped.double(), params["tolerance"],
+                               f"5c probability of {row.expected!r} on {row.phrase!r}")
         for (l, h), pc, d in zip(heads, p[1:], drops):
             attr_rows.append(dict(phrase=row.phrase, layer=l, head=h, kv_group=adapter.kv_group(h),
                                   expected=row.expected, p_intact=p0, p_cut=pc, drop_points=d))
@@ -494,10 +431,10 @@ def phrase_ids(phrases: pd.DataFrame) -> list[torch.Tensor]:
 @exact_numerics()
 def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict):
     """Rule ablation_topk: (table, parquet note, guard record); raises if a guard fails."""
-    checks = AblationGuards(model, adapter, ids_tensor(eval_df.head(int(params["guard_sequences"]))),
+    guards = AblationGuards(model, adapter, ids_tensor(eval_df.head(int(params["guard_sequences"]))),
                             params["batch"])
-    table, note = topk_table(model, adapter, eval_df, scores, params, checks)
-    return table, note, checks.finish()
+    table, note = topk_table(model, adapter, eval_df, scores, params, guards)
+    return table, note, guards.finish()
 
 
 @exact_numerics()
@@ -505,10 +442,10 @@ def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.Da
                 eval_df: pd.DataFrame | None = None):
     """Rule ablation_circuit: (scores table, loss table, note, guard record). ``eval_df``: the eval
     set, needed by mean cuts."""
-    checks = AblationGuards(model, adapter, ids_tensor(circuit_df.head(int(params["guard_sequences"]))),
+    guards = AblationGuards(model, adapter, ids_tensor(circuit_df.head(int(params["guard_sequences"]))),
                             params["batch"])
-    sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, params, checks, eval_df)
-    return sc, loss, note, checks.finish()
+    sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, params, guards, eval_df)
+    return sc, loss, note, guards.finish()
 
 
 @exact_numerics()
@@ -518,19 +455,6 @@ def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, params: dict
     the eval set, needed by mean cuts.
 
     The guards run on every phrase."""
-    checks = AblationGuards(model, adapter, phrase_ids(phrases), params["batch"])
-    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, params, checks, eval_df)
-    return attr, summary, pairs, note, checks.finish()
-
-
-def merge_guards(records: dict[str, dict]) -> dict:
-    """guards.json: every ablation rule's guard record; raises if any of them did not pass."""
-    failed = [name for name, rec in records.items() if not rec.get("passed")]
-    if failed:
-        raise CutCheckError(f"ablation guards failed in: {failed}")
-    summary = {f"{guard}_max_abs_diff": max(r[guard]["max_abs_diff"] for r in records.values() if guard in r)
-               for guard in ("hook_vs_weights", "hook_vs_mean_bias") if any(guard in r for r in records.values())}
-    summary.update(
-        restore_identical=all(r["restore"]["identical"] for r in records.values()),
-        batched_vs_loop_max_abs_diff=max(r["batched_vs_loop"]["max_abs_diff"] for r in records.values()))
-    return dict(passed=True, **summary, rules=records)
+    guards = AblationGuards(model, adapter, phrase_ids(phrases), params["batch"])
+    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, params, guards, eval_df)
+    return attr, summary, pairs, note, guards.finish()

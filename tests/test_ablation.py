@@ -7,7 +7,8 @@ import torch.nn.functional as F
 
 from headwatch import ablation as A
 from headwatch.arch import Adapter
-from headwatch.cut import CutCheckError, cut_heads, full_logits
+from headwatch.cut import cut_heads, full_logits
+from headwatch.guards import GuardError, merge_guards
 from headwatch.scores import induction_scores, scores_table
 from tiny import random_ids, tiny_model
 
@@ -50,8 +51,8 @@ def setup():
 def topk(setup):
     model, adapter, scores = setup
     eval_df = _repeated(3, seed=2)
-    table, note, checks = A.run_topk(model, adapter, eval_df, scores, PARAMS)
-    return eval_df, table, note, checks
+    table, note, guards = A.run_topk(model, adapter, eval_df, scores, PARAMS)
+    return eval_df, table, note, guards
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def test_random_heads_reproducible_and_sized():
 
 def test_topk_targeted_vs_random(setup, topk):
     model, adapter, scores = setup
-    eval_df, both, note, checks = topk
+    eval_df, both, note, guards = topk
     table = both[both.method == "zero"].reset_index(drop=True)      # the configured method (zero)
     ranked = scores.sort_values(["induction", "layer", "head"], ascending=[False, True, True])
     targeted = [A.head_label(int(r.layer), int(r["head"])) for _, r in ranked.head(3).iterrows()]
@@ -130,8 +131,8 @@ def test_topk_targeted_vs_random(setup, topk):
     # Reproducible from the seed.
     again, _, _ = A.run_topk(model, adapter, eval_df, scores, PARAMS)
     pd.testing.assert_frame_equal(both, again)
-    assert checks["passed"] and checks["hook_vs_weights"]["max_abs_diff"] == 0.0
-    assert checks["restore"]["identical"] and checks["batched_vs_loop"]["max_abs_diff"] <= 1e-5
+    assert guards["passed"] and guards["hook_vs_weights"]["max_abs_diff"] == 0.0
+    assert guards["restore"]["identical"] and guards["batched_vs_loop"]["max_abs_diff"] <= 1e-5
     assert "t = offset+T .. offset+2T-2" in note["positions"]
 
 
@@ -143,7 +144,7 @@ def test_topk_refuses_k_above_top_n(setup, topk):
 
 def test_attribution_summary_follows_from_table(setup, attribution):
     model, adapter, _ = setup
-    phrases, attr, summary, pairs, note, checks = attribution
+    phrases, attr, summary, pairs, note, guards = attribution
     thr = PARAMS["attribution"]["no_effect_points"]
     assert len(attr) == 2 * adapter.n_layers * adapter.n_heads
     assert np.allclose(attr["drop_points"], 100 * (attr.p_intact - attr.p_cut))
@@ -169,13 +170,13 @@ def test_attribution_summary_follows_from_table(setup, attribution):
         assert pr.drop_a == top["drop_points"].iloc[0] and pr.drop_b == top["drop_points"].iloc[1]
         assert np.isclose(pr.drop_sum, pr.drop_a + pr.drop_b)
         assert np.isclose(pr.nonadditivity, pr.drop_both - pr.drop_sum)
-    assert checks["passed"] and checks["hook_vs_weights"]["max_abs_diff"] == 0.0
-    assert len(checks["hook_vs_weights"]["logits_shape"]) == 2      # guards ran on every phrase
+    assert guards["passed"] and guards["hook_vs_weights"]["max_abs_diff"] == 0.0
+    assert len(guards["hook_vs_weights"]["logits_shape"]) == 2      # guards ran on every phrase
 
 
 def test_circuit(setup, circuit):
     model, adapter, scores = setup
-    circuit_df, sc, loss, note, checks = circuit
+    circuit_df, sc, loss, note, guards = circuit
     prev = scores.sort_values(["prev", "layer", "head"], ascending=[False, True, True]).iloc[0]
     prev_label = A.head_label(int(prev.layer), int(prev["head"]))
     assert (sc.prev_head == prev_label).all() and sc["rank"].tolist() == [1, 2, 3]
@@ -196,15 +197,15 @@ def test_circuit(setup, circuit):
     assert sc.n_lose_half_prev_cut.iloc[0] == int((above & (after < intact / 2)).sum())
     assert loss.condition.tolist() == ["intact", "random head", "best induction head", "previous-token head"]
     assert loss.set_index("condition").loc["previous-token head"].heads == [prev_label]
-    assert checks["passed"]
+    assert guards["passed"]
 
 
 def test_merge_guards_refuses_a_failed_record(topk):
     rec = topk[3]
-    merged = A.merge_guards({"topk": rec, "again": rec})
+    merged = merge_guards({"topk": rec, "again": rec})
     assert merged["passed"] and merged["hook_vs_weights_max_abs_diff"] == 0.0
-    with pytest.raises(CutCheckError, match="again"):
-        A.merge_guards({"topk": rec, "again": dict(rec, passed=False)})
+    with pytest.raises(GuardError, match="again"):
+        merge_guards({"topk": rec, "again": dict(rec, passed=False)})
 
 
 def test_figures_from_tables(tmp_path, topk, circuit, attribution):
@@ -226,7 +227,7 @@ def test_topk_writes_both_methods_side_by_side(setup, topk):
     """5a: one row per (method, k), the configured method first, the same heads and draws for both;
     mean rows are losses with each cut head's z replaced by its mean over the eval set."""
     model, adapter, scores = setup
-    eval_df, table, note, checks = topk
+    eval_df, table, note, guards = topk
     assert table.columns[0] == "method" and table.method.tolist() == ["zero"] * 3 + ["mean"] * 3
     zero_rows, mean_rows = (table[table.method == m].reset_index(drop=True) for m in ("zero", "mean"))
     for col in ("k", "targeted_heads", "random_heads", "intact_copy1", "intact_copy2"):
@@ -237,10 +238,10 @@ def test_topk_writes_both_methods_side_by_side(setup, topk):
     m1, m2 = _copy_losses(model, adapter, ids, heads3, means)
     assert abs(mean_rows.targeted_copy1.iloc[-1] - m1) < 1e-5 and abs(mean_rows.targeted_copy2.iloc[-1] - m2) < 1e-5
     assert abs(mean_rows.targeted_copy2.iloc[-1] - zero_rows.targeted_copy2.iloc[-1]) > 1e-4
-    assert checks["hook_vs_weights"]["max_abs_diff"] == 0.0
-    assert checks["hook_vs_mean_bias"]["passed"]
-    assert checks["hook_vs_mean_bias"]["max_abs_diff"] <= checks["hook_vs_mean_bias"]["tolerance"]
-    assert len(checks["batched_vs_loop"]["comparisons"]) == 2                  # one per method
+    assert guards["hook_vs_weights"]["max_abs_diff"] == 0.0
+    assert guards["hook_vs_mean_bias"]["passed"]
+    assert guards["hook_vs_mean_bias"]["max_abs_diff"] <= guards["hook_vs_mean_bias"]["tolerance"]
+    assert len(guards["batched_vs_loop"]["comparisons"]) == 2                  # one per method
     assert "configured ablation.method (zero) first" in note["method"]
     configured_mean, _, _ = A.run_topk(model, adapter, eval_df, scores, dict(PARAMS, method="mean"))
     assert configured_mean.method.tolist() == ["mean"] * 3 + ["zero"] * 3
@@ -256,8 +257,8 @@ def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit,
         A.run_circuit(model, adapter, circuit[0], scores, params)
     with pytest.raises(ValueError, match="ablation.method"):
         A.run_circuit(model, adapter, circuit[0], scores, dict(PARAMS, method="median"), eval_df)
-    sc, loss, note, checks = A.run_circuit(model, adapter, circuit[0], scores, params, eval_df)
-    assert note["method"] == "mean" and "hook_vs_mean_bias" in checks and "hook_vs_weights" not in checks
+    sc, loss, note, guards = A.run_circuit(model, adapter, circuit[0], scores, params, eval_df)
+    assert note["method"] == "mean" and "hook_vs_mean_bias" in guards and "hook_vs_weights" not in guards
     means = A.head_means(model, adapter, torch.tensor(np.stack(eval_df.token_ids)))
     ids = torch.tensor(np.stack(circuit[0].token_ids))
     prev = sc.prev_head.iloc[0]
@@ -269,12 +270,12 @@ def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit,
     zero_sc = circuit[1]
     assert not np.allclose(sc.after_prev_cut, zero_sc.after_prev_cut, atol=1e-6)   # a different cut
     phrases = attribution[0]
-    attr, summary, pairs, note, checks = A.run_attribution(model, adapter, phrases, params, eval_df)
-    assert note["method"] == "mean" and checks["passed"] and "hook_vs_mean_bias" in checks
+    attr, summary, pairs, note, guards = A.run_attribution(model, adapter, phrases, params, eval_df)
+    assert note["method"] == "mean" and guards["passed"] and "hook_vs_mean_bias" in guards
     row = attr.iloc[5]
     ph = phrases.set_index("phrase").loc[row.phrase]
     with torch.no_grad(), cut_heads(adapter, [(int(row.layer), int(row["head"]))], means):
         p = torch.softmax(model(torch.tensor([ph.token_ids])).logits[0, -1], -1)[ph.expected_id]
     assert abs(row.p_cut - float(p)) < 1e-6
-    merged = A.merge_guards({"topk": topk[3], "attribution": checks})
-    assert merged["hook_vs_mean_bias_max_abs_diff"] <= checks["hook_vs_mean_bias"]["tolerance"]
+    merged = merge_guards({"topk": topk[3], "attribution": guards})
+    assert merged["hook_vs_mean_bias_max_abs_diff"] <= guards["hook_vs_mean_bias"]["tolerance"]
