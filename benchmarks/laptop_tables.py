@@ -22,7 +22,6 @@ import argparse
 import json
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -35,7 +34,8 @@ sys.path.insert(0, str(HERE / "gpu"))
 from paper_tables import fmt, md_table  # noqa: E402  (the paper page's own Markdown helpers)
 
 from headwatch import paths, run_record  # noqa: E402
-from headwatch.provenance import RESULT_INPUTS, DirtyTreeError, page_header, require_clean_tree  # noqa: E402
+from headwatch.provenance import (DirtyTreeError, RunRecordError, page_header, require_clean_tree,  # noqa: E402
+                                  run_attempts)
 from headwatch.sweep.summary import split_verdict, width_verdict  # noqa: E402
 
 COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
@@ -51,28 +51,10 @@ class PageError(RuntimeError):
     """The run cannot be published as it is."""
 
 
-def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
-
-
 def timing(root: Path, name: str, commit: str) -> list[dict]:
-    """The timed run's attempts; refused if the last failed or any was made from a tree with changes or
-    at a commit whose result inputs are not this commit's."""
-    path = root / paths.timed_run(name)
-    if not path.exists():
-        raise PageError(f"no {path}: run `make {name}` first (it writes the record)")
-    attempts = json.loads(path.read_text())["attempts"]
-    if attempts[-1]["exit_status"] != 0:
-        raise PageError(f"{path}: the run failed (exit status {attempts[-1]['exit_status']}); finish it first")
-    for a in attempts:
-        if a["commit"] is None:
-            raise PageError(f"{path}: the attempt of {a['started']} was made from a tree with changes ({a['dirty']})")
-        moved = git(root, "diff", "--name-only", a["commit"], commit, "--", *RESULT_INPUTS).split()
-        if moved:
-            raise PageError(f"{path}: the attempt of {a['started']} was made at commit {a['commit'][:7]}, whose "
-                            f"result inputs differ from this commit's ({commit[:7]}): {', '.join(moved)}; "
-                            "clean the results and run it again")
-    return attempts
+    """The timed run's attempts (:func:`headwatch.provenance.run_attempts`); refused if the last failed
+    or any was made from a tree with changes or at a commit whose result inputs are not this commit's."""
+    return run_attempts(root, root / paths.timed_run(name), commit)
 
 
 def machine_lines(attempts: list[dict], name: str) -> list[str]:
@@ -180,7 +162,7 @@ def studies_section(root: Path, attempts: list[dict]) -> list[str]:
 
 
 def page(root: Path, out: Path, command: str = COMMAND) -> str:
-    """The page's Markdown (figures copied next to ``out``); raises DirtyTreeError / PageError."""
+    """The page's Markdown (figures copied next to ``out``); raises DirtyTreeError / RunRecordError / PageError."""
     commit = require_clean_tree(root)
     attempts = timing(root, RECORD, commit)
     cfg = yaml.safe_load((root / paths.run_config()).read_text())
@@ -249,7 +231,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     try:
         text = page(args.root.resolve(), args.out)
-    except (DirtyTreeError, PageError) as err:
+    except (DirtyTreeError, RunRecordError, PageError) as err:
         raise SystemExit(f"laptop_tables: refused: {err}") from err
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

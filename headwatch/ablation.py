@@ -7,7 +7,8 @@ intervention API).
 * :func:`circuit_tables` — 5b: cut the top previous-token head and re-score
   induction on the circuit set; a random-head control; the loss table.
 * :func:`attribution_tables` — 5c: every head cut alone on every phrase, the
-  summary, and the non-additivity of the two costliest heads.
+  summary (with the costliest head's cut scope on the prose sentences), and the
+  non-additivity of the two costliest heads.
 
 **How a head is cut** (``ablation.method``): ``zero`` replaces its voice ``z``
 (its slice of the output projection's input) by 0; ``mean`` replaces it by
@@ -361,16 +362,55 @@ def _phrase_ids(row) -> torch.Tensor:
     return torch.tensor(list(row.token_ids), dtype=torch.long).reshape(1, -1)
 
 
-def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: dict,
+def prose_losses(model, adapter: Adapter, prose: pd.DataFrame, variants: Sequence[Sequence[Head]],
+                 guards: AblationGuards, params: dict, means: torch.Tensor | None) -> np.ndarray:
+    """Loss per token (nats) on the prose sentences under each variant's cut: ``[V]``.
+
+    Every next-token prediction of every sentence counts (position ``t`` predicts ``t+1``,
+    ``t = 0 .. len-2``), pooled over the sentences (a mean per token, not per sentence). Sentences
+    differ in length, so each runs alone. Guard 3: every variant again one at a time."""
+    batched, looped = [], []
+    for row in prose.itertuples():
+        ids = _phrase_ids(row)
+        if ids.shape[1] < 2:
+            raise ValueError(f"prose sentence {row.seq} has {ids.shape[1]} token(s): nothing to predict")
+        positions = torch.arange(ids.shape[1] - 1)
+        reduce = token_losses(ids, positions)
+        runner = BatchedCuts(model, adapter, ids, positions, params["batch"], means=means)
+        batched.append(runner.run_variants(variants, reduce).cpu()[:, 0])                   # [V, P]
+        looped.append(loop_cuts(model, adapter, ids, variants, reduce, positions, params["batch"],
+                                means).cpu()[:, 0])
+    batched, looped = torch.cat(batched, dim=1), torch.cat(looped, dim=1)                   # [V, all P]
+    guards.batched_vs_loop(batched, looped, params["tolerance"],
+                           f"5c prose loss per token (nats), {len(variants)} variants × {batched.shape[1]} "
+                           f"predictions of {len(prose)} sentences")
+    return batched.double().mean(dim=1).numpy()
+
+
+CUT_SCOPES = ("global", "specific")
+
+
+def cut_scope(rise: float, global_nats: float) -> str:
+    """§5c: ``global`` when a cut raises the prose loss by more than ``global_nats``, else ``specific``."""
+    return CUT_SCOPES[0] if rise > global_nats else CUT_SCOPES[1]
+
+
+def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd.DataFrame, params: dict,
                        guards: AblationGuards, eval_df: pd.DataFrame | None = None
                        ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """5c: probability of each phrase's expected token with every head cut alone.
 
     ``params``: the ``ablation`` config slice (attribution.no_effect_points, attribution.together,
-    method, batch, tolerance, hook_tolerance). Cuts by the configured method (mean cuts take
-    their means over ``eval_df``).
+    attribution.global_loss_nats, method, batch, tolerance, hook_tolerance). Cuts by the
+    configured method (mean cuts take their means over ``eval_df``).
+
+    Each phrase's costliest head is also cut on the ``prose`` sentences: the loss per token there
+    intact and with it cut says whether the cut breaks the model everywhere (``cut_scope`` =
+    ``global``: the loss rises by more than ``global_loss_nats``) or only this prediction
+    (``specific``).
     """
     thr, together = float(params["attribution"]["no_effect_points"]), int(params["attribution"]["together"])
+    global_nats = float(params["attribution"]["global_loss_nats"])
     method = ablation_method(params)
     means = method_means(model, adapter, method, eval_df, params["batch"])
     guards.hook(means, (), params["hook_tolerance"])
@@ -413,11 +453,22 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, params: d
                           nonadditivity=(p0 - p2[1]) * 100.0 - (drops[ia] + drops[ib])))
         log.info("5c %s: p(%r) = %.4f; costliest %s drop %.2f points; %d heads |drop| < %g",
                  row.phrase, row.expected, p0, head_label(*a), drops[ia], summary[-1]["n_no_effect"], thr)
+    costliest = list(dict.fromkeys((int(r["costliest_layer"]), int(r["costliest_head"])) for r in summary))
+    loss = prose_losses(model, adapter, prose, [[]] + [[h] for h in costliest], guards, params, means)
+    for r in summary:
+        cut = loss[1 + costliest.index((r["costliest_layer"], r["costliest_head"]))]
+        r.update(prose_loss_intact=loss[0], prose_loss_cut=cut, prose_loss_rise=cut - loss[0],
+                 global_loss_nats=global_nats, cut_scope=cut_scope(cut - loss[0], global_nats))
+        log.info("5c %s: prose loss %.4f intact, %.4f with %s cut: %s", r["phrase"], loss[0], cut,
+                 r["costliest"], r["cut_scope"])
     note = dict(drop_points="percentage points: 100 × (p_intact − p_cut)",
                 probability="softmax over the full vocabulary at the phrase's last position, "
                             "of the expected next token",
                 no_effect=f"|drop| < {thr} points", together=f"the {together} costliest heads cut together",
                 pairs="A, B = the two costliest heads; nonadditivity = drop_both − (drop_a + drop_b)",
+                prose_loss="loss per token in nats on the prose sentences, every next-token prediction "
+                           "(t = 0 .. len-2) pooled, intact and with the phrase's costliest head cut",
+                cut_scope=f"global if prose_loss_cut − prose_loss_intact > {global_nats} nats, else specific",
                 method=method, cut=METHOD_NOTE[f"{method}_cut"])
     return pd.DataFrame(attr_rows), pd.DataFrame(summary), pd.DataFrame(pairs), note
 
@@ -449,12 +500,12 @@ def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.Da
 
 
 @exact_numerics()
-def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, params: dict,
+def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd.DataFrame, params: dict,
                     eval_df: pd.DataFrame | None = None):
-    """Rule ablation_attribution: (attribution, summary, pairs, note, guard record). ``eval_df``:
-    the eval set, needed by mean cuts.
+    """Rule ablation_attribution: (attribution, summary, pairs, note, guard record). ``prose``: the
+    prose sentences (each costliest head's cut scope); ``eval_df``: the eval set, needed by mean cuts.
 
     The guards run on every phrase."""
     guards = AblationGuards(model, adapter, phrase_ids(phrases), params["batch"])
-    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, params, guards, eval_df)
+    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, prose, params, guards, eval_df)
     return attr, summary, pairs, note, guards.finish()

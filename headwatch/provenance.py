@@ -39,6 +39,11 @@ class DirtyTreeError(RuntimeError):
     or no git checkout to name a commit from."""
 
 
+class RunRecordError(RuntimeError):
+    """A run's record does not let its results be published: no record, a failed run, or an attempt
+    made from a tree with changes or at a commit whose result inputs differ from this one's."""
+
+
 class NotACheckoutError(DirtyTreeError):
     """No commit can be named at all: not a git checkout (or not its top folder), no commit yet, or no git."""
 
@@ -95,6 +100,36 @@ def require_clean_tree(root: Path, paths=RESULT_INPUTS) -> str:
             "A page written from it would name a commit that does not hold the code that computed it: "
             "commit (or stash, or remove) them, recompute what they change, then write the page.")
     return head.stdout.strip()
+
+
+def run_attempts(root: Path, record: Path, commit: str) -> list[dict]:
+    """The attempts of the timed run recorded in ``record`` (:func:`headwatch.run_record.timed`),
+    when they can vouch for results published from the checkout ``root`` at ``commit``: the last
+    attempt succeeded, and every attempt was made from a clean tree at a commit whose result inputs
+    (:data:`RESULT_INPUTS`) are this one's. Else :class:`RunRecordError`, naming what is wrong."""
+    import json
+
+    record = Path(record)
+    if not record.exists():
+        raise RunRecordError(f"no {record}: the results were not computed by a timed run, which records "
+                             "its commit there (run its command first)")
+    attempts = json.loads(record.read_text())["attempts"]
+    if attempts[-1]["exit_status"] != 0:
+        raise RunRecordError(f"{record}: the run failed (exit status {attempts[-1]['exit_status']}); "
+                             "finish it first")
+    for a in attempts:
+        if a["commit"] is None:
+            raise RunRecordError(f"{record}: the attempt of {a['started']} was made from a tree with changes "
+                                 f"({a['dirty']})")
+        moved = _git(root, "diff", "--name-only", a["commit"], commit, "--", *RESULT_INPUTS)
+        if moved.returncode != 0:
+            raise RunRecordError(f"{record}: the attempt of {a['started']} names commit {a['commit'][:7]}, "
+                                 f"which this checkout cannot compare with {commit[:7]}: {moved.stderr.strip()}")
+        if moved.stdout.split():
+            raise RunRecordError(f"{record}: the attempt of {a['started']} was made at commit {a['commit'][:7]}, "
+                                 f"whose result inputs differ from this commit's ({commit[:7]}): "
+                                 f"{', '.join(moved.stdout.split())}; clean the results and run it again")
+    return attempts
 
 
 #: What :func:`page_header` writes, as a pattern: group 1 is the full commit hash.

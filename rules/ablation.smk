@@ -60,6 +60,7 @@ rule ablation_attribution:
     input:
         model=paths.prepared("{model}"),
         phrases=paths.sequence_table("{model}", "phrases"),
+        prose=paths.sequence_table("{model}", "prose"),   # the costliest head's cut scope
         eval=paths.sequence_table("{model}", "eval"),     # ablation.method = mean: the means
     output:
         attribution=paths.ablation_table("{model}", "attribution"),

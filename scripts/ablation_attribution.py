@@ -11,7 +11,7 @@ device = snakemake.config["device"]   # not a param: where a job runs (rules/com
 with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, device)
     attribution, summary, pairs, note, guards = run_attribution(
-        model, adapter, read_parquet(i.phrases), dict(p.ablation), read_parquet(i.eval))
+        model, adapter, read_parquet(i.phrases), read_parquet(i.prose), dict(p.ablation), read_parquet(i.eval))
     write_json(guards, o.guards)
     write_parquet(attribution, o.attribution, note=note)
     write_parquet(summary, o.summary, note=note)

@@ -7,15 +7,15 @@ import torch.nn.functional as F
 
 from headwatch import ablation as A
 from headwatch.arch import Adapter
-from headwatch.cut import cut_heads, full_logits
-from headwatch.guards import GuardError, merge_guards
+from headwatch.cut import cut_heads, full_logits, zeroed_columns
+from headwatch.guards import AblationGuards, GuardError, merge_guards
 from headwatch.scores import induction_scores, scores_table
 from tiny import random_ids, tiny_model
 
 T, OFFSET, BOS = 6, 1, 0
 PARAMS = dict(top_n=3, method="zero", k=[1, 2, 3], random_draws=3, seed=11, batch=8, tolerance=1e-5,
               hook_tolerance=0.0, guard_sequences=1, circuit=dict(half_threshold=0.05),
-              attribution=dict(no_effect_points=0.02, together=3))
+              attribution=dict(no_effect_points=0.02, together=3, global_loss_nats=0.01))
 
 
 def _repeated(n, seed):
@@ -65,7 +65,24 @@ def attribution(setup):
             expected = int(model(torch.tensor([ids])).logits[0, -1].argmax())   # a likely token
         rows.append(dict(phrase=name, token_ids=ids, expected=f"tok{expected}", expected_id=expected))
     phrases = pd.DataFrame(rows)
-    return (phrases,) + A.run_attribution(model, adapter, phrases, PARAMS)
+    return (phrases,) + A.run_attribution(model, adapter, phrases, _prose(), PARAMS)
+
+
+def _prose():
+    """Prose-like sentences of different lengths (the prose table's columns the cut scope reads)."""
+    return pd.DataFrame(dict(seq=range(3), token_ids=[random_ids(1, n, seed=20 + n)[0].tolist() for n in (5, 8, 11)]))
+
+
+def _prose_loss(model, adapter, prose, heads, means=None):
+    """Loss per token on the prose by hand: every next-token prediction of every sentence, pooled."""
+    total, count = 0.0, 0
+    with torch.no_grad(), cut_heads(adapter, heads, means):
+        for ids in prose.token_ids:
+            ids = torch.tensor([ids])
+            logits = model(ids).logits[0, :-1]
+            total += float(F.cross_entropy(logits.double(), ids[0, 1:], reduction="sum"))
+            count += ids.shape[1] - 1
+    return total / count
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +163,8 @@ def test_attribution_summary_follows_from_table(setup, attribution):
     model, adapter, _ = setup
     phrases, attr, summary, pairs, note, guards = attribution
     thr = PARAMS["attribution"]["no_effect_points"]
+    prose = _prose()
+    intact = _prose_loss(model, adapter, prose, [])
     assert len(attr) == 2 * adapter.n_layers * adapter.n_heads
     assert np.allclose(attr["drop_points"], 100 * (attr.p_intact - attr.p_cut))
     for ph in phrases.itertuples():
@@ -170,8 +189,43 @@ def test_attribution_summary_follows_from_table(setup, attribution):
         assert pr.drop_a == top["drop_points"].iloc[0] and pr.drop_b == top["drop_points"].iloc[1]
         assert np.isclose(pr.drop_sum, pr.drop_a + pr.drop_b)
         assert np.isclose(pr.nonadditivity, pr.drop_both - pr.drop_sum)
+        # cut scope: the costliest head cut on the prose, against a loop by hand
+        cut = _prose_loss(model, adapter, prose, [heads[0]])
+        assert abs(s.prose_loss_intact - intact) < 1e-5 and abs(s.prose_loss_cut - cut) < 1e-5
+        assert np.isclose(s.prose_loss_rise, s.prose_loss_cut - s.prose_loss_intact)
+        assert s.global_loss_nats == PARAMS["attribution"]["global_loss_nats"]
+        assert s.cut_scope == ("global" if cut - intact > s.global_loss_nats else "specific")
     assert guards["passed"] and guards["hook_vs_weights"]["max_abs_diff"] == 0.0
     assert len(guards["hook_vs_weights"]["logits_shape"]) == 2      # guards ran on every phrase
+    prose_guard = [c for c in guards["batched_vs_loop"]["comparisons"] if "prose" in c["compared"]]
+    assert len(prose_guard) == 1 and prose_guard[0]["passed"]        # guard 3 covers the prose losses
+
+
+def test_cut_scope_threshold():
+    """global only above the threshold: a rise equal to it is still specific."""
+    assert A.cut_scope(0.2, 0.1) == "global"
+    assert A.cut_scope(0.1, 0.1) == "specific" and A.cut_scope(-0.3, 0.1) == "specific"
+
+
+def test_cut_scope_separates_a_silent_head_from_a_harmful_cut(setup):
+    """By hand: the head whose cut raises the prose loss most is global under a threshold of half
+    its rise; a head whose output-projection columns are zero changes nothing when cut (specific).
+    prose_losses agrees with the loop by hand."""
+    model, adapter, _ = setup
+    prose = _prose()
+    intact = _prose_loss(model, adapter, prose, [])
+    rises = {h: _prose_loss(model, adapter, prose, [h]) - intact for h in adapter.heads()}
+    harmful = max(rises, key=rises.get)
+    silent = next(h for h in adapter.heads() if h != harmful)
+    assert rises[harmful] > 0
+    thr = rises[harmful] / 2
+    guards = AblationGuards(model, adapter, torch.tensor([prose.token_ids[0]]), PARAMS["batch"])
+    loss = A.prose_losses(model, adapter, prose, [[], [harmful]], guards, PARAMS, None)
+    assert abs(loss[0] - intact) < 1e-5 and abs(loss[1] - (intact + rises[harmful])) < 1e-5
+    assert A.cut_scope(loss[1] - loss[0], thr) == "global"
+    with zeroed_columns(adapter, [silent]):
+        loss = A.prose_losses(model, adapter, prose, [[], [silent]], guards, PARAMS, None)
+    assert abs(loss[1] - loss[0]) < 1e-6 and A.cut_scope(loss[1] - loss[0], thr) == "specific"
 
 
 def test_circuit(setup, circuit):
@@ -270,7 +324,7 @@ def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit,
     zero_sc = circuit[1]
     assert not np.allclose(sc.after_prev_cut, zero_sc.after_prev_cut, atol=1e-6)   # a different cut
     phrases = attribution[0]
-    attr, summary, pairs, note, guards = A.run_attribution(model, adapter, phrases, params, eval_df)
+    attr, summary, pairs, note, guards = A.run_attribution(model, adapter, phrases, _prose(), params, eval_df)
     assert note["method"] == "mean" and guards["passed"] and "hook_vs_mean_bias" in guards
     row = attr.iloc[5]
     ph = phrases.set_index("phrase").loc[row.phrase]

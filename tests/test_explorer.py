@@ -57,10 +57,10 @@ def _phrase_rows():
 ABLATION_PARAMS = dict(top_n=4, method="zero", k=[1, 2, 4], random_draws=3, seed=0, batch=64, tolerance=1e-5,
                        hook_tolerance=0.0,
                        guard_sequences=2, circuit=dict(half_threshold=0.1),
-                       attribution=dict(no_effect_points=0.5, together=3))
+                       attribution=dict(no_effect_points=0.5, together=3, global_loss_nats=0.1))
 
 
-def ablation_tables(model, adapter, scores, repeated_ids, phrases) -> dict:
+def ablation_tables(model, adapter, scores, repeated_ids, phrases, prose) -> dict:
     """The ablation tables of the tiny run, by the workflow's own code (headwatch.ablation)."""
     from headwatch.ablation import run_attribution, run_circuit, run_topk
 
@@ -68,7 +68,7 @@ def ablation_tables(model, adapter, scores, repeated_ids, phrases) -> dict:
                              half_length=repeated_ids.shape[1] // 2, offset=0))
     topk, _, _ = run_topk(model, adapter, seqs, scores, ABLATION_PARAMS)
     circuit_scores, circuit_loss, _, _ = run_circuit(model, adapter, seqs, scores, ABLATION_PARAMS)
-    attribution, attribution_summary, _, _, _ = run_attribution(model, adapter, phrases, ABLATION_PARAMS)
+    attribution, attribution_summary, _, _, _ = run_attribution(model, adapter, phrases, prose, ABLATION_PARAMS)
     return dict(topk=topk, circuit_scores=circuit_scores, circuit_loss=circuit_loss, attribution=attribution,
                 attribution_summary=attribution_summary)
 
@@ -103,7 +103,9 @@ def tiny_tables():
     shape = config_shape(model.config, "float32")
     return dict(maps=maps, tokens=tokens, predictions=predictions, scores=scores, shape=shape,
                 layers=adapter.n_layers, heads=adapter.n_heads,
-                ablation=ablation_tables(model, adapter, scores, repeated, _phrase_rows()), sweep=sweep_tables())
+                ablation=ablation_tables(model, adapter, scores, repeated, _phrase_rows(),
+                                         pd.DataFrame(dict(seq=range(len(prose)), token_ids=[p[0].tolist() for p in prose]))),
+                sweep=sweep_tables())
 
 
 # --------------------------------------------------------------------- by hand

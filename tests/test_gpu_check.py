@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import torch
 import yaml
 
 from headwatch.device import exact_numerics, numerics, pick_device
+from headwatch.provenance import require_clean_tree, run_attempts
 from headwatch.workflow import keep_failed_attempt, log_to, read_resources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -400,16 +402,63 @@ def test_the_studied_models_key_is_found_in_the_config():
 
 
 # ------------------------------------------------------------------ docs/results/paper-scale.md
-def test_the_results_page_is_written_from_the_tables(tiny, tmp_path):
-    """benchmarks/gpu/paper_tables.py on the tiny run (its model as if it were SmolLM2, its $OUT as
-    the GPU's): each number on the page is the one in the tables."""
-    page = tmp_path / "paper-scale.md"
-    done = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--smollm2", str(tiny["results"]),
-                           "--model", check.MODEL_KEY, "--gpu", str(tiny["out"]), "--out", str(page)],
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root,
+                          capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory):
+    """A committed, clean copy of this tree (its tracked and not-ignored files) with the record a timed
+    run leaves in results/: the run's command is a stand-in (the page test puts the tiny run's
+    tables there), its commit and clean tree are real."""
+    root = tmp_path_factory.mktemp("page") / "repo"
+    for name in git(ROOT, "ls-files", "-co", "--exclude-standard", "-z").split("\0"):
+        if name and (ROOT / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, root / name)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "tiny")
+    done = subprocess.run([sys.executable, "-m", "headwatch.run_record", "timed", paper_tables.run_name(check.MODEL_KEY),
+                           "--", sys.executable, "-c", "pass"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root
+
+
+def write_page(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """The checkout's own benchmarks/gpu/paper_tables.py, run in it."""
+    return subprocess.run([sys.executable, str(root / "benchmarks" / "gpu" / "paper_tables.py"), *args], cwd=root,
                           capture_output=True, text=True, timeout=300)
+
+
+def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
+    """benchmarks/gpu/paper_tables.py on the tiny run (its model as if it were SmolLM2, its $OUT as
+    the GPU's), from a clean checkout: each number on the page is the one in the tables; the header
+    names the commit and the command, the model's section the run's commit and its commands. A
+    stale guard record in an older layout (ablation/checks/) lies beside the current ones."""
+    results = checkout / "results"
+    shutil.copytree(tiny["results"], results, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("*.pt", "*.safetensors", "*.gguf"))
+    stale = results / check.MODEL_KEY / "ablation" / "checks" / "topk.json"
+    stale.parent.mkdir(exist_ok=True)
+    shutil.copy2(results / check.MODEL_KEY / "ablation" / "guards" / "topk.json", stale)
+    page = tmp_path / "paper-scale.md"
+    args = ["--smollm2", str(checkout / "results"), "--model", check.MODEL_KEY, "--gpu", str(tiny["out"]),
+            "--out", str(page)]
+    done = write_page(checkout, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     text = page.read_text()
-    m = tiny["results"] / check.MODEL_KEY
+    head = git(checkout, "rev-parse", "HEAD").strip()
+    command = paper_tables.page_command(args)
+    assert text.index(f"From commit `{head[:7]}` (`{head}`)") < text.index(f"## {check.MODEL_KEY} at paper scale")
+    assert text.count(f"```sh\n{command}\n```") == 1                      # the page's header
+    run = json.loads((checkout / "results" / "timing" / f"paper-{check.MODEL_KEY}.json").read_text())["attempts"][-1]
+    assert run["commit"] == head
+    assert (f"```sh\n{paper_tables.TIMED} paper-{check.MODEL_KEY} -- {run['command']} && {command}\n```"
+            in text[text.index(f"## {check.MODEL_KEY} at paper scale"):])   # the section: the run, then the page
+    m = checkout / "results" / check.MODEL_KEY
+    assert "ablation/guards/topk" in text and "ablation/checks" not in text  # current guard names only
     scores = pd.read_parquet(m / "scores.parquet")
     top = scores.sort_values(["induction", "layer", "head"], ascending=[False, True, True]).iloc[0]
     assert f"| 1 | " in text and f"L{int(top.layer)}H{int(top['head'])} {top.induction:.3f} |" in text
@@ -420,6 +469,7 @@ def test_the_results_page_is_written_from_the_tables(tiny, tmp_path):
     summary = pd.read_parquet(m / "ablation" / "attribution_summary.parquet")
     for r in summary.itertuples():
         assert f"| {r.phrase} | {r.expected!r} | {r.p_intact:.4f} | {r.costliest} |" in text
+        assert f"| {r.prose_loss_intact:.4f} | {r.prose_loss_cut:.4f} | {r.cut_scope} |" in text
     seq = len(pd.read_parquet(m / "sequences" / "eval.parquet"))
     assert f"{seq} eval" in text
     sweep = pd.read_parquet(tiny["results"] / "sweep" / "summary.parquet")
@@ -430,10 +480,50 @@ def test_the_results_page_is_written_from_the_tables(tiny, tmp_path):
 
     # the GPU part alone, later: the model's section is kept as it was
     model_part = text[text.index(f"## {check.MODEL_KEY} at paper scale"):text.index(paper_tables.GPU_HEADING)]
-    again = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--model", check.MODEL_KEY,
-                            "--gpu", str(tiny["out"]), "--out", str(page)], capture_output=True, text=True, timeout=300)
+    again = write_page(checkout, "--model", check.MODEL_KEY, "--gpu", str(tiny["out"]), "--out", str(page))
     assert again.returncode == 0, again.stderr[-3000:]
     assert model_part in page.read_text() and page.read_text().count(paper_tables.GPU_HEADING) == 1
-    fresh = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--gpu", str(tiny["out"]),
-                            "--out", str(tmp_path / "none.md")], capture_output=True, text=True, timeout=300)
+    fresh = write_page(checkout, "--gpu", str(tiny["out"]), "--out", str(tmp_path / "none.md"))
     assert fresh.returncode != 0 and "give --smollm2" in fresh.stderr
+
+
+def test_the_results_page_refuses_a_dirty_tree_and_a_run_of_other_code(checkout, tmp_path):
+    """Nothing is written (exit status 1, the file named) from a tree with an uncommitted change to
+    a result input, nor from results whose run was made at a commit with other result inputs."""
+    page = tmp_path / "paper-scale.md"
+    args = ["--smollm2", str(checkout / "results"), "--model", check.MODEL_KEY, "--out", str(page)]
+    rules = checkout / "rules" / "ablation.smk"
+    kept, committed = rules.read_text(), False
+    try:
+        rules.write_text(kept + "\n")
+        done = write_page(checkout, *args)
+        assert done.returncode == 1 and "refused" in done.stderr and "rules/ablation.smk" in done.stderr
+        assert not page.exists()
+        # committed: the tree is clean, but the results were computed by the commit before
+        git(checkout, "commit", "-q", "-am", "a changed rule")
+        committed = True
+        done = write_page(checkout, *args)
+        assert done.returncode == 1 and "result inputs differ" in done.stderr and "rules/ablation.smk" in done.stderr
+        assert not page.exists()
+    finally:
+        if committed:
+            git(checkout, "reset", "-q", "--hard", "HEAD~1")
+        else:
+            rules.write_text(kept)
+    head = require_clean_tree(checkout)                          # back at the run's commit, clean
+    assert run_attempts(checkout, checkout / "results" / "timing" / f"paper-{check.MODEL_KEY}.json", head)
+
+
+def test_the_run_command_asks_for_the_models_page_targets_timed():
+    cmd = paper_tables.run_command(check.MODEL_KEY)
+    assert cmd.startswith(f"{paper_tables.TIMED} paper-{check.MODEL_KEY} -- .venv/bin/snakemake ")
+    wanted = cmd.split()
+    for target in (f"results/{check.MODEL_KEY}/scores.parquet", f"results/{check.MODEL_KEY}/ablation/topk.parquet",
+                   f"results/{check.MODEL_KEY}/ablation/attribution_summary.parquet",
+                   f"results/{check.MODEL_KEY}/ablation/circuit_scores.parquet",
+                   f"results/{check.MODEL_KEY}/ablation/guards.json",
+                   f"results/{check.MODEL_KEY}/anatomy/weight_check.json"):
+        assert target in wanted
+    printed = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--model", check.MODEL_KEY,
+                              "--run-command"], capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0 and printed.stdout.strip() == cmd

@@ -162,6 +162,7 @@ def test_the_contrast_carries_its_intervals_test_and_verdicts(sweep_run):
 def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sweep_run, tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import laptop_tables
+    from headwatch.markup import markdown
     from headwatch.provenance import DirtyTreeError
     from headwatch.sweep.summary import split_verdict
 
@@ -178,7 +179,7 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     assert f"{timing['wall_s'] / 60:.1f} min" in text and timing["cpu_model"] in text
     summary = pd.read_parquet(res / "summary.parquet")
     for r in summary.itertuples():
-        assert f"| {r.sweep} | {r.arch} |" in text and f"{r.val_loss_mean:.4f} ± {r.val_loss_std:.4f}" in text
+        assert f"| {markdown(r.sweep)} | {markdown(r.arch)} |" in text and f"{r.val_loss_mean:.4f} ± {r.val_loss_std:.4f}" in text
     c = pd.read_parquet(res / "contrast.parquet").iloc[0]
     assert split_verdict(c) in text and f"{c['spread_over_std_lo']:.4f}" in text
     findings = laptop_tables.findings(c, summary)

@@ -45,6 +45,18 @@ def test_spine_outputs_exist_with_their_schemas(run):
         assert (figs / f"{name}.pdf").stat().st_size > 0 and (figs / f"{name}.png").stat().st_size > 0
 
 
+def test_attribution_summary_says_each_costliest_cut_scope_from_the_prose(run):
+    """Rule ablation_attribution reads the prose table: each phrase's costliest head cut there,
+    global or specific by the configured threshold (protocol §5c)."""
+    workdir, _, config = run
+    summary = pd.read_parquet(workdir / "results" / "tiny-llama" / "ablation" / "attribution_summary.parquet")
+    assert len(summary) == 4 and summary.prose_loss_intact.nunique() == 1     # one intact loss, every row
+    assert (summary.prose_loss_intact > 0).all() and (summary.prose_loss_cut > 0).all()
+    assert (summary.global_loss_nats == 0.1).all()          # config/config.yaml's, under the test overlays
+    rise = summary.prose_loss_cut - summary.prose_loss_intact
+    assert (summary.cut_scope == rise.gt(summary.global_loss_nats).map({True: "global", False: "specific"})).all()
+
+
 def test_every_rule_left_a_log(run):
     workdir, _, _ = run
     logs = list((workdir / "results" / "logs").rglob("*.log"))

@@ -28,7 +28,7 @@ says what it needs. Steps, each printed as it happens:
    benchmark records) and peak GPU memory and resident memory (the ``resources:`` line
    :func:`headwatch.workflow.log_to` ends every log with), the sweep's total wall time,
    the number of jobs that ran on CUDA (from the logs), the training step's table, every
-   guard's figures (the ablation checks JSON, the weight check JSON, the key-group cuts),
+   guard's figures (the ablation guard records, the weight check JSON, the key-group cuts),
    the sweep's tables.
 
 The check stops itself before ``--time-limit`` (default 570 s): near the end Snakemake
@@ -43,7 +43,7 @@ same family with the same tokenizer, ``tiny.yaml``; no CUDA call anywhere): what
 ``--out`` (default: ``$OUT`` when set, else ``<work folder>/out``) gets four files, since a
 machine lent for a session may hand back only a few files, each under 16 MiB, none deep in
 folders: ``report.txt`` (what was printed), ``report.json``, ``jobs.tsv`` (one row per job) and
-``run.tar.gz`` (the overlay, Snakemake's output per phase, and every table, log, checks record
+``run.tar.gz`` (the overlay, Snakemake's output per phase, and every table, log, guard record
 and benchmark record of the run under ``results/``; no weights, no checkpoints).
 ``paper_tables.py --gpu <out>`` reads the archive.
 """
@@ -531,17 +531,24 @@ def _fmt(x, spec=".4g") -> str:
 
 
 def guards(results: Path) -> list[dict]:
-    """Every guard's figures, found by what the records hold (not by their file names): each ablation
-    rule's record (``restore`` and its other guards), the weight check (``max_abs_delta``), the
-    key-group cuts (a table with ``others_max_delta``)."""
+    """Every guard's figures: each ablation rule's record, read where the rules write it for rule
+    ``ablation_guards`` (``results/{model}/ablation/guards/{experiment}.json``, so that a record
+    left over from an older layout is not shown), then, found by what the records hold, the weight
+    check (``max_abs_delta``) and the key-group cuts (a table with ``others_max_delta``)."""
     import pandas as pd
 
+    from headwatch import paths
+    from headwatch.targets import ABLATION_EXPERIMENTS
+
+    def under_results(path: str) -> Path:
+        return Path(path).relative_to(paths.RESULTS)
+
     rows = []
-    for path in sorted(results.glob("*/ablation/**/*.json")):
-        rec = json.loads(path.read_text())
-        if not isinstance(rec, dict) or "restore" not in rec:       # the merged record repeats these
-            continue
-        src = str(path.relative_to(results).with_suffix(""))
+    models = sorted(p.name for p in results.iterdir() if p.is_dir())
+    records = [under_results(paths.guard_record(m, e)) for m in models for e in ABLATION_EXPERIMENTS]
+    for path in (p for p in records if (results / p).exists()):
+        rec = json.loads((results / path).read_text())
+        src = str(path.with_suffix(""))
         dev = f"{rec.get('device')} {rec.get('dtype')}"
         for key, what in (("hook_vs_weights", "hook cut vs zeroed Wo columns"),
                           ("hook_vs_mean_bias", "mean cut vs its bias form")):
@@ -610,7 +617,7 @@ PACKED = (".parquet", ".json", ".tsv", ".log", ".yaml")
 
 def packed_files(workdir: Path) -> list[Path]:
     """What the archive holds, most wanted first: the overlay, the training-step record and its
-    output, Snakemake's output per phase, then every table, log, checks record and benchmark record
+    output, Snakemake's output per phase, then every table, log, guard record and benchmark record
     under ``results/`` (no weights, no checkpoints, nothing of ``results/models/``): the sweep's
     first, then by size."""
     own = [workdir / CONFIG_NAME, workdir / BENCH_RECORD, workdir / BENCH_LOG, *sorted(workdir.glob("snakemake-*.log"))]
@@ -690,7 +697,7 @@ def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
     for line in bench_lines(args.workdir) or ["not measured in this check"]:
         say(line)
     say("")
-    say("== guards (from the checks records); bound 0 means exact")
+    say("== guards (from the guard records); bound 0 means exact")
     g = pd.DataFrame(guards(results))
     if len(g):
         say(table_text(g, ".3g"))

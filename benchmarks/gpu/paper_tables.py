@@ -5,17 +5,27 @@ Two sources, each optional:
 * ``--smollm2 DIR``: a ``results/`` folder holding the real SmolLM2-135M at paper scale
   (``make run``'s config: 40 / 32 / 24 sequences): its score top-5s, the 5a table with its
   random controls (both cut methods), the 5b circuit, the 5c attribution summary and
-  pairs, every guard's figures and the CPU times of the rules that made them. Without it
-  that section of the page ``--out`` is kept as it is (it names the commit that made it).
+  pairs, every guard's figures and the CPU times of the rules that made them. The folder
+  must come from the timed run that ``--run-command`` prints (``make run`` restricted to the
+  model's targets); its record ``DIR/timing/paper-<model>.json`` names the commit that
+  computed it, which the section names with that command. Without ``--smollm2`` that
+  section of the page ``--out`` is kept as it is (it names the commit that made it).
 * ``--gpu DIR``: what the GPU check wrote under ``$OUT`` (benchmarks/gpu/README.md; its
   ``report.json`` and the archive ``run.tar.gz`` of its tables, read here): the
   GPU, every rule's wall time and peak GPU memory, the sweep's 24 models at 2000 steps
   (loss per configuration, the contrast) and the studies' tables. Without it those
   sections say they are not yet measured and how to measure them.
 
+    eval "$(.venv/bin/python benchmarks/gpu/paper_tables.py --run-command)"   # the SmolLM2 run, timed
     .venv/bin/python benchmarks/gpu/paper_tables.py --smollm2 results --gpu <check's $OUT> \\
         --out docs/results/paper-scale.md
     .venv/bin/python benchmarks/gpu/paper_tables.py --gpu <check's $OUT>   # SmolLM2's section kept
+
+Refused (nothing written, exit status 1): a checkout whose result inputs differ from its commit
+(:func:`headwatch.provenance.require_clean_tree`), and a results folder whose run record is missing,
+failed, or was made from a tree with changes or at a commit whose result inputs differ from this
+one's (:func:`headwatch.provenance.run_attempts`). The page's header names the commit and this
+command line; the SmolLM2 section names the run's commit and the commands that compute it again.
 """
 from __future__ import annotations
 
@@ -23,14 +33,17 @@ import argparse
 import json
 import math
 import re
-import subprocess
+import shlex
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
+from headwatch import paths, run_record, targets
 from headwatch.markup import markdown
+from headwatch.provenance import DirtyTreeError, RunRecordError, page_header, require_clean_tree, run_attempts
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -38,6 +51,10 @@ sys.path.insert(0, str(HERE))
 from check import ARCHIVE, guards, unpack_out  # noqa: E402  (the check's own reading of its records)
 
 SCORES = ("sink", "prev", "self", "induction")
+PYTHON = ".venv/bin/python"
+SCRIPT = "benchmarks/gpu/paper_tables.py"
+TIMED = f"{PYTHON} -m headwatch.run_record timed"             # the Makefile's TIMED
+SNAKEMAKE = ".venv/bin/snakemake --cores all --resources gpu=1"  # make run's, one model job at a time
 GPU_HEADING = "## The sweep at paper scale (GPU)"      # where the GPU sections begin
 NOT_MEASURED = ("**Not yet measured** (needs a GPU). On a machine with one: `make gpu-check` "
                 "(benchmarks/gpu/README.md; it ends within 9.5 min and resumes when run again until "
@@ -106,28 +123,21 @@ def sweep_facts(cfg: dict) -> dict:
 
 
 # ------------------------------------------------------------------ SmolLM2 at paper scale
-def provenance(folder: Path) -> str:
-    """The commit of the checkout that holds ``folder``; for each file it had changed, the commit of
-    its origin repository where that file is exactly so (if any)."""
-    def git(*a, at=folder):
-        return subprocess.run(["git", "-C", str(at), *a], capture_output=True, text=True).stdout.strip()
+def run_name(model: str) -> str:
+    """The timed run's record name for one model's results (``results/timing/<name>.json``)."""
+    return f"paper-{model}"
 
-    head = git("rev-parse", "--short", "HEAD")
-    if not head:
-        return "a folder outside any git checkout"
-    top = Path(git("rev-parse", "--show-toplevel"))
-    origin = git("config", "--get", "remote.origin.url") or str(top)
-    changed = git("diff", "--name-only", "HEAD").split()
-    if not changed:
-        return f"the checkout at commit {head}"
-    where: dict[str, list[str]] = {}
-    for f in changed:
-        blob = git("hash-object", str(top / f))
-        found = next((c for c in git("log", "--all", "--format=%h", "--", f, at=origin).split()
-                      if git("rev-parse", f"{c}:{f}", at=origin) == blob), "no commit")
-        where.setdefault(found, []).append(f)
-    return (f"the checkout at commit {head} with uncommitted changes: "
-            + "; ".join(f"{', '.join(fs)} as in {c}" for c, fs in where.items()))
+
+def run_command(model: str) -> str:
+    """The exact command that computes what the model's section reads, at paper scale (``make run``'s
+    config as is, restricted to the model's targets, :func:`headwatch.targets.paper_page`), timed: its
+    record names the commit (:func:`headwatch.run_record.timed`)."""
+    return " ".join([TIMED, run_name(model), "--", SNAKEMAKE, *targets.paper_page(model)])
+
+
+def page_command(argv: list[str]) -> str:
+    """The exact command line of this page writer, as given."""
+    return shlex.join([PYTHON, SCRIPT, *argv])
 
 
 def kept_section(page: Path, model: str) -> str:
@@ -139,15 +149,34 @@ def kept_section(page: Path, model: str) -> str:
     return text[start:end].strip()
 
 
-def smollm2_sections(results: Path, model: str) -> list[str]:
+def under(results: Path, path: str) -> Path:
+    """A path of :mod:`headwatch.paths` (``results/...``) inside the results folder ``results``."""
+    return results / Path(path).relative_to(paths.RESULTS)
+
+
+def smollm2_sections(results: Path, model: str, root: Path, commit: str, command: str) -> list[str]:
+    """The model's section, from the results folder ``results`` of a timed run (:func:`run_command`)
+    whose record vouches for it at ``commit`` (else :class:`RunRecordError`); ``command``: this page
+    writer's command line, which the section gives after the run's."""
     m = results / model
+    record = under(results, paths.timed_run(run_name(model)))
+    attempts = run_attempts(root, record, commit)
+    last = attempts[-1]
+    run_config = under(results, paths.run_config())
+    if not run_config.exists():
+        raise RunRecordError(f"no {run_config}: every run that executes jobs records its configuration there")
+    scale = run_record.run_scale(yaml.safe_load(run_config.read_text()), root)[1]
+    device = json.loads(under(results, paths.guard_record(model, "attribution")).read_text())["device"]
     seq = {n: len(pd.read_parquet(m / "sequences" / f"{n}.parquet")) for n in ("induction", "eval", "circuit")}
-    out = [f"## {markdown(model)} at paper scale (measured on a CPU)",
-           f"The real model (the GGUF of config/config.yaml, dequantized to float32) under `make run`'s "
-           f"config as is: {seq['induction']} induction sequences, {seq['eval']} eval and {seq['circuit']} "
-           f"circuit sequences (counted in {markdown(f'results/{model}/sequences/')}), computed by "
-           f"{provenance(results.resolve().parent)}. These are the paper-scale numbers for this model; a GPU "
-           "computes the same ones up to float32 rounding (the guards below bound it)."]
+    wall = sum(a["wall_s"] for a in attempts)
+    out = [f"## {markdown(model)} at paper scale (measured on {'a CPU' if device == 'cpu' else 'a GPU'})",
+           page_header(last["commit"], f"{TIMED} {run_name(model)} -- {last['command']} && {command}"),
+           f"The run (its record `{markdown(paths.timed_run(run_name(model)))}`): {len(attempts)} "
+           f"attempt{'s' * (len(attempts) != 1)}, {wall / 60:.1f} min wall time, last ended {last['ended']}, on "
+           f"{markdown(last['cpu_model'])} ({last['usable_cores']} usable cores); scale: {markdown(scale)}; "
+           f"{seq['induction']} induction sequences, {seq['eval']} eval and {seq['circuit']} circuit sequences "
+           f"(counted in {markdown(f'results/{model}/sequences/')}). A GPU computes the same numbers up to "
+           "float32 rounding (the guards below bound it)."]
 
     scores = pd.read_parquet(m / "scores.parquet")
     out += ["### Head scores: the top 5 of each (protocol §4)", "",
@@ -193,13 +222,19 @@ def smollm2_sections(results: Path, model: str) -> list[str]:
     summ = pd.read_parquet(m / "ablation" / "attribution_summary.parquet")
     pairs = pd.read_parquet(m / "ablation" / "pairs.parquet")
     out += ["### 5c: every head cut alone on every phrase (protocol §5c)", "",
-            "Probability of the expected next token; drops in percentage points.",
+            "Probability of the expected next token; drops in percentage points. Cut scope: the costliest "
+            "head cut on the prose sentences, loss per token (nats) intact and cut; global when it rises by "
+            f"more than {summ.global_loss_nats.iloc[0]:g} nats (`ablation.attribution.global_loss_nats`), "
+            "else specific to this prediction.",
             md_table(pd.DataFrame([{"phrase": r.phrase, "expected": repr(r.expected), "p intact": r.p_intact,
                                     "costliest head": r.costliest, "its drop": r.costliest_drop,
                                     f"heads with no effect": f"{int(r.n_no_effect)} of {int(r.n_heads)} "
                                                              f"(< {r.no_effect_points:g})",
-                                    f"costliest {int(r.together)} together: drop": r.drop_together}
-                                   for r in summ.itertuples()]), ".2f", **{"p intact": ".4f"}),
+                                    f"costliest {int(r.together)} together: drop": r.drop_together,
+                                    "prose loss intact": r.prose_loss_intact, "prose loss cut": r.prose_loss_cut,
+                                    "cut scope": r.cut_scope}
+                                   for r in summ.itertuples()]), ".2f",
+                     **{"p intact": ".4f", "prose loss intact": ".4f", "prose loss cut": ".4f"}),
             "", "The two costliest heads A and B: drop(A) + drop(B) against drop(A and B):",
             md_table(pairs[["phrase", "a", "b", "drop_a", "drop_b", "drop_sum", "drop_both", "nonadditivity"]],
                      ".2f")]
@@ -300,17 +335,29 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--gpu", type=Path, default=None, help="the GPU check's output folder ($OUT)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "paper-scale.md")
+    ap.add_argument("--run-command", action="store_true",
+                    help="print the command that computes the --model's results (timed, from a clean tree: "
+                         "its record names the commit) and exit")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    gpu = "`--gpu " + str(args.gpu) + "`" if args.gpu else "no GPU output yet"
+    if args.run_command:
+        print(run_command(args.model))
+        return
+    command = page_command(argv)
+    try:
+        commit = require_clean_tree(ROOT)
+        model_part = (smollm2_sections(args.smollm2, args.model, ROOT, commit, command) if args.smollm2
+                      else [kept_section(args.out, args.model)])
+    except (DirtyTreeError, RunRecordError) as err:
+        raise SystemExit(f"paper_tables: refused: {err}") from err
     paper, quick = config("config"), config("config", "quick")
     pf, qf = sweep_facts(paper), sweep_facts(quick)
     qs = {n: quick["sequences"]["sets"][n]["n"] for n in ("induction", "eval", "circuit")}
     on_gpu = "the GPU below" if args.gpu else "not yet: needs a GPU"
     head = ["# Paper-scale results",
-            f"Written by `benchmarks/gpu/paper_tables.py` from result tables (commit {commit}; {gpu}); "
-            "every number below is read from a table, none is typed. Regenerate it, never edit it.",
+            "Written by `benchmarks/gpu/paper_tables.py` from result tables; every number below is read from a "
+            "table, none is typed. Regenerate it, never edit it.",
+            page_header(commit, command),
             "| part | scale | measured on |\n|---|---|---|\n"
             f"| {markdown(args.model)}: scores, 5a, 5b, 5c, guards | **paper scale** (`make run`'s config) | a CPU (2 cores) |\n"
             f"| the sweep ({pf['plain']} runs, {pf['steps']} steps) and the studies ({pf['studies']} runs) "
@@ -319,7 +366,6 @@ def main(argv=None) -> None:
             "Everything else headwatch has published so far (`make quick`, config/quick.yaml) is CPU scale: "
             f"{qs['induction']} induction, {qs['eval']} eval and {qs['circuit']} "
             f"circuit sequences; sweeps of {qf['steps']} steps of {qf['batch']} × {qf['context']} characters."]
-    model_part = smollm2_sections(args.smollm2, args.model) if args.smollm2 else [kept_section(args.out, args.model)]
     text = "\n\n".join(head + model_part + gpu_sections(args.gpu, pf)) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(re.sub(r"\n{3,}", "\n\n", text))
