@@ -110,6 +110,7 @@ def length_errors(config: dict, facts: ModelFacts) -> list[str]:
 
 def head_errors(config: dict, facts: ModelFacts) -> list[str]:
     """Head addresses and head counts that model ``key`` must have."""
+    from ..ablation_settings import AblationSettings
     from ..arch import FAMILIES
 
     shape, key, out = facts.shape, facts.key, []
@@ -127,9 +128,9 @@ def head_errors(config: dict, facts: ModelFacts) -> list[str]:
             out.append(f"anatomy.head.layer = {head['layer']}: {desc}, layers 0–{layers - 1}")
         if head["head"] >= heads:
             out.append(f"anatomy.head.head = {head['head']}: {desc}, heads 0–{heads - 1} per layer")
-    a = config.get("ablation")
-    if a:
-        top_n, ks, draws = a["top_n"], list(a["k"]), a["random_draws"]
+    if config.get("ablation"):
+        a = AblationSettings.from_config(config["ablation"])
+        top_n, ks, draws = a.top_n, list(a.k), a.random_draws
         if max(ks) > top_n:
             out.append(f"ablation.k = {ks}: every k must be <= ablation.top_n = {top_n} "
                        "(the top-k heads of the targeted set)")
@@ -142,7 +143,7 @@ def head_errors(config: dict, facts: ModelFacts) -> list[str]:
             out.append(f"ablation.random_draws = {draws}: the circuit's control needs {draws} heads "
                        f"outside the top {top_n} and the previous-token head, but {desc} leaves "
                        f"{max(total - top_n - 1, 0)}")
-        together = a["attribution"]["together"]
+        together = a.attribution.together
         if together > total:
             out.append(f"ablation.attribution.together = {together}: {desc}")
         if total < 2:
