@@ -53,7 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from headwatch.ablation import prob_of  # noqa: E402
-from headwatch.cut import BatchedCuts, compare_batched, cut_heads  # noqa: E402
+from headwatch.cut import BatchedCuts, cut_heads  # noqa: E402
+from headwatch.guards import guard_batched  # noqa: E402
 from headwatch.models import load_prepared  # noqa: E402
 from headwatch.sequences import phrases_table  # noqa: E402
 
@@ -240,7 +241,7 @@ def main(argv=None):
         print(f"  {phrase:12s} wall: " + ", ".join(line), flush=True)
     lp, b1, b2 = (torch.cat(res[k]) for k in ("loop", "b1", "b2"))
     t_batched, c_batched = (t["b1"] + t["b2"]) / 2, (c["b1"] + c["b2"]) / 2
-    agree = compare_batched(b1, lp, tolerance, "probability of the expected token, every cut")
+    agree = guard_batched(b1, lp, tolerance, "probability of the expected token, every cut")
     print(f"(i)   one forward per cut (hook):  wall {t['loop']:8.2f} s ({1000 * t['loop'] / n_cuts:.1f} ms per cut); "
           f"CPU {c['loop']:8.2f} s")
     print(f"(ii)  batched (mask, prefix reuse, last-position logits): wall {t_batched:8.2f} s "
@@ -255,7 +256,7 @@ def main(argv=None):
           f"(tolerance {tolerance:g}): PASS; batched runs identical: {torch.equal(b1, b2)}")
     if bridge is not None:
         tl = torch.cat(res["tl"])
-        tl_agree = compare_batched(tl, lp, tolerance, "TransformerLens vs the hook loop, every cut")
+        tl_agree = guard_batched(tl, lp, tolerance, "TransformerLens vs the hook loop, every cut")
         print(f"(iii) TransformerLens run_with_hooks loop: wall {t['tl']:8.2f} s "
               f"({1000 * t['tl'] / n_cuts:.1f} ms per cut); CPU {c['tl']:8.2f} s")
         print(f"(iii)/(ii), wall: {t['tl'] / t_batched:.2f}×  (CPU {c['tl'] / c_batched:.2f}×);  "

@@ -10,6 +10,9 @@ intervention API).
   summary (with the costliest head's cut scope on the prose sentences), and the
   non-additivity of the two costliest heads.
 
+Every experiment reads its settings from one typed object,
+:class:`headwatch.ablation_settings.AblationSettings` (the rule's slice of ``ablation:``).
+
 **How a head is cut** (``ablation.method``): ``zero`` replaces its voice ``z``
 (its slice of the output projection's input) by 0; ``mean`` replaces it by
 its mean over the eval set's rows and positions (:func:`headwatch.cut.head_means`,
@@ -17,11 +20,11 @@ one capture at ``z``), which keeps the head in its usual range. 5a writes
 both methods side by side (a ``method`` column, the configured one first);
 5b and 5c use the configured method.
 
-Every experiment runs the guards of protocol §5 through :class:`AblationGuards`
+Every experiment runs the guards of protocol §5 through :class:`headwatch.guards.AblationGuards`
 (hook vs its weight-level form on the full logits — zeroed Wo columns for zero
 cuts, zeroed columns plus the mean's projection as a bias for mean cuts —,
 batched vs one-at-a-time, the model back intact at the end); a failed guard
-raises :class:`~headwatch.cut.CutCheckError` and no table is written.
+raises :class:`~headwatch.guards.GuardError` and no table is written.
 
 **Which positions a loss reads.** A sequence is ``offset`` BOS tokens (0 or 1)
 then copy 1 (positions ``offset .. offset+T-1``) then copy 2 (positions
@@ -47,11 +50,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .ablation_settings import METHODS, AblationSettings
 from .arch import Adapter, Head, head_label, heads_label
-from .device import exact_numerics, numerics
-from .cut import (MEAN_BIAS_RTOL, BatchedCuts, CutCheckError, check_hook_vs_mean_bias,
-                  check_hook_vs_weights, check_restore, compare_batched, cut_heads, cut_rows, full_logits,
-                  head_mask, head_means, heads_one_per_layer, loop_cuts, normalize_heads)
+from .device import exact_numerics
+from .cut import (BatchedCuts, cut_heads, cut_rows, head_mask, head_means, heads_one_per_layer, loop_cuts,
+                  normalize_heads)
+from .guards import AblationGuards, GuardError
 from .scores import attention_maps, induction_cells, induction_scores, top_heads
 from .sequences import ids_tensor
 
@@ -69,19 +73,6 @@ LOSS_POSITIONS_NOTE = (
     "loss per token in nats: mean cross-entropy of predicting token t+1 from position t, "
     "copy 1: t = offset .. offset+T-2, copy 2: t = offset+T .. offset+2T-2 "
     "(T-1 predictions per copy and sequence; offset = 1 if a BOS token was prepended else 0)")
-
-
-METHODS = ("zero", "mean")
-
-
-def ablation_method(params: dict) -> str:
-    """``ablation.method`` of the slice (config/schema.yaml gives the workflow its default)."""
-    if "method" not in params:
-        raise ValueError(f"ablation.method is missing: one of {list(METHODS)}")
-    method = params["method"]
-    if method not in METHODS:
-        raise ValueError(f"ablation.method = {method!r}: must be one of {list(METHODS)}")
-    return method
 
 
 def method_means(model, adapter: Adapter, method: str, eval_df: pd.DataFrame | None, batch: int):
@@ -143,69 +134,6 @@ def random_heads(pool: Sequence[Head], size: int, draws: int, seed: int, stream:
             for _ in range(draws)]
 
 
-class AblationGuards:
-    """The guards of protocol §5 for one rule; :meth:`record` is its guards JSON.
-
-    Created before any cut: holds the intact full logits of ``guard_ids`` (a LongTensor
-    ``[N, T]`` or a list of them, e.g. phrases of different lengths).
-    """
-
-    def __init__(self, model, adapter: Adapter, guard_ids: torch.Tensor, batch: int = 64):
-        self.model, self.adapter, self.ids, self.batch = model, adapter, guard_ids, batch
-        self.intact = full_logits(model, guard_ids, batch, adapter)
-        self.records: dict = {}
-        self.batched: list[dict] = []
-
-    def hook_vs_weights(self, extra_heads: Sequence[Head] = (), tolerance: float = 0.0) -> dict:
-        """Guard 1 for zero cuts on one head per layer plus ``extra_heads`` (those the experiment cuts)."""
-        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
-        rec = check_hook_vs_weights(self.model, self.adapter, self.ids, heads, tolerance, self.batch)
-        log.info("guard hook vs zeroed weights: %d cuts, max |Δlogit| = %g over %s logits",
-                 rec["n_cuts"], rec["max_abs_diff"], rec["logits_shape"])
-        self.records["hook_vs_weights"] = rec
-        return rec
-
-    def hook_vs_mean_bias(self, means: torch.Tensor, extra_heads: Sequence[Head] = ()) -> dict:
-        """Guard 1 for mean cuts ("zeroed weights" is a zero-cut guard): the hook against Wo's
-        columns zeroed plus the mean's projection as a bias, within MEAN_BIAS_RTOL × max |logit|."""
-        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
-        rec = check_hook_vs_mean_bias(self.model, self.adapter, self.ids, heads, means,
-                                      MEAN_BIAS_RTOL, self.batch)
-        log.info("guard mean cut by hook vs its bias form: %d cuts, max |Δlogit| = %g (tolerance %g = "
-                 "%g × max |logit| %g)", rec["n_cuts"], rec["max_abs_diff"], rec["tolerance"],
-                 MEAN_BIAS_RTOL, rec["max_abs_logit"])
-        self.records["hook_vs_mean_bias"] = rec
-        return rec
-
-    def hook(self, means: torch.Tensor | None, extra_heads: Sequence[Head], tolerance: float) -> dict:
-        """Guard 1 for the cuts an experiment makes: zero cuts (``means`` None) or mean cuts."""
-        if means is None:
-            return self.hook_vs_weights(extra_heads, tolerance)
-        return self.hook_vs_mean_bias(means, extra_heads)
-
-    def compare(self, batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
-        rec = compare_batched(batched.cpu(), looped.cpu(), tolerance, what)
-        log.info("guard batched vs loop (%s): max |Δ| = %g", what, rec["max_abs_diff"])
-        self.batched.append(rec)
-        return rec
-
-    def finish(self) -> dict:
-        """Guard 2 (model back intact), then the whole record."""
-        rec = check_restore(self.model, self.ids, self.intact, self.batch, self.adapter)
-        log.info("guard restore: identical = %s (max |Δlogit| = %g)", rec["identical"], rec["max_abs_diff"])
-        self.records["restore"] = rec
-        if not self.batched:
-            raise CutCheckError("no batched-vs-loop comparison was run")
-        self.records["batched_vs_loop"] = dict(
-            max_abs_diff=max(r["max_abs_diff"] for r in self.batched),
-            passed=all(r["passed"] for r in self.batched), comparisons=self.batched)
-        p = next(self.model.parameters())
-        return dict(dtype=str(p.dtype).replace("torch.", ""), device=p.device.type, numerics=numerics(),
-                    guard_input_ids_shapes=[list(x.shape) for x in self.ids]
-                    if isinstance(self.ids, (list, tuple)) else [list(self.ids.shape)],
-                    passed=all(r["passed"] for r in self.records.values()), **self.records)
-
-
 def _targeted(scores: pd.DataFrame, top_n: int, adapter: Adapter) -> list[Head]:
     heads = normalize_heads(adapter, top_heads(scores, "induction", top_n))
     if len(heads) < top_n:
@@ -214,26 +142,27 @@ def _targeted(scores: pd.DataFrame, top_n: int, adapter: Adapter) -> list[Head]:
 
 
 # ----------------------------------------------------------------- 5a
-def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict,
-               checks: AblationGuards) -> tuple[pd.DataFrame, dict]:
+def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame,
+               settings: AblationSettings, guards: AblationGuards) -> tuple[pd.DataFrame, dict]:
     """5a: loss per token on copy 1 / copy 2 for intact, targeted top-k and random k heads,
     with both cut methods (rows of the configured ``ablation.method`` first; the same draws).
 
-    ``params``: the ``ablation`` config slice (top_n, k, random_draws, seed, method, batch,
-    tolerance, hook_tolerance). Random heads come from outside the top_n targeted set (never a
+    ``settings``: of the ``ablation`` config slice, it reads top_n, k, random_draws, seed, method,
+    batch, tolerance, hook_tolerance. Random heads come from outside the top_n targeted set (never a
     targeted head).
     """
-    top_n, ks, draws = int(params["top_n"]), [int(k) for k in params["k"]], int(params["random_draws"])
+    settings.need("top_n", "k", "random_draws", "seed")
+    top_n, ks, draws = settings.top_n, list(settings.k), settings.random_draws
     if max(ks) > top_n:
         raise ValueError(f"ablation.k = {ks} asks for more heads than ablation.top_n = {top_n}")
     targeted = _targeted(scores, top_n, adapter)
     pool = [h for h in adapter.heads() if h not in set(targeted)]
     log.info("targeted set (top %d by induction): %s", top_n, heads_label(targeted))
-    configured = ablation_method(params)
+    configured = settings.method
     methods = [configured] + [m for m in METHODS if m != configured]
-    means = {m: method_means(model, adapter, m, eval_df, params["batch"]) for m in methods}
+    means = {m: method_means(model, adapter, m, eval_df, settings.batch) for m in methods}
     for m in methods:
-        checks.hook(means[m], targeted, params["hook_tolerance"])
+        guards.hook(means[m], targeted, settings.hook_tolerance)
 
     ids = ids_tensor(eval_df)
     T, offset = int(eval_df.half_length.iloc[0]), int(eval_df.offset.iloc[0])
@@ -246,7 +175,7 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
     for k in ks:
         index[("targeted", k)] = len(variants)
         variants.append(targeted[:k])
-        rand = random_heads(pool, k, draws, params["seed"], "topk", k)
+        rand = random_heads(pool, k, draws, settings.seed, "topk", k)
         index[("random", k)] = list(range(len(variants), len(variants) + draws))
         variants += rand
     log.info("5a: %d cut variants × %d eval sequences × %d methods", len(variants), len(ids), len(methods))
@@ -254,15 +183,15 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
 
     def per_copy(method: str) -> np.ndarray:
         """[V, 2]: mean loss on copy 1 and copy 2 of every variant cut by ``method``."""
-        runner = BatchedCuts(model, adapter, ids, positions, params["batch"], means=means[method])
+        runner = BatchedCuts(model, adapter, ids, positions, settings.batch, means=means[method])
         losses = runner.run_variants(variants, reduce).cpu()                  # [V, N, P]
         # Guard 3 on the intact model, the largest targeted cut and the first random draw of it.
-        check_v = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
-        looped = loop_cuts(model, adapter, ids, [variants[v] for v in check_v], reduce, positions,
-                           params["batch"], means[method]).cpu()
-        checks.compare(losses[check_v], looped, params["tolerance"],
-                       f"5a loss per token (nats), {method} cuts, {len(check_v)} variants × {len(ids)} "
-                       f"sequences × {len(positions)} positions")
+        compared = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
+        looped = loop_cuts(model, adapter, ids, [variants[v] for v in compared], reduce, positions,
+                           settings.batch, means[method]).cpu()
+        guards.batched_vs_loop(losses[compared], looped, settings.tolerance,
+                               f"5a loss per token (nats), {method} cuts, {len(compared)} variants × "
+                               f"{len(ids)} sequences × {len(positions)} positions")
         return torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
                            dim=1).double().numpy()
 
@@ -274,9 +203,9 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
             r = index[("random", k)]
             sizes = {len(variants[v]) for v in r}
             if len(sizes) != 1:
-                raise CutCheckError(f"random draws for k={k} cut different numbers of heads: {sizes}")
+                raise GuardError(f"random draws for k={k} cut different numbers of heads: {sizes}")
             if any(h in set(targeted) for v in r for h in variants[v]):
-                raise CutCheckError("a random control contains a targeted head")
+                raise GuardError("a random control contains a targeted head")
             row = dict(method=method, k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=sizes.pop(),
                        n_draws=len(r), targeted_heads=heads_label(variants[t]),
                        random_heads=[heads_label(variants[v]) for v in r])
@@ -290,7 +219,7 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
     note = dict(positions=LOSS_POSITIONS_NOTE, half_length=T, offset=offset, sequences=len(ids),
                 top_n=top_n, targeted_set=heads_label(targeted), random_pool=len(pool),
                 random="k heads drawn without replacement from the heads outside the targeted set; "
-                       f"numpy default_rng([seed={params['seed']}, stream={STREAMS['topk']}, k])",
+                       f"numpy default_rng([seed={settings.seed}, stream={STREAMS['topk']}, k])",
                 method=f"rows of each cut method, the configured ablation.method ({configured}) first; "
                        "the same heads and draws for both",
                 **METHOD_NOTE)
@@ -322,40 +251,41 @@ def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length
 
 
 def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame,
-                   params: dict, checks: AblationGuards, eval_df: pd.DataFrame | None = None
+                   settings: AblationSettings, guards: AblationGuards, eval_df: pd.DataFrame | None = None
                    ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """5b: re-score induction on the circuit set with the top previous-token head cut.
 
-    ``params``: the ``ablation`` config slice (top_n, random_draws, seed, circuit.half_threshold,
-    method, batch, tolerance, hook_tolerance). Cuts by the configured method (mean cuts take
-    their means over ``eval_df``).
+    ``settings``: of the ``ablation`` config slice, it reads top_n, random_draws, seed,
+    circuit.half_threshold, method, batch, tolerance, hook_tolerance. Cuts by the configured
+    method (mean cuts take their means over ``eval_df``).
     The random control cuts one head at a time, ``random_draws`` distinct heads drawn from the
     heads that are neither the previous-token head nor in the top_n induction set.
     """
-    top_n, draws = int(params["top_n"]), int(params["random_draws"])
-    thr = float(params["circuit"]["half_threshold"])
+    settings.need("top_n", "random_draws", "seed", "circuit")
+    top_n, draws = settings.top_n, settings.random_draws
+    thr = settings.circuit.half_threshold
     targeted = _targeted(scores, top_n, adapter)
     prev = normalize_heads(adapter, top_heads(scores, "prev", 1))[0]
     best = targeted[0]
     pool = [h for h in adapter.heads() if h != prev and h not in set(targeted)]
-    rand = _distinct_singles(pool, draws, params["seed"])
+    rand = _distinct_singles(pool, draws, settings.seed)
     log.info("5b: previous-token head %s, best induction head %s, random heads %s",
              head_label(*prev), head_label(*best), heads_label(rand))
-    method = ablation_method(params)
-    means = method_means(model, adapter, method, eval_df, params["batch"])
-    checks.hook(means, [prev, best] + rand, params["hook_tolerance"])
+    method = settings.method
+    means = method_means(model, adapter, method, eval_df, settings.batch)
+    guards.hook(means, [prev, best] + rand, settings.hook_tolerance)
 
     ids = ids_tensor(circuit_df)
     T, offset = int(circuit_df.half_length.iloc[0]), int(circuit_df.offset.iloc[0])
     variants = [[], [prev]] + [[h] for h in rand]
-    ind = induction_under_cuts(model, adapter, ids, T, offset, variants, params["batch"], means)  # [V, L, H]
+    ind = induction_under_cuts(model, adapter, ids, T, offset, variants, settings.batch, means)  # [V, L, H]
     # Guard 3: the batched re-scoring equals scores.induction_scores run under cut_heads.
     looped = []
     for v in (0, 1, 2):
         with cut_heads(adapter, variants[v], means):
-            looped.append(induction_scores(model, adapter, ids, T, offset, params["batch"]))
-    checks.compare(ind[:3], torch.stack(looped), params["tolerance"],
-                   "5b induction scores of every head: intact, previous-token cut, first random cut")
+            looped.append(induction_scores(model, adapter, ids, T, offset, settings.batch))
+    guards.batched_vs_loop(ind[:3], torch.stack(looped), settings.tolerance,
+                           "5b induction scores of every head: intact, previous-token cut, first random cut")
 
     intact, after, rnd = ind[0].double().numpy(), ind[1].double().numpy(), ind[2:].double().numpy()
     above = intact > thr
@@ -387,12 +317,12 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     c1, c2 = copy_positions(T, offset)
     positions = torch.cat([c1, c2])
     loss_variants = [[], [best], [prev]] + [[h] for h in rand]
-    runner = BatchedCuts(model, adapter, ids, positions, params["batch"], means=means)
+    runner = BatchedCuts(model, adapter, ids, positions, settings.batch, means=means)
     reduce = token_losses(ids, positions)
     losses = runner.run_variants(loss_variants, reduce).cpu()
-    looped = loop_cuts(model, adapter, ids, loss_variants[:3], reduce, positions, params["batch"], means).cpu()
-    checks.compare(losses[:3], looped, params["tolerance"],
-                   "5b loss per token (nats): intact, best induction cut, previous-token cut")
+    looped = loop_cuts(model, adapter, ids, loss_variants[:3], reduce, positions, settings.batch, means).cpu()
+    guards.batched_vs_loop(losses[:3], looped, settings.tolerance,
+                           "5b loss per token (nats): intact, best induction cut, previous-token cut")
     n1 = len(c1)
     per = torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
                       dim=1).double().numpy()
@@ -408,7 +338,7 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     note = dict(positions=LOSS_POSITIONS_NOTE, half_length=T, offset=offset, sequences=len(ids),
                 prev_head=head_label(*prev), best_induction_head=head_label(*best),
                 random=f"{len(rand)} distinct single heads, not the previous-token head nor in the top "
-                       f"{top_n} induction set; numpy default_rng([seed={params['seed']}, "
+                       f"{top_n} induction set; numpy default_rng([seed={settings.seed}, "
                        f"stream={STREAMS['circuit']}, 0])",
                 lose_half="intact induction > half_threshold and score after the cut < intact / 2",
                 method=method, cut=METHOD_NOTE[f"{method}_cut"])
@@ -426,7 +356,7 @@ def _phrase_ids(row) -> torch.Tensor:
 
 
 def prose_losses(model, adapter: Adapter, prose: pd.DataFrame, variants: Sequence[Sequence[Head]],
-                 checks: AblationGuards, params: dict, means: torch.Tensor | None) -> np.ndarray:
+                 guards: AblationGuards, settings: AblationSettings, means: torch.Tensor | None) -> np.ndarray:
     """Loss per token (nats) on the prose sentences under each variant's cut: ``[V]``.
 
     Every next-token prediction of every sentence counts (position ``t`` predicts ``t+1``,
@@ -439,14 +369,14 @@ def prose_losses(model, adapter: Adapter, prose: pd.DataFrame, variants: Sequenc
             raise ValueError(f"prose sentence {row.seq} has {ids.shape[1]} token(s): nothing to predict")
         positions = torch.arange(ids.shape[1] - 1)
         reduce = token_losses(ids, positions)
-        runner = BatchedCuts(model, adapter, ids, positions, params["batch"], means=means)
+        runner = BatchedCuts(model, adapter, ids, positions, settings.batch, means=means)
         batched.append(runner.run_variants(variants, reduce).cpu()[:, 0])                   # [V, P]
-        looped.append(loop_cuts(model, adapter, ids, variants, reduce, positions, params["batch"],
+        looped.append(loop_cuts(model, adapter, ids, variants, reduce, positions, settings.batch,
                                 means).cpu()[:, 0])
     batched, looped = torch.cat(batched, dim=1), torch.cat(looped, dim=1)                   # [V, all P]
-    checks.compare(batched, looped, params["tolerance"],
-                   f"5c prose loss per token (nats), {len(variants)} variants × {batched.shape[1]} "
-                   f"predictions of {len(prose)} sentences")
+    guards.batched_vs_loop(batched, looped, settings.tolerance,
+                           f"5c prose loss per token (nats), {len(variants)} variants × {batched.shape[1]} "
+                           f"predictions of {len(prose)} sentences")
     return batched.double().mean(dim=1).numpy()
 
 
@@ -458,32 +388,33 @@ def cut_scope(rise: float, global_nats: float) -> str:
     return CUT_SCOPES[0] if rise > global_nats else CUT_SCOPES[1]
 
 
-def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd.DataFrame, params: dict,
-                       checks: AblationGuards, eval_df: pd.DataFrame | None = None
+def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd.DataFrame,
+                       settings: AblationSettings, guards: AblationGuards, eval_df: pd.DataFrame | None = None
                        ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """5c: probability of each phrase's expected token with every head cut alone.
 
-    ``params``: the ``ablation`` config slice (attribution.no_effect_points, attribution.together,
-    attribution.global_loss_nats, method, batch, tolerance, hook_tolerance). Cuts by the
-    configured method (mean cuts take their means over ``eval_df``).
+    ``settings``: of the ``ablation`` config slice, it reads attribution.no_effect_points,
+    attribution.together, attribution.global_loss_nats, method, batch, tolerance, hook_tolerance.
+    Cuts by the configured method (mean cuts take their means over ``eval_df``).
 
     Each phrase's costliest head is also cut on the ``prose`` sentences: the loss per token there
     intact and with it cut says whether the cut breaks the model everywhere (``cut_scope`` =
     ``global``: the loss rises by more than ``global_loss_nats``) or only this prediction
     (``specific``).
     """
-    thr, together = float(params["attribution"]["no_effect_points"]), int(params["attribution"]["together"])
-    global_nats = float(params["attribution"]["global_loss_nats"])
-    method = ablation_method(params)
-    means = method_means(model, adapter, method, eval_df, params["batch"])
-    checks.hook(means, (), params["hook_tolerance"])
+    settings.need("attribution")
+    thr, together = settings.attribution.no_effect_points, settings.attribution.together
+    global_nats = settings.attribution.global_loss_nats
+    method = settings.method
+    means = method_means(model, adapter, method, eval_df, settings.batch)
+    guards.hook(means, (), settings.hook_tolerance)
     heads = adapter.heads()
     attr_rows, summary, pairs = [], [], []
     for row in phrases.itertuples():
         ids = _phrase_ids(row)
         last = torch.tensor([ids.shape[1] - 1])
         reduce = prob_of(int(row.expected_id))
-        runner = BatchedCuts(model, adapter, ids, last, params["batch"], means=means)
+        runner = BatchedCuts(model, adapter, ids, last, settings.batch, means=means)
         singles = [[]] + [[h] for h in heads]
         p = runner.run_variants(singles, reduce).cpu()[:, 0, 0].double().numpy()   # [1 + L*H]
         p0 = p[0]
@@ -496,8 +427,8 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd
         probe = [[]] + [[h] for h in heads_one_per_layer(adapter)]
         looped = loop_cuts(model, adapter, ids, probe + [costly, [a, b]], reduce, last, means=means).cpu()[:, 0, 0]
         batched = torch.tensor([p[0]] + [p[1 + heads.index(h[0])] for h in probe[1:]] + list(p2))
-        checks.compare(batched, looped.double(), params["tolerance"],
-                       f"5c probability of {row.expected!r} on {row.phrase!r}")
+        guards.batched_vs_loop(batched, looped.double(), settings.tolerance,
+                               f"5c probability of {row.expected!r} on {row.phrase!r}")
         for (l, h), pc, d in zip(heads, p[1:], drops):
             attr_rows.append(dict(phrase=row.phrase, layer=l, head=h, kv_group=adapter.kv_group(h),
                                   expected=row.expected, p_intact=p0, p_cut=pc, drop_points=d))
@@ -517,7 +448,7 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd
         log.info("5c %s: p(%r) = %.4f; costliest %s drop %.2f points; %d heads |drop| < %g",
                  row.phrase, row.expected, p0, head_label(*a), drops[ia], summary[-1]["n_no_effect"], thr)
     costliest = list(dict.fromkeys((int(r["costliest_layer"]), int(r["costliest_head"])) for r in summary))
-    loss = prose_losses(model, adapter, prose, [[]] + [[h] for h in costliest], checks, params, means)
+    loss = prose_losses(model, adapter, prose, [[]] + [[h] for h in costliest], guards, settings, means)
     for r in summary:
         cut = loss[1 + costliest.index((r["costliest_layer"], r["costliest_head"]))]
         r.update(prose_loss_intact=loss[0], prose_loss_cut=cut, prose_loss_rise=cut - loss[0],
@@ -543,45 +474,35 @@ def phrase_ids(phrases: pd.DataFrame) -> list[torch.Tensor]:
 
 
 @exact_numerics()
-def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame, params: dict):
+def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame,
+             settings: AblationSettings):
     """Rule ablation_topk: (table, parquet note, guard record); raises if a guard fails."""
-    checks = AblationGuards(model, adapter, ids_tensor(eval_df.head(int(params["guard_sequences"]))),
-                            params["batch"])
-    table, note = topk_table(model, adapter, eval_df, scores, params, checks)
-    return table, note, checks.finish()
+    settings.need("guard_sequences")
+    guards = AblationGuards(model, adapter, ids_tensor(eval_df.head(settings.guard_sequences)),
+                            settings.batch)
+    table, note = topk_table(model, adapter, eval_df, scores, settings, guards)
+    return table, note, guards.finish()
 
 
 @exact_numerics()
-def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame, params: dict,
-                eval_df: pd.DataFrame | None = None):
+def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame,
+                settings: AblationSettings, eval_df: pd.DataFrame | None = None):
     """Rule ablation_circuit: (scores table, loss table, note, guard record). ``eval_df``: the eval
     set, needed by mean cuts."""
-    checks = AblationGuards(model, adapter, ids_tensor(circuit_df.head(int(params["guard_sequences"]))),
-                            params["batch"])
-    sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, params, checks, eval_df)
-    return sc, loss, note, checks.finish()
+    settings.need("guard_sequences")
+    guards = AblationGuards(model, adapter, ids_tensor(circuit_df.head(settings.guard_sequences)),
+                            settings.batch)
+    sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, settings, guards, eval_df)
+    return sc, loss, note, guards.finish()
 
 
 @exact_numerics()
-def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd.DataFrame, params: dict,
-                    eval_df: pd.DataFrame | None = None):
+def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd.DataFrame,
+                    settings: AblationSettings, eval_df: pd.DataFrame | None = None):
     """Rule ablation_attribution: (attribution, summary, pairs, note, guard record). ``prose``: the
     prose sentences (each costliest head's cut scope); ``eval_df``: the eval set, needed by mean cuts.
 
     The guards run on every phrase."""
-    checks = AblationGuards(model, adapter, phrase_ids(phrases), params["batch"])
-    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, prose, params, checks, eval_df)
-    return attr, summary, pairs, note, checks.finish()
-
-
-def merge_guards(records: dict[str, dict]) -> dict:
-    """guards.json: every ablation rule's guard record; raises if any of them did not pass."""
-    failed = [name for name, rec in records.items() if not rec.get("passed")]
-    if failed:
-        raise CutCheckError(f"ablation guards failed in: {failed}")
-    summary = {f"{guard}_max_abs_diff": max(r[guard]["max_abs_diff"] for r in records.values() if guard in r)
-               for guard in ("hook_vs_weights", "hook_vs_mean_bias") if any(guard in r for r in records.values())}
-    summary.update(
-        restore_identical=all(r["restore"]["identical"] for r in records.values()),
-        batched_vs_loop_max_abs_diff=max(r["batched_vs_loop"]["max_abs_diff"] for r in records.values()))
-    return dict(passed=True, **summary, rules=records)
+    guards = AblationGuards(model, adapter, phrase_ids(phrases), settings.batch)
+    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, prose, settings, guards, eval_df)
+    return attr, summary, pairs, note, guards.finish()

@@ -123,6 +123,13 @@ class Family:
     model_class: str = ""
     shape_attrs: dict = field(default_factory=dict)
     embeddings: tuple[str, str] = ("", "")   # (input, output) module paths; "" = ask transformers
+    # GGUF's name of the architecture (a header's ``general.architecture``, the prefix of its
+    # keys), where it is not transformers' model_type (GPT-NeoX: "gptneox", Gemma 3: "gemma3").
+    gguf: str = ""
+
+    @property
+    def gguf_arch(self) -> str:
+        return self.gguf or self.name
 
     @property
     def has_config(self) -> bool:
@@ -153,14 +160,15 @@ _GEMMA = dict(norm_offset=1.0, scale_by="query_pre_attn_scalar", softcap="attn_l
 
 FAMILIES = {f.name: f for f in (
     Family("gpt_neox", "gpt_neox.layers", "attention", "attention.dense", ("attention.query_key_value",),
-           "input_layernorm", "LayerNorm", fused_layout="per_head"),
+           "input_layernorm", "LayerNorm", fused_layout="per_head", gguf="gptneox"),
     _llama_like("llama"),
     _llama_like("qwen2", window="sliding_window", window_layers=_LAYER_TYPES),
     Family("gpt2", "transformer.h", "attn", "attn.c_proj", ("attn.c_attn",), "ln_1", "LayerNorm",
            fused_layout="qkv", conv1d=True, position="absolute",
            scale_switches=("scale_attn_weights", "scale_attn_by_inverse_layer_idx")),
     _llama_like("gemma2", **_GEMMA),
-    _llama_like("gemma3_text", **{**_GEMMA, "softcap": ""}, qk_norm="head", qk_norm_paths=_QK_NORMS),
+    _llama_like("gemma3_text", **{**_GEMMA, "softcap": ""}, qk_norm="head", qk_norm_paths=_QK_NORMS,
+                gguf="gemma3"),
     _llama_like("qwen3", qk_norm="head", qk_norm_paths=_QK_NORMS, window="sliding_window",
                 window_layers=_LAYER_TYPES),
     _llama_like("olmo2", input_norm="", qk_norm="projection", qk_norm_paths=_QK_NORMS,
@@ -255,6 +263,30 @@ def config_value(config, what: str):
         if value is not None:
             return value
     return None
+
+
+# GGUF header keys of each number, after the architecture's prefix (``llama.block_count``).
+GGUF_KEYS = dict(
+    width="embedding_length",
+    heads="attention.head_count",
+    layers="block_count",
+    kv_heads="attention.head_count_kv",
+    context="context_length",
+    vocab="vocab_size",
+)
+GGUF_TOKENS = "tokenizer.ggml.tokens"   # the token list (its length: the vocabulary when unset)
+
+
+def gguf_model_type(header: dict) -> str:
+    """transformers' model_type of a GGUF header's architecture (``llama`` when it names none;
+    an architecture no family knows is returned as it is)."""
+    arch = header.get("general.architecture", "llama")
+    return next((f.name for f in FAMILIES.values() if f.gguf_arch == arch), arch)
+
+
+def gguf_value(header: dict, what: str):
+    """The number :data:`GGUF_KEYS` ``[what]`` of a GGUF header (None if unset)."""
+    return header.get(f"{header.get('general.architecture', 'llama')}.{GGUF_KEYS[what]}")
 
 
 def _attr(config, key: str, default=None):

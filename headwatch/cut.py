@@ -21,12 +21,8 @@ No weight is ever modified by a cut. Everything here goes through
   intact computation below each chunk's earliest cut layer is reused (a ``skip``
   edit at ``resid``) and logits are asked for only where they are read.
 * :func:`loop_cuts` — the plain reference: one forward per cut.
-* The guards of protocol §5 (fatal when they fail: :class:`CutCheckError`):
-  :func:`check_hook_vs_weights` (zero cuts: hook vs zeroed Wo columns, exactly
-  0.0 in float32), :func:`check_hook_vs_mean_bias` (mean cuts, for which a
-  "zeroed weights" reference does not exist: hook vs Wo's columns zeroed plus
-  ``Wo[:, h] · m`` added as a bias, equal up to float32 rounding),
-  :func:`check_restore` and :func:`compare_batched`.
+
+The guards that say a cut is what it claims (protocol §5) are in :mod:`headwatch.guards`.
 """
 from __future__ import annotations
 
@@ -37,28 +33,13 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .arch import Adapter, Head, HeadAddressError
-from .device import exact_numerics
-from .interventions import (Edit, InterventionError, capture, check_against_reference, check_restore,
-                            compare_batched, full_logits, intervene, replace, replaced_by_bias, skip,
-                            zero, zeroed_weights)
+from .interventions import Edit, capture, full_logits, intervene, replace, skip, zero, zeroed_weights
 
 log = logging.getLogger("headwatch.cut")
 
-#: A failed guard or an edit that does not fit the forward pass (the interventions' error).
-CutCheckError = InterventionError
-
-#: Tolerance of the mean-cut guard, relative to the largest |logit| of the intact model on the guard
-#: sequences: max |Δlogit| between the hook and the bias form ≤ MEAN_BIAS_RTOL × max |logit|. The
-#: two are equal in exact arithmetic; in float32 (2^-24 ≈ 6e-8 relative) they add the same terms in
-#: a different order, and the layers above carry that rounding to the logits. Measured: ≤ 4.2e-7
-#: on the tiny test models; 2.3e-4 = 6.1e-6 × 37.5 on SmolLM2-135M (33 cuts, one per layer + 3),
-#: where a mean off by 1 % already moves the logits by 7e-3 … 0.69.
-MEAN_BIAS_RTOL = 3e-5
-
-__all__ = ["Head", "HeadAddressError", "CutCheckError", "MEAN_BIAS_RTOL", "normalize_heads",
-           "head_mask", "cut_edits", "cut_heads", "cut_rows", "zeroed_columns", "head_means",
-           "BatchedCuts", "loop_cuts", "plan_chunks", "full_logits", "check_hook_vs_weights",
-           "check_hook_vs_mean_bias", "check_restore", "compare_batched", "heads_one_per_layer"]
+__all__ = ["Head", "HeadAddressError", "normalize_heads", "head_mask", "cut_edits", "cut_heads", "cut_rows",
+           "zeroed_columns", "head_means", "BatchedCuts", "loop_cuts", "plan_chunks", "full_logits",
+           "heads_one_per_layer"]
 
 
 # --------------------------------------------------------------------- addresses
@@ -150,7 +131,7 @@ def cut_rows(adapter: Adapter, masks: torch.Tensor, means: torch.Tensor | None =
 def zeroed_columns(adapter: Adapter, heads: Iterable[Sequence[int]]):
     """Zero the output-projection weight entries that read ``heads``; restore them on exit.
 
-    The reference a zero cut is checked against (:func:`headwatch.interventions.zeroed_weights`
+    The reference a guard compares a zero cut with (:func:`headwatch.interventions.zeroed_weights`
     at ``z``): modifies weights in place, restores them also when the body raises, and
     verifies the restore bit for bit.
     """
@@ -241,7 +222,7 @@ class BatchedCuts:
     Each *row* is one (mask, sequence) pair. Rows are sorted by their earliest
     cut layer and run in chunks of at most ``batch`` rows (:func:`plan_chunks`)
     with per-row cuts (:func:`cut_edits`). Two savings, both exact up to float
-    rounding (checked against :func:`loop_cuts` by the guards):
+    rounding (compared with :func:`loop_cuts` by the guards):
 
     * **prefix reuse** — below a chunk's earliest cut layer every row is the
       intact model, so the blocks there are not run: a ``skip`` edit at
@@ -321,42 +302,3 @@ class BatchedCuts:
         seq_index = torch.arange(n).repeat(len(variants))
         out = self.run(seq_index, masks, reduce)
         return out.reshape(len(variants), n, *out.shape[1:])
-
-
-# -------------------------------------------------------------------- guards
-@torch.no_grad()
-@exact_numerics()
-def check_hook_vs_weights(model, adapter: Adapter, ids: torch.Tensor,
-                          heads: Iterable[Sequence[int]], tolerance: float = 0.0,
-                          batch: int = 64) -> dict:
-    """Guard 1 for zero cuts (protocol §5): for each head, the FULL logits tensor (every position,
-    every vocabulary entry, every sequence of ``ids``) with the hook cut vs with the head's
-    output-projection weight entries zeroed. Raises CutCheckError if any max |Δ| > tolerance.
-    """
-    cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)]),
-              lambda l=l, h=h: zeroed_columns(adapter, [(l, h)]))
-             for l, h in normalize_heads(adapter, heads)]
-    return check_against_reference(model, adapter, ids, cases, tolerance, batch,
-                                   "hook cut differs from zeroed weight columns")
-
-
-@torch.no_grad()
-@exact_numerics()
-def check_hook_vs_mean_bias(model, adapter: Adapter, ids, heads: Iterable[Sequence[int]],
-                            means: torch.Tensor, rtol: float = MEAN_BIAS_RTOL, batch: int = 64) -> dict:
-    """Guard 1 for mean cuts: "hook vs zeroed weights" is defined only for zero cuts. A mean cut
-    replaces ``z_h`` by ``m``; its weight-level form is Wo's columns of ``h`` zeroed and
-    ``Wo[:, h] · m`` added as a bias (:func:`headwatch.interventions.replaced_by_bias`). The FULL
-    logits of both, per head; raises CutCheckError if any max |Δ| > ``rtol`` × the largest |logit|
-    of the intact model on ``ids`` (the record holds both)."""
-    _check_means(adapter, means)
-    intact = full_logits(model, ids, batch, adapter)
-    scale = max(float(x.abs().max()) for x in (intact if isinstance(intact, list) else [intact]))
-    cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)], means),
-              lambda l=l, h=h: replaced_by_bias(adapter, [(l, h, means[l, h])]))
-             for l, h in normalize_heads(adapter, heads)]
-    rec = check_against_reference(model, adapter, ids, cases, rtol * scale, batch,
-                                  "mean cut by hook differs from its bias form")
-    rec.update(compared=rec["compared"] + "; mean cut by hook vs Wo's columns zeroed plus Wo[:, h] · mean "
-               "as a bias", rtol=rtol, max_abs_logit=scale)
-    return rec

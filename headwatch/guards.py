@@ -1,11 +1,11 @@
-"""Guards: the checks that say a measurement is what it claims, in one place.
+"""Guards: the comparisons that say a measurement is what it claims, every one in this module.
 
 A *guard* compares two computations that must agree — exactly, or within a stated
 tolerance — on the quantity a rule reports or on the full logits behind it. Every guard
 here follows one pattern:
 
 * it computes both sides itself, from the model and the inputs it is handed (never from
-  the result it checks, unless that result is the side under test);
+  the result it guards, unless that result is the side under test);
 * it returns a **record**, a plain dict that goes into the rule's guards JSON as it is:
   ``guard`` (its name), ``compared`` (what, in words), ``shape`` of what was compared,
   ``max_abs_diff``, ``identical`` (``torch.equal``), ``tolerance``, ``passed`` and, where a
@@ -28,30 +28,54 @@ The guards of activation patching (protocol §5d, :mod:`headwatch.patching`):
 * :func:`batched_vs_loop` — the batched sweep against one patch per forward pass, within a
   tolerance (different batch shapes round differently).
 
-The guards of cutting heads (protocol §5) are older than this module and still sit beside the
-cuts (``interventions.check_against_reference``, ``check_restore``, ``compare_batched``;
-``cut.check_hook_vs_weights``, ``check_hook_vs_mean_bias``; ``ablation.AblationGuards``); they
-belong here, and :class:`GuardError` is an :class:`~headwatch.interventions.InterventionError`
-so that code catching theirs catches these too.
+The guards of cutting heads (protocol §5, :mod:`headwatch.cut`, :mod:`headwatch.ablation`),
+older than the pattern above (their records have their own keys, which the guards JSON of the
+ablation rules and the GPU check read):
+
+* :func:`guard_against_reference` — the FULL logits under a set of edits against those under a
+  weight-level equivalent (:func:`~headwatch.interventions.zeroed_weights`,
+  :func:`~headwatch.interventions.replaced_by_bias`); :func:`guard_hook_vs_weights` (zero cuts:
+  hook vs zeroed Wo columns, exactly 0.0 in float32) and :func:`guard_hook_vs_mean_bias` (mean
+  cuts, for which a "zeroed weights" reference does not exist: hook vs Wo's columns zeroed plus
+  ``Wo[:, h] · m`` added as a bias, equal up to float32 rounding, :data:`MEAN_BIAS_RTOL`);
+* :func:`guard_restore` — the model back intact (identical logits) after every hook is removed;
+* :func:`guard_batched` — edits batched per row against the one-at-a-time loop;
+* :class:`AblationGuards` — the three for one ablation rule, its guards JSON;
+  :func:`merge_guards` — every ablation rule's, refused if one failed.
+
+:class:`GuardError` is an :class:`~headwatch.interventions.InterventionError`, so that code
+catching an edit that does not fit also catches a failed guard.
 """
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
-from .device import numerics
-from .interventions import InterventionError, capture, intervene, replace, skip
+from .arch import Adapter, Head
+from .cut import cut_edits, heads_one_per_layer, normalize_heads, zeroed_columns
+from .device import exact_numerics, numerics
+from .interventions import InterventionError, capture, full_logits, intervene, replace, replaced_by_bias, skip
 
 log = logging.getLogger("headwatch.guards")
 
 __all__ = ["GuardError", "compare", "GuardRecords", "nothing_patched", "everything_patched",
-           "clean_to_clean", "batched_vs_loop"]
+           "clean_to_clean", "batched_vs_loop", "MEAN_BIAS_RTOL", "guard_against_reference", "guard_restore",
+           "guard_batched", "guard_hook_vs_weights", "guard_hook_vs_mean_bias", "AblationGuards", "merge_guards"]
 
 
 class GuardError(InterventionError):
     """A guard failed: the measurement is not what it claims to be; the rule stops."""
+
+
+#: Tolerance of the mean-cut guard, relative to the largest |logit| of the intact model on the guard
+#: sequences: max |Δlogit| between the hook and the bias form ≤ MEAN_BIAS_RTOL × max |logit|. The
+#: two are equal in exact arithmetic; in float32 (2^-24 ≈ 6e-8 relative) they add the same terms in
+#: a different order, and the layers above carry that rounding to the logits. Measured: ≤ 4.2e-7
+#: on the tiny test models; 2.3e-4 = 6.1e-6 × 37.5 on SmolLM2-135M (33 cuts, one per layer + 3),
+#: where a mean off by 1 % already moves the logits by 7e-3 … 0.69.
+MEAN_BIAS_RTOL = 3e-5
 
 
 def compare(guard: str, pairs: Iterable[tuple[dict, torch.Tensor, torch.Tensor]], tolerance: float,
@@ -108,6 +132,201 @@ class GuardRecords:
         return dict(passed=all(r["passed"] for r in self.guards.values()),
                     dtype=str(p.dtype).replace("torch.", ""), device=p.device.type, numerics=numerics(),
                     **self.guards)
+
+
+# ------------------------------------------------------------------ cutting heads (§5)
+def _max_diff(a, b) -> float:
+    if isinstance(a, list):
+        return max(_max_diff(x, y) for x, y in zip(a, b))
+    return float((a - b).abs().max())
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return bool(torch.equal(a, b))
+
+
+def _figures(a, b) -> torch.Tensor:
+    """[max |a - b|, 1.0 if a equals b else 0.0] (float64, on a's device: nothing is read)."""
+    if isinstance(a, list):
+        parts = torch.stack([_figures(x, y) for x, y in zip(a, b)])
+        return torch.stack([parts[:, 0].max(), parts[:, 1].min()])
+    return torch.stack([(a - b).abs().max().double(), (a == b).all().double()])
+
+
+def _shape(a) -> list:
+    return [list(x.shape) for x in a] if isinstance(a, list) else list(a.shape)
+
+
+@torch.no_grad()
+def guard_against_reference(model, adapter: Adapter, ids, cases: Sequence[tuple[dict, list, Callable]],
+                            tolerance: float, batch: int = 64, what: str = "hook vs reference") -> dict:
+    """Guard 1 (protocol §5): for each case ``(label, edits, reference)``, the FULL logits (every
+    sequence of ``ids``, every position and vocabulary entry) under :func:`intervene` ``(edits)``
+    against those under the context ``reference()`` (a weight-level equivalent). ``label`` names
+    the case (it holds ``layer``). Raises GuardError if any max |Δ| > ``tolerance``."""
+    figures, hooked = [], None
+    for label, edits, reference in cases:      # the logits stay on the device; one read after the loop
+        with intervene(adapter, edits):
+            hooked = full_logits(model, ids, batch, adapter, on_device=True)
+        with reference():
+            ref = full_logits(model, ids, batch, adapter, on_device=True)
+        figures.append(_figures(hooked, ref))
+    read = torch.stack(figures).cpu().tolist() if figures else []
+    per = [dict(**label, max_abs_diff=d, identical=e == 1.0) for (label, _, _), (d, e) in zip(cases, read)]
+    if not per:
+        raise GuardError(f"{what}: no case to compare")
+    worst = max(p["max_abs_diff"] for p in per)
+    record = dict(compared="full logits: every sequence, position and vocabulary entry",
+                  logits_shape=_shape(hooked), n_cuts=len(per),
+                  layers_covered=sorted({p["layer"] for p in per}),
+                  max_abs_diff=worst, all_identical=all(p["identical"] for p in per),
+                  tolerance=tolerance, passed=bool(worst <= tolerance), per_head=per)
+    if not record["passed"]:
+        raise GuardError(f"{what}: max |Δlogit| = {worst:g} > {tolerance:g} "
+                         f"({[p for p in per if p['max_abs_diff'] > tolerance]})")
+    return record
+
+
+@torch.no_grad()
+def guard_restore(model, ids, intact, batch: int = 64, adapter: Adapter | None = None) -> dict:
+    """Guard 2: the logits now (all hooks removed) are identical (torch.equal) to ``intact``."""
+    now = full_logits(model, ids, batch, adapter)
+    identical = _equal(now, intact)
+    diff = _max_diff(now, intact)
+    record = dict(compared="full logits before any cut vs after every hook was removed",
+                  logits_shape=_shape(now), identical=identical, max_abs_diff=diff,
+                  passed=identical)
+    if not identical:
+        raise GuardError(f"the model did not come back intact after the cuts: max |Δlogit| = {diff:g}")
+    return record
+
+
+def guard_batched(batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
+    """Guard 3: edits batched per row equal the one-at-a-time loop to ``tolerance`` (max |Δ|)."""
+    if batched.shape != looped.shape:
+        raise GuardError(f"{what}: batched shape {tuple(batched.shape)} vs loop {tuple(looped.shape)}")
+    diff = float((batched.double() - looped.double()).abs().max()) if batched.numel() else 0.0
+    record = dict(compared=what, n_values=int(batched.numel()), max_abs_diff=diff,
+                  tolerance=tolerance, passed=bool(diff <= tolerance))
+    if not record["passed"]:
+        raise GuardError(f"{what}: batched cuts differ from one-at-a-time by {diff:g} > {tolerance:g}")
+    return record
+
+
+@torch.no_grad()
+@exact_numerics()
+def guard_hook_vs_weights(model, adapter: Adapter, ids: torch.Tensor,
+                          heads: Iterable[Sequence[int]], tolerance: float = 0.0,
+                          batch: int = 64) -> dict:
+    """Guard 1 for zero cuts (protocol §5): for each head, the FULL logits tensor (every position,
+    every vocabulary entry, every sequence of ``ids``) with the hook cut vs with the head's
+    output-projection weight entries zeroed. Raises GuardError if any max |Δ| > tolerance.
+    """
+    cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)]),
+              lambda l=l, h=h: zeroed_columns(adapter, [(l, h)]))
+             for l, h in normalize_heads(adapter, heads)]
+    return guard_against_reference(model, adapter, ids, cases, tolerance, batch,
+                                   "hook cut differs from zeroed weight columns")
+
+
+@torch.no_grad()
+@exact_numerics()
+def guard_hook_vs_mean_bias(model, adapter: Adapter, ids, heads: Iterable[Sequence[int]],
+                            means: torch.Tensor, rtol: float = MEAN_BIAS_RTOL, batch: int = 64) -> dict:
+    """Guard 1 for mean cuts: "hook vs zeroed weights" is defined only for zero cuts. A mean cut
+    replaces ``z_h`` by ``m``; its weight-level form is Wo's columns of ``h`` zeroed and
+    ``Wo[:, h] · m`` added as a bias (:func:`headwatch.interventions.replaced_by_bias`). The FULL
+    logits of both, per head; raises GuardError if any max |Δ| > ``rtol`` × the largest |logit|
+    of the intact model on ``ids`` (the record holds both)."""
+    intact = full_logits(model, ids, batch, adapter)
+    scale = max(float(x.abs().max()) for x in (intact if isinstance(intact, list) else [intact]))
+    cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)], means),
+              lambda l=l, h=h: replaced_by_bias(adapter, [(l, h, means[l, h])]))
+             for l, h in normalize_heads(adapter, heads)]
+    rec = guard_against_reference(model, adapter, ids, cases, rtol * scale, batch,
+                                  "mean cut by hook differs from its bias form")
+    rec.update(compared=rec["compared"] + "; mean cut by hook vs Wo's columns zeroed plus Wo[:, h] · mean "
+               "as a bias", rtol=rtol, max_abs_logit=scale)
+    return rec
+
+
+class AblationGuards:
+    """The guards of protocol §5 for one rule; :meth:`record` is its guards JSON.
+
+    Created before any cut: holds the intact full logits of ``guard_ids`` (a LongTensor
+    ``[N, T]`` or a list of them, e.g. phrases of different lengths).
+    """
+
+    def __init__(self, model, adapter: Adapter, guard_ids: torch.Tensor, batch: int = 64):
+        self.model, self.adapter, self.ids, self.batch = model, adapter, guard_ids, batch
+        self.intact = full_logits(model, guard_ids, batch, adapter)
+        self.records: dict = {}
+        self.batched: list[dict] = []
+
+    def hook_vs_weights(self, extra_heads: Sequence[Head] = (), tolerance: float = 0.0) -> dict:
+        """Guard 1 for zero cuts on one head per layer plus ``extra_heads`` (those the experiment cuts)."""
+        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
+        rec = guard_hook_vs_weights(self.model, self.adapter, self.ids, heads, tolerance, self.batch)
+        log.info("guard hook vs zeroed weights: %d cuts, max |Δlogit| = %g over %s logits",
+                 rec["n_cuts"], rec["max_abs_diff"], rec["logits_shape"])
+        self.records["hook_vs_weights"] = rec
+        return rec
+
+    def hook_vs_mean_bias(self, means: torch.Tensor, extra_heads: Sequence[Head] = ()) -> dict:
+        """Guard 1 for mean cuts ("zeroed weights" is a zero-cut guard): the hook against Wo's
+        columns zeroed plus the mean's projection as a bias, within MEAN_BIAS_RTOL × max |logit|."""
+        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
+        rec = guard_hook_vs_mean_bias(self.model, self.adapter, self.ids, heads, means,
+                                      MEAN_BIAS_RTOL, self.batch)
+        log.info("guard mean cut by hook vs its bias form: %d cuts, max |Δlogit| = %g (tolerance %g = "
+                 "%g × max |logit| %g)", rec["n_cuts"], rec["max_abs_diff"], rec["tolerance"],
+                 MEAN_BIAS_RTOL, rec["max_abs_logit"])
+        self.records["hook_vs_mean_bias"] = rec
+        return rec
+
+    def hook(self, means: torch.Tensor | None, extra_heads: Sequence[Head], tolerance: float) -> dict:
+        """Guard 1 for the cuts an experiment makes: zero cuts (``means`` None) or mean cuts."""
+        if means is None:
+            return self.hook_vs_weights(extra_heads, tolerance)
+        return self.hook_vs_mean_bias(means, extra_heads)
+
+    def batched_vs_loop(self, batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
+        """Guard 3: the batched cuts against the one-at-a-time loop (every comparison kept)."""
+        rec = guard_batched(batched.cpu(), looped.cpu(), tolerance, what)
+        log.info("guard batched vs loop (%s): max |Δ| = %g", what, rec["max_abs_diff"])
+        self.batched.append(rec)
+        return rec
+
+    def finish(self) -> dict:
+        """Guard 2 (model back intact), then the whole record."""
+        rec = guard_restore(self.model, self.ids, self.intact, self.batch, self.adapter)
+        log.info("guard restore: identical = %s (max |Δlogit| = %g)", rec["identical"], rec["max_abs_diff"])
+        self.records["restore"] = rec
+        if not self.batched:
+            raise GuardError("no batched-vs-loop comparison was run")
+        self.records["batched_vs_loop"] = dict(
+            max_abs_diff=max(r["max_abs_diff"] for r in self.batched),
+            passed=all(r["passed"] for r in self.batched), comparisons=self.batched)
+        p = next(self.model.parameters())
+        return dict(dtype=str(p.dtype).replace("torch.", ""), device=p.device.type, numerics=numerics(),
+                    guard_input_ids_shapes=[list(x.shape) for x in self.ids]
+                    if isinstance(self.ids, (list, tuple)) else [list(self.ids.shape)],
+                    passed=all(r["passed"] for r in self.records.values()), **self.records)
+
+
+def merge_guards(records: dict[str, dict]) -> dict:
+    """guards.json: every ablation rule's guard record; raises if any of them did not pass."""
+    failed = [name for name, rec in records.items() if not rec.get("passed")]
+    if failed:
+        raise GuardError(f"ablation guards failed in: {failed}")
+    summary = {f"{guard}_max_abs_diff": max(r[guard]["max_abs_diff"] for r in records.values() if guard in r)
+               for guard in ("hook_vs_weights", "hook_vs_mean_bias") if any(guard in r for r in records.values())}
+    summary.update(
+        restore_identical=all(r["restore"]["identical"] for r in records.values()),
+        batched_vs_loop_max_abs_diff=max(r["batched_vs_loop"]["max_abs_diff"] for r in records.values()))
+    return dict(passed=True, **summary, rules=records)
 
 
 # ------------------------------------------------------------------ activation patching (§5d)

@@ -51,15 +51,12 @@ How each site is reached:
 registers anything, and removes every hook and stand-in on exit, also when
 the body raises. An edit never modifies a weight.
 
-The guards that say an intervention is what it claims (protocol §5) are
-here too, for every site: :func:`full_logits`, the weight-level references
-:func:`zeroed_weights` (a zeroed unit of ``z``, ``pattern``, ``k``, ``v`` is
-the same model as its weight entries zeroed) and :func:`replaced_by_bias`
-(``z_h`` replaced by a constant ``m`` is the same model as Wo's columns of
-``h`` zeroed and ``Wo[:, h] · m`` added to the projection's bias — equal in
-exact arithmetic, within float rounding in float32),
-:func:`check_against_reference`, :func:`check_restore` and
-:func:`compare_batched`. A failed guard raises :class:`InterventionError`.
+What the guards (:mod:`headwatch.guards`) compare an edit with is here too, for
+every site: :func:`full_logits`, the weight-level references :func:`zeroed_weights`
+(a zeroed unit of ``z``, ``pattern``, ``k``, ``v`` is the same model as its weight
+entries zeroed) and :func:`replaced_by_bias` (``z_h`` replaced by a constant ``m`` is
+the same model as Wo's columns of ``h`` zeroed and ``Wo[:, h] · m`` added to the
+projection's bias — equal in exact arithmetic, within float rounding in float32).
 """
 from __future__ import annotations
 
@@ -76,7 +73,7 @@ from .recompute import split_heads
 
 __all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero", "scale", "replace", "capture",
            "skip", "intervene", "attention_maps", "maps_and_logits", "full_logits", "zeroed_weights",
-           "replaced_by_bias", "check_against_reference", "check_restore", "compare_batched", "hooks_on"]
+           "replaced_by_bias", "hooks_on"]
 
 OPS = ("zero", "scale", "replace", "capture", "skip")
 GRAD_SITES = ("z", "resid", "resid_in")
@@ -85,8 +82,8 @@ GRAD_SITES = ("z", "resid", "resid_in")
 
 
 class InterventionError(RuntimeError):
-    """An edit that does not fit the forward pass, or a guard that failed: the intervention is
-    not what it claims to be."""
+    """An edit that does not fit the forward pass: the intervention is not what it claims to be
+    (a failed guard raises its subclass :class:`headwatch.guards.GuardError`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -571,8 +568,8 @@ def zeroed_weights(adapter: Adapter, targets: Iterable[tuple[str, int, int]]):
     ``z`` / ``pattern`` unit h: the output projection's entries that read head h (a zeroed
     head's voice and a zeroed pattern both give ``z_h = 0``); ``k`` / ``v`` unit g: the key /
     value projection's rows (and bias entries) that produce group g. This *does* modify
-    weights (in place, under ``no_grad``): it exists only as the reference the hooks are
-    checked against. Restored on exit, also when the body raises, verified bit for bit.
+    weights (in place, under ``no_grad``): it exists only as the reference the guards compare
+    the hooks with. Restored on exit, also when the body raises, verified bit for bit.
     """
     targets = [(s, int(l), int(u)) for s, l, u in targets]
     views = [(t, v) for t in targets for v in _weight_views(adapter, *t)]   # all checked first
@@ -619,83 +616,3 @@ def replaced_by_bias(adapter: Adapter, values: Iterable[tuple[int, int, torch.Te
     finally:
         for proj in attached:
             proj.bias = None
-
-
-def _max_diff(a, b) -> float:
-    if isinstance(a, list):
-        return max(_max_diff(x, y) for x, y in zip(a, b))
-    return float((a - b).abs().max())
-
-
-def _equal(a, b) -> bool:
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return bool(torch.equal(a, b))
-
-
-def _figures(a, b) -> torch.Tensor:
-    """[max |a - b|, 1.0 if a equals b else 0.0] (float64, on a's device: nothing is read)."""
-    if isinstance(a, list):
-        parts = torch.stack([_figures(x, y) for x, y in zip(a, b)])
-        return torch.stack([parts[:, 0].max(), parts[:, 1].min()])
-    return torch.stack([(a - b).abs().max().double(), (a == b).all().double()])
-
-
-def _shape(a) -> list:
-    return [list(x.shape) for x in a] if isinstance(a, list) else list(a.shape)
-
-
-@torch.no_grad()
-def check_against_reference(model, adapter: Adapter, ids, cases: Sequence[tuple[dict, list, Callable]],
-                            tolerance: float, batch: int = 64, what: str = "hook vs reference") -> dict:
-    """Guard 1 (protocol §5): for each case ``(label, edits, reference)``, the FULL logits (every
-    sequence of ``ids``, every position and vocabulary entry) under :func:`intervene` ``(edits)``
-    against those under the context ``reference()`` (a weight-level equivalent). ``label`` names
-    the case (it holds ``layer``). Raises InterventionError if any max |Δ| > ``tolerance``."""
-    figures, hooked = [], None
-    for label, edits, reference in cases:      # the logits stay on the device; one read after the loop
-        with intervene(adapter, edits):
-            hooked = full_logits(model, ids, batch, adapter, on_device=True)
-        with reference():
-            ref = full_logits(model, ids, batch, adapter, on_device=True)
-        figures.append(_figures(hooked, ref))
-    read = torch.stack(figures).cpu().tolist() if figures else []
-    per = [dict(**label, max_abs_diff=d, identical=e == 1.0) for (label, _, _), (d, e) in zip(cases, read)]
-    if not per:
-        raise InterventionError(f"{what}: no case to check")
-    worst = max(p["max_abs_diff"] for p in per)
-    record = dict(compared="full logits: every sequence, position and vocabulary entry",
-                  logits_shape=_shape(hooked), n_cuts=len(per),
-                  layers_covered=sorted({p["layer"] for p in per}),
-                  max_abs_diff=worst, all_identical=all(p["identical"] for p in per),
-                  tolerance=tolerance, passed=bool(worst <= tolerance), per_head=per)
-    if not record["passed"]:
-        raise InterventionError(f"{what}: max |Δlogit| = {worst:g} > {tolerance:g} "
-                                f"({[p for p in per if p['max_abs_diff'] > tolerance]})")
-    return record
-
-
-@torch.no_grad()
-def check_restore(model, ids, intact, batch: int = 64, adapter: Adapter | None = None) -> dict:
-    """Guard 2: the logits now (all hooks removed) are identical (torch.equal) to ``intact``."""
-    now = full_logits(model, ids, batch, adapter)
-    identical = _equal(now, intact)
-    diff = _max_diff(now, intact)
-    record = dict(compared="full logits before any cut vs after every hook was removed",
-                  logits_shape=_shape(now), identical=identical, max_abs_diff=diff,
-                  passed=identical)
-    if not identical:
-        raise InterventionError(f"the model did not come back intact after the cuts: max |Δlogit| = {diff:g}")
-    return record
-
-
-def compare_batched(batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
-    """Guard 3: edits batched per row equal the one-at-a-time loop to ``tolerance`` (max |Δ|)."""
-    if batched.shape != looped.shape:
-        raise InterventionError(f"{what}: batched shape {tuple(batched.shape)} vs loop {tuple(looped.shape)}")
-    diff = float((batched.double() - looped.double()).abs().max()) if batched.numel() else 0.0
-    record = dict(compared=what, n_values=int(batched.numel()), max_abs_diff=diff,
-                  tolerance=tolerance, passed=bool(diff <= tolerance))
-    if not record["passed"]:
-        raise InterventionError(f"{what}: batched cuts differ from one-at-a-time by {diff:g} > {tolerance:g}")
-    return record

@@ -24,10 +24,11 @@ from .arch import Adapter
 from .tableio import assert_finite, write_json
 from .config import PREPARED_RECORD, ModelNotFoundError, gguf_path, source_of  # noqa: F401
 from .device import pick_device
+from .names import BYTES_PER_NUMBER
 
 log = logging.getLogger("headwatch.models")
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in BYTES_PER_NUMBER}    # the config's dtype → torch's
 
 
 class HalfOnCPUError(ValueError):

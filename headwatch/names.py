@@ -10,3 +10,9 @@ SCORES = ("sink", "prev", "self", "induction")
 #: config/schema.yaml's ``definitions.name`` is this pattern (anchored; a test compares them)
 #: and every wildcard that holds such a name is constrained to it (rules/common.smk).
 SAFE_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
+
+#: The number types a model may run in (a model's ``dtype`` in the config), each with the bytes
+#: of one number: the one table that KV-cache sizes (anatomy, the explorer's calculator, the
+#: sweep's kv study) and loading a model read. config/schema.yaml's ``dtype`` enum is its keys
+#: (a test compares them, and torch's sizes with the bytes).
+BYTES_PER_NUMBER = {"float16": 2, "bfloat16": 2, "float32": 4}

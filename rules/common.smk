@@ -26,14 +26,14 @@ GPU_JOB, GPU_TRAIN_JOB = gpu_shares.share_gpus(workflow, config["sweep"]["jobs_p
 
 
 def check_config(config):
-    """Semantic checks that a JSON schema cannot express (headwatch/config.py)."""
+    """Semantic checks that a JSON schema cannot express (headwatch/config/)."""
     _check_config(config, workdir=Path(workflow.basedir))
 
 
 def check_devices():
     """A CUDA device that this machine lacks, refused when a run starts (onstart, before any job)
     if its jobs run here; a cluster's jobs run on its nodes, whose GPUs the login node need not
-    have. The device is not a param: changing it reruns nothing (headwatch/config.py)."""
+    have. The device is not a param: changing it reruns nothing (headwatch/config/devices.py)."""
     if workflow.local_exec:
         _check_devices(config)
 

@@ -1,7 +1,7 @@
 """Rule ablation_guards: merge every ablation rule's guard record into guards.json."""
 import json
 
-from headwatch.ablation import merge_guards
+from headwatch.guards import merge_guards
 from headwatch.tableio import write_json
 from headwatch.workflow import log_to
 

@@ -6,8 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from headwatch import ablation as A
+from headwatch.ablation_settings import AblationSettings
 from headwatch.arch import Adapter
-from headwatch.cut import CutCheckError, cut_heads, full_logits, zeroed_columns
+from headwatch.cut import cut_heads, full_logits, zeroed_columns
+from headwatch.guards import AblationGuards, GuardError, merge_guards
 from headwatch.scores import induction_scores, scores_table
 from tiny import random_ids, tiny_model
 
@@ -15,6 +17,11 @@ T, OFFSET, BOS = 6, 1, 0
 PARAMS = dict(top_n=3, method="zero", k=[1, 2, 3], random_draws=3, seed=11, batch=8, tolerance=1e-5,
               hook_tolerance=0.0, guard_sequences=1, circuit=dict(half_threshold=0.05),
               attribution=dict(no_effect_points=0.02, together=3, global_loss_nats=0.01))
+SETTINGS = AblationSettings.from_config(PARAMS)
+
+
+def _settings(**changed) -> AblationSettings:
+    return AblationSettings.from_config(dict(PARAMS, **changed))
 
 
 def _repeated(n, seed):
@@ -50,8 +57,8 @@ def setup():
 def topk(setup):
     model, adapter, scores = setup
     eval_df = _repeated(3, seed=2)
-    table, note, checks = A.run_topk(model, adapter, eval_df, scores, PARAMS)
-    return eval_df, table, note, checks
+    table, note, guards = A.run_topk(model, adapter, eval_df, scores, SETTINGS)
+    return eval_df, table, note, guards
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +71,7 @@ def attribution(setup):
             expected = int(model(torch.tensor([ids])).logits[0, -1].argmax())   # a likely token
         rows.append(dict(phrase=name, token_ids=ids, expected=f"tok{expected}", expected_id=expected))
     phrases = pd.DataFrame(rows)
-    return (phrases,) + A.run_attribution(model, adapter, phrases, _prose(), PARAMS)
+    return (phrases,) + A.run_attribution(model, adapter, phrases, _prose(), SETTINGS)
 
 
 def _prose():
@@ -88,7 +95,7 @@ def _prose_loss(model, adapter, prose, heads, means=None):
 def circuit(setup):
     model, adapter, scores = setup
     circuit_df = _repeated(3, seed=3)
-    return (circuit_df,) + A.run_circuit(model, adapter, circuit_df, scores, PARAMS)
+    return (circuit_df,) + A.run_circuit(model, adapter, circuit_df, scores, SETTINGS)
 
 
 def test_copy_positions_by_hand():
@@ -120,7 +127,7 @@ def test_random_heads_reproducible_and_sized():
 
 def test_topk_targeted_vs_random(setup, topk):
     model, adapter, scores = setup
-    eval_df, both, note, checks = topk
+    eval_df, both, note, guards = topk
     table = both[both.method == "zero"].reset_index(drop=True)      # the configured method (zero)
     ranked = scores.sort_values(["induction", "layer", "head"], ascending=[False, True, True])
     targeted = [A.head_label(int(r.layer), int(r["head"])) for _, r in ranked.head(3).iterrows()]
@@ -145,22 +152,22 @@ def test_topk_targeted_vs_random(setup, topk):
     assert abs(table.targeted_copy1.iloc[-1] - t1) < 1e-5 and abs(table.targeted_copy2.iloc[-1] - t2) < 1e-5
     assert abs(t2 - i2) > 1e-4                                 # the cut does something
     # Reproducible from the seed.
-    again, _, _ = A.run_topk(model, adapter, eval_df, scores, PARAMS)
+    again, _, _ = A.run_topk(model, adapter, eval_df, scores, SETTINGS)
     pd.testing.assert_frame_equal(both, again)
-    assert checks["passed"] and checks["hook_vs_weights"]["max_abs_diff"] == 0.0
-    assert checks["restore"]["identical"] and checks["batched_vs_loop"]["max_abs_diff"] <= 1e-5
+    assert guards["passed"] and guards["hook_vs_weights"]["max_abs_diff"] == 0.0
+    assert guards["restore"]["identical"] and guards["batched_vs_loop"]["max_abs_diff"] <= 1e-5
     assert "t = offset+T .. offset+2T-2" in note["positions"]
 
 
 def test_topk_refuses_k_above_top_n(setup, topk):
     model, adapter, scores = setup
     with pytest.raises(ValueError, match="ablation.k"):
-        A.run_topk(model, adapter, topk[0], scores, dict(PARAMS, k=[4]))
+        A.run_topk(model, adapter, topk[0], scores, _settings(k=[4]))
 
 
 def test_attribution_summary_follows_from_table(setup, attribution):
     model, adapter, _ = setup
-    phrases, attr, summary, pairs, note, checks = attribution
+    phrases, attr, summary, pairs, note, guards = attribution
     thr = PARAMS["attribution"]["no_effect_points"]
     prose = _prose()
     intact = _prose_loss(model, adapter, prose, [])
@@ -194,9 +201,9 @@ def test_attribution_summary_follows_from_table(setup, attribution):
         assert np.isclose(s.prose_loss_rise, s.prose_loss_cut - s.prose_loss_intact)
         assert s.global_loss_nats == PARAMS["attribution"]["global_loss_nats"]
         assert s.cut_scope == ("global" if cut - intact > s.global_loss_nats else "specific")
-    assert checks["passed"] and checks["hook_vs_weights"]["max_abs_diff"] == 0.0
-    assert len(checks["hook_vs_weights"]["logits_shape"]) == 2      # guards ran on every phrase
-    prose_guard = [c for c in checks["batched_vs_loop"]["comparisons"] if "prose" in c["compared"]]
+    assert guards["passed"] and guards["hook_vs_weights"]["max_abs_diff"] == 0.0
+    assert len(guards["hook_vs_weights"]["logits_shape"]) == 2      # guards ran on every phrase
+    prose_guard = [c for c in guards["batched_vs_loop"]["comparisons"] if "prose" in c["compared"]]
     assert len(prose_guard) == 1 and prose_guard[0]["passed"]        # guard 3 covers the prose losses
 
 
@@ -218,18 +225,18 @@ def test_cut_scope_separates_a_silent_head_from_a_harmful_cut(setup):
     silent = next(h for h in adapter.heads() if h != harmful)
     assert rises[harmful] > 0
     thr = rises[harmful] / 2
-    checks = A.AblationGuards(model, adapter, torch.tensor([prose.token_ids[0]]), PARAMS["batch"])
-    loss = A.prose_losses(model, adapter, prose, [[], [harmful]], checks, PARAMS, None)
+    guards = AblationGuards(model, adapter, torch.tensor([prose.token_ids[0]]), PARAMS["batch"])
+    loss = A.prose_losses(model, adapter, prose, [[], [harmful]], guards, SETTINGS, None)
     assert abs(loss[0] - intact) < 1e-5 and abs(loss[1] - (intact + rises[harmful])) < 1e-5
     assert A.cut_scope(loss[1] - loss[0], thr) == "global"
     with zeroed_columns(adapter, [silent]):
-        loss = A.prose_losses(model, adapter, prose, [[], [silent]], checks, PARAMS, None)
+        loss = A.prose_losses(model, adapter, prose, [[], [silent]], guards, SETTINGS, None)
     assert abs(loss[1] - loss[0]) < 1e-6 and A.cut_scope(loss[1] - loss[0], thr) == "specific"
 
 
 def test_circuit(setup, circuit):
     model, adapter, scores = setup
-    circuit_df, sc, loss, note, checks = circuit
+    circuit_df, sc, loss, note, guards = circuit
     prev = scores.sort_values(["prev", "layer", "head"], ascending=[False, True, True]).iloc[0]
     prev_label = A.head_label(int(prev.layer), int(prev["head"]))
     assert (sc.prev_head == prev_label).all() and sc["rank"].tolist() == [1, 2, 3]
@@ -250,15 +257,15 @@ def test_circuit(setup, circuit):
     assert sc.n_lose_half_prev_cut.iloc[0] == int((above & (after < intact / 2)).sum())
     assert loss.condition.tolist() == ["intact", "random head", "best induction head", "previous-token head"]
     assert loss.set_index("condition").loc["previous-token head"].heads == [prev_label]
-    assert checks["passed"]
+    assert guards["passed"]
 
 
 def test_merge_guards_refuses_a_failed_record(topk):
     rec = topk[3]
-    merged = A.merge_guards({"topk": rec, "again": rec})
+    merged = merge_guards({"topk": rec, "again": rec})
     assert merged["passed"] and merged["hook_vs_weights_max_abs_diff"] == 0.0
-    with pytest.raises(CutCheckError, match="again"):
-        A.merge_guards({"topk": rec, "again": dict(rec, passed=False)})
+    with pytest.raises(GuardError, match="again"):
+        merge_guards({"topk": rec, "again": dict(rec, passed=False)})
 
 
 def test_figures_from_tables(tmp_path, topk, circuit, attribution):
@@ -280,7 +287,7 @@ def test_topk_writes_both_methods_side_by_side(setup, topk):
     """5a: one row per (method, k), the configured method first, the same heads and draws for both;
     mean rows are losses with each cut head's z replaced by its mean over the eval set."""
     model, adapter, scores = setup
-    eval_df, table, note, checks = topk
+    eval_df, table, note, guards = topk
     assert table.columns[0] == "method" and table.method.tolist() == ["zero"] * 3 + ["mean"] * 3
     zero_rows, mean_rows = (table[table.method == m].reset_index(drop=True) for m in ("zero", "mean"))
     for col in ("k", "targeted_heads", "random_heads", "intact_copy1", "intact_copy2"):
@@ -291,12 +298,12 @@ def test_topk_writes_both_methods_side_by_side(setup, topk):
     m1, m2 = _copy_losses(model, adapter, ids, heads3, means)
     assert abs(mean_rows.targeted_copy1.iloc[-1] - m1) < 1e-5 and abs(mean_rows.targeted_copy2.iloc[-1] - m2) < 1e-5
     assert abs(mean_rows.targeted_copy2.iloc[-1] - zero_rows.targeted_copy2.iloc[-1]) > 1e-4
-    assert checks["hook_vs_weights"]["max_abs_diff"] == 0.0
-    assert checks["hook_vs_mean_bias"]["passed"]
-    assert checks["hook_vs_mean_bias"]["max_abs_diff"] <= checks["hook_vs_mean_bias"]["tolerance"]
-    assert len(checks["batched_vs_loop"]["comparisons"]) == 2                  # one per method
+    assert guards["hook_vs_weights"]["max_abs_diff"] == 0.0
+    assert guards["hook_vs_mean_bias"]["passed"]
+    assert guards["hook_vs_mean_bias"]["max_abs_diff"] <= guards["hook_vs_mean_bias"]["tolerance"]
+    assert len(guards["batched_vs_loop"]["comparisons"]) == 2                  # one per method
     assert "configured ablation.method (zero) first" in note["method"]
-    configured_mean, _, _ = A.run_topk(model, adapter, eval_df, scores, dict(PARAMS, method="mean"))
+    configured_mean, _, _ = A.run_topk(model, adapter, eval_df, scores, _settings(method="mean"))
     assert configured_mean.method.tolist() == ["mean"] * 3 + ["zero"] * 3
     pd.testing.assert_frame_equal(configured_mean[configured_mean.method == "zero"].reset_index(drop=True),
                                   zero_rows)
@@ -305,13 +312,13 @@ def test_topk_writes_both_methods_side_by_side(setup, topk):
 def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit, attribution):
     model, adapter, scores = setup
     eval_df = topk[0]
-    params = dict(PARAMS, method="mean")
+    mean_cuts = _settings(method="mean")
     with pytest.raises(ValueError, match="ablation.method = mean"):
-        A.run_circuit(model, adapter, circuit[0], scores, params)
+        A.run_circuit(model, adapter, circuit[0], scores, mean_cuts)
     with pytest.raises(ValueError, match="ablation.method"):
-        A.run_circuit(model, adapter, circuit[0], scores, dict(PARAMS, method="median"), eval_df)
-    sc, loss, note, checks = A.run_circuit(model, adapter, circuit[0], scores, params, eval_df)
-    assert note["method"] == "mean" and "hook_vs_mean_bias" in checks and "hook_vs_weights" not in checks
+        A.run_circuit(model, adapter, circuit[0], scores, _settings(method="median"), eval_df)
+    sc, loss, note, guards = A.run_circuit(model, adapter, circuit[0], scores, mean_cuts, eval_df)
+    assert note["method"] == "mean" and "hook_vs_mean_bias" in guards and "hook_vs_weights" not in guards
     means = A.head_means(model, adapter, torch.tensor(np.stack(eval_df.token_ids)))
     ids = torch.tensor(np.stack(circuit[0].token_ids))
     prev = sc.prev_head.iloc[0]
@@ -323,12 +330,38 @@ def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit,
     zero_sc = circuit[1]
     assert not np.allclose(sc.after_prev_cut, zero_sc.after_prev_cut, atol=1e-6)   # a different cut
     phrases = attribution[0]
-    attr, summary, pairs, note, checks = A.run_attribution(model, adapter, phrases, _prose(), params, eval_df)
-    assert note["method"] == "mean" and checks["passed"] and "hook_vs_mean_bias" in checks
+    attr, summary, pairs, note, guards = A.run_attribution(model, adapter, phrases, _prose(), mean_cuts, eval_df)
+    assert note["method"] == "mean" and guards["passed"] and "hook_vs_mean_bias" in guards
     row = attr.iloc[5]
     ph = phrases.set_index("phrase").loc[row.phrase]
     with torch.no_grad(), cut_heads(adapter, [(int(row.layer), int(row["head"]))], means):
         p = torch.softmax(model(torch.tensor([ph.token_ids])).logits[0, -1], -1)[ph.expected_id]
     assert abs(row.p_cut - float(p)) < 1e-6
-    merged = A.merge_guards({"topk": topk[3], "attribution": checks})
-    assert merged["hook_vs_mean_bias_max_abs_diff"] <= checks["hook_vs_mean_bias"]["tolerance"]
+    merged = merge_guards({"topk": topk[3], "attribution": guards})
+    assert merged["hook_vs_mean_bias_max_abs_diff"] <= guards["hook_vs_mean_bias"]["tolerance"]
+
+
+def test_settings_are_typed_and_name_what_is_missing_or_unknown():
+    """AblationSettings types every key under ablation: of the shipped config (a key it does not
+    know is refused, so a new key must be typed here too), and a rule whose slice lacks a key
+    the experiment reads is told which."""
+    import yaml
+
+    from workflow import ROOT
+
+    shipped = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["ablation"]
+    s = AblationSettings.from_config(shipped)
+    assert s.k == tuple(shipped["k"]) and isinstance(s.tolerance, float)
+    assert s.attribution.together == shipped["attribution"]["together"]
+    assert s.circuit.half_threshold == shipped["circuit"]["half_threshold"]
+    with pytest.raises(ValueError, match=r"ablation: unknown key\(s\) \['colour'\]"):
+        AblationSettings.from_config(dict(shipped, colour=1))
+    with pytest.raises(ValueError, match=r"ablation.attribution: unknown key\(s\) \['colour'\]"):
+        AblationSettings.from_config(dict(shipped, attribution=dict(shipped["attribution"], colour=1)))
+    with pytest.raises(ValueError, match="batch missing"):
+        AblationSettings.from_config({k: v for k, v in shipped.items() if k != "batch"})
+    attribution_only = AblationSettings.from_config({k: shipped[k] for k in ("attribution", "batch", "tolerance",
+                                                                            "hook_tolerance", "method")})
+    assert attribution_only.need("attribution") is attribution_only
+    with pytest.raises(ValueError, match="top_n, seed not in this rule's settings"):
+        attribution_only.need("top_n", "seed")

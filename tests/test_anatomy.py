@@ -64,6 +64,21 @@ def test_kv_cache_and_attention_cells_by_hand():
     assert attention_cells(2048, 12, 12) == 4_194_304 * 144 == 603_979_776
 
 
+def test_one_table_of_bytes_per_number_matches_torch_and_the_schema():
+    """headwatch.names.BYTES_PER_NUMBER is the one dtype → bytes table: torch's sizes, the
+    config's dtype choices, the dtypes a model loads in."""
+    import yaml
+
+    from headwatch.models import DTYPES
+    from headwatch.names import BYTES_PER_NUMBER
+    from workflow import ROOT
+
+    assert {name: getattr(torch, name).itemsize for name in BYTES_PER_NUMBER} == BYTES_PER_NUMBER
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    dtype = schema["properties"]["models"]["additionalProperties"]["properties"]["dtype"]
+    assert sorted(dtype["enum"]) == sorted(BYTES_PER_NUMBER) == sorted(DTYPES)
+
+
 def _survey_row(**kw):
     row = dict(name="m", source="reference", layers=30, heads=9, kv_heads=3, head_dim=64, context=8192,
                rotary_dims=64, rotary_base=1e5, error="")

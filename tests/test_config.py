@@ -129,7 +129,7 @@ def test_float16_is_refused_where_the_jobs_would_run_on_a_cpu(device, cuda, refu
 def test_a_passing_verdict_is_cached_and_keyed_by_config_and_files(tmp_path, tiny_model_dir, monkeypatch):
     import shutil
 
-    import headwatch.config as hc
+    import headwatch.config.verdict as hc
     from workflow import ROOT, deep_merge, tiny_config
 
     shutil.copytree(ROOT / "config", tmp_path / "config")

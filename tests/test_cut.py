@@ -3,9 +3,10 @@ import pytest
 import torch
 
 from headwatch.arch import Adapter, HeadAddressError
-from headwatch.cut import (BatchedCuts, CutCheckError, check_hook_vs_weights, check_restore,
-                           compare_batched, cut_heads, cut_rows, full_logits, head_mask,
-                           heads_one_per_layer, loop_cuts, zeroed_columns)
+from headwatch.cut import (BatchedCuts, cut_heads, cut_rows, full_logits, head_mask, heads_one_per_layer,
+                           loop_cuts, zeroed_columns)
+from headwatch.guards import GuardError, guard_batched, guard_hook_vs_weights, guard_restore
+from headwatch.interventions import InterventionError
 from tiny import random_ids
 
 
@@ -53,7 +54,7 @@ def test_hook_equals_zeroed_weights_on_full_logits(model):
     ids = random_ids(2, 12)
     intact = full_logits(model, ids)
     snap = _snapshot(model)
-    rec = check_hook_vs_weights(model, a, ids, heads_one_per_layer(a) + [(1, 3)], tolerance=0.0)
+    rec = guard_hook_vs_weights(model, a, ids, heads_one_per_layer(a) + [(1, 3)], tolerance=0.0)
     assert rec["max_abs_diff"] == 0.0 and rec["all_identical"]
     assert rec["layers_covered"] == list(range(a.n_layers))
     assert rec["logits_shape"] == [2, 12, model.config.vocab_size]
@@ -68,7 +69,7 @@ def test_hook_equals_zeroed_weights_on_full_logits(model):
     # Restored: weights and logits bit for bit, no hook left behind.
     assert _same_weights(model, snap)
     assert _hooks(a) == 0
-    assert check_restore(model, ids, intact)["identical"]
+    assert guard_restore(model, ids, intact)["identical"]
 
 
 def test_hook_never_modifies_weights(model):
@@ -135,7 +136,7 @@ def test_batched_rows_equal_one_at_a_time(model):
             alone = model(ids[:1]).logits[0]
         assert (batched[i] - alone).abs().max() <= 1e-5
     assert (batched[1] - batched[0]).abs().max() > 1e-3   # different rows really differ
-    with pytest.raises(CutCheckError, match="masks for 4 rows"):
+    with pytest.raises(InterventionError, match="masks for 4 rows"):
         with torch.no_grad(), cut_rows(a, head_mask(a, rows)):
             model(ids[:2])
 
@@ -154,7 +155,7 @@ def test_batched_runner_equals_loop(model, reuse):
     looped = loop_cuts(model, a, ids, variants, reduce, positions)
     batched = BatchedCuts(model, a, ids, positions, batch=4, reuse_prefix=reuse).run_variants(variants, reduce)
     assert batched.shape == (5, 3, 3, model.config.vocab_size)
-    assert compare_batched(batched, looped, 1e-5, "log-probs")["passed"]
+    assert guard_batched(batched, looped, 1e-5, "log-probs")["passed"]
     assert (looped[1] - looped[0]).abs().max() > 1e-3
     assert _hooks(a) == 0
     assert all("forward" not in a.block(l).__dict__ for l in range(a.n_layers))
@@ -166,12 +167,12 @@ def test_guards_fail_loudly():
     a = Adapter(model)
     ids = random_ids(1, 8)
     intact = full_logits(model, ids)
-    with pytest.raises(CutCheckError, match="differ from one-at-a-time"):
-        compare_batched(torch.zeros(3), torch.tensor([0.0, 2e-5, 0.0]), 1e-5, "x")
+    with pytest.raises(GuardError, match="differ from one-at-a-time"):
+        guard_batched(torch.zeros(3), torch.tensor([0.0, 2e-5, 0.0]), 1e-5, "x")
     with torch.no_grad():
         a.out_proj(1).weight[0, 0] += 1e-3          # the model did not come back
-    with pytest.raises(CutCheckError, match="did not come back intact"):
-        check_restore(model, ids, intact)
+    with pytest.raises(GuardError, match="did not come back intact"):
+        guard_restore(model, ids, intact)
 
 
 def test_plan_chunks_by_hand():

@@ -63,12 +63,14 @@ ABLATION_PARAMS = dict(top_n=4, method="zero", k=[1, 2, 4], random_draws=3, seed
 def ablation_tables(model, adapter, scores, repeated_ids, phrases, prose) -> dict:
     """The ablation tables of the tiny run, by the workflow's own code (headwatch.ablation)."""
     from headwatch.ablation import run_attribution, run_circuit, run_topk
+    from headwatch.ablation_settings import AblationSettings
 
     seqs = pd.DataFrame(dict(seq=range(len(repeated_ids)), token_ids=[r.tolist() for r in repeated_ids],
                              half_length=repeated_ids.shape[1] // 2, offset=0))
-    topk, _, _ = run_topk(model, adapter, seqs, scores, ABLATION_PARAMS)
-    circuit_scores, circuit_loss, _, _ = run_circuit(model, adapter, seqs, scores, ABLATION_PARAMS)
-    attribution, attribution_summary, _, _, _ = run_attribution(model, adapter, phrases, prose, ABLATION_PARAMS)
+    settings = AblationSettings.from_config(ABLATION_PARAMS)
+    topk, _, _ = run_topk(model, adapter, seqs, scores, settings)
+    circuit_scores, circuit_loss, _, _ = run_circuit(model, adapter, seqs, scores, settings)
+    attribution, attribution_summary, _, _, _ = run_attribution(model, adapter, phrases, prose, settings)
     return dict(topk=topk, circuit_scores=circuit_scores, circuit_loss=circuit_loss, attribution=attribution,
                 attribution_summary=attribution_summary)
 

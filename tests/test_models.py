@@ -113,3 +113,14 @@ def test_shapes_from_config_json_and_from_the_gguf_header(tiny_model_dir):
     # SmolLM2-135M: 30 layers of 9 query heads sharing 3 key/value heads, 8192 positions
     assert shape_from_gguf(header) == dict(model_type="llama", layers=30, heads=9, kv_heads=3, context=8192,
                                            vocab=49152)
+
+
+@pytest.mark.parametrize("arch, model_type", [("gptneox", "gpt_neox"), ("gemma3", "gemma3_text"),
+                                              ("qwen2", "qwen2"), ("mamba", "mamba")])
+def test_a_gguf_architecture_is_read_as_its_family(arch, model_type):
+    """GGUF names some architectures its own way; the family's entry knows its GGUF name, and
+    the header's keys carry that name as their prefix."""
+    header = {"general.architecture": arch, f"{arch}.block_count": 2, f"{arch}.attention.head_count": 4,
+              f"{arch}.context_length": 64, "tokenizer.ggml.tokens#len": 100}
+    assert shape_from_gguf(header) == dict(model_type=model_type, layers=2, heads=4, kv_heads=4, context=64,
+                                           vocab=100)

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+from ..names import BYTES_PER_NUMBER
 
 
 # ---------------------------------------------------------------- formulas
@@ -107,13 +107,13 @@ def rotary_table(survey: pd.DataFrame, distance: float, swap_base: dict | None =
     return pd.DataFrame(rows)
 
 
-def kv_cache_table(survey: pd.DataFrame, dtypes=("float16", "bfloat16", "float32")) -> pd.DataFrame:
+def kv_cache_table(survey: pd.DataFrame, dtypes=tuple(BYTES_PER_NUMBER)) -> pd.DataFrame:
     """Bytes of KV cache per token and at full context, with and without key sharing."""
     rows = []
     for _, m in _usable(survey).iterrows():
         L, H, KV, D, C = (int(m[k]) for k in ("layers", "heads", "kv_heads", "head_dim", "context"))
         for dt in dtypes:
-            b = BYTES[dt]
+            b = BYTES_PER_NUMBER[dt]
             per, per_all = kv_cache_bytes(L, KV, D, b), kv_cache_bytes(L, H, D, b)
             rows.append(dict(name=m["name"], source=m["source"], dtype=dt, bytes_per_number=b,
                              layers=L, heads=H, kv_heads=KV, head_dim=D, context=C,

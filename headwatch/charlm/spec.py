@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
+from ..names import BYTES_PER_NUMBER
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -93,7 +95,7 @@ class ModelSpec:
         """FFN neurons a token traverses: ffn_mult × width dense, top_k × expert width with experts."""
         return self.routed * self.expert_hidden if self.experts else self.ffn_mult * self.width
 
-    def kv_cache_bytes_per_token(self, bytes_per_number: int = 4) -> int:
+    def kv_cache_bytes_per_token(self, bytes_per_number: int = BYTES_PER_NUMBER["float32"]) -> int:
         """Keys and values of every layer for one token: 2 × layers × kv heads × head size numbers."""
         return 2 * self.layers * self.kv_groups * self.head_dim * bytes_per_number
 

@@ -34,9 +34,9 @@ import pandas as pd
 
 from .. import markup
 from ..arch import context_length, shape_of
+from ..names import BYTES_PER_NUMBER
 from ..scores import SCORES
 
-BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 ESCAPE = 255
 
 
@@ -177,10 +177,11 @@ def config_shape(cfg, dtype: str = "float32") -> dict:
     """:func:`headwatch.arch.shape_of` plus the context length and bytes per number of ``dtype``."""
     s = shape_of(cfg)
     context = context_length(cfg)
-    if dtype not in BYTES:
-        raise ExplorerDataError(f"dtype {dtype!r}: bytes per number unknown (know {sorted(BYTES)})")
+    if dtype not in BYTES_PER_NUMBER:
+        raise ExplorerDataError(f"dtype {dtype!r}: bytes per number unknown "
+                                f"(know {sorted(BYTES_PER_NUMBER)})")
     out = {k: _plain(v) for k, v in s.items()}
-    out.update(context=int(context) if context else None, dtype=dtype, bytes=BYTES[dtype])
+    out.update(context=int(context) if context else None, dtype=dtype, bytes=BYTES_PER_NUMBER[dtype])
     if out["rotary_dims"] is None:
         out["rotary_dims"] = 0
     return out

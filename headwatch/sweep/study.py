@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ..charlm.spec import TRAINING_OPTIONS, ModelSpec
+from ..names import BYTES_PER_NUMBER
 from ..tableio import assert_finite, read_note, read_parquet
 from .summary import SummaryError
 
@@ -61,7 +62,8 @@ MODEL_COLUMNS = ["width", "heads", "layers", "head_size", "kv_heads", "experts",
                  "balance"]
 
 
-def model_numbers(model: dict, vocab_size: int = 65, bytes_per_number: int = 4) -> dict:
+def model_numbers(model: dict, vocab_size: int = 65,
+                  bytes_per_number: int = BYTES_PER_NUMBER["float32"]) -> dict:
     """Resolved numbers of one model-settings dict (``headwatch.sweep.plan.model_of``): its
     shape with every default filled in, and its parameter counts (:meth:`ModelSpec.param_counts`)."""
     spec = ModelSpec.from_settings(vocab_size, model)
@@ -123,7 +125,8 @@ def invariant_error(study: dict, models: list[dict], labels: list[str] | None = 
     return ""
 
 
-def read_study_runs(runs: list[dict], vocab_size: int, bytes_per_number: int = 4) -> pd.DataFrame:
+def read_study_runs(runs: list[dict], vocab_size: int,
+                    bytes_per_number: int = BYTES_PER_NUMBER["float32"]) -> pd.DataFrame:
     """One row per (arch, seed): resolved architecture, recorded parameters, final losses,
     throughput and expert shares (``vocab_size``: the corpus's). ``runs[i]``: a run of ``headwatch.sweep.plan.runs`` with
     ``model`` (its settings) and ``metrics`` (path); a run that names its ``vocab`` (a vocab

@@ -1,0 +1,172 @@
+"""The pre-job checks that read the config and each studied model's facts (protocol §9)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .devices import cuda_available, dtype_errors
+from .errors import ConfigError, ModelNotFoundError
+from .facts import ModelFacts, model_facts
+from .sources import Located
+
+
+def model_errors(config: dict) -> list[str]:
+    known = sorted(config["models"])
+    return [f"models_studied[{i}]: unknown model {key!r}; known models (config key `models`): {known}"
+            for i, key in enumerate(config["models_studied"]) if key not in config["models"]]
+
+
+def sweep_errors(config: dict) -> list[str]:
+    """The sweep's own checks (heads that do not divide the width, warm-up past the steps, …)."""
+    if "sweep" not in config:
+        return []
+    from ..sweep.checks import check_sweeps
+
+    return check_sweeps(config["sweep"])
+
+
+def report_errors(config: dict, workdir) -> list[str]:
+    """The explorer's rotary clock compares bases with reference configs that must exist."""
+    refs = Path(workdir) / "config" / "models"
+    return [f"report.explorer.rotary_references[{i}]: {name!r} has no reference config "
+            f"config/models/{name}.json"
+            for i, name in enumerate(config["report"]["explorer"]["rotary_references"])
+            if not (refs / f"{name}.json").exists()]
+
+
+def _ids(tok, text: str, special: bool = True) -> list[int]:
+    return list(tok(text, add_special_tokens=special).input_ids)
+
+
+def _pieces(tok, ids) -> list[str]:
+    return [tok.decode([i]) for i in ids]
+
+
+def token_errors(config: dict, facts: ModelFacts) -> tuple[list[str], list[str]]:
+    """Expected tokens must be one token; an expected token after a phrase that ends in a word
+    should start with a space (warning); the vocabulary slice must fit the tokenizer."""
+    from ..sequences import single_token
+
+    errors, warnings = [], []
+    tok, key = facts.tokenizer, facts.key
+    for name, spec in config["phrases"].items():
+        for fld in ("expected", "also"):
+            if fld not in spec:
+                continue
+            value = spec[fld]
+            try:
+                single_token(tok, value, f"phrases.{name}.{fld}")
+            except ValueError as err:
+                errors.append(f"{err} (model {key})")
+            if ("text" in spec and re.search(r"\w$", spec["text"])
+                    and not value[:1].isspace()):
+                with_ids, bare_ids = _ids(tok, " " + value, False), _ids(tok, value, False)
+                warnings.append(
+                    f"phrases.{name}.{fld} = {value!r} has no leading space, but the phrase ends in a "
+                    f"word, so its next token most likely starts with one: {(' ' + value)!r} gives "
+                    f"{_pieces(tok, with_ids)} (ids {with_ids}), {value!r} gives "
+                    f"{_pieces(tok, bare_ids)} (ids {bare_ids}) (model {key}); write "
+                    f"{fld}: {(' ' + value)!r} unless the phrase's last word is meant to go on")
+    s = config["sequences"]
+    low, high, vocab = s["vocab_low"], s["vocab_high"], len(tok)
+    if not 0 <= low < high <= vocab:
+        errors.append(f"sequences.vocab_low/vocab_high = [{low}, {high}) is not inside the "
+                      f"tokenizer's vocabulary of {vocab} (model {key})")
+    else:
+        special = set(tok.all_special_ids)
+        usable = sum(1 for i in range(low, high) if i not in special)
+        need = max([s["half_length"]] + [p["random"] for p in config["phrases"].values() if "random" in p])
+        if usable < need:
+            errors.append(f"sequences.vocab_low/vocab_high: [{low}, {high}) holds {usable} ordinary ids, "
+                          f"fewer than the {need} distinct ids a sequence needs (model {key})")
+    return errors, warnings
+
+
+def length_errors(config: dict, facts: ModelFacts) -> list[str]:
+    """Every phrase, prose sentence and token sequence must fit the model's context."""
+    context, key, tok = facts.shape.get("context"), facts.key, facts.tokenizer
+    if not context:
+        return []
+    bos = int(tok.bos_token_id is not None and _ids(tok, "a")[:1] == [tok.bos_token_id])
+    out = []
+
+    def over(where, n):
+        if n > context:
+            out.append(f"{where}: {n} tokens, longer than the context of model {key} "
+                       f"({context} positions, {facts.where}); shorten it")
+
+    for name, spec in config["phrases"].items():
+        if "text" in spec:
+            over(f"phrases.{name}.text", len(_ids(tok, spec["text"])))
+        else:
+            over(f"phrases.{name}.random = {spec['random']} (× 2{' + BOS' if bos else ''})",
+                 2 * spec["random"] + bos)
+    for i, text in enumerate(config["prose"]):
+        over(f"prose[{i}]", len(_ids(tok, text)))
+    half = config["sequences"]["half_length"]
+    over(f"sequences.half_length = {half} (× 2{' + BOS' if bos else ''})", 2 * half + bos)
+    return out
+
+
+def head_errors(config: dict, facts: ModelFacts) -> list[str]:
+    """Head addresses and head counts that model ``key`` must have."""
+    from ..ablation_settings import AblationSettings
+    from ..arch import FAMILIES
+
+    shape, key, out = facts.shape, facts.key, []
+    if shape.get("model_type") not in FAMILIES:
+        out.append(f"models.{key}: model_type {shape.get('model_type')!r} has no adapter; headwatch "
+                   f"knows {sorted(FAMILIES)} (add one to headwatch/arch.py: FAMILIES)")
+    layers, heads = shape.get("layers"), shape.get("heads")
+    if not (layers and heads):
+        return out + [f"models.{key}: {facts.where} does not say how many layers and heads it has"]
+    total = layers * heads
+    desc = f"model {key} has {layers} layers × {heads} heads = {total}"
+    head = (config.get("anatomy") or {}).get("head")
+    if head:
+        if head["layer"] >= layers:
+            out.append(f"anatomy.head.layer = {head['layer']}: {desc}, layers 0–{layers - 1}")
+        if head["head"] >= heads:
+            out.append(f"anatomy.head.head = {head['head']}: {desc}, heads 0–{heads - 1} per layer")
+    if config.get("ablation"):
+        a = AblationSettings.from_config(config["ablation"])
+        top_n, ks, draws = a.top_n, list(a.k), a.random_draws
+        if max(ks) > top_n:
+            out.append(f"ablation.k = {ks}: every k must be <= ablation.top_n = {top_n} "
+                       "(the top-k heads of the targeted set)")
+        if top_n > total:
+            out.append(f"ablation.top_n = {top_n}: {desc}")
+        elif total - top_n < max(ks):
+            out.append(f"ablation.k = {ks}: the random control draws up to {max(ks)} heads from outside "
+                       f"the top {top_n}, but {desc} leaves {total - top_n}")
+        if top_n < total and total - top_n - 1 < draws:
+            out.append(f"ablation.random_draws = {draws}: the circuit's control needs {draws} heads "
+                       f"outside the top {top_n} and the previous-token head, but {desc} leaves "
+                       f"{max(total - top_n - 1, 0)}")
+        together = a.attribution.together
+        if together > total:
+            out.append(f"ablation.attribution.together = {together}: {desc}")
+        if total < 2:
+            out.append(f"ablation: attribution compares the two costliest heads; {desc}")
+    return out
+
+
+def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_available):
+    """(errors, warnings) of every check that reads the studied models."""
+    from ..anatomy.configs import config_errors as anatomy_errors
+    from ..patching import name_errors as patching_name_errors
+
+    errors = (sweep_errors(config) + anatomy_errors(config, workdir) + report_errors(config, workdir)
+              + dtype_errors(config, cuda))
+    warnings = []
+    for loc in located:
+        try:
+            facts = model_facts(loc, config["models"][loc.key])
+        except (ModelNotFoundError, ConfigError) as err:
+            errors.append(str(err))
+            continue
+        errs, warns = token_errors(config, facts)
+        errors += errs + length_errors(config, facts) + head_errors(config, facts)
+        errors += patching_name_errors(config, facts)
+        warnings += warns
+    return errors, warnings

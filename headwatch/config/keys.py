@@ -1,0 +1,168 @@
+"""Config keys and config files: keys the schema does not know (with the nearest valid key),
+values its described definitions refuse (said in words), model keys that are folders of
+results/, and config files that YAML cannot read (with file, line and column)."""
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from pathlib import Path
+
+from .errors import ConfigError
+
+
+# ------------------------------------------------------------------ unknown keys
+def _resolve(schema: dict, root: dict) -> dict:
+    while isinstance(schema, dict) and "$ref" in schema:
+        node = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        schema = node
+    return schema if isinstance(schema, dict) else {}
+
+
+def unknown_keys(config, schema: dict, root: dict | None = None, path: str = "") -> list[str]:
+    """Every key of ``config`` that ``schema`` does not allow, with its dotted path and the
+    nearest valid key. Walks ``properties``, ``additionalProperties`` and ``items``."""
+    root = root if root is not None else schema
+    schema = _resolve(schema, root)
+    out = []
+    if isinstance(config, dict) and schema.get("type", "object") == "object":
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for key, value in config.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key in props:
+                out += unknown_keys(value, props[key], root, where)
+            elif extra is False:
+                valid = sorted(props)
+                near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+                hint = f"did you mean `{near[0]}`?" if near else f"valid keys here: {valid}"
+                place = f"under `{path}`" if path else "at the top level"
+                out.append(f"{where}: unknown key {str(key)!r} {place}; {hint}")
+            elif isinstance(extra, dict):
+                out += unknown_keys(value, extra, root, where)
+    elif isinstance(config, list) and isinstance(schema.get("items"), dict):
+        for i, value in enumerate(config):
+            out += unknown_keys(value, schema["items"], root, f"{path}[{i}]")
+    return out
+
+
+_SCHEMAS: dict = {}
+
+
+def load_schema(path) -> dict:
+    """The schema YAML (parsed once per process and file version; libyaml when present)."""
+    import yaml
+
+    path = Path(path)
+    tag = (str(path.resolve()), path.stat().st_mtime_ns)
+    if tag not in _SCHEMAS:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        _SCHEMAS[tag] = yaml.load(path.read_text(), Loader=loader)
+    return _SCHEMAS[tag]
+
+
+def check_keys(config: dict, schema_path) -> None:
+    """Refuse keys the schema does not know, then names, text and devices that its described
+    definitions refuse (:func:`schema_errors`), and model keys that are folders of results/
+    (:func:`name_errors`). Run before the schema itself, whose messages would not say in words
+    which key was meant."""
+    schema = load_schema(schema_path)
+    errors = unknown_keys(config, schema)
+    if errors:
+        raise ConfigError("invalid config (a misspelled key would be silently ignored):\n  "
+                          + "\n  ".join(errors))
+    errors = schema_errors(config, schema) + name_errors(config)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+
+
+def _dotted(path) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def schema_errors(config: dict, schema: dict) -> list[str]:
+    """Values refused by one of the schema's described ``definitions`` (a safe name, one line of
+    text, a device), each as ``key: value <the definition's description>``; a refused mapping
+    key is named as such. Other schema errors are left to the schema's own validation."""
+    from jsonschema import Draft202012Validator
+
+    described = [d for d in schema.get("definitions", {}).values() if "description" in d]
+    out, seen = [], set()
+    for err in Draft202012Validator(schema).iter_errors(config):
+        for e in [err, *(err.context or [])]:
+            if e.schema not in described:
+                continue
+            where, value = _dotted(e.absolute_path), e.instance
+            if (where, repr(value)) in seen:
+                continue
+            seen.add((where, repr(value)))
+            what = "the key" if "propertyNames" in e.absolute_schema_path else "the value"
+            out.append(f"{where or 'top level'}: {what} {value!r} {' '.join(e.schema['description'].split())}")
+    return out
+
+
+def name_errors(config: dict) -> list[str]:
+    """Model keys that would share a folder of results/ with another stage (``sweep``, ...)."""
+    from ..paths import SHARED_FOLDERS
+
+    return [f"models: the key {key!r} is the name of a folder of results/ that is not a model's "
+            f"({', '.join(SHARED_FOLDERS)}); choose another name"
+            for key in (config.get("models") or {}) if key in SHARED_FOLDERS]
+
+
+def model_entry(config: dict, model: str) -> dict:
+    """The config entry of model ``model`` (a ``{model}`` wildcard of a requested path); a model
+    that is not configured is named with the ones that are."""
+    try:
+        return config["models"][model]
+    except KeyError:
+        raise ConfigError(f"{model!r} is not a configured model (config key `models`: "
+                          f"{sorted(config['models'])}); results/<model>/... exists only for those")
+
+
+# ------------------------------------------------------------------ config files
+def yaml_errors(path) -> list[str]:
+    """``path:line:column: problem`` when neither JSON nor YAML can read the config file
+    ``path`` (Snakemake's own message names neither the file nor the line); [] when one can."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return [f"{path}: cannot be read ({err})"]
+    try:
+        json.loads(text)
+        return []
+    except ValueError:
+        pass
+    try:
+        yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return []
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        why = "; ".join(x for x in (err.context, err.problem) if x)
+        return [f"{where}: not valid YAML: {why}"
+                + ("; indent with spaces only, never tabs" if "\t" in text else "")]
+    except yaml.YAMLError as err:
+        return [f"{path}: not valid YAML: {err}"]
+
+
+def check_yaml(*paths) -> None:
+    """Refuse config files that neither JSON nor YAML can read, naming file, line and column
+    (a file that does not exist is Snakemake's to name, or to skip for a --configfile)."""
+    errors = [e for p in paths if Path(p).exists() for e in yaml_errors(p)]
+    if errors:
+        raise ConfigError("invalid config file:\n  " + "\n  ".join(errors))
+
+
+def main(argv=None) -> int:
+    """``python -m headwatch.config FILE...``: each config file's YAML errors with file, line and
+    column (what to run when Snakemake says only "Config file is not valid JSON or YAML")."""
+    errors = [e for p in (sys.argv[1:] if argv is None else argv) for e in yaml_errors(p)]
+    for e in errors:
+        print(e, file=sys.stderr)
+    return 1 if errors else 0
