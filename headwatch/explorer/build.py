@@ -34,7 +34,7 @@ import pandas as pd
 
 from .. import markup
 from ..arch import context_length, shape_of
-from ..scores import SCORES
+from ..names import SCORES
 
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 ESCAPE = 255
