@@ -175,8 +175,9 @@ def test_the_explorer_shows_the_patching_panel(run, browser):
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], json.dumps(browser.get_log("browser"))
 
 
-TABLE_ONLY_SCRIPTS = ("figures_ablation", "figures_anatomy", "figures_heads", "figures_sweep", "figures_sweep_study",
-                      "patching_figures", "report_explorer", "report_table", "sweep_study", "sweep_summary")
+TABLE_ONLY_SCRIPTS = ("anatomy_context", "figures_ablation", "figures_anatomy", "figures_heads", "figures_sweep",
+                      "figures_sweep_study", "patching_figures", "report_explorer", "report_table", "sweep_study",
+                      "sweep_summary")
 """Scripts whose jobs read tables and write tables, figures or pages, never a model: about half
 the jobs of a run. Importing torch would cost each of them ~2 s of CPU."""
 
