@@ -85,12 +85,3 @@ def phrase_outputs(model, tokenizer, phrases: pd.DataFrame, quantum: int, top: i
         maps_parts.append(maps_table(row.phrase, maps, quantum))
         pred_parts.append(predictions_table(model, tokenizer, row, logits[0, -1], top))
     return pd.concat(maps_parts, ignore_index=True), tokens_table(phrases), pd.concat(pred_parts, ignore_index=True)
-
-
-def map_of(maps: pd.DataFrame, phrase: str, layer: int, head: int) -> np.ndarray:
-    """One head's stored map as a dense [T, T] array (zeros above the diagonal)."""
-    m = maps[(maps.phrase == phrase) & (maps.layer == layer) & (maps["head"] == head)]
-    T = int(m["row"].max()) + 1
-    A = np.zeros((T, T), dtype=np.float32)
-    A[m["row"].to_numpy(), m["col"].to_numpy()] = m["weight"].to_numpy()
-    return A

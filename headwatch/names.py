@@ -4,6 +4,14 @@ pandas (Snakemake reads them on every parse of the Snakefile)."""
 #: The four head scores (protocol §4), in the order of every table, figure and page.
 SCORES = ("sink", "prev", "self", "induction")
 
+
+def top_heads(scores, score: str, n: int) -> list[tuple[int, int]]:
+    """The n heads of a scores table ranked highest by ``score`` (ties broken by layer, head);
+    here, not in :mod:`headwatch.scores`, so that the figure jobs need not import torch."""
+    top = scores.sort_values([score, "layer", "head"], ascending=[False, True, True]).head(n)
+    return list(zip(top["layer"].astype(int), top["head"].astype(int)))
+
+
 #: A name from the config that becomes part of a file path (a model, phrase, sweep or study
 #: key, a reference config): letters, digits, ``_``, ``.`` and ``-``, starting with a letter,
 #: a digit or ``_`` — so never ``.``/``..``, a hidden file, an option-like ``-x`` or a ``/``.

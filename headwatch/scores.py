@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from .interventions import attention_maps   # the maps every score reads (also importable from here)
-from .names import SCORES                    # the four scores, in the order of every table and figure
+from .names import SCORES, top_heads         # the four scores, in the order of every table and figure
 
 log = logging.getLogger("headwatch.scores")
 
@@ -111,9 +111,3 @@ def head_scores(model, adapter, sentences: list[torch.Tensor], induction_ids: to
     scores = prose_scores(model, adapter, sentences)
     scores["induction"] = induction_scores(model, adapter, induction_ids, half_length, offset, batch)
     return scores_table(adapter, scores)
-
-
-def top_heads(scores: pd.DataFrame, score: str, n: int) -> list[tuple[int, int]]:
-    """The n heads ranked highest by ``score`` (ties broken by layer, head)."""
-    top = scores.sort_values([score, "layer", "head"], ascending=[False, True, True]).head(n)
-    return list(zip(top["layer"].astype(int), top["head"].astype(int)))

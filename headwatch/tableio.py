@@ -20,11 +20,11 @@ import base64
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 
 class NonFiniteError(RuntimeError):
@@ -33,7 +33,10 @@ class NonFiniteError(RuntimeError):
 
 def assert_finite(value, what: str):
     """Raise :class:`NonFiniteError` naming ``what`` if ``value`` has NaN/inf; return it."""
-    if isinstance(value, torch.Tensor):
+    # A tensor can exist only where torch is imported already: the table-only jobs (figures,
+    # pages, summaries) never import it (~2 s of CPU each).
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
         bad = (~torch.isfinite(value.detach())).sum().item() if value.is_floating_point() else 0
         total = value.numel()
     elif isinstance(value, pd.DataFrame):

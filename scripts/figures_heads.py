@@ -3,7 +3,7 @@
 from headwatch.tableio import read_parquet
 from headwatch.figures import heads
 from headwatch.figures.style import save
-from headwatch.scores import top_heads
+from headwatch.names import top_heads
 from headwatch.workflow import log_to
 
 i, o, w = snakemake.input, snakemake.output, snakemake.wildcards

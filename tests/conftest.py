@@ -9,7 +9,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+import torch  # noqa: E402
+
 from tiny import FAMILIES, tiny_model  # noqa: E402
+
+# One intra-op thread for the tests that run models in this process: their tensors are tiny, and
+# a second thread spins more than it computes (tests/test_interventions.py -k gpt2, pytest's start-up
+# included: 18.3 s of CPU with two threads, 7.6 s with one). Set here, for the whole session, rather than by whichever test
+# happens to run first; the Snakemake jobs the tests start set their own (the rule's threads).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(params=FAMILIES)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from headwatch.arch import Adapter, HeadAddressError
-from headwatch.attention import check_maps, map_of, maps_table
+from headwatch.attention import check_maps, maps_table
+from headwatch.figures.heads import map_of
 from headwatch.scores import attention_maps
 from tiny import EXPECT, random_ids, tiny_config, tiny_model
 

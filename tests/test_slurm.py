@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workflow import ROOT, make_workdir, snakemake, tiny_config, write_config
+from workflow import ROOT, snakemake, write_config
 
 SCRIPT = ROOT / "cluster" / "local-slurm.sh"
 # The spine runs locally first; then the outputs of its two model rules
@@ -160,10 +161,14 @@ def show_jobs(env: dict) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_model_dir, slurm_cluster):
-    """The spine locally, then its GPU jobs and one CPU job again through Slurm."""
-    workdir = make_workdir(tmp_path_factory.mktemp("slurm"))
-    configfile = str(write_config(workdir, tiny_config(tiny_model_dir)))
+def runs(tmp_path_factory, slurm_cluster, scores_tree):
+    """The spine locally, then its GPU jobs and one CPU job again through Slurm. The local part
+    starts from a copy of the session's scores_tree (its model, sequences and scores are what
+    tests/test_bad_inputs.py and tests/test_hostile.py read too): only the phrases and
+    attention_maps are left to make here."""
+    workdir = tmp_path_factory.mktemp("slurm") / "run"
+    shutil.copytree(scores_tree[0], workdir, symlinks=True)
+    configfile = str(write_config(workdir, scores_tree[1]))
     # (the helper's `--resources gpu=1` takes any words after it: the flag -p ends it)
     local = snakemake(workdir, "-p", *TARGETS, "--configfile", configfile)
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]

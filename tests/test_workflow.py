@@ -1,5 +1,7 @@
 """The whole Snakemake DAG end to end on a tiny config, in a temporary folder."""
 import json
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -8,7 +10,7 @@ from headwatch import paths
 from headwatch.tableio import read_note
 from tiny import WINDOW
 from test_explorer import browser  # noqa: F401  (Chromium, for the explorer's patching panel)
-from workflow import make_workdir, planned_jobs, snakemake, tiny_config, write_config
+from workflow import ROOT, make_workdir, planned_jobs, snakemake, tiny_config, write_config
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +185,26 @@ def test_the_explorer_shows_the_patching_panel(run, browser):
     assert [t.get_attribute("textContent") for t in browser.find_elements(by, "#patching-resid .tok")] == labels
     assert "prompts; logit difference IO − S: clean" in browser.find_element(by, "#patching-line").text
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], json.dumps(browser.get_log("browser"))
+
+
+TABLE_ONLY_SCRIPTS = ("anatomy_context", "figures_ablation", "figures_anatomy", "figures_heads", "figures_sweep",
+                      "figures_sweep_study", "patching_figures", "report_explorer", "report_table", "sweep_study",
+                      "sweep_summary")
+"""Scripts whose jobs read tables and write tables, figures or pages, never a model: about half
+the jobs of a run. Importing torch would cost each of them ~2 s of CPU."""
+
+
+def test_table_only_jobs_start_without_torch():
+    """The module-level imports of each table-only script, one after the other in one fresh
+    interpreter: the first that brings torch in is named. A model job's script (scores_heads)
+    comes last, to show that the probe sees torch when it is imported."""
+    probe = ["import sys"]
+    for script in (*TABLE_ONLY_SCRIPTS, "scores_heads"):
+        lines = (ROOT / "scripts" / f"{script}.py").read_text().splitlines()
+        probe += [line for line in lines if line.startswith(("import ", "from ")) and "__future__" not in line]
+        probe.append(f"print({script!r}, 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", "\n".join(probe)], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = dict(line.split() for line in result.stdout.splitlines())
+    assert [s for s in TABLE_ONLY_SCRIPTS if seen[s] == "True"] == []
+    assert seen["scores_heads"] == "True"

@@ -34,8 +34,7 @@ import pandas as pd
 
 from .. import markup
 from ..arch import context_length, shape_of
-from ..names import BYTES_PER_NUMBER
-from ..scores import SCORES
+from ..names import BYTES_PER_NUMBER, SCORES
 
 ESCAPE = 255
 

@@ -5,9 +5,18 @@ import numpy as np
 import pandas as pd
 
 from ..arch import head_label
-from ..attention import map_of
-from ..scores import SCORES
+from ..names import SCORES
 from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure
+
+
+def map_of(maps: pd.DataFrame, phrase: str, layer: int, head: int) -> np.ndarray:
+    """One head's stored map as a dense [T, T] array (zeros above the diagonal): the inverse of
+    :func:`headwatch.attention.maps_table`, kept here so that the figure jobs need not import torch."""
+    m = maps[(maps.phrase == phrase) & (maps.layer == layer) & (maps["head"] == head)]
+    T = int(m["row"].max()) + 1
+    A = np.zeros((T, T), dtype=np.float32)
+    A[m["row"].to_numpy(), m["col"].to_numpy()] = m["weight"].to_numpy()
+    return A
 
 
 def mosaic(maps: pd.DataFrame, phrase: str) -> tuple[np.ndarray, int, int, int]:
