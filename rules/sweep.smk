@@ -61,6 +61,7 @@ rule sweep_train:
     output:
         metrics=paths.sweep_run("{sweep}", "{arch}", "{seed}", "metrics.parquet"),
         model=paths.sweep_run("{sweep}", "{arch}", "{seed}", "model.pt"),
+        heads=paths.sweep_run("{sweep}", "{arch}", "{seed}", "heads.parquet"),
     wildcard_constraints:
         sweep="|".join(config["sweep"]["sweeps"]),
         arch=sweep_plan.SLUG_PATTERN,

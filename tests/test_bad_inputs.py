@@ -239,7 +239,7 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_training_goes_on(corpus, st
     for name in broken:
         truncate(tmp_path / name)
     caplog.set_level(logging.INFO, logger="headwatch.sweep")
-    model, metrics, info = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
+    model, metrics, info, _ = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
     for name in broken:
         aside = tmp_path / f"{name}.corrupt"
         assert aside.exists()
@@ -282,7 +282,7 @@ def test_a_failed_attempts_log_is_kept_when_the_rerun_replaces_the_rules_log(cor
     first = log.read_text()
     log.unlink()                       # what Snakemake does before it runs the job again
     with log_to(log):
-        _, _, info = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
+        _, _, info, _ = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
     kept = tmp_path / "logs" / "seed3.attempt-1.log"
     assert kept.read_text() == first and "Interrupted: stopped after the checkpoint of step 6" in first
     assert info["earlier_attempt_logs"] == [str(kept)]

@@ -323,8 +323,8 @@ def validation_record(val_ids: np.ndarray, meta: dict, lengths: np.ndarray | Non
 def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: dict,
           checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
           precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None,
-          full_eval: bool = True):
-    """Train one model; return (model, metrics DataFrame, info dict).
+          full_eval: bool = True, heads: dict | None = None):
+    """Train one model; return (model, metrics DataFrame, info dict, heads DataFrame).
 
     ``ids``/``meta``: the corpus's character ids (:func:`headwatch.charlm.corpus.load_ids`) or a
     vocabulary's (:func:`headwatch.charlm.tokenizer.load_split_ids`, with ``lengths`` =
@@ -335,6 +335,12 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     steps (it and the one before it are removed at the end; unreadable ones are
     moved aside, see :func:`load_checkpoint`). ``stop_after``: raise
     :class:`Interrupted` right after the checkpoint of that step (to test resuming).
+
+    ``heads``: the ``sweep.heads`` settings (protocol §7b): at every evaluation step every head's
+    scores on a fixed probe (:mod:`headwatch.sweep.heads`) are recorded (the heads DataFrame,
+    one row per step and head; empty without them) and the metrics rows get the in-context
+    score (``in_context``). Both are kept in the checkpoint, so a resumed run ends with the same
+    records.
     """
     s = settings_of(train_cfg)
     device = torch.device(device)
@@ -354,8 +360,15 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     opt = make_optimizer(model, s, device)
     params = sum(p.numel() for p in model.parameters())
     fp = fingerprint(model=model_cfg, seed=seed, train=s, precision=precision,
-                     corpus=meta.get("sha256"), vocab=meta["vocab_size"])
-    state = dict(step=0, rows=[], loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0)
+                     corpus=meta.get("sha256"), vocab=meta["vocab_size"], **({"heads": heads} if heads else {}))
+    state = dict(step=0, rows=[], loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0, heads=[])
+    probe = None
+    if heads:
+        from . import heads as head_scores
+        from ..arch import Adapter
+
+        probe = head_scores.make_probe(ids[n_train:], meta["vocab_size"], context, heads).to(device)
+        adapter = Adapter(model)
     resumed_from = 0
     ckpt = Path(checkpoint) if checkpoint else None
     saved, recovered = load_checkpoint(ckpt, fp, device) if ckpt else (None, [])
@@ -433,6 +446,10 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
             val = evaluate(model, val_ids, val_offsets, s["batch"], context, amp)
             row = dict(step=done, train_loss=state["loss_sum"] / state["loss_n"], val_loss=val,
                        tokens_per_s=state["tokens"] / max(state["seconds"], 1e-9))
+            if probe is not None:    # §7b: every head's scores and the in-context score, on the fixed probe
+                with amp:
+                    row["in_context"] = head_scores.in_context_score(model, probe)
+                    state["heads"] += head_scores.records(done, head_scores.probe_scores(model, probe, adapter))
             assert_finite(list(row.values()), f"metrics at step {done}")
             state["rows"].append(row)
             log.info("step %d: train %.4f val %.4f (%.0f tokens/s)", done, row["train_loss"], val,
@@ -445,7 +462,8 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
             if stop_after is not None and done >= stop_after:
                 raise Interrupted(f"stopped after the checkpoint of step {done}")
 
-    metrics = pd.DataFrame(state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"])
+    metrics = pd.DataFrame(state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"]
+                           + (["in_context"] if probe is not None else []))
     full = None
     if full_eval:
         from ..charlm.tokenizer import bits_per_char
@@ -472,7 +490,9 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
         remove_checkpoints(ckpt)
     if attempt_log is not None:    # this attempt succeeded: the rule's log is its log
         attempt_log.unlink(missing_ok=True)
-    return model, metrics, info
+    from .heads import heads_frame
+
+    return model, metrics, info, heads_frame(state.get("heads", []))
 
 
 def save_trained(model: CharLM, path, meta: dict, info: dict, extra: dict | None = None) -> str:
