@@ -250,7 +250,7 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_training_goes_on(corpus, st
     assert info["resumed_from"] == (3 if len(broken) == 1 else 0)
     if len(broken) == 2:
         assert "no readable checkpoint left: training restarts from step 0" in caplog.text
-    _, m0, _ = straight
+    _, m0, *_ = straight
     cols = ["step", "train_loss", "val_loss"]
     assert np.array_equal(metrics[cols].to_numpy(), m0[cols].to_numpy())        # bit-identical
     assert not ckpt.exists() and not (tmp_path / "checkpoint.prev.pt").exists()
