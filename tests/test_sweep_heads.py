@@ -48,7 +48,17 @@ def grown():
             for repeat in (True, False)}
 
 
-def test_a_head_forms_on_repeats_and_its_cut_costs_the_second_copy(grown):
+@pytest.fixture(scope="module")
+def cuts(grown):
+    """Each model's top induction head (scored on the probe) cut against random heads, zero and mean."""
+    out = {}
+    for repeat, (model, *_) in grown.items():
+        scores = probe_scores(model, make_probe(blocks(repeat)[0][-2000:], V, MODEL["context"], HEADS))
+        out[repeat] = cut_table(model, scores, HEADS, ABLATION)
+    return out
+
+
+def test_a_head_forms_on_repeats_and_its_cut_costs_the_second_copy(grown, cuts):
     model, metrics, _, heads = grown[True]
     step = formation_step(heads, HEADS["threshold"])
     assert step is not None and step in set(metrics["step"])
@@ -56,8 +66,7 @@ def test_a_head_forms_on_repeats_and_its_cut_costs_the_second_copy(grown):
     assert best["induction"] > HEADS["threshold"] and best["induction_text"] > HEADS["threshold"]
     # later characters come cheaper: far more than where nothing repeats
     assert metrics["in_context"].iloc[-1] < grown[False][1]["in_context"].iloc[-1] - 0.2
-    scores = probe_scores(model, make_probe(blocks(True)[0][-2000:], V, MODEL["context"], HEADS))
-    table, note, guards = cut_table(model, scores, HEADS, ABLATION)
+    table, note, guards = cuts[True]
     assert guards["passed"]
     for _, row in table.iterrows():                             # zero and mean cuts
         targeted = row["targeted_copy2"] - row["intact_copy2"]
@@ -89,3 +98,29 @@ def test_the_formation_step_by_hand():
     assert formation_step(df, 0.5) == 30               # reaching the threshold counts
     assert formation_step(df, 0.6) is None
     assert formation_step(df.iloc[::-1], 0.3) == 20    # the rows' order does not matter
+
+
+def test_the_study_and_its_page_section_read_the_numbers(grown, cuts, tmp_path):
+    from headwatch import paths
+    from headwatch.sweep.heads import markdown_section, study
+    from headwatch.tableio import write_parquet
+
+    runs = []
+    for repeat, (model, metrics, _, heads) in grown.items():
+        arch = "repeats" if repeat else "fresh"
+        for seed in (0, 1):          # the same run twice: std 0
+            runs.append(dict(sweep="toy", arch=arch, width=32, heads=2 if repeat else 4, seed=seed,
+                             metrics=metrics, records=heads, cut=cuts[repeat][0]))
+    per_run, summary, curves, grid = study(runs, HEADS["threshold"])
+    rep = per_run[per_run["arch"] == "repeats"].iloc[0]
+    assert rep["formation_step"] == formation_step(grown[True][3], HEADS["threshold"])
+    assert pd.isna(per_run[per_run["arch"] == "fresh"]["formation_step"]).all()
+    assert rep["cut_top_zero"] > 1.0 > rep["cut_random_zero"]
+    assert summary["formed"].tolist() == [1.0, 0.0] and (summary["best_induction_std"] == 0).all()
+    assert len(curves) == 4 * len(grown[True][1]) and len(grid) == 4 * 4
+    for name, df in zip(paths.SWEEP_HEADS_TABLES, (per_run, summary, curves, grid)):
+        write_parquet(df, tmp_path / paths.sweep_heads_table(name), note=dict(threshold=HEADS["threshold"]))
+    text = "\n".join(markdown_section(tmp_path, {"heads_formation": "x/heads_formation.png"}))
+    assert "formed (best score ≥ 0.3 on random characters) in 2 of 4 runs" in text
+    assert "Nothing forms" not in text and "![heads formation](x/heads_formation.png)" in text
+    assert f"{rep['best_induction']:.3f} ± 0.000" in text
