@@ -290,8 +290,9 @@ def head_count_effect(summary: pd.DataFrame, sweep: str, score: str) -> dict:
     ``score`` against the mean seed std, and whether it is beyond seed noise (:data:`NOISE_FACTOR`)."""
     s = summary[summary["sweep"] == sweep]
     means, stds = s[f"{score}_mean"], s[f"{score}_std"]
-    spread, noise = float(means.max() - means.min()), float(stds.mean())
-    return dict(spread=spread, noise=noise, beyond=bool(stds.notna().all() and spread > NOISE_FACTOR * noise),
+    spread, noise = float(means.max() - means.min()), float(stds.astype(float).mean())
+    return dict(spread=spread, noise=noise, known=bool(stds.notna().all()),
+                beyond=bool(stds.notna().all() and spread > NOISE_FACTOR * noise),
                 top=int(s.loc[means.idxmax(), "heads"]), bottom=int(s.loc[means.idxmin(), "heads"]))
 
 
@@ -318,10 +319,14 @@ def reading(per_run: pd.DataFrame, summary: pd.DataFrame, threshold: float, spli
     for score, label in (("best_induction", "best induction"), ("best_prev", "best previous-token"),
                          ("in_context", "in-context score")):
         e = head_count_effect(summary, split_sweep, score)
+        head = (f"Head count and the {label} in `{split_sweep}`: spread {e['spread']:.3f} across head counts "
+                f"(highest with {e['top']}, lowest with {e['bottom']} heads)")
+        if not e["known"]:
+            out.append(f"{head}; with one seed per configuration there is no seed noise to compare it with.")
+            continue
         verdict = "beyond" if e["beyond"] else "not beyond"
-        out.append(f"Head count and the {label} in `{split_sweep}`: spread {e['spread']:.3f} across head counts "
-                   f"(highest with {e['top']}, lowest with {e['bottom']} heads) against a mean seed std of "
-                   f"{e['noise']:.3f}: {verdict} seed noise (spread > {NOISE_FACTOR:g} × std).")
+        out.append(f"{head} against a mean seed std of {e['noise']:.3f}: {verdict} seed noise "
+                   f"(spread > {NOISE_FACTOR:g} × std).")
     gap = per_run["cut_top_zero"] - per_run["cut_random_zero"]
     out.append(f"Cutting each model's top induction head (zero cut) moves the second copy's loss by "
                f"{per_run['cut_top_zero'].mean():+.3f} nats per character on average, a random head by "

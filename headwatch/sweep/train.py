@@ -21,7 +21,10 @@
   between those reads (evaluation and checkpoint writing excluded).
 * AdamW (weight decay on matrices and embeddings only), linear warm-up to
   ``lr`` then cosine decay to ``min_lr``, gradient clipping.
-* A checkpoint (model, optimizer, metrics so far, the loss accumulated since
+* With ``heads`` (``sweep.heads``, protocol §7b), every evaluation step also records every
+  head's scores on a fixed probe and the in-context score (:mod:`headwatch.sweep.heads`); no
+  pass over the data, outside the timed steps.
+* A checkpoint (model, optimizer, metrics and head records so far, the loss accumulated since
   the last row, the torch RNG state, and a fingerprint of everything that
   defines the run) is written atomically every ``checkpoint_every`` steps; the
   one before it is kept (``checkpoint.prev.pt``). A restarted run resumes from
