@@ -278,8 +278,8 @@ def heads_formation(curves: pd.DataFrame, sweep: str, threshold: float):
 
 
 def heads_finals(summary: pd.DataFrame, per_run: pd.DataFrame, sweep: str, threshold: float):
-    """Final best scores (mean ± std over seeds, single seeds in grey) and the formation step
-    against the number of heads."""
+    """Final best scores (mean ± std over seeds, single seeds as faint points) and the formation
+    step against the number of heads."""
     s = summary[summary["sweep"] == sweep].sort_values("heads")
     r = per_run[per_run["sweep"] == sweep]
     fig, axes = figure(TWO_COLUMNS, 2.4, ncols=2, squeeze=False)
