@@ -105,7 +105,7 @@ def one_job(args) -> dict:
 
     tr.evaluate = timed_eval
     c1, w1 = time.process_time(), time.perf_counter()
-    _, metrics, info = tr.train(ids, meta, model_cfg, 0, train_cfg(args, args.steps, args.eval_every),
+    _, metrics, info, _ = tr.train(ids, meta, model_cfg, 0, train_cfg(args, args.steps, args.eval_every),
                                 full_eval=False)
     cpu, wall = time.process_time() - c1, time.perf_counter() - w1
     return dict(arch=args.arch, params=info["params"], steps=args.steps, batch=args.batch,

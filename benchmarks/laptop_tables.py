@@ -33,14 +33,16 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "gpu"))
 from paper_tables import fmt, md_table  # noqa: E402  (the paper page's own Markdown helpers)
 
-from headwatch import paths, run_record  # noqa: E402
-from headwatch.provenance import (DirtyTreeError, RunRecordError, page_header, require_clean_tree,  # noqa: E402
-                                  run_attempts)
+from headwatch import paths, run_record, targets  # noqa: E402
+from headwatch.provenance import (DirtyTreeError, RunRecordError, page_header,  # noqa: E402
+                                  require_clean_tree, run_attempts)
+from headwatch.sweep.heads import markdown_section as heads_section  # noqa: E402
 from headwatch.sweep.summary import split_verdict, width_verdict  # noqa: E402
 
 COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
 RECORD, MORE_RECORD = "laptop", "laptop-more"
-FIGURES = ("training_curves", "contrast", "loss_vs_heads", "loss_vs_width")
+FIGURES = ("training_curves", "contrast", "loss_vs_heads", "loss_vs_width", "heads_formation", "heads_finals",
+           "heads_grid")
 # The original run's findings (the paper-scale sweep this one repeats at laptop scale): the best
 # split, the worst, the spread in seed standard deviations and the width 128 -> 256 gain in spreads.
 ORIGINAL = dict(best_heads=4, best_head_size=64, worst_heads=32, worst_head_size=8, spread_over_std=9.0,
@@ -215,8 +217,7 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
         "## The original run's findings at this scale", "",
         "Point by point; *not resolved* where this run's intervals (or the split's test) cannot tell.",
         md_table(findings(c, summary)),
-        # Head formation (protocol §7b) belongs here: the heads study's own
-        # markdown_section(results_dir) -> str, once its module is in the workflow.
+        *heads_section(root, {s: figs[s] for s in targets.SWEEP_HEADS_FIGURES.values()}, c["split_sweep"]),
     ]
     more = root / paths.timed_run(MORE_RECORD)
     if more.exists():

@@ -108,6 +108,20 @@ def run_output(run: dict, file: str) -> str:
     return sweep_run(run["trained_under"], run["arch"], run["seed"], file)
 
 
+SWEEP_HEADS_TABLES = ("runs", "summary", "curves", "grid")
+"""The study of the heads the sweep's models grow (protocol §7b): per run, per configuration, per step."""
+
+
+def sweep_heads_cut(sweep: str, arch: str, seed) -> str:
+    """One trained model's top induction head cut against random heads (§7b, the §5a code)."""
+    return _join(RESULTS, "sweep", "heads", "cut", sweep, arch, f"seed{seed}.parquet")
+
+
+def sweep_heads_table(name: str) -> str:
+    """The heads study: ``runs``, ``summary``, ``curves`` or ``grid`` (:data:`SWEEP_HEADS_TABLES`)."""
+    return _join(RESULTS, "sweep", "heads", f"{name}.parquet")
+
+
 def sweep_table(name: str) -> str:
     """``summary``, ``contrast``, ``finals`` or ``curves``."""
     return _join(RESULTS, "sweep", f"{name}.parquet")

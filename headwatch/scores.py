@@ -81,12 +81,13 @@ def induction_scores(model, adapter, ids: torch.Tensor, half_length: int, offset
 def prose_scores(model, adapter, sentences: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     """sink, prev and self of every head over the prose sentences: {name: [layers, heads]}.
 
-    Sentences have different lengths, so each runs alone (no padding to mask).
+    Sentences have different lengths, so each runs alone (no padding to mask); a 2-D tensor
+    among them is a batch of sentences of one length, run together (the same pooled means).
     """
     accs = {name: _Mean() for name in PROSE_SCORES}
     cells = {"sink": sink_cells, "prev": prev_cells, "self": self_cells}
     for ids in sentences:
-        maps = attention_maps(model, ids.reshape(1, -1), adapter=adapter)
+        maps = attention_maps(model, ids if ids.dim() == 2 else ids.reshape(1, -1), adapter=adapter)
         for name, acc in accs.items():
             acc.add(cells[name](maps))
     return {name: acc.mean() for name, acc in accs.items()}

@@ -30,6 +30,8 @@ ANATOMY_FIGURES = ("params_by_block", "rotary_clocks", "kv_cache")
 SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "contrast": "contrast",
                  "curves": "training_curves"}
 """The sweep's figures by output key (rule figures_sweep) and file stem."""
+SWEEP_HEADS_FIGURES = {"formation": "heads_formation", "finals": "heads_finals", "grid": "heads_grid"}
+"""The figures of the heads the split sweep's models grow (protocol §7b; rule figures_sweep_heads)."""
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
 EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid"}
 """The explorer's patching inputs by key (report_explorer) and table name."""
@@ -92,8 +94,10 @@ def anatomy(config: dict) -> list[str]:
 def sweep(config: dict) -> list[str]:
     """Every training job's outputs (each once, under its owner), the summaries, each study's tables."""
     s = config["sweep"]
-    return ([paths.run_output(r, f) for r in plan.train_jobs(s) for f in ("metrics.parquet", "model.pt")]
+    return ([paths.run_output(r, f) for r in plan.train_jobs(s)
+             for f in ("metrics.parquet", "model.pt", "heads.parquet")]
             + [paths.sweep_table(t) for t in SWEEP_TABLES]
+            + [paths.sweep_heads_table(t) for t in paths.SWEEP_HEADS_TABLES]
             + [paths.study_table(n, finals) for n in plan.studies(s) for finals in (False, True)])
 
 
@@ -104,7 +108,8 @@ def figures(config: dict) -> list[str]:
 
 
 def sweep_figures(config: dict) -> list[str]:
-    return ([f for stem in SWEEP_FIGURES.values() for f in figure_pair(paths.sweep_figure, stem)]
+    return ([f for stem in (*SWEEP_FIGURES.values(), *SWEEP_HEADS_FIGURES.values())
+             for f in figure_pair(paths.sweep_figure, stem)]
             + [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")])
 
 

@@ -100,6 +100,26 @@ def sweep_summary_inputs(wildcards):
     return [paths.run_output(r, "metrics.parquet") for r in sweep_summary_runs()]
 
 
+def sweep_heads_cut_params():
+    """The cut's slice of sweep.heads (its sequences; not the probe, which the training job ran)."""
+    return {k: config["sweep"]["heads"][k] for k in ("seed", "cut_sequences")}
+
+
+def sweep_heads_ablation_params():
+    """The §5a settings the sweep models' cut reads (top_n and k are 1: the top induction head)."""
+    return {k: config["ablation"][k] for k in ("random_draws", "seed", "method", "batch", "tolerance",
+                                                "hook_tolerance", "guard_sequences")}
+
+
+def sweep_heads_inputs(wildcards):
+    """Every trained model of the split and capacity sweeps (once each, from its owner): its
+    metrics, its heads' records and its cut."""
+    trained = {paths.run_output(r, "metrics.parquet"): r for r in sweep_summary_runs()}.values()
+    return dict(metrics=[paths.run_output(r, "metrics.parquet") for r in trained],
+                heads=[paths.run_output(r, "heads.parquet") for r in trained],
+                cut=[paths.sweep_heads_cut(r["trained_under"], r["arch"], r["seed"]) for r in trained])
+
+
 def sweep_studies():
     return sweep_plan.studies(config["sweep"])
 

@@ -38,3 +38,23 @@ rule figures_sweep_study:
         "../environment.yml"
     script:
         "../scripts/figures_sweep_study.py"
+
+
+rule figures_sweep_heads:
+    input:
+        **{name: paths.sweep_heads_table(name) for name in paths.SWEEP_HEADS_TABLES},
+    output:
+        **{f"{key}_{ext}": report(paths.sweep_figure(stem, ext), caption=f"../report/sweep_{stem}.rst",
+                                  category="sweep", subcategory="the heads they grow")
+           for key, stem in targets.SWEEP_HEADS_FIGURES.items() for ext in paths.EXTENSIONS},
+    params:
+        sweep=config["sweep"]["summary"]["split_sweep"],
+        threshold=config["sweep"]["heads"]["threshold"],
+    log:
+        paths.log("figures_sweep_heads"),
+    benchmark:
+        paths.benchmark("figures_sweep_heads")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/figures_sweep_heads.py"

@@ -61,6 +61,7 @@ rule sweep_train:
     output:
         metrics=paths.sweep_run("{sweep}", "{arch}", "{seed}", "metrics.parquet"),
         model=paths.sweep_run("{sweep}", "{arch}", "{seed}", "model.pt"),
+        heads=paths.sweep_run("{sweep}", "{arch}", "{seed}", "heads.parquet"),
     wildcard_constraints:
         sweep="|".join(config["sweep"]["sweeps"]),
         arch=sweep_plan.SLUG_PATTERN,
@@ -78,6 +79,50 @@ rule sweep_train:
         "../environment.yml"
     script:
         "../scripts/sweep_train.py"
+
+
+rule sweep_heads_cut:
+    input:
+        model=paths.sweep_run("{sweep}", "{arch}", "{seed}", "model.pt"),
+        metrics=paths.sweep_run("{sweep}", "{arch}", "{seed}", "metrics.parquet"),
+        heads=paths.sweep_run("{sweep}", "{arch}", "{seed}", "heads.parquet"),
+    output:
+        cut=paths.sweep_heads_cut("{sweep}", "{arch}", "{seed}"),
+    wildcard_constraints:
+        sweep="|".join(config["sweep"]["sweeps"]),
+        arch=sweep_plan.SLUG_PATTERN,
+        seed=r"\d+",
+    params:
+        heads=sweep_heads_cut_params(),
+        ablation=sweep_heads_ablation_params(),
+    resources:
+        gpu=GPU_JOB,
+    log:
+        paths.log("sweep_heads_cut", "{sweep}", "{arch}", "seed{seed}"),
+    benchmark:
+        paths.benchmark("sweep_heads_cut", "{sweep}", "{arch}", "seed{seed}")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/sweep_heads_cut.py"
+
+
+rule sweep_heads:
+    input:
+        unpack(sweep_heads_inputs),
+    output:
+        **{name: paths.sweep_heads_table(name) for name in paths.SWEEP_HEADS_TABLES},
+    params:
+        runs=sweep_summary_runs(),
+        threshold=config["sweep"]["heads"]["threshold"],
+    log:
+        paths.log("sweep_heads"),
+    benchmark:
+        paths.benchmark("sweep_heads")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/sweep_heads.py"
 
 
 rule sweep_summary:

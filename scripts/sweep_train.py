@@ -27,13 +27,14 @@ with log_to(snakemake.log[0]) as log:  # noqa: F821
     else:
         (ids, meta), lengths = load_ids(sm.input.ids, sm.input.meta), None
     device = pick_device(sm.config["sweep"]["device"])     # not a param (rules/common.smk)
-    model, metrics, info = train(ids, meta, job["model"], job["seed"], job["train"],
-                                 checkpoint=Path(sm.output.metrics).with_name("checkpoint.pt"),
-                                 device=device, precision=job["precision"], lengths=lengths,
-                                 full_eval=job.get("val_full", False))
+    model, metrics, info, heads = train(ids, meta, job["model"], job["seed"], job["train"],
+                                        checkpoint=Path(sm.output.metrics).with_name("checkpoint.pt"),
+                                        device=device, precision=job["precision"], lengths=lengths,
+                                        full_eval=job.get("val_full", False), heads=job.get("heads"))
     run = dict(sweep=sm.wildcards.sweep, arch=sm.wildcards.arch, seed=job["seed"])
     model_sha256 = save_trained(model.cpu(), sm.output.model, meta, info, extra=dict(run=run, train=job["train"]))
     note = dict(info, **run, model=model.spec.to_dict(), train=job["train"], corpus_sha256=meta["sha256"],
                 model_sha256=model_sha256)        # what load_trained verifies model.pt against
+    write_parquet(heads, sm.output.heads, note=dict(run, probe=job.get("heads"), model_sha256=model_sha256))
     write_parquet(metrics, sm.output.metrics, note=note)
     log.info("final val loss %.4f nats/token", info["final_val_loss"])

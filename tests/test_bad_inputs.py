@@ -239,7 +239,7 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_training_goes_on(corpus, st
     for name in broken:
         truncate(tmp_path / name)
     caplog.set_level(logging.INFO, logger="headwatch.sweep")
-    model, metrics, info = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
+    model, metrics, info, _ = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
     for name in broken:
         aside = tmp_path / f"{name}.corrupt"
         assert aside.exists()
@@ -250,7 +250,7 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_training_goes_on(corpus, st
     assert info["resumed_from"] == (3 if len(broken) == 1 else 0)
     if len(broken) == 2:
         assert "no readable checkpoint left: training restarts from step 0" in caplog.text
-    _, m0, _ = straight
+    _, m0, *_ = straight
     cols = ["step", "train_loss", "val_loss"]
     assert np.array_equal(metrics[cols].to_numpy(), m0[cols].to_numpy())        # bit-identical
     assert not ckpt.exists() and not (tmp_path / "checkpoint.prev.pt").exists()
@@ -282,7 +282,7 @@ def test_a_failed_attempts_log_is_kept_when_the_rerun_replaces_the_rules_log(cor
     first = log.read_text()
     log.unlink()                       # what Snakemake does before it runs the job again
     with log_to(log):
-        _, _, info = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
+        _, _, info, _ = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
     kept = tmp_path / "logs" / "seed3.attempt-1.log"
     assert kept.read_text() == first and "Interrupted: stopped after the checkpoint of step 6" in first
     assert info["earlier_attempt_logs"] == [str(kept)]

@@ -537,7 +537,7 @@ def test_a_checkpoint_that_is_not_the_file_written_is_moved_aside(tmp_path, capl
     saved["model"] = {k: v + 1 for k, v in saved["model"].items()}
     torch.save(saved, ckpt)                                   # a valid checkpoint, not the one written
     caplog.set_level(logging.INFO, logger="headwatch.sweep")
-    _, _, info = train(ids, meta, shape, 0, settings, checkpoint=ckpt)
+    _, _, info, _ = train(ids, meta, shape, 0, settings, checkpoint=ckpt)
     assert info["resumed_from"] == 2 and [r["file"] for r in info["checkpoints_moved_aside"]] == [str(ckpt)]
     assert "its SHA-256" in info["checkpoints_moved_aside"][0]["error"]
     assert not ckpt.exists() and not hash_record(ckpt).exists()

@@ -199,7 +199,7 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
     planned = []
     for r in runs(cfg):
         job = job_params(cfg, r["sweep"], r["arch"], r["seed"])
-        model, metrics, info = train(ids, meta, job["model"], job["seed"], job["train"])
+        model, metrics, info, _ = train(ids, meta, job["model"], job["seed"], job["train"])
         path = tmp_path / f"{r['arch']}-{r['seed']}.parquet"
         write_parquet(metrics, path, note=info)
         planned.append(dict(r, model=job["model"], metrics=path, info=info))

@@ -67,7 +67,7 @@ def test_device_loop_gives_the_host_loops_losses_bit_for_bit(corpus, model_cfg):
     torch.set_num_threads(1)
     ids, meta = corpus
     ref_model, ref = host_loop(ids, meta, model_cfg, 2, TRAIN)
-    model, metrics, info = train(ids, meta, model_cfg, 2, TRAIN)
+    model, metrics, info, _ = train(ids, meta, model_cfg, 2, TRAIN)
     assert metrics["step"].tolist() == ref["step"].tolist() == [4, 8, 10]
     for col in ("train_loss", "val_loss"):
         assert [v.hex() for v in metrics[col]] == [v.hex() for v in ref[col]], col
@@ -144,22 +144,28 @@ def test_data_order_depends_on_seed_and_step_only():
 TINY = dict(steps=12, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
             eval_batches=2, checkpoint_every=3)
 TINY_MODEL = dict(width=16, heads=2, layers=2, context=16)
+HEADS = dict(windows=2, sequences=2, seed=0, early=2, late=4, threshold=0.3)   # sweep.heads, tiny
 
 
 def test_a_resumed_run_ends_exactly_like_an_uninterrupted_one(small_corpus, tmp_path):
     torch.set_num_threads(1)
     ids, meta = small_corpus.ids(), small_corpus.meta()
-    straight, m1, info1 = train(ids, meta, TINY_MODEL, 3, TINY)
+    straight, m1, info1, h1 = train(ids, meta, TINY_MODEL, 3, TINY, heads=HEADS)
     ckpt = tmp_path / "checkpoint.pt"
     with pytest.raises(Interrupted):                   # "killed" right after step 6's checkpoint
-        train(ids, meta, TINY_MODEL, 3, TINY, checkpoint=ckpt, stop_after=5)
+        train(ids, meta, TINY_MODEL, 3, TINY, checkpoint=ckpt, stop_after=5, heads=HEADS)
     assert ckpt.exists()
-    resumed, m2, info2 = train(ids, meta, TINY_MODEL, 3, TINY, checkpoint=ckpt)
+    resumed, m2, info2, h2 = train(ids, meta, TINY_MODEL, 3, TINY, checkpoint=ckpt, heads=HEADS)
     assert info2["resumed_from"] == 6 and info1["resumed_from"] == 0
     assert not ckpt.exists()                           # removed once the run is complete
     assert m1["step"].tolist() == m2["step"].tolist() == [4, 8, 12]
-    cols = ["train_loss", "val_loss"]
+    cols = ["train_loss", "val_loss", "in_context"]
     assert np.array_equal(m1[cols].to_numpy(), m2[cols].to_numpy())   # bit-identical
+    # §7b records: every head at every evaluation step, the ones before the kill read back
+    # from the checkpoint, bit for bit
+    assert h1["step"].tolist() == [s for s in (4, 8, 12) for _ in range(2 * 2)]
+    pd.testing.assert_frame_equal(h1, h2, check_exact=True)
+    assert h1[["sink", "prev", "self", "induction", "induction_text"]].gt(0).all().all()
     for (n, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
         assert torch.equal(a, b), n
     assert m1["val_loss"].iloc[-1] < m1["val_loss"].iloc[0] < math.log(meta["vocab_size"]) + 0.1
@@ -170,13 +176,13 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(small_corpus, tmp_path):
     ckpt = tmp_path / "checkpoint.pt"
     with pytest.raises(Interrupted):
         train(ids, meta, TINY_MODEL, 3, dict(TINY, lr=1e-2), checkpoint=ckpt, stop_after=3)
-    _, _, info = train(ids, meta, TINY_MODEL, 3, dict(TINY, steps=6), checkpoint=ckpt)
+    _, _, info, _ = train(ids, meta, TINY_MODEL, 3, dict(TINY, steps=6), checkpoint=ckpt)
     assert info["resumed_from"] == 0
 
 
 def test_a_saved_model_loads_back_with_its_record(corpus, tmp_path):
     ids, meta = corpus
-    model, _, info = train(ids, meta, EXPERTS, 1, dict(TRAIN, steps=2, eval_every=2))
+    model, _, info, _ = train(ids, meta, EXPERTS, 1, dict(TRAIN, steps=2, eval_every=2))
     sha256 = save_trained(model, tmp_path / "model.pt", meta, info, extra=dict(run=dict(sweep="s", arch="a", seed=1)))
     back, saved = load_trained(tmp_path / "model.pt", sha256=sha256)     # verified, weights_only
     assert back.spec == model.spec and back.spec.experts == 4 and not back.training

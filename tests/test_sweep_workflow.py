@@ -18,9 +18,11 @@ from conftest import ROOT
 from workflow import deep_merge, make_workdir, planned_jobs, tiny_config, write_config
 
 TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet",
-           "results/sweep/studies/experts.parquet", "results/sweep/studies/vocab.parquet"]
+           "results/sweep/studies/experts.parquet", "results/sweep/studies/vocab.parquet",
+           "results/sweep/heads/summary.parquet"]
 FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", "contrast", "training_curves",
-                                              "study_experts", "study_vocab")
+                                              "study_experts", "study_vocab", "heads_formation", "heads_finals",
+                                              "heads_grid")
            for e in ("pdf", "png")]
 VOCAB_GRID = [{"width": 16, "heads": 2}, {"width": 16, "heads": 2, "vocab": "bpe300"}]
 
@@ -116,7 +118,9 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert shared["trained_under"] == "heads_split" and not (res / "width" / "w16-h2").exists()
     for seed in (0, 1):
         m = pd.read_parquet(res / "heads_split" / "w16-h2" / f"seed{seed}" / "metrics.parquet")
-        assert list(m.columns) == ["step", "train_loss", "val_loss", "tokens_per_s"]
+        assert list(m.columns) == ["step", "train_loss", "val_loss", "tokens_per_s", "in_context"]
+        h = pd.read_parquet(res / "heads_split" / "w16-h2" / f"seed{seed}" / "heads.parquet")   # §7b records
+        assert len(h) == len(m) * 2 * 2 and set(h["step"]) == set(m["step"])
         assert m["step"].iloc[-1] == sw["sweeps"]["heads_split"]["train"]["steps"]
         assert (res / "heads_split" / "w16-h2" / f"seed{seed}" / "model.pt").stat().st_size > 0
         assert not (res / "heads_split" / "w16-h2" / f"seed{seed}" / "checkpoint.pt").exists()
@@ -132,7 +136,12 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert (study["params_active"].iloc[1:] < study["params"].iloc[1:]).all()
     assert (res / "experts" / "w16-h2-e4k2-b0" / "seed1" / "model.pt").stat().st_size > 0
     logs = {p.name for p in (workdir / "results" / "logs").rglob("*.log")}
-    assert {"sweep_corpus.log", "sweep_summary.log", "figures_sweep.log", "seed0.log"} <= logs
+    assert {"sweep_corpus.log", "sweep_summary.log", "figures_sweep.log", "seed0.log", "sweep_heads.log",
+            "figures_sweep_heads.log"} <= logs
+    # §7b: one cut per trained model of the split and capacity sweeps, the study over them.
+    heads_runs = pd.read_parquet(res / "heads" / "runs.parquet")
+    assert len(heads_runs) == len(summary) * 2 and heads_runs["top_head"].str.match(r"L\dH\d").all()
+    assert (res / "heads" / "cut" / "heads_split" / "w16-h1" / "seed1.parquet").stat().st_size > 0
     # The tiny vocab study: characters (read from heads_split) vs 300 byte-level BPE tokens,
     # both scored in bits per character on the same validation text.
     vocab = pd.read_parquet(res / "studies" / "vocab.parquet")
@@ -187,6 +196,11 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     assert len(findings) == 4 and set(findings["verdict"]) <= {"holds", "does not hold", "not resolved"}
     if not c["split_resolved"]:           # nothing that rests on the split effect holds
         assert (findings["verdict"].iloc[:2] == "not resolved").all() and "holds" not in set(findings["verdict"])
+    heads = pd.read_parquet(res / "heads" / "summary.parquet")        # §7b: the heads section
+    assert "## The heads the models grow (protocol §7b)" in text
+    for r in heads.itertuples():
+        assert f"| {r.sweep} | {r.arch} | {r.heads} |" in text and f"{r.best_induction_mean:.3f}" in text
+    assert ("Nothing forms at this scale" in text) == (heads["formed"].max() == 0)
     for stem in laptop_tables.FIGURES:
         assert (tmp_path / "laptop-scale" / f"{stem}.png").stat().st_size > 0
         assert f"(laptop-scale/{stem}.png)" in text
@@ -216,13 +230,16 @@ def test_changing_one_sweeps_steps_reruns_only_that_sweep(sweep_run):
     # width's own w8-h1, plus w16-h2: its settings now differ from heads_split's, so
     # the width sweep trains its own copy; nothing of heads_split, no new corpus.
     assert planned_runs(result) == {("width", c, s) for c in ("w8-h1", "w16-h2") for s in (0, 1)}
-    assert planned_jobs(result) == {"sweep_train": 4, "sweep_summary": 1, "figures_sweep": 1}
+    # §7b: each retrained model's cut, the heads study and its figures
+    assert planned_jobs(result) == {"sweep_train": 4, "sweep_summary": 1, "figures_sweep": 1,
+                                    "sweep_heads_cut": 4, "sweep_heads": 1, "figures_sweep_heads": 1}
 
     changed = deep_merge(config, {"sweep": {"sweeps": {"heads_split": {"grid": [
         {"width": 16, "heads": 1}, {"width": 16, "heads": 2}, {"width": 16, "heads": 4}]}}}})
     result = smk(workdir, write_config(workdir, changed, "split_grid.yaml"), "-n")
     assert planned_runs(result) == {("heads_split", "w16-h4", 0), ("heads_split", "w16-h4", 1)}
-    assert planned_jobs(result) == {"sweep_train": 2, "sweep_summary": 1, "figures_sweep": 1}
+    assert planned_jobs(result) == {"sweep_train": 2, "sweep_summary": 1, "figures_sweep": 1,
+                                    "sweep_heads_cut": 2, "sweep_heads": 1, "figures_sweep_heads": 1}
 
 
 def test_adding_a_vocabulary_size_schedules_only_its_tokenizer_and_models(sweep_run):

@@ -48,7 +48,7 @@ def train_study(cfg, corpus, vocab_root, out):
             lengths = token_lengths(load_vocab(vocab_root / job["vocab"])[0])
         else:
             (ids, meta), lengths = load_ids(corpus / "ids.npy", corpus / "meta.json"), None
-        model, metrics, info = train(ids, meta, job["model"], job["seed"], job["train"], lengths=lengths)
+        model, metrics, info, _ = train(ids, meta, job["model"], job["seed"], job["train"], lengths=lengths)
         path = out / f"{r['arch']}-{r['seed']}.parquet"
         write_parquet(metrics, path, note=dict(info, model=model.spec.to_dict()))
         planned.append(dict(r, metrics=path, trained=model, ids=ids, meta=meta))

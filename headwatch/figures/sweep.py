@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from ..sweep.summary import split_verdict, width_verdict
-from .style import ONE_COLUMN, PALETTE, TWO_COLUMNS, figure
+from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure
 
 
 def _count(n: int) -> str:
@@ -239,3 +239,102 @@ def study_figure(kind: str, summary: pd.DataFrame, finals: pd.DataFrame):
     if kind not in STUDY_FIGURES:
         raise ValueError(f"no figure for study kind {kind!r} (known: {sorted(STUDY_FIGURES)})")
     return STUDY_FIGURES[kind](summary, finals)
+
+
+# ------------------------------------------------------------ the heads they grow (§7b)
+def _head_counts(df: pd.DataFrame, sweep: str) -> list[int]:
+    return sorted(int(h) for h in df.loc[df["sweep"] == sweep, "heads"].unique())
+
+
+def heads_formation(curves: pd.DataFrame, sweep: str, threshold: float):
+    """The best head's induction score (random and text probes) against the step, one line per
+    head count (mean over seeds, band = min–max over seeds), the validation loss below on the
+    same step axis."""
+    fig, axes = figure(TWO_COLUMNS, 4.2, nrows=2, ncols=2, sharex=True, squeeze=False)
+    c = curves[curves["sweep"] == sweep]
+    panels = [(axes[0][0], "best_induction", "best induction (random ids)"),
+              (axes[0][1], "best_induction_text", "best induction (text seen twice)"),
+              (axes[1][0], "val_loss", "validation loss (nats/char)"),
+              (axes[1][1], "in_context", "in-context score (nats/char)")]
+    for i, h in enumerate(_head_counts(c, sweep)):
+        g = c[c["heads"] == h].groupby("step")
+        color = PALETTE[i % len(PALETTE)]
+        for ax, col, _ in panels:
+            m = g[col].mean()
+            ax.plot(m.index, m.to_numpy(), color=color, marker="o", ms=2, label=f"{h} head{'s' * (h != 1)}")
+            ax.fill_between(m.index, g[col].min().to_numpy(), g[col].max().to_numpy(), color=color,
+                            alpha=0.2, lw=0)
+    for ax, _, label in panels:
+        ax.set_ylabel(label)
+    for ax in axes[0]:
+        ax.axhline(threshold, color="0.4", ls=":", lw=0.8)
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    axes[0][0].legend(frameon=False, ncols=2)
+    n = c["seed"].nunique()
+    fig.suptitle(f"{sweep}: mean over {n} seed{'s' * (n != 1)} (band: min–max); dotted: formation "
+                 f"threshold {threshold:g}", y=1.0, va="bottom")
+    return fig
+
+
+def heads_finals(summary: pd.DataFrame, per_run: pd.DataFrame, sweep: str, threshold: float):
+    """Final best scores (mean ± std over seeds, single seeds as faint points) and the formation
+    step against the number of heads."""
+    s = summary[summary["sweep"] == sweep].sort_values("heads")
+    r = per_run[per_run["sweep"] == sweep]
+    fig, axes = figure(TWO_COLUMNS, 2.4, ncols=2, squeeze=False)
+    ax = axes[0][0]
+    for i, score in enumerate(("induction", "induction_text", "prev", "sink")):
+        col = f"best_{score}"
+        ax.scatter(r["heads"], r[col], s=5, color=PALETTE[i], alpha=0.5, linewidths=0)
+        ax.errorbar(s["heads"], s[f"{col}_mean"], yerr=s[f"{col}_std"].fillna(0), marker="o", ms=3,
+                    capsize=2, color=PALETTE[i], label=score)
+    ax.axhline(threshold, color="0.4", ls=":", lw=0.8)
+    ax.set_ylabel("final best head's score")
+    ax.legend(frameon=False)
+    ax = axes[0][1]
+    formed = r.dropna(subset=["formation_step"])
+    ax.scatter(formed["heads"], formed["formation_step"].astype(float), s=8, color=PALETTE[0])
+    never = r[r["formation_step"].isna()]
+    if len(never):
+        ax.scatter(never["heads"], np.full(len(never), r["step"].max()), marker="x", s=10, color="0.4",
+                   label="never formed (drawn at the last step)")
+        ax.legend(frameon=False)
+    ax.set_ylabel(f"formation step (best induction ≥ {threshold:g})")
+    ax.set_ylim(0, r["step"].max() * 1.05)
+    for ax in axes[0]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(s["heads"], [str(h) for h in s["heads"]])
+        ax.minorticks_off()
+        ax.set_xlabel("heads")
+    fig.suptitle(f"{sweep}: formed in {int(r['formation_step'].notna().sum())} of {len(r)} runs",
+                 y=1.0, va="bottom")
+    return fig
+
+
+def heads_grid(grid: pd.DataFrame, sweep: str):
+    """Every head's final scores (layers × heads) of one seed's model per head count, one row of
+    panels per score."""
+    g = grid[grid["sweep"] == sweep]
+    seed = int(g["seed"].min())
+    g = g[g["seed"] == seed]
+    counts = _head_counts(g, sweep)
+    scores = ("induction", "induction_text", "prev", "sink")
+    fig, axes = figure(TWO_COLUMNS, 1.1 * len(scores) + 0.4, nrows=len(scores), ncols=len(counts),
+                       squeeze=False)
+    for j, h in enumerate(counts):
+        m = g[g["heads"] == h]
+        L, H = int(m["layer"].max()) + 1, int(m["head"].max()) + 1
+        for i, score in enumerate(scores):
+            ax = axes[i][j]
+            img = m.sort_values(["layer", "head"])[score].to_numpy().reshape(L, H)
+            im = ax.imshow(img, vmin=0, vmax=1, cmap=SEQUENTIAL, aspect="auto")
+            ax.set_xticks([])
+            ax.set_yticks(range(L))
+            if i == 0:
+                ax.set_title(f"{h} head{'s' * (h != 1)}")
+            if j == 0:
+                ax.set_ylabel(f"{score}\nlayer")
+    fig.colorbar(im, ax=axes, shrink=0.6, label="score")
+    fig.suptitle(f"{sweep}, seed {seed}: every head's final scores (columns: heads)", y=1.0, va="bottom")
+    return fig

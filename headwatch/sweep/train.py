@@ -21,7 +21,10 @@
   between those reads (evaluation and checkpoint writing excluded).
 * AdamW (weight decay on matrices and embeddings only), linear warm-up to
   ``lr`` then cosine decay to ``min_lr``, gradient clipping.
-* A checkpoint (model, optimizer, metrics so far, the loss accumulated since
+* With ``heads`` (``sweep.heads``, protocol §7b), every evaluation step also records every
+  head's scores on a fixed probe and the in-context score (:mod:`headwatch.sweep.heads`); no
+  pass over the data, outside the timed steps.
+* A checkpoint (model, optimizer, metrics and head records so far, the loss accumulated since
   the last row, the torch RNG state, and a fingerprint of everything that
   defines the run) is written atomically every ``checkpoint_every`` steps; the
   one before it is kept (``checkpoint.prev.pt``). A restarted run resumes from
@@ -45,6 +48,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -323,8 +327,8 @@ def validation_record(val_ids: np.ndarray, meta: dict, lengths: np.ndarray | Non
 def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: dict,
           checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
           precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None,
-          full_eval: bool = True):
-    """Train one model; return (model, metrics DataFrame, info dict).
+          full_eval: bool = True, heads: dict | None = None):
+    """Train one model; return (model, metrics DataFrame, info dict, heads DataFrame).
 
     ``ids``/``meta``: the corpus's character ids (:func:`headwatch.charlm.corpus.load_ids`) or a
     vocabulary's (:func:`headwatch.charlm.tokenizer.load_split_ids`, with ``lengths`` =
@@ -335,7 +339,67 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     steps (it and the one before it are removed at the end; unreadable ones are
     moved aside, see :func:`load_checkpoint`). ``stop_after``: raise
     :class:`Interrupted` right after the checkpoint of that step (to test resuming).
+
+    ``heads``: the ``sweep.heads`` settings (protocol §7b): at every evaluation step every head's
+    scores on a fixed probe (:mod:`headwatch.sweep.heads`) are recorded (the heads DataFrame,
+    one row per step and head; empty without them) and the metrics rows get the in-context
+    score (``in_context``). Both are kept in the checkpoint, so a resumed run ends with the same
+    records.
     """
+    run = _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision, lengths, heads)
+    s = run.s
+    for step in range(run.first, s["steps"]):
+        _step(run, step)
+        done = step + 1
+        row_due = done % s["eval_every"] == 0 or done == s["steps"]
+        if row_due or (run.ckpt and done % s["checkpoint_every"] == 0):   # keep in step with the checkpoint's test
+            _to_host(run, done)
+        if row_due:
+            _evaluation(run, done)
+        if run.ckpt and done % s["checkpoint_every"] == 0 and done < s["steps"]:
+            _checkpoint(run, done, stop_after)
+    return _finish(run, ids, meta, model_cfg, lengths, full_eval)
+
+
+@dataclass
+class _Run:
+    """One training run's settings, data, model, optimizer and running state (``state``: what a
+    checkpoint keeps, plain data; the loss accumulators live on the device)."""
+
+    s: dict
+    seed: int
+    device: torch.device
+    precision: str
+    spec: ModelSpec
+    amp: object
+    record: dict
+    train_ids: torch.Tensor
+    val_ids: torch.Tensor
+    val_offsets: torch.Tensor
+    model: CharLM
+    opt: torch.optim.Optimizer
+    params: int
+    fp: str
+    state: dict
+    ckpt: Path | None
+    resumed_from: int
+    recovered: list
+    attempt_log: Path | None
+    earlier_logs: list
+    balance: float
+    first: int
+    offsets: torch.Tensor
+    loss_sum: torch.Tensor
+    bad_step: torch.Tensor
+    bad_value: torch.Tensor
+    probe: object = None          # headwatch.sweep.heads.Probe when the heads are recorded
+    adapter: object = None
+    clock: float | None = None
+
+
+def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision, lengths, heads) -> _Run:
+    """Settings, data on the device, model and optimizer, resumed from the newest matching
+    checkpoint if there is one; every step's windows on the device."""
     s = settings_of(train_cfg)
     device = torch.device(device)
     spec = ModelSpec.from_settings(meta["vocab_size"], model_cfg)
@@ -354,8 +418,15 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     opt = make_optimizer(model, s, device)
     params = sum(p.numel() for p in model.parameters())
     fp = fingerprint(model=model_cfg, seed=seed, train=s, precision=precision,
-                     corpus=meta.get("sha256"), vocab=meta["vocab_size"])
-    state = dict(step=0, rows=[], loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0)
+                     corpus=meta.get("sha256"), vocab=meta["vocab_size"], **({"heads": heads} if heads else {}))
+    state = dict(step=0, rows=[], loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0, heads=[])
+    probe = adapter = None
+    if heads:
+        from ..arch import Adapter
+        from .heads import make_probe
+
+        probe = make_probe(ids[n_train:], meta["vocab_size"], context, heads).to(device)
+        adapter = Adapter(model)
     resumed_from = 0
     ckpt = Path(checkpoint) if checkpoint else None
     saved, recovered = load_checkpoint(ckpt, fp, device) if ckpt else (None, [])
@@ -374,7 +445,6 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     if balance and not spec.experts:
         raise ValueError(f"balance {balance} needs experts (model {spec.to_dict()})")
     model.train()
-    tokens_per_step = s["batch"] * context
     first = state["step"]
     # No host synchronisation inside a step: every step's windows are on the device before
     # the first step; each step's loss is added on the device (in float64: bit for bit the
@@ -384,95 +454,120 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     offsets = torch.as_tensor(np.array([batch_offsets(seed, k, n_train, s["batch"], context)
                                         for k in range(first, s["steps"])], dtype=np.int64)
                               .reshape(-1, s["batch"]), device=device)
-    loss_sum = torch.tensor(state["loss_sum"], dtype=torch.float64, device=device)
-    bad_step = torch.tensor(-1, device=device)
-    bad_value = torch.tensor(0.0, device=device)
-    clock = None
+    return _Run(s=s, seed=seed, device=device, precision=precision, spec=spec, amp=amp, record=record,
+                train_ids=train_ids, val_ids=val_ids, val_offsets=val_offsets, model=model, opt=opt,
+                params=params, fp=fp, state=state, ckpt=ckpt, resumed_from=resumed_from, recovered=recovered,
+                attempt_log=attempt_log, earlier_logs=earlier_logs, balance=balance, first=first,
+                offsets=offsets, loss_sum=torch.tensor(state["loss_sum"], dtype=torch.float64, device=device),
+                bad_step=torch.tensor(-1, device=device), bad_value=torch.tensor(0.0, device=device),
+                probe=probe, adapter=adapter)
 
-    def to_host(step: int) -> None:
-        """Read the loss sum into ``state`` and stop the clock; raise on a non-finite loss."""
-        nonlocal clock
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        state["seconds"] += time.perf_counter() - clock
-        clock = None
-        state["loss_sum"] = loss_sum.item()
-        if not math.isfinite(state["loss_sum"]):
-            raise NonFiniteError(f"training loss is {bad_value.item()} at step {bad_step.item()} (model "
-                                 f"{spec.to_dict()}, seed {seed}; read at step {step}); lower the learning "
-                                 "rate or use float32")
 
-    for step in range(first, s["steps"]):
-        clock = time.perf_counter() if clock is None else clock
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, s["lr"], s["min_lr"], s["warmup"], s["steps"])
-        x, y = windows(train_ids, offsets[step - first], context)
-        with amp:
-            logits = model(x)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        opt.zero_grad(set_to_none=True)
-        if balance:   # the reported train loss stays the cross-entropy alone
-            (loss + balance * torch.stack(model.balance_losses).mean()).backward()
-        else:
-            loss.backward()
-        if s["grad_clip"]:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
-        opt.step()
-        loss = loss.detach()
-        loss_sum += loss.double()
-        fresh = (bad_step < 0) & ~torch.isfinite(loss)
-        bad_step, bad_value = torch.where(fresh, step, bad_step), torch.where(fresh, loss, bad_value)
-        state["loss_n"] += 1
-        state["tokens"] += tokens_per_step
-        done = step + 1
-        state["step"] = done
-        row_due = done % s["eval_every"] == 0 or done == s["steps"]
-        if row_due or (ckpt and done % s["checkpoint_every"] == 0):   # keep in step with the checkpoint's test
-            to_host(done)
-        if row_due:
-            val = evaluate(model, val_ids, val_offsets, s["batch"], context, amp)
-            row = dict(step=done, train_loss=state["loss_sum"] / state["loss_n"], val_loss=val,
-                       tokens_per_s=state["tokens"] / max(state["seconds"], 1e-9))
-            assert_finite(list(row.values()), f"metrics at step {done}")
-            state["rows"].append(row)
-            log.info("step %d: train %.4f val %.4f (%.0f tokens/s)", done, row["train_loss"], val,
-                     row["tokens_per_s"])
-            state.update(loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0)
-            loss_sum.zero_()
-        if ckpt and done % s["checkpoint_every"] == 0 and done < s["steps"]:
-            _save_atomic(dict(fingerprint=fp, model=model.state_dict(), optimizer=opt.state_dict(),
-                              rng=torch.get_rng_state(), state=state), ckpt)
-            if stop_after is not None and done >= stop_after:
-                raise Interrupted(f"stopped after the checkpoint of step {done}")
+def _step(run: _Run, step: int) -> None:
+    """One optimizer step (0-based ``step``): its loss added on the device, never read here."""
+    s, model, opt = run.s, run.model, run.opt
+    run.clock = time.perf_counter() if run.clock is None else run.clock
+    for g in opt.param_groups:
+        g["lr"] = lr_at(step, s["lr"], s["min_lr"], s["warmup"], s["steps"])
+    x, y = windows(run.train_ids, run.offsets[step - run.first], run.spec.context)
+    with run.amp:
+        logits = model(x)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    opt.zero_grad(set_to_none=True)
+    if run.balance:   # the reported train loss stays the cross-entropy alone
+        (loss + run.balance * torch.stack(model.balance_losses).mean()).backward()
+    else:
+        loss.backward()
+    if s["grad_clip"]:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
+    opt.step()
+    loss = loss.detach()
+    run.loss_sum += loss.double()
+    fresh = (run.bad_step < 0) & ~torch.isfinite(loss)
+    run.bad_step, run.bad_value = torch.where(fresh, step, run.bad_step), torch.where(fresh, loss, run.bad_value)
+    run.state["loss_n"] += 1
+    run.state["tokens"] += s["batch"] * run.spec.context
+    run.state["step"] = step + 1
 
-    metrics = pd.DataFrame(state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"])
+
+def _to_host(run: _Run, step: int) -> None:
+    """Read the loss sum into ``state`` and stop the clock; raise on a non-finite loss."""
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    run.state["seconds"] += time.perf_counter() - run.clock
+    run.clock = None
+    run.state["loss_sum"] = run.loss_sum.item()
+    if not math.isfinite(run.state["loss_sum"]):
+        raise NonFiniteError(f"training loss is {run.bad_value.item()} at step {run.bad_step.item()} (model "
+                             f"{run.spec.to_dict()}, seed {run.seed}; read at step {step}); lower the learning "
+                             "rate or use float32")
+
+
+def _evaluation(run: _Run, done: int) -> None:
+    """The metrics row of step ``done`` (validation loss; with a probe, the in-context score and
+    every head's scores, §7b); the training loss and clock start again."""
+    s, state = run.s, run.state
+    val = evaluate(run.model, run.val_ids, run.val_offsets, s["batch"], run.spec.context, run.amp)
+    row = dict(step=done, train_loss=state["loss_sum"] / state["loss_n"], val_loss=val,
+               tokens_per_s=state["tokens"] / max(state["seconds"], 1e-9))
+    if run.probe is not None:    # §7b: every head's scores and the in-context score, on the fixed probe
+        from .heads import in_context_score, probe_scores, records
+
+        with run.amp:
+            row["in_context"] = in_context_score(run.model, run.probe)
+            state["heads"] += records(done, probe_scores(run.model, run.probe, run.adapter))
+    assert_finite(list(row.values()), f"metrics at step {done}")
+    state["rows"].append(row)
+    log.info("step %d: train %.4f val %.4f (%.0f tokens/s)", done, row["train_loss"], val, row["tokens_per_s"])
+    state.update(loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0)
+    run.loss_sum.zero_()
+
+
+def _checkpoint(run: _Run, done: int, stop_after: int | None) -> None:
+    """Write the checkpoint of step ``done``; raise :class:`Interrupted` if asked to stop there."""
+    _save_atomic(dict(fingerprint=run.fp, model=run.model.state_dict(), optimizer=run.opt.state_dict(),
+                      rng=torch.get_rng_state(), state=run.state), run.ckpt)
+    if stop_after is not None and done >= stop_after:
+        raise Interrupted(f"stopped after the checkpoint of step {done}")
+
+
+def _finish(run: _Run, ids, meta: dict, model_cfg: dict, lengths, full_eval: bool):
+    """The run's tables and info (the whole validation split scored if asked); checkpoints and
+    this attempt's extra log name removed."""
+    from .heads import heads_frame
+
+    s, record, amp = run.s, run.record, run.amp
+    metrics = pd.DataFrame(run.state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"]
+                           + (["in_context"] if run.probe is not None else []))
     full = None
     if full_eval:
         from ..charlm.tokenizer import bits_per_char
 
-        full = bits_per_char(model, np.asarray(ids[n_train:]), record["lengths"], batch=FULL_EVAL_BATCH, amp=amp)
+        full = bits_per_char(run.model, np.asarray(ids[meta["n_train"]:]), record["lengths"],
+                             batch=FULL_EVAL_BATCH, amp=amp)
         if full["val_chars"] != record["val_chars"]:
             raise RuntimeError(f"the validation ids hold {full['val_chars']} characters, their record says "
                                f"{record['val_chars']}")
         full["val_sha256"] = record["val_sha256"]
         log.info("whole validation split: %.4f bits/char (%d tokens, %d characters, %.1f characters per "
                  "window)", full["bits_per_char"], full["val_tokens"], full["val_chars"], full["chars_per_window"])
-    info = dict(params=params, fingerprint=fp, resumed_from=resumed_from, device=str(device),
-                precision=precision, threads=torch.get_num_threads(),
+    info = dict(params=run.params, fingerprint=run.fp, resumed_from=run.resumed_from, device=str(run.device),
+                precision=run.precision, threads=torch.get_num_threads(),
                 final_val_loss=float(metrics["val_loss"].iloc[-1]), val_full=full,
                 vocab=meta["vocab"] if lengths is not None else "char", vocab_size=meta["vocab_size"],
-                train_chars_per_token=record["train_chars_per_token"], **peak_memory(device))
+                train_chars_per_token=record["train_chars_per_token"], **peak_memory(run.device))
     if set(model_cfg) & {*OPTIONS, *TRAINING_OPTIONS}:   # study options: record what the studies read
-        parts = spec.param_counts()
+        parts = run.spec.param_counts()
         info.update(params_active=parts["total_active"],
-                    non_embedding=parts["non_embedding"], balance=balance,
-                    expert_shares=expert_shares(model, val_ids, val_offsets, s["batch"], context, amp))
-    if ckpt:
-        info.update(checkpoints_moved_aside=recovered, earlier_attempt_logs=earlier_logs)
-        remove_checkpoints(ckpt)
-    if attempt_log is not None:    # this attempt succeeded: the rule's log is its log
-        attempt_log.unlink(missing_ok=True)
-    return model, metrics, info
+                    non_embedding=parts["non_embedding"], balance=run.balance,
+                    expert_shares=expert_shares(run.model, run.val_ids, run.val_offsets, s["batch"],
+                                                run.spec.context, amp))
+    if run.ckpt:
+        info.update(checkpoints_moved_aside=run.recovered, earlier_attempt_logs=run.earlier_logs)
+        remove_checkpoints(run.ckpt)
+    if run.attempt_log is not None:    # this attempt succeeded: the rule's log is its log
+        run.attempt_log.unlink(missing_ok=True)
+    return run.model, metrics, info, heads_frame(run.state.get("heads", []))
 
 
 def save_trained(model: CharLM, path, meta: dict, info: dict, extra: dict | None = None) -> str:

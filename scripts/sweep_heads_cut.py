@@ -1,0 +1,18 @@
+"""Cut one trained sweep model's top induction head against random heads (protocol §7b; the §5a
+code, headwatch.sweep.heads.cut_table). The scores are the run's last records (heads.parquet)."""
+import torch
+
+from headwatch.device import pick_device
+from headwatch.sweep.heads import final_scores, cut_table
+from headwatch.sweep.train import load_trained
+from headwatch.tableio import read_parquet, write_parquet
+from headwatch.workflow import log_to
+
+with log_to(snakemake.log[0]) as log:  # noqa: F821
+    sm = snakemake  # noqa: F821
+    torch.set_num_threads(sm.threads)
+    model, _ = load_trained(sm.input.model, device=pick_device(sm.config["sweep"]["device"]))
+    scores = final_scores(read_parquet(sm.input.heads))
+    table, note, guards = cut_table(model, scores, sm.params.heads, sm.params.ablation)
+    write_parquet(table, sm.output.cut, note=dict(note, guards=guards))
+    log.info("cut of the top induction head:\n%s", table.drop(columns="random_heads").to_string())
