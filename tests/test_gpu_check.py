@@ -524,6 +524,10 @@ def test_the_run_command_asks_for_the_models_page_targets_timed():
                    f"results/{check.MODEL_KEY}/ablation/guards.json",
                    f"results/{check.MODEL_KEY}/anatomy/weight_check.json"):
         assert target in wanted
+    # Snakemake's --resources takes every word after it: the targets must come before the options.
+    options = wanted.index("--cores", wanted.index(".venv/bin/snakemake"))
+    assert all(w.startswith("results/") for w in wanted[wanted.index(".venv/bin/snakemake") + 1:options])
+    assert not any(w.startswith("results/") for w in wanted[options:])
     printed = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--model", check.MODEL_KEY,
                               "--run-command"], capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0 and printed.stdout.strip() == cmd

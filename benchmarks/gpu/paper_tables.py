@@ -54,7 +54,9 @@ SCORES = ("sink", "prev", "self", "induction")
 PYTHON = ".venv/bin/python"
 SCRIPT = "benchmarks/gpu/paper_tables.py"
 TIMED = f"{PYTHON} -m headwatch.run_record timed"             # the Makefile's TIMED
-SNAKEMAKE = ".venv/bin/snakemake --cores all --resources gpu=1"  # make run's, one model job at a time
+# make run's Snakemake; on a CPU the gpu resource only bounds the model jobs running at once (two).
+# The targets go before the options: --resources takes every word after it.
+SNAKEMAKE, SNAKEMAKE_OPTIONS = ".venv/bin/snakemake", "--cores all --resources gpu=2"
 GPU_HEADING = "## The sweep at paper scale (GPU)"      # where the GPU sections begin
 NOT_MEASURED = ("**Not yet measured** (needs a GPU). On a machine with one: `make gpu-check` "
                 "(benchmarks/gpu/README.md; it ends within 9.5 min and resumes when run again until "
@@ -132,7 +134,7 @@ def run_command(model: str) -> str:
     """The exact command that computes what the model's section reads, at paper scale (``make run``'s
     config as is, restricted to the model's targets, :func:`headwatch.targets.paper_page`), timed: its
     record names the commit (:func:`headwatch.run_record.timed`)."""
-    return " ".join([TIMED, run_name(model), "--", SNAKEMAKE, *targets.paper_page(model)])
+    return " ".join([TIMED, run_name(model), "--", SNAKEMAKE, *targets.paper_page(model), SNAKEMAKE_OPTIONS])
 
 
 def page_command(argv: list[str]) -> str:
@@ -359,7 +361,7 @@ def main(argv=None) -> None:
             "table, none is typed. Regenerate it, never edit it.",
             page_header(commit, command),
             "| part | scale | measured on |\n|---|---|---|\n"
-            f"| {markdown(args.model)}: scores, 5a, 5b, 5c, guards | **paper scale** (`make run`'s config) | a CPU (2 cores) |\n"
+            f"| {markdown(args.model)}: scores, 5a, 5b, 5c, guards | **paper scale** (`make run`'s config) | the machine its section names |\n"
             f"| the sweep ({pf['plain']} runs, {pf['steps']} steps) and the studies ({pf['studies']} runs) "
             f"| **paper scale** | {on_gpu} |\n"
             f"| GPU type, rule times and peak GPU memory | – | {on_gpu} |",
