@@ -152,13 +152,15 @@ def cut_table(model, scores: dict[str, torch.Tensor], cfg: dict, ablation: dict)
     code itself (:func:`headwatch.ablation.run_topk`, its guards included) with top_n = k = 1.
     Returns (table, note, guard record)."""
     from ..ablation import run_topk
+    from ..ablation_settings import AblationSettings
     from ..scores import scores_table
 
     adapter = Adapter(model)
     T = model.spec.context // 2
     ids = repeated_random(model.spec.vocab_size, int(cfg["cut_sequences"]), T, cfg["seed"], CUT_STREAM)
     eval_df = pd.DataFrame(dict(token_ids=list(ids.numpy()), half_length=T, offset=0))
-    return run_topk(model, adapter, eval_df, scores_table(adapter, scores), dict(ablation, top_n=1, k=[1]))
+    return run_topk(model, adapter, eval_df, scores_table(adapter, scores),
+                    AblationSettings.from_config(dict(ablation, top_n=1, k=[1])))
 
 
 def final_scores(heads: pd.DataFrame) -> dict[str, torch.Tensor]:
