@@ -199,7 +199,7 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     heads = pd.read_parquet(res / "heads" / "summary.parquet")        # §7b: the heads section
     assert "## The heads the models grow (protocol §7b)" in text
     for r in heads.itertuples():
-        assert f"| {r.sweep} | {r.arch} | {r.heads} |" in text and f"{r.best_induction_mean:.3f}" in text
+        assert f"| {markdown(r.sweep)} | {markdown(r.arch)} | {r.heads} |" in text and f"{r.best_induction_mean:.3f}" in text
     assert ("Nothing forms at this scale" in text) == (heads["formed"].max() == 0)
     for stem in laptop_tables.FIGURES:
         assert (tmp_path / "laptop-scale" / f"{stem}.png").stat().st_size > 0
