@@ -257,8 +257,10 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
         t = pd.DataFrame(times).groupby("rule", sort=False).agg(jobs=("job", "size"), wall_s=("wall_s", "sum"),
                                                                max_rss_MiB=("max_rss_mib", "max")).reset_index()
         out += ["### CPU times of this run", "",
-                "Snakemake's benchmark records of the run above (2 CPU cores shared with other work, so "
-                "these are under load: an upper bound, not a clean timing).", md_table(t, ".1f")]
+                f"Snakemake's benchmark records of the run above, on {last['usable_cores']} cores; load average "
+                f"(1, 5, 15 min) {', '.join(f'{x:.2f}' for x in last['load_before'])} before the run and "
+                f"{', '.join(f'{x:.2f}' for x in last['load_after'])} after it (its record): a load near the "
+                "core count or above means these times are under load.", md_table(t, ".1f")]
     return out
 
 
