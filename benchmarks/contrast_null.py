@@ -32,7 +32,7 @@ def sweep(rng, configs: int, seeds: int, effect: float) -> pd.DataFrame:
     means.update({("width", 4, 1): 10.0, ("width", 8, 2): 0.0})
     for (name, width, heads), mean in means.items():
         for seed, v in enumerate(rng.normal(mean, 1.0, seeds)):
-            rows.append(dict(sweep=name, arch=f"w{width}-h{heads}", seed=seed, width=width, heads=heads,
+            rows.append(dict(sweep=name, shape=f"w{width}-h{heads}", seed=seed, width=width, heads=heads,
                              trained_under=name, head_size=width // heads, params=width * 100 if name == "width"
                              else 1000, steps=1, val_loss=10 + v, train_loss=10 + v, tokens_per_s=1.0))
     return pd.DataFrame(rows)

@@ -1,7 +1,7 @@
 """What recording the heads costs a training job (protocol §7b): CPU time of one job with and
 without the records, at laptop-like and paper-like settings.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/heads.py [--archs w256-h4,w256-h32] [--json PATH]
+    PYTHONPATH=. .venv/bin/python benchmarks/heads.py [--shapes w256-h4,w256-h32] [--json PATH]
 
 Each run trains one model with the sweep's own code (:func:`headwatch.sweep.train.train`, 1 torch
 thread, the first two plays of config/config.yaml's ``sweep.corpus``) for S and 2S steps, each
@@ -74,7 +74,7 @@ def main(argv=None) -> None:
     from headwatch.sweep.plan import SLUG_PATTERN  # noqa: F401  (the slugs below follow it)
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--archs", default="w256-h4,w256-h32")
+    ap.add_argument("--shapes", default="w256-h4,w256-h32")
     ap.add_argument("--paper-steps", type=int, default=10)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -89,17 +89,17 @@ def main(argv=None) -> None:
     lap = dict(paper, **laptop["sweep"]["sweeps"]["heads_split"]["train"])
     scales = {"laptop": (lap, lap["eval_every"] // 2), "paper": (paper, args.paper_steps)}
     rows = []
-    for arch in args.archs.split(","):
-        width, heads_n = (int(x) for x in arch[1:].split("-h"))
+    for shape in args.shapes.split(","):
+        width, heads_n = (int(x) for x in shape[1:].split("-h"))
         model_cfg = dict(width=width, heads=heads_n, **sw["model"])
         for scale, (train_cfg, steps) in scales.items():
             short = dict(train_cfg, steps=steps, warmup=min(train_cfg["warmup"], steps), checkpoint_every=10 ** 9)
             m = measure(ids, meta, model_cfg, short, heads)
             interval_s = train_cfg["eval_every"] * m["step_cpu_s"] + m["eval_cpu_s"] + m["record_cpu_s"]
-            row = dict(scale=scale, arch=arch, batch=train_cfg["batch"], eval_every=train_cfg["eval_every"],
+            row = dict(scale=scale, shape=shape, batch=train_cfg["batch"], eval_every=train_cfg["eval_every"],
                        steps_run=steps, **m, share=m["record_cpu_s"] / interval_s)
             rows.append(row)
-            print(f"{scale:6s} {arch:9s} batch {row['batch']:3d} every {row['eval_every']:3d} steps: job "
+            print(f"{scale:6s} {shape:9s} batch {row['batch']:3d} every {row['eval_every']:3d} steps: job "
                   f"step {m['step_cpu_s']:.3f} s CPU, evaluation {m['eval_cpu_s']:.2f} s, a record "
                   f"{m['record_cpu_s']:.3f} s: {100 * row['share']:.1f} % of a job", flush=True)
     if args.json:

@@ -4,7 +4,7 @@ sweep configuration, and the learning curve of one, with the sweep's own trainin
     .venv/bin/python benchmarks/laptop_pilot.py steps --batch 8 --context 128 --steps 30 \\
         --eval-batches 12 [--configs w256-h1,w256-h2,w256-h4,w256-h8,w256-h16,w256-h32,w128-h2,w512-h8] \\
         [--jobs 2] [--json PATH]
-    .venv/bin/python benchmarks/laptop_pilot.py curve --arch w256-h4 --batch 8 --context 128 \\
+    .venv/bin/python benchmarks/laptop_pilot.py curve --shape w256-h4 --batch 8 --context 128 \\
         --steps 720 --eval-every 40 --eval-batches 12 [--json PATH]
 
 ``steps``: each configuration (a slug any sweep of config/config.yaml lists, options included, or a
@@ -52,7 +52,7 @@ def corpus_dir(given: str | None) -> Path:
     return out
 
 
-def model_of(arch: str) -> dict:
+def model_of(shape: str) -> dict:
     """The model settings of a configuration slug listed by any sweep of config/config.yaml (options
     included: experts, layers, kv heads; a `vocab` entry needs its tokenizer and is refused)."""
     import yaml
@@ -62,13 +62,13 @@ def model_of(arch: str) -> dict:
     sw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
     for name in sw["sweeps"]:
         try:
-            entry = plan.entry_of(sw, name, arch)
+            entry = plan.entry_of(sw, name, shape)
         except KeyError:
             continue
         if plan.vocab_of(entry) != plan.CHAR:
-            raise SystemExit(f"{arch}: a vocabulary other than the characters is not piloted here")
+            raise SystemExit(f"{shape}: a vocabulary other than the characters is not piloted here")
         return plan.model_of(sw, entry)
-    width, heads = plan.parse_slug(arch)            # a plain configuration no sweep lists
+    width, heads = plan.parse_slug(shape)            # a plain configuration no sweep lists
     return dict(width=width, heads=heads, **sw["model"])
 
 
@@ -83,7 +83,7 @@ def train_cfg(args, steps: int, eval_every: int) -> dict:
 
 
 def one_job(args) -> dict:
-    """Run in a fresh process: train ``args.arch`` and time it (CPU and wall)."""
+    """Run in a fresh process: train ``args.shape`` and time it (CPU and wall)."""
     c0, w0 = time.process_time(), time.perf_counter()
     import torch
 
@@ -92,7 +92,7 @@ def one_job(args) -> dict:
 
     torch.set_num_threads(1)
     ids, meta = load_ids(Path(args.corpus) / "ids.npy", Path(args.corpus) / "meta.json")
-    model_cfg = dict(model_of(args.arch), context=args.context)
+    model_cfg = dict(model_of(args.shape), context=args.context)
     startup = time.process_time() - c0
     evals = []
     real_eval = tr.evaluate
@@ -108,7 +108,7 @@ def one_job(args) -> dict:
     _, metrics, info, _ = tr.train(ids, meta, model_cfg, 0, train_cfg(args, args.steps, args.eval_every),
                                 full_eval=False)
     cpu, wall = time.process_time() - c1, time.perf_counter() - w1
-    return dict(arch=args.arch, params=info["params"], steps=args.steps, batch=args.batch,
+    return dict(shape=args.shape, params=info["params"], steps=args.steps, batch=args.batch,
                 context=args.context, startup_cpu_s=startup, train_cpu_s=cpu, train_wall_s=wall,
                 evals=len(evals), eval_cpu_s=sum(evals) / len(evals),
                 step_cpu_s=(cpu - sum(evals)) / args.steps,
@@ -116,8 +116,8 @@ def one_job(args) -> dict:
                 total_cpu_s=time.process_time() - c0, total_wall_s=time.perf_counter() - w0)
 
 
-def spawn(args, arch: str, steps: int, eval_every: int) -> subprocess.Popen:
-    cmd = [sys.executable, __file__, "job", "--arch", arch, "--corpus", str(args.corpus),
+def spawn(args, shape: str, steps: int, eval_every: int) -> subprocess.Popen:
+    cmd = [sys.executable, __file__, "job", "--shape", shape, "--corpus", str(args.corpus),
            "--batch", str(args.batch), "--context", str(args.context), "--steps", str(steps),
            "--eval-every", str(eval_every), "--eval-batches", str(args.eval_batches)]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -129,28 +129,28 @@ def run_steps(args) -> list[dict]:
     queue, running, out = list(args.configs.split(",")), [], []
     while queue or running:
         while queue and len(running) < args.jobs:
-            arch = queue.pop(0)
-            running.append((arch, spawn(args, arch, args.steps, args.steps), os.getloadavg()[0]))
-        arch, proc, load = running.pop(0)
+            shape = queue.pop(0)
+            running.append((shape, spawn(args, shape, args.steps, args.steps), os.getloadavg()[0]))
+        shape, proc, load = running.pop(0)
         r = json.loads(proc.communicate()[0].strip().splitlines()[-1])
         r.update(load_at_start=load, load_at_end=os.getloadavg()[0])
         del r["curve"]
         out.append(r)
-        print(f"{arch:10s} {r['params']:>9,} params  step {r['step_cpu_s'] * 1e3:7.1f} ms CPU  "
+        print(f"{shape:10s} {r['params']:>9,} params  step {r['step_cpu_s'] * 1e3:7.1f} ms CPU  "
               f"eval {r['eval_cpu_s']:6.2f} s CPU  start-up {r['startup_cpu_s']:5.2f} s CPU  "
               f"(wall {r['train_wall_s']:6.1f} s for {r['steps']} steps, load {load:.1f})", flush=True)
     return out
 
 
 def run_curve(args) -> dict:
-    proc = spawn(args, args.arch, args.steps, args.eval_every)
+    proc = spawn(args, args.shape, args.steps, args.eval_every)
     r = json.loads(proc.communicate()[0].strip().splitlines()[-1])
     prev = None
     for row in r["curve"]:
         drop = "" if prev is None else f"  -{prev - row['val_loss']:.4f} since the last"
         print(f"step {row['step']:6d}  train {row['train_loss']:.4f}  val {row['val_loss']:.4f}{drop}")
         prev = row["val_loss"]
-    print(f"{args.arch}: {r['step_cpu_s'] * 1e3:.1f} ms CPU per step, {r['eval_cpu_s']:.2f} s CPU per evaluation")
+    print(f"{args.shape}: {r['step_cpu_s'] * 1e3:.1f} ms CPU per step, {r['eval_cpu_s']:.2f} s CPU per evaluation")
     return r
 
 
@@ -158,7 +158,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=("steps", "curve", "job"))
     ap.add_argument("--configs", default="w256-h1,w256-h2,w256-h4,w256-h8,w256-h16,w256-h32,w128-h2,w512-h8")
-    ap.add_argument("--arch", default="w256-h4")
+    ap.add_argument("--shape", default="w256-h4")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--steps", type=int, default=30)

@@ -76,15 +76,15 @@ def machine_lines(attempts: list[dict], name: str) -> list[str]:
 def job_times(root: Path, finals: pd.DataFrame) -> pd.DataFrame:
     """Per configuration: mean wall and CPU seconds of its training jobs (Snakemake's benchmark records)."""
     rows = []
-    for r in finals.drop_duplicates(["trained_under", "arch", "seed"]).itertuples():
-        tsv = root / paths.benchmark("sweep_train", r.trained_under, r.arch, f"seed{r.seed}")
+    for r in finals.drop_duplicates(["trained_under", "shape", "seed"]).itertuples():
+        tsv = root / paths.benchmark("sweep_train", r.trained_under, r.shape, f"seed{r.seed}")
         if tsv.exists():
             t = pd.read_csv(tsv, sep="\t").iloc[-1]
-            rows.append(dict(arch=r.arch, trained_under=r.trained_under, job_wall_s=float(t["s"]),
+            rows.append(dict(shape=r.shape, trained_under=r.trained_under, job_wall_s=float(t["s"]),
                              job_cpu_s=float(t["cpu_time"])))
     if not rows:
-        return pd.DataFrame(columns=["arch", "trained_under", "job_wall_s", "job_cpu_s"])
-    return pd.DataFrame(rows).groupby(["trained_under", "arch"], as_index=False).mean()
+        return pd.DataFrame(columns=["shape", "trained_under", "job_wall_s", "job_cpu_s"])
+    return pd.DataFrame(rows).groupby(["trained_under", "shape"], as_index=False).mean()
 
 
 def verdict(holds: bool, resolved: bool) -> str:
@@ -109,8 +109,8 @@ def heads_of(n: int, size: int) -> str:
 
 def findings(c: pd.Series, summary: pd.DataFrame) -> pd.DataFrame:
     """The original run's findings, point by point, against this run's contrast."""
-    split = summary[summary["sweep"] == c["split_sweep"]].set_index("arch")
-    best, worst = split.loc[c["best_arch"]], split.loc[c["worst_arch"]]
+    split = summary[summary["sweep"] == c["split_sweep"]].set_index("shape")
+    best, worst = split.loc[c["best_shape"]], split.loc[c["worst_shape"]]
     pct = f"{100 * c['level']:g} %"
     o = ORIGINAL
     ratio = (c["spread_over_std"], c["spread_over_std_lo"], c["spread_over_std_hi"])
@@ -118,10 +118,10 @@ def findings(c: pd.Series, summary: pd.DataFrame) -> pd.DataFrame:
     gain_defined = c["spread_over_gain_lo"] > 0          # an interval through 0: its inverse is unbounded
     rows = [
         dict(finding=f"optimum at {heads_of(o['best_heads'], o['best_head_size'])}",
-             here=f"best: {heads_of(int(best['heads']), int(best['head_size']))} ({c['best_arch']})",
+             here=f"best: {heads_of(int(best['heads']), int(best['head_size']))} ({c['best_shape']})",
              verdict=verdict(int(best["heads"]) == o["best_heads"], bool(c["split_resolved"]))),
         dict(finding=f"{heads_of(o['worst_heads'], o['worst_head_size'])} worst",
-             here=f"worst: {heads_of(int(worst['heads']), int(worst['head_size']))} ({c['worst_arch']}); "
+             here=f"worst: {heads_of(int(worst['heads']), int(worst['head_size']))} ({c['worst_shape']}); "
                   f"worst − best paired by seed {c['paired_diff']:.4f} ({pct}: {c['paired_diff_lo']:.4f}–"
                   f"{c['paired_diff_hi']:.4f})",
              verdict=verdict(int(worst["heads"]) == o["worst_heads"], bool(c["split_resolved"]))),
@@ -176,17 +176,17 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
     figs = copy_figures(root, out)
     pct = f"{100 * c['level']:g} %"
 
-    per_config = summary.merge(job_times(root, finals), on=["trained_under", "arch"], how="left")
+    per_config = summary.merge(job_times(root, finals), on=["trained_under", "shape"], how="left")
     per_config["val_loss"] = [f"{m:.4f} ± {s:.4f}" for m, s in zip(per_config["val_loss_mean"],
                                                                    per_config["val_loss_std"])]
-    per_config = per_config[["sweep", "arch", "width", "heads", "head_size", "params", "seeds", "steps",
+    per_config = per_config[["sweep", "shape", "width", "heads", "head_size", "params", "seeds", "steps",
                              "val_loss", "job_wall_s", "job_cpu_s"]].rename(
         columns={"val_loss": "validation loss (mean ± std)", "job_wall_s": "wall s per job",
                  "job_cpu_s": "CPU s per job"})
     contrast = pd.DataFrame([dict(quantity=q, estimate=c[k], **{f"{pct} low": c[f"{k}_lo"],
                                                                f"{pct} high": c[f"{k}_hi"]})
                              for q, k in (("spread (worst − best mean)", "spread"),
-                                          (f"{c['worst_arch']} − {c['best_arch']}, paired by seed", "paired_diff"),
+                                          (f"{c['worst_shape']} − {c['best_shape']}, paired by seed", "paired_diff"),
                                           ("spread / mean seed std", "spread_over_std"),
                                           (f"width gain {c['capacity_from']} → {c['capacity_to']}", "capacity_gain"),
                                           ("spread / width gain", "spread_over_gain"))])

@@ -97,24 +97,24 @@ def sweep_corpus(part: str) -> str:
     return _join(RESULTS, "sweep", "corpus", SWEEP_CORPUS_FILES[part])
 
 
-def sweep_run(sweep: str, arch: str, seed, file: str) -> str:
+def sweep_run(sweep: str, shape: str, seed, file: str) -> str:
     """A training job's output (``metrics.parquet``, ``model.pt``, ``checkpoint.pt``)."""
-    return _join(RESULTS, "sweep", sweep, arch, f"seed{seed}", file)
+    return _join(RESULTS, "sweep", sweep, shape, f"seed{seed}", file)
 
 
 def run_output(run: dict, file: str) -> str:
     """``file`` of a planned run (:func:`headwatch.sweep.plan.runs`), in the folder of the
     sweep that trains it (its owner)."""
-    return sweep_run(run["trained_under"], run["arch"], run["seed"], file)
+    return sweep_run(run["trained_under"], run["shape"], run["seed"], file)
 
 
 SWEEP_HEADS_TABLES = ("runs", "summary", "curves", "grid")
 """The study of the heads the sweep's models grow (protocol §7b): per run, per configuration, per step."""
 
 
-def sweep_heads_cut(sweep: str, arch: str, seed) -> str:
+def sweep_heads_cut(sweep: str, shape: str, seed) -> str:
     """One trained model's top induction head cut against random heads (§7b, the §5a code)."""
-    return _join(RESULTS, "sweep", "heads", "cut", sweep, arch, f"seed{seed}.parquet")
+    return _join(RESULTS, "sweep", "heads", "cut", sweep, shape, f"seed{seed}.parquet")
 
 
 def sweep_heads_table(name: str) -> str:

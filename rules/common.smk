@@ -78,7 +78,7 @@ def sweep_corpus_inputs(wildcards):
 def sweep_train_inputs(wildcards):
     """The ids a training job reads: the corpus's characters, or its vocabulary's files (rule
     sweep_vocab)."""
-    vocab = sweep_plan.job_vocab(config["sweep"], wildcards.sweep, wildcards.arch)
+    vocab = sweep_plan.job_vocab(config["sweep"], wildcards.sweep, wildcards.shape)
     if vocab == sweep_plan.CHAR:
         return dict(ids=paths.sweep_corpus("ids"), meta=paths.sweep_corpus("meta"))
     return {part: paths.sweep_vocab(vocab, part) for part in paths.VOCAB_FILES}
@@ -87,7 +87,7 @@ def sweep_train_inputs(wildcards):
 def sweep_job_params(wildcards):
     """Exactly the slice of config one training job depends on; raises for a run another sweep
     owns (it is read from there, never retrained)."""
-    return sweep_plan.job_params(config["sweep"], wildcards.sweep, wildcards.arch, int(wildcards.seed))
+    return sweep_plan.job_params(config["sweep"], wildcards.sweep, wildcards.shape, int(wildcards.seed))
 
 
 def sweep_summary_runs():
@@ -117,7 +117,7 @@ def sweep_heads_inputs(wildcards):
     trained = {paths.run_output(r, "metrics.parquet"): r for r in sweep_summary_runs()}.values()
     return dict(metrics=[paths.run_output(r, "metrics.parquet") for r in trained],
                 heads=[paths.run_output(r, "heads.parquet") for r in trained],
-                cut=[paths.sweep_heads_cut(r["trained_under"], r["arch"], r["seed"]) for r in trained])
+                cut=[paths.sweep_heads_cut(r["trained_under"], r["shape"], r["seed"]) for r in trained])
 
 
 def sweep_studies():

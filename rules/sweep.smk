@@ -1,4 +1,4 @@
-# Stage "sweep" (protocol §7): corpus -> one training job per (sweep, arch, seed) -> summary.
+# Stage "sweep" (protocol §7): corpus -> one training job per (sweep, shape, seed) -> summary.
 #
 # Sweeps are data (config `sweep.sweeps`); what is trained where is planned by
 # headwatch/sweep/plan.py. A configuration listed by several sweeps with the same
@@ -59,12 +59,12 @@ rule sweep_train:
     input:
         unpack(sweep_train_inputs),
     output:
-        metrics=paths.sweep_run("{sweep}", "{arch}", "{seed}", "metrics.parquet"),
-        model=paths.sweep_run("{sweep}", "{arch}", "{seed}", "model.pt"),
-        heads=paths.sweep_run("{sweep}", "{arch}", "{seed}", "heads.parquet"),
+        metrics=paths.sweep_run("{sweep}", "{shape}", "{seed}", "metrics.parquet"),
+        model=paths.sweep_run("{sweep}", "{shape}", "{seed}", "model.pt"),
+        heads=paths.sweep_run("{sweep}", "{shape}", "{seed}", "heads.parquet"),
     wildcard_constraints:
         sweep="|".join(config["sweep"]["sweeps"]),
-        arch=sweep_plan.SLUG_PATTERN,
+        shape=sweep_plan.SLUG_PATTERN,
         seed=r"\d+",
     params:
         job=sweep_job_params,
@@ -72,9 +72,9 @@ rule sweep_train:
     resources:
         gpu=GPU_TRAIN_JOB,
     log:
-        paths.log("sweep_train", "{sweep}", "{arch}", "seed{seed}"),
+        paths.log("sweep_train", "{sweep}", "{shape}", "seed{seed}"),
     benchmark:
-        paths.benchmark("sweep_train", "{sweep}", "{arch}", "seed{seed}")
+        paths.benchmark("sweep_train", "{sweep}", "{shape}", "seed{seed}")
     conda:
         "../environment.yml"
     script:
@@ -83,14 +83,14 @@ rule sweep_train:
 
 rule sweep_heads_cut:
     input:
-        model=paths.sweep_run("{sweep}", "{arch}", "{seed}", "model.pt"),
-        metrics=paths.sweep_run("{sweep}", "{arch}", "{seed}", "metrics.parquet"),
-        heads=paths.sweep_run("{sweep}", "{arch}", "{seed}", "heads.parquet"),
+        model=paths.sweep_run("{sweep}", "{shape}", "{seed}", "model.pt"),
+        metrics=paths.sweep_run("{sweep}", "{shape}", "{seed}", "metrics.parquet"),
+        heads=paths.sweep_run("{sweep}", "{shape}", "{seed}", "heads.parquet"),
     output:
-        cut=paths.sweep_heads_cut("{sweep}", "{arch}", "{seed}"),
+        cut=paths.sweep_heads_cut("{sweep}", "{shape}", "{seed}"),
     wildcard_constraints:
         sweep="|".join(config["sweep"]["sweeps"]),
-        arch=sweep_plan.SLUG_PATTERN,
+        shape=sweep_plan.SLUG_PATTERN,
         seed=r"\d+",
     params:
         heads=sweep_heads_cut_params(),
@@ -98,9 +98,9 @@ rule sweep_heads_cut:
     resources:
         gpu=GPU_JOB,
     log:
-        paths.log("sweep_heads_cut", "{sweep}", "{arch}", "seed{seed}"),
+        paths.log("sweep_heads_cut", "{sweep}", "{shape}", "seed{seed}"),
     benchmark:
-        paths.benchmark("sweep_heads_cut", "{sweep}", "{arch}", "seed{seed}")
+        paths.benchmark("sweep_heads_cut", "{sweep}", "{shape}", "seed{seed}")
     conda:
         "../environment.yml"
     script:

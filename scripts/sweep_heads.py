@@ -9,7 +9,7 @@ with log_to(snakemake.log[0]) as log:  # noqa: F821
     sm = snakemake  # noqa: F821
     runs = [dict(r, metrics=read_parquet(paths.run_output(r, "metrics.parquet")),
                  records=read_parquet(paths.run_output(r, "heads.parquet")),
-                 cut=read_parquet(paths.sweep_heads_cut(r["trained_under"], r["arch"], r["seed"])))
+                 cut=read_parquet(paths.sweep_heads_cut(r["trained_under"], r["shape"], r["seed"])))
             for r in sm.params.runs]
     per_run, summary, curves, grid = study(runs, sm.params.threshold)
     note = dict(threshold=sm.params.threshold, scores="the best head's (maximum over every head)",

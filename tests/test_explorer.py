@@ -83,7 +83,7 @@ def sweep_tables() -> dict:
     for sweep, grid in (("heads_split", [(16, 1), (16, 2), (16, 4)]), ("width", [(8, 1), (16, 2)])):
         for i, (w, h) in enumerate(grid):
             for seed in (0, 1):
-                finals.append(dict(sweep=sweep, arch=f"w{w}-h{h}", seed=seed, width=w, heads=h, trained_under=sweep,
+                finals.append(dict(sweep=sweep, shape=f"w{w}-h{h}", seed=seed, width=w, heads=h, trained_under=sweep,
                                    params=1000 * w, head_size=w // h, steps=5, val_loss=3.0 - 0.1 * i + 0.02 * seed,
                                    train_loss=2.9 - 0.1 * i, tokens_per_s=1000.0))
     summary, contrast = summarize(pd.DataFrame(finals), "heads_split", dict(sweep="width", **{"from": 8, "to": 16}),
@@ -192,7 +192,7 @@ def test_optional_sections_and_self_contained_html(tiny_tables):
     full = explorer_payload(t["maps"], t["tokens"], t["scores"], **base, **t["ablation"], **t["sweep"])
     assert set(full["ablation"]) == {"topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary"}
     assert len(full["ablation"]["attribution"]["names"]["drop"]) == t["layers"] * t["heads"]
-    assert full["sweep"]["summary"]["columns"][:2] == ["sweep", "arch"]
+    assert full["sweep"]["summary"]["columns"][:2] == ["sweep", "shape"]
     html = build_explorer(t["maps"], t["tokens"], t["scores"], **base)
     lower = html.lower()
     for bad in ("<script src", "<link", "@import", "url(http", "cdn.", "fetch(", "xmlhttprequest"):

@@ -107,14 +107,14 @@ def test_the_study_and_its_page_section_read_the_numbers(grown, cuts, tmp_path):
 
     runs = []
     for repeat, (model, metrics, _, heads) in grown.items():
-        arch = "repeats" if repeat else "fresh"
+        shape = "repeats" if repeat else "fresh"
         for seed in (0, 1):          # the same run twice: std 0
-            runs.append(dict(sweep="toy", arch=arch, width=32, heads=2 if repeat else 4, seed=seed,
+            runs.append(dict(sweep="toy", shape=shape, width=32, heads=2 if repeat else 4, seed=seed,
                              metrics=metrics, records=heads, cut=cuts[repeat][0]))
     per_run, summary, curves, grid = study(runs, HEADS["threshold"])
-    rep = per_run[per_run["arch"] == "repeats"].iloc[0]
+    rep = per_run[per_run["shape"] == "repeats"].iloc[0]
     assert rep["formation_step"] == formation_step(grown[True][3], HEADS["threshold"])
-    assert pd.isna(per_run[per_run["arch"] == "fresh"]["formation_step"]).all()
+    assert pd.isna(per_run[per_run["shape"] == "fresh"]["formation_step"]).all()
     assert rep["cut_top_zero"] > 1.0 > rep["cut_random_zero"]
     assert summary["formed"].tolist() == [1.0, 0.0] and (summary["best_induction_std"] == 0).all()
     assert len(curves) == 4 * len(grown[True][1]) and len(grid) == 4 * 4

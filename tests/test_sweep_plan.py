@@ -58,7 +58,7 @@ def test_slugs_are_readable_and_bad_options_are_named_by_key():
     assert slug({"width": 192, "heads": 2, "layers": 8, "head_size": 64}) == "w192-h2-l8-d64"
     assert slug({"width": 256, "heads": 4, "kv_heads": 2}) == "w256-h4-kv2"
     assert slug({"width": 256, "heads": 4}) == "w256-h4"
-    assert all(SLUG.match(r["arch"]) for r in runs(CONFIG))
+    assert all(SLUG.match(r["shape"]) for r in runs(CONFIG))
     # Plain entries keep exactly the settings they had: nothing reruns.
     assert job_params(CONFIG, "heads_split", "w256-h4", 0)["model"] == dict(
         width=256, heads=4, layers=4, context=128, ffn_mult=4)
@@ -100,7 +100,7 @@ def test_studies_their_runs_and_the_corpus_input():
     cfg["skip"] = ["depth"]
     assert studies(cfg) == ["experts", "kv_sharing", "experts_topk", "vocab"]
     kv = study_runs(cfg, "kv_sharing")
-    assert [(r["arch"], r["seed"]) for r in kv] == [(c, s) for c in ("w256-h4", "w256-h4-kv2", "w256-h4-kv1")
+    assert [(r["shape"], r["seed"]) for r in kv] == [(c, s) for c in ("w256-h4", "w256-h4-kv2", "w256-h4-kv1")
                                                       for s in (0, 1, 2)]
     assert [r["trained_under"] for r in kv] == ["heads_split"] * 3 + ["kv_sharing"] * 6
     assert kv[3]["model"] == dict(width=256, heads=4, layers=4, context=128, ffn_mult=4, kv_heads=2)

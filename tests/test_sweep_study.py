@@ -32,7 +32,7 @@ def finals(losses: dict, params: dict | None = None) -> pd.DataFrame:
     rows = []
     for (sweep, width, heads), values in losses.items():
         for seed, v in enumerate(values):
-            rows.append(dict(sweep=sweep, arch=f"w{width}-h{heads}", seed=seed, width=width,
+            rows.append(dict(sweep=sweep, shape=f"w{width}-h{heads}", seed=seed, width=width,
                              heads=heads, trained_under=sweep, head_size=width // heads,
                              params=(params or {}).get((sweep, width, heads), width * 100),
                              steps=10, val_loss=v, train_loss=v + 0.1, tokens_per_s=1000.0))
@@ -47,10 +47,10 @@ BOOT = CONFIG["summary"]["bootstrap"]
 
 def test_summary_spread_noise_gain_and_ratio_by_hand():
     summary, contrast = summarize(finals(LOSSES), "split", CAP, BOOT)
-    row = summary.set_index(["sweep", "arch"]).loc[("split", "w8-h1")]
+    row = summary.set_index(["sweep", "shape"]).loc[("split", "w8-h1")]
     assert row["val_loss_mean"] == pytest.approx(2.1) and row["val_loss_std"] == pytest.approx(0.1414214)
     c = contrast.iloc[0]
-    assert (c["best_arch"], c["worst_arch"]) == ("w8-h2", "w8-h1")
+    assert (c["best_shape"], c["worst_shape"]) == ("w8-h2", "w8-h1")
     assert c["spread"] == pytest.approx(0.4)
     assert c["mean_seed_std"] == pytest.approx(math.sqrt(0.02))          # both stds are 0.1414
     assert c["capacity_gain"] == pytest.approx(1.1)
@@ -71,7 +71,7 @@ def test_the_bootstrap_intervals_exclude_0_for_configurations_apart_and_include_
     apart = three_seeds({1: [2.00, 2.02, 2.04], 2: [1.90, 1.93, 1.95], 4: [1.50, 1.51, 1.53]},
                         ([3.0, 3.05, 3.1], [2.0, 2.02, 2.05]))
     c = summarize(apart, "split", CAP, BOOT)[1].iloc[0]
-    assert (c["best_arch"], c["worst_arch"]) == ("w8-h4", "w8-h1")
+    assert (c["best_shape"], c["worst_shape"]) == ("w8-h4", "w8-h1")
     for q in ("spread", "spread_over_std", "capacity_gain", "spread_over_gain"):
         assert 0 < c[f"{q}_lo"] <= c[f"{q}_hi"], q
     # The spread's interval spans what resampling 3 seeds can give: the worst-case and the best-case
@@ -115,7 +115,7 @@ def test_the_paired_comparison_uses_the_same_seeds():
     assert c["paired_diff_lo"] == pytest.approx(0.1) and c["paired_diff_hi"] == pytest.approx(0.1)
     assert c["spread_lo"] < 0.1 < c["spread_hi"] and c["spread_hi"] - c["spread_lo"] > 0.5
     # Seeds that differ between the split configurations: no pairs, refused.
-    f.loc[(f["arch"] == "w8-h2") & (f["seed"] == 2), "seed"] = 7
+    f.loc[(f["shape"] == "w8-h2") & (f["seed"] == 2), "seed"] = 7
     with pytest.raises(SummaryError, match="same seeds"):
         summarize(f, "split", CAP, BOOT)
 
@@ -198,12 +198,12 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
               dict(width=16, heads=2, experts=4, top_k=2, balance=0)])))
     planned = []
     for r in runs(cfg):
-        job = job_params(cfg, r["sweep"], r["arch"], r["seed"])
+        job = job_params(cfg, r["sweep"], r["shape"], r["seed"])
         model, metrics, info, _ = train(ids, meta, job["model"], job["seed"], job["train"])
-        path = tmp_path / f"{r['arch']}-{r['seed']}.parquet"
+        path = tmp_path / f"{r['shape']}-{r['seed']}.parquet"
         write_parquet(metrics, path, note=info)
         planned.append(dict(r, model=job["model"], metrics=path, info=info))
-    by = {(p["arch"], p["seed"]): p["info"] for p in planned}
+    by = {(p["shape"], p["seed"]): p["info"] for p in planned}
     # the plain arm records nothing new; the expert arms record their load, each layer's shares sum to 1
     assert "expert_shares" not in by[("w16-h2", 0)]
     shares = np.array(by[("w16-h2-e4k2-b0.01", 0)]["expert_shares"])
@@ -212,7 +212,7 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
     assert by[("w16-h2-e4k2-b0.01", 0)]["final_val_loss"] != by[("w16-h2-e4k2-b0", 0)]["final_val_loss"]
     finals = read_study_runs(planned, meta["vocab_size"])
     s = summarize_study(finals, cfg["sweeps"]["ex"]["study"])
-    assert s["arch"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
+    assert s["shape"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
     assert (s["ffn_active_width"] == 64).all() and (s["seeds"] == 2).all()
     dense, moe = s.iloc[0], s.iloc[1]
     assert dense["params"] == dense["params_active"] == count_params(
@@ -225,7 +225,7 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
     # table keeps the largest over seeds
     assert all(p["info"]["peak_memory_of"] == "process max RSS" for p in planned)
     assert finals["peak_memory_mb"].min() > 50
-    assert s["peak_memory_mb"].tolist() == finals.groupby("arch", sort=False)["peak_memory_mb"].max().tolist()
+    assert s["peak_memory_mb"].tolist() == finals.groupby("shape", sort=False)["peak_memory_mb"].max().tolist()
     # The figure draws from the tables.
     from headwatch.figures.style import save
     from headwatch.figures.sweep import study_figure
@@ -234,7 +234,7 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
     assert (tmp_path / "f.png").stat().st_size > 0
     # A broken invariant in the measured data: no summary.
     broken = finals.copy()
-    broken.loc[broken["arch"] == "w16-h2-e4k2-b0", "expert_width"] = 16
+    broken.loc[broken["shape"] == "w16-h2-e4k2-b0", "expert_width"] = 16
     with pytest.raises(SummaryError, match="active FFN width.*refusing"):
         summarize_study(broken, cfg["sweeps"]["ex"]["study"])
 
@@ -253,9 +253,9 @@ def _finals(rows):
 
 def test_depth_and_kv_summaries_refuse_when_their_invariant_fails():
     depth = dict(kind="depth", tolerance=0.02, head_size=64)
-    ok = [dict(arch="a", width=256, layers=4, non_embedding=1000, params=5, params_formula=5,
+    ok = [dict(shape="a", width=256, layers=4, non_embedding=1000, params=5, params_formula=5,
                params_active=5, losses=[1.0, 1.2]),
-          dict(arch="b", width=192, heads=2, kv_heads=2, layers=8, non_embedding=1019, params=6, params_formula=6,
+          dict(shape="b", width=192, heads=2, kv_heads=2, layers=8, non_embedding=1019, params=6, params_formula=6,
                params_active=6, losses=[1.1, 1.3])]
     s = summarize_study(_finals(copy.deepcopy(ok)), depth)
     assert s["val_loss_std"].tolist() == pytest.approx([math.sqrt(0.02)] * 2)
@@ -273,7 +273,7 @@ def test_depth_and_kv_summaries_refuse_when_their_invariant_fails():
     wrong[1]["params"] = 7
     with pytest.raises(SummaryError, match="differ from the architecture formula"):
         summarize_study(_finals(wrong), depth)
-    kv = [dict(arch=c, width=256, layers=4, kv_heads=k, non_embedding=1, params=1, params_formula=1,
+    kv = [dict(shape=c, width=256, layers=4, kv_heads=k, non_embedding=1, params=1, params_formula=1,
                params_active=1, losses=[1.0, 1.1]) for c, k in (("a", 4), ("b", 2))]
     assert len(summarize_study(_finals(copy.deepcopy(kv)), {"kind": "kv"})) == 2
     kv[1]["layers"] = 5

@@ -183,7 +183,7 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(small_corpus, tmp_path):
 def test_a_saved_model_loads_back_with_its_record(corpus, tmp_path):
     ids, meta = corpus
     model, _, info, _ = train(ids, meta, EXPERTS, 1, dict(TRAIN, steps=2, eval_every=2))
-    sha256 = save_trained(model, tmp_path / "model.pt", meta, info, extra=dict(run=dict(sweep="s", arch="a", seed=1)))
+    sha256 = save_trained(model, tmp_path / "model.pt", meta, info, extra=dict(run=dict(sweep="s", shape="a", seed=1)))
     back, saved = load_trained(tmp_path / "model.pt", sha256=sha256)     # verified, weights_only
     assert back.spec == model.spec and back.spec.experts == 4 and not back.training
     for (name, a), (_, b) in zip(model.state_dict().items(), back.state_dict().items()):
@@ -191,4 +191,4 @@ def test_a_saved_model_loads_back_with_its_record(corpus, tmp_path):
     x = torch.randint(0, meta["vocab_size"], (2, EXPERTS["context"]))
     assert torch.equal(back(x), model.eval()(x))
     assert saved["vocab"] == meta["vocab"] and saved["info"]["params"] == info["params"]
-    assert saved["run"] == dict(sweep="s", arch="a", seed=1)
+    assert saved["run"] == dict(sweep="s", shape="a", seed=1)

@@ -74,13 +74,13 @@ def planned_wildcards(result, rule_name: str) -> list[str]:
 
 
 def planned_runs(result) -> set[tuple[str, str, int]]:
-    """(sweep, arch, seed) of every sweep_train job in a dry run's listing."""
+    """(sweep, shape, seed) of every sweep_train job in a dry run's listing."""
     out, rule = set(), None
     for line in (result.stdout + result.stderr).splitlines():
         line = line.strip()
         if line.startswith("rule "):
             rule = line[5:].rstrip(":")
-        m = re.match(r"wildcards: sweep=(\w+), arch=([\w-]+), seed=(\d+)", line)
+        m = re.match(r"wildcards: sweep=(\w+), shape=([\w-]+), seed=(\d+)", line)
         if m and rule == "sweep_train":
             out.add((m.group(1), m.group(2), int(m.group(3))))
     return out
@@ -106,7 +106,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     summary = pd.read_parquet(res / "summary.parquet")
     expected = [(name, f"w{e['width']}-h{e['heads']}") for name, s in sw["sweeps"].items()
                 if not s.get("study") for e in s["grid"]]
-    assert list(zip(summary["sweep"], summary["arch"])) == expected
+    assert list(zip(summary["sweep"], summary["shape"])) == expected
     assert (summary["seeds"] == 2).all()
     split = summary[summary["sweep"] == "heads_split"]
     vocab = __import__("json").loads((res / "corpus" / "meta.json").read_text())["vocab_size"]
@@ -114,7 +114,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
                                  **{k: sw["model"][k] for k in ("layers", "context")}))
     assert set(split["params"]) == {hand["total"]}
     # The configuration both sweeps list with the same settings is trained once, under the first.
-    shared = summary[(summary["sweep"] == "width") & (summary["arch"] == "w16-h2")].iloc[0]
+    shared = summary[(summary["sweep"] == "width") & (summary["shape"] == "w16-h2")].iloc[0]
     assert shared["trained_under"] == "heads_split" and not (res / "width" / "w16-h2").exists()
     for seed in (0, 1):
         m = pd.read_parquet(res / "heads_split" / "w16-h2" / f"seed{seed}" / "metrics.parquet")
@@ -130,7 +130,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
         assert (workdir / f).stat().st_size > 0
     # The tiny experts study: dense w16-h2 read from heads_split, two expert arms.
     study = pd.read_parquet(res / "studies" / "experts.parquet")
-    assert study["arch"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
+    assert study["shape"].tolist() == ["w16-h2", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0"]
     assert study["trained_under"].tolist() == ["heads_split", "experts", "experts"]
     assert (study["ffn_active_width"] == 64).all() and (study["seeds"] == 2).all()
     assert (study["params_active"].iloc[1:] < study["params"].iloc[1:]).all()
@@ -145,7 +145,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     # The tiny vocab study: characters (read from heads_split) vs 300 byte-level BPE tokens,
     # both scored in bits per character on the same validation text.
     vocab = pd.read_parquet(res / "studies" / "vocab.parquet")
-    assert vocab["arch"].tolist() == ["w16-h2", "w16-h2-vbpe300"]
+    assert vocab["shape"].tolist() == ["w16-h2", "w16-h2-vbpe300"]
     assert vocab["vocab"].tolist() == ["char", "bpe300"] and vocab["vocab_size"].iloc[1] == 300
     assert vocab["trained_under"].tolist() == ["heads_split", "vocab"]
     assert vocab["val_sha256"].nunique() == 1 and (vocab["seeds"] == 2).all()
@@ -189,7 +189,7 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     assert f"{timing['wall_s'] / 60:.1f} min" in text and timing["cpu_model"] in text
     summary = pd.read_parquet(res / "summary.parquet")
     for r in summary.itertuples():
-        assert f"| {markdown(r.sweep)} | {markdown(r.arch)} |" in text and f"{r.val_loss_mean:.4f} ± {r.val_loss_std:.4f}" in text
+        assert f"| {markdown(r.sweep)} | {markdown(r.shape)} |" in text and f"{r.val_loss_mean:.4f} ± {r.val_loss_std:.4f}" in text
     c = pd.read_parquet(res / "contrast.parquet").iloc[0]
     assert split_verdict(c) in text and f"{c['spread_over_std_lo']:.4f}" in text
     findings = laptop_tables.findings(c, summary)
@@ -199,7 +199,7 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     heads = pd.read_parquet(res / "heads" / "summary.parquet")        # §7b: the heads section
     assert "## The heads the models grow (protocol §7b)" in text
     for r in heads.itertuples():
-        assert f"| {markdown(r.sweep)} | {markdown(r.arch)} | {r.heads} |" in text and f"{r.best_induction_mean:.3f}" in text
+        assert f"| {markdown(r.sweep)} | {markdown(r.shape)} | {r.heads} |" in text and f"{r.best_induction_mean:.3f}" in text
     assert ("Nothing forms at this scale" in text) == (heads["formed"].max() == 0)
     for stem in laptop_tables.FIGURES:
         assert (tmp_path / "laptop-scale" / f"{stem}.png").stat().st_size > 0

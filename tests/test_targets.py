@@ -21,7 +21,7 @@ def everything(path):
 def test_each_path_is_spelled_once_and_takes_wildcards_or_values():
     assert paths.scores("{model}") == "results/{model}/scores.parquet"
     assert paths.scores("m") == "results/m/scores.parquet"
-    assert paths.sweep_run("{sweep}", "{arch}", "{seed}", "model.pt") == "results/sweep/{sweep}/{arch}/seed{seed}/model.pt"
+    assert paths.sweep_run("{sweep}", "{shape}", "{seed}", "model.pt") == "results/sweep/{sweep}/{shape}/seed{seed}/model.pt"
     assert paths.guard_record("m", "topk") == "results/m/ablation/guards/topk.json"
     assert paths.log("sweep_train", "s", "a", "seed0") == "results/logs/sweep_train/s/a/seed0.log"
     assert paths.log("sweep_summary") == "results/logs/sweep_summary.log"
@@ -29,7 +29,7 @@ def test_each_path_is_spelled_once_and_takes_wildcards_or_values():
     assert paths.head_figure("m", "grid_noise", "png") == "figures/m/grid_noise.png"
     assert paths.study_table("kv", finals=True) == "results/sweep/studies/kv_finals.parquet"
     # a run is read from the folder of the sweep that trains it
-    run = dict(sweep="width", arch="w256-h4", seed=2, trained_under="heads_split")
+    run = dict(sweep="width", shape="w256-h4", seed=2, trained_under="heads_split")
     assert paths.run_output(run, "metrics.parquet") == "results/sweep/heads_split/w256-h4/seed2/metrics.parquet"
 
 

@@ -42,14 +42,14 @@ def train_study(cfg, corpus, vocab_root, out):
     """Every run of the study trained as its workflow job would be; returns study_runs with paths."""
     planned = []
     for r in study_runs(cfg, "vs"):
-        job = job_params(cfg, r["sweep"], r["arch"], r["seed"])
+        job = job_params(cfg, r["sweep"], r["shape"], r["seed"])
         if "vocab" in job:
             ids, meta = load_split_ids(vocab_root / job["vocab"])
             lengths = token_lengths(load_vocab(vocab_root / job["vocab"])[0])
         else:
             (ids, meta), lengths = load_ids(corpus / "ids.npy", corpus / "meta.json"), None
         model, metrics, info, _ = train(ids, meta, job["model"], job["seed"], job["train"], lengths=lengths)
-        path = out / f"{r['arch']}-{r['seed']}.parquet"
+        path = out / f"{r['shape']}-{r['seed']}.parquet"
         write_parquet(metrics, path, note=dict(info, model=model.spec.to_dict()))
         planned.append(dict(r, metrics=path, trained=model, ids=ids, meta=meta))
     return planned
@@ -88,14 +88,14 @@ def bpc_by_hand(model, val, tok):
 
 def test_bits_per_char_of_a_bpe_arm_by_hand_matches_the_summary(study):
     tok, _ = load_vocab(study["root"] / "bpe300")
-    arm = [p for p in study["planned"] if p["arch"] == "w16-h2-vbpe300"]
+    arm = [p for p in study["planned"] if p["shape"] == "w16-h2-vbpe300"]
     hand = []
     for p in arm:
         val = p["ids"][p["meta"]["n_train"]:].astype(np.int64)
         bpc, chars = bpc_by_hand(p["trained"].eval(), val, tok)
         hand.append(bpc)
         assert chars == p["meta"]["val_chars"] - len(tok.decode([int(val[0])]))
-    row = study["summary"].set_index("arch").loc["w16-h2-vbpe300"]
+    row = study["summary"].set_index("shape").loc["w16-h2-vbpe300"]
     assert row["val_full_bpc_mean"] == pytest.approx(np.mean(hand), rel=1e-6)
     assert row["val_full_bpc_std"] == pytest.approx(np.std(hand, ddof=1), rel=1e-4)
     # the sampled windows' loss / ln 2 would be bits per TOKEN here: not in the vocab table under a bpc name
@@ -105,18 +105,18 @@ def test_bits_per_char_of_a_bpe_arm_by_hand_matches_the_summary(study):
 
 
 def test_the_char_arm_is_the_plain_model_and_its_bits_are_nats_per_char(study):
-    s = study["summary"].set_index("arch")
+    s = study["summary"].set_index("shape")
     char = s.loc["w16-h2"]
     assert char["vocab"] == "char" and char["val_chars_per_token"] == 1.0
     assert char["chars_per_window"] == 16 and char["chars_per_s"] == pytest.approx(char["tokens_per_s"])
-    notes = [read_note(p["metrics"]) for p in study["planned"] if p["arch"] == "w16-h2"]
+    notes = [read_note(p["metrics"]) for p in study["planned"] if p["shape"] == "w16-h2"]
     full = [n["val_full"] for n in notes]
     assert [f["bits_per_char"] for f in full] == pytest.approx([f["nats"] / f["chars"] / math.log(2) for f in full])
     assert char["val_full_bpc_mean"] == pytest.approx(np.mean([f["bits_per_char"] for f in full]))
 
 
 def test_the_summary_reports_parameters_window_and_throughput(study):
-    s = study["summary"].set_index("arch")
+    s = study["summary"].set_index("shape")
     bpe, char = s.loc["w16-h2-vbpe300"], s.loc["w16-h2"]
     counts = count_params(ModelSpec(300, 16, 2, layers=2, context=16))
     assert bpe["vocab_size"] == 300 and bpe["params"] == counts["total"]
@@ -151,8 +151,8 @@ def test_the_summary_refuses_arms_on_different_validation_text(study, tmp_path):
     cfg = study["cfg"]
     mixed = []
     for p in train_study(cfg, other, tmp_path, tmp_path):
-        mixed.append(p if p["arch"] == "w16-h2-vbpe300" else
-                     next(q for q in study["planned"] if (q["arch"], q["seed"]) == (p["arch"], p["seed"])))
+        mixed.append(p if p["shape"] == "w16-h2-vbpe300" else
+                     next(q for q in study["planned"] if (q["shape"], q["seed"]) == (p["shape"], p["seed"])))
     finals = read_study_runs(mixed, 65)
     with pytest.raises(SummaryError, match="different validation text.*refusing"):
         summarize_study(finals, STUDY)
@@ -183,10 +183,10 @@ def test_the_vocab_option_names_the_slug_and_leaves_plain_jobs_unchanged():
     assert job_params(dict(cfg, skip=["vocab"]), "heads_split", "w256-h4", 0) == plain
     # the char arm is trained once, under heads_split
     vocab_runs = [r for r in runs(cfg) if r["sweep"] == "vocab"]
-    assert {r["trained_under"] for r in vocab_runs if r["arch"] == "w256-h4"} == {"heads_split"}
+    assert {r["trained_under"] for r in vocab_runs if r["shape"] == "w256-h4"} == {"heads_split"}
     assert vocabularies(cfg) == ["bpe256", "bpe512", "bpe1024", "bpe2048", "bpe4096"]
     assert [r["vocab"] for r in study_runs(cfg, "vocab")][::3] == ["char"] + vocabularies(cfg)
-    assert all(SLUG.match(r["arch"]) for r in train_jobs(cfg))
+    assert all(SLUG.match(r["shape"]) for r in train_jobs(cfg))
 
 
 def test_the_paper_vocab_study_is_sound_and_unfair_grids_are_named_by_key():

@@ -286,9 +286,8 @@ def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
         out += ["", NOT_MEASURED]
     else:
         summ = pd.read_parquet(sweep / "summary.parquet")
-        arch = "arch" if "arch" in summ else "config"
         out += ["### Validation loss per configuration (nats per character, mean ± std over seeds)",
-                md_table(summ[["sweep", arch, "width", "heads", "head_size", "params", "seeds", "steps",
+                md_table(summ[["sweep", "shape", "width", "heads", "head_size", "params", "seeds", "steps",
                                "val_loss_mean", "val_loss_std"]], ".4f", val_loss_std=".2g"),
                 "### The contrast: head split against seed noise and against width",
                 md_table(pd.read_parquet(sweep / "contrast.parquet").filter(regex=(

@@ -696,7 +696,7 @@
     const names = Array.from(new Set(sweeps));
     const box = $('sweep-plot');
     const widths = col(T, 'width'), heads = col(T, 'heads'), mean = col(T, 'val_loss_mean'), sd = col(T, 'val_loss_std');
-    const seeds = col(T, 'seeds'), cfg = col(T, 'arch');
+    const seeds = col(T, 'seeds'), shape = col(T, 'shape');
     if (!mean) { table('sweep-summary-table', T, 'results/sweep/summary.parquet'); return; }
     names.forEach(function (name, k) {
       const rows = [];
@@ -710,7 +710,7 @@
       const pts = rows.map(function (i, j) {
         const x = xv === widths || xv === heads ? xv[i] : j + 1;
         const s = sd ? sd[i] : 0;
-        return { x: x, y: mean[i], lo: mean[i] - s, hi: mean[i] + s, label: cfg ? cfg[i] : '' };
+        return { x: x, y: mean[i], lo: mean[i] - s, hi: mean[i] + s, label: shape ? shape[i] : '' };
       });
       const log2 = (xv === widths || xv === heads) && pts.every(function (p) { return p.x > 0; });
       const nseeds = seeds ? Array.from(new Set(rows.map(function (i) { return seeds[i]; }))).join('/') : '?';

@@ -79,13 +79,13 @@ def contrast_intervals(finals: pd.DataFrame, contrast: pd.Series):
     ratios against 1. Point = the estimate, bar = its bootstrap interval."""
     c = contrast
     fig, (ax, ax2) = figure(TWO_COLUMNS, 2.4, ncols=2, gridspec_kw=dict(width_ratios=[3, 2]))
-    rows = [("spread", f"spread: worst − best mean\n({c['worst_arch']} − {c['best_arch']})"),
-            ("paired_diff", f"{c['worst_arch']} − {c['best_arch']}\npaired by seed (n = {c['paired_seeds']})"),
+    rows = [("spread", f"spread: worst − best mean\n({c['worst_shape']} − {c['best_shape']})"),
+            ("paired_diff", f"{c['worst_shape']} − {c['best_shape']}\npaired by seed (n = {c['paired_seeds']})"),
             ("capacity_gain", f"width gain\n{c['capacity_from']} − {c['capacity_to']}")]
     for y, (name, label) in enumerate(rows):
         _interval_row(ax, y, c, name, PALETTE[y])
-    f = finals.set_index(["sweep", "arch", "seed"])["val_loss"].sort_index()
-    diffs = (f.loc[(c["split_sweep"], c["worst_arch"])] - f.loc[(c["split_sweep"], c["best_arch"])])
+    f = finals.set_index(["sweep", "shape", "seed"])["val_loss"].sort_index()
+    diffs = (f.loc[(c["split_sweep"], c["worst_shape"])] - f.loc[(c["split_sweep"], c["best_shape"])])
     ax.scatter(diffs, np.full(len(diffs), 1.2), s=8, color="0.55", linewidths=0,
                label="worst − best, single seeds")
     ax.axvline(0, color="0.3", lw=0.6)
@@ -117,10 +117,10 @@ def training_curves(curves: pd.DataFrame):
     fig, axes = figure(TWO_COLUMNS, 2.6, ncols=len(sweeps), sharey=True, squeeze=False)
     for ax, sweep in zip(axes[0], sweeps):
         c = curves[curves["sweep"] == sweep]
-        configs = (c[["arch", "width", "heads"]].drop_duplicates()
-                   .sort_values(["width", "heads"])["arch"])
+        configs = (c[["shape", "width", "heads"]].drop_duplicates()
+                   .sort_values(["width", "heads"])["shape"])
         for i, cfg in enumerate(configs):
-            m = c[c["arch"] == cfg].groupby("step")[["train_loss", "val_loss"]].mean()
+            m = c[c["shape"] == cfg].groupby("step")[["train_loss", "val_loss"]].mean()
             color = PALETTE[i % len(PALETTE)]
             ax.plot(m.index, m["val_loss"], color=color, marker="o", ms=2, label=cfg)
             ax.plot(m.index, m["train_loss"], color=color, ls="--", lw=0.8)
@@ -137,9 +137,9 @@ def training_curves(curves: pd.DataFrame):
 def _bpc_points(ax, summary: pd.DataFrame, finals: pd.DataFrame, color):
     """Mean ± std bits per character per configuration (x = position), single seeds in grey."""
     x = np.arange(len(summary))
-    pos = dict(zip(summary["arch"], x))
-    f = finals[finals["arch"].isin(pos)]
-    ax.scatter(f["arch"].map(pos), f["val_loss"] / np.log(2), s=6, color="0.55", zorder=2,
+    pos = dict(zip(summary["shape"], x))
+    f = finals[finals["shape"].isin(pos)]
+    ax.scatter(f["shape"].map(pos), f["val_loss"] / np.log(2), s=6, color="0.55", zorder=2,
                linewidths=0, label=f"single seeds (n = {f['seed'].nunique()})")
     ax.errorbar(x, summary["val_bpc_mean"], yerr=summary["val_bpc_std"], fmt="o", ms=3, capsize=2,
                 color=color, zorder=3, label="mean ± std over seeds")
@@ -210,7 +210,7 @@ def vocab_study(summary: pd.DataFrame, finals: pd.DataFrame):
     the vocabulary sets (token embedding + output head)."""
     s = summary.sort_values("vocab_size")
     fig, (ax, ax2) = figure(ONE_COLUMN, 4.4, nrows=2, sharex=True)
-    f = finals[finals["arch"].isin(s["arch"])]
+    f = finals[finals["shape"].isin(s["shape"])]
     ax.scatter(f["vocab_size"], f["val_full_bpc"], s=6, color="0.55", zorder=2, linewidths=0,
                label=f"single seeds (n = {f['seed'].nunique()})")
     ax.errorbar(s["vocab_size"], s["val_full_bpc_mean"], yerr=s["val_full_bpc_std"], marker="o", ms=3, capsize=2,

@@ -191,7 +191,7 @@ def formation_step(heads: pd.DataFrame, threshold: float, score: str = "inductio
 
 
 # ------------------------------------------------------------------ the study over the sweep
-RUN_KEYS = ("sweep", "arch", "width", "heads", "seed")
+RUN_KEYS = ("sweep", "shape", "width", "heads", "seed")
 """What names a run in the study's tables (``heads`` = the number of heads)."""
 FINAL_SCORES = ("induction", "induction_text", "prev", "sink")
 """The best head's final scores the study reports (each the maximum over every head)."""
@@ -306,17 +306,17 @@ def reading(per_run: pd.DataFrame, summary: pd.DataFrame, threshold: float, spli
     best = per_run.loc[per_run["best_induction"].idxmax()]
     if formed.empty:
         out.append(f"**Nothing forms at this scale**: no run's best induction score reaches {threshold:g} "
-                   f"(the highest, {best['best_induction']:.3f}, in {best['arch']} seed {best['seed']}; on text "
+                   f"(the highest, {best['best_induction']:.3f}, in {best['shape']} seed {best['seed']}; on text "
                    f"seen twice at most {per_run['best_induction_text'].max():.3f}).")
     else:
         out.append(f"An induction head formed (best score ≥ {threshold:g} on random characters) in "
                    f"{len(formed)} of {n} runs, first at step {int(formed['formation_step'].min())} "
                    f"(median {formed['formation_step'].astype(float).median():g}); the highest final "
-                   f"score is {best['best_induction']:.3f} ({best['arch']} seed {best['seed']}).")
+                   f"score is {best['best_induction']:.3f} ({best['shape']} seed {best['seed']}).")
     text_formed = per_run["formation_step_text"].notna().sum()
     out.append(f"On a validation passage seen twice the threshold is reached in {text_formed} of {n} runs.")
     prev = per_run.loc[per_run["best_prev"].idxmax()]
-    out.append(f"The strongest previous-token head scores {prev['best_prev']:.3f} ({prev['arch']} seed "
+    out.append(f"The strongest previous-token head scores {prev['best_prev']:.3f} ({prev['shape']} seed "
                f"{prev['seed']}); mean over runs {per_run['best_prev'].mean():.3f}.")
     for score, label in (("best_induction", "best induction"), ("best_prev", "best previous-token"),
                          ("in_context", "in-context score")):
@@ -352,7 +352,7 @@ def markdown_section(root, figures: dict[str, str] | None = None, split_sweep: s
     threshold = float(read_note(root / paths.sweep_heads_table("runs"))["threshold"])
     split_sweep = split_sweep or str(summary["sweep"].iloc[0])
     table = pd.DataFrame({
-        "sweep": summary["sweep"], "arch": summary["arch"], "heads": summary["heads"], "seeds": summary["seeds"],
+        "sweep": summary["sweep"], "shape": summary["shape"], "heads": summary["heads"], "seeds": summary["seeds"],
         "best induction": [_pm(m, s) for m, s in zip(summary["best_induction_mean"], summary["best_induction_std"])],
         "on text": [_pm(m, s) for m, s in zip(summary["best_induction_text_mean"], summary["best_induction_text_std"])],
         "best prev": [_pm(m, s) for m, s in zip(summary["best_prev_mean"], summary["best_prev_std"])],

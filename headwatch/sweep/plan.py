@@ -2,7 +2,7 @@
 
 A sweep is data (``config["sweep"]["sweeps"][name]``: a grid of
 ``{width, heads}`` entries, seeds, training settings); a model is
-``(sweep, arch, seed)``, where ``arch`` is the slug of its grid entry (the ``{arch}``
+``(sweep, shape, seed)``, where ``shape`` is the slug of its grid entry (the ``{shape}``
 wildcard). A grid entry may add options, each named in
 its slug, in this order::
 
@@ -91,20 +91,20 @@ def vocab_of(entry: dict) -> str:
     return entry.get("vocab", CHAR)
 
 
-def parse_slug(arch: str) -> tuple[int, int]:
+def parse_slug(shape: str) -> tuple[int, int]:
     """(width, heads) of a slug; ValueError for a string that is not one."""
-    m = SLUG.match(arch)
+    m = SLUG.match(shape)
     if not m:
-        raise ValueError(f"{arch!r} is not a configuration slug w{{width}}-h{{heads}}[-options]")
+        raise ValueError(f"{shape!r} is not a configuration slug w{{width}}-h{{heads}}[-options]")
     return int(m.group(1)), int(m.group(2))
 
 
-def entry_of(sweep_cfg: dict, sweep: str, arch: str) -> dict:
-    """The grid entry of ``sweep`` whose slug is ``arch``."""
+def entry_of(sweep_cfg: dict, sweep: str, shape: str) -> dict:
+    """The grid entry of ``sweep`` whose slug is ``shape``."""
     for e in sweep_cfg["sweeps"][sweep]["grid"]:
-        if slug(e) == arch:
+        if slug(e) == shape:
             return e
-    raise KeyError(f"sweep {sweep!r} lists no configuration {arch}")
+    raise KeyError(f"sweep {sweep!r} lists no configuration {shape}")
 
 
 def model_of(sweep_cfg: dict, entry: dict) -> dict:
@@ -129,22 +129,22 @@ def active_sweeps(sweep_cfg: dict) -> dict:
     return {n: s for n, s in sweep_cfg["sweeps"].items() if n not in skip}
 
 
-def owner(sweep_cfg: dict, sweep: str, arch: str, seed: int) -> str:
-    """The sweep whose job trains (sweep, arch, seed): the first sweep listing the same
+def owner(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> str:
+    """The sweep whose job trains (sweep, shape, seed): the first sweep listing the same
     configuration and seed with identical training settings."""
     sweeps = active_sweeps(sweep_cfg)
     if sweep not in sweeps:
         raise KeyError(f"sweep {sweep!r} is not planned (missing, or in sweep.skip)")
     train = sweeps[sweep]["train"]
     for name, sw in sweeps.items():
-        if (any(slug(e) == arch for e in sw["grid"]) and seed in sw["seeds"]
+        if (any(slug(e) == shape for e in sw["grid"]) and seed in sw["seeds"]
                 and sw["train"] == train):
             return name
-    raise KeyError(f"sweep {sweep!r} does not list configuration {arch} with seed {seed}")
+    raise KeyError(f"sweep {sweep!r} does not list configuration {shape} with seed {seed}")
 
 
 def runs(sweep_cfg: dict, studies: bool | None = None) -> list[dict]:
-    """Every (sweep, arch, seed) of every planned sweep, with the sweep that trains it.
+    """Every (sweep, shape, seed) of every planned sweep, with the sweep that trains it.
 
     ``studies``: None = all sweeps; False = only those without a ``study`` block
     (the split/capacity summary); True = only those with one."""
@@ -154,7 +154,7 @@ def runs(sweep_cfg: dict, studies: bool | None = None) -> list[dict]:
             continue
         for e in sw["grid"]:
             for seed in sw["seeds"]:
-                out.append(dict(sweep=name, arch=slug(e), seed=seed, width=e["width"],
+                out.append(dict(sweep=name, shape=slug(e), seed=seed, width=e["width"],
                                 heads=e["heads"], trained_under=owner(sweep_cfg, name, slug(e), seed)))
     return out
 
@@ -164,14 +164,14 @@ def train_jobs(sweep_cfg: dict) -> list[dict]:
     return [r for r in runs(sweep_cfg) if r["trained_under"] == r["sweep"]]
 
 
-def job_params(sweep_cfg: dict, sweep: str, arch: str, seed: int) -> dict:
+def job_params(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> dict:
     """Exactly the slice of config one training job depends on (its rule's params: editing
     one sweep reruns that sweep's jobs only). Not the device: where a job runs is not what it
     computes, and a job must not rerun (its finished outputs removed) because it changed."""
-    if owner(sweep_cfg, sweep, arch, seed) != sweep:
-        raise ValueError(f"{sweep}/{arch}/seed{seed} is trained under sweep "
-                         f"{owner(sweep_cfg, sweep, arch, seed)!r}; read it from there")
-    entry = entry_of(sweep_cfg, sweep, arch)
+    if owner(sweep_cfg, sweep, shape, seed) != sweep:
+        raise ValueError(f"{sweep}/{shape}/seed{seed} is trained under sweep "
+                         f"{owner(sweep_cfg, sweep, shape, seed)!r}; read it from there")
+    entry = entry_of(sweep_cfg, sweep, shape)
     job = dict(model=model_of(sweep_cfg, entry), seed=seed, train=dict(sweep_cfg["sweeps"][sweep]["train"]),
                precision=sweep_cfg["precision"])
     if sweep_cfg.get("heads"):              # §7b: the probe every evaluation step scores the heads on
@@ -180,28 +180,28 @@ def job_params(sweep_cfg: dict, sweep: str, arch: str, seed: int) -> dict:
         job["heads"] = {k: sweep_cfg["heads"][k] for k in PROBE_KEYS}
     if vocab_of(entry) != CHAR:             # absent for the corpus's characters: those params are unchanged
         job["vocab"] = vocab_of(entry)
-    if vocab_of(entry) != CHAR or arch in vocab_study_archs(sweep_cfg):
+    if vocab_of(entry) != CHAR or shape in vocab_study_shapes(sweep_cfg):
         job["val_full"] = True
     return job
 
 
-def vocab_study_archs(sweep_cfg: dict) -> set[str]:
+def vocab_study_shapes(sweep_cfg: dict) -> set[str]:
     """The configurations a ``vocab`` study lists, whether or not it is planned (``sweep.skip``):
     their jobs score the whole validation split, so skipping the study reruns nothing."""
     return {slug(e) for sw in sweep_cfg["sweeps"].values()
             if (sw.get("study") or {}).get("kind") == "vocab" for e in sw["grid"]}
 
 
-def job_vocab(sweep_cfg: dict, sweep: str, arch: str) -> str:
+def job_vocab(sweep_cfg: dict, sweep: str, shape: str) -> str:
     """The vocabulary a training job reads (``char`` = the corpus's ids)."""
-    return vocab_of(entry_of(sweep_cfg, sweep, arch))
+    return vocab_of(entry_of(sweep_cfg, sweep, shape))
 
 
 def vocabularies(sweep_cfg: dict) -> list[str]:
     """Every vocabulary other than ``char`` that a planned training job reads, in config order:
     one tokenizer job each."""
     return list(dict.fromkeys(v for r in train_jobs(sweep_cfg)
-                              if (v := job_vocab(sweep_cfg, r["sweep"], r["arch"])) != CHAR))
+                              if (v := job_vocab(sweep_cfg, r["sweep"], r["shape"])) != CHAR))
 
 
 def studies(sweep_cfg: dict) -> list[str]:
@@ -216,7 +216,7 @@ def study_runs(sweep_cfg: dict, study: str) -> list[dict]:
     out = []
     for r in runs(sweep_cfg, studies=True):
         if r["sweep"] == study:
-            entry = entry_of(sweep_cfg, study, r["arch"])
+            entry = entry_of(sweep_cfg, study, r["shape"])
             out.append(dict(r, model=model_of(sweep_cfg, entry), **({"vocab": vocab_of(entry)} if vocab else {})))
     return out
 

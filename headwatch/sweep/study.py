@@ -127,7 +127,7 @@ def invariant_error(study: dict, models: list[dict], labels: list[str] | None = 
 
 def read_study_runs(runs: list[dict], vocab_size: int,
                     bytes_per_number: int = BYTES_PER_NUMBER["float32"]) -> pd.DataFrame:
-    """One row per (arch, seed): resolved architecture, recorded parameters, final losses,
+    """One row per (shape, seed): resolved architecture, recorded parameters, final losses,
     throughput and expert shares (``vocab_size``: the corpus's). ``runs[i]``: a run of ``headwatch.sweep.plan.runs`` with
     ``model`` (its settings) and ``metrics`` (path); a run that names its ``vocab`` (a vocab
     study's, :func:`headwatch.sweep.plan.study_runs`) also gets its vocabulary's columns
@@ -140,7 +140,7 @@ def read_study_runs(runs: list[dict], vocab_size: int,
         vocab = "vocab" in r
         a = model_numbers(r["model"], int(note["vocab_size"]) if vocab else vocab_size, bytes_per_number)
         shares = np.asarray(note.get("expert_shares") or [[1.0]], dtype=float)
-        rows.append(dict(sweep=r["sweep"], arch=r["arch"], seed=r["seed"],
+        rows.append(dict(sweep=r["sweep"], shape=r["shape"], seed=r["seed"],
                          trained_under=r["trained_under"], **{k: a[k] for k in MODEL_COLUMNS},
                          ffn_active_width=a["ffn_active_width"],
                          kv_cache_bytes_per_token=a["kv_cache_bytes_per_token"],
@@ -173,7 +173,7 @@ def vocab_columns(run: dict, note: dict, metrics: pd.DataFrame) -> dict:
     its training throughput in tokens and characters."""
     full = note.get("val_full")
     if not full:
-        raise SummaryError(f"{run['sweep']}/{run['arch']}/seed{run['seed']} ({run['metrics']}) records no "
+        raise SummaryError(f"{run['sweep']}/{run['shape']}/seed{run['seed']} ({run['metrics']}) records no "
                            "whole-validation evaluation (val_full): it was trained before its job was asked for bits per "
                            "character; remake it (snakemake --forcerun that file)")
     if note.get("vocab", "char") != run["vocab"]:
@@ -222,14 +222,14 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
     bad = finals[~np.isfinite(finals[["val_loss", "train_loss"]].to_numpy(dtype=float)).all(axis=1)]
     if len(bad):
         raise SummaryError("NaN/inf final loss in " + ", ".join(
-            f"{r.sweep}/{r.arch}/seed{r.seed}" for r in bad.itertuples()) + "; refusing to summarize")
+            f"{r.sweep}/{r.shape}/seed{r.seed}" for r in bad.itertuples()) + "; refusing to summarize")
     wrong = finals[finals["params"] != finals["params_formula"]]
     if len(wrong):
         raise SummaryError("recorded parameter counts differ from the architecture formula for " +
-                           ", ".join(f"{r.arch}/seed{r.seed}: {r.params} vs {r.params_formula}"
+                           ", ".join(f"{r.shape}/seed{r.seed}: {r.params} vs {r.params_formula}"
                                      for r in wrong.itertuples()))
-    configs = list(dict.fromkeys(finals["arch"]))
-    first = finals.drop_duplicates("arch").set_index("arch").loc[configs]
+    configs = list(dict.fromkeys(finals["shape"]))
+    first = finals.drop_duplicates("shape").set_index("shape").loc[configs]
     models = [dict(width=int(r.width), heads=int(r.heads), layers=int(r.layers),
                    head_size=int(r.head_size), kv_heads=int(r.kv_heads),
                    **(dict(experts=int(r.experts), top_k=int(r.top_k),
@@ -242,7 +242,7 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
     if err:
         raise SummaryError(f"sweep {name!r} ({study['kind']} study): {err}; refusing to write the summary")
 
-    keys = ["sweep", "arch", "trained_under"] + MODEL_COLUMNS + [
+    keys = ["sweep", "shape", "trained_under"] + MODEL_COLUMNS + [
         "ffn_active_width", "kv_cache_bytes_per_token", "params", "params_active", "non_embedding"]
     g = finals.groupby(keys, sort=False)
     s = g.agg(seeds=("seed", "count"), steps=("steps", "max"),
@@ -258,7 +258,7 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
                            f"count: {len(s)} groups for {len(configs)} configurations")
     few = s[s["seeds"] < 2]
     if len(few):
-        raise SummaryError("a seed std needs at least 2 seeds; only one for " + ", ".join(few["arch"]))
+        raise SummaryError("a seed std needs at least 2 seeds; only one for " + ", ".join(few["shape"]))
     s["val_bpc_mean"] = s["val_loss_mean"] / math.log(2)
     s["val_bpc_std"] = s["val_loss_std"] / math.log(2)
     ref = s["non_embedding"].iloc[0]
@@ -285,7 +285,7 @@ def _vocab_summary(finals: pd.DataFrame, s: pd.DataFrame, name: str) -> pd.DataF
     per_arm = ["vocab", "vocab_size", "token_embeddings", "output_head", "vocab_params", "positions",
                "context", "val_tokens", "val_chars", "val_chars_per_token", "chars_per_window",
                "train_chars_per_token", "val_sha256", "stride"]
-    g = finals.groupby("arch", sort=False)
+    g = finals.groupby("shape", sort=False)
     varying = [c for c in per_arm if (g[c].nunique() > 1).any()]
     if varying:
         raise SummaryError(f"sweep {name!r} (vocab study): the seeds of one configuration disagree on {varying}")
@@ -295,7 +295,7 @@ def _vocab_summary(finals: pd.DataFrame, s: pd.DataFrame, name: str) -> pd.DataF
                 eval_tokens_per_s=("eval_tokens_per_s", "mean"), eval_chars_per_s=("eval_chars_per_s", "mean"))
     # val_bpc_* (the sampled windows' loss / ln 2) would be bits per TOKEN here: the whole split's
     # bits per character take their place, under their own name
-    out = s.drop(columns=["chars_per_s", "val_bpc_mean", "val_bpc_std"]).join(arm, on="arch").join(agg, on="arch")
+    out = s.drop(columns=["chars_per_s", "val_bpc_mean", "val_bpc_std"]).join(arm, on="shape").join(agg, on="shape")
     out["val_full_bpc_mean"], out["val_full_bpc_std"] = out.pop("bpc_mean"), out.pop("bpc_std")
     out["chars_per_s"] = out.pop("chars_per_s_train")
     out["val_loss_unit"] = "nats per token"        # the sampled windows' loss: per token, not per character
@@ -304,7 +304,7 @@ def _vocab_summary(finals: pd.DataFrame, s: pd.DataFrame, name: str) -> pd.DataF
         raise SummaryError(f"sweep {name!r} (vocab study): parameters do not add up to token embedding + head "
                            "+ positions + non-embedding")
     out["embedding_share"] = out["vocab_params"] / out["params"]
-    order = ["sweep", "arch", "vocab", "vocab_size", "seeds", "steps", "val_full_bpc_mean", "val_full_bpc_std",
+    order = ["sweep", "shape", "vocab", "vocab_size", "seeds", "steps", "val_full_bpc_mean", "val_full_bpc_std",
              "params", "vocab_params", "token_embeddings", "output_head", "positions", "non_embedding",
              "params_without_vocab", "embedding_share", "context", "val_chars_per_token", "chars_per_window",
              "train_chars_per_token", "tokens_per_s", "chars_per_s", "eval_tokens_per_s", "eval_chars_per_s",

@@ -61,14 +61,14 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     for r in runs:
         m = read_parquet(r["metrics"])
         note = read_note(r["metrics"])
-        label = {k: r[k] for k in ("sweep", "arch", "seed", "width", "heads", "trained_under")}
+        label = {k: r[k] for k in ("sweep", "shape", "seed", "width", "heads", "trained_under")}
         last = m.iloc[-1]
         finals.append(dict(label, params=int(note["params"]), head_size=r["width"] // r["heads"],
                            steps=int(last["step"]), val_loss=float(last["val_loss"]),
                            train_loss=float(last["train_loss"]),
                            tokens_per_s=float(m["tokens_per_s"].mean())))
         curves.append(m.assign(**label))
-    cols = ["sweep", "arch", "seed", "width", "heads", "trained_under"]
+    cols = ["sweep", "shape", "seed", "width", "heads", "trained_under"]
     curves = pd.concat(curves, ignore_index=True)
     return pd.DataFrame(finals), curves[cols + [c for c in curves.columns if c not in cols]]
 
@@ -77,9 +77,9 @@ QUANTITIES = ("spread", "spread_over_std", "capacity_gain", "spread_over_gain")
 """The contrast's quantities that get a bootstrap interval (columns ``<name>_lo``, ``<name>_hi``)."""
 
 
-def _losses(finals: pd.DataFrame, sweep: str, arch: str) -> pd.Series:
+def _losses(finals: pd.DataFrame, sweep: str, shape: str) -> pd.Series:
     """One configuration's final validation losses, by seed."""
-    rows = finals[(finals["sweep"] == sweep) & (finals["arch"] == arch)]
+    rows = finals[(finals["sweep"] == sweep) & (finals["shape"] == shape)]
     return rows.set_index("seed")["val_loss"].sort_index()
 
 
@@ -90,8 +90,8 @@ def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_archs: list[str], best: str,
-                       worst: str, capacity: dict, lo_arch: str, hi_arch: str, bootstrap: dict) -> dict:
+def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_shapes: list[str], best: str,
+                       worst: str, capacity: dict, lo_shape: str, hi_shape: str, bootstrap: dict) -> dict:
     """The contrast's intervals, paired comparison and test (module docstring), from the
     per-seed final losses in ``finals``. ``bootstrap``: ``resamples``, ``seed``, ``level``
     (``sweep.summary.bootstrap``); one generator seeded with ``seed`` draws every resample."""
@@ -100,19 +100,19 @@ def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_archs: list
     level, resamples = float(bootstrap["level"]), int(bootstrap["resamples"])
     rng = np.random.default_rng(bootstrap["seed"])
     # One sample per run, whichever sweeps list it (a shared run is resampled once).
-    owner = finals.drop_duplicates(["sweep", "arch"]).set_index(["sweep", "arch"])["trained_under"]
+    owner = finals.drop_duplicates(["sweep", "shape"]).set_index(["sweep", "shape"])["trained_under"]
     keys: list[tuple[str, str]] = []
     samples: list[np.ndarray] = []
 
-    def sample_of(sweep: str, arch: str) -> int:
-        key = (owner[(sweep, arch)], arch)
+    def sample_of(sweep: str, shape: str) -> int:
+        key = (owner[(sweep, shape)], shape)
         if key not in keys:
             keys.append(key)
-            samples.append(_losses(finals, sweep, arch).to_numpy(dtype=float))
+            samples.append(_losses(finals, sweep, shape).to_numpy(dtype=float))
         return keys.index(key)
 
-    split = [sample_of(split_sweep, a) for a in split_archs]
-    lo, hi = sample_of(capacity["sweep"], lo_arch), sample_of(capacity["sweep"], hi_arch)
+    split = [sample_of(split_sweep, a) for a in split_shapes]
+    lo, hi = sample_of(capacity["sweep"], lo_shape), sample_of(capacity["sweep"], hi_shape)
 
     def quantities(*xs, axis=-1):
         means = np.stack([xs[i].mean(axis=axis) for i in split])
@@ -133,13 +133,13 @@ def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_archs: list
     for name, row in zip(QUANTITIES, dist):
         out[f"{name}_lo"], out[f"{name}_hi"] = _interval(row, level)
 
-    by_seed = [_losses(finals, split_sweep, a) for a in split_archs]
+    by_seed = [_losses(finals, split_sweep, a) for a in split_shapes]
     seeds = by_seed[0].index
     if any(not s.index.equals(seeds) for s in by_seed):
         raise SummaryError(f"sweep {split_sweep!r}: every configuration needs the same seeds for the "
                            "paired comparison, but they differ: " + "; ".join(
-                               f"{a} {list(s.index)}" for a, s in zip(split_archs, by_seed)))
-    diff = (by_seed[split_archs.index(worst)] - by_seed[split_archs.index(best)]).to_numpy(dtype=float)
+                               f"{a} {list(s.index)}" for a, s in zip(split_shapes, by_seed)))
+    diff = (by_seed[split_shapes.index(worst)] - by_seed[split_shapes.index(best)]).to_numpy(dtype=float)
     paired = stats.bootstrap((diff,), np.mean, n_resamples=resamples, vectorized=True,
                              method="percentile", confidence_level=level, rng=rng)
     out.update(paired_seeds=len(diff), paired_diff=float(diff.mean()),
@@ -166,17 +166,17 @@ def summarize(finals: pd.DataFrame, split_sweep: str, capacity: dict, bootstrap:
     bad = finals[~np.isfinite(finals[["val_loss", "train_loss"]].to_numpy(dtype=float)).all(axis=1)]
     if len(bad):
         raise SummaryError("NaN/inf final loss in " + ", ".join(
-            f"{r.sweep}/{r.arch}/seed{r.seed}" for r in bad.itertuples()) + "; refusing to summarize")
+            f"{r.sweep}/{r.shape}/seed{r.seed}" for r in bad.itertuples()) + "; refusing to summarize")
     split = finals[finals["sweep"] == split_sweep]
     if split.empty:
         raise SummaryError(f"sweep.summary.split_sweep: no results for sweep {split_sweep!r}")
-    counts = split.groupby("arch")["params"].unique()
+    counts = split.groupby("shape")["params"].unique()
     if split["params"].nunique() != 1:
         raise SummaryError(f"sweep {split_sweep!r} must hold the parameter count fixed, but counts "
                            f"differ: {({c: [int(x) for x in v] for c, v in counts.items()})}; "
                            "refusing to write the summary")
 
-    keys = ["sweep", "arch", "width", "heads", "head_size", "params", "trained_under"]
+    keys = ["sweep", "shape", "width", "heads", "head_size", "params", "trained_under"]
     g = finals.groupby(keys, sort=False)
     summary = g.agg(seeds=("seed", "count"), steps=("steps", "max"),
                     val_loss_mean=("val_loss", "mean"), val_loss_std=("val_loss", "std"),
@@ -186,7 +186,7 @@ def summarize(finals: pd.DataFrame, split_sweep: str, capacity: dict, bootstrap:
     few = summary[summary["seeds"] < 2]
     if len(few):
         raise SummaryError("a seed std needs at least 2 seeds; only one for " +
-                           ", ".join(f"{r.sweep}/{r.arch}" for r in few.itertuples()))
+                           ", ".join(f"{r.sweep}/{r.shape}" for r in few.itertuples()))
 
     s = summary[summary["sweep"] == split_sweep]
     best, worst = s.loc[s["val_loss_mean"].idxmin()], s.loc[s["val_loss_mean"].idxmax()]
@@ -202,15 +202,15 @@ def summarize(finals: pd.DataFrame, split_sweep: str, capacity: dict, bootstrap:
     row = dict(
         split_sweep=split_sweep, split_width=int(s["width"].iloc[0]), split_params=int(s["params"].iloc[0]),
         configs=len(s), seeds=int(s["seeds"].min()),
-        best_arch=best["arch"], best_loss=float(best["val_loss_mean"]),
-        worst_arch=worst["arch"], worst_loss=float(worst["val_loss_mean"]),
+        best_shape=best["shape"], best_loss=float(best["val_loss_mean"]),
+        worst_shape=worst["shape"], worst_loss=float(worst["val_loss_mean"]),
         spread=spread, mean_seed_std=noise, spread_over_std=spread / noise if noise else np.inf,
-        capacity_sweep=capacity["sweep"], capacity_from=lo["arch"], capacity_to=hi["arch"],
+        capacity_sweep=capacity["sweep"], capacity_from=lo["shape"], capacity_to=hi["shape"],
         capacity_from_loss=float(lo["val_loss_mean"]), capacity_to_loss=float(hi["val_loss_mean"]),
         capacity_gain=gain, spread_over_gain=spread / gain if gain else np.inf)
     assert_finite(pd.DataFrame([row]), "sweep contrast (a zero seed std or zero capacity gain gives inf)")
-    row.update(contrast_intervals(finals, split_sweep, list(s["arch"]), best["arch"], worst["arch"],
-                                  capacity, lo["arch"], hi["arch"], bootstrap))
+    row.update(contrast_intervals(finals, split_sweep, list(s["shape"]), best["shape"], worst["shape"],
+                                  capacity, lo["shape"], hi["shape"], bootstrap))
     contrast = pd.DataFrame([row])
     assert_finite(summary, "sweep summary")
     assert_finite(contrast, "sweep contrast (a zero seed std or zero capacity gain gives inf)")
