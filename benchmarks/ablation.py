@@ -114,7 +114,7 @@ def transformer_lens_bridge(folder, tokenizer, dtype: str, device):
 
 
 @torch.no_grad()
-def check_bridge_logits(bridge, model, phrases, device, tolerance: float) -> tuple[float, bool]:
+def compare_bridge_logits(bridge, model, phrases, device, tolerance: float) -> tuple[float, bool]:
     """Max |Δlogit| (every position, every vocabulary entry, every phrase) between the bridge
     and the model, and whether they are identical; SystemExit above ``tolerance``."""
     worst, identical = 0.0, True
@@ -212,7 +212,7 @@ def main(argv=None):
                   "pip install -r requirements.txt transformer-lens==4.3.0)")
         else:
             bridge, version = transformer_lens_bridge(args.model, tokenizer, "float32", device)
-            worst, identical = check_bridge_logits(bridge, model, phrases, device, args.tl_logit_tolerance)
+            worst, identical = compare_bridge_logits(bridge, model, phrases, device, args.tl_logit_tolerance)
             print(f"(iii) TransformerLens {version}: TransformerBridge.boot_transformers on the same weights; "
                   f"its logits vs the model's on every phrase: max |Δ| = {worst:g} "
                   f"({'identical' if identical else 'within ' + format(args.tl_logit_tolerance, 'g')})")

@@ -61,7 +61,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")           # the model is local; not
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ablation import check_bridge_logits, peak_rss_gb, pick_heads, timed, transformer_lens_bridge  # noqa: E402
+from ablation import compare_bridge_logits, peak_rss_gb, pick_heads, timed, transformer_lens_bridge  # noqa: E402
 from headwatch.models import load_prepared  # noqa: E402
 from headwatch.patching import (Patch, Patcher, attribution_patching, correlations, logit_diff,  # noqa: E402
                                 prompt_set, prompt_tensors)
@@ -160,7 +160,7 @@ def main(argv=None):
     print(f"device {device.type}, dtype {model.dtype}, torch threads {torch.get_num_threads()}, "
           f"batch {batch} rows per forward (headwatch)")
     bridge, version = transformer_lens_bridge(args.model, tokenizer, "float32", device)
-    worst, identical = check_bridge_logits(bridge, model, [(clean, None), (corrupted, None)], device,
+    worst, identical = compare_bridge_logits(bridge, model, [(clean, None), (corrupted, None)], device,
                                            args.tl_logit_tolerance)
     print(f"TransformerLens {version}: TransformerBridge.boot_transformers on the same weights; its logits vs "
           f"the model's on the clean and corrupted prompts: max |Δ| = {worst:g} "

@@ -460,13 +460,13 @@ class Adapter:
         """Every (layer, head), layer-major: the order of every per-head table."""
         return [(l, h) for l in range(self.n_layers) for h in range(self.n_heads)]
 
-    def check_head(self, layer: int, head: int) -> None:
+    def require_head(self, layer: int, head: int) -> None:
         if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
             raise HeadAddressError(
                 f"head (layer={layer}, head={head}) does not exist: the model has "
                 f"{self.n_layers} layers × {self.n_heads} heads (0-based)")
 
-    def check_group(self, layer: int, group: int) -> None:
+    def require_group(self, layer: int, group: int) -> None:
         if not (0 <= layer < self.n_layers and 0 <= group < self.n_kv_heads):
             raise HeadAddressError(
                 f"key/value group (layer={layer}, group={group}) does not exist: the model has "
@@ -491,7 +491,7 @@ class Adapter:
 
     def out_weight_for_head(self, layer: int, head: int) -> torch.Tensor:
         """A view of Wo's entries that read ``head`` (columns; rows for Conv1D)."""
-        self.check_head(layer, head)
+        self.require_head(layer, head)
         w = self.out_proj(layer).weight
         cols = self.out_columns(head)
         return w[cols, :] if self.family.conv1d else w[:, cols]
@@ -564,19 +564,19 @@ class Adapter:
     def site_units(self, site: str) -> int:
         """How many units a site has in one layer: heads, key/value groups, or 0 (a whole tensor)."""
         return {"z": self.n_heads, "pattern": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads,
-                "resid": 0, "resid_in": 0}[check_site(site)]
+                "resid": 0, "resid_in": 0}[require_site(site)]
 
-    def check_unit(self, site: str, layer: int, unit: int | None) -> None:
+    def require_unit(self, site: str, layer: int, unit: int | None) -> None:
         """HeadAddressError unless ``unit`` of ``site`` exists in ``layer`` (None = the whole site)."""
         if site in ("z", "pattern"):
             if unit is None:
-                self.check_head(layer, 0)
+                self.require_head(layer, 0)
             else:
-                self.check_head(layer, unit)
+                self.require_head(layer, unit)
         elif site in ("k", "v"):
-            self.check_group(layer, 0 if unit is None else unit)
+            self.require_group(layer, 0 if unit is None else unit)
         else:
-            self.check_head(layer, 0)
+            self.require_head(layer, 0)
             if unit is not None:
                 raise HeadAddressError(f"site {site!r} has no units (it is a whole block's tensor); "
                                        f"got unit {unit}")
@@ -598,7 +598,7 @@ class Adapter:
 
     def site_path(self, site: str) -> str:
         """The dotted path of the site's module inside a block (``""`` = the block itself)."""
-        return _site_paths(self.family)[check_site(site)]
+        return _site_paths(self.family)[require_site(site)]
 
     # ---- what the by-hand formulas need --------------------------------------
     def _norm_params(self, norm: nn.Module, what: str) -> dict:
@@ -690,7 +690,8 @@ def _site_paths(f: Family) -> dict[str, str]:
     return {**dict(z=f.out_proj, k=k, v=v, pattern=f.attention, resid="", resid_in=""), **f.site_paths}
 
 
-def check_site(site: str) -> str:
+def require_site(site: str) -> str:
+    """``site``, or HeadAddressError naming the sites."""
     if site not in SITES:
         raise HeadAddressError(f"unknown site {site!r}; the sites are {list(SITES)}")
     return site

@@ -15,7 +15,7 @@ from .tableio import assert_finite
 from .interventions import maps_and_logits
 
 
-def check_maps(maps: torch.Tensor, what: str, atol: float = 1e-4) -> None:
+def assert_maps(maps: torch.Tensor, what: str, atol: float = 1e-4) -> None:
     """Maps must be finite, causal (0 above the diagonal) and rows must sum to 1."""
     assert_finite(maps, what)
     T = maps.shape[-1]
@@ -81,7 +81,7 @@ def phrase_outputs(model, tokenizer, phrases: pd.DataFrame, quantum: int, top: i
     for row in phrases.itertuples():
         maps, logits = maps_and_logits(model, torch.tensor([list(row.token_ids)]), adapter)
         maps = maps[0]                                         # [L, H, T, T]
-        check_maps(maps, f"phrase {row.phrase}: attention maps")
+        assert_maps(maps, f"phrase {row.phrase}: attention maps")
         maps_parts.append(maps_table(row.phrase, maps, quantum))
         pred_parts.append(predictions_table(model, tokenizer, row, logits[0, -1], top))
     return pd.concat(maps_parts, ignore_index=True), tokens_table(phrases), pd.concat(pred_parts, ignore_index=True)

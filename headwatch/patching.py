@@ -430,7 +430,7 @@ class Patcher:
         from .cut import plan_chunks
         from .interventions import intervene, skip
 
-        self._check(patches)
+        self._require_patches(patches)
         prompts = torch.arange(self.n) if prompts is None else torch.as_tensor(list(prompts), dtype=torch.long)
         k = len(prompts)
         patch_of = torch.arange(len(patches)).repeat_interleave(k)          # row = (patch, prompt)
@@ -458,7 +458,7 @@ class Patcher:
 
         from .interventions import intervene
 
-        self._check(patches)
+        self._require_patches(patches)
         prompts = torch.arange(self.n) if prompts is None else torch.as_tensor(list(prompts), dtype=torch.long)
         out = []
         with torch.no_grad():
@@ -472,11 +472,12 @@ class Patcher:
                 out.append(torch.cat(parts))
         return torch.stack(out).cpu()
 
-    def _check(self, patches: Sequence[Patch]) -> None:
+    def _require_patches(self, patches: Sequence[Patch]) -> None:
+        """PatchingError/HeadAddressError unless every patch is a site, unit and position of these prompts."""
         for p in patches:
             if p.site not in self.SITES:
                 raise PatchingError(f"{p}: the sites patched are {list(self.SITES)}")
-            self.adapter.check_unit(p.site, p.layer, p.unit)
+            self.adapter.require_unit(p.site, p.layer, p.unit)
             if p.position is not None and not 0 <= p.position < self.length:
                 raise PatchingError(f"{p}: the prompts have positions 0..{self.length - 1}")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from headwatch.arch import Adapter, HeadAddressError
-from headwatch.attention import check_maps, maps_table
+from headwatch.attention import assert_maps, maps_table
 from headwatch.figures.heads import map_of
 from headwatch.scores import attention_maps
 from tiny import EXPECT, random_ids, tiny_config, tiny_model
@@ -22,17 +22,17 @@ def test_maps_are_causal_and_rows_sum_to_one(family):
     above = torch.triu(torch.ones(17, 17, dtype=torch.bool), 1)
     assert maps[..., above].abs().max().item() == 0.0
     assert torch.allclose(maps.sum(-1), torch.ones(()), atol=1e-5)
-    check_maps(maps, family)  # the guard agrees
+    assert_maps(maps, family)  # the guard agrees
 
 
 def test_check_maps_refuses_non_causal_and_nan():
     A = torch.full((1, 1, 3, 3), 1 / 3)
     with pytest.raises(ValueError, match="not causal"):
-        check_maps(A, "uniform")
+        assert_maps(A, "uniform")
     A = torch.eye(3).reshape(1, 1, 3, 3).clone()
     A[0, 0, 1, 1] = float("nan")
     with pytest.raises(Exception, match="NaN"):
-        check_maps(A, "nan")
+        assert_maps(A, "nan")
 
 
 def test_maps_table_quantizes_and_round_trips():
@@ -57,9 +57,9 @@ def test_adapters_answer_shape_and_projection(family):
     assert a.rotary_dims == want["rotary_dims"]
     assert tuple(a.window(l) for l in range(3)) == want["windows"]
     with pytest.raises(HeadAddressError, match="does not exist"):
-        a.check_head(3, 0)
+        a.require_head(3, 0)
     with pytest.raises(HeadAddressError):
-        a.check_head(0, 4)
+        a.require_head(0, 4)
 
 
 def test_the_pre_job_checks_read_every_family_from_its_config_json(family, tmp_path):

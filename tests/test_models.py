@@ -8,7 +8,7 @@ import torch
 
 from headwatch.tableio import NonFiniteError, write_parquet
 from headwatch.config import FileTokenizer, gguf_header, shape_from_config, shape_from_gguf
-from headwatch.models import (HalfOnCPUError, ModelNotFoundError, check_forward, gguf_path, load_prepared,
+from headwatch.models import (HalfOnCPUError, ModelNotFoundError, assert_forward_finite, gguf_path, load_prepared,
                               load_tokenizer, prepare_model)
 from tiny import tiny_model
 
@@ -26,7 +26,7 @@ def test_prepare_a_local_folder_and_load_it_back(tiny_model_dir, tmp_path):
 
 def test_float16_on_cpu_is_refused_and_the_check_forward_pass_catches_overflow(tmp_path, smollm2_tokenizer):
     """protocol §1's trap: half precision on CPU overflows. Loading as float16 on a CPU is
-    refused outright; a half model that reaches the check forward pass anyway is stopped there."""
+    refused outright; a half model that reaches the finite-logits assertion anyway is stopped there."""
     model = tiny_model("llama")
     with torch.no_grad():
         model.lm_head.weight.mul_(1e6)   # logits ~1e5–1e6: fine in float32, inf in float16 (max 65504)
@@ -36,7 +36,7 @@ def test_float16_on_cpu_is_refused_and_the_check_forward_pass_catches_overflow(t
     with pytest.raises(HalfOnCPUError, match=r"float16 on the CPU overflows.*use float32"):
         load_prepared(tmp_path, "float16", "cpu")
     with pytest.raises(NonFiniteError, match=r"logits \(torch.float16 on cpu\).*NaN or inf"):
-        check_forward(model.half())
+        assert_forward_finite(model.half())
 
 
 def test_missing_hub_model_names_the_id_and_offline_mode(monkeypatch):

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from headwatch.charlm.corpus import build_corpus, save_corpus
 from headwatch.charlm.model import CharLM
-from headwatch.charlm.tokenizer import (VocabError, bits_per_char, check_same_validation,
+from headwatch.charlm.tokenizer import (VocabError, bits_per_char, assert_same_validation,
                                         encode_splits, eval_windows, load_split_ids,
                                         load_vocab, parse_vocab_name, read_splits,
                                         token_lengths, train_vocab, vocab_name)
@@ -88,7 +88,7 @@ def test_bpe_merges_shorten_the_text_and_the_byte_vocabulary_does_not(vocabs):
 
 def test_every_vocabulary_encodes_the_same_validation_text(vocabs):
     metas = {n: load_split_ids(vocabs[n])[1] for n in NAMES}
-    assert check_same_validation(metas) == metas["char"]["val_sha256"]
+    assert assert_same_validation(metas) == metas["char"]["val_sha256"]
     assert len({m["val_chars"] for m in metas.values()}) == 1
 
 
@@ -155,9 +155,9 @@ def test_guards_refuse_mixed_text(corpus, vocabs, tmp_path):
     metas = {"char": load_split_ids(vocabs["char"])[1], "bpe300": load_split_ids(vocabs["bpe300"])[1],
              "other_bpe256": json.loads((tmp_path / "bpe256" / "split.json").read_text())}
     with pytest.raises(VocabError, match="different validation text.*other_bpe256"):
-        check_same_validation(metas)
+        assert_same_validation(metas)
     with pytest.raises(VocabError, match="no validation text"):
-        check_same_validation({"a": metas["char"], "b": {"bits_per_char": 1.0}})
+        assert_same_validation({"a": metas["char"], "b": {"bits_per_char": 1.0}})
     # a vocabulary trained on another corpus is not applied to this one
     with pytest.raises(VocabError, match="another training split"):
         encode_splits(corpus, tmp_path / "bpe256")

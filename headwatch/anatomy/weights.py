@@ -54,7 +54,7 @@ def _proj_slice(adapter: Adapter, module: nn.Module, sl: slice, names: dict) -> 
 @torch.no_grad()
 def head_slices(model: nn.Module, adapter: Adapter, layer: int, head: int) -> dict:
     """Ranges (half-open, 0-based) of one head's Wq/Wk/Wv rows and Wo columns, counts, Wq stats."""
-    adapter.check_head(layer, head)
+    adapter.require_head(layer, head)
     names = _names(model)
     group = adapter.kv_group(head)
     q = _proj_slice(adapter, adapter.query_proj(layer), adapter.query_slice(head), names)
@@ -144,7 +144,7 @@ def weight_check(model: nn.Module, adapter: Adapter, ids, layer: int, head: int,
     The record names two cells both ways (by hand, model): where they differ
     most, and where the head looks hardest from the last token.
     """
-    adapter.check_head(layer, head)
+    adapter.require_head(layer, head)
     device = next(model.parameters()).device
     ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1).to(device)
     T = ids.shape[1]

@@ -49,7 +49,7 @@ Files of one vocabulary ``<name>`` (one folder, e.g.
 :func:`load_split_ids` gives what :func:`headwatch.sweep.train.train` takes
 (``ids`` = train then validation ids, ``meta`` with ``n_train`` in tokens and
 ``vocab_size``); :func:`bits_per_char` scores a trained model on the whole
-validation split; :func:`check_same_validation` refuses arms that were
+validation split; :func:`assert_same_validation` refuses arms that were
 evaluated on different validation text.
 """
 from __future__ import annotations
@@ -334,7 +334,7 @@ def load_split_ids(vocab_dir) -> tuple[np.ndarray, dict]:
     return np.concatenate([train_ids, val_ids]), meta
 
 
-def check_same_validation(metas: dict) -> str:
+def assert_same_validation(metas: dict) -> str:
     """The validation text's hash shared by every arm; :class:`VocabError` naming the arms
     when they were encoded from different validation text (or lengths).
 

@@ -35,7 +35,7 @@ run predates the record.
   (:func:`~headwatch.charlm.tokenizer.bits_per_char`: total nats over its tokens ÷
   its characters ÷ ln 2), which the training job of each arm records (``val_full`` in its
   metrics' note); arms evaluated on different validation text are refused
-  (:func:`~headwatch.charlm.tokenizer.check_same_validation`). Parameters:
+  (:func:`~headwatch.charlm.tokenizer.assert_same_validation`). Parameters:
   ``params`` (all), ``vocab_params`` = token embedding + output head (2 ×
   vocabulary × width, the part the vocabulary sets), ``positions`` (context ×
   width, the same in every arm), ``non_embedding`` = attention + norms + FFN;
@@ -275,10 +275,10 @@ def _vocab_summary(finals: pd.DataFrame, s: pd.DataFrame, name: str) -> pd.DataF
     split mean ± std over seeds in place of the sampled windows' loss ÷ ln 2, parameters by what
     the vocabulary sets, characters per window and throughput. Refuses arms evaluated on
     different validation text."""
-    from ..charlm.tokenizer import VocabError, check_same_validation
+    from ..charlm.tokenizer import VocabError, assert_same_validation
 
     try:
-        check_same_validation({f"{r.arch}/seed{r.seed}": dict(val_sha256=r.val_sha256, val_chars=r.val_chars)
+        assert_same_validation({f"{r.shape}/seed{r.seed}": dict(val_sha256=r.val_sha256, val_chars=r.val_chars)
                                for r in finals.itertuples()})
     except VocabError as err:
         raise SummaryError(f"sweep {name!r} (vocab study): {err}; refusing to write the summary") from None
