@@ -24,3 +24,12 @@ SAFE_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
 #: sweep's kv study) and loading a model read. config/schema.yaml's ``dtype`` enum is its keys
 #: (a test compares them, and torch's sizes with the bytes).
 BYTES_PER_NUMBER = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, bytes_per_number: int) -> int:
+    """Bytes of keys and values kept per token: 2 × layers × kv heads × head size × bytes.
+
+    The one formula: the anatomy's KV-cache table and the sweep's kv study
+    (:meth:`headwatch.charlm.spec.ModelSpec.kv_cache_bytes_per_token`) call it; the explorer's
+    calculator computes it in the page (tests/test_explorer.py holds it to a case by hand)."""
+    return 2 * layers * kv_heads * head_dim * bytes_per_number

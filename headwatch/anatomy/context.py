@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..names import BYTES_PER_NUMBER
+from ..names import BYTES_PER_NUMBER, kv_cache_bytes
 
 
 # ---------------------------------------------------------------- formulas
@@ -47,11 +47,6 @@ def pairs_not_wrapped(periods, distance: float) -> int:
 def angle_at(periods, distance: float) -> np.ndarray:
     """Each pair's angle after ``distance`` tokens, in [0, 2π)."""
     return np.mod(2 * math.pi * distance / np.asarray(periods, dtype=np.float64), 2 * math.pi)
-
-
-def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, bytes_per_number: int) -> int:
-    """Bytes of keys and values kept per token: 2 × layers × kv heads × head size × bytes."""
-    return 2 * layers * kv_heads * head_dim * bytes_per_number
 
 
 def attention_cells(context: int, heads: int, layers: int) -> int:

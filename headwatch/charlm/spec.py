@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
-from ..names import BYTES_PER_NUMBER
+from ..names import BYTES_PER_NUMBER, kv_cache_bytes
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class ModelSpec:
 
     def kv_cache_bytes_per_token(self, bytes_per_number: int = BYTES_PER_NUMBER["float32"]) -> int:
         """Keys and values of every layer for one token: 2 × layers × kv heads × head size numbers."""
-        return 2 * self.layers * self.kv_groups * self.head_dim * bytes_per_number
+        return kv_cache_bytes(self.layers, self.kv_groups, self.head_dim, bytes_per_number)
 
     # ---- records ---------------------------------------------------------------
     def to_dict(self) -> dict:
