@@ -48,11 +48,13 @@ from pathlib import Path
 
 import torch
 import yaml
+from snakemake.utils import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from headwatch.ablation import prob_of  # noqa: E402
+from headwatch.ablation_settings import AblationSettings  # noqa: E402
 from headwatch.cut import BatchedCuts, cut_heads  # noqa: E402
 from headwatch.guards import guard_batched  # noqa: E402
 from headwatch.models import load_prepared  # noqa: E402
@@ -178,8 +180,10 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = yaml.safe_load(open(args.config))
-    batch = args.batch or cfg["ablation"]["batch"]
-    tolerance = cfg["ablation"]["tolerance"]
+    validate(cfg, str(ROOT / "config" / "schema.yaml"))              # the defaults the workflow fills in
+    settings = AblationSettings.from_config(cfg["ablation"])        # the rules' typed settings
+    batch = args.batch or settings.batch
+    tolerance = settings.tolerance
     phrase_cfg = cfg["phrases"]
     if args.phrases:
         unknown = sorted(set(args.phrases.split(",")) - set(phrase_cfg))
