@@ -109,8 +109,12 @@ laptop-more: venv
 	$(CHECK_YAML) config/laptop.yaml config/laptop_more.yaml
 	$(TIMED) laptop-more -- $(SNAKEMAKE) --configfile config/laptop.yaml config/laptop_more.yaml
 
+# One pytest worker per core (pytest-xdist), each taking whole modules, so that a module's
+# workflow run is made once; the modules that run the workflow are collected first
+# (tests/conftest.py). TEST_WORKERS=0 runs every test in one process.
+TEST_WORKERS ?= $(CORES)
 test: venv browser slurm-deps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The GPU check (benchmarks/gpu/README.md): on a GPU machine, the paper-scale DAG on a
 # SmolLM2-shaped model with random weights plus the real sweep and studies, with

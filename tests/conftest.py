@@ -20,6 +20,19 @@ from tiny import FAMILIES, tiny_model  # noqa: E402
 torch.set_num_threads(1)
 
 
+#: The modules that run the workflow end to end, the longest first: collected before the others, so
+#: that under pytest-xdist (``make test``: ``-n 2 --dist loadfile --no-loadscope-reorder``, one worker
+#: per core, a whole module per worker so that its module-scoped runs are made once) the long runs
+#: start at once on both workers and the short modules fill in beside them.
+FIRST = ("test_workflow.py", "test_gpu_check.py", "test_slurm.py", "test_families_workflow.py",
+         "test_sweep_workflow.py", "test_bad_inputs.py", "test_hostile.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))     # stable: files keep their order
+
+
 @pytest.fixture(params=FAMILIES)
 def family(request):
     return request.param
