@@ -361,7 +361,8 @@ def prose_losses(model, adapter: Adapter, prose: pd.DataFrame, variants: Sequenc
 
     Every next-token prediction of every sentence counts (position ``t`` predicts ``t+1``,
     ``t = 0 .. len-2``), pooled over the sentences (a mean per token, not per sentence). Sentences
-    differ in length, so each runs alone. Guard 3: every variant again one at a time."""
+    differ in length, so each runs alone. Guard 3: every variant again one at a time, on the
+    quantity returned, each variant's pooled loss (protocol §5c says why not per prediction)."""
     batched, looped = [], []
     for row in prose.itertuples():
         ids = _phrase_ids(row)
@@ -373,11 +374,13 @@ def prose_losses(model, adapter: Adapter, prose: pd.DataFrame, variants: Sequenc
         batched.append(runner.run_variants(variants, reduce).cpu()[:, 0])                   # [V, P]
         looped.append(loop_cuts(model, adapter, ids, variants, reduce, positions, settings.batch,
                                 means).cpu()[:, 0])
-    batched, looped = torch.cat(batched, dim=1), torch.cat(looped, dim=1)                   # [V, all P]
-    guards.batched_vs_loop(batched, looped, settings.tolerance,
-                           f"5c prose loss per token (nats), {len(variants)} variants × {batched.shape[1]} "
-                           f"predictions of {len(prose)} sentences")
-    return batched.double().mean(dim=1).numpy()
+    n = sum(b.shape[1] for b in batched)
+    pooled = torch.cat(batched, dim=1).double().mean(dim=1)                                 # [V]
+    pooled_loop = torch.cat(looped, dim=1).double().mean(dim=1)
+    guards.batched_vs_loop(pooled, pooled_loop, settings.tolerance,
+                           f"5c prose loss per token (nats, the mean over {n} predictions of {len(prose)} "
+                           f"sentences), {len(variants)} variants")
+    return pooled.numpy()
 
 
 CUT_SCOPES = ("global", "specific")

@@ -205,6 +205,9 @@ def test_attribution_summary_follows_from_table(setup, attribution):
     assert len(guards["hook_vs_weights"]["logits_shape"]) == 2      # guards ran on every phrase
     prose_guard = [c for c in guards["batched_vs_loop"]["comparisons"] if "prose" in c["compared"]]
     assert len(prose_guard) == 1 and prose_guard[0]["passed"]        # guard 3 covers the prose losses
+    # ... as reported: one pooled loss per variant (intact + each distinct costliest head)
+    costliest = set(zip(summary.costliest_layer, summary.costliest_head))
+    assert prose_guard[0]["n_values"] == 1 + len(costliest)
 
 
 def test_cut_scope_threshold():
