@@ -26,8 +26,11 @@ GPU_JOB, GPU_TRAIN_JOB = gpu_shares.share_gpus(workflow, config["sweep"]["jobs_p
 
 
 def check_config(config):
-    """Semantic checks that a JSON schema cannot express (headwatch/config/)."""
-    _check_config(config, workdir=Path(workflow.basedir))
+    """Semantic checks that a JSON schema cannot express (headwatch/config/). The memory the
+    jobs need is compared with this machine's only where they run here: a cluster's jobs run
+    on its nodes (as for devices, below)."""
+    local = workflow.local_exec and not workflow.remote_exec
+    _check_config(config, workdir=Path(workflow.basedir), **({} if local else dict(meminfo=None)))
 
 
 def check_devices():

@@ -102,7 +102,7 @@ def test_the_safe_name_is_one_pattern_in_the_schema_and_the_library():
     from headwatch.names import SAFE_NAME
 
     schema = load_schema(ROOT / "config" / "schema.yaml")
-    assert schema["definitions"]["name"]["pattern"] == f"^{SAFE_NAME}$"
+    assert schema["definitions"]["safe_name"]["pattern"] == f"^{SAFE_NAME}$"
     assert schema["definitions"]["shared_table"]["pattern"].startswith(f"^{SAFE_NAME}/")
     config = config_yaml()
     shipped = list(config["models"]) + list(config["phrases"]) + list(config["sweep"]["sweeps"])
