@@ -19,7 +19,7 @@ margin over the protocol's own sizes.
 A user who means a larger value raises that bound on purpose, and only that one, with the
 top-level config key ``raise_bounds: {<name>: <new bound>}`` (a name of :func:`bound_table`;
 ``raise_bounds`` is checked like every key). Nothing else raises a bound. The table is
-printed by ``python -m headwatch.config.bounds`` (the README's Security section holds it).
+printed by ``python -m headwatch.config --bounds`` (the README's Security section holds it).
 
 Memory is bounded separately, by estimate (:mod:`.memory`); it cannot be raised.
 """
@@ -28,15 +28,11 @@ from __future__ import annotations
 import difflib
 import json
 
+from .keys import _resolve
+
 BOUND = "x-bound"
 RAISE = "raise_bounds"
 MODEL_FILE = "model_file"
-
-
-def _resolve(schema, root):
-    from .keys import _resolve as resolve
-
-    return resolve(schema, root)
 
 
 def _children(schema: dict, root: dict):
@@ -50,9 +46,20 @@ def _children(schema: dict, root: dict):
         yield "[]", schema["items"], ("items", None)
 
 
+_TABLES: dict = {}
+
+
 def bound_table(schema: dict) -> dict[str, dict]:
     """Every bound of the schema: ``{name: {"max": N, "why": ...}}``, with the model files'
-    bounds (:data:`headwatch.arch.FIELD_BOUNDS`) as ``model_file.<field>``."""
+    bounds (:data:`headwatch.arch.FIELD_BOUNDS`) as ``model_file.<field>`` (once per schema
+    object: :func:`headwatch.config.load_schema` parses each schema file once)."""
+    key = id(schema)
+    if key not in _TABLES or _TABLES[key][0] is not schema:
+        _TABLES[key] = (schema, _bound_table(schema))
+    return _TABLES[key][1]
+
+
+def _bound_table(schema: dict) -> dict[str, dict]:
     out = {}
 
     def walk(node, name, depth):
@@ -157,16 +164,9 @@ def bound_errors(config: dict, schema: dict) -> list[str]:
 
 
 def bounds_markdown(schema: dict) -> str:
-    """The README's table of bounds (``python -m headwatch.config.bounds``)."""
+    """The README's table of bounds (``python -m headwatch.config --bounds``)."""
     rows = ["| bound (`raise_bounds` name) | at most | why |", "|---|---|---|"]
     for name, b in bound_table(schema).items():
         rows.append(f"| `{name}` | {b['max']:,} | {' '.join(b['why'].split())} |")
     return "\n".join(rows)
 
-
-if __name__ == "__main__":
-    from pathlib import Path
-
-    from .keys import load_schema
-
-    print(bounds_markdown(load_schema(Path(__file__).resolve().parents[2] / "config" / "schema.yaml")))
