@@ -190,15 +190,15 @@ def test_a_job_that_cannot_fit_in_this_machines_memory_is_refused_naming_the_est
     with pytest.raises(ConfigError, match="it cannot fit in this machine's memory") as err:
         check(config, workdir, meminfo=small)
     text = str(err.value)
-    assert words in text and "more than this machine's memory (0.5 GiB, MemTotal in /proc/meminfo); lower it" in text
-    assert re.search(r"needs at least [\d.,]+ GiB \(", text) and text.count("\n  ") == 1, text   # that one only
+    assert words in text and "more than this machine's memory (512.0 MiB, MemTotal in /proc/meminfo); lower it" in text
+    assert re.search(r"needs at least [\d.,]+ [GM]iB \(", text) and text.count("\n  ") == 1, text   # that one only
     assert check(config, workdir, meminfo=lambda: dict(MemTotal=1 << 50)) == []          # a machine that has it
 
 
 def test_memory_above_what_is_free_now_is_a_warning_and_no_meminfo_is_a_note(model_copy, workdir, capsys):
     config = deep_merge(config_yaml(), tiny_config(model_copy))
     warnings = check(config, workdir, meminfo=lambda: dict(MemTotal=1 << 40, MemAvailable=1 << 20))
-    assert any("more than the 0.0 GiB free now (MemAvailable" in w for w in warnings), warnings
+    assert any("more than the 1.0 MiB free now (MemAvailable" in w for w in warnings), warnings
     assert check(config, workdir, meminfo=lambda: None) == []
     assert "headwatch: note: the memory the jobs need is not compared" in capsys.readouterr().err
     assert check(config, workdir, meminfo=None) == []                                   # a cluster's nodes

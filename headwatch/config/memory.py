@@ -92,10 +92,10 @@ def sweep_estimates(sweep_cfg: dict) -> list[dict]:
             C = spec.context
             e = estimate(f"sweep.sweeps.{name}.grid[{i}]",
                          f"training {slug(entry)} of sweep {name} (train.batch = {B}, train.steps = {steps})",
-                         dict(weights_gradients_adam=4 * spec.param_counts()["total"] * F32,
-                              logits_and_gradient=2 * B * C * size * F32,
-                              block_inputs=spec.layers * B * C * spec.width * F32,
-                              window_offsets=steps * B * I64, corpus_ids=target * I64))
+                         {"weights, gradients and Adam's moments": 4 * spec.param_counts()["total"] * F32,
+                          "logits and their gradient": 2 * B * C * size * F32,
+                          "block inputs": spec.layers * B * C * spec.width * F32,
+                          "window offsets": steps * B * I64, "corpus ids": target * I64})
             best = e if best is None or e["bytes"] > best["bytes"] else best
         if best:
             out.append(best)
@@ -106,7 +106,7 @@ def sweep_estimates(sweep_cfg: dict) -> list[dict]:
                 for s in {summ["split_sweep"], summ["capacity"]["sweep"]} if s in sweeps)
     out.append(estimate("sweep.summary.bootstrap.resamples",
                         f"the summary's bootstrap ({resamples} resamples of {seeds} final losses)",
-                        dict(indices_and_values=resamples * seeds * 2 * I64)))
+                        {"indices and values": resamples * seeds * 2 * I64}))
     return out
 
 
@@ -125,11 +125,11 @@ def read_meminfo(path: str | Path = "/proc/meminfo") -> dict | None:
 
 
 def _gib(n: int) -> str:
-    return f"{n / GiB:,.1f} GiB"
+    return f"{n / GiB:,.1f} GiB" if n >= GiB else f"{n / (1 << 20):,.1f} MiB"
 
 
 def _said(e: dict) -> str:
-    parts = ", ".join(f"{k.replace('_', ' ')} {_gib(v)}" for k, v in e["parts"].items() if v)
+    parts = ", ".join(f"{k} {_gib(v)}" for k, v in e["parts"].items() if v)
     return f"{e['key']}: {e['what']} needs at least {_gib(e['bytes'])} ({parts})"
 
 
