@@ -46,7 +46,7 @@ def test_param_formula_matches_the_module(vocab, width, heads, layers, context, 
 
 # Every option of the spec, alone and together: heads, kv_heads, head_size, experts / top_k /
 # expert_width, layers, vocabulary, context, ffn_mult.
-SPECS = [dict(vocab_size=65, width=256, heads=4), dict(vocab_size=11, width=24, heads=3, layers=2, context=7),
+OPTION_SHAPES = [dict(vocab_size=65, width=256, heads=4), dict(vocab_size=11, width=24, heads=3, layers=2, context=7),
          dict(vocab_size=300, width=16, heads=2, layers=1, ffn_mult=2),
          dict(vocab_size=65, width=64, heads=8, kv_heads=2), dict(vocab_size=65, width=64, heads=4, kv_heads=1),
          dict(vocab_size=65, width=48, heads=3, head_size=32, layers=3),
@@ -56,7 +56,7 @@ SPECS = [dict(vocab_size=65, width=256, heads=4), dict(vocab_size=11, width=24, 
               experts=3, top_k=3, expert_width=17)]
 
 
-@pytest.mark.parametrize("options", SPECS, ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()))
+@pytest.mark.parametrize("options", OPTION_SHAPES, ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()))
 def test_the_specs_arithmetic_counts_what_a_built_model_holds(options):
     """ModelSpec.param_counts is arithmetic on the shape (a config check of an absurd shape
     must not build it); count_params builds the model on the meta device and counts its
