@@ -23,6 +23,7 @@ validate(config, "config/schema.yaml")
 include: "rules/common.smk"
 
 check_config(config)
+check_records()  # a guard record cut short or altered is named before any job
 
 include: "rules/models.smk"
 include: "rules/sequences.smk"

@@ -126,6 +126,9 @@ class Family:
     # GGUF's name of the architecture (a header's ``general.architecture``, the prefix of its
     # keys), where it is not transformers' model_type (GPT-NeoX: "gptneox", Gemma 3: "gemma3").
     gguf: str = ""
+    # The heads must divide the width even where the config gives head_dim (transformers'
+    # config of the family refuses another shape); without head_dim every family needs it.
+    heads_divide_width: bool = False
 
     @property
     def gguf_arch(self) -> str:
@@ -156,12 +159,13 @@ def _llama_like(name: str, **kw) -> Family:
 _QK_NORMS = ("self_attn.q_norm", "self_attn.k_norm")
 _LAYER_TYPES = ("layer_types", "sliding_attention")
 _GEMMA = dict(norm_offset=1.0, scale_by="query_pre_attn_scalar", softcap="attn_logit_softcapping",
-              window="sliding_window", window_layers=_LAYER_TYPES)
+              window="sliding_window", window_layers=_LAYER_TYPES, heads_divide_width=True)
 
 FAMILIES = {f.name: f for f in (
     Family("gpt_neox", "gpt_neox.layers", "attention", "attention.dense", ("attention.query_key_value",),
-           "input_layernorm", "LayerNorm", fused_layout="per_head", gguf="gptneox"),
-    _llama_like("llama"),
+           "input_layernorm", "LayerNorm", fused_layout="per_head", gguf="gptneox",
+           heads_divide_width=True),
+    _llama_like("llama", heads_divide_width=True),
     _llama_like("qwen2", window="sliding_window", window_layers=_LAYER_TYPES),
     Family("gpt2", "transformer.h", "attn", "attn.c_proj", ("attn.c_attn",), "ln_1", "LayerNorm",
            fused_layout="qkv", conv1d=True, position="absolute",
@@ -256,6 +260,26 @@ CONFIG_KEYS = dict(
 )
 
 
+# The most each shape number of a model file may say (config.json or a GGUF header), checked
+# before any job (headwatch.config.facts), with the reason: each is at least 4 times the
+# largest public model's (Llama 3.1 405B: 126 layers, 128 heads, width 16 384, FFN 53 248;
+# Gemma 3: 262 144 tokens, head size 256; Llama 4 Scout: a 10 M-token context), so that only
+# a damaged or hostile file reaches one. raise_bounds: {model_file.<field>: N} raises one
+# (headwatch/config/bounds.py); a model's memory is bounded by estimate besides.
+FIELD_BOUNDS = dict(
+    layers=(512, "a model is built block by block: 100 000 layers of any width take minutes and "
+                 "gigabytes before a number is computed; 4 × Llama 3.1 405B's 126"),
+    heads=(1024, "query heads a layer; 8 × Llama 3.1 405B's 128"),
+    kv_heads=(1024, "key/value heads a layer (at most the query heads)"),
+    width=(65536, "the residual stream's width; 4 × Llama 3.1 405B's 16 384"),
+    head_dim=(4096, "each head's size; 16 × Gemma's 256"),
+    ffn=(262144, "the feed-forward network's hidden width; 4 × Llama 3.1 405B's 53 248"),
+    vocab=(1 << 20, "tokens; 4 × Gemma 3's 262 144 (the embedding and the logits scale with it)"),
+    context=(1 << 24, "positions; 1.6 × Llama 4 Scout's 10 M (compared with phrase and sequence "
+                      "lengths, and learned position tables scale with it)"),
+)
+
+
 def config_value(config, what: str):
     """The first of :data:`CONFIG_KEYS` ``[what]`` that ``config`` sets (None if none)."""
     for key in CONFIG_KEYS[what]:
@@ -273,6 +297,9 @@ GGUF_KEYS = dict(
     kv_heads="attention.head_count_kv",
     context="context_length",
     vocab="vocab_size",
+    ffn="feed_forward_length",
+    head_dim="attention.key_length",
+    rotary_base="rope.freq_base",
 )
 GGUF_TOKENS = "tokenizer.ggml.tokens"   # the token list (its length: the vocabulary when unset)
 

@@ -15,8 +15,15 @@ writer passes such text through the function of its format, and nothing else:
 * figures — matplotlib reads ``$...$`` as mathematics: :data:`MATPLOTLIB` turns that off for
   every text of every figure (:mod:`headwatch.figures.style`).
 
-Control characters (a newline, a tab, ...) are shown as ``\\xNN`` escapes by each of them
-(:func:`visible`); the schema refuses them in phrase text before any job.
+Characters that are invisible or that rearrange the text around them are never shown as
+they are, in any of these formats: control characters (a newline, a tab, ...) as ``\\xNN``
+escapes, bidirectional marks, embeddings, overrides and isolates (U+202E turns the rest of a
+caption around) and zero-width characters as ``\\uNNNN`` (:func:`visible`, used by each
+function below; a figure's tokens and labels pass through it too, by
+:func:`headwatch.explorer.build.display_token` or ``repr``). The schema refuses control
+characters in phrase text before any job; the others are accepted there (the model reads
+them: right-to-left marks and zero-width joiners are part of Arabic, Hebrew, Persian and
+Indic text) and shown as escapes.
 
 Using it elsewhere (a new page, a new stage's captions): escape at the point where text
 meets the format, with the function of that format; in a caption, read config text from
@@ -31,6 +38,16 @@ import re
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 """Characters that break a line or are invisible (C0, DEL, C1, the Unicode line/paragraph
 separators): never shown as they are."""
+BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+"""The bidirectional controls: the Arabic letter mark, left-to-right and right-to-left marks,
+embeddings and overrides (U+202A–U+202E), isolates (U+2066–U+2069)."""
+ZERO_WIDTH = "\u180e\u200b-\u200d\u2060-\u2064\ufeff"
+"""Characters of no width: the zero-width space, non-joiner and joiner, the word joiner and the
+invisible operators, the byte order mark (zero-width no-break space), the Mongolian vowel
+separator."""
+INVISIBLE = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{BIDI}{ZERO_WIDTH}]")
+"""Every character :func:`visible` writes as its escape: :data:`CONTROL`, :data:`BIDI`,
+:data:`ZERO_WIDTH`."""
 
 _RST_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")            # every ASCII punctuation character
 _MARKDOWN_OPENERS = re.compile(r"([\\`*_\[\]<>&|~#$!])")    # what can open Markdown/GFM markup
@@ -40,9 +57,10 @@ MATPLOTLIB = {"text.parse_math": False, "text.usetex": False}
 
 
 def visible(text) -> str:
-    """``text`` as a string, each control character written as its escape (``\\n`` -> ``\\x0a``)."""
-    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                       else f"\\u{ord(m.group()):04x}", str(text))
+    """``text`` as a string, each invisible character (:data:`INVISIBLE`) written as its escape
+    (``\\n`` -> ``\\x0a``, U+202E -> ``\\u202e``)."""
+    return INVISIBLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                         else f"\\u{ord(m.group()):04x}", str(text))
 
 
 def rst(text) -> str:
@@ -64,10 +82,12 @@ def markdown(text) -> str:
 
 def script_json(obj) -> str:
     """``obj`` as JSON to inline in an HTML ``<script>`` element: ``<``, ``>`` and ``&`` (and the
-    line separators JavaScript once refused) as ``\\uXXXX`` escapes, so that no string in it can
-    close the element or open a comment."""
+    line separators JavaScript once refused, and the bidirectional and zero-width characters,
+    so that the page's source shows them) as ``\\uXXXX`` escapes, so that no string in it can
+    close the element or open a comment. The strings are the data as they are: what the page
+    shows of them passes through :func:`visible` (the explorer's ``display_token``)."""
     text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return re.sub("[<>&\u2028\u2029]", lambda m: f"\\u{ord(m.group()):04x}", text)
+    return re.sub(f"[<>&\u2028\u2029{BIDI}{ZERO_WIDTH}]", lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def escaped(obj, escape=rst):

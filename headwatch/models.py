@@ -22,7 +22,8 @@ import torch
 
 from .arch import Adapter
 from .tableio import assert_finite, write_json
-from .config import PREPARED_RECORD, ModelNotFoundError, gguf_path, source_of  # noqa: F401
+from .config import PREPARED_RECORD, ModelFileError, ModelNotFoundError, gguf_path, source_of  # noqa: F401
+from .config.files import one_line
 from .device import pick_device
 from .names import BYTES_PER_NUMBER
 
@@ -94,6 +95,9 @@ def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
                                                      attn_implementation="eager", **kw)
     except OSError as err:
         raise _not_found(src, err) from err
+    except Exception as err:    # noqa: BLE001 -- transformers refuses a config or a shape in many ways
+        where = f"file {kw['gguf_file']}" if kw.get("gguf_file") else "its config.json"
+        raise ModelFileError(f"transformers cannot load model {src!r} ({where}): {one_line(err)}") from err
     tokenizer = load_tokenizer(model_cfg)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

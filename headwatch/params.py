@@ -1,9 +1,11 @@
 """Parameters by block, counted from a model's own modules: the one parameter count.
 
-Every count in headwatch comes from here: the anatomy's parameters by block of
-every studied model, reference config and sweep shape (protocol §6), and the
-sweep's counts (:func:`headwatch.charlm.model.count_params`, which builds the
-character model on the ``meta`` device and calls :func:`block_counts`). A
+Every count of a built model comes from here: the anatomy's parameters by block of
+every studied model, reference config and sweep shape (protocol §6), and
+:func:`headwatch.charlm.model.count_params`, which builds the character model on the
+``meta`` device and calls :func:`block_counts`; the sweep's own counts are arithmetic on
+the shape (:meth:`headwatch.charlm.spec.ModelSpec.param_counts`, which the checks read for
+any shape without building it), held equal to ``count_params`` by a test. A
 parameter belongs to the block of the module that owns it
 (:func:`headwatch.arch.model_parts` says which modules those are); a tied
 input/output matrix is counted once, as input embeddings.

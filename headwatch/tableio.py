@@ -13,6 +13,15 @@ record; a corrupt file stops the rule with a message that names the file, the
 rule that makes it and the command that remakes it (protocol §9). Files that are
 not tables (the corpus's ids, a trained model) are verified against the SHA-256
 recorded when they were written (:func:`verify_sha256`), with the same message.
+
+The guard records (``results/{model}/patching/guards.json``, ``ablation/guards.json`` and
+``ablation/guards/*.json``) are written by :func:`write_record` (atomically, with the
+SHA-256 of their content inside) and read by :func:`read_record` only, which refuses one that
+is not a regular file, not JSON (cut short, overwritten), whose content differs from its
+SHA-256 or that does not say its guards passed, with the same message; every run checks the
+records of the studied models before any job (:func:`broken_records`, rules/common.smk).
+
+pandas is imported where a table is read (the Snakefile reads the records at every parse).
 """
 from __future__ import annotations
 
@@ -24,7 +33,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 
 class NonFiniteError(RuntimeError):
@@ -35,11 +43,11 @@ def assert_finite(value, what: str):
     """Raise :class:`NonFiniteError` naming ``what`` if ``value`` has NaN/inf; return it."""
     # A tensor can exist only where torch is imported already: the table-only jobs (figures,
     # pages, summaries) never import it (~2 s of CPU each).
-    torch = sys.modules.get("torch")
+    torch, pd = sys.modules.get("torch"), sys.modules.get("pandas")
     if torch is not None and isinstance(value, torch.Tensor):
         bad = (~torch.isfinite(value.detach())).sum().item() if value.is_floating_point() else 0
         total = value.numel()
-    elif isinstance(value, pd.DataFrame):
+    elif pd is not None and isinstance(value, pd.DataFrame):
         for col in value.columns:
             series = value[col]
             if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
@@ -158,6 +166,7 @@ def read_parquet(path, columns: list[str] | None = None) -> pd.DataFrame:
     """Read a table written by :func:`write_parquet`, verified first: the footer must parse,
     the page checksums must match, and the row count and schema must equal the integrity
     record in the file's own metadata. Raises :class:`CorruptTableError` otherwise."""
+    import pandas as pd
     import pyarrow.parquet as pq
 
     try:
@@ -197,7 +206,8 @@ def read_note(path) -> dict:
 
 
 def write_json(obj, path) -> None:
-    """Small check records; floats are checked like tables."""
+    """Small records (a guard record: :func:`write_record`); floats are checked like tables; the
+    file appears under its name only once complete."""
     def walk(x, where):
         if isinstance(x, dict):
             for k, v in x.items():
@@ -208,5 +218,95 @@ def write_json(obj, path) -> None:
         elif isinstance(x, float):
             assert_finite(x, where)
     walk(obj, Path(path).name)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(obj, indent=2, default=float) + "\n")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, default=float) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------ guard records
+RECORD_INTEGRITY = "integrity"
+RECORD_MAX_BYTES = 64 << 20     # a guard record is kilobytes; a larger file is not one
+
+
+def _record_sha256(body: dict) -> str:
+    import hashlib
+
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_record(obj: dict, path) -> None:
+    """A guard record as JSON (floats checked like tables), written atomically, with the SHA-256
+    of its content under ``integrity`` (:func:`read_record` verifies it)."""
+    body = json.loads(json.dumps({k: v for k, v in obj.items() if k != RECORD_INTEGRITY}, default=float))
+    write_json(dict(body, **{RECORD_INTEGRITY: dict(
+        sha256=_record_sha256(body), of="this record without its integrity key, as JSON with sorted keys "
+                                        "and no spaces")}), path)
+
+
+def read_record(path) -> dict:
+    """A guard record written by :func:`write_record`, verified: a regular file of at most
+    :data:`RECORD_MAX_BYTES`, UTF-8 JSON holding an object whose content matches its SHA-256
+    and which says its guards passed. Raises :class:`CorruptTableError` naming the file and
+    the rule that remakes it otherwise (a record written before records carried a SHA-256 is
+    read without one)."""
+    record, why = _record(path)
+    if why:
+        raise corrupt_table(path, why)
+    return record
+
+
+def _record(path) -> tuple[dict | None, str | None]:
+    """(the record, None), or (None, what is wrong with it)."""
+    import stat
+
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        return None, "it is not a regular file"
+    if st.st_size > RECORD_MAX_BYTES:
+        return None, f"it holds {st.st_size:,} bytes, more than a guard record's {RECORD_MAX_BYTES:,}"
+    with open(path, "rb") as fh:
+        data = fh.read(RECORD_MAX_BYTES + 1)
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        return None, f"it is not UTF-8 text ({err})"
+    except ValueError as err:
+        return None, f"it is not valid JSON ({err}): it was cut short or overwritten"
+    if not isinstance(record, dict):
+        return None, f"it holds a JSON {type(record).__name__}, not a guard record"
+    integrity = record.pop(RECORD_INTEGRITY, None)
+    if integrity is not None:
+        found = _record_sha256(record) if isinstance(integrity, dict) else None
+        if found is None or found != integrity.get("sha256"):
+            return None, (f"its content's SHA-256 {str(found)[:16]}… differs from the one it records "
+                          f"({str(integrity)[:80]}): it was changed since it was written")
+    if record.get("passed") is not True:
+        return None, (f"it does not say that its guards passed (passed: {record.get('passed')!r}); a rule "
+                      "whose guard fails writes no record")
+    return record, None
+
+
+def broken_records(paths) -> list[str]:
+    """What is wrong with each record among ``paths`` that exists and :func:`read_record` would
+    refuse, and how to remake it. Read before any job (rules/common.smk), when a ``--forcerun``
+    is not known yet: the remedy is to delete the record, so that its job reruns."""
+    out = []
+    for path in paths:
+        if not os.path.lexists(path):
+            continue
+        try:
+            why = _record(path)[1]
+        except OSError as err:
+            why = f"it cannot be read ({err.strerror or err})"
+        if why:
+            rule = producing_rule(path)
+            made = f"It is made by rule {rule}: delete" if rule else "Delete"
+            out.append(f"{path} is corrupt: {why}. {made} it and run snakemake again, with your usual options: "
+                       "the job that writes it reruns")
+    return out

@@ -86,6 +86,14 @@ def patching(config: dict) -> list[str]:
             for p in [paths.patching_table(m, t) for t in PATCHING_TABLES] + [paths.patching_guards(m)]]
 
 
+def guard_records(config: dict) -> list[str]:
+    """Every guard record of the studied models (read through headwatch.tableio.read_record):
+    each ablation rule's, their merge and activation patching's."""
+    return [p for m in models(config)
+            for p in [paths.guard_record(m, e) for e in ABLATION_EXPERIMENTS]
+            + [paths.guards(m), paths.patching_guards(m)]]
+
+
 def anatomy(config: dict) -> list[str]:
     return ([paths.anatomy_table(t) for t in ANATOMY_TABLES]
             + [paths.model_anatomy(m, f) for m in models(config) for f in MODEL_ANATOMY_FILES])

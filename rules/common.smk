@@ -5,10 +5,11 @@
 from pathlib import Path
 
 from headwatch import gpu_shares, paths, targets
-from headwatch.config import check_config as _check_config, check_devices as _check_devices, model_entry
+from headwatch.config import ConfigError, check_config as _check_config, check_devices as _check_devices, model_entry
 from headwatch.names import SAFE_NAME, SCORES
 from headwatch.sequences import SETS, set_params
 from headwatch.sweep import plan as sweep_plan
+from headwatch.tableio import broken_records
 
 # A wildcard that holds a name from the config is held to the schema's safe-name pattern
 # (headwatch.names.SAFE_NAME = config/schema.yaml definitions.name): no rule can plan a path
@@ -26,8 +27,20 @@ GPU_JOB, GPU_TRAIN_JOB = gpu_shares.share_gpus(workflow, config["sweep"]["jobs_p
 
 
 def check_config(config):
-    """Semantic checks that a JSON schema cannot express (headwatch/config/)."""
-    _check_config(config, workdir=Path(workflow.basedir))
+    """Semantic checks that a JSON schema cannot express (headwatch/config/). The memory the
+    jobs need is compared with this machine's only where they run here: a cluster's jobs run
+    on its nodes (as for devices, below)."""
+    local = workflow.local_exec and not workflow.remote_exec
+    _check_config(config, workdir=Path(workflow.basedir), **({} if local else dict(meminfo=None)))
+
+
+def check_records():
+    """The guard records of the studied models are read before any job (headwatch.tableio:
+    read_record): one that is cut short, overwritten or altered is named with the rule that
+    remakes it, even when Snakemake would find nothing to do."""
+    errors = broken_records(targets.guard_records(config))
+    if errors:
+        raise ConfigError("a guard record cannot be trusted:\n  " + "\n  ".join(errors))
 
 
 def check_devices():

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from headwatch.ablation import run_attribution
 from headwatch.ablation_settings import AblationSettings
-from headwatch.tableio import read_parquet, write_json, write_parquet
+from headwatch.tableio import read_parquet, write_parquet, write_record
 from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
@@ -14,7 +14,7 @@ with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, device)
     attribution, summary, pairs, note, guards = run_attribution(
         model, adapter, read_parquet(i.phrases), read_parquet(i.prose), settings, read_parquet(i.eval))
-    write_json(guards, o.guards)
+    write_record(guards, o.guards)
     write_parquet(attribution, o.attribution, note=note)
     write_parquet(summary, o.summary, note=note)
     write_parquet(pairs, o.pairs, note=note)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from headwatch.ablation import run_circuit
 from headwatch.ablation_settings import AblationSettings
-from headwatch.tableio import read_parquet, write_json, write_parquet
+from headwatch.tableio import read_parquet, write_parquet, write_record
 from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
@@ -14,6 +14,6 @@ with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, device)
     scores, loss, note, guards = run_circuit(model, adapter, read_parquet(i.circuit),
                                              read_parquet(i.scores), settings, read_parquet(i.eval))
-    write_json(guards, o.guards)
+    write_record(guards, o.guards)
     write_parquet(scores, o.scores, note=note)
     write_parquet(loss, o.loss, note=note)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from headwatch.ablation import run_topk
 from headwatch.ablation_settings import AblationSettings
-from headwatch.tableio import read_parquet, write_json, write_parquet
+from headwatch.tableio import read_parquet, write_parquet, write_record
 from headwatch.models import load_prepared
 from headwatch.workflow import log_to
 
@@ -14,5 +14,5 @@ with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, device)
     table, note, guards = run_topk(model, adapter, read_parquet(i.eval), read_parquet(i.scores),
                                    settings)
-    write_json(guards, o.guards)
+    write_record(guards, o.guards)
     write_parquet(table, o.table, note=note)

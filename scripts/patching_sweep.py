@@ -4,7 +4,7 @@ from pathlib import Path
 
 from headwatch.models import load_prepared
 from headwatch.patching import run_patching
-from headwatch.tableio import read_note, read_parquet, write_json, write_parquet
+from headwatch.tableio import read_note, read_parquet, write_parquet, write_record
 from headwatch.workflow import log_to
 
 i, o, p = snakemake.input, snakemake.output, snakemake.params
@@ -14,7 +14,7 @@ with log_to(snakemake.log[0], snakemake.threads):
     heads, resid, positions, note, guards = run_patching(model, adapter, prompts, read_parquet(i.phrases),
                                                          dict(p.patching))
     note = dict(note, templates=read_note(i.prompts)["templates"])
-    write_json(guards, o.guards)
+    write_record(guards, o.guards)
     write_parquet(heads, o.heads, note=note)
     write_parquet(resid, o.resid, note=note)
     write_parquet(positions, o.positions, note=note)

@@ -43,6 +43,47 @@ def test_param_formula_matches_the_module(vocab, width, heads, layers, context, 
     assert attn == parts["attention"] == layers * 4 * width * width
 
 
+
+# Every option of the spec, alone and together: heads, kv_heads, head_size, experts / top_k /
+# expert_width, layers, vocabulary, context, ffn_mult.
+OPTION_SHAPES = [dict(vocab_size=65, width=256, heads=4), dict(vocab_size=11, width=24, heads=3, layers=2, context=7),
+         dict(vocab_size=300, width=16, heads=2, layers=1, ffn_mult=2),
+         dict(vocab_size=65, width=64, heads=8, kv_heads=2), dict(vocab_size=65, width=64, heads=4, kv_heads=1),
+         dict(vocab_size=65, width=48, heads=3, head_size=32, layers=3),
+         dict(vocab_size=65, width=32, heads=4, experts=4, top_k=2),
+         dict(vocab_size=65, width=32, heads=4, experts=8, top_k=1, expert_width=24),
+         dict(vocab_size=4096, width=40, heads=5, kv_heads=5, head_size=8, layers=5, context=33, ffn_mult=3,
+              experts=3, top_k=3, expert_width=17)]
+
+
+@pytest.mark.parametrize("options", OPTION_SHAPES, ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()))
+def test_the_specs_arithmetic_counts_what_a_built_model_holds(options):
+    """ModelSpec.param_counts is arithmetic on the shape (a config check of an absurd shape
+    must not build it); count_params builds the model on the meta device and counts its
+    modules block by block: every key equal, for every option."""
+    spec = ModelSpec(**options)
+    counted = count_params(spec)
+    assert spec.param_counts() == counted
+    assert counted["total"] == n_params(CharLM(spec))
+
+
+def test_the_spec_counts_an_absurd_shape_without_building_it():
+    """`sweep.model.layers: 100000` once made `snakemake -n` build 100 000 blocks to count them
+    (3 min, 4.4 GB): the count is now arithmetic, spec.py never imports the model (nor torch),
+    and the count of a 100 000-layer model takes well under a second in 200 MB of address space."""
+    import subprocess
+    import sys
+
+    code = ("import resource, sys, time; resource.setrlimit(resource.RLIMIT_AS, (200 << 20, 200 << 20)); "
+            "t = time.perf_counter(); from headwatch.charlm.spec import ModelSpec; "
+            "n = ModelSpec(65, 512, 8, layers=100000, experts=16, top_k=2).param_counts()['total']; "
+            "print(n, round(time.perf_counter() - t, 3), 'torch' in sys.modules, "
+            "'headwatch.charlm.model' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    total, seconds, torch_loaded, model_loaded = out.stdout.split()
+    assert int(total) > 10**12 and float(seconds) < 1.0 and torch_loaded == model_loaded == "False", out.stdout
+
 def test_attention_projections_have_the_documented_names_and_shapes():
     model = CharLM(20, 32, 4, layers=3)
     assert isinstance(model.blocks, torch.nn.ModuleList) and len(model.blocks) == 3

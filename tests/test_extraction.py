@@ -66,11 +66,15 @@ def test_the_pre_job_checks_read_every_family_from_its_config_json(family, tmp_p
     """headwatch.config reads a family's shape from config.json alone (no transformers) and
     finds its adapter."""
     from headwatch.config import ModelFacts, head_errors, shape_from_config
+    from headwatch.config.facts import config_fields, field_errors
 
     tiny_config(family).to_json_file(tmp_path / "config.json")
-    shape = shape_from_config(json.loads((tmp_path / "config.json").read_text()))
-    assert shape == dict(model_type=family, layers=3, heads=4, kv_heads=EXPECT[family]["kv_heads"],
-                         context=256, vocab=512)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    assert field_errors(config_fields(raw), family, {}) == []          # a sound shape of every family
+    shape = shape_from_config(raw)
+    subset = {k: shape[k] for k in ("model_type", "layers", "heads", "kv_heads", "context", "vocab")}
+    assert subset == dict(model_type=family, layers=3, heads=4, kv_heads=EXPECT[family]["kv_heads"],
+                          context=256, vocab=512)
     assert head_errors({}, ModelFacts("tiny", "folder", None, shape, "config.json")) == []
     unknown = dict(shape, model_type="mamba")
     assert "no adapter" in head_errors({}, ModelFacts("tiny", "folder", None, unknown, "config.json"))[0]

@@ -38,6 +38,12 @@ ODD_NAMES = ["Workflow_", "x_", "_", "a..b", "1.", "qwen2.5-0.5b"]
 TEXT = ("See `this <javascript:alert(1)>`_ or Statistics_ :raw-html:`<b>x</b>` "
         "<img src=x onerror=alert(2)> [md](javascript:alert(3)) **bold** |sub| $x^2$ and the")
 EXPECTED, ALSO = " **", "</"
+# Phrase text that turns the rest of a line around (a right-to-left override) and hides words
+# (zero-width space, joiner, an isolate): accepted as text, shown as escapes on every page.
+BIDI = "The cat sat on the \u202emat. \u2066The\u2069 cat\u200b sat\u200d on the"
+BIDI_CHARS = "\u202e\u2066\u2069\u200b\u200d"
+# The longest a name may be (config/schema.yaml: definitions.name_length).
+LONGEST_NAME = 100
 
 
 def config_yaml() -> dict:
@@ -54,6 +60,7 @@ def hostile_config(tiny_model_dir) -> dict:
     config["phrases"] = {"x_": {"text": TEXT, "expected": EXPECTED, "also": ALSO},
                          "a..b": {"text": "The cat sat on the mat. The cat sat on the", "expected": " mat"},
                          "1.": {"random": 4, "seed": 1},
+                         "rlo": {"text": BIDI, "expected": " mat"},
                          "names": {"text": "When Mary and John went to the shop, John gave a drink to",
                                    "expected": " Mary"}}
     return config
@@ -102,7 +109,7 @@ def test_the_safe_name_is_one_pattern_in_the_schema_and_the_library():
     from headwatch.names import SAFE_NAME
 
     schema = load_schema(ROOT / "config" / "schema.yaml")
-    assert schema["definitions"]["name"]["pattern"] == f"^{SAFE_NAME}$"
+    assert schema["definitions"]["safe_name"]["pattern"] == f"^{SAFE_NAME}$"
     assert schema["definitions"]["shared_table"]["pattern"].startswith(f"^{SAFE_NAME}/")
     config = config_yaml()
     shipped = list(config["models"]) + list(config["phrases"]) + list(config["sweep"]["sweeps"])
@@ -210,6 +217,15 @@ def test_no_rule_plans_a_path_outside_results_and_figures(planned):
     assert not planned["escapes"], planned["escapes"][:20]
 
 
+def test_a_name_of_the_longest_length_makes_file_names_a_file_system_takes(planned):
+    """Every wildcard of every rule's outputs, logs and benchmark records given a name of the
+    longest allowed length: the longest path segment, with the temporary suffix tableio and the
+    page writers add (``.<name>.tmp-<pid>``, 13 characters), stays within 255 bytes."""
+    longest, rule, segment = planned["longest_segment"]
+    assert longest + len(".") + len(".tmp-") + 7 <= 255, (rule, segment)
+    assert longest <= LONGEST_NAME + 16, (rule, segment)          # what config/schema.yaml states
+
+
 def test_asking_for_an_unknown_models_results_names_the_model(planned):
     error = planned["unknown_model"]
     assert "'nope' is not a configured model (config key `models`: ['Workflow_', " in error, error
@@ -228,6 +244,10 @@ def test_every_caption_shows_config_text_as_text(planned):
         assert not markup_left(c["html"]), (c["target"], markup_left(c["html"]))
         if c["rule"] in ("figures_grid", "ablation_attribution") and c["wildcards"].get("phrase") == "x_":
             assert TEXT in Elements(c["html"]).text and f'"{EXPECTED}"' in Elements(c["html"]).text
+        if c["rule"] in ("figures_grid", "ablation_attribution") and c["wildcards"].get("phrase") == "rlo":
+            shown = "The cat sat on the \\u202emat. \\u2066The\\u2069 cat\\u200b sat\\u200d on the"
+            assert shown in Elements(c["html"]).text, Elements(c["html"]).text     # each as its escape
+        assert not set(BIDI_CHARS) & set(c["html"]), (c["target"], "a reordering or zero-width character")
     page = planned["workflow_page"]
     assert not markup_left(page) and "Workflow_" in Elements(page).text
     assert "kv_sharing (" not in Elements(page).text        # a skipped sweep is not listed as run
@@ -402,6 +422,60 @@ def test_a_device_change_costs_nothing_and_a_failing_model_job_only_its_own_outp
                or k == "results/models/tiny-llama/model.safetensors" for k in changed), changed
 
 
+def test_an_absurd_size_is_refused_before_any_job_and_costs_no_finished_output(scores_tree, tmp_path):
+    """`sequences.sets.induction.n: 1e8` once passed the checks, and Snakemake removed the
+    finished induction.parquet (its params changed) before the job failed on memory. Now the
+    bound refuses it before any job, naming the key; then a size raised on purpose is still
+    refused by the memory estimate (the machine's /proc/meminfo) before any job."""
+    from test_bad_inputs import snapshot
+
+    workdir = tmp_path / "tree"
+    shutil.copytree(scores_tree[0], workdir, symlinks=True)
+    before = snapshot(workdir)
+
+    def run(change, *args):
+        config = copy.deepcopy(scores_tree[1])
+        change(config)
+        return snakemake(workdir, *args, "--configfile", str(write_config(workdir, config, "absurd.yaml")))
+
+    refused = run(lambda c: c["sequences"]["sets"]["induction"].update(n=100_000_000), SCORES_TARGET)
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "sequences.sets.induction.n: 100,000,000 is above its bound 100,000" in out, \
+        out[-3000:]
+    assert snapshot(workdir) == before, "a job ran, or a finished output was removed"
+
+    def raised(c):
+        c["ablation"]["batch"] = 200_000                       # 200 000 × 51 × 49 152 logits: 1.9 TB
+        c["raise_bounds"] = {"ablation.batch": 200_000}
+    refused = run(raised, "results/tiny-llama/ablation/topk.parquet")
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "it cannot fit in this machine's memory" in out, out[-3000:]
+    assert "ablation.batch: model tiny-llama's cuts (200000 rows of 51 tokens a pass) needs at least" in out
+    assert snapshot(workdir) == before
+
+
+def test_a_guard_record_cut_short_is_named_by_the_next_run(scores_tree, tmp_path):
+    """A patching/guards.json truncated to invalid JSON was never noticed (the rerun said there was
+    nothing to do): every run reads the studied models' guard records first and names one that
+    cannot be trusted, with the remedy that works before any job (delete it: its job reruns)."""
+    from headwatch.tableio import write_record
+
+    workdir = tmp_path / "tree"
+    shutil.copytree(scores_tree[0], workdir, symlinks=True)
+    configfile = str(workdir / "tiny.yaml")
+    record = workdir / "results/tiny-llama/patching/guards.json"
+    write_record({"passed": True, "nothing_patched": {"max_abs_diff": 0.0, "passed": True}}, record)
+    assert snakemake(workdir, "-n", SCORES_TARGET, "--configfile", configfile).returncode == 0
+    record.write_bytes(record.read_bytes()[:30])
+    refused = snakemake(workdir, "-n", SCORES_TARGET, "--configfile", configfile)
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and ("a guard record cannot be trusted:\n  results/tiny-llama/patching/guards.json "
+                                        "is corrupt: it is not valid JSON") in out, out[-3000:]
+    assert "Delete it and run snakemake again, with your usual options: the job that writes it reruns" in out
+    record.unlink()
+    assert snakemake(workdir, "-n", SCORES_TARGET, "--configfile", configfile).returncode == 0
+
+
 # ------------------------------------------------------------------ 4. config files
 BROKEN = "models:\n  m: {source: x\nphrases:\n  a: 1\n"          # an unclosed flow mapping
 
@@ -563,7 +637,7 @@ def plan(workdir: Path, configfile: Path) -> dict:
     from test_standalone import _render
 
     logging.disable(logging.CRITICAL)
-    out = dict(planned=[], escapes=[], tried=0, captions=[])
+    out = dict(planned=[], escapes=[], tried=0, captions=[], longest_segment=[0, "", ""])
 
     def dag(api, targets=None):
         wf_api = api.workflow(resource_settings=ResourceSettings(cores=1),
@@ -603,6 +677,12 @@ def plan(workdir: Path, configfile: Path) -> dict:
             out["workflow_page"] = f"<script>{type(err).__name__}: {err}</script>"
         out["rules"] = len(wf.rules)
         for rule in wf.rules:
+            for pattern in [*rule.output, *rule.log] + ([rule.benchmark] if rule.benchmark else []):
+                names = re.findall(r"{(\w+)", str(pattern))
+                path = apply_wildcards(str(pattern), {n: "n" * LONGEST_NAME for n in names})
+                segment = max(path.split("/"), key=len)
+                if len(segment) > out["longest_segment"][0]:
+                    out["longest_segment"] = [len(segment), rule.name, segment]
             for pattern in rule.output:
                 names = re.findall(r"{(\w+)", str(pattern))
                 for name in names:

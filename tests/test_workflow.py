@@ -5,7 +5,7 @@ import sys
 import pandas as pd
 import pytest
 
-from headwatch.tableio import read_note
+from headwatch.tableio import read_note, read_record
 from test_explorer import browser  # noqa: F401  (Chromium, for the explorer's patching panel)
 from workflow import ROOT, make_workdir, planned_jobs, snakemake, tiny_config, write_config
 
@@ -109,7 +109,7 @@ def test_patching_outputs_guards_figures_and_pages(run):
                 "estimate_seconds"):
         assert key in note, key
     assert note["clean_logit_diff"] != note["corrupted_logit_diff"] and note["position_labels"][1] == "{A}"
-    guards = json.loads((res / "guards.json").read_text())
+    guards = read_record(res / "guards.json")            # the one reader: verified against its SHA-256
     assert guards["passed"]
     for name in ("nothing_patched", "everything_patched", "clean_to_clean"):
         assert guards[name]["identical"] and guards[name]["max_abs_diff"] == 0.0, name

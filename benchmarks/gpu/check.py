@@ -538,6 +538,7 @@ def guards(results: Path) -> list[dict]:
     import pandas as pd
 
     from headwatch import paths
+    from headwatch.tableio import read_record
     from headwatch.targets import ABLATION_EXPERIMENTS
 
     def under_results(path: str) -> Path:
@@ -547,7 +548,7 @@ def guards(results: Path) -> list[dict]:
     models = sorted(p.name for p in results.iterdir() if p.is_dir())
     records = [under_results(paths.guard_record(m, e)) for m in models for e in ABLATION_EXPERIMENTS]
     for path in (p for p in records if (results / p).exists()):
-        rec = json.loads((results / path).read_text())
+        rec = read_record(results / path)
         src = str(path.with_suffix(""))
         dev = f"{rec.get('device')} {rec.get('dtype')}"
         for key, what in (("hook_vs_weights", "hook cut vs zeroed Wo columns"),

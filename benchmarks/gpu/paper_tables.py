@@ -44,6 +44,7 @@ import yaml
 from headwatch import paths, run_record, targets
 from headwatch.markup import markdown
 from headwatch.provenance import DirtyTreeError, RunRecordError, page_header, require_clean_tree, run_attempts
+from headwatch.tableio import read_record
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -168,7 +169,7 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
     if not run_config.exists():
         raise RunRecordError(f"no {run_config}: every run that executes jobs records its configuration there")
     scale = run_record.run_scale(yaml.safe_load(run_config.read_text()), root)[1]
-    device = json.loads(under(results, paths.guard_record(model, "attribution")).read_text())["device"]
+    device = read_record(under(results, paths.guard_record(model, "attribution")))["device"]
     seq = {n: len(pd.read_parquet(m / "sequences" / f"{n}.parquet")) for n in ("induction", "eval", "circuit")}
     wall = sum(a["wall_s"] for a in attempts)
     out = [f"## {markdown(model)} at paper scale (measured on {'a CPU' if device == 'cpu' else 'a GPU'})",

@@ -4,15 +4,18 @@
 once, with its default, and is what every module of the model is built from
 (``CharLM(spec)``, ``Block(spec)``, ``Attention(spec)``, ``Experts(spec)``), what a
 saved model records (:meth:`ModelSpec.to_dict`) and what its parameters are
-counted from (:meth:`ModelSpec.param_counts`).
+counted from (:meth:`ModelSpec.param_counts`: arithmetic on the shape, never a built
+model, so that a config check of ``layers: 100000`` costs microseconds, not minutes and
+gigabytes; ``tests/test_charlm.py`` holds it equal to counting the modules of a built model,
+:func:`headwatch.charlm.model.count_params`, for every option).
 
-It imports only the standard library, so that the sweep's planning and config
-checks (read on every Snakemake parse) can resolve a grid entry without torch.
+It imports only the standard library (never :mod:`headwatch.charlm.model`), so that the
+sweep's planning and config checks (read on every Snakemake parse) can resolve a grid
+entry without torch.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from functools import lru_cache
 
 from ..names import BYTES_PER_NUMBER, kv_cache_bytes
 
@@ -122,8 +125,37 @@ class ModelSpec:
         return cls(vocab_size=int(vocab_size), **{k: v for k, v in settings.items() if k in FIELDS})
 
     def param_counts(self) -> dict:
-        """Parameters by block, counted from the modules (:func:`headwatch.charlm.model.count_params`)."""
-        return dict(_param_counts(self))
+        """Parameters by block, from the shape's arithmetic (what the modules of
+        :mod:`headwatch.charlm.model` hold; :func:`headwatch.charlm.model.count_params` counts
+        the same from a model built on the ``meta`` device, and a test holds the two equal).
+
+        Keys: ``embeddings`` (V·W), ``positions`` (C·W), ``attention``, ``norms``, ``ffn``,
+        ``head`` (W·V, untied), ``total``; ``non_embedding`` = attention + norms + ffn;
+        ``ffn_active`` / ``total_active`` count only the ``top_k`` experts a token is routed
+        to; ``ffn_active_width`` is the FFN neurons a token traverses.
+
+        Per block: attention 2·W·A + 2·W·A_kv (q, o; k, v; no bias) with A = heads × head size
+        and A_kv = kv_heads × head size; two LayerNorms 2·2W; FFN W·fW + fW + fW·W + W (with
+        bias), or with experts a router W·E plus E·(2·W·X + X + W) for expert width X. Plus
+        the final LayerNorm 2W.
+        """
+        W, L = self.width, self.layers
+        inner, kv_inner = self.heads * self.head_dim, self.kv_groups * self.head_dim
+        if self.experts:
+            expert = 2 * W * self.expert_hidden + self.expert_hidden + W
+            ffn_block, idle_block = W * self.experts + self.experts * expert, (self.experts - self.top_k) * expert
+        else:
+            hidden = self.ffn_mult * W
+            ffn_block, idle_block = 2 * W * hidden + hidden + W, 0
+        parts = dict(embeddings=self.vocab_size * W, positions=self.context * W,
+                     attention=L * (2 * W * inner + 2 * W * kv_inner), norms=L * 4 * W + 2 * W,
+                     ffn=L * ffn_block, head=W * self.vocab_size)
+        parts["total"] = sum(parts.values())
+        parts["non_embedding"] = parts["attention"] + parts["norms"] + parts["ffn"]
+        parts["ffn_active"] = parts["ffn"] - L * idle_block
+        parts["total_active"] = parts["total"] - L * idle_block
+        parts["ffn_active_width"] = self.ffn_active_width
+        return parts
 
 
 FIELDS = tuple(f.name for f in fields(ModelSpec))
@@ -135,10 +167,3 @@ DEFAULTS = {f.name: f.default for f in fields(ModelSpec) if f.name not in ("voca
 TRAINING_OPTIONS = {"balance": 0.0}
 """Keys of a grid entry that set training, not the model, with their defaults: ``balance``,
 the weight of the experts' load-balancing loss (0 = none; only with experts)."""
-
-
-@lru_cache(maxsize=512)
-def _param_counts(spec: ModelSpec) -> dict:
-    from .model import count_params
-
-    return count_params(spec)

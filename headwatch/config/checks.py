@@ -122,7 +122,12 @@ def head_errors(config: dict, facts: ModelFacts) -> list[str]:
         return out + [f"models.{key}: {facts.where} does not say how many layers and heads it has"]
     total = layers * heads
     desc = f"model {key} has {layers} layers × {heads} heads = {total}"
-    head = (config.get("anatomy") or {}).get("head")
+    anatomy = config.get("anatomy") or {}
+    control = (anatomy.get("kv_control") or {}).get("layers")
+    if isinstance(control, int) and control > layers:
+        out.append(f"anatomy.kv_control.layers = {control}: the ungrouped control is model {key} rebuilt "
+                   f"with its first layers, and it has {layers}")
+    head = anatomy.get("head")
     if head:
         if head["layer"] >= layers:
             out.append(f"anatomy.head.layer = {head['layer']}: {desc}, layers 0–{layers - 1}")
@@ -152,21 +157,26 @@ def head_errors(config: dict, facts: ModelFacts) -> list[str]:
 
 
 def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_available):
-    """(errors, warnings) of every check that reads the studied models."""
+    """(errors, warnings, memory estimates) of every check that reads the studied models; the
+    estimates (:mod:`.memory`) are compared with this machine's memory by the caller."""
     from ..anatomy.configs import config_errors as anatomy_errors
     from ..patching import name_errors as patching_name_errors
+    from .memory import model_estimates, sweep_estimates
 
-    errors = (sweep_errors(config) + anatomy_errors(config, workdir) + report_errors(config, workdir)
-              + dtype_errors(config, cuda))
+    swept = sweep_errors(config)
+    errors = swept + anatomy_errors(config, workdir) + report_errors(config, workdir) + dtype_errors(config, cuda)
     warnings = []
+    estimates = sweep_estimates(config["sweep"]) if "sweep" in config and not swept else []
     for loc in located:
         try:
-            facts = model_facts(loc, config["models"][loc.key])
+            facts = model_facts(loc, config["models"][loc.key], config)
         except (ModelNotFoundError, ConfigError) as err:
             errors.append(str(err))
             continue
         errs, warns = token_errors(config, facts)
-        errors += errs + length_errors(config, facts) + head_errors(config, facts)
-        errors += patching_name_errors(config, facts)
+        model = errs + length_errors(config, facts) + head_errors(config, facts) + patching_name_errors(config, facts)
+        errors += model
         warnings += warns
-    return errors, warnings
+        if not model:
+            estimates += model_estimates(config, facts)
+    return errors, warnings, estimates

@@ -1,4 +1,4 @@
-"""The two errors of the pre-job checks (each message names the config key)."""
+"""The errors of the pre-job checks (each message names the config key, or the model and the file)."""
 from __future__ import annotations
 
 
@@ -8,3 +8,10 @@ class ConfigError(ValueError):
 
 class ModelNotFoundError(FileNotFoundError):
     """A configured model whose weights are not on this machine."""
+
+
+class ModelFileError(ConfigError):
+    """A file read to learn a model's facts (``config.json``, ``tokenizer.json``, a GGUF header,
+    …) that is not what it should be: not a regular file, too large, not JSON, a malformed
+    header, a shape the family cannot have. The message names the model key (where the file
+    belongs to one), the file and the cause."""

@@ -65,15 +65,18 @@ def load_schema(path) -> dict:
 
 def check_keys(config: dict, schema_path) -> None:
     """Refuse keys the schema does not know, then names, text and devices that its described
-    definitions refuse (:func:`schema_errors`), and model keys that are folders of results/
-    (:func:`name_errors`). Run before the schema itself, whose messages would not say in words
-    which key was meant."""
+    definitions refuse (:func:`schema_errors`), model keys that are folders of results/
+    (:func:`name_errors`) and counts and sizes above their bounds
+    (:func:`headwatch.config.bounds.bound_errors`). Run before the schema itself, whose
+    messages would not say in words which key was meant."""
     schema = load_schema(schema_path)
     errors = unknown_keys(config, schema)
     if errors:
         raise ConfigError("invalid config (a misspelled key would be silently ignored):\n  "
                           + "\n  ".join(errors))
-    errors = schema_errors(config, schema) + name_errors(config)
+    from .bounds import bound_errors
+
+    errors = schema_errors(config, schema) + name_errors(config) + bound_errors(config, schema)
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
 

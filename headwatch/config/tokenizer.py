@@ -2,11 +2,11 @@
 conversion transformers makes for a source that has no such file)."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from .errors import ModelNotFoundError
+from .errors import ModelFileError, ModelNotFoundError
+from .files import one_line, read_json, read_text
 
 
 class _Encoding:
@@ -35,9 +35,16 @@ class FileTokenizer:
 
         folder = Path(folder)
         self.folder = folder
-        self._tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        cfg_file = folder / "tokenizer_config.json"
-        cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {}
+        path = folder / "tokenizer.json"
+        text = read_text(path, "tokenizer.json")        # a regular file of bounded size
+        if not text.strip():
+            raise ModelFileError(f"{path} is empty; it should hold a tokenizer (JSON)")
+        try:
+            self._tok = Tokenizer.from_str(text)
+        except Exception as err:                      # noqa: BLE001 -- the tokenizers library's own
+            raise ModelFileError(f"{path} is not a tokenizer the tokenizers library can read "
+                                 f"({one_line(err)})") from err
+        cfg = _tokenizer_config(folder)
         self.bos_token = _token_content(cfg.get("bos_token"))
         self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
         # transformers' all_special_ids: the named special tokens and the extra ones
@@ -67,9 +74,13 @@ def generic_tokenizer(folder: Path) -> bool:
     """Does ``folder`` hold a tokenizer.json that transformers would use unchanged?"""
     if not (folder / "tokenizer.json").exists():
         return False
-    cfg_file = folder / "tokenizer_config.json"
-    cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {}
-    return cfg.get("tokenizer_class") in GENERIC_TOKENIZERS
+    return _tokenizer_config(folder).get("tokenizer_class") in GENERIC_TOKENIZERS
+
+
+def _tokenizer_config(folder: Path) -> dict:
+    """``tokenizer_config.json`` of ``folder`` ({} when there is none), read as data."""
+    path = folder / "tokenizer_config.json"
+    return read_json(path) if path.exists() else {}
 
 
 def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
@@ -81,6 +92,9 @@ def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
         tok = AutoTokenizer.from_pretrained(src, **kw)
     except OSError as err:
         raise ModelNotFoundError(f"cannot read the tokenizer of {src!r}: {err}") from err
+    except Exception as err:    # noqa: BLE001 -- transformers refuses a file (its config, a shape) in many ways
+        raise ModelFileError(f"transformers cannot read the tokenizer of {src!r}{_files(kw)}: "
+                             f"{one_line(err)}") from err
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     tok.save_pretrained(tmp)
     if not (tmp / "tokenizer.json").exists():
@@ -92,3 +106,7 @@ def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _files(kw: dict) -> str:
+    return f" (file {kw['gguf_file']})" if kw.get("gguf_file") else " (its config.json and tokenizer files)"

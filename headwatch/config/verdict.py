@@ -14,10 +14,12 @@ from .checks import model_errors, run_checks
 from .devices import cuda_available, cuda_probe, needs_device
 from .errors import ConfigError
 from .keys import check_keys
+from .memory import memory_errors, read_meminfo
 from .sources import CACHE_DIR, Located, fingerprint, locate, offline, source_errors
 
 CACHE_KEEP = 32              # verdicts kept (one per config × files × code)
 WARNING_PREFIX = "headwatch: warning:"
+NOTE_PREFIX = "headwatch: note:"
 
 
 # ------------------------------------------------------------------ the verdict and its cache
@@ -66,11 +68,14 @@ def _cache_write(folder: Path, key: str, record: dict) -> None:
 
 
 def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
-                 cuda=cuda_available, stream=None) -> list[str]:
+                 cuda=cuda_available, stream=None, meminfo=read_meminfo) -> list[str]:
     """Every check that can be done before any job; raise :class:`ConfigError` listing them all.
 
     Returns the warnings (also printed to ``stream``). A passing verdict is cached in
-    ``<workdir>/.snakemake/headwatch/checks/`` (``cache=False``: always run).
+    ``<workdir>/.snakemake/headwatch/checks/`` (``cache=False``: always run) with the memory
+    its jobs need (:mod:`.memory`), compared on every call with ``meminfo()`` (this machine's
+    ``/proc/meminfo``; None: not compared, said in a note; ``meminfo=None``: not compared, for
+    jobs that run on other machines, a cluster's nodes).
     """
     workdir, stream = Path(workdir), stream or sys.stderr
     schema = workdir / "config" / "schema.yaml"
@@ -82,21 +87,38 @@ def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
             errors += source_errors(key, config["models"][key])
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
-    located = [locate(key, config["models"][key], workdir) for key in config["models_studied"]]
+    located = []
+    for key in config["models_studied"]:
+        try:
+            located.append(locate(key, config["models"][key], workdir))
+        except ConfigError as err:
+            errors.append(str(err))
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
     folder = workdir / CACHE_DIR / "checks"
     key = verdict_key(config, located, workdir) if cache else None
     record = _cache_read(folder / f"{key}.json") if cache else None
     if record is None:
         t0 = time.perf_counter()
-        errors, warnings = run_checks(config, located, workdir, cuda)
+        errors, warnings, estimates = run_checks(config, located, workdir, cuda)
         if errors:
             for w in warnings:
                 print(f"{WARNING_PREFIX} {w}", file=stream)
             raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
-        record = dict(warnings=warnings, seconds=round(time.perf_counter() - t0, 3))
+        record = dict(warnings=warnings, estimates=estimates, seconds=round(time.perf_counter() - t0, 3))
         if cache:
             # keyed again: a tokenizer converted just now is one of the files
             _cache_write(folder, verdict_key(config, located, workdir), record)
-    for w in record["warnings"]:
+    warnings = list(record["warnings"])
+    memory = meminfo() if meminfo is not None else None
+    if memory is None and meminfo is not None:
+        print(f"{NOTE_PREFIX} the memory the jobs need is not compared with this machine's: it has no "
+              "/proc/meminfo", file=stream)
+    elif memory is not None:
+        errors, over = memory_errors(record["estimates"], memory)
+        if errors:
+            raise ConfigError("invalid config (it cannot fit in this machine's memory):\n  " + "\n  ".join(errors))
+        warnings += over
+    for w in warnings:
         print(f"{WARNING_PREFIX} {w}", file=stream)
-    return record["warnings"]
+    return warnings

@@ -45,10 +45,12 @@ class ExplorerDataError(ValueError):
 
 # ------------------------------------------------------------------ helpers
 def display_token(token: str) -> str:
-    """How the page writes a token: spaces as ␣, newlines as ↵, tabs as ⇥, empty as ∅."""
+    """How the page (and a figure's axis) writes a token: spaces as ␣, newlines as ↵, tabs as ⇥,
+    empty as ∅, and every other invisible or reordering character as its escape
+    (:func:`headwatch.markup.visible`: a right-to-left override as ``\\u202e``)."""
     if token == "":
         return "∅"
-    return token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+    return markup.visible(token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍"))
 
 
 def percent(weight: float) -> str:

@@ -1,0 +1,100 @@
+"""Model files are data from outside: every file read to learn a model's facts is opened as a
+regular file of bounded size and parsed with an error that names it (:class:`ModelFileError`).
+
+A path that is a FIFO, a device, a socket or a symlink to one is refused before a byte is read
+(a FIFO ``tokenizer.json`` once hung ``snakemake -n``; a ``config.json`` linked to
+``/dev/zero`` filled the memory); a file larger than its cap (:data:`CAPS`, with the reason)
+is refused after reading one byte past the cap. The file is opened without blocking and
+checked again on its descriptor, so that a path swapped for a FIFO between the check and
+the open cannot hang the read either.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from .errors import ModelFileError
+
+MiB = 1 << 20
+
+CAPS = {
+    "JSON file": (16 * MiB, "the largest published config.json and tokenizer_config.json (chat templates, "
+                       "added tokens) are under 1 MB"),
+    "tokenizer.json": (256 * MiB, "the largest published tokenizer.json files are tens of MB (Gemma 3's "
+                                  "262 144 tokens: 33 MB)"),
+}
+"""The most bytes a model's file of each kind may hold, with the reason (a GGUF is not capped:
+it holds the weights; its header is read within the file's size, :func:`.facts.gguf_header`)."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path) -> int:
+    """A descriptor of ``path`` opened for reading, refused unless it is a regular file (a
+    symlink is followed: the Hugging Face cache links to its blobs)."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise ModelFileError(f"{path} cannot be read ({err.strerror or err})") from err
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelFileError(f"{path} is {_kind(st.st_mode)}, not a regular file; a model's files are "
+                             "read as data, never from a pipe or a device")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        raise ModelFileError(f"{path} cannot be read ({err.strerror or err})") from err
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ModelFileError(f"{path} is {_kind(mode)}, not a regular file (it changed while being opened)")
+    return fd
+
+
+def read_bytes(path, kind: str = "JSON file") -> bytes:
+    """The bytes of a regular file of at most ``CAPS[kind]`` bytes."""
+    cap, why = CAPS[kind]
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(cap + 1)
+    if len(data) > cap:
+        raise ModelFileError(f"{path} holds more than {cap // MiB} MiB, the most a model's {kind} may "
+                             f"hold ({why})")
+    return data
+
+
+def read_text(path, kind: str = "JSON file") -> str:
+    data = read_bytes(path, kind)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ModelFileError(f"{path} is not UTF-8 text ({err})") from err
+
+
+def read_json(path, kind: str = "JSON file"):
+    """A JSON file read through :func:`read_bytes`; empty, not JSON, or not an object: named."""
+    text = read_text(path, kind)
+    if not text.strip():
+        raise ModelFileError(f"{path} is empty; it should hold a JSON object")
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise ModelFileError(f"{path} is not JSON ({err})") from err
+    if not isinstance(value, dict):
+        raise ModelFileError(f"{path} holds a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def one_line(err: BaseException) -> str:
+    """An exception as ``Type: message`` on one line (a library's multi-line message folded)."""
+    text = " ".join(str(err).split()) or repr(err)
+    return f"{type(err).__name__}: {text}"

@@ -1,0 +1,143 @@
+"""Memory a job will need, estimated before any job where it is cheap, and refused when it
+cannot fit in this machine's memory, naming the estimate and the key that drives it.
+
+Each estimate is a *lower bound*: it counts only arrays the job certainly holds at once (a
+model's weights, a batch's logits, the activations a patching sweep keeps), so a refusal is
+never wrong, while a job under its estimate may still need more (Python, the library's own
+buffers). The parameter count of a studied model is read from its shape (embedding, q/k/v/o
+projections and at least two FFN matrices a layer; the sweep's models are counted exactly by
+:meth:`headwatch.charlm.spec.ModelSpec.param_counts`).
+
+The estimates are computed with the other pre-job checks and cached with their verdict;
+each run compares them with ``MemTotal`` of ``/proc/meminfo`` (refused above it: the job
+cannot fit on this machine at all) and with ``MemAvailable`` (a warning above it: it fits
+only once other programs let go). A machine without ``/proc/meminfo`` skips the comparison
+with a note. Not raisable: a bound (:mod:`.bounds`) can be raised on purpose, memory not.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+GiB = 1 << 30
+F32 = 4            # bytes of a float32: logits, activations, the prepared model
+I64 = 8            # bytes of an int64: token ids, window offsets, bootstrap indices
+
+
+def model_params(shape: dict) -> int | None:
+    """At least how many parameters a studied model of ``shape`` holds (None if its shape does
+    not say its width)."""
+    L, H, W = shape.get("layers"), shape.get("heads"), shape.get("width")
+    if not (L and H and W):
+        return None
+    D = shape.get("head_dim") or W // H
+    K = shape.get("kv_heads") or H
+    per_layer = 2 * W * H * D + 2 * W * K * D + 2 * W * (shape.get("ffn") or 0)
+    return (shape.get("vocab") or 0) * W + L * per_layer
+
+
+def estimate(key: str, what: str, parts: dict[str, int]) -> dict:
+    """One estimate: the key that drives it, what it is, its parts in bytes and their sum."""
+    return dict(key=key, what=what, parts={k: int(v) for k, v in parts.items()}, bytes=int(sum(parts.values())))
+
+
+def model_estimates(config: dict, facts) -> list[dict]:
+    """The jobs that run studied model ``facts.key``: its preparation, the attention maps, the
+    cuts, activation patching and the ungrouped key/value control."""
+    from ..names import BYTES_PER_NUMBER
+
+    shape, key = facts.shape, facts.key
+    params = model_params(shape)
+    if params is None:
+        return []
+    V, L, H, W = shape.get("vocab") or 0, shape["layers"], shape["heads"], shape["width"]
+    D = shape.get("head_dim") or W // H
+    weights = params * BYTES_PER_NUMBER.get(config["models"][key].get("dtype", "float32"), F32)
+    T = 2 * config["sequences"]["half_length"] + 1
+    out = [estimate(f"models.{key}", f"model {key}'s preparation (float32 weights)", dict(weights=params * F32))]
+    b = config["attention"]["batch"]
+    out.append(estimate("attention.batch", f"model {key}'s attention maps ({b} sequences of {T} tokens a pass)",
+                        dict(weights=weights, logits=b * T * V * F32, attention=b * H * T * T * F32)))
+    b = config["ablation"]["batch"]
+    out.append(estimate("ablation.batch", f"model {key}'s cuts ({b} rows of {T} tokens a pass)",
+                        dict(weights=weights, logits=b * T * V * F32)))
+    p = config["patching"]
+    names = list(p["names"]) + ["A", "B", "C"]
+    length = len(facts.tokenizer(p["templates"][0].format(A=names[0], B=names[1], C=names[2])).input_ids)
+    out.append(estimate("patching.n", f"model {key}'s activation patching ({p['n']} prompts of {length} tokens, "
+                                      "every layer's z and block input of the clean and the corrupted run)",
+                        dict(weights=weights, activations=2 * p["n"] * length * L * (H * D + W) * F32,
+                             logits=p["batch"] * V * F32)))
+    layers = config["anatomy"]["kv_control"]["layers"]
+    control = model_params(dict(shape, layers=layers, kv_heads=H))
+    out.append(estimate("anatomy.kv_control.layers", f"model {key}'s ungrouped control (kv_control.layers = {layers})",
+                        dict(weights=control * F32)))
+    return out
+
+
+def sweep_estimates(sweep_cfg: dict) -> list[dict]:
+    """Each planned training job's model, optimizer and batch (the largest of each sweep), and
+    the summary's bootstrap."""
+    from ..charlm.spec import ModelSpec
+    from ..charlm.tokenizer import parse_vocab_name
+    from ..sweep.plan import active_sweeps, model_of, slug, vocab_of
+
+    out = []
+    target = (sweep_cfg.get("corpus") or {}).get("target_chars") or 0
+    for name, sw in active_sweeps(sweep_cfg).items():
+        t = sw["train"]
+        B, steps, best = t["batch"], t["steps"], None
+        for i, entry in enumerate(sw["grid"]):
+            size = parse_vocab_name(vocab_of(entry))[1] or 0       # a character vocabulary: counted as 0
+            spec = ModelSpec.from_settings(size, model_of(sweep_cfg, entry))
+            C = spec.context
+            e = estimate(f"sweep.sweeps.{name}.grid[{i}]",
+                         f"training {slug(entry)} of sweep {name} (train.batch = {B}, train.steps = {steps})",
+                         {"weights, gradients and Adam's moments": 4 * spec.param_counts()["total"] * F32,
+                          "logits and their gradient": 2 * B * C * size * F32,
+                          "block inputs": spec.layers * B * C * spec.width * F32,
+                          "window offsets": steps * B * I64, "corpus ids": target * I64})
+            best = e if best is None or e["bytes"] > best["bytes"] else best
+        if best:
+            out.append(best)
+    summ = sweep_cfg["summary"]
+    resamples = summ["bootstrap"]["resamples"]
+    sweeps = active_sweeps(sweep_cfg)
+    seeds = sum(len(sweeps[s]["seeds"]) * len(sweeps[s]["grid"])
+                for s in {summ["split_sweep"], summ["capacity"]["sweep"]} if s in sweeps)
+    out.append(estimate("sweep.summary.bootstrap.resamples",
+                        f"the summary's bootstrap ({resamples} resamples of {seeds} final losses)",
+                        {"indices and values": resamples * seeds * 2 * I64}))
+    return out
+
+
+def read_meminfo(path: str | Path = "/proc/meminfo") -> dict | None:
+    """``MemTotal`` and ``MemAvailable`` in bytes, or None where the file does not exist."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    out = {}
+    for line in lines:
+        name, _, rest = line.partition(":")
+        if name in ("MemTotal", "MemAvailable") and rest.split():
+            out[name] = int(rest.split()[0]) * 1024
+    return out if "MemTotal" in out else None
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:,.1f} GiB" if n >= GiB else f"{n / (1 << 20):,.1f} MiB"
+
+
+def _said(e: dict) -> str:
+    parts = ", ".join(f"{k} {_gib(v)}" for k, v in e["parts"].items() if v)
+    return f"{e['key']}: {e['what']} needs at least {_gib(e['bytes'])} ({parts})"
+
+
+def memory_errors(estimates: list[dict], meminfo: dict) -> tuple[list[str], list[str]]:
+    """(refusals, warnings): estimates above ``MemTotal``; those above ``MemAvailable``."""
+    total, available = meminfo["MemTotal"], meminfo.get("MemAvailable")
+    errors = [f"{_said(e)}, more than this machine's memory ({_gib(total)}, MemTotal in /proc/meminfo); "
+              "lower it" for e in estimates if e["bytes"] > total]
+    warnings = [f"{_said(e)}, more than the {_gib(available)} free now (MemAvailable in /proc/meminfo)"
+                for e in estimates if available is not None and available < e["bytes"] <= total]
+    return errors, warnings
