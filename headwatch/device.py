@@ -31,7 +31,8 @@ What the guards can promise on a GPU (float32 model, under :func:`exact_numerics
   prefix) are different matrix shapes, so different tilings and summation
   orders; float32 rounding of order 1e-6 on losses of a few nats, as on the
   CPU. Mean cut vs its bias form (``guards.MEAN_BIAS_RTOL`` × the largest |logit|):
-  the same terms added in a different order on both devices. The by-hand map
+  the same terms added in a different order, compared with the model in float64 on both
+  devices. The by-hand map
   (``anatomy.weight_check_tolerance``, 1e-4): float64 on the CPU against the
   model's float32; ~1e-7 on either device. All three need TF32 off: TF32 keeps
   10 mantissa bits (relative error ~1e-3 per product), which alone would exceed

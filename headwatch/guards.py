@@ -37,7 +37,7 @@ ablation rules and the GPU check read):
   :func:`~headwatch.interventions.replaced_by_bias`); :func:`guard_hook_vs_weights` (zero cuts:
   hook vs zeroed Wo columns, exactly 0.0 in float32) and :func:`guard_hook_vs_mean_bias` (mean
   cuts, for which a "zeroed weights" reference does not exist: hook vs Wo's columns zeroed plus
-  ``Wo[:, h] · m`` added as a bias, equal up to float32 rounding, :data:`MEAN_BIAS_RTOL`);
+  ``Wo[:, h] · m`` added as a bias, compared in float64, :data:`MEAN_BIAS_RTOL`);
 * :func:`guard_restore` — the model back intact (identical logits) after every hook is removed;
 * :func:`guard_batched` — edits batched per row against the one-at-a-time loop;
 * :class:`AblationGuards` — the three for one ablation rule, its guards JSON;
@@ -56,7 +56,8 @@ import torch
 from .arch import Adapter, Head
 from .cut import cut_edits, heads_one_per_layer, normalize_heads, zeroed_columns
 from .device import exact_numerics, numerics
-from .interventions import InterventionError, capture, full_logits, intervene, replace, replaced_by_bias, skip
+from .interventions import (InterventionError, capture, full_logits, in_float64, intervene, replace, replaced_by_bias,
+                            skip)
 
 log = logging.getLogger("headwatch.guards")
 
@@ -71,11 +72,14 @@ class GuardError(InterventionError):
 
 #: Tolerance of the mean-cut guard, relative to the largest |logit| of the intact model on the guard
 #: sequences: max |Δlogit| between the hook and the bias form ≤ MEAN_BIAS_RTOL × max |logit|. The
-#: two are equal in exact arithmetic; in float32 (2^-24 ≈ 6e-8 relative) they add the same terms in
-#: a different order, and the layers above carry that rounding to the logits. Measured: ≤ 4.2e-7
-#: on the tiny test models; 2.3e-4 = 6.1e-6 × 37.5 on SmolLM2-135M (33 cuts, one per layer + 3),
-#: where a mean off by 1 % already moves the logits by 7e-3 … 0.69.
-MEAN_BIAS_RTOL = 3e-5
+#: two are equal in exact arithmetic and add the same terms in another order, so the guard compares
+#: them with the model in float64 (interventions.in_float64), where that rounding is ~1e-16
+#: relative. In float32 it was not a bound that holds on every CPU: SmolLM2-135M's difference was
+#: 2.3e-4 = 6.1e-6 × max |logit| 37.5 on one AMD EPYC, 7.4e-4 on an Intel Xeon and 1.44e-3 on
+#: another AMD EPYC (over a float32 bound of 3e-5 × 37.5 = 1.1e-3), while a mean off by 1 % moves
+#: the logits by 7e-3 … 0.69. In float64: 0 on SmolLM2 (the same cut moves the logits by 0.70
+#: when its mean is off by 1 %), ≤ 9e-16 relative on the tiny test models of every family.
+MEAN_BIAS_RTOL = 1e-9
 
 
 def compare(guard: str, pairs: Iterable[tuple[dict, torch.Tensor, torch.Tensor]], tolerance: float,
@@ -242,13 +246,15 @@ def guard_hook_vs_mean_bias(model, adapter: Adapter, ids, heads: Iterable[Sequen
     of the intact model on ``ids`` (the record holds both)."""
     intact = full_logits(model, ids, batch, adapter)
     scale = max(float(x.abs().max()) for x in (intact if isinstance(intact, list) else [intact]))
-    cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)], means),
-              lambda l=l, h=h: replaced_by_bias(adapter, [(l, h, means[l, h])]))
-             for l, h in normalize_heads(adapter, heads)]
-    rec = guard_against_reference(model, adapter, ids, cases, rtol * scale, batch,
-                                  "mean cut by hook differs from its bias form")
+    means = means.to(torch.float64)
+    with in_float64(model):
+        cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)], means),
+                  lambda l=l, h=h: replaced_by_bias(adapter, [(l, h, means[l, h])]))
+                 for l, h in normalize_heads(adapter, heads)]
+        rec = guard_against_reference(model, adapter, ids, cases, rtol * scale, batch,
+                                      "mean cut by hook differs from its bias form")
     rec.update(compared=rec["compared"] + "; mean cut by hook vs Wo's columns zeroed plus Wo[:, h] · mean "
-               "as a bias", rtol=rtol, max_abs_logit=scale)
+               "as a bias, both with the model in float64", rtol=rtol, max_abs_logit=scale)
     return rec
 
 

@@ -524,7 +524,8 @@ def maps_and_logits(model, ids: torch.Tensor, adapter: Adapter | None = None):
 @torch.no_grad()
 def full_logits(model, ids, batch: int = 64, adapter: Adapter | None = None, on_device: bool = False):
     """Every logit (every position, every vocabulary entry), float32 on the CPU (on the model's
-    device with ``on_device``).
+    device with ``on_device``); float64 when the model computes in float64 (a guard's exact form:
+    :func:`in_float64`).
 
     ``ids`` is a LongTensor ``[N, T]`` (→ one tensor ``[N, T, vocab]``) or a list of
     such tensors of different lengths (→ a list of logits tensors).
@@ -534,8 +535,34 @@ def full_logits(model, ids, batch: int = 64, adapter: Adapter | None = None, on_
         return [full_logits(model, x, batch, adapter, on_device) for x in ids]
     dev = _device(model)
     ids = ids.to(dev)
-    out = torch.cat([adapter.logits(ids[i:i + batch]).float() for i in range(0, len(ids), batch)])
+    out = torch.cat([_at_least_float32(adapter.logits(ids[i:i + batch])) for i in range(0, len(ids), batch)])
     return out if on_device else out.cpu()
+
+
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dtype == torch.float64 else x.float()
+
+
+@contextlib.contextmanager
+def in_float64(model: nn.Module):
+    """The model's floating-point parameters and buffers in float64 while inside, each back in its
+    own dtype on exit (exact: every float32, bfloat16 and float16 number is a float64 number).
+    For guards whose two sides are equal in real arithmetic but add terms in another order:
+    in float64 their rounding (~1e-16 relative) is far below any difference a wrong edit makes,
+    on every CPU and GPU, where float32's (~6e-8, carried up through the layers) is not."""
+    tensors = [(model.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2], t.dtype)
+               for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_floating_point()]
+    model.to(torch.float64)
+    try:
+        yield model
+    finally:
+        with torch.no_grad():
+            for module, attr, dtype in tensors:
+                t = getattr(module, attr)
+                if isinstance(t, nn.Parameter):
+                    t.data = t.data.to(dtype)
+                else:
+                    setattr(module, attr, t.to(dtype))
 
 
 def _weight_views(adapter: Adapter, site: str, layer: int, unit: int) -> list[torch.Tensor]:
