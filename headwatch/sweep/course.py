@@ -10,7 +10,7 @@ For every planned sweep named in ``sweep.course.sweeps`` (with its reference arm
   loss at the arrival; the run *leaves the plateau* at the first later evaluation whose loss
   lies ``margin`` or more below that level (<NA> if it never does; all <NA> if the curve never
   flattens: no plateau).
-* **The previous-token head forms** (:func:`headwatch.sweep.heads.formation_step` on ``prev``)
+* **The previous-token head forms** (:func:`formation_step` on ``prev``)
   at the first evaluation at which the best head's ``prev`` score reaches ``sweep.heads.threshold``
   (the induction formation step's threshold and reasoning, §7b).
 * Per shape (:func:`event_summary`): the mean over seeds of the plateau level, the two steps and
@@ -40,7 +40,6 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .heads import formation_step
 from .plan import active_sweeps
 from .summary import SummaryError
 
@@ -81,6 +80,16 @@ def course_errors(sweep_cfg: dict) -> list[str]:
 
 
 # ------------------------------------------------------------------ one run's events
+def formation_step(heads: pd.DataFrame, threshold: float, score: str = "induction") -> int | None:
+    """The first step at which the best head's ``score`` reaches ``threshold`` in a run's head
+    records (``heads.parquet``); None if never (§7b: the induction head on either probe, the
+    previous-token head on ``prev``). Here, not in :mod:`headwatch.sweep.heads`, so that reading
+    records needs no torch."""
+    best = heads.groupby("step")[score].max().sort_index()
+    formed = best[best >= threshold]
+    return None if formed.empty else int(formed.index[0])
+
+
 def plateau_events(steps, losses, warmup: int, margin: float) -> dict:
     """Where one run's validation curve arrives on its plateau, the plateau level, and where it
     leaves it (module docstring); each None when it does not happen."""

@@ -40,6 +40,7 @@ from torch.nn import functional as F
 
 from ..arch import Adapter
 from .checks import positions_error
+from .course import formation_step
 from ..scores import induction_scores, prose_scores
 
 PROBE_KEYS = ("windows", "sequences", "seed", "early", "late")
@@ -184,13 +185,6 @@ def records(step: int, scores: dict[str, torch.Tensor]) -> list[dict]:
 
 def heads_frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(HEADS_COLUMNS))
-
-
-def formation_step(heads: pd.DataFrame, threshold: float, score: str = "induction") -> int | None:
-    """The first step at which the best head's ``score`` reaches ``threshold``; None if never."""
-    best = heads.groupby("step")[score].max().sort_index()
-    formed = best[best >= threshold]
-    return None if formed.empty else int(formed.index[0])
 
 
 # ------------------------------------------------------------------ the study over the sweep
