@@ -348,7 +348,7 @@ def compare_precisions(args) -> None:
         raise SystemExit(f"--precisions: {device} has no bfloat16 matmul kernels (bf16_supported is False): "
                          "the sweep would train in float32 there, so the comparison would compare float32 with "
                          "itself. Run it on a CPU with AVX-512/AMX (or a GPU), or give --force-bf16 to run torch's "
-                         "reference kernels (7-15 times slower than float32).")
+                         "reference kernels (7-32 times slower than float32).")
     if args.laptop:
         corpus_cfg, model, settings, seeds = laptop_run()
         corpus = build_corpus(corpus_cfg["source"], corpus_cfg.get("plays"), corpus_cfg["target_chars"],
