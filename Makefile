@@ -5,6 +5,7 @@
 #   make laptop  the sweep ONLY (head split at width 256 + width control, 3 seeds), long enough
 #                to answer the head-split question on 2 CPU cores in under an hour; timed
 #   make laptop-more  the sweep studies at laptop scale, timed
+#   make laptop-long  1, 4 and 32 heads at width 256 trained 4x longer than make laptop, timed
 #   make run     the paper-scale protocol (use a GPU: --resources gpu=1 runs one model job at a time)
 #   make test    the test suite (unit tests + an end-to-end run of the DAG on tiny models)
 #   make report  Snakemake's HTML report of the figures and key tables of the last run
@@ -27,7 +28,7 @@ CHECK_YAML := $(BIN)/python -m headwatch.config
 # Nothing is downloaded from a model hub at run time; set HF_HUB_OFFLINE=0 to allow it.
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: run quick quick-more laptop laptop-more test report clean-results venv FORCE
+.PHONY: run quick quick-more laptop laptop-more laptop-long test report clean-results venv FORCE
 
 # ------------------------------------------------------------------ installation
 # Every pin is in requirements.txt, torch's too; the torch line below reads it from there.
@@ -115,6 +116,17 @@ laptop-more: venv
 TEST_WORKERS ?= $(CORES)
 test: venv browser slurm-deps
 	$(BIN)/pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
+# Laptop scale, longer (config/laptop_long.yaml over config/laptop.yaml; protocol §7, "laptop-long"):
+# 1, 4 and 32 heads at width 256, 3 seeds, 2400 steps each (4x make laptop's characters, its
+# schedule stretched to the run), and the gaps h4 - h1 and h32 - h1 at every evaluation with their
+# verdicts (results/sweep/course/heads_long/). Its own sweep and folders: it shares the results tree
+# with `make laptop`, neither redoing nor rewriting the other's outputs. Predicted ~52 min on 2 idle
+# cores (the overlay's comments); timed into results/timing/laptop-long.json, which
+# benchmarks/laptop_tables.py reads for its section of docs/results/laptop-scale.md.
+laptop-long: venv
+	$(CHECK_YAML) config/laptop.yaml config/laptop_long.yaml
+	$(TIMED) laptop-long -- $(SNAKEMAKE) --configfile config/laptop.yaml config/laptop_long.yaml
 
 # The GPU check (benchmarks/gpu/README.md): on a GPU machine, the paper-scale DAG on a
 # SmolLM2-shaped model with random weights plus the real sweep and studies, with

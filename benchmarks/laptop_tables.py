@@ -9,8 +9,14 @@ It reads, under ``--root`` (the checkout the run was made in): the run's timing 
 load, commit), its merged configuration (``results/run_config.yaml``), the sweep's tables
 (``results/sweep/{summary,contrast,finals,curves}.parquet``), the training jobs' Snakemake
 benchmark records and the sweep's figures, which it copies next to the page
-(``docs/results/laptop-scale/``). When ``results/timing/laptop-more.json`` is there too (`make
-laptop-more` after `make laptop`), the studies' tables and time follow.
+(``docs/results/laptop-scale/``), and the course of the split sweep (``results/sweep/course/``:
+leaving the plateau, the previous-token head, the gaps). When ``results/timing/laptop-more.json``
+is there too (`make laptop-more` after `make laptop`), the studies' tables and time follow. The
+section on `make laptop-long` (``results/timing/laptop-long.json``, ``results/sweep/course/heads_long/``)
+is written from its own timed record, beside the original run's numbers point by point, or says
+that the run has not been made; the page is written either way. A run's configuration is read from
+the config files its timed command names (the two runs share ``results/``, so
+``results/run_config.yaml`` holds only the last one's).
 
 Refused (nothing written): a checkout whose result inputs differ from its commit
 (:func:`headwatch.provenance.require_clean_tree`), a run made from such a tree or at a commit whose
@@ -40,13 +46,17 @@ from headwatch.sweep.heads import markdown_section as heads_section  # noqa: E40
 from headwatch.sweep.summary import split_verdict, width_verdict  # noqa: E402
 
 COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
-RECORD, MORE_RECORD = "laptop", "laptop-more"
+LONG_COMMAND = "make laptop-long && .venv/bin/python benchmarks/laptop_tables.py"
+RECORD, MORE_RECORD, LONG_RECORD = "laptop", "laptop-more", "laptop-long"
 FIGURES = ("training_curves", "contrast", "loss_vs_heads", "loss_vs_width", "heads_formation", "heads_finals",
            "heads_grid")
 # The original run's findings (the paper-scale sweep this one repeats at laptop scale): the best
 # split, the worst, the spread in seed standard deviations and the width 128 -> 256 gain in spreads.
 ORIGINAL = dict(best_heads=4, best_head_size=64, worst_heads=32, worst_head_size=8, spread_over_std=9.0,
                 gain_over_spread=4.4)
+# The original run's final losses at 16.4 M characters per model (nats per character): 4 heads best,
+# 2 and 1 within 0.0044 of it, 32 heads worst by 0.030 — what laptop-long is read beside.
+ORIGINAL_LONG = dict(chars=16.4e6, loss={4: 1.5144, 2: 1.5176, 1: 1.5188}, worst_heads=32, worst_by=0.030)
 
 
 class PageError(RuntimeError):
@@ -155,6 +165,30 @@ def copy_figures(root: Path, out: Path) -> dict[str, str]:
     return copied
 
 
+def course_parts(root: Path, out: Path, sw: dict, sweep: str) -> list[str]:
+    """The split sweep's course (leaving the plateau, the previous-token head, the gaps), its
+    figures copied next to the page; nothing when the run's configuration does not read it."""
+    from headwatch.sweep.course import course_sweeps, markdown_section
+
+    if sweep not in course_sweeps(sw):
+        return []
+    return markdown_section(root, sweep, copy_course_figures(root, out, sweep))
+
+
+def copy_course_figures(root: Path, out: Path, sweep: str) -> dict[str, str]:
+    """A sweep's course figures (PNG) next to the page; {key: path relative to the page}."""
+    folder = out.with_suffix("")
+    folder.mkdir(parents=True, exist_ok=True)
+    links = {}
+    for key in targets.SWEEP_COURSE_FIGURES:
+        src = root / paths.sweep_figure(f"course_{sweep}_{key}", "png")
+        if not src.exists():
+            raise PageError(f"no {src}: the run did not make its figures")
+        shutil.copy2(src, folder / src.name)
+        links[key] = f"{folder.name}/{src.name}"
+    return links
+
+
 def studies_section(root: Path, attempts: list[dict]) -> list[str]:
     out = ["## The studies at laptop scale (`make laptop-more`)", "", *machine_lines(attempts, MORE_RECORD)]
     for p in sorted((root / paths.study_table("x")).parent.glob("*.parquet")):
@@ -163,11 +197,128 @@ def studies_section(root: Path, attempts: list[dict]) -> list[str]:
     return out
 
 
+def run_config(root: Path, attempts: list[dict]) -> dict:
+    """The configuration of a timed run: config/config.yaml with the files its command gives with
+    --configfile (the record vouches that they are this commit's); results/run_config.yaml when the
+    command names none."""
+    import shlex
+
+    from itertools import takewhile
+
+    words, files = shlex.split(attempts[-1]["command"]), []
+    for i, w in enumerate(words):
+        if w == "--configfile":
+            files += list(takewhile(lambda x: not x.startswith("-"), words[i + 1:]))
+    if not files:
+        return yaml.safe_load((root / paths.run_config()).read_text())
+    return run_record.config_of(root, *files)
+
+
+def precision_line(root: Path, finals: pd.DataFrame) -> str:
+    """What the runs computed in, from their metrics notes: the precision asked for and computed in,
+    any fallback, and whether the steps were compiled."""
+    from headwatch.tableio import read_note
+
+    notes = [read_note(root / paths.sweep_run(r.trained_under, r.shape, r.seed, "metrics.parquet"))
+             for r in finals.drop_duplicates(["trained_under", "shape", "seed"]).itertuples()]
+    asked = sorted({n.get("precision_requested", n.get("precision")) for n in notes})
+    done = pd.Series([n.get("precision") for n in notes]).value_counts()
+    compiled = sum(bool(n.get("compiled")) for n in notes)
+    fell = [n["precision_fallback"] for n in notes if n.get("precision_fallback")]
+    return (f"Precision asked for: {', '.join(map(str, asked))}; computed in "
+            + ", ".join(f"{k} ({v} runs)" for k, v in done.items())
+            + (f" (fallback: {fell[0]})" if fell else "")
+            + f"; training steps compiled (`sweep.compile`) in {compiled} of {len(notes)} runs (from the runs' "
+            "metrics notes).")
+
+
+def long_findings(root: Path, sweep: str, reference: str) -> pd.DataFrame:
+    """The original run's findings at 16.4 M characters, point by point, against laptop-long's last
+    evaluation (its course tables: the gaps to the reference arm, paired by seed, and their
+    intervals) and the laptop run's end where its course was read."""
+    from headwatch.tableio import read_parquet
+
+    v = read_parquet(root / paths.course_table(sweep, "verdicts")).set_index("arm")
+    curves = read_parquet(root / paths.course_table(sweep, "curves"))
+    last = curves[curves["step"] == curves["step"].max()]
+    final = last.groupby("heads")["val_loss"].mean()
+    o = ORIGINAL_LONG
+    arm = {int(h): shape for h, shape in zip(last["heads"], last["shape"])}
+    rows = []
+    h1, h4, h32 = (arm.get(h) for h in (1, 4, o["worst_heads"]))
+    pct = lambda r: f"{r['end_gap']:+.4f} ({r['end_lo']:+.4f} to {r['end_hi']:+.4f})"  # noqa: E731
+    if reference == h1 and h4 in v.index:
+        r = v.loc[h4]
+        orig = o["loss"][4] - o["loss"][1]
+        rows.append(dict(finding=f"4 heads beat 1 (h4 − h1 = {orig:+.4f})", here=f"h4 − h1 at step {r['end_step']}: "
+                         f"{pct(r)}", verdict="holds" if r["end_hi"] < 0 else "does not hold" if r["end_lo"] > 0
+                         else "not resolved"))
+        band = abs(orig)
+        rows.append(dict(finding=f"1 and 4 heads within {band:.4f} of each other", here=pct(r),
+                         verdict="holds" if -band <= r["end_lo"] and r["end_hi"] <= band else
+                         "does not hold" if r["end_lo"] > band or r["end_hi"] < -band else "not resolved"))
+    if reference == h1 and h32 in v.index:
+        r = v.loc[h32]
+        orig = o["loss"][4] + o["worst_by"] - o["loss"][1]
+        rows.append(dict(finding=f"32 heads behind 1 head by {orig:.4f} (worst, {o['worst_by']:.3f} behind the best)",
+                         here=f"h32 − h1 at step {r['end_step']}: {pct(r)}; {orig:.4f} lies "
+                              f"{where(orig, r['end_lo'], r['end_hi'])}",
+                         verdict="holds" if r["end_lo"] <= orig <= r["end_hi"] else "does not hold"))
+        worst = int(final.idxmax())
+        rows.append(dict(finding=f"{o['worst_heads']} heads worst", here=f"worst mean at step {int(last['step'].iloc[0])}: "
+                         f"{worst} head{'s' * (worst != 1)} ({final.max():.4f})",
+                         verdict=("holds" if worst == o["worst_heads"] and r["end_lo"] > 0 else
+                                  "does not hold" if worst != o["worst_heads"] else "not resolved")))
+    best = int(final.idxmin())
+    rows.append(dict(finding="4 heads best", here=f"best mean at the end: {best} head{'s' * (best != 1)} "
+                     f"({final.min():.4f}; the arms: {', '.join(f'{h}: {x:.4f}' for h, x in final.items())})",
+                     verdict="holds" if best == 4 and h4 in v.index and v.loc[h4, "end_hi"] < 0 else
+                     "does not hold" if best != 4 else "not resolved"))
+    return pd.DataFrame(rows)
+
+
+def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
+    """The page's section on `make laptop-long`, or a paragraph saying it has not been made."""
+    head = "## Longer: `make laptop-long` (1, 4 and 32 heads, 4× the characters)"
+    record = root / paths.timed_run(LONG_RECORD)
+    if not record.exists():
+        return [head, "", f"Not made in this checkout: no `{paths.timed_run(LONG_RECORD)}`. `{LONG_COMMAND}` runs it "
+                "(protocol §7, laptop-long) and writes this section."]
+    attempts = timing(root, LONG_RECORD, commit)
+    cfg = run_config(root, attempts)
+    sw = cfg["sweep"]
+    from headwatch.sweep.course import course_sweeps, markdown_section
+
+    sweeps = course_sweeps(sw)
+    if not sweeps:
+        raise PageError(f"{record}: its configuration reads the course of no sweep (sweep.course.sweeps)")
+    sweep, reference = next(iter(sweeps.items()))
+    train = sw["sweeps"][sweep]["train"]
+    chars = train["steps"] * train["batch"] * sw["model"]["context"]
+    links = copy_course_figures(root, figures_out, sweep)
+    from headwatch.tableio import read_parquet
+
+    finals = read_parquet(root / paths.course_table(sweep, "curves"))
+    finals = finals[finals["step"] == finals["step"].max()].assign(trained_under=sweep)
+    return [head, "", page_header(commit, LONG_COMMAND), *machine_lines(attempts, LONG_RECORD),
+            f"Sweep `{sweep}` ({', '.join(sorted({s for s in finals['shape']}, key=lambda x: int(x.split('-h')[1])))}; "
+            f"seeds {', '.join(map(str, sw['sweeps'][sweep]['seeds']))}): {train['steps']} steps of {train['batch']} × "
+            f"{sw['model']['context']} = {chars:,} characters per model ({chars / ORIGINAL_LONG['chars']:.2f} of the "
+            f"original run's {ORIGINAL_LONG['chars'] / 1e6:g} M), warm-up {train['warmup']}, cosine decay to "
+            f"{train['min_lr']:g} at the last step; evaluations every {train['eval_every']} steps. "
+            + precision_line(root, finals),
+            "### The original run's findings, point by point", "",
+            "At its last evaluation, against the original run at 16.4 M characters per model; *not resolved* where the "
+            "interval (over seeds, paired) cannot tell. Nothing is extrapolated beyond the run.",
+            md_table(long_findings(root, sweep, reference)),
+            *markdown_section(root, sweep, links, level="###")]
+
+
 def page(root: Path, out: Path, command: str = COMMAND) -> str:
     """The page's Markdown (figures copied next to ``out``); raises DirtyTreeError / RunRecordError / PageError."""
     commit = require_clean_tree(root)
     attempts = timing(root, RECORD, commit)
-    cfg = yaml.safe_load((root / paths.run_config()).read_text())
+    cfg = run_config(root, attempts)
     scale = run_record.run_scale(cfg, root)[1]
     t = {n: pd.read_parquet(root / paths.sweep_table(n)) for n in ("summary", "contrast", "finals")}
     summary, c, finals = t["summary"], t["contrast"].iloc[0], t["finals"]
@@ -200,7 +351,7 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
         f"Corpus, model and training (the run's configuration, `{paths.run_config()}`): {sw['model']['layers']} "
         f"layers, context {sw['model']['context']}; {train['steps']} steps of {train['batch']} windows "
         f"(validation every {train['eval_every']} steps on {train['eval_batches']} × {train['batch']} windows); "
-        f"seeds {', '.join(map(str, sw['sweeps'][c['split_sweep']]['seeds']))}.",
+        f"seeds {', '.join(map(str, sw['sweeps'][c['split_sweep']]['seeds']))}. " + precision_line(root, finals),
         "## Validation loss per configuration", "",
         "Final validation loss in nats per character, mean ± std over seeds (ddof 1); a configuration both "
         "sweeps list with the same settings is trained once. Job times: Snakemake's benchmark records.",
@@ -218,6 +369,8 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
         "Point by point; *not resolved* where this run's intervals (or the split's test) cannot tell.",
         md_table(findings(c, summary)),
         *heads_section(root, {s: figs[s] for s in targets.SWEEP_HEADS_FIGURES.values()}, c["split_sweep"]),
+        *course_parts(root, out, sw, c["split_sweep"]),
+        *long_section(root, commit, out),
     ]
     more = root / paths.timed_run(MORE_RECORD)
     if more.exists():

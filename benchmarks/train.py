@@ -2,21 +2,36 @@
 with ``--arms``, peak memory and step time of dense and experts models side by side.
 
     .venv/bin/python benchmarks/train.py [--threads 2] [--width 256 --heads 4]
-        [--batch 64 --context 128] [--steps 5] [--variants eager,compile,cudagraphs]
-        [--device cuda] [--json PATH]
+        [--batch 64 --context 128] [--steps 5] [--variants eager,compile,bf16,bf16-compile,cudagraphs]
+        [--layout] [--profile VARIANT] [--device cuda] [--json PATH]
+    .venv/bin/python benchmarks/train.py --laptop        # the laptop run's step, every variant and layout
     .venv/bin/python benchmarks/train.py --arms dense,e8k2,e16k1 --batch 8 --context 64 \
         [--steps 5] [--device cuda]
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --width 128 --heads 2 \
         --batch 8 --context 64 [--train-steps 300] [--seeds 0,1] [--arm dense]
+    .venv/bin/python benchmarks/train.py --precisions float32,bf16 --laptop   # the laptop-scale check
 
 Measures, in one run and with the same thread count:
   1. the float32 matmul rate on the device (square matmuls of 1024 and 2048 on a CPU,
      4096 and 8192 on a GPU; full float32, no TF32): the yardstick;
-  2. tokens/s of full training steps (forward, loss, backward, gradient clipping,
-     fused AdamW step), as headwatch.sweep.train runs them, for each variant
-     (eager; torch.compile of the model; cudagraphs: torch.compile with CUDA graphs,
-     mode="reduce-overhead", CUDA only). ``--json PATH`` writes the figures as they come
-     (after the warm-up, after each round), so a run cut short keeps what it measured.
+  2. tokens/s (= characters/s for the character vocabulary) of full training steps (forward,
+     loss, backward, gradient clipping, fused AdamW step), as headwatch.sweep.train runs them,
+     for each variant: eager float32; compile (torch.compile of the model, as ``sweep.compile``);
+     bf16 (autocast to bfloat16, as ``sweep.precision: bf16``) eager and compiled; cudagraphs
+     (torch.compile with CUDA graphs, mode="reduce-overhead", CUDA only). Each is also given
+     against eager float32 (``speed-up``). Whether the device has bfloat16 matmuls is printed
+     (:func:`headwatch.sweep.train.bf16_supported`); without them the bf16 variants run torch's
+     reference loop and the sweep itself trains in float32. ``--json PATH`` writes the figures
+     as they come (after the warm-up, after each round), so a run cut short keeps what it measured;
+  3. with ``--layout``: characters/s of the whole machine for two layouts of the laptop run, the
+     eager float32 step: one process of ``--threads`` threads, and ``--threads`` processes of
+     one thread each side by side (what ``snakemake --cores 2`` with ``sweep.threads: 1`` runs),
+     each process timed on its own, interleaved over ``--rounds``;
+  4. with ``--profile VARIANT``: torch.profiler's table of a few steps of that variant (where
+     the time goes beyond the matmuls).
+``--laptop`` sets the laptop run's step (width 256, 4 heads, batch 8 x 128, 2 threads) and asks
+for every variant, the layouts and a profile of eager float32: the speed figures of protocol §7,
+laptop scale, in one run.
 The machine may be shared: rounds of (1) and (2) are interleaved and the best of
 each is compared (both measured under the same background load); medians are
 printed beside them.
@@ -29,7 +44,13 @@ CUDA allocator's peak (GPU) and the best and median seconds per step.
 
 With ``--precisions`` it trains with headwatch.sweep.train (two plays, ~120 k
 characters) once per precision and seed and prints the final validation and
-training losses: what a precision changes, beside the seed-to-seed spread.
+training losses: what a precision changes, beside the seed-to-seed spread. With ``--laptop``
+too, exactly the laptop run's w256-h4 (config/laptop.yaml over config/config.yaml: the
+1.1 M-character corpus, 600 steps of 8 x 128, its schedule and evaluation, seeds 0, 1, 2, one
+thread per run) and a verdict (protocol §7, laptop scale): a precision passes when every
+seed's difference from the first precision, and the bootstrap interval of their mean, lie
+within ± the first precision's seed std. A device without bfloat16 matmuls is refused for bf16
+(the sweep would train in float32; ``--force-bf16`` runs torch's slow reference kernels).
 
 FLOPs counted per training step (forward + backward = 3 × forward), PaLM convention:
   6 × P_matmul × tokens            P_matmul = matmul weights: per layer 4·W² (q,k,v,o)
@@ -55,21 +76,22 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 from headwatch.charlm.model import CharLM  # noqa: E402
 from headwatch.charlm.spec import ModelSpec  # noqa: E402
-from headwatch.sweep.train import make_optimizer, settings_of  # noqa: E402
+from headwatch.sweep.train import bf16_supported, make_optimizer, settings_of  # noqa: E402
 
 VOCAB = 65   # the size of the Shakespeare character vocabulary
 
 
-def matmul_rate(seconds: float = 0.5, device: str = "cpu") -> tuple[float, int]:
-    """Best float32 FLOP/s over square matmuls of a few sizes on ``device``."""
+def matmul_rate(seconds: float = 0.5, device: str = "cpu", dtype=torch.float32) -> tuple[float, int]:
+    """Best FLOP/s over square matmuls of a few sizes on ``device`` in ``dtype``."""
     dev = torch.device(device)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     best = (0.0, 0)
     for n in ((4096, 8192) if dev.type == "cuda" else (1024, 2048)):
-        a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+        a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
         for _ in range(2):
             a @ b
         sync()
@@ -90,7 +112,8 @@ def flops_per_step(width, heads, layers, context, batch, ffn=4, vocab=VOCAB) -> 
                 attention=12 * layers * context * width * tokens)
 
 
-VARIANTS = ("eager", "compile", "cudagraphs")
+VARIANTS = ("eager", "compile", "bf16", "bf16-compile", "cudagraphs")
+"""eager float32; torch.compile; bf16 autocast, eager and compiled; CUDA graphs (CUDA only)."""
 ARM = re.compile(r"dense|e(\d+)k(\d+)(?:b([0-9.]+))?")
 
 
@@ -116,14 +139,18 @@ def make_step(args, variant: str, arm: str = "dense"):
     opt = make_optimizer(model, s, device)
     if variant == "cudagraphs" and device.type != "cuda":
         raise RuntimeError("CUDA graphs need a CUDA device")
-    fwd = model if variant == "eager" else torch.compile(model, mode="reduce-overhead" if variant == "cudagraphs"
-                                                         else None)
+    fwd = model if variant in ("eager", "bf16") else torch.compile(
+        model, mode="reduce-overhead" if variant == "cudagraphs" else None)
+    amp = (torch.autocast(device.type, dtype=torch.bfloat16) if variant.startswith("bf16")
+           else torch.autocast(device.type, enabled=False))
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, VOCAB, (args.batch, args.context), generator=g).to(device)
     y = torch.randint(0, VOCAB, (args.batch, args.context), generator=g).to(device)
 
     def step():
-        loss = F.cross_entropy(fwd(x).flatten(0, 1), y.flatten())
+        with amp:      # as headwatch.sweep.train: the logits in float32 for the loss
+            logits = fwd(x)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         (loss + balance * torch.stack(model.balance_losses).mean() if balance else loss).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -187,39 +214,183 @@ def run_arms(args, argv) -> None:
               + f"{r['best_s']:>13.3f}{r['median_s']:>8.3f}")
 
 
+def one_layout(args) -> dict:
+    """--one-layout: this process's step times of the eager float32 step (a process of a layout)."""
+    step = make_step(args, "eager")
+    for _ in range(args.warmup):
+        step()
+    return dict(times=[timed(step) for _ in range(args.steps)])
+
+
+def layouts(args, argv) -> list[dict]:
+    """Characters/s of the whole machine: one process of ``--threads`` threads, against
+    ``--threads`` processes of one thread side by side; ``--rounds`` rounds, interleaved. Each
+    process's steps are timed on its own; the machine's rate is the sum of its processes' rates
+    (best: from each process's best step; median: from its median step)."""
+    base = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--layout"]
+    layouts_ = [(f"1 process x {args.threads} threads", 1, args.threads),
+                (f"{args.threads} processes x 1 thread", args.threads, 1)]
+    rates = {name: dict(best=[], median=[]) for name, _, _ in layouts_}
+    for _ in range(args.rounds):
+        for name, procs, threads in layouts_:
+            cmd = [sys.executable, __file__, *base, "--threads", str(threads), "--one-layout",
+                   "--steps", str(max(args.steps * 2, 4))]
+            running = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       for _ in range(procs)]
+            outs = [p.communicate() for p in running]
+            if any(p.returncode for p in running):
+                raise SystemExit(f"layout {name} failed:\n{outs[0][1][-2000:]}")
+            times = [json.loads(o.strip().splitlines()[-1])["times"] for o, _ in outs]
+            tokens = args.batch * args.context
+            rates[name]["best"].append(sum(tokens / min(t) for t in times))
+            rates[name]["median"].append(sum(tokens / sorted(t)[len(t) // 2] for t in times))
+    return [dict(layout=name, best=max(r["best"]), median=sorted(r["median"])[len(r["median"]) // 2])
+            for name, r in rates.items()]
+
+
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
+           "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+
+
+def profile(args, variant: str, steps: int = 3) -> list[str]:
+    """torch.profiler over ``steps`` training steps of ``variant``: the costliest operators by
+    their own CPU time, and the share of the matmuls and attention kernels (:data:`MATMULS`)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    step = make_step(args, variant)
+    for _ in range(args.warmup):
+        step()
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMULS)
+    rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:14]
+    return ([f"profile of {variant}, {steps} steps: {total / 1e3 / steps:.0f} ms of operator CPU time per step; "
+             f"matmuls and attention kernels {matmul / total:.0%}, everything else {1 - matmul / total:.0%}",
+             f"{'operator':<58}{'ms/step':>9}{'share':>8}{'calls/step':>12}"]
+            + [f"{e.key[:57]:<58}{e.self_cpu_time_total / 1e3 / steps:>9.1f}{e.self_cpu_time_total / total:>8.1%}"
+               f"{e.count / steps:>12.0f}" for e in rows])
+
+
+def laptop_run() -> tuple[dict, dict, dict, list[int]]:
+    """The laptop run's w256-h4 (config/laptop.yaml over config/config.yaml): its corpus settings,
+    model settings, training settings and seeds, read as the workflow reads them."""
+    from headwatch.run_record import config_of
+    from headwatch.sweep import plan
+
+    sw = config_of(ROOT, "config/laptop.yaml")["sweep"]
+    split = sw["summary"]["split_sweep"]
+    return (sw["corpus"], plan.model_of(sw, plan.entry_of(sw, split, "w256-h4")), dict(sw["sweeps"][split]["train"]),
+            list(sw["sweeps"][split]["seeds"]))
+
+
+def _train_final(job: tuple) -> dict:
+    """One run of --precisions (in a worker process of one torch thread): its final losses."""
+    ids, meta, model, seed, settings, device, precision, force = job
+    import headwatch.sweep.train as training
+
+    torch.set_num_threads(1)
+    if force:       # --force-bf16: torch's reference bfloat16 kernels on a device without its own
+        training.bf16_supported = lambda device: True
+    t0 = time.perf_counter()
+    metrics, info = training.train(ids, meta, model, seed, settings, device=device, precision=precision,
+                                   full_eval=False)[1:3]
+    last = metrics.iloc[-1]
+    return dict(precision=precision, seed=seed, val_loss=float(last["val_loss"]), train_loss=float(last["train_loss"]),
+                effective=info["precision"], seconds=time.perf_counter() - t0,
+                curve=metrics[["step", "val_loss"]].to_numpy().tolist())
+
+
+def precision_verdict(finals: dict, ref: str, bootstrap: dict) -> list[str]:
+    """Each precision against ``ref`` on the same seeds: the per-seed differences of the final
+    validation loss, their mean with its percentile bootstrap interval, ``ref``'s seed std, and the
+    verdict: *within seed noise* when every difference and the whole interval lie within ± that
+    std (protocol §7, laptop scale)."""
+    import numpy as np
+    from scipy import stats
+
+    base = finals[ref]
+    noise = float(np.std(base, ddof=1)) if len(base) > 1 else float("nan")
+    lines = []
+    for precision, v in finals.items():
+        if precision == ref:
+            continue
+        d = np.asarray(v) - np.asarray(base)
+        level = float(bootstrap["level"])
+        if len(d) > 1:
+            ci = stats.bootstrap((d,), np.mean, n_resamples=int(bootstrap["resamples"]), method="percentile",
+                                 confidence_level=level, rng=np.random.default_rng(bootstrap["seed"])).confidence_interval
+            lo, hi = float(ci.low), float(ci.high)
+        else:
+            lo = hi = float(d[0])
+        within = bool(np.isfinite(noise) and (np.abs(d) <= noise).all() and -noise <= lo and hi <= noise)
+        lines += [f"{precision} - {ref}, final validation loss per seed: {' '.join(f'{x:+.5f}' for x in d)} nats/char",
+                  f"  mean {d.mean():+.5f} ({100 * level:g} % percentile bootstrap interval {lo:+.5f} to {hi:+.5f}); "
+                  f"seed std of {ref} {noise:.5f} (ddof 1, {len(base)} seeds)",
+                  f"  verdict: {precision} is {'WITHIN' if within else 'NOT within'} seed noise of {ref} "
+                  f"(every difference and the interval inside ± {noise:.5f}: {within})"]
+    return lines
+
+
 def compare_precisions(args) -> None:
-    """Final losses of the same runs under each precision (same seeds, data, init)."""
+    """Final losses of the same runs under each precision (same seeds, data, init); with --laptop
+    the laptop run's w256-h4 itself, and the verdict."""
     import numpy as np
 
     from headwatch.charlm.corpus import build_corpus
-    from headwatch.sweep.train import train
 
-    corpus = build_corpus(plays=["tragedies/macbeth", "tragedies/hamlet"], target_chars=120_000)
+    precisions = args.precisions.split(",")
+    device = torch.device(args.device)
+    if "bf16" in precisions and not bf16_supported(device) and not args.force_bf16:
+        raise SystemExit(f"--precisions: {device} has no bfloat16 matmul kernels (bf16_supported is False): "
+                         "the sweep would train in float32 there, so the comparison would compare float32 with "
+                         "itself. Run it on a CPU with AVX-512/AMX (or a GPU), or give --force-bf16 to run torch's "
+                         "reference kernels (7-32 times slower than float32).")
+    if args.laptop:
+        corpus_cfg, model, settings, seeds = laptop_run()
+        corpus = build_corpus(corpus_cfg["source"], corpus_cfg.get("plays"), corpus_cfg["target_chars"],
+                              corpus_cfg["val_fraction"])
+        what = f"the laptop run's w256-h4 (config/laptop.yaml), {len(corpus.text):,} characters"
+    else:
+        corpus = build_corpus(plays=["tragedies/macbeth", "tragedies/hamlet"], target_chars=120_000)
+        options, balance = arm_options(args.arm)
+        model = dict(width=args.width, heads=args.heads, layers=args.layers, context=args.context, **options,
+                     **(dict(balance=balance) if options else {}))
+        steps = args.train_steps
+        settings = dict(steps=steps, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=max(1, steps // 20),
+                        weight_decay=0.1, eval_every=steps, eval_batches=20, checkpoint_every=steps)
+        seeds = [int(x) for x in args.seeds.split(",")]
+        what = f"{args.arm}, two plays"
     ids, meta = corpus.ids(), corpus.meta()
-    options, balance = arm_options(args.arm)
-    model = dict(width=args.width, heads=args.heads, layers=args.layers, context=args.context, **options,
-                 **(dict(balance=balance) if options else {}))
-    steps = args.train_steps
-    settings = dict(steps=steps, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=max(1, steps // 20),
-                    weight_decay=0.1, eval_every=steps, eval_batches=20, checkpoint_every=steps)
-    seeds = [int(x) for x in args.seeds.split(",")]
-    print(f"{args.arm} {model}; {steps} steps of {args.batch} x {args.context}; seeds {seeds}; "
-          f"device {args.device}, {args.threads} thread(s); torch {torch.__version__}")
+    print(f"{what}: {model}; {settings['steps']} steps of {settings['batch']} x {model['context']}, warm-up "
+          f"{settings['warmup']}; seeds {seeds}; device {device} (bfloat16 matmuls: {bf16_supported(device)}), "
+          f"1 thread per run, {args.jobs} run(s) at a time; torch {torch.__version__}", flush=True)
+    jobs = [(ids, meta, model, seed, settings, args.device, p, args.force_bf16) for p in precisions for seed in seeds]
+    if args.jobs > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+            done = list(pool.map(_train_final, jobs))
+    else:
+        done = [_train_final(j) for j in jobs]
     finals = {}
-    for precision in args.precisions.split(","):
-        t0 = time.perf_counter()
-        runs = [train(ids, meta, model, seed, settings, device=args.device, precision=precision)[1].iloc[-1]
-                for seed in seeds]
+    for precision in precisions:
+        runs = [r for r in done if r["precision"] == precision]
         finals[precision] = np.array([r["val_loss"] for r in runs])
-        print(f"{precision:<8} val {' '.join(f'{r.val_loss:.5f}' for r in runs)}  train "
-              f"{' '.join(f'{r.train_loss:.5f}' for r in runs)}  ({time.perf_counter() - t0:.0f} s)")
-    ref = args.precisions.split(",")[0]
-    noise = f"{finals[ref].std(ddof=1):.5f}" if len(seeds) > 1 else "(one seed)"
-    for precision, v in finals.items():
-        if precision != ref:
-            d = v - finals[ref]
-            print(f"{precision} - {ref}: val loss {' '.join(f'{x:+.5f}' for x in d)} nats/char "
-                  f"(mean {d.mean():+.5f}); seed std of {ref}: {noise}")
+        val = " ".join(f"{r['val_loss']:.5f}" for r in runs)
+        train_ = " ".join(f"{r['train_loss']:.5f}" for r in runs)
+        print(f"{precision:<8} (computed in {', '.join(sorted({r['effective'] for r in runs}))}) val {val}  "
+              f"train {train_}  ({sum(r['seconds'] for r in runs):.0f} s of runs)")
+    if args.json:        # every run's final losses and validation curve
+        Path(args.json).write_text(json.dumps(done, indent=1))
+    from headwatch.run_record import config_of
+
+    print("\n".join(precision_verdict(finals, precisions[0], config_of(ROOT, "config/laptop.yaml")["sweep"]
+                                      ["summary"]["bootstrap"])))
 
 
 def main(argv=None):
@@ -243,13 +414,33 @@ def main(argv=None):
     ap.add_argument("--train-steps", type=int, default=300)
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--arm", default="dense", help="with --precisions: dense or e<E>k<k>[b<w>]")
+    ap.add_argument("--laptop", action="store_true",
+                    help="the laptop run's step with every variant, the layouts and a profile; with --precisions, "
+                         "the laptop-scale check (config/laptop.yaml's w256-h4, 3 seeds)")
+    ap.add_argument("--layout", action="store_true", help="also 1 process x N threads vs N processes x 1 thread")
+    ap.add_argument("--profile", help="also torch.profiler's table of this variant")
+    ap.add_argument("--jobs", type=int, default=1, help="with --precisions: runs at a time (1 thread each)")
+    ap.add_argument("--force-bf16", action="store_true",
+                    help="with --precisions: bf16 even without bfloat16 matmuls (torch's slow reference kernels)")
+    ap.add_argument("--one-layout", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.laptop and not args.precisions:     # the laptop run's step, two threads (the machine's two cores)
+        given = set(argv if argv is not None else sys.argv[1:])
+        args.width, args.heads, args.layers, args.batch, args.context = 256, 4, 4, 8, 128
+        args.threads = args.threads if "--threads" in given else 2
+        args.variants = args.variants if "--variants" in given else "eager,compile,bf16,bf16-compile"
+        args.steps = args.steps if "--steps" in given else 4
+        args.rounds = args.rounds if "--rounds" in given else 4
+        args.layout, args.profile = True, args.profile or "eager"
     unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
     if unknown:
         ap.error(f"--variants: {unknown} not among {list(VARIANTS)}")
     torch.set_num_threads(args.threads)
     if args.one_arm:
         print(json.dumps(one_arm(args)))
+        return
+    if args.one_layout:
+        print(json.dumps(one_layout(args)))
         return
     if args.arms:
         run_arms(args, argv)
@@ -262,20 +453,26 @@ def main(argv=None):
     total = f["dense"] + f["attention"]
     params = ModelSpec(VOCAB, args.width, args.heads, layers=args.layers,
                        context=args.context).param_counts()["total"]
+    bf16 = bf16_supported(torch.device(args.device))
     print(f"model: width {args.width}, heads {args.heads}, layers {args.layers}, "
           f"{params:,} parameters ({f['p_matmul']:,} in matmuls); batch {args.batch} x context "
           f"{args.context} = {args.batch * args.context:,} tokens/step; torch {torch.__version__}, "
-          f"device {args.device}, {args.threads} thread(s)", flush=True)
+          f"device {args.device}, {args.threads} thread(s); bfloat16 matmuls: "
+          + ("yes" if bf16 else "NO (torch's reference kernels: the sweep trains bf16 runs in float32 here)"),
+          flush=True)
     record = dict(device=args.device, torch=torch.__version__, width=args.width, heads=args.heads,
                   layers=args.layers, batch=args.batch, context=args.context, params=params,
-                  flops_per_step=total, variants={}, failed={}, matmul_rates=[])
+                  flops_per_step=total, variants={}, failed={}, matmul_rates=[], bf16_matmul_rates=[])
+    # The bf16 yardstick, where the device multiplies bfloat16 (torch's reference loop elsewhere:
+    # seconds per matmul, and no yardstick of the hardware).
+    bf16_rate = bf16 and any(v.startswith("bf16") for v in args.variants.split(","))
 
     def keep() -> None:
         """The figures so far, in --json (a run cut short keeps what it measured)."""
         for v, t in times.items():
             if t:
                 best = min(t)
-                rates = record["matmul_rates"]
+                rates = record["bf16_matmul_rates" if v.startswith("bf16") else "matmul_rates"]
                 record["variants"][v] = dict(best_s=best, median_s=sorted(t)[len(t) // 2], steps=len(t),
                                              tokens_per_s=args.batch * args.context / best,
                                              gflops=total / best / 1e9, warmup_s=warm[v],
@@ -301,6 +498,8 @@ def main(argv=None):
         keep()
     for _ in range(args.rounds):
         record["matmul_rates"].append(matmul_rate(device=args.device)[0])
+        if bf16_rate:
+            record["bf16_matmul_rates"].append(matmul_rate(device=args.device, dtype=torch.bfloat16)[0])
         for v, fn in steps.items():
             times[v] += [timed(fn) for _ in range(args.steps)]
         keep()
@@ -310,20 +509,35 @@ def main(argv=None):
     rate = max(rates)
     print(f"float32 matmul rate: best {rate / 1e9:.1f} GFLOP/s, median {sorted(rates)[len(rates) // 2] / 1e9:.1f} "
           f"({len(rates)} measurements)")
+    b16 = record["bf16_matmul_rates"]
+    print(f"bfloat16 matmul rate: best {max(b16) / 1e9:.1f} GFLOP/s, median {sorted(b16)[len(b16) // 2] / 1e9:.1f} "
+          f"({len(b16)} measurements; the bf16 variants' 'of matmul')" if b16 else
+          "bfloat16 matmul rate: not measured (no bf16 variant, or no bfloat16 matmuls on this device)")
     print(f"counted FLOPs/step: {total / 1e9:.2f} G = 6·P·tokens {f['dense'] / 1e9:.2f} G "
           f"+ attention {f['attention'] / 1e9:.2f} G")
     print()
     print("\n".join(step_table(record)))
+    if args.layout:
+        record["layouts"] = layouts(args, argv)
+        keep()
+        print(f"\nthe machine's characters/s, eager float32 step ({args.rounds} rounds; each process timed on its own):")
+        print(f"{'layout':<28}{'best':>10}{'median':>10}")
+        print("\n".join(f"{r['layout']:<28}{r['best']:>10,.0f}{r['median']:>10,.0f}" for r in record["layouts"]))
+    if args.profile:
+        print()
+        print("\n".join(profile(args, args.profile)))
 
 
 def step_table(record: dict) -> list[str]:
     """The variants of a --json record as table lines (what this script and the GPU check print)."""
-    lines = [f"{'variant':<11}{'best s/step':>12}{'median':>8}{'tokens/s':>11}{'GFLOP/s':>9}"
-             f"{'of matmul':>11}{'warm-up s':>11}"]
+    lines = [f"{'variant':<13}{'best s/step':>12}{'median':>8}{'tokens/s':>11}{'GFLOP/s':>9}"
+             f"{'of matmul':>11}{'speed-up':>10}{'warm-up s':>11}"]
+    eager = record["variants"].get("eager")
     for v, r in record["variants"].items():
         share = f"{r['of_matmul']:>10.0%}" if r["of_matmul"] is not None else f"{'-':>10}"
-        lines.append(f"{v:<11}{r['best_s']:>12.4f}{r['median_s']:>8.4f}{r['tokens_per_s']:>11,.0f}"
-                     f"{r['gflops']:>9.1f}{share}{r['warmup_s']:>11.1f}")
+        gain = (f"{eager['best_s'] / r['best_s']:>9.2f}x" if eager else f"{'-':>10}")
+        lines.append(f"{v:<13}{r['best_s']:>12.4f}{r['median_s']:>8.4f}{r['tokens_per_s']:>11,.0f}"
+                     f"{r['gflops']:>9.1f}{share}{gain}{r['warmup_s']:>11.1f}")
     return lines + [f"{v:<11} failed: {why}" for v, why in record["failed"].items()]
 
 

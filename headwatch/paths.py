@@ -127,6 +127,12 @@ def sweep_table(name: str) -> str:
     return _join(RESULTS, "sweep", f"{name}.parquet")
 
 
+def course_table(sweep: str, name: str) -> str:
+    """One sweep's course of training (protocol §7, §7b; :data:`headwatch.sweep.course.TABLES`):
+    ``events``, ``events_summary``, ``gaps`` or ``verdicts``."""
+    return _join(RESULTS, "sweep", "course", sweep, f"{name}.parquet")
+
+
 def study_table(study: str, finals: bool = False) -> str:
     return _join(RESULTS, "sweep", "studies", f"{study}{'_finals' if finals else ''}.parquet")
 

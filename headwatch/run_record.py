@@ -25,6 +25,8 @@ SCALES = [
     ("laptop", "laptop scale (the sweep only)", ["config/laptop.yaml"]),
     ("laptop+studies", "laptop scale with the sweep studies (the sweep only)",
      ["config/laptop.yaml", "config/laptop_more.yaml"]),
+    ("laptop-long", "laptop scale, 4x longer (1, 4 and 32 heads; the sweep only)",
+     ["config/laptop.yaml", "config/laptop_long.yaml"]),
 ]
 COMPUTED_KEY = "report_run"
 """The key the report's own description of the run is stored under (not part of the run's config)."""

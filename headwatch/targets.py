@@ -32,6 +32,8 @@ SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "contrast":
 """The sweep's figures by output key (rule figures_sweep) and file stem."""
 SWEEP_HEADS_FIGURES = {"formation": "heads_formation", "finals": "heads_finals", "grid": "heads_grid"}
 """The figures of the heads the split sweep's models grow (protocol §7b; rule figures_sweep_heads)."""
+SWEEP_COURSE_FIGURES = ("events", "gaps")
+"""The figures of a sweep's course (rule figures_sweep_course): ``course_{sweep}_{key}``."""
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
 EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid"}
 """The explorer's patching inputs by key (report_explorer) and table name."""
@@ -99,14 +101,27 @@ def anatomy(config: dict) -> list[str]:
             + [paths.model_anatomy(m, f) for m in models(config) for f in MODEL_ANATOMY_FILES])
 
 
+def summarized(config: dict) -> bool:
+    """Whether the sweep's summary and the heads study are made: both sweeps it compares
+    (``sweep.summary``: the split sweep and the capacity sweep) are planned. An overlay that
+    skips them (config/laptop_long.yaml) trains and reads only its own sweeps."""
+    s = config["sweep"]
+    planned = plan.active_sweeps(s)
+    return s["summary"]["split_sweep"] in planned and s["summary"]["capacity"]["sweep"] in planned
+
+
 def sweep(config: dict) -> list[str]:
-    """Every training job's outputs (each once, under its owner), the summaries, each study's tables."""
+    """Every training job's outputs (each once, under its owner), the summaries (when their sweeps
+    are planned), each study's tables, each course's tables."""
+    from .sweep.course import TABLES, course_sweeps
+
     s = config["sweep"]
     return ([paths.run_output(r, f) for r in plan.train_jobs(s)
              for f in ("metrics.parquet", "model.pt", "heads.parquet")]
-            + [paths.sweep_table(t) for t in SWEEP_TABLES]
-            + [paths.sweep_heads_table(t) for t in paths.SWEEP_HEADS_TABLES]
-            + [paths.study_table(n, finals) for n in plan.studies(s) for finals in (False, True)])
+            + ([paths.sweep_table(t) for t in SWEEP_TABLES]
+               + [paths.sweep_heads_table(t) for t in paths.SWEEP_HEADS_TABLES] if summarized(config) else [])
+            + [paths.study_table(n, finals) for n in plan.studies(s) for finals in (False, True)]
+            + [paths.course_table(n, t) for n in course_sweeps(s) for t in TABLES])
 
 
 def figures(config: dict) -> list[str]:
@@ -116,9 +131,13 @@ def figures(config: dict) -> list[str]:
 
 
 def sweep_figures(config: dict) -> list[str]:
+    from .sweep.course import course_sweeps
+
     return ([f for stem in (*SWEEP_FIGURES.values(), *SWEEP_HEADS_FIGURES.values())
-             for f in figure_pair(paths.sweep_figure, stem)]
-            + [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")])
+             for f in figure_pair(paths.sweep_figure, stem)] if summarized(config) else []) + (
+        [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")]
+        + [f for n in course_sweeps(config["sweep"]) for key in SWEEP_COURSE_FIGURES
+           for f in figure_pair(paths.sweep_figure, f"course_{n}_{key}")])
 
 
 def model_figures(config: dict) -> list[str]:
@@ -144,7 +163,8 @@ def report_tables(config: dict, producible: Producible) -> list[str]:
     tables, wanted = config["report"]["tables"], parts(config)
     found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)] if "models" in wanted else []
     found += [paths.table(*t.split("/", 1)) for t in tables["shared"]
-              if ("sweep" if t.split("/", 1)[0] == "sweep" else "models") in wanted]
+              if ("sweep" if t.split("/", 1)[0] == "sweep" else "models") in wanted
+              and (t.split("/", 1)[0] != "sweep" or summarized(config))]
     found += [paths.study_table(n) for n in plan.studies(config["sweep"])] if "sweep" in wanted else []
     return [paths.page_of(t) for t in found if producible(t)]
 
@@ -183,6 +203,6 @@ def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
         if producible(paths.patching_table(model, name)):
             inputs[key] = paths.patching_table(model, name)
     for key, name in EXPLORER_SWEEP.items():
-        if producible(paths.sweep_table(name)):
+        if producible(paths.sweep_table(name)) and summarized(config):
             inputs[key] = paths.sweep_table(name)
     return inputs

@@ -8,7 +8,7 @@ from headwatch import gpu_shares, paths, targets
 from headwatch.config import ConfigError, check_config as _check_config, check_devices as _check_devices, model_entry
 from headwatch.names import SAFE_NAME, SCORES
 from headwatch.sequences import SETS, set_params
-from headwatch.sweep import plan as sweep_plan
+from headwatch.sweep import course as sweep_course, plan as sweep_plan
 from headwatch.tableio import broken_records
 
 # A wildcard that holds a name from the config is held to the schema's safe-name pattern
@@ -131,6 +131,36 @@ def sweep_heads_inputs(wildcards):
     return dict(metrics=[paths.run_output(r, "metrics.parquet") for r in trained],
                 heads=[paths.run_output(r, "heads.parquet") for r in trained],
                 cut=[paths.sweep_heads_cut(r["trained_under"], r["shape"], r["seed"]) for r in trained])
+
+
+def sweep_course_sweeps():
+    """{sweep: reference shape} of the planned sweeps whose course is read (sweep.course)."""
+    return sweep_course.course_sweeps(config["sweep"])
+
+
+def sweep_course_constraint():
+    """The {sweep} wildcard of the course's rules: those sweeps only (a pattern matching nothing if none)."""
+    return "|".join(sweep_course_sweeps()) or "(?!)"
+
+
+def sweep_course_runs(wildcards):
+    """The sweep's runs, each read from the sweep that trains it."""
+    return [r for r in sweep_plan.runs(config["sweep"]) if r["sweep"] == wildcards.sweep]
+
+
+def sweep_course_inputs(wildcards):
+    runs = sweep_course_runs(wildcards)
+    return dict(metrics=[paths.run_output(r, "metrics.parquet") for r in runs],
+                heads=[paths.run_output(r, "heads.parquet") for r in runs])
+
+
+def sweep_course_params(wildcards):
+    """Exactly what one sweep's course reads: its runs and their warm-up, its reference, the margin,
+    the formation threshold and the bootstrap."""
+    s = config["sweep"]
+    return dict(reference=sweep_course_sweeps()[wildcards.sweep], margin=s["course"]["margin"],
+                threshold=s["heads"]["threshold"], bootstrap=s["summary"]["bootstrap"],
+                warmup=s["sweeps"][wildcards.sweep]["train"]["warmup"])
 
 
 def sweep_studies():

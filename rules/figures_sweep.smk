@@ -58,3 +58,25 @@ rule figures_sweep_heads:
         "../environment.yml"
     script:
         "../scripts/figures_sweep_heads.py"
+
+
+rule figures_sweep_course:
+    input:
+        **{name: paths.course_table("{sweep}", name) for name in sweep_course.TABLES},
+    output:
+        **{f"{key}_{ext}": report(paths.sweep_figure(f"course_{{sweep}}_{key}", ext),
+                                  caption=f"../report/sweep_course_{key}.rst", category="sweep",
+                                  subcategory="the course of {sweep}")
+           for key in targets.SWEEP_COURSE_FIGURES for ext in paths.EXTENSIONS},
+    wildcard_constraints:
+        sweep=sweep_course_constraint(),
+    params:
+        threshold=config["sweep"]["heads"]["threshold"],
+    log:
+        paths.log("figures_sweep_course", "{sweep}"),
+    benchmark:
+        paths.benchmark("figures_sweep_course", "{sweep}")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/figures_sweep_course.py"

@@ -14,6 +14,10 @@
 # summary.parquet. Sweeps in `sweep.skip` are not planned at all (make quick skips
 # the studies; make quick-more runs them).
 #
+# The course of training (sweep.course): for each sweep named there, where each run leaves the
+# plateau and forms its previous-token head, and every arm's gap to the reference arm at every
+# evaluation step with its verdict (rule sweep_course; tables only, no torch).
+#
 # Vocabularies: a grid entry's `vocab` (bpe<size>) makes its jobs read that vocabulary's
 # ids, trained on the corpus's training split by one sweep_vocab job per vocabulary
 # (its only param is the name: adding a size trains only that tokenizer).
@@ -163,3 +167,23 @@ rule sweep_study:
         "../environment.yml"
     script:
         "../scripts/sweep_study.py"
+
+
+rule sweep_course:
+    input:
+        unpack(sweep_course_inputs),
+    output:
+        **{name: paths.course_table("{sweep}", name) for name in sweep_course.TABLES},
+    wildcard_constraints:
+        sweep=sweep_course_constraint(),
+    params:
+        runs=sweep_course_runs,
+        course=sweep_course_params,
+    log:
+        paths.log("sweep_course", "{sweep}"),
+    benchmark:
+        paths.benchmark("sweep_course", "{sweep}")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/sweep_course.py"

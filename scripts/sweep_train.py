@@ -30,7 +30,8 @@ with log_to(snakemake.log[0]) as log:  # noqa: F821
     model, metrics, info, heads = train(ids, meta, job["model"], job["seed"], job["train"],
                                         checkpoint=Path(sm.output.metrics).with_name("checkpoint.pt"),
                                         device=device, precision=job["precision"], lengths=lengths,
-                                        full_eval=job.get("val_full", False), heads=job.get("heads"))
+                                        full_eval=job.get("val_full", False), heads=job.get("heads"),
+                                        compile=job.get("compile", False))
     run = dict(sweep=sm.wildcards.sweep, shape=sm.wildcards.shape, seed=job["seed"])
     model_sha256 = save_trained(model.cpu(), sm.output.model, meta, info, extra=dict(run=run, train=job["train"]))
     note = dict(info, **run, model=model.spec.to_dict(), train=job["train"], corpus_sha256=meta["sha256"],

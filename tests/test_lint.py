@@ -21,7 +21,9 @@ def workdir(tmp_path_factory):
     return make_workdir(tmp_path_factory.mktemp("lint"))
 
 
-@pytest.mark.parametrize("overlay", [[], ["--configfile", "config/quick.yaml"]], ids=["paper", "quick"])
+@pytest.mark.parametrize("overlay", [[], ["--configfile", "config/quick.yaml"],
+                                     ["--configfile", "config/laptop.yaml", "config/laptop_long.yaml"]],
+                         ids=["paper", "quick", "laptop-long"])
 def test_the_workflow_has_no_lints(workdir, overlay):
     result = lint(workdir, *overlay)
     out = result.stdout + result.stderr

@@ -30,6 +30,10 @@ def test_config_sweeps_are_valid_and_plan_24_models_with_w256_h4_trained_once():
         job_params(cfg, "width", "w256-h4", 0)
     p = job_params(cfg, "width", "w512-h8", 2)
     assert p["model"] == dict(width=512, heads=8, layers=4, context=128, ffn_mult=4) and p["seed"] == 2
+    # sweep.compile changes the float operations: a param when on, absent when off (the eager
+    # jobs' params, and so their outputs, stay as they were).
+    assert "compile" not in p and cfg["compile"] is False
+    assert job_params(dict(cfg, compile=True), "width", "w512-h8", 2) == dict(p, compile=True)
 
 
 def test_different_settings_train_their_own_copy():

@@ -192,3 +192,41 @@ def test_a_saved_model_loads_back_with_its_record(corpus, tmp_path):
     assert torch.equal(back(x), model.eval()(x))
     assert saved["vocab"] == meta["vocab"] and saved["info"]["params"] == info["params"]
     assert saved["run"] == dict(sweep="s", shape="a", seed=1)
+
+
+def test_bf16_without_bfloat16_matmuls_trains_in_float32_and_the_run_says_so(small_corpus, monkeypatch):
+    import headwatch.sweep.train as training
+
+    assert training.bf16_supported("cpu") == torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    ids, meta = small_corpus.ids(), small_corpus.meta()
+    settings = dict(TINY, steps=4)
+    _, exact, info, _ = train(ids, meta, TINY_MODEL, 0, settings)
+    assert (info["precision"], info["precision_requested"], info["precision_fallback"], info["compiled"]) == (
+        "float32", "float32", None, False)
+    monkeypatch.setattr(training, "bf16_supported", lambda device: False)
+    _, fell, info, _ = train(ids, meta, TINY_MODEL, 0, settings, precision="bf16")
+    assert info["precision"] == "float32" and info["precision_requested"] == "bf16"
+    assert "no bfloat16 matmul kernels" in info["precision_fallback"]
+    pd.testing.assert_frame_equal(fell.drop(columns="tokens_per_s"), exact.drop(columns="tokens_per_s"))
+    # Where the device has them, bf16 is what it computes in: other losses.
+    monkeypatch.setattr(training, "bf16_supported", lambda device: True)
+    _, low, info, _ = train(ids, meta, TINY_MODEL, 0, settings, precision="bf16")
+    assert info["precision"] == "bf16" and info["precision_fallback"] is None
+    assert not np.array_equal(low["val_loss"].to_numpy(), exact["val_loss"].to_numpy())
+
+
+def test_the_precision_check_passes_only_within_seed_noise():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from train import precision_verdict
+
+    boot = dict(resamples=1000, seed=0, level=0.95)
+    f32 = np.array([2.10, 2.12, 2.14])                      # seed std 0.02
+    ok = precision_verdict({"float32": f32, "bf16": f32 + [0.004, -0.003, 0.005]}, "float32", boot)
+    assert "bf16 is WITHIN seed noise" in ok[-1] and "seed std of float32 0.02000" in ok[1]
+    far = precision_verdict({"float32": f32, "bf16": f32 + 0.03}, "float32", boot)
+    assert "bf16 is NOT within seed noise" in far[-1]
+    one = precision_verdict({"float32": f32, "bf16": f32 + [0.0, 0.0, 0.025]}, "float32", boot)
+    assert "NOT within" in one[-1]                           # one seed beyond the std is enough

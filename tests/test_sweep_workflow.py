@@ -19,10 +19,10 @@ from workflow import deep_merge, make_workdir, planned_jobs, tiny_config, write_
 
 TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet",
            "results/sweep/studies/experts.parquet", "results/sweep/studies/vocab.parquet",
-           "results/sweep/heads/summary.parquet"]
+           "results/sweep/heads/summary.parquet", "results/sweep/course/heads_split/verdicts.parquet"]
 FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", "contrast", "training_curves",
                                               "study_experts", "study_vocab", "heads_formation", "heads_finals",
-                                              "heads_grid")
+                                              "heads_grid", "course_heads_split_events", "course_heads_split_gaps")
            for e in ("pdf", "png")]
 VOCAB_GRID = [{"width": 16, "heads": 2}, {"width": 16, "heads": 2, "vocab": "bpe300"}]
 
@@ -37,13 +37,13 @@ def with_vocab_study(config: dict) -> dict:
                              "train": sw["sweeps"]["heads_split"]["train"]}}}})
 
 
-def smk(workdir, configfile, *args, timed=False):
+def smk(workdir, configfile, *args, timed=False, targets=(*TARGETS, *FIGURES), record="laptop"):
     """Snakemake on only the sweep's targets (other stages are not needed here); ``timed``: through
     the Makefile's timer (``python -m headwatch.run_record timed laptop -- ...``), as `make laptop`."""
-    cmd = [sys.executable, "-m", "snakemake", *TARGETS, *FIGURES, "--cores", "2",
-           "--configfile", str(configfile), *args]
+    cmd = [sys.executable, "-m", "snakemake", *targets, "--cores", "2",
+           "--configfile", *map(str, [configfile] if not isinstance(configfile, list) else configfile), *args]
     if timed:
-        cmd = [sys.executable, "-m", "headwatch.run_record", "timed", "laptop", "--", *cmd]
+        cmd = [sys.executable, "-m", "headwatch.run_record", "timed", record, "--", *cmd]
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
 
@@ -201,6 +201,11 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     for r in heads.itertuples():
         assert f"| {markdown(r.sweep)} | {markdown(r.shape)} | {r.heads} |" in text and f"{r.best_induction_mean:.3f}" in text
     assert ("Nothing forms at this scale" in text) == (heads["formed"].max() == 0)
+    # The course of the split sweep (protocol §7b): its events per shape and its gaps' verdicts.
+    verdicts = pd.read_parquet(res / "course" / "heads_split" / "verdicts.parquet")
+    assert "## The course of `heads_split`" in text and verdicts["arm"].tolist() == ["w16-h2"]
+    assert f"| {markdown('w16-h2 − w16-h1')} |" in text and verdicts["verdict"].iloc[0] in text
+    assert "Not made in this checkout" in text          # make laptop-long: not run (yet) here
     for stem in laptop_tables.FIGURES:
         assert (tmp_path / "laptop-scale" / f"{stem}.png").stat().st_size > 0
         assert f"(laptop-scale/{stem}.png)" in text
@@ -239,7 +244,8 @@ def test_changing_one_sweeps_steps_reruns_only_that_sweep(sweep_run):
     result = smk(workdir, write_config(workdir, changed, "split_grid.yaml"), "-n")
     assert planned_runs(result) == {("heads_split", "w16-h4", 0), ("heads_split", "w16-h4", 1)}
     assert planned_jobs(result) == {"sweep_train": 2, "sweep_summary": 1, "figures_sweep": 1,
-                                    "sweep_heads_cut": 2, "sweep_heads": 1, "figures_sweep_heads": 1}
+                                    "sweep_heads_cut": 2, "sweep_heads": 1, "figures_sweep_heads": 1,
+                                    "sweep_course": 1, "figures_sweep_course": 1}
 
 
 def test_adding_a_vocabulary_size_schedules_only_its_tokenizer_and_models(sweep_run):
@@ -263,3 +269,57 @@ def test_a_bad_grid_entry_stops_before_any_job(tmp_path, tiny_model_dir):
     out = result.stdout + result.stderr
     assert re.search(r"sweep\.sweeps\.heads_split\.grid\[2\]: heads\W*3 do not divide width\W*16", out), out
     assert not (workdir / "results" / "sweep").exists() and not (workdir / "results" / "logs").exists()
+
+
+LONG_TARGETS = ([f"results/sweep/course/heads_long/{t}.parquet" for t in ("curves", "events", "events_summary",
+                                                                         "gaps", "verdicts")]
+                + [f"figures/sweep/course_heads_long_{k}.{e}" for k in ("events", "gaps") for e in ("pdf", "png")])
+
+
+def test_laptop_long_shares_the_results_tree_and_writes_its_section(sweep_run, tmp_path):
+    """The laptop-long overlay's shape at tiny scale (its own sweep, the others skipped): it runs
+    beside the laptop run's outputs, neither redoing nor invalidating them, and the page writer
+    adds its section, the original run's findings point by point and its gaps' verdicts."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import laptop_tables
+
+    workdir, config, configfile = sweep_run
+    long = {"sweep": {
+        "sweeps": {"heads_long": {"grid": [{"width": 32, "heads": h} for h in (1, 4, 32)], "seeds": [0, 1],
+                                  "train": {"steps": 12, "batch": 4, "lr": 1e-3, "min_lr": 1e-4, "warmup": 1,
+                                            "weight_decay": 0.1, "eval_every": 3, "eval_batches": 2,
+                                            "checkpoint_every": 12}}},
+        "skip": [n for n in config["sweep"]["sweeps"]] + ["depth", "kv_sharing", "experts_topk"],
+        "course": {"sweeps": {"heads_long": "w32-h1"}}}}
+    overlay = write_config(workdir, long, "long.yaml")
+    result = smk(workdir, [configfile, overlay], timed=True, targets=LONG_TARGETS, record="laptop-long")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert planned_jobs(smk(workdir, configfile, "-n")) == {}         # the laptop run's outputs stand
+    assert planned_jobs(smk(workdir, [configfile, overlay], "-n", targets=LONG_TARGETS)) == {}
+    res = workdir / "results" / "sweep"
+    assert not (res / "heads_long" / "w32-h1" / "seed0" / "checkpoint.pt").exists()
+    assert sorted(p.name for p in (res / "course").iterdir()) == ["heads_long", "heads_split"]
+    curves = pd.read_parquet(res / "course" / "heads_long" / "curves.parquet")
+    assert sorted(curves["step"].unique()) == [3, 6, 9, 12] and curves["best_prev"].between(0, 1).all()
+    verdicts = pd.read_parquet(res / "course" / "heads_long" / "verdicts.parquet")
+    assert verdicts["arm"].tolist() == ["w32-h4", "w32-h32"] and set(verdicts["verdict"]) <= {
+        "holds", "narrows", "flips", "not resolved"}
+    text = laptop_tables.page(workdir, tmp_path / "laptop-scale.md")
+    assert "## Longer: `make laptop-long`" in text and "Not made in this checkout" not in text
+    assert laptop_tables.LONG_COMMAND in text and "### The course of `heads_long`" in text
+    findings = laptop_tables.long_findings(workdir, "heads_long", "w32-h1")
+    assert findings["finding"].str.contains("4 heads beat 1").any() and len(findings) == 5
+    assert set(findings["verdict"]) <= {"holds", "does not hold", "not resolved"}
+    for r in verdicts.itertuples():
+        assert f"{r.end_gap:+.4f} ({r.end_step})" in text
+    for key in ("events", "gaps"):
+        assert (tmp_path / "laptop-scale" / f"course_heads_long_{key}.png").stat().st_size > 0
+    # A laptop-long record made at other result inputs is refused, as the laptop run's.
+    record = workdir / "results" / "timing" / "laptop-long.json"
+    kept = record.read_text()
+    try:
+        record.write_text(kept.replace('"exit_status": 0', '"exit_status": 1'))
+        with pytest.raises(laptop_tables.RunRecordError, match="laptop-long.json: the run failed"):
+            laptop_tables.page(workdir, tmp_path / "laptop-scale.md")
+    finally:
+        record.write_text(kept)

@@ -70,6 +70,19 @@ def test_the_laptop_scale_makes_the_sweep_only():
     assert [run_record.run_scale(c, ROOT)[0] for c in (laptop, more)] == ["laptop", "laptop+studies"]
 
 
+def test_laptop_long_asks_only_for_its_own_sweep_and_course():
+    """config/laptop_long.yaml skips the laptop run's sweeps: nothing it asks for is a path that
+    `make laptop` makes, or one both runs would write (the corpus aside, with the same params)."""
+    laptop = set(targets.all_targets(run_record.config_of(ROOT, "config/laptop.yaml"), everything))
+    long = run_record.config_of(ROOT, "config/laptop.yaml", "config/laptop_long.yaml")
+    out = targets.all_targets(long, everything)
+    assert not targets.summarized(long) and not laptop & set(out)
+    assert paths.course_table("heads_long", "verdicts") in out and paths.course_table("heads_split", "gaps") in laptop
+    assert {p.split("/")[2] for p in out if p.startswith("results/sweep/")} == {"heads_long", "course"}
+    assert paths.sweep_figure("course_heads_long_gaps", "png") in out and len(plan.train_jobs(long["sweep"])) == 9
+    assert run_record.run_scale(long, ROOT)[0] == "laptop-long"
+
+
 def test_skipped_studies_and_absent_stages_are_left_out():
     cfg = copy.deepcopy(CONFIG)
     cfg["sweep"]["skip"] = plan.studies(cfg["sweep"])

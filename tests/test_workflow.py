@@ -154,7 +154,7 @@ def test_the_explorer_shows_the_patching_panel(run, browser):
 
 TABLE_ONLY_SCRIPTS = ("anatomy_context", "figures_ablation", "figures_anatomy", "figures_heads", "figures_sweep",
                       "figures_sweep_study", "patching_figures", "report_explorer", "report_table", "sweep_study",
-                      "sweep_summary")
+                      "sweep_summary", "sweep_course", "figures_sweep_course")
 """Scripts whose jobs read tables and write tables, figures or pages, never a model: about half
 the jobs of a run. Importing torch would cost each of them ~2 s of CPU."""
 

@@ -255,7 +255,7 @@ def heads_formation(curves: pd.DataFrame, sweep: str, threshold: float):
     panels = [(axes[0][0], "best_induction", "best induction (random ids)"),
               (axes[0][1], "best_induction_text", "best induction (text seen twice)"),
               (axes[1][0], "val_loss", "validation loss (nats/char)"),
-              (axes[1][1], "in_context", "in-context score (nats/char)")]
+              (axes[1][1], "in_context_change", "in-context score's change\nsince the first evaluation (nats/char)")]
     for i, h in enumerate(_head_counts(c, sweep)):
         g = c[c["heads"] == h].groupby("step")
         color = PALETTE[i % len(PALETTE)]
@@ -337,4 +337,81 @@ def heads_grid(grid: pd.DataFrame, sweep: str):
                 ax.set_ylabel(f"{score}\nlayer")
     fig.colorbar(im, ax=axes, shrink=0.6, label="score")
     fig.suptitle(f"{sweep}, seed {seed}: every head's final scores (columns: heads)", y=1.0, va="bottom")
+    return fig
+
+
+# ------------------------------------------------------------ the course of a sweep (§7, §7b)
+def _shape_label(heads: int, width: int) -> str:
+    return f"{heads} head{'s' * (heads != 1)} (w{width})"
+
+
+def _event_band(ax, s, col: str, color, y: float) -> None:
+    """A shape's mean event step (a vertical line) and its interval over seeds (a bar at height ``y``)."""
+    if pd.isna(s[f"{col}_mean"]):
+        return
+    ax.axvline(float(s[f"{col}_mean"]), color=color, ls="--", lw=0.7)
+    ax.plot([float(s[f"{col}_lo"]), float(s[f"{col}_hi"])], [y, y], color=color, lw=2.5, marker="|", ms=6,
+            solid_capstyle="butt")
+
+
+def course_events(curves: pd.DataFrame, events: pd.DataFrame, summary: pd.DataFrame, sweep: str, threshold: float):
+    """Validation loss (top) and the best head's previous-token score (bottom) against the step,
+    one line per shape (mean over seeds, band min–max); dashed: each shape's mean step of leaving
+    the plateau (top) and of its previous-token head forming (bottom), the bar below each panel's
+    lines its bootstrap interval over seeds; dots: each run's own event."""
+    fig, (ax, ax2) = figure(TWO_COLUMNS, 4.6, nrows=2, sharex=True)
+    shapes = summary.sort_values(["width", "heads"])
+    for i, s in enumerate(shapes.itertuples(index=False)):
+        s = pd.Series(s._asdict())
+        color = PALETTE[i % len(PALETTE)]
+        c = curves[curves["shape"] == s["shape"]].groupby("step")
+        for a, col in ((ax, "val_loss"), (ax2, "best_prev")):
+            m = c[col].mean()
+            a.plot(m.index, m.to_numpy(), color=color, lw=1, label=_shape_label(int(s["heads"]), int(s["width"])))
+            a.fill_between(m.index, c[col].min().to_numpy(), c[col].max().to_numpy(), color=color, alpha=0.15, lw=0)
+        e = events[events["shape"] == s["shape"]]
+        left, formed = e.dropna(subset=["leave_step"]), e.dropna(subset=["prev_step"])
+        at = curves.set_index(["shape", "seed", "step"])
+        ax.scatter(left["leave_step"].astype(float), [at.loc[(s["shape"], r.seed, int(r.leave_step)), "val_loss"]
+                                                       for r in left.itertuples()], s=8, color=color, zorder=3)
+        ax2.scatter(formed["prev_step"].astype(float), [at.loc[(s["shape"], r.seed, int(r.prev_step)), "best_prev"]
+                                                         for r in formed.itertuples()], s=8, color=color, zorder=3)
+        _event_band(ax, s, "leave_step", color, float(curves["val_loss"].min()) - 0.04 * (i + 1))
+        _event_band(ax2, s, "prev_step", color, -0.03 * (i + 1))
+    ax2.axhline(threshold, color="0.4", ls=":", lw=0.8)
+    ax.set_ylabel("validation loss (nats/char)")
+    ax2.set_ylabel("best previous-token score")
+    ax2.set_xlabel("step")
+    ax.legend(frameon=False, ncols=2, fontsize=6)
+    left = f"{int(summary['left'].sum())} of {int(summary['seeds'].sum())}"
+    formed = f"{int(summary['formed'].sum())} of {int(summary['seeds'].sum())}"
+    fig.suptitle(f"{sweep}: mean over seeds (band min–max). Dots, dashed: each run's and each shape's mean step\n"
+                 f"of leaving the plateau (top; {left} runs) and of the previous-token head forming (bottom, best prev "
+                 f"≥ {threshold:g}; {formed} runs);\nbars: their bootstrap intervals over seeds", y=1.0, va="bottom",
+                 fontsize=7)
+    return fig
+
+
+def course_gaps(gaps: pd.DataFrame, verdicts: pd.DataFrame, sweep: str):
+    """Each arm's validation loss minus the reference arm's against the step (mean over seeds,
+    paired; band: the bootstrap interval at every step), its peak and, where it flips, its crossover
+    step with its interval; the verdict in the legend."""
+    fig, ax = figure(TWO_COLUMNS, 3.0)
+    for i, v in enumerate(verdicts.itertuples()):
+        color = PALETTE[i % len(PALETTE)]
+        g = gaps[gaps["arm"] == v.arm]
+        ax.plot(g["step"], g["gap"], color=color, marker="o", ms=2, lw=1,
+                label=f"{v.arm} − {v.reference}: {v.verdict}")
+        ax.fill_between(g["step"], g["gap_lo"], g["gap_hi"], color=color, alpha=0.2, lw=0)
+        ax.plot([v.peak_step], [v.peak_gap], marker="^", ms=5, color=color, zorder=3)
+        if pd.notna(v.crossover_step):
+            ax.axvspan(v.crossover_lo, v.crossover_hi, color=color, alpha=0.1, lw=0)
+            ax.axvline(v.crossover_step, color=color, ls="--", lw=0.7)
+    ax.axhline(0, color="0.3", lw=0.6)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss gap (nats/char)")
+    ax.legend(frameon=False, fontsize=6)
+    n = int(verdicts["seeds"].min()) if len(verdicts) else 0
+    ax.set_title(f"{sweep}: paired by seed ({n} seeds); band: bootstrap interval; triangle: peak;\ndashed: "
+                 "crossover (shaded: its interval). Nothing beyond the last evaluation.", fontsize=7)
     return fig

@@ -138,6 +138,9 @@ def check_sweeps(sweep_cfg: dict) -> list[str]:
     for name in sweep_cfg.get("skip") or []:
         if name not in sweeps:
             errors.append(f"sweep.skip: {name!r} is not a sweep ({sorted(sweeps)})")
+    from .course import course_errors
+
+    errors += course_errors(sweep_cfg)
     summ = sweep_cfg.get("summary") or {}
     split = summ.get("split_sweep")
     if split not in sweeps:

@@ -22,7 +22,10 @@ in-context score, and when its best induction head forms.
 * **In-context score** (:func:`in_context_score`): on the same windows, the mean loss at the
   late positions (the last ``late``) minus the mean loss at the early positions
   (``1 … early``), nats per character; negative when later characters are predicted better
-  than early ones, i.e. when the model uses its context.
+  than early ones, i.e. when the model uses its context. The probe's few windows carry their
+  own content (at the first evaluation their late characters are already ~0.5 nats harder than
+  their early ones), so the study reads it as a change from the run's first recorded value
+  (``in_context_change``): what training did to it.
 * **Formation step** (:func:`formation_step`): the first recorded step at which the best head's
   induction score reaches ``threshold``; None when it never does.
 """
@@ -37,6 +40,7 @@ from torch.nn import functional as F
 
 from ..arch import Adapter
 from .checks import positions_error
+from .course import formation_step
 from ..scores import induction_scores, prose_scores
 
 PROBE_KEYS = ("windows", "sequences", "seed", "early", "late")
@@ -183,13 +187,6 @@ def heads_frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(HEADS_COLUMNS))
 
 
-def formation_step(heads: pd.DataFrame, threshold: float, score: str = "induction") -> int | None:
-    """The first step at which the best head's ``score`` reaches ``threshold``; None if never."""
-    best = heads.groupby("step")[score].max().sort_index()
-    formed = best[best >= threshold]
-    return None if formed.empty else int(formed.index[0])
-
-
 # ------------------------------------------------------------------ the study over the sweep
 RUN_KEYS = ("sweep", "shape", "width", "heads", "seed")
 """What names a run in the study's tables (``heads`` = the number of heads)."""
@@ -199,9 +196,12 @@ FINAL_SCORES = ("induction", "induction_text", "prev", "sink")
 
 def best_curves(metrics: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:
     """Per evaluation step of one run: the best head's score of each of :data:`FINAL_SCORES`
-    (``best_<score>``) beside the validation loss and the in-context score."""
+    (``best_<score>``) beside the validation loss, the in-context score and its change from the
+    run's first recorded value (``in_context_change``)."""
     best = heads.groupby("step")[list(FINAL_SCORES)].max().add_prefix("best_").reset_index()
-    return metrics[["step", "val_loss", "in_context"]].merge(best, on="step", how="inner", validate="1:1")
+    m = metrics[["step", "val_loss", "in_context"]].sort_values("step")
+    m = m.assign(in_context_change=m["in_context"] - m["in_context"].iloc[0])
+    return m.merge(best, on="step", how="inner", validate="1:1")
 
 
 def cut_effects(cut: pd.DataFrame) -> dict:
@@ -234,7 +234,7 @@ def study(runs: list[dict], threshold: float) -> tuple[pd.DataFrame, pd.DataFram
         grid.append(h[h["step"] == h["step"].max()].assign(**key))
         last = curve.iloc[-1]
         rows.append(dict(key, step=int(last["step"]), val_loss=float(last["val_loss"]),
-                         in_context=float(last["in_context"]),
+                         in_context=float(last["in_context"]), in_context_change=float(last["in_context_change"]),
                          **{f"best_{s}": float(last[f"best_{s}"]) for s in FINAL_SCORES},
                          formation_step=formation_step(r["records"], threshold),
                          formation_step_text=formation_step(r["records"], threshold, "induction_text"),
@@ -319,7 +319,7 @@ def reading(per_run: pd.DataFrame, summary: pd.DataFrame, threshold: float, spli
     out.append(f"The strongest previous-token head scores {prev['best_prev']:.3f} ({prev['shape']} seed "
                f"{prev['seed']}); mean over runs {per_run['best_prev'].mean():.3f}.")
     for score, label in (("best_induction", "best induction"), ("best_prev", "best previous-token"),
-                         ("in_context", "in-context score")):
+                         ("in_context_change", "in-context score's change since the first evaluation")):
         e = head_count_effect(summary, split_sweep, score)
         head = (f"Head count and the {label} in `{split_sweep}`: spread {e['spread']:.3f} across head counts "
                 f"(highest with {e['top']}, lowest with {e['bottom']} heads)")
@@ -359,7 +359,8 @@ def markdown_section(root, figures: dict[str, str] | None = None, split_sweep: s
         "best sink": [_pm(m, s) for m, s in zip(summary["best_sink_mean"], summary["best_sink_std"])],
         "formed": [f"{round(f * n)} of {n}" for f, n in zip(summary["formed"], summary["seeds"])],
         "formation step": ["—" if pd.isna(x) else f"{x:.0f}" for x in summary["formation_step_mean"]],
-        "in-context (nats)": [_pm(m, s) for m, s in zip(summary["in_context_mean"], summary["in_context_std"])],
+        "in-context change (nats)": [_pm(m, s) for m, s in zip(summary["in_context_change_mean"],
+                                                             summary["in_context_change_std"])],
         "cut top − random (nats)": [f"{t - r:+.3f}" for t, r in zip(summary["cut_top_zero_mean"],
                                                                     summary["cut_random_zero_mean"])],
     })
@@ -367,7 +368,8 @@ def markdown_section(root, figures: dict[str, str] | None = None, split_sweep: s
         "## The heads the models grow (protocol §7b)", "",
         f"Every head of every model scored with the §4 code at every evaluation step on a fixed probe; "
         f"final best-head scores mean ± std over seeds (ddof 1); *formed*: runs whose best induction score "
-        f"reached {threshold:g}; in-context score: loss at the last positions minus at the first ones; the cut: "
+        f"reached {threshold:g}; in-context change: the in-context score (loss at the last positions minus at the "
+        "first ones) at the end minus at the run's first evaluation, what training did to it; the cut: "
         "the copy-2 loss change of the top induction head cut (zero) minus that of a random head. From "
         f"`{paths.sweep_heads_table('summary')}` and `{paths.sweep_heads_table('runs')}`.",
         _md(table), "", *reading(per_run, summary, threshold, split_sweep),

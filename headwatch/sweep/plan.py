@@ -174,6 +174,8 @@ def job_params(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> dict:
     entry = entry_of(sweep_cfg, sweep, shape)
     job = dict(model=model_of(sweep_cfg, entry), seed=seed, train=dict(sweep_cfg["sweeps"][sweep]["train"]),
                precision=sweep_cfg["precision"])
+    if sweep_cfg.get("compile"):            # absent when off: the eager jobs' params are unchanged
+        job["compile"] = True
     if sweep_cfg.get("heads"):              # §7b: the probe every evaluation step scores the heads on
         from .heads import PROBE_KEYS
 

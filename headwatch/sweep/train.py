@@ -125,8 +125,34 @@ def make_optimizer(model: CharLM, s: dict, device: torch.device) -> torch.optim.
     return torch.optim.AdamW(groups, lr=s["lr"], betas=tuple(s["betas"]), fused=True)
 
 
+def bf16_supported(device: torch.device) -> bool:
+    """Whether this device multiplies bfloat16 matrices in hardware: on a CUDA GPU
+    ``torch.cuda.is_bf16_supported()``; on a CPU oneDNN's bfloat16 kernels
+    (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: AVX-512 or AMX on x86). Without them torch
+    multiplies bfloat16 by a reference loop: on a 2-core AVX2 machine a laptop step took 7.4 s
+    instead of float32's 0.52 s (benchmarks/train.py)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return False
+
+
+def resolve_precision(device: torch.device, precision: str) -> tuple[str, str | None]:
+    """(the precision a run on ``device`` computes in, why it is not the one asked for or None):
+    bf16 on a device without bfloat16 matmuls (:func:`bf16_supported`) falls back to float32."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"sweep.precision: {precision!r} is not one of {PRECISIONS}")
+    if precision == "bf16" and not bf16_supported(device):
+        return "float32", (f"bf16 asked for, but {device} has no bfloat16 matmul kernels "
+                           "(torch.ops.mkldnn._is_mkldnn_bf16_supported() is False): trained in float32")
+    return precision, None
+
+
 def precision_context(device: torch.device, precision: str):
-    """float32 (exact), tf32 (CUDA matmuls in TF32) or bf16 (autocast)."""
+    """float32 (exact), tf32 (CUDA matmuls in TF32) or bf16 (autocast); the precision as given
+    (:func:`resolve_precision` says whether the device can)."""
     if precision not in PRECISIONS:
         raise ValueError(f"sweep.precision: {precision!r} is not one of {PRECISIONS}")
     torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
@@ -327,7 +353,7 @@ def validation_record(val_ids: np.ndarray, meta: dict, lengths: np.ndarray | Non
 def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: dict,
           checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
           precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None,
-          full_eval: bool = True, heads: dict | None = None):
+          full_eval: bool = True, heads: dict | None = None, compile: bool = False):
     """Train one model; return (model, metrics DataFrame, info dict, heads DataFrame).
 
     ``ids``/``meta``: the corpus's character ids (:func:`headwatch.charlm.corpus.load_ids`) or a
@@ -345,8 +371,14 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     one row per step and head; empty without them) and the metrics rows get the in-context
     score (``in_context``). Both are kept in the checkpoint, so a resumed run ends with the same
     records.
+
+    ``precision``: as asked (``sweep.precision``); bf16 on a device without bfloat16 matmuls
+    trains in float32 (:func:`resolve_precision`, said in the log). ``compile``: the training
+    steps' forward and backward through ``torch.compile`` (``sweep.compile``; the evaluations stay
+    eager). The info records both: ``precision_requested``, ``precision`` (what was computed),
+    ``precision_fallback`` (why they differ, or None) and ``compiled``.
     """
-    run = _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision, lengths, heads)
+    run = _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision, lengths, heads, compile)
     s = run.s
     for step in range(run.first, s["steps"]):
         _step(run, step)
@@ -369,7 +401,11 @@ class _Run:
     s: dict
     seed: int
     device: torch.device
-    precision: str
+    precision: str                # the precision computed in (the one asked for is in the fingerprint)
+    precision_requested: str
+    fallback: str | None          # why they differ
+    compiled: bool
+    forward: object               # the model, or its torch.compile wrapper (training steps only)
     spec: ModelSpec
     amp: object
     record: dict
@@ -397,7 +433,8 @@ class _Run:
     clock: float | None = None
 
 
-def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision, lengths, heads) -> _Run:
+def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision, lengths, heads,
+           compile=False) -> _Run:
     """Settings, data on the device, model and optimizer, resumed from the newest matching
     checkpoint if there is one; every step's windows on the device."""
     s = settings_of(train_cfg)
@@ -410,6 +447,10 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
     train_ids, val_ids = data[:n_train], data[n_train:]
     val_offsets = torch.as_tensor(eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context),
                                   device=device)
+    requested = precision
+    precision, fallback = resolve_precision(device, requested)
+    if fallback:
+        log.warning("%s", fallback)
     amp = precision_context(device, precision)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -417,8 +458,9 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
     model = make_model(meta["vocab_size"], model_cfg, seed).to(device)
     opt = make_optimizer(model, s, device)
     params = sum(p.numel() for p in model.parameters())
-    fp = fingerprint(model=model_cfg, seed=seed, train=s, precision=precision,
-                     corpus=meta.get("sha256"), vocab=meta["vocab_size"], **({"heads": heads} if heads else {}))
+    fp = fingerprint(model=model_cfg, seed=seed, train=s, precision=requested,
+                     corpus=meta.get("sha256"), vocab=meta["vocab_size"], **({"heads": heads} if heads else {}),
+                     **({"compile": True} if compile else {}))
     state = dict(step=0, rows=[], loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0, heads=[])
     probe = adapter = None
     if heads:
@@ -437,8 +479,10 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
         torch.set_rng_state(saved["rng"])
         state = saved["state"]
         resumed_from = state["step"]
-    log.info("model %s seed %d: %d parameters, device %s, precision %s, threads %d",
-             spec.to_dict(), seed, params, device, precision, torch.get_num_threads())
+    log.info("model %s seed %d: %d parameters, device %s, precision %s%s, threads %d%s",
+             spec.to_dict(), seed, params, device, precision,
+             f" (asked: {requested})" if precision != requested else "", torch.get_num_threads(),
+             ", training steps compiled (torch.compile)" if compile else "")
 
     # Weight of the load-balancing loss (mean of the expert layers' E·Σ f_i·P_i); 0 = none.
     balance = float(model_cfg.get("balance", TRAINING_OPTIONS["balance"]))
@@ -454,7 +498,9 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
     offsets = torch.as_tensor(np.array([batch_offsets(seed, k, n_train, s["batch"], context)
                                         for k in range(first, s["steps"])], dtype=np.int64)
                               .reshape(-1, s["batch"]), device=device)
-    return _Run(s=s, seed=seed, device=device, precision=precision, spec=spec, amp=amp, record=record,
+    return _Run(s=s, seed=seed, device=device, precision=precision, precision_requested=requested,
+                fallback=fallback, compiled=bool(compile), forward=torch.compile(model) if compile else model,
+                spec=spec, amp=amp, record=record,
                 train_ids=train_ids, val_ids=val_ids, val_offsets=val_offsets, model=model, opt=opt,
                 params=params, fp=fp, state=state, ckpt=ckpt, resumed_from=resumed_from, recovered=recovered,
                 attempt_log=attempt_log, earlier_logs=earlier_logs, balance=balance, first=first,
@@ -471,7 +517,7 @@ def _step(run: _Run, step: int) -> None:
         g["lr"] = lr_at(step, s["lr"], s["min_lr"], s["warmup"], s["steps"])
     x, y = windows(run.train_ids, run.offsets[step - run.first], run.spec.context)
     with run.amp:
-        logits = model(x)
+        logits = run.forward(x)
     loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
     opt.zero_grad(set_to_none=True)
     if run.balance:   # the reported train loss stays the cross-entropy alone
@@ -552,7 +598,8 @@ def _finish(run: _Run, ids, meta: dict, model_cfg: dict, lengths, full_eval: boo
         log.info("whole validation split: %.4f bits/char (%d tokens, %d characters, %.1f characters per "
                  "window)", full["bits_per_char"], full["val_tokens"], full["val_chars"], full["chars_per_window"])
     info = dict(params=run.params, fingerprint=run.fp, resumed_from=run.resumed_from, device=str(run.device),
-                precision=run.precision, threads=torch.get_num_threads(),
+                precision=run.precision, precision_requested=run.precision_requested,
+                precision_fallback=run.fallback, compiled=run.compiled, threads=torch.get_num_threads(),
                 final_val_loss=float(metrics["val_loss"].iloc[-1]), val_full=full,
                 vocab=meta["vocab"] if lengths is not None else "char", vocab_size=meta["vocab_size"],
                 train_chars_per_token=record["train_chars_per_token"], **peak_memory(run.device))

@@ -1,0 +1,155 @@
+"""The course of training (headwatch/sweep/course.py, protocol §7 and §7b) on hand-made curves:
+where a run arrives on and leaves its plateau (and one that never leaves, one with no plateau), when
+its previous-token head forms, and the verdict of a gap that holds, one that narrows and one that
+flips (with its crossover step)."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from headwatch.sweep import course
+from headwatch.sweep.summary import SummaryError
+
+BOOT = dict(resamples=2000, seed=0, level=0.95)
+STEPS = np.arange(30, 630, 30)          # the laptop run's evaluations: every 30 of 600 steps
+
+
+def curve(leave: int | None, plateau: float = 2.52, start: float = 3.4, slope: float = 0.0015) -> np.ndarray:
+    """A laptop-like validation curve: a fast fall from ``start`` to the plateau by step 60, a slow
+    drift on it, then from ``leave`` (if any) a fall of ``slope`` per step."""
+    loss = plateau + (start - plateau) * np.exp(-(STEPS - 30) / 12.0) - 0.00005 * STEPS
+    if leave is not None:
+        loss = loss - slope * np.clip(STEPS - leave, 0, None)
+    return loss
+
+
+def test_a_run_arrives_on_its_plateau_after_the_early_fall_and_leaves_it_by_the_margin():
+    loss = curve(leave=210)
+    ev = course.plateau_events(STEPS, loss, warmup=30, margin=0.05)
+    # Not at step 30 or 60: the early fall (3.4 -> 2.6) is still more than the margin per evaluation.
+    assert ev["plateau_step"] == 90 and ev["plateau_loss"] == pytest.approx(loss[2])
+    first_below = STEPS[2 + np.flatnonzero(loss[2:] <= loss[2] - 0.05)[0]]
+    assert ev["leave_step"] == first_below and 210 < ev["leave_step"] <= 270
+    # A larger margin: the arrival may come earlier (a larger fall per evaluation counts as flat),
+    # the leaving is still the first evaluation that far below the level.
+    wide = course.plateau_events(STEPS, loss, 30, 0.1)
+    i, j = (list(STEPS).index(wide[k]) for k in ("plateau_step", "leave_step"))
+    assert loss[j] <= wide["plateau_loss"] - 0.1 < loss[j - 1] and i < j and wide["leave_step"] >= ev["leave_step"]
+    # The warm-up: no arrival before it, even where the curve is already flat.
+    assert course.plateau_events(STEPS, loss, warmup=150, margin=0.05)["plateau_step"] == 150
+
+
+def test_a_run_that_never_leaves_and_one_with_no_plateau():
+    never = course.plateau_events(STEPS, curve(leave=None), warmup=30, margin=0.05)
+    assert never["plateau_step"] == 90 and never["leave_step"] is None
+    steep = 4.0 - 0.004 * STEPS                   # falls 0.12 per evaluation throughout: never flat
+    assert course.plateau_events(STEPS, steep, 30, 0.05) == dict(plateau_step=None, plateau_loss=None,
+                                                                 leave_step=None)
+    with pytest.raises(ValueError, match="increasing"):
+        course.plateau_events(STEPS[::-1], steep, 30, 0.05)
+
+
+def records(prev_by_step: dict[int, list[float]]) -> pd.DataFrame:
+    """heads.parquet rows: per step one row per head with the given prev scores (others 0)."""
+    return pd.DataFrame([dict(step=s, layer=0, head=h, sink=0.0, prev=p, self=0.0, induction=0.0,
+                              induction_text=0.0) for s, ps in prev_by_step.items() for h, p in enumerate(ps)])
+
+
+def test_the_previous_token_head_forms_when_the_best_head_reaches_the_threshold():
+    heads = records({int(s): [0.04, min(0.9, 0.002 * max(0, s - 150))] for s in STEPS})
+    metrics = pd.DataFrame(dict(step=STEPS, val_loss=curve(leave=210)))
+    ev = course.run_events(metrics, heads, warmup=30, margin=0.05, threshold=0.3)
+    assert ev["prev_step"] == 300                         # 0.002 × (300 − 150) = 0.3
+    assert ev["lag"] == ev["prev_step"] - ev["leave_step"]
+    assert ev["prev_at_leave"] == pytest.approx(0.002 * (ev["leave_step"] - 150))
+    weak = records({int(s): [0.04, 0.1] for s in STEPS})
+    ev = course.run_events(metrics, weak, 30, 0.05, 0.3)
+    assert ev["prev_step"] is None and ev["lag"] is None
+
+
+def runs_of(shape: str, seeds, make) -> list[dict]:
+    return [dict(sweep="s", shape=shape, width=256, heads=int(shape.split("-h")[1]), seed=seed,
+                 metrics=pd.DataFrame(dict(step=STEPS, val_loss=make(seed))),
+                 records=records({int(s): [0.5 if s >= 300 else 0.1] for s in STEPS})) for seed in seeds]
+
+
+def noise(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 0.002, len(STEPS))
+
+
+SEEDS = (0, 1, 2, 3, 4)
+
+
+def sweep_curves() -> list[dict]:
+    """A reference arm (h1) and three arms: one whose gap holds (a steady 0.1 above the reference), one
+    that narrows (0.2 at step 300, 0.05 at the end), one that flips (above until ~step 390, below at
+    the end); every seed shares the reference's shift (the data order), plus its own small noise."""
+    base = lambda seed: curve(leave=210) + 0.02 * seed + noise(seed)  # noqa: E731
+    bump = np.exp(-((STEPS - 300) / 120.0) ** 2)
+    shapes = {
+        "w256-h1": base,
+        "w256-h4": lambda seed: base(seed) + 0.1 + noise(seed + 10),
+        "w256-h8": lambda seed: base(seed) + 0.05 + 0.15 * bump + noise(seed + 20),
+        "w256-h32": lambda seed: base(seed) + 0.13 - 0.0004 * STEPS + noise(seed + 30),
+    }
+    return [r for shape, make in shapes.items() for r in runs_of(shape, SEEDS, make)]
+
+
+def test_the_verdicts_of_a_gap_that_holds_one_that_narrows_and_one_that_flips():
+    tables = course.course(sweep_curves(), "w256-h1", {s: 30 for s in ("w256-h1", "w256-h4", "w256-h8", "w256-h32")},
+                           margin=0.05, threshold=0.3, bootstrap=BOOT)
+    v = tables["verdicts"].set_index("arm", drop=False)
+    assert v.loc["w256-h4", "verdict"] == "holds"
+    assert v.loc["w256-h8", "verdict"] == "narrows" and v.loc["w256-h8", "peak_step"] == 300
+    assert v.loc["w256-h8", "end_hi"] < v.loc["w256-h8", "peak_lo"] and v.loc["w256-h8", "end_lo"] > 0
+    flip = v.loc["w256-h32"]
+    assert flip["verdict"] == "flips" and flip["end_hi"] < 0 and flip["direction"] == 1
+    # Its order is set at step 30 (+0.118, resolved), where it also peaks, though the reversed gap
+    # ends larger (−0.11); 0.13 − 0.0004 s < 0 from s = 325: the mean gap crosses at the next evaluation.
+    assert flip["peak_step"] == 30 and flip["end_gap"] < -flip["peak_gap"] + 0.02
+    assert flip["crossover_step"] == 330 and flip["crossover_lo"] <= 330 <= flip["crossover_hi"]
+    assert flip["crossover_resamples"] > 0
+    assert pd.isna(v.loc["w256-h4", "crossover_step"])
+    g = tables["gaps"]
+    assert len(g) == 3 * len(STEPS) and (g["gap_lo"] <= g["gap"] + 1e-12).all() and (g["gap"] <= g["gap_hi"] + 1e-12).all()
+    h4 = g[g["arm"] == "w256-h4"]
+    assert h4["gap"].to_numpy() == pytest.approx(0.1, abs=0.01)
+    # Every run leaves the plateau and forms its previous-token head at 300 (the records above).
+    s = tables["events_summary"].set_index("shape")
+    assert (s["left"] == len(SEEDS)).all() and (s["formed"] == len(SEEDS)).all()
+    assert (s["prev_step_mean"] == 300).all() and (s["prev_step_lo"] == 300).all()
+    assert (s["leave_step_lo"] <= s["leave_step_mean"]).all() and (s["leave_step_mean"] <= s["leave_step_hi"]).all()
+    assert "**flips**" in course.verdict_sentence(flip) and "crosses 0 at step 330" in course.verdict_sentence(flip)
+
+
+def test_a_gap_that_the_seeds_cannot_resolve_and_the_verdict_rule_itself():
+    assert course.gap_verdict((0.01, 0.05), (0.1, 0.2), 1) == "narrows"
+    assert course.gap_verdict((0.12, 0.25), (0.1, 0.2), 1) == "holds"
+    assert course.gap_verdict((-0.05, -0.01), (0.1, 0.2), 1) == "flips"
+    assert course.gap_verdict((-0.02, 0.15), (0.1, 0.2), 1) == "not resolved"
+    assert course.gap_verdict((-0.25, -0.12), (-0.2, -0.1), -1) == "holds"      # the arm ahead throughout
+    assert course.gap_verdict((0.01, 0.05), (-0.2, -0.1), -1) == "flips"
+    # The order: the first clear gap (interval off 0 and at least the margin), not the largest.
+    means, lo, hi = (np.array(x) for x in ([0.01, 0.08, 0.02, -0.12], [0.005, 0.06, -0.01, -0.14],
+                                           [0.015, 0.1, 0.05, -0.1]))
+    assert course.order_and_peak(means, lo, hi, 0.05) == (1, 1)
+    assert course.order_and_peak(means, lo, hi, 0.2) == (-1, 3)        # none clear: the largest
+
+
+def test_a_gap_needs_the_same_seeds_in_both_arms():
+    runs = sweep_curves()
+    runs = [r for r in runs if not (r["shape"] == "w256-h4" and r["seed"] == 4)]
+    with pytest.raises(SummaryError, match="share their seeds"):
+        course.course(runs, "w256-h1", {s: 30 for s in ("w256-h1", "w256-h4", "w256-h8", "w256-h32")}, 0.05, 0.3, BOOT)
+
+
+def test_course_settings_are_checked_before_any_job():
+    sw = dict(sweeps=dict(a=dict(grid=[dict(width=8, heads=1), dict(width=8, heads=2)]),
+                          b=dict(grid=[dict(width=8, heads=1)])), course=dict(sweeps=dict(a="w8-h4", b="w8-h1",
+                                                                                          c="w8-h1")))
+    errors = course.course_errors(sw)
+    assert any("sweep.course.sweeps.a" in e and "'w8-h4' is not a shape" in e for e in errors)
+    assert any("sweep.course.sweeps.b" in e and "no arm beside" in e for e in errors)
+    assert any("sweep.course.sweeps.c" in e and "not a sweep" in e for e in errors)
+    sw["course"]["sweeps"] = dict(a="w8-h1")
+    assert course.course_errors(sw) == []
+    assert course.course_sweeps(dict(sw, skip=["a"])) == {}
