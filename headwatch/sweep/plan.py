@@ -182,16 +182,18 @@ def job_params(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> dict:
         job["heads"] = {k: sweep_cfg["heads"][k] for k in PROBE_KEYS}
     if vocab_of(entry) != CHAR:             # absent for the corpus's characters: those params are unchanged
         job["vocab"] = vocab_of(entry)
-    if vocab_of(entry) != CHAR or shape in vocab_study_shapes(sweep_cfg):
+    if vocab_of(entry) != CHAR or read_by_vocab_study(sweep_cfg, shape, seed, job["train"]):
         job["val_full"] = True
     return job
 
 
-def vocab_study_shapes(sweep_cfg: dict) -> set[str]:
-    """The configurations a ``vocab`` study lists, whether or not it is planned (``sweep.skip``):
-    their jobs score the whole validation split, so skipping the study reruns nothing."""
-    return {slug(e) for sw in sweep_cfg["sweeps"].values()
-            if (sw.get("study") or {}).get("kind") == "vocab" for e in sw["grid"]}
+def read_by_vocab_study(sweep_cfg: dict, shape: str, seed: int, train: dict) -> bool:
+    """Whether a ``vocab`` study reads this run: it lists the configuration and the seed with the
+    same training settings, whether or not it is planned (``sweep.skip``). Such a job scores the
+    whole validation split, so skipping the study reruns nothing; a run of the same shape with
+    other settings (a longer sweep's) does not pay for a score nobody reads."""
+    return any((sw.get("study") or {}).get("kind") == "vocab" and seed in sw["seeds"] and sw["train"] == train
+               and any(slug(e) == shape for e in sw["grid"]) for sw in sweep_cfg["sweeps"].values())
 
 
 def job_vocab(sweep_cfg: dict, sweep: str, shape: str) -> str:
