@@ -181,11 +181,12 @@ def copy_course_figures(root: Path, out: Path, sweep: str) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     links = {}
     for key in targets.SWEEP_COURSE_FIGURES:
-        src = root / paths.sweep_figure(f"course_{sweep}_{key}", "png")
+        src = root / paths.course_figure(sweep, key, "png")
         if not src.exists():
             raise PageError(f"no {src}: the run did not make its figures")
-        shutil.copy2(src, folder / src.name)
-        links[key] = f"{folder.name}/{src.name}"
+        name = f"course_{sweep}_{key}.png"
+        shutil.copy2(src, folder / name)
+        links[key] = f"{folder.name}/{name}"
     return links
 
 

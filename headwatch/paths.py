@@ -208,6 +208,13 @@ def sweep_figure(name: str, ext: str) -> str:
     return _join(FIGURES, "sweep", f"{name}.{ext}")
 
 
+def course_figure(sweep: str, key: str, ext: str) -> str:
+    """One sweep's course figure (protocol §7, §7b; :data:`headwatch.targets.SWEEP_COURSE_FIGURES`):
+    ``figures/sweep/course/{sweep}/{key}.{ext}`` — the sweep's name a folder of its own, so that the
+    longest file name stays the name plus what every other figure adds."""
+    return _join(FIGURES, "sweep", "course", sweep, f"{key}.{ext}")
+
+
 # ------------------------------------------------------------------ logs and time/memory records
 def log(rule: str, *wildcards: str) -> str:
     """A rule's log: ``results/logs/{rule}.log``, or ``results/logs/{rule}/{w1}/.../{wn}.log``."""

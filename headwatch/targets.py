@@ -137,7 +137,7 @@ def sweep_figures(config: dict) -> list[str]:
              for f in figure_pair(paths.sweep_figure, stem)] if summarized(config) else []) + (
         [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")]
         + [f for n in course_sweeps(config["sweep"]) for key in SWEEP_COURSE_FIGURES
-           for f in figure_pair(paths.sweep_figure, f"course_{n}_{key}")])
+           for f in figure_pair(paths.course_figure, n, key)])
 
 
 def model_figures(config: dict) -> list[str]:

@@ -64,7 +64,7 @@ rule figures_sweep_course:
     input:
         **{name: paths.course_table("{sweep}", name) for name in sweep_course.TABLES},
     output:
-        **{f"{key}_{ext}": report(paths.sweep_figure(f"course_{{sweep}}_{key}", ext),
+        **{f"{key}_{ext}": report(paths.course_figure("{sweep}", key, ext),
                                   caption=f"../report/sweep_course_{key}.rst", category="sweep",
                                   subcategory="the course of {sweep}")
            for key in targets.SWEEP_COURSE_FIGURES for ext in paths.EXTENSIONS},

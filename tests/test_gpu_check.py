@@ -91,7 +91,9 @@ def test_each_rules_wall_time_is_the_sum_of_its_benchmark_records(tiny):
     rows = {r[0]: r for r in printed_table(tiny["stdout"], "== rules")}
     assert set(walls) <= set(rows) and len(walls) >= 10
     for rule, wall in walls.items():
-        assert rows[rule][4] == f"{wall:.1f}", (rule, rows[rule])
+        # printed to 0.1 s; the check sums in its own order, so a sum on a rounding edge (141.35)
+        # may print either way: within half a printed unit, and never further
+        assert abs(float(rows[rule][4]) - wall) <= 0.05 + 1e-9, (rule, wall, rows[rule])
     # the model rules and the training jobs are among them
     assert {"scores_heads", "ablation_topk", "ablation_circuit", "ablation_attribution", "anatomy_weight_check",
             "anatomy_kv_groups", "sweep_train"} <= set(rows)

@@ -22,8 +22,9 @@ TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet",
            "results/sweep/heads/summary.parquet", "results/sweep/course/heads_split/verdicts.parquet"]
 FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", "contrast", "training_curves",
                                               "study_experts", "study_vocab", "heads_formation", "heads_finals",
-                                              "heads_grid", "course_heads_split_events", "course_heads_split_gaps")
-           for e in ("pdf", "png")]
+                                              "heads_grid")
+           for e in ("pdf", "png")] + [f"figures/sweep/course/heads_split/{k}.{e}" for k in ("events", "gaps")
+                                       for e in ("pdf", "png")]
 VOCAB_GRID = [{"width": 16, "heads": 2}, {"width": 16, "heads": 2, "vocab": "bpe300"}]
 
 
@@ -273,7 +274,7 @@ def test_a_bad_grid_entry_stops_before_any_job(tmp_path, tiny_model_dir):
 
 LONG_TARGETS = ([f"results/sweep/course/heads_long/{t}.parquet" for t in ("curves", "events", "events_summary",
                                                                          "gaps", "verdicts")]
-                + [f"figures/sweep/course_heads_long_{k}.{e}" for k in ("events", "gaps") for e in ("pdf", "png")])
+                + [f"figures/sweep/course/heads_long/{k}.{e}" for k in ("events", "gaps") for e in ("pdf", "png")])
 
 
 def test_laptop_long_shares_the_results_tree_and_writes_its_section(sweep_run, tmp_path):

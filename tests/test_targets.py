@@ -79,7 +79,7 @@ def test_laptop_long_asks_only_for_its_own_sweep_and_course():
     assert not targets.summarized(long) and not laptop & set(out)
     assert paths.course_table("heads_long", "verdicts") in out and paths.course_table("heads_split", "gaps") in laptop
     assert {p.split("/")[2] for p in out if p.startswith("results/sweep/")} == {"heads_long", "course"}
-    assert paths.sweep_figure("course_heads_long_gaps", "png") in out and len(plan.train_jobs(long["sweep"])) == 9
+    assert paths.course_figure("heads_long", "gaps", "png") in out and len(plan.train_jobs(long["sweep"])) == 9
     assert run_record.run_scale(long, ROOT)[0] == "laptop-long"
 
 
