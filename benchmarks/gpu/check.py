@@ -531,10 +531,11 @@ def _fmt(x, spec=".4g") -> str:
 
 
 def guards(results: Path) -> list[dict]:
-    """Every guard's figures: each ablation rule's record, read where the rules write it for rule
-    ``ablation_guards`` (``results/{model}/ablation/guards/{experiment}.json``, so that a record
-    left over from an older layout is not shown), then, found by what the records hold, the weight
-    check (``max_abs_delta``) and the key-group cuts (a table with ``others_max_delta``)."""
+    """Every guard's figures: each guard record (by its name) of each ablation rule's record, read
+    where the rules write it for rule ``ablation_guards``
+    (``results/{model}/ablation/guards/{experiment}.json``, so that a record left over from an older
+    layout is not shown), then, found by what the records hold, the weight check
+    (``max_abs_delta``) and the key-group cuts (a table with ``others_max_delta``)."""
     import pandas as pd
 
     from headwatch import paths
