@@ -54,9 +54,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from headwatch.ablation import prob_of  # noqa: E402
-from headwatch.ablation_settings import AblationSettings  # noqa: E402
+from headwatch.settings.ablation import AblationSettings  # noqa: E402
 from headwatch.cut import BatchedCuts, cut_heads  # noqa: E402
-from headwatch.guards import guard_batched  # noqa: E402
+from headwatch.guards import batched_vs_loop  # noqa: E402
 from headwatch.models import load_prepared  # noqa: E402
 from headwatch.sequences import phrases_table  # noqa: E402
 
@@ -245,7 +245,7 @@ def main(argv=None):
         print(f"  {phrase:12s} wall: " + ", ".join(line), flush=True)
     lp, b1, b2 = (torch.cat(res[k]) for k in ("loop", "b1", "b2"))
     t_batched, c_batched = (t["b1"] + t["b2"]) / 2, (c["b1"] + c["b2"]) / 2
-    agree = guard_batched(b1, lp, tolerance, "probability of the expected token, every cut")
+    agree = batched_vs_loop([({}, b1, lp)], tolerance, "probability of the expected token, every cut")
     print(f"(i)   one forward per cut (hook):  wall {t['loop']:8.2f} s ({1000 * t['loop'] / n_cuts:.1f} ms per cut); "
           f"CPU {c['loop']:8.2f} s")
     print(f"(ii)  batched (mask, prefix reuse, last-position logits): wall {t_batched:8.2f} s "
@@ -256,11 +256,11 @@ def main(argv=None):
           f"{t['loop'] / max(t['b1'], t['b2']):.2f}×); CPU time of this process: {c['loop'] / c_batched:.2f}×"
           + (f"   target ≥ 6×: {'met' if ratio >= 6 else 'NOT met'}" if full else
              "   (a subset: the ≥ 6× target is for every cut on every phrase)"))
-    print(f"agreement (ii) vs (i): max |Δp| = {agree['max_abs_diff']:.3g} over {agree['n_values']} probabilities "
+    print(f"agreement (ii) vs (i): max |Δp| = {agree['max_abs_diff']:.3g} over {lp.numel()} probabilities "
           f"(tolerance {tolerance:g}): PASS; batched runs identical: {torch.equal(b1, b2)}")
     if bridge is not None:
         tl = torch.cat(res["tl"])
-        tl_agree = guard_batched(tl, lp, tolerance, "TransformerLens vs the hook loop, every cut")
+        tl_agree = batched_vs_loop([({}, tl, lp)], tolerance, "TransformerLens vs the hook loop, every cut")
         print(f"(iii) TransformerLens run_with_hooks loop: wall {t['tl']:8.2f} s "
               f"({1000 * t['tl'] / n_cuts:.1f} ms per cut); CPU {c['tl']:8.2f} s")
         print(f"(iii)/(ii), wall: {t['tl'] / t_batched:.2f}×  (CPU {c['tl'] / c_batched:.2f}×);  "

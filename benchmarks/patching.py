@@ -48,6 +48,7 @@ TransformerLens is an optional benchmark dependency, never a runtime one:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -65,6 +66,7 @@ from ablation import compare_bridge_logits, peak_rss_gb, pick_heads, timed, tran
 from headwatch.models import load_prepared  # noqa: E402
 from headwatch.patching import (Patch, Patcher, attribution_patching, correlations, logit_diff,  # noqa: E402
                                 prompt_set, prompt_tensors)
+from headwatch.settings.patching import PatchingSettings  # noqa: E402
 
 
 def batched(model, adapter, clean, corrupted, io, s, batch, heads):
@@ -138,10 +140,10 @@ def main(argv=None):
     ap.add_argument("--no-repeat", action="store_true", help="run the batched path once, not before and after")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads or torch.get_num_threads())
-    params = dict(yaml.safe_load(open(args.config))["patching"])
+    configured = PatchingSettings.from_config(yaml.safe_load(open(args.config))["patching"])
     quick = yaml.safe_load(open(ROOT / "config/quick.yaml")).get("patching", {})
-    params["n"] = args.n or quick.get("n", params["n"])
-    batch = args.batch or params["batch"]
+    settings = dataclasses.replace(configured, n=args.n or quick.get("n", configured.n))   # the rules' typed settings
+    batch = args.batch or settings.batch
 
     try:
         import transformer_lens  # noqa: F401
@@ -150,12 +152,12 @@ def main(argv=None):
                          "(optional: pip install -r requirements.txt transformer-lens==4.3.0)") from None
     model, tokenizer, adapter = load_prepared(args.model, "float32", args.device)
     device = next(model.parameters()).device
-    prompts, note = prompt_set(tokenizer, params)
+    prompts, note = prompt_set(tokenizer, settings)
     clean, corrupted, io, s = (t.to(device) for t in prompt_tensors(prompts))
     heads = pick_heads(adapter.heads(), args.heads)
     n_heads, full = len(heads), len(heads) == len(adapter.heads())
     print(f"model {args.model}: {adapter.n_layers} layers × {adapter.n_heads} heads; {len(prompts)} prompts of "
-          f"{note['length']} tokens ({len(params['templates'])} templates, ABBA and BABA, corrupted ABC); "
+          f"{note['length']} tokens ({len(settings.templates)} templates, ABBA and BABA, corrupted ABC); "
           f"patching {n_heads} heads{'' if full else ' (a subset)'}, z over every position")
     print(f"device {device.type}, dtype {model.dtype}, torch threads {torch.get_num_threads()}, "
           f"batch {batch} rows per forward (headwatch)")

@@ -11,7 +11,7 @@ intervention API).
   non-additivity of the two costliest heads.
 
 Every experiment reads its settings from one typed object,
-:class:`headwatch.ablation_settings.AblationSettings` (the rule's slice of ``ablation:``).
+:class:`headwatch.settings.ablation.AblationSettings` (the rule's slice of ``ablation:``).
 
 **How a head is cut** (``ablation.method``): ``zero`` replaces its voice ``z``
 (its slice of the output projection's input) by 0; ``mean`` replaces it by
@@ -23,8 +23,8 @@ both methods side by side (a ``method`` column, the configured one first);
 Every experiment runs the guards of protocol §5 through :class:`headwatch.guards.AblationGuards`
 (hook vs its weight-level form on the full logits — zeroed Wo columns for zero
 cuts, zeroed columns plus the mean's projection as a bias for mean cuts —,
-batched vs one-at-a-time, the model back intact at the end); a failed guard
-raises :class:`~headwatch.guards.GuardError` and no table is written.
+batched vs one-at-a-time, the model back intact at the end; 5a's random control);
+a failed guard raises :class:`~headwatch.guards.GuardError` and no table is written.
 
 **Which positions a loss reads.** A sequence is ``offset`` BOS tokens (0 or 1)
 then copy 1 (positions ``offset .. offset+T-1``) then copy 2 (positions
@@ -50,13 +50,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .ablation_settings import METHODS, AblationSettings
+from .settings.ablation import METHODS, AblationSettings
 from .arch import Adapter, Head, head_label, heads_label
 from .device import exact_numerics
 from .cut import (BatchedCuts, cut_heads, cut_rows, head_mask, head_means, heads_one_per_layer, loop_cuts,
                   normalize_heads)
-from .guards import AblationGuards, GuardError
-from .scores import attention_maps, induction_cells, induction_scores, top_heads
+from .guards import AblationGuards, random_control
+from .names import top_heads
+from .scores import attention_maps, induction_cells, induction_scores
 from .sequences import ids_tensor
 
 log = logging.getLogger("headwatch.ablation")
@@ -148,10 +149,10 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
     with both cut methods (rows of the configured ``ablation.method`` first; the same draws).
 
     ``settings``: of the ``ablation`` config slice, it reads top_n, k, random_draws, seed, method,
-    batch, tolerance, hook_tolerance. Random heads come from outside the top_n targeted set (never a
-    targeted head).
+    batch, tolerance, hook_tolerance, guard_sequences. Random heads come from outside the top_n
+    targeted set (never a targeted head: the guard :func:`~headwatch.guards.random_control`).
     """
-    settings.need("top_n", "k", "random_draws", "seed")
+    settings.need("top_n", "k", "random_draws", "seed", "guard_sequences")
     top_n, ks, draws = settings.top_n, list(settings.k), settings.random_draws
     if max(ks) > top_n:
         raise ValueError(f"ablation.k = {ks} asks for more heads than ablation.top_n = {top_n}")
@@ -178,20 +179,25 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
         rand = random_heads(pool, k, draws, settings.seed, "topk", k)
         index[("random", k)] = list(range(len(variants), len(variants) + draws))
         variants += rand
+    guards.add(random_control(targeted, {k: [variants[v] for v in index[("random", k)]] for k in ks}))
     log.info("5a: %d cut variants × %d eval sequences × %d methods", len(variants), len(ids), len(methods))
     kmax, n1 = max(ks), len(c1)
+    # Guard 3 on the intact model, the largest targeted cut and the first random draw of it, on
+    # the guard sequences (each row of the batched run is compared with its own loop).
+    compared = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
+    g = min(settings.guard_sequences, len(ids))
+    hidden = None                    # the intact hidden states: one capture for both methods
 
     def per_copy(method: str) -> np.ndarray:
         """[V, 2]: mean loss on copy 1 and copy 2 of every variant cut by ``method``."""
-        runner = BatchedCuts(model, adapter, ids, positions, settings.batch, means=means[method])
+        nonlocal hidden
+        runner = BatchedCuts(model, adapter, ids, positions, settings.batch, means=means[method], hidden=hidden)
+        hidden = runner.hidden
         losses = runner.run_variants(variants, reduce).cpu()                  # [V, N, P]
-        # Guard 3 on the intact model, the largest targeted cut and the first random draw of it.
-        compared = [0, index[("targeted", kmax)], index[("random", kmax)][0]]
-        looped = loop_cuts(model, adapter, ids, [variants[v] for v in compared], reduce, positions,
+        looped = loop_cuts(model, adapter, ids[:g], [variants[v] for v in compared], reduce, positions,
                            settings.batch, means[method]).cpu()
-        guards.batched_vs_loop(losses[compared], looped, settings.tolerance,
-                               f"5a loss per token (nats), {method} cuts, {len(compared)} variants × "
-                               f"{len(ids)} sequences × {len(positions)} positions")
+        guards.loop(losses[compared, :g], looped, f"5a loss per token (nats), {method} cuts, {len(compared)} "
+                    f"variants × {g} sequences × {len(positions)} positions")
         return torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
                            dim=1).double().numpy()
 
@@ -201,12 +207,7 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
         for k in ks:
             t = index[("targeted", k)]
             r = index[("random", k)]
-            sizes = {len(variants[v]) for v in r}
-            if len(sizes) != 1:
-                raise GuardError(f"random draws for k={k} cut different numbers of heads: {sizes}")
-            if any(h in set(targeted) for v in r for h in variants[v]):
-                raise GuardError("a random control contains a targeted head")
-            row = dict(method=method, k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=sizes.pop(),
+            row = dict(method=method, k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=len(variants[r[0]]),
                        n_draws=len(r), targeted_heads=heads_label(variants[t]),
                        random_heads=[heads_label(variants[v]) for v in r])
             for c, name in ((0, "copy1"), (1, "copy2")):
@@ -230,9 +231,11 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
 @torch.no_grad()
 def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length: int, offset: int,
                          variants: Sequence[Sequence[Head]], batch: int = 64,
-                         means: torch.Tensor | None = None) -> torch.Tensor:
-    """Induction score of every head (protocol §4 formula, :func:`scores.induction_cells`) under each
-    variant's cut (zero, or mean with ``means``), batched with :func:`cut_rows`: ``[V, n_layers, n_heads]``."""
+                         means: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """Every head's induction cells (protocol §4 formula, :func:`scores.induction_cells`) under each
+    variant's cut (zero, or mean with ``means``), batched with :func:`cut_rows`, summed per sequence:
+    (``[V, N, n_layers, n_heads]`` float64 on the model's device, the cells of one sequence);
+    :func:`pooled_induction` makes the scores of them."""
     dev = next(model.parameters()).device
     ids = ids.to(dev)
     n = len(ids)
@@ -246,8 +249,14 @@ def induction_under_cuts(model, adapter: Adapter, ids: torch.Tensor, half_length
                                     half_length, offset)                     # [B, L, H, T-1]
         sums.append(cells.sum(dim=-1).double())                             # stays on the device
         cells_per_row = cells.shape[-1]
-    per_row = torch.cat(sums).reshape(len(variants), n, adapter.n_layers, adapter.n_heads)
-    return (per_row.sum(dim=1) / (n * cells_per_row)).float().cpu()
+    return torch.cat(sums).reshape(len(variants), n, adapter.n_layers, adapter.n_heads), cells_per_row
+
+
+def pooled_induction(sums: torch.Tensor, cells: int, sequences: int | None = None) -> torch.Tensor:
+    """The induction score of every head under each variant, ``[V, n_layers, n_heads]`` (float32, CPU):
+    the cells of :func:`induction_under_cuts` pooled over its first ``sequences`` (all when None)."""
+    sums = sums if sequences is None else sums[:, :sequences]
+    return (sums.sum(dim=1) / (sums.shape[1] * cells)).float().cpu()
 
 
 def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame,
@@ -256,12 +265,12 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     """5b: re-score induction on the circuit set with the top previous-token head cut.
 
     ``settings``: of the ``ablation`` config slice, it reads top_n, random_draws, seed,
-    circuit.half_threshold, method, batch, tolerance, hook_tolerance. Cuts by the configured
-    method (mean cuts take their means over ``eval_df``).
+    circuit.half_threshold, method, batch, tolerance, hook_tolerance, guard_sequences. Cuts by the
+    configured method (mean cuts take their means over ``eval_df``).
     The random control cuts one head at a time, ``random_draws`` distinct heads drawn from the
     heads that are neither the previous-token head nor in the top_n induction set.
     """
-    settings.need("top_n", "random_draws", "seed", "circuit")
+    settings.need("top_n", "random_draws", "seed", "circuit", "guard_sequences")
     top_n, draws = settings.top_n, settings.random_draws
     thr = settings.circuit.half_threshold
     targeted = _targeted(scores, top_n, adapter)
@@ -278,14 +287,17 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     ids = ids_tensor(circuit_df)
     T, offset = int(circuit_df.half_length.iloc[0]), int(circuit_df.offset.iloc[0])
     variants = [[], [prev]] + [[h] for h in rand]
-    ind = induction_under_cuts(model, adapter, ids, T, offset, variants, settings.batch, means)  # [V, L, H]
-    # Guard 3: the batched re-scoring equals scores.induction_scores run under cut_heads.
+    sums, cells = induction_under_cuts(model, adapter, ids, T, offset, variants, settings.batch, means)
+    ind = pooled_induction(sums, cells)                                                     # [V, L, H]
+    # Guard 3 on the guard sequences: the batched re-scoring pooled over them equals
+    # scores.induction_scores of them run under cut_heads.
+    g = min(settings.guard_sequences, len(ids))
     looped = []
     for v in (0, 1, 2):
         with cut_heads(adapter, variants[v], means):
-            looped.append(induction_scores(model, adapter, ids, T, offset, settings.batch))
-    guards.batched_vs_loop(ind[:3], torch.stack(looped), settings.tolerance,
-                           "5b induction scores of every head: intact, previous-token cut, first random cut")
+            looped.append(induction_scores(model, adapter, ids[:g], T, offset, settings.batch))
+    guards.loop(pooled_induction(sums[:3], cells, g), torch.stack(looped),
+                f"5b induction scores of every head on {g} sequences: intact, previous-token cut, first random cut")
 
     intact, after, rnd = ind[0].double().numpy(), ind[1].double().numpy(), ind[2:].double().numpy()
     above = intact > thr
@@ -320,9 +332,9 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     runner = BatchedCuts(model, adapter, ids, positions, settings.batch, means=means)
     reduce = token_losses(ids, positions)
     losses = runner.run_variants(loss_variants, reduce).cpu()
-    looped = loop_cuts(model, adapter, ids, loss_variants[:3], reduce, positions, settings.batch, means).cpu()
-    guards.batched_vs_loop(losses[:3], looped, settings.tolerance,
-                           "5b loss per token (nats): intact, best induction cut, previous-token cut")
+    looped = loop_cuts(model, adapter, ids[:g], loss_variants[:3], reduce, positions, settings.batch, means).cpu()
+    guards.loop(losses[:3, :g], looped,
+                f"5b loss per token (nats) on {g} sequences: intact, best induction cut, previous-token cut")
     n1 = len(c1)
     per = torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
                       dim=1).double().numpy()
@@ -377,9 +389,8 @@ def prose_losses(model, adapter: Adapter, prose: pd.DataFrame, variants: Sequenc
     n = sum(b.shape[1] for b in batched)
     pooled = torch.cat(batched, dim=1).double().mean(dim=1)                                 # [V]
     pooled_loop = torch.cat(looped, dim=1).double().mean(dim=1)
-    guards.batched_vs_loop(pooled, pooled_loop, settings.tolerance,
-                           f"5c prose loss per token (nats, the mean over {n} predictions of {len(prose)} "
-                           f"sentences), {len(variants)} variants")
+    guards.loop(pooled, pooled_loop, f"5c prose loss per token (nats, the mean over {n} predictions of "
+                f"{len(prose)} sentences), {len(variants)} variants")
     return pooled.numpy()
 
 
@@ -430,8 +441,7 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd
         probe = [[]] + [[h] for h in heads_one_per_layer(adapter)]
         looped = loop_cuts(model, adapter, ids, probe + [costly, [a, b]], reduce, last, means=means).cpu()[:, 0, 0]
         batched = torch.tensor([p[0]] + [p[1 + heads.index(h[0])] for h in probe[1:]] + list(p2))
-        guards.batched_vs_loop(batched, looped.double(), settings.tolerance,
-                               f"5c probability of {row.expected!r} on {row.phrase!r}")
+        guards.loop(batched, looped.double(), f"5c probability of {row.expected!r} on {row.phrase!r}")
         for (l, h), pc, d in zip(heads, p[1:], drops):
             attr_rows.append(dict(phrase=row.phrase, layer=l, head=h, kv_group=adapter.kv_group(h),
                                   expected=row.expected, p_intact=p0, p_cut=pc, drop_points=d))
@@ -481,8 +491,8 @@ def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFram
              settings: AblationSettings):
     """Rule ablation_topk: (table, parquet note, guard record); raises if a guard fails."""
     settings.need("guard_sequences")
-    guards = AblationGuards(model, adapter, ids_tensor(eval_df.head(settings.guard_sequences)),
-                            settings.batch)
+    guards = AblationGuards(model, adapter, ids_tensor(eval_df.head(settings.guard_sequences)), settings.batch,
+                            settings.tolerance)
     table, note = topk_table(model, adapter, eval_df, scores, settings, guards)
     return table, note, guards.finish()
 
@@ -493,8 +503,8 @@ def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.Da
     """Rule ablation_circuit: (scores table, loss table, note, guard record). ``eval_df``: the eval
     set, needed by mean cuts."""
     settings.need("guard_sequences")
-    guards = AblationGuards(model, adapter, ids_tensor(circuit_df.head(settings.guard_sequences)),
-                            settings.batch)
+    guards = AblationGuards(model, adapter, ids_tensor(circuit_df.head(settings.guard_sequences)), settings.batch,
+                            settings.tolerance)
     sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, settings, guards, eval_df)
     return sc, loss, note, guards.finish()
 
@@ -506,6 +516,6 @@ def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd.Da
     prose sentences (each costliest head's cut scope); ``eval_df``: the eval set, needed by mean cuts.
 
     The guards run on every phrase."""
-    guards = AblationGuards(model, adapter, phrase_ids(phrases), settings.batch)
+    guards = AblationGuards(model, adapter, phrase_ids(phrases), settings.batch, settings.tolerance)
     attr, summary, pairs, note = attribution_tables(model, adapter, phrases, prose, settings, guards, eval_df)
     return attr, summary, pairs, note, guards.finish()

@@ -17,6 +17,8 @@ No weight is ever modified by a cut. Everything here goes through
   row ``i`` of the batch has its own set of heads cut (per-row edits).
 * :func:`zeroed_columns` — the weight-level reference of a zero cut (the output
   projection's entries that read the heads, zeroed and restored).
+* :func:`intact_states` — one forward pass of the intact model, keeping every block's output (the
+  hidden states that stand in for the blocks below a cut).
 * :class:`BatchedCuts` — many (cut, sequence) rows in few forward passes: the
   intact computation below each chunk's earliest cut layer is reused (a ``skip``
   edit at ``resid``) and logits are asked for only where they are read.
@@ -38,7 +40,7 @@ from .interventions import Edit, capture, full_logits, intervene, replace, skip,
 log = logging.getLogger("headwatch.cut")
 
 __all__ = ["Head", "HeadAddressError", "normalize_heads", "head_mask", "cut_edits", "cut_heads", "cut_rows",
-           "zeroed_columns", "head_means", "BatchedCuts", "loop_cuts", "plan_chunks", "full_logits",
+           "zeroed_columns", "head_means", "intact_states", "BatchedCuts", "loop_cuts", "plan_chunks", "full_logits",
            "heads_one_per_layer"]
 
 
@@ -166,6 +168,24 @@ Reduce = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @torch.no_grad()
+def intact_states(adapter: Adapter, ids: torch.Tensor, batch: int = 64, keep: int = 1):
+    """One forward pass of ``ids`` ``[N, T]`` through the intact model, in chunks of ``batch`` rows:
+    (its logits, ``keep`` as :meth:`~headwatch.arch.Adapter.logits` — 0 = every position —, and
+    every block's output, ``hidden[l]`` ``[N, T, width]`` for block ``l``, by a capture at
+    ``resid``). A cut or patch at layer ``l`` changes nothing below it, so ``hidden[l - 1]`` stands
+    in for blocks ``0 .. l-1`` (a ``skip`` edit): :class:`BatchedCuts` and the hook guards."""
+    ids = ids.to(_model_device(adapter.model))
+    L = adapter.n_layers
+    logits, parts = [], [[] for _ in range(L)]
+    for i in range(0, len(ids), batch):
+        with intervene(adapter, [capture("resid", l) for l in range(L)]) as cap:
+            logits.append(adapter.logits(ids[i:i + batch], keep=keep))
+        for l in range(L):
+            parts[l].append(cap.one(("resid", l, None)))
+    return torch.cat(logits), [torch.cat(p) for p in parts]
+
+
+@torch.no_grad()
 def loop_cuts(model, adapter: Adapter, ids: torch.Tensor, variants: Sequence[Iterable[Sequence[int]]],
               reduce: Reduce, positions: torch.Tensor | None = None, batch: int = 64,
               means: torch.Tensor | None = None) -> torch.Tensor:
@@ -232,12 +252,14 @@ class BatchedCuts:
     * **logits only where read** — the model projects the final hidden states
       onto the vocabulary only at ``positions``.
 
-    ``means`` ``[L, H, head_dim]``: mean cuts instead of zero cuts.
+    ``means`` ``[L, H, head_dim]``: mean cuts instead of zero cuts. ``hidden``: the intact hidden
+    states of ``ids`` when another runner of the same sequences and ``batch`` captured them already
+    (its ``hidden``: the zero and the mean cuts of §5a share one capture).
     """
 
     def __init__(self, model, adapter: Adapter, ids: torch.Tensor,
                  positions: torch.Tensor | None = None, batch: int = 64, reuse_prefix: bool = True,
-                 means: torch.Tensor | None = None):
+                 means: torch.Tensor | None = None, hidden: list[torch.Tensor] | None = None):
         self.model, self.adapter, self.batch = model, adapter, int(batch)
         _require_means(adapter, means)
         self.means = means
@@ -250,18 +272,7 @@ class BatchedCuts:
         self.overhead = 1 if self.device.type == "cpu" else self.batch
         self.hidden: list[torch.Tensor] | None = None   # hidden[l] = intact output of block l
         if reuse_prefix:
-            self._cache_intact()
-
-    @torch.no_grad()
-    def _cache_intact(self) -> None:
-        L = self.adapter.n_layers
-        parts: list[list[torch.Tensor]] = [[] for _ in range(L)]
-        for i in range(0, len(self.ids), self.batch):
-            with intervene(self.adapter, [capture("resid", l) for l in range(L)]) as cap:
-                self.adapter.logits(self.ids[i:i + self.batch], keep=1)
-            for l in range(L):
-                parts[l].append(cap.one(("resid", l, None)))
-        self.hidden = [torch.cat(p) for p in parts]
+            self.hidden = hidden if hidden is not None else intact_states(adapter, self.ids, self.batch)[1]
 
     @torch.no_grad()
     def run(self, seq_index: torch.Tensor, masks: torch.Tensor, reduce: Reduce) -> torch.Tensor:

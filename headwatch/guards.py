@@ -2,19 +2,36 @@
 
 A *guard* compares two computations that must agree — exactly, or within a stated
 tolerance — on the quantity a rule reports or on the full logits behind it. Every guard
-here follows one pattern:
+here follows one pattern and writes one shape of record:
 
-* it computes both sides itself, from the model and the inputs it is handed (never from
-  the result it guards, unless that result is the side under test);
-* it returns a **record**, a plain dict that goes into the rule's guards JSON as it is:
-  ``guard`` (its name), ``compared`` (what, in words), ``shape`` of what was compared,
-  ``max_abs_diff``, ``identical`` (``torch.equal``), ``tolerance``, ``passed`` and, where a
-  guard covers several cases, ``cases`` (one small dict each);
+* it computes both sides itself, from the model and the inputs it is handed, or is handed
+  both sides (the batched result a table holds and its plain loop);
+* it reports through :func:`compare`, whose **record** is a plain dict that goes into the
+  rule's guards JSON as it is: ``guard`` (its name, the name of its function here),
+  ``compared`` (what, in words), ``n_cases``, ``max_abs_diff``, ``identical`` (every element
+  equal), ``tolerance``, ``passed``, the guard's own facts, and ``cases``: one small dict per
+  case, naming it, with its ``shape``, ``max_abs_diff`` and ``identical``;
 * when it fails it raises :class:`GuardError`, which stops the rule before any table is
-  written. A tolerance of 0 means identical (``torch.equal``), not merely a max |Δ| of 0.
+  written. A tolerance of 0 means identical, not merely a max |Δ| of 0.
 
-:func:`compare` is the one comparison every guard reports through; :class:`GuardRecords`
-collects a rule's records into its JSON (``passed``, dtype, device, numerics, each record).
+:class:`GuardRecords` collects a rule's records into its JSON (``passed``, dtype, device,
+numerics, each record under its name); :func:`headwatch.tableio.guard_records` lists them.
+
+The guards of cutting heads (protocol §5, :mod:`headwatch.cut`, :mod:`headwatch.ablation`):
+
+* :func:`hook_vs_reference` — the form of guard 1: the FULL logits under an edit against those
+  under its weight-level equivalent, each run from the edit's layer up (the blocks below are the
+  intact model under both, and their outputs, captured once, stand in for them);
+* :func:`hook_vs_weights` — zero cuts: the FULL logits under the hook cut against those with the
+  head's output-projection columns zeroed (exactly equal in float32);
+* :func:`hook_vs_mean_bias` — mean cuts, for which "zeroed weights" does not exist: the hook
+  against Wo's columns zeroed plus ``Wo[:, h] · m`` added as a bias, compared with the model in
+  float64 within :data:`MEAN_BIAS_RTOL` × the largest |logit|;
+* :func:`restore` — the model back intact (identical logits) after every hook is removed;
+* :func:`random_control` — 5a's control: every draw cuts k heads, none of the targeted set;
+* :func:`batched_vs_loop` — the batched path against one edit per forward pass (also §5d);
+* :class:`AblationGuards` — these for one ablation rule, its guards JSON; :func:`merge_guards` —
+  every ablation rule's, refused if one failed.
 
 The guards of activation patching (protocol §5d, :mod:`headwatch.patching`):
 
@@ -28,20 +45,7 @@ The guards of activation patching (protocol §5d, :mod:`headwatch.patching`):
 * :func:`batched_vs_loop` — the batched sweep against one patch per forward pass, within a
   tolerance (different batch shapes round differently).
 
-The guards of cutting heads (protocol §5, :mod:`headwatch.cut`, :mod:`headwatch.ablation`),
-older than the pattern above (their records have their own keys, which the guards JSON of the
-ablation rules and the GPU check read):
-
-* :func:`guard_against_reference` — the FULL logits under a set of edits against those under a
-  weight-level equivalent (:func:`~headwatch.interventions.zeroed_weights`,
-  :func:`~headwatch.interventions.replaced_by_bias`); :func:`guard_hook_vs_weights` (zero cuts:
-  hook vs zeroed Wo columns, exactly 0.0 in float32) and :func:`guard_hook_vs_mean_bias` (mean
-  cuts, for which a "zeroed weights" reference does not exist: hook vs Wo's columns zeroed plus
-  ``Wo[:, h] · m`` added as a bias, compared in float64, :data:`MEAN_BIAS_RTOL`);
-* :func:`guard_restore` — the model back intact (identical logits) after every hook is removed;
-* :func:`guard_batched` — edits batched per row against the one-at-a-time loop;
-* :class:`AblationGuards` — the three for one ablation rule, its guards JSON;
-  :func:`merge_guards` — every ablation rule's, refused if one failed.
+The anatomy's weight check and key-group cuts (protocol §6) report through :func:`compare` too.
 
 :class:`GuardError` is an :class:`~headwatch.interventions.InterventionError`, so that code
 catching an edit that does not fit also catches a failed guard.
@@ -49,21 +53,24 @@ catching an edit that does not fit also catches a failed guard.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Callable, Iterable, Sequence
 
 import torch
 
 from .arch import Adapter, Head
-from .cut import cut_edits, heads_one_per_layer, normalize_heads, zeroed_columns
+from .cut import cut_edits, heads_one_per_layer, intact_states, normalize_heads, zeroed_columns
 from .device import exact_numerics, numerics
-from .interventions import (InterventionError, capture, full_logits, in_float64, intervene, replace, replaced_by_bias,
-                            skip)
+from .interventions import (InterventionError, at_least_float32, capture, full_logits, in_float64, intervene, replace,
+                            replaced_by_bias, skip)
+from .tableio import guard_records
 
 log = logging.getLogger("headwatch.guards")
 
-__all__ = ["GuardError", "compare", "GuardRecords", "nothing_patched", "everything_patched",
-           "clean_to_clean", "batched_vs_loop", "MEAN_BIAS_RTOL", "guard_against_reference", "guard_restore",
-           "guard_batched", "guard_hook_vs_weights", "guard_hook_vs_mean_bias", "AblationGuards", "merge_guards"]
+__all__ = ["GuardError", "MEAN_BIAS_RTOL", "compare", "GuardRecords", "batched_vs_loop",
+           "hook_vs_reference", "hook_vs_weights", "hook_vs_mean_bias", "restore", "random_control", "AblationGuards",
+           "merge_guards",
+           "nothing_patched", "everything_patched", "clean_to_clean"]
 
 
 class GuardError(InterventionError):
@@ -81,33 +88,53 @@ class GuardError(InterventionError):
 #: when its mean is off by 1 %), ≤ 9e-16 relative on the tiny test models of every family.
 MEAN_BIAS_RTOL = 1e-9
 
+Compared = torch.Tensor | Sequence[torch.Tensor]
+"""One side of a case: a tensor, or a list of tensors (inputs of different lengths, e.g. phrases)."""
 
-def compare(guard: str, pairs: Iterable[tuple[dict, torch.Tensor, torch.Tensor]], tolerance: float,
+
+# ------------------------------------------------------------------ the one comparison
+def _shape(x: Compared) -> list:
+    return [list(t.shape) for t in x] if isinstance(x, (list, tuple)) else list(x.shape)
+
+
+def _figures(got: Compared, want: Compared) -> torch.Tensor:
+    """``[max |got − want|, 1.0 if every element is equal else 0.0]`` (float64, on got's device:
+    nothing is read from the device here)."""
+    if isinstance(got, (list, tuple)):
+        parts = torch.stack([_figures(a, b) for a, b in zip(got, want)])
+        return torch.stack([parts[:, 0].max(), parts[:, 1].min()])
+    if got.numel() == 0:
+        return torch.tensor([0.0, 1.0], dtype=torch.float64, device=got.device)
+    want = want.to(got.device)
+    return torch.stack([(got - want).abs().max().double(), (got == want).all().double()])
+
+
+def compare(guard: str, pairs: Iterable[tuple[dict, Compared, Compared]], tolerance: float,
             compared: str, **facts) -> dict:
     """The record of ``guard``: every ``(case, got, want)`` of ``pairs`` (``case`` a small dict
-    naming it) compared, one pair at a time (nothing is kept but the figures). Passed when every
-    max |got − want| ≤ ``tolerance``, and with ``tolerance`` 0 only when every pair is identical
-    (``torch.equal``). Raises :class:`GuardError` otherwise, or when a pair's shapes differ or
-    there is no pair at all."""
-    cases, shape = [], None
+    naming it) compared, one pair at a time (nothing is kept but the figures, read from the device
+    once at the end). Passed when every max |got − want| ≤ ``tolerance``, and with ``tolerance`` 0
+    only when every pair is identical. Raises :class:`GuardError` otherwise, or when a pair's
+    shapes differ or there is no pair at all."""
+    cases, figures = [], []
     for case, got, want in pairs:
-        if got.shape != want.shape:
-            raise GuardError(f"guard {guard}: {compared}: shapes {tuple(got.shape)} vs {tuple(want.shape)} "
-                             f"({case})")
-        diff = float((got.double() - want.double()).abs().max()) if got.numel() else 0.0
-        cases.append(dict(case, max_abs_diff=diff, identical=bool(torch.equal(got, want))))
-        shape = list(got.shape)
+        if _shape(got) != _shape(want):
+            raise GuardError(f"guard {guard}: {compared}: shapes {_shape(got)} vs {_shape(want)} ({case})")
+        cases.append(dict(case, shape=_shape(got)))
+        figures.append(_figures(got, want))
     if not cases:
         raise GuardError(f"guard {guard}: {compared}: nothing to compare")
-    worst = max(c["max_abs_diff"] for c in cases)
+    read = torch.stack([f.to(figures[0].device) for f in figures]).cpu().tolist()
+    for c, (diff, equal) in zip(cases, read):
+        c.update(max_abs_diff=diff, identical=equal == 1.0)
+    diffs = [c["max_abs_diff"] for c in cases]
+    worst = math.nan if any(math.isnan(d) for d in diffs) else max(diffs)
     identical = all(c["identical"] for c in cases)
-    passed = identical if tolerance == 0 else worst <= tolerance
-    record = dict(guard=guard, compared=compared, shape=shape, n_cases=len(cases), max_abs_diff=worst,
-                  identical=identical, tolerance=tolerance, passed=passed, **facts)
-    if len(cases) > 1:
-        record["cases"] = cases
-    if not passed:
-        bad = [c for c in cases if not (c["identical"] if tolerance == 0 else c["max_abs_diff"] <= tolerance)]
+    ok = [c["identical"] if tolerance == 0 else c["max_abs_diff"] <= tolerance for c in cases]
+    record = dict(guard=guard, compared=compared, n_cases=len(cases), max_abs_diff=worst, identical=identical,
+                  tolerance=tolerance, passed=all(ok), **facts, cases=cases)
+    if not record["passed"]:
+        bad = [c for c, good in zip(cases, ok) if not good]
         raise GuardError(f"guard {guard}: {compared}: max |Δ| = {worst:g} "
                          f"{'is not identical' if tolerance == 0 else f'> {tolerance:g}'} in {len(bad)} of "
                          f"{len(cases)} cases (first: {bad[0]})")
@@ -128,211 +155,201 @@ class GuardRecords:
         self.guards[record["guard"]] = record
         return record
 
-    def record(self, model) -> dict:
-        """Every record, with the dtype, device and numerics the guards ran under."""
+    def record(self, model, **facts) -> dict:
+        """Every record, with the dtype, device and numerics the guards ran under and ``facts``."""
         if not self.guards:
             raise GuardError("no guard was run")
         p = next(model.parameters())
         return dict(passed=all(r["passed"] for r in self.guards.values()),
                     dtype=str(p.dtype).replace("torch.", ""), device=p.device.type, numerics=numerics(),
-                    **self.guards)
+                    **facts, **self.guards)
+
+
+def batched_vs_loop(pairs: Iterable[tuple[dict, Compared, Compared]], tolerance: float, compared: str,
+                    **facts) -> dict:
+    """The batched path against the plain loop, one edit (a cut set, a patch) per forward pass:
+    each ``(case, batched, looped)`` of ``pairs`` — the values a table holds and the same values
+    computed one at a time — within ``tolerance`` (max |Δ|; batch shapes round differently)."""
+    return compare("batched_vs_loop", pairs, tolerance, compared, **facts)
 
 
 # ------------------------------------------------------------------ cutting heads (§5)
-def _max_diff(a, b) -> float:
-    if isinstance(a, list):
-        return max(_max_diff(x, y) for x, y in zip(a, b))
-    return float((a - b).abs().max())
+def _largest(logits: Compared) -> float:
+    return max(float(x.abs().max()) for x in (logits if isinstance(logits, (list, tuple)) else [logits]))
 
 
-def _equal(a, b) -> bool:
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return bool(torch.equal(a, b))
+def _states(adapter: Adapter, ids: Compared, batch: int) -> tuple:
+    """:func:`headwatch.cut.intact_states` of ``ids`` with every logit: (logits, block outputs), or
+    for a list of inputs (a list of logits, a list of block outputs)."""
+    if isinstance(ids, (list, tuple)):
+        both = [_states(adapter, x, batch) for x in ids]
+        return [at_least_float32(b[0]) for b in both], [b[1] for b in both]
+    logits, hidden = intact_states(adapter, ids, batch, keep=0)
+    return at_least_float32(logits), hidden
 
 
-def _figures(a, b) -> torch.Tensor:
-    """[max |a - b|, 1.0 if a equals b else 0.0] (float64, on a's device: nothing is read)."""
-    if isinstance(a, list):
-        parts = torch.stack([_figures(x, y) for x, y in zip(a, b)])
-        return torch.stack([parts[:, 0].max(), parts[:, 1].min()])
-    return torch.stack([(a - b).abs().max().double(), (a == b).all().double()])
-
-
-def _shape(a) -> list:
-    return [list(x.shape) for x in a] if isinstance(a, list) else list(a.shape)
-
-
-@torch.no_grad()
-def guard_against_reference(model, adapter: Adapter, ids, cases: Sequence[tuple[dict, list, Callable]],
-                            tolerance: float, batch: int = 64, what: str = "hook vs reference") -> dict:
-    """Guard 1 (protocol §5): for each case ``(label, edits, reference)``, the FULL logits (every
-    sequence of ``ids``, every position and vocabulary entry) under :func:`intervene` ``(edits)``
-    against those under the context ``reference()`` (a weight-level equivalent). ``label`` names
-    the case (it holds ``layer``). Raises GuardError if any max |Δ| > ``tolerance``."""
-    figures, hooked = [], None
-    for label, edits, reference in cases:      # the logits stay on the device; one read after the loop
-        with intervene(adapter, edits):
-            hooked = full_logits(model, ids, batch, adapter, on_device=True)
-        with reference():
-            ref = full_logits(model, ids, batch, adapter, on_device=True)
-        figures.append(_figures(hooked, ref))
-    read = torch.stack(figures).cpu().tolist() if figures else []
-    per = [dict(**label, max_abs_diff=d, identical=e == 1.0) for (label, _, _), (d, e) in zip(cases, read)]
-    if not per:
-        raise GuardError(f"{what}: no case to compare")
-    worst = max(p["max_abs_diff"] for p in per)
-    record = dict(compared="full logits: every sequence, position and vocabulary entry",
-                  logits_shape=_shape(hooked), n_cuts=len(per),
-                  layers_covered=sorted({p["layer"] for p in per}),
-                  max_abs_diff=worst, all_identical=all(p["identical"] for p in per),
-                  tolerance=tolerance, passed=bool(worst <= tolerance), per_head=per)
-    if not record["passed"]:
-        raise GuardError(f"{what}: max |Δlogit| = {worst:g} > {tolerance:g} "
-                         f"({[p for p in per if p['max_abs_diff'] > tolerance]})")
-    return record
+def _logits_from(adapter: Adapter, ids: Compared, hidden, layer: int, batch: int, edits=()) -> Compared:
+    """The full logits of ``ids`` under ``edits`` with blocks ``0 .. layer-1`` not run: their
+    intact outputs (``hidden``, :func:`_states`) stand in for them (a ``skip`` edit)."""
+    if isinstance(ids, (list, tuple)):
+        return [_logits_from(adapter, x, h, layer, batch, edits) for x, h in zip(ids, hidden)]
+    ids = ids.to(hidden[0].device)
+    out = []
+    for i in range(0, len(ids), batch):
+        below = [skip(layer - 1, hidden[layer - 1][i:i + batch])] if layer > 0 else []
+        with intervene(adapter, list(edits) + below):
+            out.append(at_least_float32(adapter.logits(ids[i:i + batch])))
+    return torch.cat(out)
 
 
 @torch.no_grad()
-def guard_restore(model, ids, intact, batch: int = 64, adapter: Adapter | None = None) -> dict:
-    """Guard 2: the logits now (all hooks removed) are identical (torch.equal) to ``intact``."""
-    now = full_logits(model, ids, batch, adapter)
-    identical = _equal(now, intact)
-    diff = _max_diff(now, intact)
-    record = dict(compared="full logits before any cut vs after every hook was removed",
-                  logits_shape=_shape(now), identical=identical, max_abs_diff=diff,
-                  passed=identical)
-    if not identical:
-        raise GuardError(f"the model did not come back intact after the cuts: max |Δlogit| = {diff:g}")
-    return record
+def hook_vs_reference(guard: str, adapter: Adapter, ids: Compared, cases: Sequence[tuple[dict, list, Callable]],
+                      tolerance: float, compared: str, batch: int = 64, hidden=None, **facts) -> dict:
+    """Guard 1's form (protocol §5): for each case ``(label, edits, reference)``, the FULL logits
+    (every sequence of ``ids``, every position and vocabulary entry) under :func:`intervene`
+    ``(edits)`` against those under the context ``reference()``, a weight-level equivalent.
+    ``label`` holds the edit's ``layer``: both sides run from that layer up on the intact
+    model's outputs of the blocks below (``hidden``, :func:`headwatch.cut.intact_states`;
+    computed here when None), which neither form changes — the blocks below are not run twice
+    per case."""
+    if hidden is None:
+        hidden = _states(adapter, ids, batch)[1]
 
+    def pairs():
+        for label, edits, reference in cases:
+            hooked = _logits_from(adapter, ids, hidden, label["layer"], batch, edits)
+            with reference():
+                ref = _logits_from(adapter, ids, hidden, label["layer"], batch)
+            yield label, hooked, ref
 
-def guard_batched(batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
-    """Guard 3: edits batched per row equal the one-at-a-time loop to ``tolerance`` (max |Δ|)."""
-    if batched.shape != looped.shape:
-        raise GuardError(f"{what}: batched shape {tuple(batched.shape)} vs loop {tuple(looped.shape)}")
-    diff = float((batched.double() - looped.double()).abs().max()) if batched.numel() else 0.0
-    record = dict(compared=what, n_values=int(batched.numel()), max_abs_diff=diff,
-                  tolerance=tolerance, passed=bool(diff <= tolerance))
-    if not record["passed"]:
-        raise GuardError(f"{what}: batched cuts differ from one-at-a-time by {diff:g} > {tolerance:g}")
-    return record
+    return compare(guard, pairs(), tolerance, compared + "; each edit run from its layer up on the intact "
+                   "model's outputs of the blocks below", layers_covered=sorted({c[0]["layer"] for c in cases}),
+                   **facts)
 
 
 @torch.no_grad()
 @exact_numerics()
-def guard_hook_vs_weights(model, adapter: Adapter, ids: torch.Tensor,
-                          heads: Iterable[Sequence[int]], tolerance: float = 0.0,
-                          batch: int = 64) -> dict:
-    """Guard 1 for zero cuts (protocol §5): for each head, the FULL logits tensor (every position,
-    every vocabulary entry, every sequence of ``ids``) with the hook cut vs with the head's
-    output-projection weight entries zeroed. Raises GuardError if any max |Δ| > tolerance.
-    """
-    cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)]),
-              lambda l=l, h=h: zeroed_columns(adapter, [(l, h)]))
+def hook_vs_weights(model, adapter: Adapter, ids: Compared, heads: Iterable[Sequence[int]], tolerance: float = 0.0,
+                    batch: int = 64, hidden=None) -> dict:
+    """Guard 1 for zero cuts (protocol §5): for each head, the FULL logits (every position, every
+    vocabulary entry, every sequence of ``ids``) with the hook cut vs with the head's
+    output-projection weight entries zeroed (:func:`hook_vs_reference`; ``hidden``: the intact
+    model's block outputs on ``ids``, when at hand)."""
+    cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)]), lambda l=l, h=h: zeroed_columns(adapter, [(l, h)]))
              for l, h in normalize_heads(adapter, heads)]
-    return guard_against_reference(model, adapter, ids, cases, tolerance, batch,
-                                   "hook cut differs from zeroed weight columns")
+    return hook_vs_reference("hook_vs_weights", adapter, ids, cases, tolerance, "full logits: hook cut vs zeroed "
+                             "Wo columns, every sequence, position and vocabulary entry", batch, hidden)
 
 
 @torch.no_grad()
 @exact_numerics()
-def guard_hook_vs_mean_bias(model, adapter: Adapter, ids, heads: Iterable[Sequence[int]],
-                            means: torch.Tensor, rtol: float = MEAN_BIAS_RTOL, batch: int = 64) -> dict:
+def hook_vs_mean_bias(model, adapter: Adapter, ids: Compared, heads: Iterable[Sequence[int]], means: torch.Tensor,
+                      rtol: float = MEAN_BIAS_RTOL, batch: int = 64, scale: float | None = None) -> dict:
     """Guard 1 for mean cuts: "hook vs zeroed weights" is defined only for zero cuts. A mean cut
     replaces ``z_h`` by ``m``; its weight-level form is Wo's columns of ``h`` zeroed and
     ``Wo[:, h] · m`` added as a bias (:func:`headwatch.interventions.replaced_by_bias`). The FULL
-    logits of both, per head; raises GuardError if any max |Δ| > ``rtol`` × the largest |logit|
-    of the intact model on ``ids`` (the record holds both)."""
-    intact = full_logits(model, ids, batch, adapter)
-    scale = max(float(x.abs().max()) for x in (intact if isinstance(intact, list) else [intact]))
+    logits of both, per head, with the model in float64 (:func:`hook_vs_reference`); passed within
+    ``rtol`` × the largest |logit| of the intact model on ``ids`` (``scale``, computed here when
+    None; the record holds both)."""
+    if scale is None:
+        scale = _largest(full_logits(model, ids, batch, adapter))
     means = means.to(torch.float64)
+    heads = normalize_heads(adapter, heads)
     with in_float64(model):
         cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)], means),
                   lambda l=l, h=h: replaced_by_bias(adapter, [(l, h, means[l, h])]))
-                 for l, h in normalize_heads(adapter, heads)]
-        rec = guard_against_reference(model, adapter, ids, cases, rtol * scale, batch,
-                                      "mean cut by hook differs from its bias form")
-    rec.update(compared=rec["compared"] + "; mean cut by hook vs Wo's columns zeroed plus Wo[:, h] · mean "
-               "as a bias, both with the model in float64", rtol=rtol, max_abs_logit=scale)
-    return rec
+                 for l, h in heads]
+        return hook_vs_reference("hook_vs_mean_bias", adapter, ids, cases, rtol * scale,
+                                 "full logits: mean cut by hook vs Wo's columns zeroed plus Wo[:, h] · mean as a "
+                                 "bias, both with the model in float64", batch, rtol=rtol, max_abs_logit=scale)
 
 
-class AblationGuards:
-    """The guards of protocol §5 for one rule; :meth:`record` is its guards JSON.
+@torch.no_grad()
+def restore(model, ids: Compared, intact: Compared, batch: int = 64, adapter: Adapter | None = None) -> dict:
+    """Guard 2: the full logits now (every hook removed, every block run) identical to ``intact``,
+    those computed before the first cut."""
+    return compare("restore", [(dict(), full_logits(model, ids, batch, adapter), intact)], 0.0,
+                   "full logits before any cut vs after every hook was removed")
 
-    Created before any cut: holds the intact full logits of ``guard_ids`` (a LongTensor
-    ``[N, T]`` or a list of them, e.g. phrases of different lengths).
+
+def random_control(targeted: Sequence[Head], draws: dict[int, Sequence[Sequence[Head]]]) -> dict:
+    """§5a's control (``draws``: k → the random cut sets of that k): every draw cuts k distinct
+    heads, as many as the targeted cut, and none of the ``targeted`` set."""
+    targeted = set(map(tuple, targeted))
+
+    def pairs():
+        for k, sets in draws.items():
+            sizes = torch.tensor([len(set(map(tuple, s))) for s in sets])
+            yield dict(k=k, counted="distinct heads each draw cuts vs k"), sizes, torch.full_like(sizes, k)
+            shared = torch.tensor([len(set(map(tuple, s)) & targeted) for s in sets])
+            yield dict(k=k, counted="targeted heads in each draw vs none"), shared, torch.zeros_like(shared)
+
+    return compare("random_control", pairs(), 0.0, "the random control of each k: the heads each draw cuts "
+                   "(k, as the targeted cut) and the targeted heads among them (none)")
+
+
+class AblationGuards(GuardRecords):
+    """The guards of protocol §5 for one rule; :meth:`finish` is its guards JSON.
+
+    Created before any cut: one forward pass of ``guard_ids`` (a LongTensor ``[N, T]`` or a list
+    of them, e.g. phrases of different lengths) keeps the intact full logits (guard 2) and every
+    block's output (on which guard 1 runs each cut from its layer up). ``tolerance``: of the
+    batched-vs-loop comparisons (``ablation.tolerance``).
     """
 
-    def __init__(self, model, adapter: Adapter, guard_ids: torch.Tensor, batch: int = 64):
-        self.model, self.adapter, self.ids, self.batch = model, adapter, guard_ids, batch
-        self.intact = full_logits(model, guard_ids, batch, adapter)
-        self.records: dict = {}
-        self.batched: list[dict] = []
-
-    def hook_vs_weights(self, extra_heads: Sequence[Head] = (), tolerance: float = 0.0) -> dict:
-        """Guard 1 for zero cuts on one head per layer plus ``extra_heads`` (those the experiment cuts)."""
-        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
-        rec = guard_hook_vs_weights(self.model, self.adapter, self.ids, heads, tolerance, self.batch)
-        log.info("guard hook vs zeroed weights: %d cuts, max |Δlogit| = %g over %s logits",
-                 rec["n_cuts"], rec["max_abs_diff"], rec["logits_shape"])
-        self.records["hook_vs_weights"] = rec
-        return rec
-
-    def hook_vs_mean_bias(self, means: torch.Tensor, extra_heads: Sequence[Head] = ()) -> dict:
-        """Guard 1 for mean cuts ("zeroed weights" is a zero-cut guard): the hook against Wo's
-        columns zeroed plus the mean's projection as a bias, within MEAN_BIAS_RTOL × max |logit|."""
-        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
-        rec = guard_hook_vs_mean_bias(self.model, self.adapter, self.ids, heads, means,
-                                      MEAN_BIAS_RTOL, self.batch)
-        log.info("guard mean cut by hook vs its bias form: %d cuts, max |Δlogit| = %g (tolerance %g = "
-                 "%g × max |logit| %g)", rec["n_cuts"], rec["max_abs_diff"], rec["tolerance"],
-                 MEAN_BIAS_RTOL, rec["max_abs_logit"])
-        self.records["hook_vs_mean_bias"] = rec
-        return rec
+    def __init__(self, model, adapter: Adapter, guard_ids: Compared, batch: int = 64, tolerance: float = 1e-5):
+        super().__init__()
+        self.model, self.adapter, self.ids, self.batch, self.tolerance = model, adapter, guard_ids, batch, tolerance
+        with torch.no_grad():
+            intact, self.hidden = _states(adapter, guard_ids, batch)
+        self.intact = [x.cpu() for x in intact] if isinstance(intact, list) else intact.cpu()
+        self.loops: list[tuple[dict, torch.Tensor, torch.Tensor]] = []
 
     def hook(self, means: torch.Tensor | None, extra_heads: Sequence[Head], tolerance: float) -> dict:
-        """Guard 1 for the cuts an experiment makes: zero cuts (``means`` None) or mean cuts."""
+        """Guard 1 on one head per layer plus ``extra_heads`` (those the experiment cuts): zero cuts
+        (``means`` None, :func:`hook_vs_weights` within ``tolerance``) or mean cuts
+        (:func:`hook_vs_mean_bias`)."""
+        heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
         if means is None:
-            return self.hook_vs_weights(extra_heads, tolerance)
-        return self.hook_vs_mean_bias(means, extra_heads)
+            return self.add(hook_vs_weights(self.model, self.adapter, self.ids, heads, tolerance, self.batch,
+                                            self.hidden))
+        return self.add(hook_vs_mean_bias(self.model, self.adapter, self.ids, heads, means, MEAN_BIAS_RTOL,
+                                          self.batch, _largest(self.intact)))
 
-    def batched_vs_loop(self, batched: torch.Tensor, looped: torch.Tensor, tolerance: float, what: str) -> dict:
-        """Guard 3: the batched cuts against the one-at-a-time loop (every comparison kept)."""
-        rec = guard_batched(batched.cpu(), looped.cpu(), tolerance, what)
-        log.info("guard batched vs loop (%s): max |Δ| = %g", what, rec["max_abs_diff"])
-        self.batched.append(rec)
-        return rec
+    def loop(self, batched: torch.Tensor, looped: torch.Tensor, what: str) -> None:
+        """One batched-vs-loop comparison of the rule (``what``: the quantity, in words): checked at
+        once (:class:`GuardError`), recorded with the rule's others in one :func:`batched_vs_loop`
+        record by :meth:`finish`."""
+        pair = (dict(quantity=what), batched.cpu(), looped.cpu())
+        batched_vs_loop([pair], self.tolerance, what)
+        self.loops.append(pair)
 
     def finish(self) -> dict:
-        """Guard 2 (model back intact), then the whole record."""
-        rec = guard_restore(self.model, self.ids, self.intact, self.batch, self.adapter)
-        log.info("guard restore: identical = %s (max |Δlogit| = %g)", rec["identical"], rec["max_abs_diff"])
-        self.records["restore"] = rec
-        if not self.batched:
+        """Guard 2 (the model back intact), the batched-vs-loop record, then the rule's record."""
+        self.add(restore(self.model, self.ids, self.intact, self.batch, self.adapter))
+        if not self.loops:
             raise GuardError("no batched-vs-loop comparison was run")
-        self.records["batched_vs_loop"] = dict(
-            max_abs_diff=max(r["max_abs_diff"] for r in self.batched),
-            passed=all(r["passed"] for r in self.batched), comparisons=self.batched)
-        p = next(self.model.parameters())
-        return dict(dtype=str(p.dtype).replace("torch.", ""), device=p.device.type, numerics=numerics(),
-                    guard_input_ids_shapes=[list(x.shape) for x in self.ids]
-                    if isinstance(self.ids, (list, tuple)) else [list(self.ids.shape)],
-                    passed=all(r["passed"] for r in self.records.values()), **self.records)
+        self.add(batched_vs_loop(self.loops, self.tolerance, "the quantity each table reports: the batched cuts "
+                                 "vs one cut set per forward pass (each case names its quantity)"))
+        shapes = [list(x.shape) for x in self.ids] if isinstance(self.ids, (list, tuple)) else [list(self.ids.shape)]
+        return self.record(self.model, guard_input_ids_shapes=shapes)
 
 
 def merge_guards(records: dict[str, dict]) -> dict:
-    """guards.json: every ablation rule's guard record; raises if any of them did not pass."""
+    """guards.json: every ablation rule's guard record (``rules``) and, per guard, its figures over
+    the rules that ran it (``summary``: worst max |Δ|, all identical, cases); raises if a record
+    did not pass."""
     failed = [name for name, rec in records.items() if not rec.get("passed")]
     if failed:
         raise GuardError(f"ablation guards failed in: {failed}")
-    summary = {f"{guard}_max_abs_diff": max(r[guard]["max_abs_diff"] for r in records.values() if guard in r)
-               for guard in ("hook_vs_weights", "hook_vs_mean_bias") if any(guard in r for r in records.values())}
-    summary.update(
-        restore_identical=all(r["restore"]["identical"] for r in records.values()),
-        batched_vs_loop_max_abs_diff=max(r["batched_vs_loop"]["max_abs_diff"] for r in records.values()))
-    return dict(passed=True, **summary, rules=records)
+    summary: dict[str, dict] = {}
+    for rec in records.values():
+        for g in guard_records(rec):
+            s = summary.setdefault(g["guard"], dict(max_abs_diff=0.0, identical=True, n_cases=0, rules=0))
+            s.update(max_abs_diff=max(s["max_abs_diff"], g["max_abs_diff"]),
+                     identical=s["identical"] and g["identical"],
+                     n_cases=s["n_cases"] + g["n_cases"], rules=s["rules"] + 1)
+    return dict(passed=True, summary=summary, rules=records)
 
 
 # ------------------------------------------------------------------ activation patching (§5d)
@@ -390,32 +407,23 @@ def everything_patched(patcher, prompts: Sequence[int]) -> dict:
 def clean_to_clean(patcher, prompts: Sequence[int], heads: Sequence[tuple[int, int]]) -> dict:
     """Each head's ``z`` from the clean run patched into the same clean run (``replace`` at
     ``z``, every position): every logit must stay as it is, identically — a patch that takes
-    the wrong slice, head or prompt would move them."""
+    the wrong slice, head or prompt would move them. A patch at layer ``l`` leaves the blocks
+    below it as they are: the patched run starts at block ``l``, on the clean run's output of
+    block ``l-1`` (captured with the unpatched logits), as the batched sweep does."""
     a = patcher.adapter
     clean = _rows(patcher.clean, prompts)
     layers = sorted({l for l, _ in heads})
-    with intervene(a, [capture("z", l) for l in layers]) as cap:
+    below = sorted({l - 1 for l in layers if l > 0})
+    with intervene(a, [capture("z", l) for l in layers] + [capture("resid", l) for l in below]) as cap:
         want = a.logits(clean)
 
     def pairs():
         for l, h in heads:
             z = cap.one(("z", l, None))[..., a.out_columns(h)]
-            with intervene(a, [replace("z", l, z, unit=h)]):
+            start = [skip(l - 1, cap.one(("resid", l - 1, None)))] if l > 0 else []
+            with intervene(a, [replace("z", l, z, unit=h)] + start):
                 yield dict(layer=l, head=h), a.logits(clean), want
 
     return compare("clean_to_clean", pairs(), 0.0,
-                   "full logits of the clean prompts with a head's z patched from the clean run itself vs "
-                   "unpatched", prompts=len(prompts))
-
-
-def batched_vs_loop(patcher, patches: Sequence, batched: torch.Tensor, prompts: Sequence[int],
-                    tolerance: float) -> dict:
-    """The batched sweep's logit differences (``batched`` ``[len(patches), len(prompts)]``: the
-    sweep's values for these patches and prompts) against one patch per forward pass over the
-    same prompts (``patcher.loop``): max |Δ| per prompt ≤ ``tolerance``."""
-    looped = patcher.loop(patches, prompts)
-    pairs = [(dict(site=p.site, layer=p.layer, unit=p.unit, position=p.position), b, x)
-             for p, b, x in zip(patches, batched.cpu(), looped.cpu())]
-    return compare("batched_vs_loop", pairs, tolerance,
-                   "logit difference IO - S of every prompt: the batched sweep vs one patch per forward pass",
-                   prompts=len(prompts))
+                   "full logits of the clean prompts with a head's z patched from the clean run itself, run "
+                   "from the head's layer up, vs unpatched", prompts=len(prompts))

@@ -72,8 +72,8 @@ from .recompute import pattern as recomputed_pattern
 from .recompute import split_heads
 
 __all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero", "scale", "replace", "capture",
-           "skip", "intervene", "attention_maps", "maps_and_logits", "full_logits", "zeroed_weights",
-           "replaced_by_bias", "hooks_on"]
+           "skip", "intervene", "attention_maps", "maps_and_logits", "full_logits", "at_least_float32",
+           "zeroed_weights", "replaced_by_bias", "hooks_on"]
 
 OPS = ("zero", "scale", "replace", "capture", "skip")
 GRAD_SITES = ("z", "resid", "resid_in")
@@ -535,11 +535,12 @@ def full_logits(model, ids, batch: int = 64, adapter: Adapter | None = None, on_
         return [full_logits(model, x, batch, adapter, on_device) for x in ids]
     dev = _device(model)
     ids = ids.to(dev)
-    out = torch.cat([_at_least_float32(adapter.logits(ids[i:i + batch])) for i in range(0, len(ids), batch)])
+    out = torch.cat([at_least_float32(adapter.logits(ids[i:i + batch])) for i in range(0, len(ids), batch)])
     return out if on_device else out.cpu()
 
 
-def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32, or in float64 when it is (logits of a guard's exact form: :func:`in_float64`)."""
     return x if x.dtype == torch.float64 else x.float()
 
 

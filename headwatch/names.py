@@ -5,11 +5,13 @@ pandas (Snakemake reads them on every parse of the Snakefile)."""
 SCORES = ("sink", "prev", "self", "induction")
 
 
-def top_heads(scores, score: str, n: int) -> list[tuple[int, int]]:
-    """The n heads of a scores table ranked highest by ``score`` (ties broken by layer, head);
-    here, not in :mod:`headwatch.scores`, so that the figure jobs need not import torch."""
-    top = scores.sort_values([score, "layer", "head"], ascending=[False, True, True]).head(n)
-    return list(zip(top["layer"].astype(int), top["head"].astype(int)))
+def top_heads(table, column: str, n: int) -> list[tuple[int, int]]:
+    """The n heads of a table with ``layer, head`` columns (a scores table, the patching heads
+    table) ranked highest by ``column``, ties broken by lower layer, then lower head, as plain
+    ``(layer, head)`` ints; here, not in :mod:`headwatch.scores`, so that the figure jobs need not
+    import torch."""
+    top = table.sort_values([column, "layer", "head"], ascending=[False, True, True]).head(n)
+    return [(int(l), int(h)) for l, h in zip(top["layer"], top["head"])]
 
 
 #: A name from the config that becomes part of a file path (a model, phrase, sweep or study

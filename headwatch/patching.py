@@ -6,11 +6,11 @@ Cutting a head (§5) asks what breaks without it; patching asks which head *carr
 information that decides the answer: run a corrupted prompt, put one activation from the
 clean run back in, and see how much of the clean answer returns.
 
-**Prompts** (:func:`prompt_set`, config ``patching``). ``n`` prompts from the ``templates``,
-whose slots ``{A}``, ``{B}``, ``{C}`` take three names, each used with the space before it
-(" Mary"), one token in every studied model (:func:`name_errors`, run before any job). Prompt
-``i`` uses template ``(i // 2) mod len(templates)`` and order ``ABBA`` for even ``i``, ``BABA``
-for odd ``i``:
+**Prompts** (:func:`prompt_set`; the settings :class:`headwatch.settings.patching.PatchingSettings`).
+``n`` prompts from the ``templates``, whose slots ``{A}``, ``{B}``, ``{C}`` take three names, each
+used with the space before it (" Mary"), one token in every studied model
+(:func:`headwatch.settings.patching.patching_errors`, run before any job). Prompt ``i`` uses
+template ``(i // 2) mod len(templates)`` and order ``ABBA`` for even ``i``, ``BABA`` for odd ``i``:
 
 * ``ABBA``: A = IO, B = C = S ("When Mary and John …, John gave a drink to");
 * ``BABA``: A = C = S, B = IO ("When John and Mary …, John gave a drink to").
@@ -60,19 +60,20 @@ clean → clean changes nothing; the batched sweep equals one patch per forward 
 from __future__ import annotations
 
 import logging
-import string
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
 
 from .arch import head_label
+from .names import top_heads
+from .sequences import single_token, token_strings
+from .settings.patching import SLOTS, PatchingError, PatchingSettings, fill, layout
 
 log = logging.getLogger("headwatch.patching")
 
 ORDERS = ("ABBA", "BABA")
-SLOTS = ("A", "B", "C")
 ROLES = {"ABBA": ("IO", "S", "S"), "BABA": ("S", "IO", "S")}
 """Who fills slots A, B, C in each order of the clean prompts."""
 MIN_NAMES = 5
@@ -88,132 +89,16 @@ TASK_NOTE = dict(
             "input); a one-position patch keeps the corrupted run's activation at every other position")
 
 
-class PatchingError(ValueError):
-    """A prompt set or a patching result that cannot be what it claims."""
-
-
-# ------------------------------------------------------------------ templates and names
-def template_slots(template: str) -> list[str]:
-    """The ``{fields}`` of a template, in order (``string.Formatter``'s parse)."""
-    return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-
-
-def template_errors(templates: Sequence[str]) -> list[str]:
-    """Each template must hold ``{A}``, ``{B}`` and ``{C}`` once each (nothing else in braces),
-    each after a space (the names are tokens with their space, " Mary"), and not end in one."""
-    out = []
-    for i, t in enumerate(templates):
-        where = f"patching.templates[{i}] = {t!r}"
-        try:
-            fields = template_slots(t)
-        except ValueError as err:
-            out.append(f"{where}: {err}; write the slots as {{A}}, {{B}}, {{C}} and any other brace twice")
-            continue
-        if sorted(fields) != sorted(SLOTS):
-            out.append(f"{where}: holds the slots {fields}; a template holds {{A}}, {{B}} and {{C}} once "
-                       "each (the two names of a clean prompt go there, ABBA or BABA)")
-            continue
-        for slot in SLOTS:
-            at = t.index("{" + slot + "}")
-            if at == 0 or t[at - 1] != " ":
-                out.append(f"{where}: {{{slot}}} must follow a space: a name is used as one token with "
-                           "its leading space (' Mary')")
-        if t != t.rstrip():
-            out.append(f"{where}: ends in a space; the next token (the answer) carries its own")
-    return out
-
-
-def fill(template: str, names: Sequence[str]) -> str:
-    """The template with names (A, B, C) in its slots."""
-    return template.format(**dict(zip(SLOTS, names)))
-
-
-def layout(tokenizer, template: str, names: Sequence[str]) -> tuple[list[int], list[int]]:
-    """(token ids of the filled template, the position of each slot): a slot's position is the
-    number of tokens of the filled text before it (without the space in front of the slot),
-    checked to hold the name's one token."""
-    ids = list(tokenizer(fill(template, names)).input_ids)
-    by_slot = dict(zip(SLOTS, names))
-    positions = []
-    for slot, name in by_slot.items():
-        before = template[:template.index("{" + slot + "}") - 1].format(**by_slot)
-        pos = len(tokenizer(before).input_ids)
-        positions.append(pos)
-        want = tokenizer(" " + name, add_special_tokens=False).input_ids
-        if pos >= len(ids) or want != [ids[pos]]:
-            raise PatchingError(f"template {template!r} with names {list(names)}: slot {{{slot}}} is not the "
-                                f"one token {want} at position {pos} of {ids}")
-    return ids, positions
-
-
-def name_errors(config: dict, facts) -> list[str]:
-    """The checks of ``patching`` before any job, for one studied model (``facts``:
-    :class:`headwatch.config.ModelFacts`): every name is one token with its space; every
-    template gives the same number of tokens with its slots at the same positions, within the
-    model's context. The model-independent checks (the templates' slots, ``phrase``,
-    ``guard_prompts``) are reported once, with the first studied model."""
-    from .sequences import single_token
-
-    p = config.get("patching")
-    if not p:
-        return []
-    tok, key = facts.tokenizer, facts.key
-    errors = []
-    bad_templates = template_errors(p["templates"])
-    if key == config["models_studied"][0]:
-        errors += bad_templates
-        phrase = config["phrases"].get(p["phrase"])
-        if phrase is None or "also" not in phrase or "text" not in phrase:
-            errors.append(f"patching.phrase = {p['phrase']!r}: must name a phrase of `phrases` with text, "
-                          f"expected and also (the IO and S tokens whose probabilities are reported); "
-                          f"phrases: {sorted(config['phrases'])}")
-        if p["guard_prompts"] > p["n"]:
-            errors.append(f"patching.guard_prompts = {p['guard_prompts']}: more than the "
-                          f"patching.n = {p['n']} prompts")
-        heads = (facts.shape.get("layers") or 0) * (facts.shape.get("heads") or 0)
-        if heads and p["top_k"] > heads:
-            errors.append(f"patching.top_k = {p['top_k']}: model {key} has {heads} heads")
-    split = []
-    for i, name in enumerate(p["names"]):
-        try:
-            single_token(tok, " " + name, f"patching.names[{i}] ({name!r} with its leading space)")
-        except ValueError as err:
-            split.append(f"{err} (model {key})")
-    errors += split
-    if split or bad_templates:
-        return errors
-    names = tuple(p["names"][:3])
-    shapes = []
-    for i, t in enumerate(p["templates"]):
-        try:
-            ids, slots = layout(tok, t, names)
-        except PatchingError as err:
-            errors.append(f"patching.templates[{i}]: {err} (model {key})")
-            continue
-        shapes.append((i, len(ids), slots))
-    context = facts.shape.get("context")
-    for i, n, slots in shapes:
-        i0, n0, slots0 = shapes[0]
-        if (n, slots) != (n0, slots0):
-            errors.append(f"patching.templates[{i}] = {p['templates'][i]!r}: {n} tokens with the names at "
-                          f"positions {slots}, but patching.templates[{i0}] gives {n0} tokens with the "
-                          f"names at {slots0} (model {key}); every template must give the same length "
-                          "with the names at the same positions, so that positions line up across prompts")
-        if context and n > context:
-            errors.append(f"patching.templates[{i}]: {n} tokens, longer than the context of model {key} "
-                          f"({context})")
-    return errors
-
-
 # ------------------------------------------------------------------ the prompt set
-def draw_prompts(params: dict) -> list[dict]:
+def draw_prompts(settings: PatchingSettings) -> list[dict]:
     """The prompts' names and templates, without a tokenizer (see the module doc)."""
-    names, templates, n = list(params["names"]), list(params["templates"]), int(params["n"])
+    settings.need("n", "seed", "templates", "names")
+    names, templates = list(settings.names), list(settings.templates)
     if len(names) < MIN_NAMES:
         raise PatchingError(f"patching.names: {len(names)} names; at least {MIN_NAMES} are needed")
-    rng = np.random.default_rng(int(params["seed"]))
+    rng = np.random.default_rng(settings.seed)
     rows = []
-    for i in range(n):
+    for i in range(settings.n):
         order = ORDERS[i % 2]
         t = (i // 2) % len(templates)
         io, s = (names[j] for j in rng.choice(len(names), size=2, replace=False))
@@ -226,19 +111,18 @@ def draw_prompts(params: dict) -> list[dict]:
     return rows
 
 
-def prompt_set(tokenizer, params: dict):
+def prompt_set(tokenizer, settings: PatchingSettings):
     """``prompts.parquet``: one row per prompt — ``prompt, template, order, io, s, io_id, s_id,
     clean_names, corrupted_names, clean_text, corrupted_text, clean_ids, corrupted_ids, tokens``
     (the clean prompt's tokens) — and its note (slot positions, the templates). Raises
     :class:`PatchingError` if a prompt's length or slots differ from the first's."""
     import pandas as pd
 
-    from .sequences import single_token, token_strings
-
-    rows = draw_prompts(params)
+    rows = draw_prompts(settings)
+    templates = list(settings.templates)
     shape = None
     for r in rows:
-        t = params["templates"][r["template"]]
+        t = templates[r["template"]]
         clean_ids, slots = layout(tokenizer, t, r["clean_names"])
         corrupted_ids, slots_c = layout(tokenizer, t, r["corrupted_names"])
         if shape is None:
@@ -252,11 +136,10 @@ def prompt_set(tokenizer, params: dict):
                  clean_ids=clean_ids, corrupted_ids=corrupted_ids, tokens=token_strings(tokenizer, clean_ids))
     columns = ["prompt", "template", "order", "io", "s", "io_id", "s_id", "clean_names", "corrupted_names",
                "clean_text", "corrupted_text", "clean_ids", "corrupted_ids", "tokens"]
-    note = dict(TASK_NOTE, length=shape[0], slot_positions=dict(zip(SLOTS, shape[1])),
-                templates=list(params["templates"]),
-                draw=f"prompt i: template (i // 2) mod {len(params['templates'])}, ABBA for even i and BABA "
+    note = dict(TASK_NOTE, length=shape[0], slot_positions=dict(zip(SLOTS, shape[1])), templates=templates,
+                draw=f"prompt i: template (i // 2) mod {len(templates)}, ABBA for even i and BABA "
                      f"for odd i; IO, S and the three corrupted names drawn without replacement by numpy "
-                     f"default_rng({params['seed']})")
+                     f"default_rng({settings.seed})")
     return pd.DataFrame(rows)[columns], note
 
 
@@ -472,6 +355,13 @@ class Patcher:
                 out.append(torch.cat(parts))
         return torch.stack(out).cpu()
 
+    def against_loop(self, patches: Sequence[Patch], batched, prompts: Sequence[int]) -> list[tuple]:
+        """``(patch, batched, looped)`` of each patch, for :func:`headwatch.guards.batched_vs_loop`:
+        ``batched`` ``[len(patches), len(prompts)]`` (the sweep's values of these prompts) beside
+        :meth:`loop`'s, one patch per forward pass; the patch as a dict names the case."""
+        looped = self.loop(patches, prompts)
+        return [(asdict(p), b, x) for p, b, x in zip(patches, batched.cpu(), looped)]
+
     def _require_patches(self, patches: Sequence[Patch]) -> None:
         """PatchingError/HeadAddressError unless every patch is a site, unit and position of these prompts."""
         for p in patches:
@@ -539,12 +429,6 @@ def correlations(exact: np.ndarray, estimate: np.ndarray) -> dict:
     return out
 
 
-def top_heads(table, column: str, k: int) -> list[tuple[int, int]]:
-    """The top ``k`` heads by ``column`` (descending; ties: lower layer, then lower head)."""
-    t = table.sort_values([column, "layer", "head"], ascending=[False, True, True], kind="mergesort")
-    return [(int(l), int(h)) for l, h in zip(t["layer"].head(k), t["head"].head(k))]
-
-
 def phrase_probabilities(model, adapter, phrases, phrase: str) -> dict:
     """p(expected) and p(also) (softmax over the vocabulary) at the last position of ``phrase``
     in ``phrases.parquet``: the model's IO and S probabilities on the protocol's own prompt."""
@@ -563,29 +447,30 @@ def phrase_probabilities(model, adapter, phrases, phrase: str) -> dict:
 
 
 # ------------------------------------------------------------------ the rule
-def run_patching(model, adapter, prompts, phrases, params: dict):
+def run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
     """Rule patching_sweep: (heads, resid, positions tables, their note, the guard record).
 
-    ``params``: the ``patching`` config slice (top_k, batch, tolerance, guard_prompts, phrase).
+    ``settings``: of the ``patching`` config slice, it reads top_k, batch, tolerance, guard_prompts, phrase.
     Every guard of :mod:`headwatch.guards` runs (under :func:`headwatch.device.exact_numerics`);
     a failure raises before anything is returned.
     """
     from .device import exact_numerics
 
     with exact_numerics():
-        return _run_patching(model, adapter, prompts, phrases, params)
+        return _run_patching(model, adapter, prompts, phrases, settings)
 
 
-def _run_patching(model, adapter, prompts, phrases, params: dict):
+def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
     import pandas as pd
     import torch
 
     from . import guards
     from .cut import heads_one_per_layer
 
-    batch, k = int(params["batch"]), int(params["top_k"])
+    settings.need("top_k", "batch", "tolerance", "guard_prompts", "phrase")
+    batch, k = settings.batch, settings.top_k
     clean, corrupted, io, s = prompt_tensors(prompts)
-    sample = list(range(min(int(params["guard_prompts"]), len(prompts))))
+    sample = list(range(min(settings.guard_prompts, len(prompts))))
     labels = position_labels(prompts)
     records = guards.GuardRecords()
     t0 = time.perf_counter()
@@ -628,9 +513,11 @@ def _run_patching(model, adapter, prompts, phrases, params: dict):
              + [(resid, resid_ld, resid.index(Patch("resid_in", l, None, p)))
                 for l in range(adapter.n_layers) for p in sorted({slot, patcher.length - 1})]
              + [(where, where_ld, i) for i in range(patcher.length)])
-    records.add(guards.batched_vs_loop(patcher, [ps[i] for ps, _, i in probe],
-                                       torch.stack([ld[i, sample] for _, ld, i in probe]), sample,
-                                       float(params["tolerance"])))
+    patches = [ps[i] for ps, _, i in probe]
+    records.add(guards.batched_vs_loop(
+        patcher.against_loop(patches, torch.stack([ld[i, sample] for _, ld, i in probe]), sample),
+        settings.tolerance, "logit difference IO - S of every guard prompt: the batched sweep vs one patch "
+        "per forward pass", prompts=len(sample)))
 
     top10 = min(10, len(table))
     overlap = len(set(top_heads(table, "score", top10)) & set(top_heads(table, "estimate_score", top10)))
@@ -645,7 +532,7 @@ def _run_patching(model, adapter, prompts, phrases, params: dict):
                                     head_rank=[rank_of[(p.layer, p.unit)] for p in where],
                                     position=[p.position for p in where], token=[labels[p.position] for p in where],
                                     logit_diff=where_mean, score=patcher.score(where_mean)))
-    names = phrase_probabilities(model, adapter, phrases, params["phrase"])
+    names = phrase_probabilities(model, adapter, phrases, settings.phrase)
     note = dict(TASK_NOTE, prompts=len(prompts), length=patcher.length, position_labels=labels,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,
                 names_phrase=f"{names['phrase']}: p(IO = {names['io']!r}) = {names['p_io']:.4g}, "

@@ -39,9 +39,11 @@ class DirtyTreeError(RuntimeError):
     or no git checkout to name a commit from."""
 
 
-class RunRecordError(RuntimeError):
-    """A run's record does not let its results be published: no record, a failed run, or an attempt
-    made from a tree with changes or at a commit whose result inputs differ from this one's."""
+class RunRecordError(ValueError):
+    """A run's record cannot be used: the record of the last run (:mod:`headwatch.run_record`) is
+    not valid YAML, or a timed run's record does not let its results be published — no record, a
+    failed run, or an attempt made from a tree with changes or at a commit whose result inputs
+    differ from this one's."""
 
 
 class NotACheckoutError(DirtyTreeError):

@@ -17,6 +17,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from .provenance import DirtyTreeError, RunRecordError, require_clean_tree
+
 # The overlays that define the scales (Makefile: make quick, quick-more, laptop, laptop-more).
 SCALES = [
     ("paper", "paper scale", []),
@@ -30,10 +32,6 @@ SCALES = [
 ]
 COMPUTED_KEY = "report_run"
 """The key the report's own description of the run is stored under (not part of the run's config)."""
-
-
-class RunRecordError(ValueError):
-    """The record of the last run cannot be read."""
 
 
 def leaves(d: dict, prefix: tuple = ()) -> dict:
@@ -172,7 +170,6 @@ def timed(name: str, command: list[str], root=".") -> int:
     import sys
 
     from . import paths
-    from .provenance import DirtyTreeError, require_clean_tree
 
     root = Path(root)
     try:

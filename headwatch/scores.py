@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from .interventions import attention_maps   # the maps every score reads (also importable from here)
-from .names import SCORES, top_heads         # the four scores, in the order of every table and figure
+from .names import SCORES                    # the four scores, in the order of every table and figure
 
 log = logging.getLogger("headwatch.scores")
 

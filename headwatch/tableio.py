@@ -261,6 +261,12 @@ def read_record(path) -> dict:
     return record
 
 
+def guard_records(rule_record: dict) -> list[dict]:
+    """The guards' records in a rule's record (:func:`headwatch.guards.compare`'s, one shape: each
+    names its ``guard``), in the order they ran."""
+    return [g for g in rule_record.values() if isinstance(g, dict) and "guard" in g]
+
+
 def _record(path) -> tuple[dict | None, str | None]:
     """(the record, None), or (None, what is wrong with it)."""
     import stat

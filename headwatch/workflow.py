@@ -28,6 +28,8 @@ import time
 import traceback
 from pathlib import Path
 
+log = logging.getLogger("headwatch.workflow")
+
 MIB = 2 ** 20
 #: The last line :func:`log_to` writes to a rule's log (after the timestamp and logger name).
 RESOURCES = "resources:"
@@ -95,25 +97,37 @@ def _attempt_number(path: Path) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def keep_failed_attempt(log_file: str | Path) -> Path | None:
-    """Give a failed attempt's log a second name ``<log>.attempt-<n>.log`` (n = one more than the
-    attempts kept so far), unless one of those already is this file. A hard link where the file
-    system allows it, else a copy. Returns the attempt's name, or None when it cannot be kept."""
+def keep_attempt_log(log_file: str | Path | None, copy: bool = True) -> tuple[Path | None, list[str]]:
+    """Give this attempt's log a second name ``<log>.attempt-<n>.log`` (n = one more than the
+    attempts kept so far), because Snakemake removes a rule's log before it reruns the job: a hard
+    link (it holds everything written to the log later, even if the process is killed), else,
+    with ``copy``, a copy of the log as it is now. When one of the kept names already is this
+    file (a job that kept its log at its start: training, which must survive a SIGKILL), that
+    name is the attempt's and nothing is added. Returns the attempt's name (None when there is no
+    log or it cannot be kept) and the names kept by the earlier attempts, which did not finish
+    (both written to the log)."""
+    if log_file is None:
+        return None, []
     log_file = Path(log_file)
     kept = sorted(log_file.parent.glob(f"{log_file.stem}.attempt-*.log"), key=_attempt_number)
     for p in kept:
         with contextlib.suppress(OSError):
             if os.path.samefile(p, log_file):
-                return p
+                return p, [str(q) for q in kept if q != p]
     link = log_file.with_name(f"{log_file.stem}.attempt-{1 + max(map(_attempt_number, kept), default=0)}.log")
     try:
         os.link(log_file, link)
-    except OSError:
+    except OSError as err:
         try:
+            if not copy:
+                raise
             shutil.copyfile(log_file, link)
         except OSError:
-            return None
-    return link
+            log.warning("cannot keep this attempt's log as %s (%s)", link, err)
+            link = None
+    if kept:
+        log.warning("logs of earlier attempts that did not finish: %s", [str(p) for p in kept])
+    return link, [str(p) for p in kept]
 
 
 class Terminated(SystemExit):
@@ -150,7 +164,7 @@ def log_to(path, threads: int | None = None):
     ``threads`` (the rule's ``threads``) caps torch's intra-op threads, so that
     jobs Snakemake runs side by side do not oversubscribe the cores.
     An exception is written to the log with its traceback, the log is kept as
-    ``<log>.attempt-<n>.log`` (:func:`keep_failed_attempt`), and the exception is
+    ``<log>.attempt-<n>.log`` (:func:`keep_attempt_log`), and the exception is
     re-raised so the rule fails. The log always ends with the ``resources:`` line.
     """
     t0 = time.perf_counter()
@@ -181,7 +195,7 @@ def log_to(path, threads: int | None = None):
 def _failed(fh, path) -> None:
     """The traceback, then the attempt's log kept under a second name."""
     traceback.print_exc(file=fh)
-    kept = keep_failed_attempt(path)
+    kept, _ = keep_attempt_log(path)
     _stamp(fh, "headwatch.workflow", f"this attempt failed; its log is kept as {kept} (Snakemake removes "
            "the rule's log before it reruns the job)" if kept else
            "this attempt failed; its log could not be kept under a second name")

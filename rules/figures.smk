@@ -18,7 +18,7 @@ rule figures_grid:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_heads.py"
+        "../scripts/figures_grid.py"
 
 
 rule figures_head:
@@ -38,7 +38,7 @@ rule figures_head:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_heads.py"
+        "../scripts/figures_head.py"
 
 
 rule figures_scores:
@@ -59,7 +59,7 @@ rule figures_scores:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_heads.py"
+        "../scripts/figures_scores.py"
 
 
 include: "figures_anatomy.smk"

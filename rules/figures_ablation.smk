@@ -16,7 +16,7 @@ rule figures_ablation_topk:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_ablation.py"
+        "../scripts/figures_ablation_topk.py"
 
 
 rule figures_ablation_circuit:
@@ -32,7 +32,7 @@ rule figures_ablation_circuit:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_ablation.py"
+        "../scripts/figures_ablation_circuit.py"
 
 
 rule figures_ablation_attribution:
@@ -49,7 +49,7 @@ rule figures_ablation_attribution:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_ablation.py"
+        "../scripts/figures_ablation_attribution.py"
 
 
 rule figures_ablation_pairs:
@@ -65,4 +65,4 @@ rule figures_ablation_pairs:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_ablation.py"
+        "../scripts/figures_ablation_pairs.py"

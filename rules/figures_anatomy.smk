@@ -15,7 +15,7 @@ rule figures_anatomy_params:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_anatomy.py"
+        "../scripts/figures_anatomy_params.py"
 
 
 rule figures_anatomy_rotary:
@@ -33,7 +33,7 @@ rule figures_anatomy_rotary:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_anatomy.py"
+        "../scripts/figures_anatomy_rotary.py"
 
 
 rule figures_anatomy_kv_cache:
@@ -49,7 +49,7 @@ rule figures_anatomy_kv_cache:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_anatomy.py"
+        "../scripts/figures_anatomy_kv_cache.py"
 
 
 rule figures_anatomy_kv_cut:
@@ -66,4 +66,4 @@ rule figures_anatomy_kv_cut:
     conda:
         "../environment.yml"
     script:
-        "../scripts/figures_anatomy.py"
+        "../scripts/figures_anatomy_kv_cut.py"

@@ -21,4 +21,4 @@ rule figures_patching:
     conda:
         "../environment.yml"
     script:
-        "../scripts/patching_figures.py"
+        "../scripts/figures_patching.py"

@@ -37,7 +37,6 @@ rule patching_sweep:
         patching={key: config["patching"][key] for key in ("phrase", "top_k", "batch", "tolerance",
                                                            "guard_prompts")},
         dtype=lambda w: get_dtype(w.model),
-        device=config["device"],
     log:
         paths.log("patching_sweep", "{model}"),
     benchmark:

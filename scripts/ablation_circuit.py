@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from headwatch.ablation import run_circuit
-from headwatch.ablation_settings import AblationSettings
+from headwatch.settings.ablation import AblationSettings
 from headwatch.tableio import read_parquet, write_parquet, write_record
 from headwatch.models import load_prepared
 from headwatch.workflow import log_to

@@ -4,15 +4,17 @@ from pathlib import Path
 
 from headwatch.models import load_prepared
 from headwatch.patching import run_patching
+from headwatch.settings.patching import PatchingSettings
 from headwatch.tableio import read_note, read_parquet, write_parquet, write_record
 from headwatch.workflow import log_to
 
 i, o, p = snakemake.input, snakemake.output, snakemake.params
+settings = PatchingSettings.from_config(p.patching)   # the rule's slice of patching:, typed
+device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)
 with log_to(snakemake.log[0], snakemake.threads):
-    model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, p.device)
+    model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, device)
     prompts = read_parquet(i.prompts)
-    heads, resid, positions, note, guards = run_patching(model, adapter, prompts, read_parquet(i.phrases),
-                                                         dict(p.patching))
+    heads, resid, positions, note, guards = run_patching(model, adapter, prompts, read_parquet(i.phrases), settings)
     note = dict(note, templates=read_note(i.prompts)["templates"])
     write_record(guards, o.guards)
     write_parquet(heads, o.heads, note=note)

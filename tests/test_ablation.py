@@ -6,11 +6,12 @@ import torch
 import torch.nn.functional as F
 
 from headwatch import ablation as A
-from headwatch.ablation_settings import AblationSettings
+from headwatch.settings.ablation import AblationSettings
 from headwatch.arch import Adapter
 from headwatch.cut import cut_heads, full_logits, zeroed_columns
-from headwatch.guards import AblationGuards, GuardError, merge_guards
+from headwatch.guards import AblationGuards, GuardError, merge_guards, random_control
 from headwatch.scores import induction_scores, scores_table
+from headwatch.tableio import guard_records
 from tiny import random_ids, tiny_model
 
 T, OFFSET, BOS = 6, 1, 0
@@ -156,6 +157,7 @@ def test_topk_targeted_vs_random(setup, topk):
     pd.testing.assert_frame_equal(both, again)
     assert guards["passed"] and guards["hook_vs_weights"]["max_abs_diff"] == 0.0
     assert guards["restore"]["identical"] and guards["batched_vs_loop"]["max_abs_diff"] <= 1e-5
+    assert guards["random_control"]["identical"] and guards["random_control"]["n_cases"] == 2 * len(PARAMS["k"])
     assert "t = offset+T .. offset+2T-2" in note["positions"]
 
 
@@ -202,12 +204,12 @@ def test_attribution_summary_follows_from_table(setup, attribution):
         assert s.global_loss_nats == PARAMS["attribution"]["global_loss_nats"]
         assert s.cut_scope == ("global" if cut - intact > s.global_loss_nats else "specific")
     assert guards["passed"] and guards["hook_vs_weights"]["max_abs_diff"] == 0.0
-    assert len(guards["hook_vs_weights"]["logits_shape"]) == 2      # guards ran on every phrase
-    prose_guard = [c for c in guards["batched_vs_loop"]["comparisons"] if "prose" in c["compared"]]
-    assert len(prose_guard) == 1 and prose_guard[0]["passed"]        # guard 3 covers the prose losses
+    assert all(len(c["shape"]) == 2 for c in guards["hook_vs_weights"]["cases"])   # guards ran on every phrase
+    prose_guard = [c for c in guards["batched_vs_loop"]["cases"] if "prose" in c["quantity"]]
+    assert len(prose_guard) == 1 and prose_guard[0]["max_abs_diff"] <= 1e-5   # guard 3 covers the prose losses
     # ... as reported: one pooled loss per variant (intact + each distinct costliest head)
     costliest = set(zip(summary.costliest_layer, summary.costliest_head))
-    assert prose_guard[0]["n_values"] == 1 + len(costliest)
+    assert prose_guard[0]["shape"] == [1 + len(costliest)]
 
 
 def test_cut_scope_threshold():
@@ -263,10 +265,36 @@ def test_circuit(setup, circuit):
     assert guards["passed"]
 
 
+def test_every_guard_record_has_one_shape_and_the_ablation_guards_fire(setup, topk):
+    """The ablation rule's records have the patching guards' shape (headwatch.guards.compare); the
+    random control refuses a draw of the wrong size or one holding a targeted head; a batched
+    value off its loop stops the rule at once, not at the end."""
+    model, adapter, _ = setup
+    keys = {"guard", "compared", "n_cases", "max_abs_diff", "identical", "tolerance", "passed", "cases"}
+    records = guard_records(topk[3])
+    assert [r["guard"] for r in records] == ["hook_vs_weights", "hook_vs_mean_bias", "random_control",
+                                             "restore", "batched_vs_loop"]
+    for r in records:
+        assert keys <= set(r) and r["n_cases"] == len(r["cases"]), r["guard"]
+        assert all({"shape", "max_abs_diff", "identical"} <= set(c) for c in r["cases"])
+    targeted = [(2, 0), (2, 1)]
+    assert random_control(targeted, {2: [[(0, 1), (1, 1)], [(0, 2), (1, 0)]]})["passed"]
+    with pytest.raises(GuardError, match="random_control: .* is not identical .*'k': 2"):
+        random_control(targeted, {2: [[(0, 1), (1, 1)], [(0, 2)]]})             # a draw of one head
+    with pytest.raises(GuardError, match="targeted heads in each draw"):
+        random_control(targeted, {2: [[(0, 1), (2, 1)]]})                        # a targeted head
+    guards = AblationGuards(model, adapter, random_ids(1, 5), PARAMS["batch"], 1e-5)
+    guards.loop(torch.zeros(2), torch.tensor([0.0, 1e-6]), "fine")
+    with pytest.raises(GuardError, match="batched_vs_loop: off: max"):
+        guards.loop(torch.zeros(2), torch.tensor([0.0, 1e-3]), "off")
+    assert len(guards.loops) == 1
+
+
 def test_merge_guards_refuses_a_failed_record(topk):
     rec = topk[3]
     merged = merge_guards({"topk": rec, "again": rec})
-    assert merged["passed"] and merged["hook_vs_weights_max_abs_diff"] == 0.0
+    assert merged["passed"] and merged["summary"]["hook_vs_weights"]["max_abs_diff"] == 0.0
+    assert merged["summary"]["batched_vs_loop"]["rules"] == 2 and merged["rules"]["again"] is rec
     with pytest.raises(GuardError, match="again"):
         merge_guards({"topk": rec, "again": dict(rec, passed=False)})
 
@@ -304,7 +332,7 @@ def test_topk_writes_both_methods_side_by_side(setup, topk):
     assert guards["hook_vs_weights"]["max_abs_diff"] == 0.0
     assert guards["hook_vs_mean_bias"]["passed"]
     assert guards["hook_vs_mean_bias"]["max_abs_diff"] <= guards["hook_vs_mean_bias"]["tolerance"]
-    assert len(guards["batched_vs_loop"]["comparisons"]) == 2                  # one per method
+    assert guards["batched_vs_loop"]["n_cases"] == 2                             # one per method
     assert "configured ablation.method (zero) first" in note["method"]
     configured_mean, _, _ = A.run_topk(model, adapter, eval_df, scores, _settings(method="mean"))
     assert configured_mean.method.tolist() == ["mean"] * 3 + ["zero"] * 3
@@ -341,7 +369,7 @@ def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit,
         p = torch.softmax(model(torch.tensor([ph.token_ids])).logits[0, -1], -1)[ph.expected_id]
     assert abs(row.p_cut - float(p)) < 1e-6
     merged = merge_guards({"topk": topk[3], "attribution": guards})
-    assert merged["hook_vs_mean_bias_max_abs_diff"] <= guards["hook_vs_mean_bias"]["tolerance"]
+    assert merged["summary"]["hook_vs_mean_bias"]["max_abs_diff"] <= guards["hook_vs_mean_bias"]["tolerance"]
 
 
 def test_settings_are_typed_and_name_what_is_missing_or_unknown():

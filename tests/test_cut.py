@@ -5,7 +5,7 @@ import torch
 from headwatch.arch import Adapter, HeadAddressError
 from headwatch.cut import (BatchedCuts, cut_heads, cut_rows, full_logits, head_mask, heads_one_per_layer,
                            loop_cuts, zeroed_columns)
-from headwatch.guards import GuardError, guard_batched, guard_hook_vs_weights, guard_restore
+from headwatch.guards import GuardError, batched_vs_loop, hook_vs_weights, restore
 from headwatch.interventions import InterventionError
 from tiny import random_ids
 
@@ -54,10 +54,10 @@ def test_hook_equals_zeroed_weights_on_full_logits(model):
     ids = random_ids(2, 12)
     intact = full_logits(model, ids)
     snap = _snapshot(model)
-    rec = guard_hook_vs_weights(model, a, ids, heads_one_per_layer(a) + [(1, 3)], tolerance=0.0)
-    assert rec["max_abs_diff"] == 0.0 and rec["all_identical"]
+    rec = hook_vs_weights(model, a, ids, heads_one_per_layer(a) + [(1, 3)], tolerance=0.0)
+    assert rec["max_abs_diff"] == 0.0 and rec["identical"]
     assert rec["layers_covered"] == list(range(a.n_layers))
-    assert rec["logits_shape"] == [2, 12, model.config.vocab_size]
+    assert {tuple(c["shape"]) for c in rec["cases"]} == {(2, 12, model.config.vocab_size)}
     group = [(0, 0), (1, 2), (2, 3)]
     with cut_heads(a, group):
         hooked = full_logits(model, ids)
@@ -69,7 +69,7 @@ def test_hook_equals_zeroed_weights_on_full_logits(model):
     # Restored: weights and logits bit for bit, no hook left behind.
     assert _same_weights(model, snap)
     assert _hooks(a) == 0
-    assert guard_restore(model, ids, intact)["identical"]
+    assert restore(model, ids, intact)["identical"]
 
 
 def test_hook_never_modifies_weights(model):
@@ -155,7 +155,7 @@ def test_batched_runner_equals_loop(model, reuse):
     looped = loop_cuts(model, a, ids, variants, reduce, positions)
     batched = BatchedCuts(model, a, ids, positions, batch=4, reuse_prefix=reuse).run_variants(variants, reduce)
     assert batched.shape == (5, 3, 3, model.config.vocab_size)
-    assert guard_batched(batched, looped, 1e-5, "log-probs")["passed"]
+    assert batched_vs_loop([({}, batched, looped)], 1e-5, "log-probs")["passed"]
     assert (looped[1] - looped[0]).abs().max() > 1e-3
     assert _hooks(a) == 0
     assert all("forward" not in a.block(l).__dict__ for l in range(a.n_layers))
@@ -167,12 +167,12 @@ def test_guards_fail_loudly():
     a = Adapter(model)
     ids = random_ids(1, 8)
     intact = full_logits(model, ids)
-    with pytest.raises(GuardError, match="differ from one-at-a-time"):
-        guard_batched(torch.zeros(3), torch.tensor([0.0, 2e-5, 0.0]), 1e-5, "x")
+    with pytest.raises(GuardError, match=r"batched_vs_loop: x: max \|Δ\| = 2e-05 > 1e-05"):
+        batched_vs_loop([({}, torch.zeros(3), torch.tensor([0.0, 2e-5, 0.0]))], 1e-5, "x")
     with torch.no_grad():
         a.out_proj(1).weight[0, 0] += 1e-3          # the model did not come back
-    with pytest.raises(GuardError, match="did not come back intact"):
-        guard_restore(model, ids, intact)
+    with pytest.raises(GuardError, match="guard restore: .* is not identical"):
+        restore(model, ids, intact)
 
 
 def test_plan_chunks_by_hand():

@@ -63,7 +63,7 @@ ABLATION_PARAMS = dict(top_n=4, method="zero", k=[1, 2, 4], random_draws=3, seed
 def ablation_tables(model, adapter, scores, repeated_ids, phrases, prose) -> dict:
     """The ablation tables of the tiny run, by the workflow's own code (headwatch.ablation)."""
     from headwatch.ablation import run_attribution, run_circuit, run_topk
-    from headwatch.ablation_settings import AblationSettings
+    from headwatch.settings.ablation import AblationSettings
 
     seqs = pd.DataFrame(dict(seq=range(len(repeated_ids)), token_ids=[r.tolist() for r in repeated_ids],
                              half_length=repeated_ids.shape[1] // 2, offset=0))

@@ -24,7 +24,8 @@ import yaml
 
 from headwatch.device import exact_numerics, numerics, pick_device
 from headwatch.provenance import require_clean_tree, run_attempts
-from headwatch.workflow import keep_failed_attempt, log_to, read_resources
+from headwatch.tableio import guard_records
+from headwatch.workflow import keep_attempt_log, log_to, read_resources
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "benchmarks" / "gpu"
@@ -169,11 +170,12 @@ def test_every_guard_record_is_printed_with_its_figures(tiny):
         rec = json.loads(p.read_text())
         source = str(p.relative_to(tiny["results"]).with_suffix(""))
         mine = [r for r in rows if r[0] == source]
-        assert any(" ".join(r).startswith(f"{source} hook cut vs zeroed Wo columns {rec['hook_vs_weights']['n_cuts']} "
+        assert any(" ".join(r).startswith(f"{source} hook_vs_weights {rec['hook_vs_weights']['n_cases']} "
                                           f"{rec['hook_vs_weights']['max_abs_diff']:.3g} 0 True True")
                    for r in mine), (source, mine)
-        assert any(f"batched cuts vs one at a time {len(rec['batched_vs_loop']['comparisons'])} "
+        assert any(f"batched_vs_loop {rec['batched_vs_loop']['n_cases']} "
                    f"{rec['batched_vs_loop']['max_abs_diff']:.3g} 1e-05" in " ".join(r) for r in mine)
+        assert sorted(r[1] for r in mine) == sorted(g["guard"] for g in guard_records(rec))   # every one
         assert rec["numerics"]["float32_matmul_precision"] == "highest"      # the guards ran exact
     wc = json.loads((tiny["results"] / check.MODEL_KEY / "anatomy" / "weight_check.json").read_text())
     assert f"map by hand (float64) vs the model's 1 {wc['max_abs_delta']:.3g} 0.0001" in text
@@ -325,7 +327,7 @@ def test_a_job_that_keeps_its_own_attempt_log_gets_no_second_one(tmp_path):
     log.write_text("started\n")
     own = tmp_path / "seed0.attempt-3.log"
     os.link(log, own)                                  # what training does at its start
-    assert keep_failed_attempt(log) == own
+    assert keep_attempt_log(log) == (own, [])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["seed0.attempt-3.log", "seed0.log"]
 
 

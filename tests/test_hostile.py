@@ -362,6 +362,29 @@ def test_figure_text_is_drawn_as_written():
     assert ax.title.get_text().endswith("$\\notacommand{$")
 
 
+def test_log_axes_print_their_numbers_with_math_text_off():
+    """With math text off, matplotlib's own labels of a log axis ($\\mathdefault{10^{2}}$) would be
+    drawn as that source: every log axis and log colour bar is labelled in plain text instead
+    (headwatch.figures.style.plain_log_ticks, which save applies), and a linear axis is left alone."""
+    from matplotlib.colors import LogNorm
+
+    from headwatch.figures.style import PlainLogFormatter, figure, plain_log_ticks
+
+    fig, (ax, lin) = figure(ncols=2)
+    ax.plot([0.01, 1000], [1, 2])
+    ax.set_xscale("log")
+    cbar = fig.colorbar(lin.imshow([[1e-6, 1e-3], [1, 10]], norm=LogNorm()), ax=lin)
+    plain_log_ticks(fig)
+    fig.canvas.draw()
+    assert isinstance(ax.xaxis.get_major_formatter(), PlainLogFormatter)
+    assert not isinstance(lin.xaxis.get_major_formatter(), PlainLogFormatter)
+    power = re.compile("(−?[0-9.]+×)?10⁻?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+    for axis in (ax.xaxis, cbar.ax.yaxis):
+        labels = [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
+        assert len(labels) >= 2 and all(power.fullmatch(t) for t in labels), labels
+    assert {"10⁻²", "10⁰"} <= {t.get_text() for t in ax.xaxis.get_ticklabels()}
+
+
 # ------------------------------------------------------------------ 3. devices
 @pytest.mark.parametrize("setting, gpus, error", [
     (dict(device="cuda"), 0, "device: 'cuda', but torch finds no CUDA GPU on this machine"),

@@ -8,8 +8,8 @@ import torch
 from headwatch.arch import (SITES, Adapter, HeadAddressError, all_families, families_markdown,
                            sites_markdown, sites_table)
 from headwatch.cut import BatchedCuts, cut_heads, head_means, loop_cuts
-from headwatch.guards import (MEAN_BIAS_RTOL, GuardError, guard_against_reference, guard_batched,
-                              guard_hook_vs_mean_bias, guard_restore)
+from headwatch.guards import (MEAN_BIAS_RTOL, GuardError, batched_vs_loop, hook_vs_mean_bias, hook_vs_reference,
+                              restore)
 from headwatch.interventions import (InterventionError, attention_maps, capture, full_logits, hooks_on, intervene,
                                      maps_and_logits, replace, replaced_by_bias, scale, skip, zero,
                                      zeroed_weights)
@@ -108,7 +108,7 @@ def test_every_edit_is_removed_even_when_the_body_raises(tiny, site):
     assert (moved - intact).abs().max() > 1e-4          # the edits did something ...
     assert hooks_on(model) == 0                          # ... and left nothing behind
     assert _same(model, snap)
-    assert guard_restore(model, ids, intact, adapter=a)["identical"]
+    assert restore(model, ids, intact, adapter=a)["identical"]
 
 
 @pytest.mark.parametrize("site", WEIGHTED)
@@ -121,8 +121,8 @@ def test_zero_hook_equals_zeroed_weights_exactly(tiny, site):
     snap = _snapshot(model)
     cases = [(dict(site=site, layer=l, unit=_unit(a, site, l)), [zero(site, l, _unit(a, site, l))],
               lambda l=l: zeroed_weights(a, [(site, l, _unit(a, site, l))])) for l in range(a.n_layers)]
-    rec = guard_against_reference(model, a, ids, cases, 0.0, what=f"{site} hook vs zeroed weights")
-    assert rec["max_abs_diff"] == 0.0 and rec["all_identical"]
+    rec = hook_vs_reference("hook_vs_weights", a, ids, cases, 0.0, f"{site} hook vs zeroed weights")
+    assert rec["max_abs_diff"] == 0.0 and rec["identical"]
     assert rec["layers_covered"] == list(range(a.n_layers))
     with intervene(a, [zero(site, 0, _unit(a, site, 0))]):
         assert (full_logits(model, ids, adapter=a) - intact).abs().max() > 1e-4   # the cut moves
@@ -130,7 +130,7 @@ def test_zero_hook_equals_zeroed_weights_exactly(tiny, site):
     # The guard can fail: a reference that is not the same model is refused.
     wrong = [(dict(layer=0), [zero(site, 0, _unit(a, site, 0))], lambda: zeroed_weights(a, []))]
     with pytest.raises(GuardError, match="max"):
-        guard_against_reference(model, a, ids, wrong, 0.0)
+        hook_vs_reference("hook_vs_weights", a, ids, wrong, 0.0, "a reference that is another model")
 
 
 def test_whole_block_sites_have_no_weight_reference(tiny):
@@ -164,7 +164,7 @@ def test_per_row_edits_equal_each_edit_alone(tiny, site):
     for i, edits in enumerate(row_edits):
         with torch.no_grad(), intervene(a, edits):
             alone = a.logits(ids[:1])[0]
-        assert guard_batched(batched[i], alone, 1e-5, f"{site} row {i}")["passed"]
+        assert batched_vs_loop([({}, batched[i], alone)], 1e-5, f"{site} row {i}")["passed"]
     assert (batched[1] - batched[0]).abs().max() > 1e-4       # rows really differ
     # Per-row values: each row its own replacement.
     values = _value(a, site, 4, T, gen)
@@ -172,7 +172,7 @@ def test_per_row_edits_equal_each_edit_alone(tiny, site):
         per_row = a.logits(ids)
     for i in (0, 3):
         with torch.no_grad(), intervene(a, [replace(site, last, values[i], _unit(a, site))]):
-            assert guard_batched(per_row[i], a.logits(ids[:1])[0], 1e-5, "per-row values")["passed"]
+            assert batched_vs_loop([({}, per_row[i], a.logits(ids[:1])[0])], 1e-5, "per-row values")["passed"]
     with pytest.raises(InterventionError, match="masks for 4 rows"):
         with torch.no_grad(), intervene(a, batched_edits):
             a.logits(ids[:2])
@@ -226,7 +226,7 @@ def test_pattern_edits_act_through_z(tiny):
         a.logits(ids)
     own = cap.one(("pattern", 2, None))
     with intervene(a, [replace("pattern", 2, own)]):
-        assert guard_batched(full_logits(model, ids, adapter=a), intact, 1e-5, "own pattern")["passed"]
+        assert batched_vs_loop([({}, full_logits(model, ids, adapter=a), intact)], 1e-5, "own pattern")["passed"]
     uniform = torch.tril(torch.ones(10, 10)) / torch.arange(1, 11)[:, None]
     with torch.no_grad(), intervene(a, [capture("pattern", 2, 1, key="before"),
                                         replace("pattern", 2, uniform, 1), capture("pattern", 2, 1)]) as cap:
@@ -251,7 +251,7 @@ def test_skip_stands_in_for_the_blocks_below(tiny):
             skipped = a.logits(ids).float()
         finally:
             handle.remove()
-    assert guard_batched(skipped, intact, 1e-5, "skip")["passed"]
+    assert batched_vs_loop([({}, skipped, intact)], 1e-5, "skip")["passed"]
     assert torch.equal(seen.one(("resid_in", 2, None)), cap.one(("resid", 1, None)))
     assert calls == [1]                      # block 0 was called, its stand-in ran, not its layers
     assert hooks_on(model) == 0
@@ -309,7 +309,7 @@ def test_mean_cut_guards(tiny):
     means = head_means(model, a, ids)
     heads = [(l, l % a.n_heads) for l in range(a.n_layers)] + [(0, a.n_heads - 1)]
     biased = [getattr(a.out_proj(l), "bias", None) is not None for l in range(a.n_layers)]
-    rec = guard_hook_vs_mean_bias(model, a, ids, heads, means)
+    rec = hook_vs_mean_bias(model, a, ids, heads, means)
     assert rec["max_abs_logit"] == float(intact.abs().max()) and rec["rtol"] == MEAN_BIAS_RTOL
     assert rec["passed"] and rec["max_abs_diff"] <= rec["tolerance"] == MEAN_BIAS_RTOL * rec["max_abs_logit"]
     assert rec["layers_covered"] == list(range(a.n_layers))
@@ -320,7 +320,7 @@ def test_mean_cut_guards(tiny):
     wrong = [(dict(layer=0), [replace("z", 0, means[0, 0], 0)],
               lambda: replaced_by_bias(a, [(0, 0, means[0, 0] + 1.0)]))]
     with pytest.raises(GuardError, match="max"):
-        guard_against_reference(model, a, ids, wrong, rec["tolerance"])
+        hook_vs_reference("hook_vs_mean_bias", a, ids, wrong, rec["tolerance"], "the bias form of another value")
     positions = torch.tensor([0, 4, 9])
     variants = [[], [(1, 0)], [(0, 1), (2, 3)]]
 
@@ -329,12 +329,12 @@ def test_mean_cut_guards(tiny):
 
     looped = loop_cuts(model, a, ids, variants, reduce, positions, means=means)
     batched = BatchedCuts(model, a, ids, positions, batch=4, means=means).run_variants(variants, reduce)
-    assert guard_batched(batched, looped, 1e-5, "mean cuts")["passed"]
+    assert batched_vs_loop([({}, batched, looped)], 1e-5, "mean cuts")["passed"]
     zero_cut = loop_cuts(model, a, ids, variants[1:2], reduce, positions)
     assert (zero_cut[0] - looped[1]).abs().max() > 1e-4
     with cut_heads(a, [(1, 0)], means):
         assert (full_logits(model, ids, adapter=a) - intact).abs().max() > 1e-5
-    assert guard_restore(model, ids, intact, adapter=a)["identical"] and hooks_on(model) == 0
+    assert restore(model, ids, intact, adapter=a)["identical"] and hooks_on(model) == 0
     with pytest.raises(ValueError, match="means must be"):
         with cut_heads(a, [(1, 0)], means[:, :1]):
             pass

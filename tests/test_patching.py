@@ -11,12 +11,14 @@ from conftest import ROOT
 from headwatch import guards
 from headwatch.arch import Adapter
 from headwatch.interventions import InterventionError, capture, intervene
-from headwatch.patching import (Patch, Patcher, attribution_patching, head_patches, name_errors, position_labels,
-                                position_patches, prompt_set, resid_patches)
+from headwatch.patching import (Patch, Patcher, attribution_patching, head_patches, position_labels, position_patches,
+                                prompt_set, resid_patches)
+from headwatch.settings.patching import PatchingSettings, patching_errors
 from tiny import random_ids, tiny_model
 
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 PARAMS = dict(CONFIG["patching"], n=8, top_k=2, batch=16, guard_prompts=2)
+SETTINGS = PatchingSettings.from_config(PARAMS)
 
 
 def _patcher(model, batch=16):
@@ -36,10 +38,10 @@ def test_every_guard_passes_on_every_family(model):
     for rec in (guards.nothing_patched(p, sample), guards.everything_patched(p, sample),
                 guards.clean_to_clean(p, sample, [(l, l % a.n_heads) for l in range(a.n_layers)])):
         assert rec["passed"] and rec["identical"] and rec["max_abs_diff"] == 0.0, rec
-        assert rec["shape"] == [3, 10, a.model.config.vocab_size]
+        assert {tuple(c["shape"]) for c in rec["cases"]} == {(3, 10, a.model.config.vocab_size)}
     patches = head_patches(a)[::5] + resid_patches(a, 10)[::11] + position_patches([(1, 2)], 10)[::3]
     batched = p.run(patches)
-    rec = guards.batched_vs_loop(p, patches, batched[:, sample], sample, 1e-5)
+    rec = guards.batched_vs_loop(p.against_loop(patches, batched[:, sample], sample), 1e-5, "logit difference")
     assert rec["passed"] and rec["n_cases"] == len(patches) and rec["max_abs_diff"] <= 1e-5
 
 
@@ -64,7 +66,7 @@ def test_each_guard_fails_when_what_it_guards_is_broken(monkeypatch):
     patches = head_patches(p.adapter)[:2]
     off = p.run(patches)[:, sample] + 1e-4
     with pytest.raises(guards.GuardError, match="batched_vs_loop: .* > 1e-05"):
-        guards.batched_vs_loop(p, patches, off, sample, 1e-5)
+        guards.batched_vs_loop(p.against_loop(patches, off, sample), 1e-5, "logit difference")
     assert isinstance(guards.GuardError("x"), InterventionError)
 
 
@@ -144,7 +146,7 @@ def test_a_capture_with_grad_is_the_sites_own_tensor():
 # ------------------------------------------------------------------ prompts and the config check
 def test_prompts_are_abba_and_baba_with_a_corrupted_abc_twin(smollm2_tokenizer):
     tok = smollm2_tokenizer
-    table, note = prompt_set(tok, PARAMS)
+    table, note = prompt_set(tok, SETTINGS)
     assert len(table) == 8 and list(table.order) == ["ABBA", "BABA"] * 4
     assert list(table.template) == [0, 0, 1, 1, 2, 2, 3, 3]
     for r in table.itertuples():
@@ -160,16 +162,39 @@ def test_prompts_are_abba_and_baba_with_a_corrupted_abc_twin(smollm2_tokenizer):
     labels = position_labels(table)
     assert [labels[note["slot_positions"][k]] for k in "ABC"] == ["{A}", "{B}", "{C}"]
     assert labels[-1] == "␣to" and "/" in labels[0]            # When/After/While/As
-    again, _ = prompt_set(tok, PARAMS)
+    again, _ = prompt_set(tok, SETTINGS)
     assert again.equals(table)                                 # seeded
 
 
-def test_name_errors_name_the_name_the_template_and_the_model(smollm2_tokenizer):
+def test_settings_are_typed_and_name_what_is_missing_or_unknown():
+    """PatchingSettings types every key under patching: of the shipped config (a key it does not
+    know is refused), a rule whose slice lacks a key its job reads is told which, and the module
+    (with the pre-job checks) starts without torch, numpy or pandas."""
+    import subprocess
+    import sys
+
+    s = PatchingSettings.from_config(CONFIG["patching"])
+    assert s.templates == tuple(CONFIG["patching"]["templates"]) and isinstance(s.tolerance, float)
+    assert {name: getattr(s, name) for name in CONFIG["patching"]} == {
+        k: tuple(v) if isinstance(v, list) else v for k, v in CONFIG["patching"].items()}
+    with pytest.raises(ValueError, match=r"patching: unknown key\(s\) \['guard_prompt'\]"):
+        PatchingSettings.from_config(dict(CONFIG["patching"], guard_prompt=4))
+    prompts_only = PatchingSettings.from_config({k: CONFIG["patching"][k] for k in ("n", "seed", "templates", "names")})
+    assert prompts_only.need("n", "names") is prompts_only and prompts_only.top_k is None
+    with pytest.raises(ValueError, match="patching: top_k, batch not in this rule's settings"):
+        prompts_only.need("top_k", "batch", "n")
+    code = ("import sys; import headwatch.settings.patching, headwatch.settings.ablation; "
+            "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip() == "[]"
+
+
+def test_patching_errors_name_the_name_the_template_and_the_model(smollm2_tokenizer):
     facts = SimpleNamespace(tokenizer=smollm2_tokenizer, key="m1", shape=dict(layers=2, heads=2, context=512))
     config = dict(CONFIG, models_studied=["m1"], patching=dict(PARAMS, top_k=5, names=PARAMS["names"] + [
         "Maryland-upon-Thames"], templates=PARAMS["templates"] + ["Then {A} and {B} went to the school, and {C} "
                                                                   "gave a book to", "{A} met {B} and {C}"]))
-    errors = name_errors(config, facts)
+    errors = patching_errors(config, facts)
     text = "\n".join(errors)
     assert ("patching.names[20] ('Maryland-upon-Thames' with its leading space) = ' Maryland-upon-Thames' "
             "is split") in text
@@ -177,15 +202,15 @@ def test_name_errors_name_the_name_the_template_and_the_model(smollm2_tokenizer)
     assert "patching.templates[5] = '{A} met {B} and {C}': {A} must follow a space" in text
     assert "patching.top_k = 5: model m1 has 4 heads" in text
     config["patching"]["names"] = PARAMS["names"]
-    text = "\n".join(name_errors(dict(config, patching=dict(config["patching"], templates=config["patching"][
+    text = "\n".join(patching_errors(dict(config, patching=dict(config["patching"], templates=config["patching"][
         "templates"][:5])), facts))
     assert "patching.templates[4] = 'Then {A} and {B} went to the school, and {C} gave a book to': 15 tokens" in text
     assert "(model m1)" in text and "patching.templates[0] gives 14 tokens" in text
     ok = dict(config, patching=dict(PARAMS))
-    assert name_errors(ok, facts) == []
-    assert "must name a phrase" in "\n".join(name_errors(dict(ok, patching=dict(PARAMS, phrase="french")), facts))
+    assert patching_errors(ok, facts) == []
+    assert "must name a phrase" in "\n".join(patching_errors(dict(ok, patching=dict(PARAMS, phrase="french")), facts))
     second = SimpleNamespace(**dict(facts.__dict__, key="m2"))
-    assert name_errors(dict(ok, models_studied=["m1", "m2"], patching=dict(PARAMS, phrase="french")), second) == []
+    assert patching_errors(dict(ok, models_studied=["m1", "m2"], patching=dict(PARAMS, phrase="french")), second) == []
 
 
 def test_a_split_name_stops_the_config_check_before_any_job(tiny_model_dir, tmp_path):

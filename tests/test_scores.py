@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from headwatch.arch import Adapter
+from headwatch.names import top_heads
 from headwatch.scores import (head_scores, induction_cells, induction_scores, prev_cells, scores_table,
-                              self_cells, sink_cells, top_heads)
+                              self_cells, sink_cells)
 from tiny import random_ids, tiny_model
 
 

@@ -56,6 +56,25 @@ def test_attribution_summary_says_each_costliest_cut_scope_from_the_prose(run):
     assert (summary.cut_scope == rise.gt(summary.global_loss_nats).map({True: "global", False: "specific"})).all()
 
 
+def test_no_figure_prints_math_source(run):
+    """Every PDF the run draws, read back as text: math text is off (config text is drawn as
+    written), and no label prints math source either — a log axis or log colour bar is labelled
+    10⁰, 10¹, …, not `$\\mathdefault{10^{0}}$` (headwatch/figures/style.py)."""
+    import re
+
+    from pypdf import PdfReader
+
+    workdir, _, _ = run
+    pdfs = sorted((workdir / "figures").rglob("*.pdf"))
+    texts = {str(p.relative_to(workdir / "figures")): "\n".join(page.extract_text() for page in PdfReader(p).pages)
+             for p in pdfs}
+    logs = {"anatomy/kv_cache.pdf", "tiny-llama/anatomy/kv_cut_matrix.pdf", "sweep/study_experts.pdf"}
+    assert logs <= set(texts) and len(texts) >= 25, sorted(texts)           # figures with log axes among them
+    assert {name: text for name, text in texts.items() if "$" in text or "mathdefault" in text} == {}
+    powers = re.compile("10[⁰¹²³⁴⁵⁶⁷⁸⁹⁻]")
+    assert [name for name in sorted(logs) if not powers.search(texts[name])] == []   # the labels are there
+
+
 def test_every_rule_left_a_log(run):
     workdir, _, _ = run
     logs = list((workdir / "results" / "logs").rglob("*.log"))
@@ -69,6 +88,17 @@ def test_a_second_dry_run_has_nothing_to_do(run):
     assert result.returncode == 0, result.stderr[-2000:]
     assert planned_jobs(result) == {}, result.stdout[-2000:]
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_changing_the_device_reruns_nothing(run):
+    """The device says where a job runs, not what it computes: no rule holds it in its params
+    (README, Security: "changing it reruns nothing")."""
+    workdir, _, config = run
+    assert config.get("device", "auto") == "auto"          # config/config.yaml's, under the test overlays
+    configfile = write_config(workdir, dict(config, device="cpu"), "device_cpu.yaml")
+    result = snakemake(workdir, "-n", "--configfile", str(configfile))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert planned_jobs(result) == {}, result.stdout[-2000:]
 
 
 def test_changing_a_phrase_reruns_only_what_reads_phrases(run):
@@ -152,9 +182,12 @@ def test_the_explorer_shows_the_patching_panel(run, browser):
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], json.dumps(browser.get_log("browser"))
 
 
-TABLE_ONLY_SCRIPTS = ("anatomy_context", "figures_ablation", "figures_anatomy", "figures_heads", "figures_sweep",
-                      "figures_sweep_study", "patching_figures", "report_explorer", "report_table", "sweep_study",
-                      "sweep_summary", "sweep_course", "figures_sweep_course")
+TABLE_ONLY_SCRIPTS = ("anatomy_context", "figures_ablation_topk", "figures_ablation_circuit",
+                      "figures_ablation_attribution", "figures_ablation_pairs", "figures_anatomy_params",
+                      "figures_anatomy_rotary", "figures_anatomy_kv_cache", "figures_anatomy_kv_cut", "figures_grid",
+                      "figures_head", "figures_scores", "figures_sweep", "figures_sweep_study", "figures_patching",
+                      "report_explorer", "report_table", "sweep_study", "sweep_summary", "sweep_course",
+                      "figures_sweep_course")
 """Scripts whose jobs read tables and write tables, figures or pages, never a model: about half
 the jobs of a run. Importing torch would cost each of them ~2 s of CPU."""
 

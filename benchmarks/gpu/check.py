@@ -531,14 +531,15 @@ def _fmt(x, spec=".4g") -> str:
 
 
 def guards(results: Path) -> list[dict]:
-    """Every guard's figures: each ablation rule's record, read where the rules write it for rule
-    ``ablation_guards`` (``results/{model}/ablation/guards/{experiment}.json``, so that a record
-    left over from an older layout is not shown), then, found by what the records hold, the weight
-    check (``max_abs_delta``) and the key-group cuts (a table with ``others_max_delta``)."""
+    """Every guard's figures: each guard record (by its name) of each ablation rule's record, read
+    where the rules write it for rule ``ablation_guards``
+    (``results/{model}/ablation/guards/{experiment}.json``, so that a record left over from an older
+    layout is not shown), then, found by what the records hold, the weight check
+    (``max_abs_delta``) and the key-group cuts (a table with ``others_max_delta``)."""
     import pandas as pd
 
     from headwatch import paths
-    from headwatch.tableio import read_record
+    from headwatch.tableio import guard_records, read_record
     from headwatch.targets import ABLATION_EXPERIMENTS
 
     def under_results(path: str) -> Path:
@@ -551,23 +552,9 @@ def guards(results: Path) -> list[dict]:
         rec = read_record(results / path)
         src = str(path.with_suffix(""))
         dev = f"{rec.get('device')} {rec.get('dtype')}"
-        for key, what in (("hook_vs_weights", "hook cut vs zeroed Wo columns"),
-                          ("hook_vs_mean_bias", "mean cut vs its bias form")):
-            if key in rec:
-                g = rec[key]
-                rows.append(dict(source=src, guard=what, cases=g.get("n_cuts"), max_abs_diff=g["max_abs_diff"],
-                                 bound=g["tolerance"], identical=g.get("all_identical"), passed=g["passed"],
-                                 device=dev))
-        g = rec["restore"]
-        rows.append(dict(source=src, guard="logits after the hooks are removed", cases=1,
-                         max_abs_diff=g["max_abs_diff"], bound=0.0, identical=g["identical"],
-                         passed=g["passed"], device=dev))
-        if "batched_vs_loop" in rec:
-            g = rec["batched_vs_loop"]
-            rows.append(dict(source=src, guard="batched cuts vs one at a time", cases=len(g["comparisons"]),
-                             max_abs_diff=g["max_abs_diff"],
-                             bound=max(c["tolerance"] for c in g["comparisons"]), identical=None,
-                             passed=g["passed"], device=dev))
+        for g in guard_records(rec):
+            rows.append(dict(source=src, guard=g["guard"], cases=g["n_cases"], max_abs_diff=g["max_abs_diff"],
+                             bound=g["tolerance"], identical=g["identical"], passed=g["passed"], device=dev))
     for path in sorted(results.glob("*/anatomy/*.json")):
         g = json.loads(path.read_text())
         if isinstance(g, dict) and "max_abs_delta" in g:

@@ -110,7 +110,7 @@ def length_errors(config: dict, facts: ModelFacts) -> list[str]:
 
 def head_errors(config: dict, facts: ModelFacts) -> list[str]:
     """Head addresses and head counts that model ``key`` must have."""
-    from ..ablation_settings import AblationSettings
+    from ..settings.ablation import AblationSettings
     from ..arch import FAMILIES
 
     shape, key, out = facts.shape, facts.key, []
@@ -160,7 +160,7 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
     """(errors, warnings, memory estimates) of every check that reads the studied models; the
     estimates (:mod:`.memory`) are compared with this machine's memory by the caller."""
     from ..anatomy.configs import config_errors as anatomy_errors
-    from ..patching import name_errors as patching_name_errors
+    from ..settings.patching import patching_errors
     from .memory import model_estimates, sweep_estimates
 
     swept = sweep_errors(config)
@@ -174,7 +174,7 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
             errors.append(str(err))
             continue
         errs, warns = token_errors(config, facts)
-        model = errs + length_errors(config, facts) + head_errors(config, facts) + patching_name_errors(config, facts)
+        model = errs + length_errors(config, facts) + head_errors(config, facts) + patching_errors(config, facts)
         errors += model
         warnings += warns
         if not model:

@@ -156,7 +156,7 @@ def cut_table(model, scores: dict[str, torch.Tensor], cfg: dict, ablation: dict)
     code itself (:func:`headwatch.ablation.run_topk`, its guards included) with top_n = k = 1.
     Returns (table, note, guard record)."""
     from ..ablation import run_topk
-    from ..ablation_settings import AblationSettings
+    from ..settings.ablation import AblationSettings
     from ..scores import scores_table
 
     adapter = Adapter(model)

@@ -59,6 +59,7 @@ from torch.nn import functional as F
 from ..charlm.model import CharLM
 from ..charlm.spec import OPTIONS, TRAINING_OPTIONS, ModelSpec
 from ..tableio import NonFiniteError, assert_finite
+from ..workflow import keep_attempt_log
 
 log = logging.getLogger("headwatch.sweep")
 
@@ -303,30 +304,6 @@ def _log_file() -> Path | None:
     return None
 
 
-def keep_attempt_log(log_file: Path | None) -> tuple[Path | None, list[str]]:
-    """Give this attempt's log a second name, ``<log>.attempt-<n>.log`` (a hard link: it holds
-    everything written to the log, even if the process is killed); return it and the logs
-    kept from earlier attempts."""
-    if log_file is None:
-        return None, []
-
-    def number(p: Path) -> int:
-        tail = p.stem.rsplit("-", 1)[-1]
-        return int(tail) if tail.isdigit() else 0
-
-    earlier = sorted(log_file.parent.glob(f"{log_file.stem}.attempt-*.log"), key=number)
-    n = 1 + max(map(number, earlier), default=0)
-    link = log_file.with_name(f"{log_file.stem}.attempt-{n}.log")
-    try:
-        os.link(log_file, link)
-    except OSError as err:
-        log.warning("cannot keep this attempt's log as %s (%s)", link, err)
-        link = None
-    if earlier:
-        log.warning("logs of earlier attempts that did not finish: %s", [str(p) for p in earlier])
-    return link, [str(p) for p in earlier]
-
-
 FULL_EVAL_BATCH = 32
 """Windows per forward pass of the whole-validation evaluation (the result does not depend on it)."""
 
@@ -472,7 +449,7 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
     resumed_from = 0
     ckpt = Path(checkpoint) if checkpoint else None
     saved, recovered = load_checkpoint(ckpt, fp, device) if ckpt else (None, [])
-    attempt_log, earlier_logs = keep_attempt_log(_log_file()) if ckpt else (None, [])
+    attempt_log, earlier_logs = keep_attempt_log(_log_file(), copy=False) if ckpt else (None, [])
     if saved is not None:
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])

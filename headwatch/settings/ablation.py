@@ -8,7 +8,8 @@ key outside the slice is None here, and an experiment names the keys it needs
 (:meth:`AblationSettings.need`): one that is missing is an error naming it.
 
 It imports only the standard library, like :mod:`headwatch.charlm.spec`, so that the
-pre-job checks can read it without torch.
+pre-job checks can read it without torch. :func:`refuse_unknown` and :func:`require_keys` are
+the two rules every stage's settings object keeps (:mod:`headwatch.settings.patching` too).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ METHODS = ("zero", "mean")
 """How a head is cut: its ``z`` replaced by 0, or by its mean over the eval set."""
 
 
-def _refuse_unknown(cls, cfg: dict, where: str) -> None:
+def refuse_unknown(cls, cfg: dict, where: str) -> None:
     """A key of ``cfg`` that ``cls`` has no field for is an error naming it (a new config key
     must be typed here too)."""
     names = sorted(f.name for f in fields(cls))
@@ -27,11 +28,20 @@ def _refuse_unknown(cls, cfg: dict, where: str) -> None:
         raise ValueError(f"{where}: unknown key(s) {unknown}; known: {names}")
 
 
+def require_keys(settings, names, where: str, slicer: str):
+    """``settings``, when every key of ``names`` is set; else an error naming those that are not
+    (a rule whose slice lacks them: ``slicer`` says where the slice is made)."""
+    missing = [n for n in names if getattr(settings, n) is None]
+    if missing:
+        raise ValueError(f"{where}: {', '.join(missing)} not in this rule's settings ({slicer})")
+    return settings
+
+
 def _typed(cls, cfg: dict | None, where: str):
     """``cls`` from the mapping ``cfg`` (None stays None)."""
     if cfg is None:
         return None
-    _refuse_unknown(cls, cfg, where)
+    refuse_unknown(cls, cfg, where)
     return cls(**cfg)
 
 
@@ -88,7 +98,7 @@ class AblationSettings:
     def from_config(cls, cfg: dict) -> "AblationSettings":
         """The settings of ``config["ablation"]`` or of a rule's slice of it."""
         cfg = dict(cfg)
-        _refuse_unknown(cls, cfg, "ablation")
+        refuse_unknown(cls, cfg, "ablation")
         missing = [f.name for f in fields(cls) if f.default is not None and f.name not in cfg]
         if missing:
             raise ValueError(f"ablation: {', '.join(missing)} missing (config/schema.yaml gives the "
@@ -100,8 +110,4 @@ class AblationSettings:
     def need(self, *names: str) -> "AblationSettings":
         """Itself, when every key of ``names`` is set; else an error naming those that are not
         (a rule whose slice lacks them: rules/common.smk, ablation_slice)."""
-        missing = [n for n in names if getattr(self, n) is None]
-        if missing:
-            raise ValueError(f"ablation: {', '.join(missing)} not in this rule's settings "
-                             "(rules/common.smk: ablation_slice)")
-        return self
+        return require_keys(self, names, "ablation", "rules/common.smk: ablation_slice")

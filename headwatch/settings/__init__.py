@@ -1,0 +1,1 @@
+"""The settings of each stage, one typed object per stage, importable without torch."""

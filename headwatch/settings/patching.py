@@ -1,0 +1,184 @@
+"""Activation patching's settings (protocol §5d), in one typed object, and its pre-job checks.
+
+:class:`PatchingSettings` names every key under ``patching:`` of the config once, typed; the
+rules, scripts and benchmarks of :mod:`headwatch.patching` read their settings from it, never
+from string keys. Each rule's params are only the slice of ``patching:`` its job depends on
+(``rules/patching.smk``: the prompts read ``n, seed, templates, names``, the sweep ``phrase,
+top_k, batch, tolerance, guard_prompts``), so a key outside the slice is None here, and a job
+names the keys it needs (:meth:`PatchingSettings.need`).
+
+The templates' rules live here too, since the pre-job checks need them before any model is
+loaded: a template holds the slots ``{A}``, ``{B}``, ``{C}`` once each, each after a space
+(:func:`template_errors`), and is filled with three names (:func:`fill`, :func:`layout`).
+:func:`patching_errors` is every check of ``patching:`` made before any job, for one studied
+model (``headwatch/config/checks.py`` calls it).
+
+Like :mod:`headwatch.settings.ablation`, it imports only the standard library (and
+:func:`headwatch.sequences.single_token`, whose module imports nothing else at its top), so
+that the pre-job checks read it without torch.
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..sequences import single_token
+from .ablation import refuse_unknown, require_keys
+
+SLOTS = ("A", "B", "C")
+"""The slots of a template: the three names of a prompt."""
+
+
+class PatchingError(ValueError):
+    """A prompt set or a patching result that cannot be what it claims."""
+
+
+@dataclass(frozen=True)
+class PatchingSettings:
+    """Every key under ``patching:`` (config/config.yaml says what each means); a key outside the
+    rule's slice is None."""
+    n: int | None = None                        # prompts (even i ABBA, odd i BABA)
+    seed: int | None = None                     # IO, S and the corrupted names: numpy default_rng(seed)
+    templates: tuple[str, ...] | None = None    # each holds {A}, {B}, {C} once, each after a space
+    names: tuple[str, ...] | None = None        # each one token with its leading space
+    phrase: str | None = None                   # the phrase whose p(IO), p(S) are reported
+    top_k: int | None = None                    # top heads patched one position at a time
+    batch: int | None = None                    # rows (one patch × one prompt) per forward pass
+    tolerance: float | None = None              # batched sweep vs one patch per forward pass
+    guard_prompts: int | None = None            # the first prompts the guards run on
+
+    def __post_init__(self):
+        for name, kind in (("n", int), ("seed", int), ("top_k", int), ("batch", int), ("tolerance", float),
+                           ("guard_prompts", int), ("phrase", str)):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, kind(value))
+        for name in ("templates", "names"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(str(x) for x in value))
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "PatchingSettings":
+        """The settings of ``config["patching"]`` or of a rule's slice of it."""
+        cfg = dict(cfg)
+        refuse_unknown(cls, cfg, "patching")
+        return cls(**cfg)
+
+    def need(self, *names: str) -> "PatchingSettings":
+        """Itself, when every key of ``names`` is set; else an error naming those that are not
+        (a rule whose slice lacks them: rules/patching.smk)."""
+        return require_keys(self, names, "patching", "rules/patching.smk: the rule's params")
+
+
+# ------------------------------------------------------------------ templates and names
+def template_slots(template: str) -> list[str]:
+    """The ``{fields}`` of a template, in order (``string.Formatter``'s parse)."""
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+
+
+def template_errors(templates: Sequence[str]) -> list[str]:
+    """Each template must hold ``{A}``, ``{B}`` and ``{C}`` once each (nothing else in braces),
+    each after a space (the names are tokens with their space, " Mary"), and not end in one."""
+    out = []
+    for i, t in enumerate(templates):
+        where = f"patching.templates[{i}] = {t!r}"
+        try:
+            slots = template_slots(t)
+        except ValueError as err:
+            out.append(f"{where}: {err}; write the slots as {{A}}, {{B}}, {{C}} and any other brace twice")
+            continue
+        if sorted(slots) != sorted(SLOTS):
+            out.append(f"{where}: holds the slots {slots}; a template holds {{A}}, {{B}} and {{C}} once "
+                       "each (the two names of a clean prompt go there, ABBA or BABA)")
+            continue
+        for slot in SLOTS:
+            at = t.index("{" + slot + "}")
+            if at == 0 or t[at - 1] != " ":
+                out.append(f"{where}: {{{slot}}} must follow a space: a name is used as one token with "
+                           "its leading space (' Mary')")
+        if t != t.rstrip():
+            out.append(f"{where}: ends in a space; the next token (the answer) carries its own")
+    return out
+
+
+def fill(template: str, names: Sequence[str]) -> str:
+    """The template with names (A, B, C) in its slots."""
+    return template.format(**dict(zip(SLOTS, names)))
+
+
+def layout(tokenizer, template: str, names: Sequence[str]) -> tuple[list[int], list[int]]:
+    """(token ids of the filled template, the position of each slot): a slot's position is the
+    number of tokens of the filled text before it (without the space in front of the slot),
+    checked to hold the name's one token."""
+    ids = list(tokenizer(fill(template, names)).input_ids)
+    by_slot = dict(zip(SLOTS, names))
+    positions = []
+    for slot, name in by_slot.items():
+        before = template[:template.index("{" + slot + "}") - 1].format(**by_slot)
+        pos = len(tokenizer(before).input_ids)
+        positions.append(pos)
+        want = tokenizer(" " + name, add_special_tokens=False).input_ids
+        if pos >= len(ids) or want != [ids[pos]]:
+            raise PatchingError(f"template {template!r} with names {list(names)}: slot {{{slot}}} is not the "
+                                f"one token {want} at position {pos} of {ids}")
+    return ids, positions
+
+
+# ------------------------------------------------------------------ the pre-job checks
+def patching_errors(config: dict, facts) -> list[str]:
+    """Every check of ``patching:`` before any job, for one studied model (``facts``: the model's
+    ``key``, ``tokenizer`` and ``shape``, :class:`headwatch.config.ModelFacts`): every name is one
+    token with its space; every template holds its slots (:func:`template_errors`) and gives the
+    same number of tokens with its slots at the same positions, within the model's context. The
+    model-independent checks (the templates' slots, ``phrase``, ``guard_prompts``) are reported
+    once, with the first studied model."""
+    if not config.get("patching"):
+        return []
+    p = PatchingSettings.from_config(config["patching"])
+    tok, key = facts.tokenizer, facts.key
+    errors = []
+    bad_templates = template_errors(p.templates)
+    if key == config["models_studied"][0]:
+        errors += bad_templates
+        phrase = config["phrases"].get(p.phrase)
+        if phrase is None or "also" not in phrase or "text" not in phrase:
+            errors.append(f"patching.phrase = {p.phrase!r}: must name a phrase of `phrases` with text, "
+                          f"expected and also (the IO and S tokens whose probabilities are reported); "
+                          f"phrases: {sorted(config['phrases'])}")
+        if p.guard_prompts > p.n:
+            errors.append(f"patching.guard_prompts = {p.guard_prompts}: more than the patching.n = {p.n} prompts")
+        heads = (facts.shape.get("layers") or 0) * (facts.shape.get("heads") or 0)
+        if heads and p.top_k > heads:
+            errors.append(f"patching.top_k = {p.top_k}: model {key} has {heads} heads")
+    split = []
+    for i, name in enumerate(p.names):
+        try:
+            single_token(tok, " " + name, f"patching.names[{i}] ({name!r} with its leading space)")
+        except ValueError as err:
+            split.append(f"{err} (model {key})")
+    errors += split
+    if split or bad_templates:
+        return errors
+    names = p.names[:3]
+    shapes = []
+    for i, t in enumerate(p.templates):
+        try:
+            ids, slots = layout(tok, t, names)
+        except PatchingError as err:
+            errors.append(f"patching.templates[{i}]: {err} (model {key})")
+            continue
+        shapes.append((i, len(ids), slots))
+    context = facts.shape.get("context")
+    for i, n, slots in shapes:
+        i0, n0, slots0 = shapes[0]
+        if (n, slots) != (n0, slots0):
+            errors.append(f"patching.templates[{i}] = {p.templates[i]!r}: {n} tokens with the names at "
+                          f"positions {slots}, but patching.templates[{i0}] gives {n0} tokens with the "
+                          f"names at {slots0} (model {key}); every template must give the same length "
+                          "with the names at the same positions, so that positions line up across prompts")
+        if context and n > context:
+            errors.append(f"patching.templates[{i}]: {n} tokens, longer than the context of model {key} "
+                          f"({context})")
+    return errors
