@@ -82,8 +82,8 @@ quick: venv
 # The sweep studies (experts, depth at a fixed budget, shared keys/values,
 # experts x top-k, vocabulary: 48 more models and 5 tokenizers, ~35 min on 2 CPU
 # cores) at the quick scale, which
-# `make quick` skips (config/quick.yaml: sweep.skip); config/quick_more.yaml empties the
-# skip list. Run after (or instead of) `make quick`: what quick made is not redone.
+# `make quick` leaves out (config/quick.yaml: sweep.studies: false); config/quick_more.yaml turns
+# them on again. Run after (or instead of) `make quick`: what quick made is not redone.
 quick-more: venv
 	$(CHECK_YAML) config/quick.yaml config/quick_more.yaml
 	$(SNAKEMAKE) --configfile config/quick.yaml config/quick_more.yaml

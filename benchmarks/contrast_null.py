@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from headwatch.settings.sweep import CapacitySettings, SummarySettings  # noqa: E402
 from headwatch.sweep.summary import summarize  # noqa: E402
 
 
@@ -47,18 +49,19 @@ def main(argv=None) -> None:
     ap.add_argument("--resamples", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    boot = dict(yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]["summary"]["bootstrap"],
-                resamples=args.resamples)
-    cap = dict(sweep="width", **{"from": 4, "to": 8})
+    paper = SummarySettings.from_config(
+        yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]["summary"])
+    boot = replace(paper.bootstrap, resamples=args.resamples)
+    cap = CapacitySettings(sweep="width", from_width=4, to_width=8)
     rng = np.random.default_rng(args.seed)
-    print(f"{args.sweeps} sweeps of {args.configs} configurations x {args.seeds} seeds; level {boot['level']}, "
+    print(f"{args.sweeps} sweeps of {args.configs} configurations x {args.seeds} seeds; level {boot.level}, "
           f"{args.resamples} resamples")
     for effect in (float(e) for e in args.effects.split(",")):
         c = pd.concat([summarize(sweep(rng, args.configs, args.seeds, effect), "split", cap, boot)[1]
                        for _ in range(args.sweeps)])
         print(f"means spread over {effect:g} seed std: interval above 1 {np.mean(c['spread_over_std_lo'] > 1):.0%}, "
               f"paired interval excludes 0 {np.mean(c['paired_diff_lo'] > 0):.0%}, "
-              f"test passes {np.mean(c['split_p'] < 1 - boot['level']):.0%}, resolved "
+              f"test passes {np.mean(c['split_p'] < 1 - boot.level):.0%}, resolved "
               f"{np.mean(c['split_resolved']):.0%}; median spread / seed std {c['spread_over_std'].median():.2f}")
 
 

@@ -71,6 +71,7 @@ def main(argv=None) -> None:
     import torch
 
     from headwatch.charlm.corpus import build_corpus
+    from headwatch.settings.sweep import HeadsSettings, train_of
     from headwatch.sweep.plan import SLUG_PATTERN  # noqa: F401  (the slugs below follow it)
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,11 +83,11 @@ def main(argv=None) -> None:
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     laptop = yaml.safe_load((ROOT / "config" / "laptop.yaml").read_text())
     sw = cfg["sweep"]
-    heads = {k: v for k, v in sw["heads"].items() if k not in ("threshold", "cut_sequences")}
+    heads = HeadsSettings.from_config(sw["heads"]).probe()
     corpus = build_corpus(plays=sw["corpus"]["plays"][:2], target_chars=200_000)
     ids, meta = corpus.ids(), corpus.meta()
-    paper = dict(sw["sweeps"]["heads_split"]["train"])
-    lap = dict(paper, **laptop["sweep"]["sweeps"]["heads_split"]["train"])
+    paper = train_of(sw, "heads_split")
+    lap = dict(paper, **laptop["sweep"]["train"])     # the laptop scale's training settings
     scales = {"laptop": (lap, lap["eval_every"] // 2), "paper": (paper, args.paper_steps)}
     rows = []
     for shape in args.shapes.split(","):

@@ -57,27 +57,29 @@ def model_of(shape: str) -> dict:
     included: experts, layers, kv heads; a `vocab` entry needs its tokenizer and is refused)."""
     import yaml
 
-    from headwatch.sweep import plan
+    from headwatch.settings.sweep import CHAR, model_of as entry_model, vocab_of
+    from headwatch.sweep.plan import entry_of, parse_slug
 
     sw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
     for name in sw["sweeps"]:
         try:
-            entry = plan.entry_of(sw, name, shape)
+            entry = entry_of(sw, name, shape)
         except KeyError:
             continue
-        if plan.vocab_of(entry) != plan.CHAR:
+        if vocab_of(entry) != CHAR:
             raise SystemExit(f"{shape}: a vocabulary other than the characters is not piloted here")
-        return plan.model_of(sw, entry)
-    width, heads = plan.parse_slug(shape)            # a plain configuration no sweep lists
+        return entry_model(sw, entry)
+    width, heads = parse_slug(shape)            # a plain configuration no sweep lists
     return dict(width=width, heads=heads, **sw["model"])
 
 
 def train_cfg(args, steps: int, eval_every: int) -> dict:
-    """The sweep's paper `train` block with the pilot's steps, batch and evaluation."""
+    """The paper scale's training settings (sweep.train) with the pilot's steps, batch and evaluation."""
     import yaml
 
-    t = dict(yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]["sweeps"]
-             ["heads_split"]["train"])
+    from headwatch.settings.sweep import train_of
+
+    t = train_of(yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"], "heads_split")
     return dict(t, steps=steps, batch=args.batch, warmup=max(1, steps // 20), eval_every=eval_every,
                 eval_batches=args.eval_batches, checkpoint_every=steps)
 

@@ -42,6 +42,8 @@ from paper_tables import fmt, md_table  # noqa: E402  (the paper page's own Mark
 from headwatch import paths, run_record, targets  # noqa: E402
 from headwatch.provenance import (DirtyTreeError, RunRecordError, page_header,  # noqa: E402
                                   require_clean_tree, run_attempts)
+from headwatch.settings.sweep import TrainSettings, course_sweeps, train_of  # noqa: E402
+from headwatch.sweep.course import markdown_section as course_section  # noqa: E402
 from headwatch.sweep.heads import markdown_section as heads_section  # noqa: E402
 from headwatch.sweep.summary import split_verdict, width_verdict  # noqa: E402
 
@@ -168,11 +170,9 @@ def copy_figures(root: Path, out: Path) -> dict[str, str]:
 def course_parts(root: Path, out: Path, sw: dict, sweep: str) -> list[str]:
     """The split sweep's course (leaving the plateau, the previous-token head, the gaps), its
     figures copied next to the page; nothing when the run's configuration does not read it."""
-    from headwatch.sweep.course import course_sweeps, markdown_section
-
     if sweep not in course_sweeps(sw):
         return []
-    return markdown_section(root, sweep, copy_course_figures(root, out, sweep))
+    return course_section(root, sweep, copy_course_figures(root, out, sweep))
 
 
 def copy_course_figures(root: Path, out: Path, sweep: str) -> dict[str, str]:
@@ -288,14 +288,12 @@ def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
     attempts = timing(root, LONG_RECORD, commit)
     cfg = run_config(root, attempts)
     sw = cfg["sweep"]
-    from headwatch.sweep.course import course_sweeps, markdown_section
-
     sweeps = course_sweeps(sw)
     if not sweeps:
         raise PageError(f"{record}: its configuration reads the course of no sweep (sweep.course.sweeps)")
     sweep, reference = next(iter(sweeps.items()))
-    train = sw["sweeps"][sweep]["train"]
-    chars = train["steps"] * train["batch"] * sw["model"]["context"]
+    train = TrainSettings.from_config(train_of(sw, sweep))
+    chars = train.steps * train.batch * sw["model"]["context"]
     links = copy_course_figures(root, figures_out, sweep)
     from headwatch.tableio import read_parquet
 
@@ -303,16 +301,16 @@ def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
     finals = finals[finals["step"] == finals["step"].max()].assign(trained_under=sweep)
     return [head, "", page_header(commit, LONG_COMMAND), *machine_lines(attempts, LONG_RECORD),
             f"Sweep `{sweep}` ({', '.join(sorted({s for s in finals['shape']}, key=lambda x: int(x.split('-h')[1])))}; "
-            f"seeds {', '.join(map(str, sw['sweeps'][sweep]['seeds']))}): {train['steps']} steps of {train['batch']} × "
+            f"seeds {', '.join(map(str, sw['sweeps'][sweep]['seeds']))}): {train.steps} steps of {train.batch} × "
             f"{sw['model']['context']} = {chars:,} characters per model ({chars / ORIGINAL_LONG['chars']:.2f} of the "
-            f"original run's {ORIGINAL_LONG['chars'] / 1e6:g} M), warm-up {train['warmup']}, cosine decay to "
-            f"{train['min_lr']:g} at the last step; evaluations every {train['eval_every']} steps. "
+            f"original run's {ORIGINAL_LONG['chars'] / 1e6:g} M), warm-up {train.warmup}, cosine decay to "
+            f"{train.min_lr:g} at the last step; evaluations every {train.eval_every} steps. "
             + precision_line(root, finals),
             "### The original run's findings, point by point", "",
             "At its last evaluation, against the original run at 16.4 M characters per model; *not resolved* where the "
             "interval (over seeds, paired) cannot tell. Nothing is extrapolated beyond the run.",
             md_table(long_findings(root, sweep, reference)),
-            *markdown_section(root, sweep, links, level="###")]
+            *course_section(root, sweep, links, level="###")]
 
 
 def page(root: Path, out: Path, command: str = COMMAND) -> str:
@@ -324,7 +322,7 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
     t = {n: pd.read_parquet(root / paths.sweep_table(n)) for n in ("summary", "contrast", "finals")}
     summary, c, finals = t["summary"], t["contrast"].iloc[0], t["finals"]
     sw = cfg["sweep"]
-    train = sw["sweeps"][c["split_sweep"]]["train"]
+    train = TrainSettings.from_config(train_of(sw, c["split_sweep"]))
     figs = copy_figures(root, out)
     pct = f"{100 * c['level']:g} %"
 
@@ -350,8 +348,8 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
         page_header(commit, command),
         "## The run", "", *machine_lines(attempts, RECORD),
         f"Corpus, model and training (the run's configuration, `{paths.run_config()}`): {sw['model']['layers']} "
-        f"layers, context {sw['model']['context']}; {train['steps']} steps of {train['batch']} windows "
-        f"(validation every {train['eval_every']} steps on {train['eval_batches']} × {train['batch']} windows); "
+        f"layers, context {sw['model']['context']}; {train.steps} steps of {train.batch} windows "
+        f"(validation every {train.eval_every} steps on {train.eval_batches} × {train.batch} windows); "
         f"seeds {', '.join(map(str, sw['sweeps'][c['split_sweep']]['seeds']))}. " + precision_line(root, finals),
         "## Validation loss per configuration", "",
         "Final validation loss in nats per character, mean ± std over seeds (ddof 1); a configuration both "

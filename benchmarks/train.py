@@ -80,7 +80,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from headwatch.charlm.model import CharLM  # noqa: E402
 from headwatch.charlm.spec import ModelSpec  # noqa: E402
-from headwatch.sweep.train import bf16_supported, make_optimizer, settings_of  # noqa: E402
+from headwatch.settings.sweep import BootstrapSettings, TrainSettings  # noqa: E402
+from headwatch.sweep.train import bf16_supported, make_optimizer  # noqa: E402
 
 VOCAB = 65   # the size of the Shakespeare character vocabulary
 
@@ -134,8 +135,8 @@ def make_step(args, variant: str, arm: str = "dense"):
     torch.manual_seed(0)
     model = CharLM(ModelSpec(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
                              **options)).to(device)
-    s = settings_of(dict(steps=1, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=0, weight_decay=0.1,
-                         eval_every=1, eval_batches=1, checkpoint_every=1))
+    s = TrainSettings(steps=1, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=0, weight_decay=0.1,
+                      eval_every=1, eval_batches=1, checkpoint_every=1)
     opt = make_optimizer(model, s, device)
     if variant == "cudagraphs" and device.type != "cuda":
         raise RuntimeError("CUDA graphs need a CUDA device")
@@ -279,11 +280,12 @@ def laptop_run() -> tuple[dict, dict, dict, list[int]]:
     """The laptop run's w256-h4 (config/laptop.yaml over config/config.yaml): its corpus settings,
     model settings, training settings and seeds, read as the workflow reads them."""
     from headwatch.run_record import config_of
-    from headwatch.sweep import plan
+    from headwatch.settings.sweep import model_of, train_of
+    from headwatch.sweep.plan import entry_of
 
     sw = config_of(ROOT, "config/laptop.yaml")["sweep"]
     split = sw["summary"]["split_sweep"]
-    return (sw["corpus"], plan.model_of(sw, plan.entry_of(sw, split, "w256-h4")), dict(sw["sweeps"][split]["train"]),
+    return (sw["corpus"], model_of(sw, entry_of(sw, split, "w256-h4")), train_of(sw, split),
             list(sw["sweeps"][split]["seeds"]))
 
 
@@ -304,7 +306,7 @@ def _train_final(job: tuple) -> dict:
                 curve=metrics[["step", "val_loss"]].to_numpy().tolist())
 
 
-def precision_verdict(finals: dict, ref: str, bootstrap: dict) -> list[str]:
+def precision_verdict(finals: dict, ref: str, bootstrap: BootstrapSettings | dict) -> list[str]:
     """Each precision against ``ref`` on the same seeds: the per-seed differences of the final
     validation loss, their mean with its percentile bootstrap interval, ``ref``'s seed std, and the
     verdict: *within seed noise* when every difference and the whole interval lie within ± that
@@ -312,6 +314,7 @@ def precision_verdict(finals: dict, ref: str, bootstrap: dict) -> list[str]:
     import numpy as np
     from scipy import stats
 
+    b = BootstrapSettings.of(bootstrap)
     base = finals[ref]
     noise = float(np.std(base, ddof=1)) if len(base) > 1 else float("nan")
     lines = []
@@ -319,10 +322,10 @@ def precision_verdict(finals: dict, ref: str, bootstrap: dict) -> list[str]:
         if precision == ref:
             continue
         d = np.asarray(v) - np.asarray(base)
-        level = float(bootstrap["level"])
+        level = b.level
         if len(d) > 1:
-            ci = stats.bootstrap((d,), np.mean, n_resamples=int(bootstrap["resamples"]), method="percentile",
-                                 confidence_level=level, rng=np.random.default_rng(bootstrap["seed"])).confidence_interval
+            ci = stats.bootstrap((d,), np.mean, n_resamples=b.resamples, method="percentile",
+                                 confidence_level=level, rng=np.random.default_rng(b.seed)).confidence_interval
             lo, hi = float(ci.low), float(ci.high)
         else:
             lo = hi = float(d[0])

@@ -3,7 +3,11 @@
 A head is addressed as ``(layer, head)``, 0-based, layer first, everywhere.
 The modules, in the order data flows through them:
 
-    models     load a model by config key, hub id or folder; dtype/NaN guards
+    settings   each stage's settings, typed (no torch): ablation, patching, sweep, anatomy
+    sources    where a studied model comes from and what its files say, read without loading it
+    config     the checks that run before any job
+    models     prepare a studied model once; load a prepared folder, a hub id or a module
+               (load_prepared, load_model); dtype/NaN guards
     arch       one adapter per family: the only code that knows module names
     sequences  the seeded token sets, prose and phrases
     attention  attention maps and next-token predictions for phrases
@@ -13,7 +17,7 @@ The modules, in the order data flows through them:
     anatomy    configs, parameters by block, rotary, KV cache, weight checks
     params     parameters by block, counted from a model's modules (the one count)
     charlm     the sweep's character-level model (ModelSpec, CharLM), corpus, tokenizers
-    sweep      the sweep: plan, config checks, training, summary, studies
+    sweep      the sweep: plan, training, the heads it grows, summary, studies, course
     figures    one figure style and the plots
 """
 __version__ = "0.1.0"

@@ -46,8 +46,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-if TYPE_CHECKING:      # torch is imported where a model is at hand: the config checks read
-    import torch       # shapes from config.json through this module without importing it
+# torch and transformers are imported inside the functions that have a model at hand, never at the
+# top: the pre-job checks read shapes from config.json through this module (headwatch.sources), and
+# a cached verdict imports neither (tests/test_config.py; importing torch takes TORCH_S s).
+if TYPE_CHECKING:      # for the annotations only
+    import torch
     from torch import nn
 
 
@@ -261,11 +264,11 @@ CONFIG_KEYS = dict(
 
 
 # The most each shape number of a model file may say (config.json or a GGUF header), checked
-# before any job (headwatch.config.facts), with the reason: each is at least 4 times the
+# before any job (headwatch.sources.facts), with the reason: each is at least 4 times the
 # largest public model's (Llama 3.1 405B: 126 layers, 128 heads, width 16 384, FFN 53 248;
 # Gemma 3: 262 144 tokens, head size 256; Llama 4 Scout: a 10 M-token context), so that only
 # a damaged or hostile file reaches one. raise_bounds: {model_file.<field>: N} raises one
-# (headwatch/config/bounds.py); a model's memory is bounded by estimate besides.
+# (headwatch/sources/limits.py); a model's memory is bounded by estimate besides.
 FIELD_BOUNDS = dict(
     layers=(512, "a model is built block by block: 100 000 layers of any width take minutes and "
                  "gigabytes before a number is computed; 4 × Llama 3.1 405B's 126"),
@@ -426,7 +429,7 @@ def tied_embeddings(config) -> bool:
 def ungrouped_config(config, layers: int):
     """The same family and sizes with ``kv heads = heads`` and ``layers`` blocks (a fresh config;
     the per-layer kinds, e.g. which layers have a window, are those of its first ``layers``)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig     # not at the top: see the imports
 
     d = copy.deepcopy(config.to_dict())
     for key in CONFIG_KEYS["layers"]:
@@ -629,7 +632,7 @@ class Adapter:
 
     # ---- what the by-hand formulas need --------------------------------------
     def _norm_params(self, norm: nn.Module, what: str) -> dict:
-        from torch import nn
+        from torch import nn     # not at the top: see the imports
 
         kind = self.family.norm
         if not (type(norm).__name__.endswith(kind) or (kind == "LayerNorm" and isinstance(norm, nn.LayerNorm))):
@@ -696,7 +699,7 @@ class Adapter:
         (0 = every position, n = the last n, a 1-D tensor = those positions)."""
         if self.family.has_config:
             return self.model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits
-        import torch
+        import torch     # not at the top: see the imports
 
         out = self.model(ids)
         if isinstance(keep, torch.Tensor):
@@ -820,7 +823,7 @@ NORM_CLASSES = ("LayerNorm", "RMSNorm")
 
 def is_norm(module) -> bool:
     """A LayerNorm or RMSNorm of any family."""
-    from torch import nn
+    from torch import nn     # not at the top: see the imports
 
     return isinstance(module, nn.LayerNorm) or type(module).__name__.endswith(NORM_CLASSES)
 

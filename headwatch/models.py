@@ -6,7 +6,7 @@ that folder with :func:`load_prepared`, which logs dtype and device, runs one
 forward pass and refuses NaN/inf logits (:func:`assert_forward_finite`).
 
 Where a model comes from (a GGUF in a wheel, a folder, a hub id) is resolved
-by :mod:`headwatch.config`, which the pre-job checks use without importing
+by :mod:`headwatch.sources`, which the pre-job checks use without importing
 torch; preparation writes into a temporary folder and renames it, so a failed
 preparation leaves the earlier prepared folder as it was.
 """
@@ -19,13 +19,14 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .arch import Adapter
-from .tableio import assert_finite, write_json
-from .config import PREPARED_RECORD, ModelFileError, ModelNotFoundError, gguf_path, source_of  # noqa: F401
-from .config.files import one_line
 from .device import pick_device
 from .names import BYTES_PER_NUMBER
+from .paths import PREPARED_RECORD
+from .sources import ModelFileError, ModelNotFoundError, one_line, source_of
+from .tableio import assert_finite, write_json
 
 log = logging.getLogger("headwatch.models")
 
@@ -45,8 +46,6 @@ def _not_found(src: str, err: Exception) -> ModelNotFoundError:
 
 def load_tokenizer(model_cfg: dict, prepared: str | Path | None = None):
     """The model's tokenizer, from the prepared folder when it exists (fast)."""
-    from transformers import AutoTokenizer
-
     if prepared is not None and (Path(prepared) / PREPARED_RECORD).exists():
         return AutoTokenizer.from_pretrained(prepared)
     src, kw = source_of(model_cfg)
@@ -84,8 +83,6 @@ def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
     GGUF weights are dequantized to float32 by transformers; its quantizer
     record is cleared so that ``save_pretrained`` accepts the model.
     """
-    from transformers import AutoModelForCausalLM
-
     out_dir = Path(out_dir)
     src, kw = source_of(model_cfg)
     t0 = time.time()
@@ -140,8 +137,6 @@ def _replace_folder(new: Path, target: Path) -> None:
 
 def load_prepared(folder: str | Path, dtype: str = "float32", device: str = "auto"):
     """(model, tokenizer, adapter) from a prepared folder, checked and in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     folder = Path(folder)
     if not (folder / "config.json").exists():
         raise ModelNotFoundError(f"{folder} holds no prepared model (run the models_prepare rule)")
@@ -157,13 +152,14 @@ def load_prepared(folder: str | Path, dtype: str = "float32", device: str = "aut
 
 
 def load_model(model_or_path, dtype: str = "float32", device: str = "auto"):
-    """Notebook convenience: a loaded ``nn.Module``, a prepared folder, or a hub id."""
+    """Notebook convenience: a loaded ``nn.Module``, a prepared folder, or a hub id. float16 on a
+    CPU is refused before any weight is read, as at every load (:func:`refuse_half_on_cpu`)."""
     if isinstance(model_or_path, torch.nn.Module):
         return model_or_path, None, Adapter(model_or_path)
     if Path(model_or_path, "config.json").exists():
         return load_prepared(model_or_path, dtype, device)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    dev = pick_device(device)
+    refuse_half_on_cpu(DTYPES[dtype], dev, f"load {model_or_path} as {dtype} on {dev.type}")
     src, kw = source_of({"source": str(model_or_path)})
     try:
         model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype],
@@ -171,6 +167,6 @@ def load_model(model_or_path, dtype: str = "float32", device: str = "auto"):
         tok = AutoTokenizer.from_pretrained(src, **kw)
     except OSError as err:
         raise _not_found(src, err) from err
-    model = model.to(pick_device(device)).eval()
+    model = model.to(dev).eval()
     assert_forward_finite(model, f"load {src}")
     return model, tok, Adapter(model)

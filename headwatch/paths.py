@@ -12,6 +12,8 @@ FIGURES = "figures"
 SHARED_FOLDERS = ("anatomy", "benchmarks", "logs", "models", "sweep", "tables")
 """The folders of results/ (and figures/) that belong to no model: no model key may take these names."""
 EXTENSIONS = ("pdf", "png")          # every figure is written twice: for papers and for screens
+PREPARED_RECORD = "prepared.json"
+"""The record models_prepare writes last in a prepared model's folder (the source it was made from)."""
 
 
 def _join(*parts) -> str:
@@ -26,7 +28,7 @@ def model_dir(model: str) -> str:
 
 def prepared(model: str) -> str:
     """The record written last by models_prepare; its folder is the model."""
-    return _join(model_dir(model), "prepared.json")
+    return _join(model_dir(model), PREPARED_RECORD)
 
 
 def sequence_table(model: str, name: str) -> str:
@@ -127,9 +129,12 @@ def sweep_table(name: str) -> str:
     return _join(RESULTS, "sweep", f"{name}.parquet")
 
 
+COURSE_TABLES = ("curves", "events", "events_summary", "gaps", "verdicts")
+"""The tables of one sweep's course (rule sweep_course, :func:`headwatch.sweep.course.course`)."""
+
+
 def course_table(sweep: str, name: str) -> str:
-    """One sweep's course of training (protocol §7, §7b; :data:`headwatch.sweep.course.TABLES`):
-    ``events``, ``events_summary``, ``gaps`` or ``verdicts``."""
+    """One sweep's course of training (protocol §7, §7b): one of :data:`COURSE_TABLES`."""
     return _join(RESULTS, "sweep", "course", sweep, f"{name}.parquet")
 
 

@@ -13,6 +13,7 @@ from typing import Callable
 from . import paths
 from .names import SCORES
 from .sequences import SETS
+from .settings.sweep import SummarySettings, active_sweeps, course_sweeps
 from .sweep import plan
 
 ABLATION_EXPERIMENTS = ("topk", "circuit", "attribution")
@@ -105,23 +106,20 @@ def summarized(config: dict) -> bool:
     """Whether the sweep's summary and the heads study are made: both sweeps it compares
     (``sweep.summary``: the split sweep and the capacity sweep) are planned. An overlay that
     skips them (config/laptop_long.yaml) trains and reads only its own sweeps."""
-    s = config["sweep"]
-    planned = plan.active_sweeps(s)
-    return s["summary"]["split_sweep"] in planned and s["summary"]["capacity"]["sweep"] in planned
+    planned, summary = active_sweeps(config["sweep"]), SummarySettings.from_config(config["sweep"]["summary"])
+    return summary.split_sweep in planned and summary.capacity.sweep in planned
 
 
 def sweep(config: dict) -> list[str]:
     """Every training job's outputs (each once, under its owner), the summaries (when their sweeps
     are planned), each study's tables, each course's tables."""
-    from .sweep.course import TABLES, course_sweeps
-
     s = config["sweep"]
     return ([paths.run_output(r, f) for r in plan.train_jobs(s)
              for f in ("metrics.parquet", "model.pt", "heads.parquet")]
             + ([paths.sweep_table(t) for t in SWEEP_TABLES]
                + [paths.sweep_heads_table(t) for t in paths.SWEEP_HEADS_TABLES] if summarized(config) else [])
             + [paths.study_table(n, finals) for n in plan.studies(s) for finals in (False, True)]
-            + [paths.course_table(n, t) for n in course_sweeps(s) for t in TABLES])
+            + [paths.course_table(n, t) for n in course_sweeps(s) for t in paths.COURSE_TABLES])
 
 
 def figures(config: dict) -> list[str]:
@@ -131,8 +129,6 @@ def figures(config: dict) -> list[str]:
 
 
 def sweep_figures(config: dict) -> list[str]:
-    from .sweep.course import course_sweeps
-
     return ([f for stem in (*SWEEP_FIGURES.values(), *SWEEP_HEADS_FIGURES.values())
              for f in figure_pair(paths.sweep_figure, stem)] if summarized(config) else []) + (
         [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")]

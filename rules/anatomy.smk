@@ -23,7 +23,7 @@ rule anatomy_survey:
     conda:
         "../environment.yml"
     script:
-        "../scripts/anatomy_configs.py"
+        "../scripts/anatomy_survey.py"
 
 
 rule anatomy_params:
@@ -44,7 +44,7 @@ rule anatomy_params:
     conda:
         "../environment.yml"
     script:
-        "../scripts/anatomy_configs.py"
+        "../scripts/anatomy_params.py"
 
 
 # Context arithmetic from the survey: one rule per table, so that changing the
@@ -64,7 +64,7 @@ rule anatomy_rotary:
     conda:
         "../environment.yml"
     script:
-        "../scripts/anatomy_context.py"
+        "../scripts/anatomy_rotary.py"
 
 
 rule anatomy_kv_cache:
@@ -79,7 +79,7 @@ rule anatomy_kv_cache:
     conda:
         "../environment.yml"
     script:
-        "../scripts/anatomy_context.py"
+        "../scripts/anatomy_kv_cache.py"
 
 
 rule anatomy_cells:
@@ -94,7 +94,7 @@ rule anatomy_cells:
     conda:
         "../environment.yml"
     script:
-        "../scripts/anatomy_context.py"
+        "../scripts/anatomy_cells.py"
 
 
 # Reads weights only (no forward beyond the loader's check pass): CPU, no gpu resource.

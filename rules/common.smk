@@ -8,7 +8,8 @@ from headwatch import gpu_shares, paths, targets
 from headwatch.config import ConfigError, check_config as _check_config, check_devices as _check_devices, model_entry
 from headwatch.names import SAFE_NAME, SCORES
 from headwatch.sequences import SETS, set_params
-from headwatch.sweep import course as sweep_course, plan as sweep_plan
+from headwatch.settings.sweep import course_sweeps, train_of
+from headwatch.sweep import plan as sweep_plan
 from headwatch.tableio import broken_records
 
 # A wildcard that holds a name from the config is held to the schema's safe-name pattern
@@ -135,7 +136,7 @@ def sweep_heads_inputs(wildcards):
 
 def sweep_course_sweeps():
     """{sweep: reference shape} of the planned sweeps whose course is read (sweep.course)."""
-    return sweep_course.course_sweeps(config["sweep"])
+    return course_sweeps(config["sweep"])
 
 
 def sweep_course_constraint():
@@ -160,7 +161,7 @@ def sweep_course_params(wildcards):
     s = config["sweep"]
     return dict(reference=sweep_course_sweeps()[wildcards.sweep], margin=s["course"]["margin"],
                 threshold=s["heads"]["threshold"], bootstrap=s["summary"]["bootstrap"],
-                warmup=s["sweeps"][wildcards.sweep]["train"]["warmup"])
+                warmup=train_of(s, wildcards.sweep)["warmup"])
 
 
 def sweep_studies():

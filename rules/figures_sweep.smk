@@ -62,7 +62,7 @@ rule figures_sweep_heads:
 
 rule figures_sweep_course:
     input:
-        **{name: paths.course_table("{sweep}", name) for name in sweep_course.TABLES},
+        **{name: paths.course_table("{sweep}", name) for name in paths.COURSE_TABLES},
     output:
         **{f"{key}_{ext}": report(paths.course_figure("{sweep}", key, ext),
                                   caption=f"../report/sweep_course_{key}.rst", category="sweep",

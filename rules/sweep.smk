@@ -2,17 +2,19 @@
 #
 # Sweeps are data (config `sweep.sweeps`); what is trained where is planned by
 # headwatch/sweep/plan.py. A configuration listed by several sweeps with the same
-# seed and identical `train` settings is trained ONCE, under the first sweep that
+# seed and identical training settings is trained ONCE, under the first sweep that
 # lists it (its owner); the summary reads it from the owner's folder. With
 # different settings each sweep trains its own. Each training job's params are
 # only its own slice of config (its width/heads and options, seed, its sweep's
-# `train`, the shared `model`, precision; not the device, which says where, not what):
+# training settings (headwatch/settings/sweep.py: train_of, the scale's sweep.train with its own
+# `train:` over it), the shared `model`, precision; not the device, which says where, not what):
 # editing one sweep reruns that sweep's jobs and the summary, nothing else.
 #
 # Studies: a sweep with a `study` block (experts | depth | kv | vocab) is summarized on
 # its own (rule sweep_study) after checking its invariant, instead of joining
-# summary.parquet. Sweeps in `sweep.skip` are not planned at all (make quick skips
-# the studies; make quick-more runs them).
+# summary.parquet. Sweeps in `sweep.skip` are not planned at all, nor the studies when
+# `sweep.studies` is off (make quick and make laptop leave them out; make quick-more and make
+# laptop-more run them).
 #
 # The course of training (sweep.course): for each sweep named there, where each run leaves the
 # plateau and forms its previous-token head, and every arm's gap to the reference arm at every
@@ -173,7 +175,7 @@ rule sweep_course:
     input:
         unpack(sweep_course_inputs),
     output:
-        **{name: paths.course_table("{sweep}", name) for name in sweep_course.TABLES},
+        **{name: paths.course_table("{sweep}", name) for name in paths.COURSE_TABLES},
     wildcard_constraints:
         sweep=sweep_course_constraint(),
     params:

@@ -2,10 +2,11 @@
 from pathlib import Path
 
 from headwatch.anatomy import run
+from headwatch.settings.anatomy import HeadAddress
 from headwatch.tableio import write_json
 from headwatch.workflow import log_to
 
 p = snakemake.params
 with log_to(snakemake.log[0], snakemake.threads):
-    write_json(run.run_head_slices(Path(snakemake.input.model).parent, p.head["layer"], p.head["head"],
-                                   p.dtype), snakemake.output[0])
+    write_json(run.run_head_slices(Path(snakemake.input.model).parent, HeadAddress.from_config(p.head), p.dtype),
+               snakemake.output[0])

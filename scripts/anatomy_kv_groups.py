@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from headwatch.anatomy import run
+from headwatch.settings.anatomy import KVControl
 from headwatch.tableio import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
@@ -10,7 +11,7 @@ device = snakemake.config["device"]   # not a param: where a job runs (rules/com
 with log_to(snakemake.log[0], snakemake.threads):
     cuts, similarity = run.run_kv_groups(Path(snakemake.input.model).parent,
                                          read_parquet(snakemake.input.phrases), p.phrase,
-                                         p.control["layers"], p.control["seed"], p.dtype, device)
+                                         KVControl.from_config(p.control), p.dtype, device)
     write_parquet(cuts, out.groups, note=dict(
         cut="the kv group's head_dim slice of the key projection output of `layer`, zeroed by a hook",
         max_delta="max |Δ attention| of `head` (in the cut layer) over its whole map",

@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from headwatch.anatomy import run
+from headwatch.settings.anatomy import HeadAddress
 from headwatch.tableio import read_parquet, write_json
 from headwatch.workflow import log_to
 
@@ -9,5 +10,5 @@ p = snakemake.params
 device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)
 with log_to(snakemake.log[0], snakemake.threads):
     write_json(run.run_weight_check(Path(snakemake.input.model).parent, read_parquet(snakemake.input.phrases),
-                                    p.phrase, p.head["layer"], p.head["head"], p.tolerance, p.dtype, device),
+                                    p.phrase, HeadAddress.from_config(p.head), p.tolerance, p.dtype, device),
                snakemake.output[0])

@@ -1,12 +1,13 @@
 """Build the sweep's character corpus (headwatch.charlm.corpus): the ids, the text, and the
 record with the ids file's SHA-256, which every training job checks before it reads them."""
 from headwatch.charlm.corpus import build_corpus, save_corpus
+from headwatch.settings.sweep import CorpusSettings
 from headwatch.workflow import log_to
 
 with log_to(snakemake.log[0]) as log:  # noqa: F821
-    p = snakemake.params.corpus  # noqa: F821
-    corpus = build_corpus(source=p["source"], plays=p.get("plays"), target_chars=p["target_chars"],
-                          val_fraction=p["val_fraction"])
+    c = CorpusSettings.from_config(snakemake.params.corpus)  # noqa: F821
+    corpus = build_corpus(source=c.source, plays=list(c.plays) if c.plays is not None else None,
+                          target_chars=c.target_chars, val_fraction=c.val_fraction)
     save_corpus(corpus, snakemake.output.ids, snakemake.output.meta, snakemake.output.text)  # noqa: F821
     m = corpus.meta()
     log.info("corpus: %d chars (train %d, val %d), vocab %d, from %s", m["chars"], m["n_train"],

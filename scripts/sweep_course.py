@@ -1,21 +1,24 @@
 """One sweep's course of training (protocol §7 and §7b, headwatch.sweep.course): where each run
 leaves the plateau and forms its previous-token head, and each arm's gap to the reference arm at
 every evaluation step, with its verdict."""
+from dataclasses import asdict
+
 from headwatch import paths
-from headwatch.sweep.course import TABLES, course
+from headwatch.settings.sweep import CourseJob
+from headwatch.sweep.course import course
 from headwatch.tableio import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
 with log_to(snakemake.log[0]) as log:  # noqa: F821
     sm = snakemake  # noqa: F821
-    p = sm.params.course
+    c = CourseJob.from_config(sm.params.course)
     runs = [dict(r, metrics=read_parquet(paths.run_output(r, "metrics.parquet")),
                  records=read_parquet(paths.run_output(r, "heads.parquet"))) for r in sm.params.runs]
-    tables = course(runs, p["reference"], {r["shape"]: p["warmup"] for r in runs}, p["margin"], p["threshold"],
-                    p["bootstrap"])
-    note = dict(reference=p["reference"], margin=p["margin"], threshold=p["threshold"], warmup=p["warmup"],
-                bootstrap=p["bootstrap"], gap="arm minus reference validation loss, nats per character, paired by seed")
-    for name in TABLES:
+    tables = course(runs, c.reference, {r["shape"]: c.warmup for r in runs}, c.margin, c.threshold, c.bootstrap)
+    note = dict(reference=c.reference, margin=c.margin, threshold=c.threshold, warmup=c.warmup,
+                bootstrap=asdict(c.bootstrap),
+                gap="arm minus reference validation loss, nats per character, paired by seed")
+    for name in paths.COURSE_TABLES:
         write_parquet(tables[name], sm.output[name], note=note)
     log.info("verdicts:\n%s", tables["verdicts"].to_string())
     log.info("events per shape:\n%s", tables["events_summary"].to_string())

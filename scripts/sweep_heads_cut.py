@@ -3,7 +3,8 @@ code, headwatch.sweep.heads.cut_table). The scores are the run's last records (h
 import torch
 
 from headwatch.device import pick_device
-from headwatch.sweep.heads import final_scores, cut_table
+from headwatch.settings.sweep import HeadsSettings, SweepSettings
+from headwatch.sweep.heads import cut_table, final_scores
 from headwatch.sweep.train import load_trained
 from headwatch.tableio import read_parquet, write_parquet
 from headwatch.workflow import log_to
@@ -11,8 +12,9 @@ from headwatch.workflow import log_to
 with log_to(snakemake.log[0]) as log:  # noqa: F821
     sm = snakemake  # noqa: F821
     torch.set_num_threads(sm.threads)
-    model, _ = load_trained(sm.input.model, device=pick_device(sm.config["sweep"]["device"]))
+    device = pick_device(SweepSettings.from_config(sm.config["sweep"]).device)   # not a param (rules/common.smk)
+    model, _ = load_trained(sm.input.model, device=device)
     scores = final_scores(read_parquet(sm.input.heads))
-    table, note, guards = cut_table(model, scores, sm.params.heads, sm.params.ablation)
+    table, note, guards = cut_table(model, scores, HeadsSettings.from_config(sm.params.heads), sm.params.ablation)
     write_parquet(table, sm.output.cut, note=dict(note, guards=guards))
     log.info("cut of the top induction head:\n%s", table.drop(columns="random_heads").to_string())

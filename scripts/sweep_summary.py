@@ -1,4 +1,5 @@
 """Summarize the sweeps (headwatch.sweep.summary): per configuration, contrast, curves."""
+from headwatch.settings.sweep import SummarySettings
 from headwatch.sweep.summary import read_runs, summarize
 from headwatch.tableio import write_parquet
 from headwatch.workflow import log_to
@@ -7,8 +8,8 @@ with log_to(snakemake.log[0]) as log:  # noqa: F821
     sm = snakemake  # noqa: F821
     runs = [dict(r, metrics=path) for r, path in zip(sm.params.runs, sm.input.metrics, strict=True)]
     finals, curves = read_runs(runs)
-    cfg = sm.params.summary
-    summary, contrast = summarize(finals, cfg["split_sweep"], cfg["capacity"], cfg["bootstrap"])
+    s = SummarySettings.from_config(sm.params.summary)
+    summary, contrast = summarize(finals, s.split_sweep, s.capacity, s.bootstrap)
     write_parquet(summary, sm.output.summary, note=dict(loss="final validation loss, nats per character",
                                                          std="over seeds, ddof=1"))
     write_parquet(contrast, sm.output.contrast, note=dict(

@@ -402,17 +402,38 @@ def test_figures_draw_labels_from_the_data(tmp_path):
 
 
 # ---------------------------------------------------------------- config checks
-def test_config_errors_name_the_key():
+def test_anatomy_errors_name_the_key():
     import yaml
 
-    from headwatch.anatomy.configs import config_errors
+    from headwatch.settings.anatomy import anatomy_errors
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    assert config_errors(config, ROOT) == []
+    assert anatomy_errors(config, ROOT) == []
     bad = dict(config, anatomy=dict(config["anatomy"], kv_phrase="nope", references=["pythia-160m-deduped", "gpt-9"],
                                     swap_base={"pythia-160m-deduped": "qwen2.5-0.5b"}, clocks=["gpt-10"]))
-    errors = "\n".join(config_errors(bad, ROOT))
+    errors = "\n".join(anatomy_errors(bad, ROOT))
     assert "anatomy.kv_phrase: 'nope'" in errors
     assert "anatomy.references[1]: no reference config config/models/gpt-9.json" in errors
     assert "anatomy.swap_base: base donor 'qwen2.5-0.5b'" in errors
     assert "anatomy.clocks[0]: 'gpt-10'" in errors
+
+
+def test_the_anatomy_settings_are_typed_and_refuse_unknown_keys():
+    """Every key under `anatomy:` has a typed home (headwatch.settings.anatomy): the head and the
+    control read as objects, an unknown key refused by name, a key outside a rule's slice None."""
+    import yaml
+
+    from headwatch.settings.anatomy import AnatomySettings, HeadAddress, KVControl
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    a = AnatomySettings.from_config(config["anatomy"])
+    assert a.head == HeadAddress(layer=0, head=0) and a.kv_control == KVControl(layers=2, seed=0)
+    assert a.references == tuple(config["anatomy"]["references"])
+    with pytest.raises(ValueError, match=r"anatomy: unknown key\(s\) \['kv_controll'\]"):
+        AnatomySettings.from_config(dict(config["anatomy"], kv_controll={"layers": 2}))
+    with pytest.raises(ValueError, match=r"anatomy.head: unknown key\(s\) \['heads'\]"):
+        HeadAddress.from_config(dict(layer=0, heads=1))
+    rotary = AnatomySettings.from_config(dict(rotary_distance=1000, swap_base={}))
+    assert rotary.need("rotary_distance").rotary_distance == 1000
+    with pytest.raises(ValueError, match="anatomy: kv_control not in this rule's settings"):
+        rotary.need("kv_control")

@@ -49,11 +49,11 @@ def test_keys_that_may_be_left_out_get_their_default():
     from workflow import ROOT
 
     config = base()
-    del config["report"]["tables"], config["sweep"]["threads"], config["sweep"]["skip"]
+    del config["report"]["tables"], config["sweep"]["threads"], config["sweep"]["skip"], config["sweep"]["studies"]
     del config["models"]["smollm2-135m"]["dtype"], config["ablation"]["method"]
     validate(config, str(ROOT / "config" / "schema.yaml"))
     assert config["report"]["tables"] == {"per_model": [], "shared": []}
-    assert (config["sweep"]["threads"], config["sweep"]["skip"]) == (1, [])
+    assert (config["sweep"]["threads"], config["sweep"]["skip"], config["sweep"]["studies"]) == (1, [], True)
     assert config["models"]["smollm2-135m"]["dtype"] == "float32" and config["ablation"]["method"] == "zero"
 
 
@@ -138,11 +138,17 @@ def test_a_passing_verdict_is_cached_and_keyed_by_config_and_files(tmp_path, tin
     config = deep_merge(base(), tiny_config(model))
     assert check_config(config, tmp_path) == []
     assert len(list((tmp_path / ".snakemake/headwatch/checks").glob("*.json"))) == 1
-    calls = []
-    real = hc.run_checks
+    calls, keys = [], []
+    real, real_keys = hc.run_checks, hc.check_keys
     monkeypatch.setattr(hc, "run_checks", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(hc, "check_keys", lambda *a: keys.append(1) or real_keys(*a))
     check_config(config, tmp_path)
-    assert calls == []                                     # cached
+    assert calls == keys == []                             # cached: the keys were checked with it
+    schema = tmp_path / "config" / "schema.yaml"
+    schema.write_text(schema.read_text() + "\n# another schema\n")
+    check_config(config, tmp_path)
+    assert calls == keys == [1]                            # another schema: checked again, keys too
+    calls.clear()
     config["attention"]["batch"] = 3
     check_config(config, tmp_path)
     assert calls == [1]                                    # another config: checked again
@@ -181,7 +187,7 @@ def test_the_gguf_source_is_checked_from_its_header_and_a_converted_tokenizer(tm
     tokenizer from a tokenizer.json that transformers writes once (then the checks are cheap)."""
     import shutil
 
-    from headwatch.config import locate, model_facts
+    from headwatch.sources import locate, model_facts
     from workflow import ROOT
 
     shutil.copytree(ROOT / "config", tmp_path / "config")

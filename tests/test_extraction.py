@@ -63,10 +63,11 @@ def test_adapters_answer_shape_and_projection(family):
 
 
 def test_the_pre_job_checks_read_every_family_from_its_config_json(family, tmp_path):
-    """headwatch.config reads a family's shape from config.json alone (no transformers) and
+    """headwatch.sources reads a family's shape from config.json alone (no transformers) and
     finds its adapter."""
-    from headwatch.config import ModelFacts, head_errors, shape_from_config
-    from headwatch.config.facts import config_fields, field_errors
+    from headwatch.config import head_errors
+    from headwatch.sources import ModelFacts, shape_from_config
+    from headwatch.sources.facts import config_fields, field_errors
 
     tiny_config(family).to_json_file(tmp_path / "config.json")
     raw = json.loads((tmp_path / "config.json").read_text())

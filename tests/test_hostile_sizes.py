@@ -63,6 +63,7 @@ def run_limited(code: str, limit: int = 2 * GiB, timeout: int = 120, env: dict |
 ABSURD = [
     ("patching.n", 1_000_000_000, "patching.n: 1,000,000,000 is above its bound 4,096"),
     ("sequences.sets.induction.n", 100_000_000, "sequences.sets.induction.n: 100,000,000 is above its bound 100,000"),
+    ("sweep.train.batch", 10_000_000, "sweep.train.batch: 10,000,000 is above its bound 4,096"),
     ("sweep.sweeps.heads_split.train.batch", 10_000_000,
      "sweep.sweeps.heads_split.train.batch: 10,000,000 is above its bound 4,096"),
     ("sweep.sweeps.width.train.eval_batches", 100_000_000,
@@ -261,7 +262,7 @@ def test_a_config_json_linked_to_dev_zero_is_refused_without_reading_it(model_co
     code = checked_in_a_subprocess(config, workdir)
     said = run_limited(code, timeout=90)
     assert f"{model_copy / 'config.json'} is a character device, not a regular file" in said, said
-    from headwatch.config import ModelFileError, read_json
+    from headwatch.sources import ModelFileError, read_json
 
     big = model_copy / "big.json"
     with open(big, "wb") as fh:
@@ -316,7 +317,7 @@ def test_every_malformed_gguf_header_fails_at_once_with_one_error_naming_the_fil
     for i, (case, data) in enumerate(MALFORMED.items()):
         files[case] = str(tmp_path / f"m{i}.gguf")
         Path(files[case]).write_bytes(data)
-    code = ("import json; from headwatch.config import gguf_header; out = {}\n"
+    code = ("import json; from headwatch.sources import gguf_header; out = {}\n"
             f"for case, path in {files!r}.items():\n"
             "    try:\n        gguf_header(path); out[case] = 'read'\n"
             "    except Exception as e:\n        out[case] = [type(e).__name__, str(e)]\n"
@@ -330,9 +331,9 @@ def test_every_malformed_gguf_header_fails_at_once_with_one_error_naming_the_fil
 def test_a_gguf_with_zero_heads_is_named_not_divided_by(tmp_path):
     """Heads 0 in a GGUF header was a bare ZeroDivisionError; its field is named now (and a
     sound header is read)."""
-    from headwatch.config import ModelFileError, gguf_header
-    from headwatch.config.facts import read_shape
-    from headwatch.config.sources import Located
+    from headwatch.sources import ModelFileError, gguf_header
+    from headwatch.sources.facts import read_shape
+    from headwatch.sources.resolve import Located
 
     good, bad = tmp_path / "good.gguf", tmp_path / "bad.gguf"
     good.write_bytes(gguf_bytes(tiny_gguf()))
@@ -361,7 +362,7 @@ def test_a_gguf_file_is_a_name_inside_its_package(file, words):
 def test_a_gguf_file_that_links_out_of_its_package_is_refused(tmp_path, monkeypatch):
     """The schema holds the name to a name; a link of that name in the package to a file
     elsewhere is refused as well (defence in depth: gguf_path)."""
-    from headwatch.config import ConfigError, gguf_path
+    from headwatch.sources import ConfigError, gguf_path
 
     package = tmp_path / "site" / "fakemodels"
     package.mkdir(parents=True)
@@ -428,7 +429,7 @@ def layer_types_refused(model_copy):
 
 
 def test_a_shape_transformers_refuses_is_named_with_the_model_and_the_cause(model_copy, workdir, tmp_path):
-    from headwatch.config import ConfigError, ModelFileError
+    from headwatch.sources import ConfigError, ModelFileError
     from headwatch.models import prepare_model
 
     layer_types_refused(model_copy)

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from headwatch.tableio import NonFiniteError, write_parquet
-from headwatch.config import FileTokenizer, gguf_header, shape_from_config, shape_from_gguf
-from headwatch.models import (HalfOnCPUError, ModelNotFoundError, assert_forward_finite, gguf_path, load_prepared,
-                              load_tokenizer, prepare_model)
+from headwatch.models import (HalfOnCPUError, assert_forward_finite, load_model, load_prepared, load_tokenizer,
+                              prepare_model)
+from headwatch.sources import (FileTokenizer, ModelNotFoundError, gguf_header, gguf_path, shape_from_config,
+                               shape_from_gguf)
 from tiny import tiny_model
 
 
@@ -35,6 +36,9 @@ def test_float16_on_cpu_is_refused_and_the_check_forward_pass_catches_overflow(t
     load_prepared(tmp_path, "float32", "cpu")   # float32 is fine
     with pytest.raises(HalfOnCPUError, match=r"float16 on the CPU overflows.*use float32"):
         load_prepared(tmp_path, "float16", "cpu")
+    # every load refuses it, a hub id's too, before a weight is read (nothing is in the cache here)
+    with pytest.raises(HalfOnCPUError, match=r"load org/not-cached as float16 on cpu: float16 on the CPU"):
+        load_model("org/not-cached", "float16", "cpu")
     with pytest.raises(NonFiniteError, match=r"logits \(torch.float16 on cpu\).*NaN or inf"):
         assert_forward_finite(model.half())
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headwatch.settings.sweep import course_errors, course_sweeps
 from headwatch.sweep import course
 from headwatch.sweep.summary import SummaryError
 
@@ -146,10 +147,10 @@ def test_course_settings_are_checked_before_any_job():
     sw = dict(sweeps=dict(a=dict(grid=[dict(width=8, heads=1), dict(width=8, heads=2)]),
                           b=dict(grid=[dict(width=8, heads=1)])), course=dict(sweeps=dict(a="w8-h4", b="w8-h1",
                                                                                           c="w8-h1")))
-    errors = course.course_errors(sw)
+    errors = course_errors(sw)
     assert any("sweep.course.sweeps.a" in e and "'w8-h4' is not a shape" in e for e in errors)
     assert any("sweep.course.sweeps.b" in e and "no arm beside" in e for e in errors)
     assert any("sweep.course.sweeps.c" in e and "not a sweep" in e for e in errors)
     sw["course"]["sweeps"] = dict(a="w8-h1")
-    assert course.course_errors(sw) == []
-    assert course.course_sweeps(dict(sw, skip=["a"])) == {}
+    assert course_errors(sw) == []
+    assert course_sweeps(dict(sw, skip=["a"])) == {}

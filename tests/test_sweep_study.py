@@ -14,8 +14,9 @@ from headwatch.charlm.corpus import build_corpus
 from headwatch.charlm.model import CharLM, count_params
 from headwatch.charlm.spec import ModelSpec
 from headwatch.tableio import write_parquet
-from headwatch.sweep.plan import job_params, model_of, runs
-from headwatch.sweep.study import invariant_error, model_numbers, read_study_runs, summarize_study
+from headwatch.settings.sweep import invariant_error, model_numbers, model_of
+from headwatch.sweep.plan import job_params, runs
+from headwatch.sweep.study import read_study_runs, summarize_study
 from headwatch.sweep.summary import SummaryError, summarize
 from headwatch.sweep.train import train
 from conftest import ROOT

@@ -10,9 +10,10 @@ import torch
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from headwatch.charlm.corpus import build_corpus
-from headwatch.sweep.train import (Interrupted, batch_offsets, eval_offsets, load_trained, lr_at,
-                                   make_model, make_optimizer, save_trained, settings_of, train, windows)
+from headwatch.charlm.corpus import batch_offsets, build_corpus, eval_offsets
+from headwatch.settings.sweep import TrainSettings
+from headwatch.sweep.train import (Interrupted, load_trained, lr_at, make_model, make_optimizer, save_trained, train,
+                                   windows)
 
 TRAIN = dict(steps=10, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
              eval_batches=2, checkpoint_every=100)
@@ -29,13 +30,14 @@ def corpus():
 def host_loop(ids, meta, model_cfg, seed, train_cfg):
     """The loop as it was: each step's loss read on the host (``.item()``) and summed in
     Python, every evaluation batch likewise. Returns (model, metrics)."""
-    s = settings_of(train_cfg)
+    settings = TrainSettings.from_config(train_cfg)
+    s = settings.as_dict()
     context, n_train = model_cfg["context"], meta["n_train"]
     data = torch.as_tensor(ids.astype(np.int64))
     train_ids, val_ids = data[:n_train], data[n_train:]
     val_offsets = eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context)
     model = make_model(meta["vocab_size"], model_cfg, seed)
-    opt = make_optimizer(model, s, torch.device("cpu"))
+    opt = make_optimizer(model, settings, torch.device("cpu"))
     balance = float(model_cfg.get("balance", 0.0))
     rows, loss_sum, loss_n = [], 0.0, 0
     for step in range(s["steps"]):

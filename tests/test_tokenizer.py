@@ -12,10 +12,9 @@ from tokenizers import Tokenizer
 
 from headwatch.charlm.corpus import build_corpus, save_corpus
 from headwatch.charlm.model import CharLM
-from headwatch.charlm.tokenizer import (VocabError, bits_per_char, assert_same_validation,
-                                        encode_splits, eval_windows, load_split_ids,
-                                        load_vocab, parse_vocab_name, read_splits,
-                                        token_lengths, train_vocab, vocab_name)
+from headwatch.charlm.tokenizer import (bits_per_char, encode_splits, eval_windows, load_split_ids, load_vocab,
+                                        read_splits, token_lengths, train_vocab)
+from headwatch.charlm.vocab import VocabError, assert_same_validation, parse_vocab_name, vocab_name
 from headwatch.sweep.train import evaluate
 from conftest import ROOT
 

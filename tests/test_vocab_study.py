@@ -15,8 +15,8 @@ from headwatch.charlm.corpus import load_ids
 from headwatch.charlm.model import count_params
 from headwatch.charlm.spec import ModelSpec
 from headwatch.charlm.tokenizer import encode_splits, load_split_ids, load_vocab, token_lengths, train_vocab
-from headwatch.sweep.checks import check_sweeps
-from headwatch.sweep.plan import SLUG, job_params, runs, slug, study_runs, train_jobs, vocabularies
+from headwatch.settings.sweep import check_sweeps, slug
+from headwatch.sweep.plan import SLUG, job_params, runs, study_runs, train_jobs, vocabularies
 from headwatch.sweep.study import read_study_runs, summarize_study
 from headwatch.sweep.summary import SummaryError
 from headwatch.sweep.train import train
@@ -172,7 +172,6 @@ def test_the_vocab_option_names_the_slug_and_leaves_plain_jobs_unchanged():
     assert SLUG.match("w256-h4-e8k2-b0.01-vbpe512") and not SLUG.match("w256-h4-vbpe0512")
     cfg = copy.deepcopy(CONFIG)
     cfg["sweeps"]["vocab"] = dict(study=dict(kind="vocab"), seeds=[0, 1, 2],
-                                  train=cfg["sweeps"]["heads_split"]["train"],
                                   grid=[dict(width=256, heads=4)] + [dict(width=256, heads=4, vocab=f"bpe{n}")
                                                                      for n in (256, 512, 1024, 2048, 4096)])
     plain = job_params(cfg, "heads_split", "w256-h4", 0)

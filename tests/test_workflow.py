@@ -182,14 +182,30 @@ def test_the_explorer_shows_the_patching_panel(run, browser):
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], json.dumps(browser.get_log("browser"))
 
 
-TABLE_ONLY_SCRIPTS = ("anatomy_context", "figures_ablation_topk", "figures_ablation_circuit",
-                      "figures_ablation_attribution", "figures_ablation_pairs", "figures_anatomy_params",
-                      "figures_anatomy_rotary", "figures_anatomy_kv_cache", "figures_anatomy_kv_cut", "figures_grid",
-                      "figures_head", "figures_scores", "figures_sweep", "figures_sweep_study", "figures_patching",
-                      "report_explorer", "report_table", "sweep_study", "sweep_summary", "sweep_course",
-                      "figures_sweep_course")
+TABLE_ONLY_SCRIPTS = ("anatomy_rotary", "anatomy_kv_cache", "anatomy_cells", "figures_ablation_topk",
+                      "figures_ablation_circuit", "figures_ablation_attribution", "figures_ablation_pairs",
+                      "figures_anatomy_params", "figures_anatomy_rotary", "figures_anatomy_kv_cache",
+                      "figures_anatomy_kv_cut", "figures_grid", "figures_head", "figures_scores", "figures_sweep",
+                      "figures_sweep_study", "figures_patching", "report_explorer", "report_table", "sweep_study",
+                      "sweep_summary", "sweep_course", "figures_sweep_course")
 """Scripts whose jobs read tables and write tables, figures or pages, never a model: about half
 the jobs of a run. Importing torch would cost each of them ~2 s of CPU."""
+
+
+def test_the_snakefiles_parse_imports_neither_torch_nor_pandas():
+    """Snakemake parses the Snakefile and every rules file for each command (`snakemake -n` too):
+    the library modules they import, all in one fresh interpreter, bring in neither torch nor
+    pandas. A table-only job's module (headwatch.sweep.summary) comes last, to show that the
+    probe sees pandas when it is imported."""
+    sources = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+    lines = [line.strip() for f in sources for line in f.read_text().splitlines()
+             if line.strip().startswith(("from headwatch", "import headwatch"))]
+    assert len(lines) >= 5, lines
+    code = "\n".join(["import sys", *lines, "print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))",
+                      "import headwatch.sweep.summary", "print('pandas' in sys.modules)"])
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["[]", "True"], result.stdout
 
 
 def test_table_only_jobs_start_without_torch():

@@ -396,12 +396,14 @@ def run_phase(name: str, cmd: list[str], cwd: Path, log: Path, deadline: float, 
 def bench_shape(config: dict) -> dict:
     """The training step the sweep runs most: the capacity reference's larger model (the sweep's
     plain w256-h4 at paper scale), its layers, context and batch."""
+    from headwatch.settings.sweep import SummarySettings, TrainSettings, train_of
+
     sweep = config["sweep"]
-    capacity = sweep["summary"]["capacity"]
-    runs = sweep["sweeps"][capacity["sweep"]]
-    entry = next(e for e in runs["grid"] if e["width"] == capacity["to"])
+    capacity = SummarySettings.from_config(sweep["summary"]).capacity
+    entry = next(e for e in sweep["sweeps"][capacity.sweep]["grid"] if e["width"] == capacity.to_width)
     return dict(width=entry["width"], heads=entry["heads"], layers=sweep["model"]["layers"],
-                context=sweep["model"]["context"], batch=runs["train"]["batch"])
+                context=sweep["model"]["context"],
+                batch=TrainSettings.from_config(train_of(sweep, capacity.sweep)).batch)
 
 
 def bench(args, config: dict, budget: float) -> dict:

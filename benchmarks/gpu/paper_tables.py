@@ -44,6 +44,7 @@ import yaml
 from headwatch import paths, run_record, targets
 from headwatch.markup import markdown
 from headwatch.provenance import DirtyTreeError, RunRecordError, page_header, require_clean_tree, run_attempts
+from headwatch.settings.sweep import TrainSettings, active_sweeps, train_of
 from headwatch.tableio import read_record
 
 HERE = Path(__file__).resolve().parent
@@ -111,18 +112,17 @@ def sweep_facts(cfg: dict) -> dict:
     seed and `train` settings is trained once, under the first sweep), steps, batch and context."""
     sw = cfg["sweep"]
     seen, plain, studies = set(), 0, 0
-    for name, s in sw["sweeps"].items():
-        if name in sw.get("skip", []):
-            continue
+    for name, s in active_sweeps(sw).items():
         for entry in s["grid"]:
             for seed in s["seeds"]:
-                key = json.dumps([entry, seed, s["train"]], sort_keys=True)
+                key = json.dumps([entry, seed, train_of(sw, name)], sort_keys=True)
                 if key not in seen:
                     seen.add(key)
                     studies, plain = (studies + 1, plain) if s.get("study") else (studies, plain + 1)
-    first = next(s for s in sw["sweeps"].values() if not s.get("study"))
-    return dict(plain=plain, studies=studies, steps=first["train"]["steps"], batch=first["train"]["batch"],
-                context=sw["model"]["context"], seeds=len(first["seeds"]))
+    first = next(name for name, s in sw["sweeps"].items() if not s.get("study"))
+    train = TrainSettings.from_config(train_of(sw, first))
+    return dict(plain=plain, studies=studies, steps=train.steps, batch=train.batch,
+                context=sw["model"]["context"], seeds=len(sw["sweeps"][first]["seeds"]))
 
 
 # ------------------------------------------------------------------ SmolLM2 at paper scale

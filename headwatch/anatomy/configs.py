@@ -21,11 +21,16 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from safetensors import safe_open
 from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from ..arch import (Adapter, context_length, ffn_width, rope_type, shape_of, tied_embeddings,
                     vocab_size)
+from ..charlm.model import CharLM
+from ..charlm.spec import FIELDS, ModelSpec
 from ..params import BlockCountError, classify_parameters, params_by_block  # noqa: F401 (re-exported)
+from ..settings.sweep import model_of, slug
 
 
 class HeadShapeError(ValueError):
@@ -60,9 +65,6 @@ def reference_entry(name: str, folder="config/models") -> Entry:
 def sweep_entries(sweep_cfg: dict, vocab_size: int) -> list[Entry]:
     """One entry per distinct configuration of every sweep's grid (named by its slug), built
     with the sweep's own model settings and options (layers, head size, kv heads, experts)."""
-    from ..charlm.spec import FIELDS
-    from ..sweep.plan import model_of, slug
-
     seen: dict[str, Entry] = {}
     for sweep_name, sweep in sweep_cfg.get("sweeps", {}).items():
         for g in sweep.get("grid", []):
@@ -79,8 +81,6 @@ def sweep_entries(sweep_cfg: dict, vocab_size: int) -> list[Entry]:
 
 # ------------------------------------------------------- config → shape → model
 def _hf_config(raw: dict):
-    from transformers import AutoConfig
-
     return AutoConfig.for_model(**raw)
 
 
@@ -102,8 +102,6 @@ def shape_error(entry: Entry) -> str:
     if heads % kv:
         return f"{heads} heads do not split into {kv} key/value groups"
     if entry.kind == "charlm":
-        from ..charlm.spec import ModelSpec
-
         try:
             ModelSpec(**r)
         except ValueError as err:
@@ -115,14 +113,9 @@ def build_meta(entry: Entry) -> nn.Module:
     """The model on the meta device (no memory): shapes and names only. Cached on the entry."""
     if "model" not in entry._built:
         if entry.kind == "charlm":
-            from ..charlm.model import CharLM
-            from ..charlm.spec import ModelSpec
-
             with torch.device("meta"):
                 model = CharLM(ModelSpec(**entry.raw))
         else:
-            from transformers import AutoModelForCausalLM
-
             cfg = _hf_config(entry.raw)
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(cfg)
@@ -132,8 +125,6 @@ def build_meta(entry: Entry) -> nn.Module:
 
 def weight_shapes(folder) -> dict[str, tuple[int, ...]]:
     """Tensor name → shape from a safetensors folder (single file or sharded), headers only."""
-    from safetensors import safe_open
-
     folder = Path(folder)
     index = folder / "model.safetensors.index.json"
     files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists()
@@ -193,8 +184,6 @@ SURVEY_COLUMNS = ["name", "source", "architecture", "layers", "heads", "kv_heads
 def _describe(entry: Entry) -> dict:
     r = entry.raw
     if entry.kind == "charlm":
-        from ..charlm.spec import ModelSpec
-
         spec = ModelSpec(**r)
         # ffn: neurons a token traverses (with experts: top_k × expert width, the active FFN)
         return dict(architecture="charlm", layers=spec.layers, heads=spec.heads, kv_heads=spec.kv_groups,
@@ -279,30 +268,3 @@ def params_table(entries: list[Entry]) -> pd.DataFrame:
                                       f"the model built from its config {total}")
         parts.append(table)
     return pd.concat(parts, ignore_index=True)
-
-
-# ------------------------------------------------------------- config checks
-def config_errors(config: dict, workdir=".") -> list[str]:
-    """What a schema cannot say about the ``anatomy`` section; each message names its key."""
-    a = config.get("anatomy")
-    if not a:
-        return []
-    errors = []
-    phrases = set(config.get("phrases", {}))
-    for key in ("weight_check_phrase", "kv_phrase"):
-        if a.get(key) not in phrases:
-            errors.append(f"anatomy.{key}: {a.get(key)!r} is not a phrase of `phrases` ({sorted(phrases)})")
-    refs = list(a.get("references", []))
-    for i, name in enumerate(refs):
-        if not (Path(workdir) / "config" / "models" / f"{name}.json").exists():
-            errors.append(f"anatomy.references[{i}]: no reference config config/models/{name}.json")
-    known = set(refs) | set(config["models_studied"])
-    for name, other in (a.get("swap_base") or {}).items():
-        for what, key in (("model", name), ("base donor", other)):
-            if key not in known:
-                errors.append(f"anatomy.swap_base: {what} {key!r} is neither a reference config nor a "
-                              f"studied model ({sorted(known)})")
-    for i, name in enumerate(a.get("clocks", [])):
-        if name not in known:
-            errors.append(f"anatomy.clocks[{i}]: {name!r} is neither a reference config nor a studied model")
-    return errors

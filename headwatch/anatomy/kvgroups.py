@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
+from transformers import AutoModelForCausalLM
 
 from ..arch import Adapter, ungrouped_config
 from ..tableio import assert_finite
@@ -102,8 +103,6 @@ def kv_group_cuts(model: nn.Module, adapter: Adapter, ids, label: str = "", role
 
 def ungrouped_control(config, layers: int = 2, seed: int = 0) -> nn.Module:
     """The same architecture without key sharing (kv heads = heads), ``layers`` deep, random init."""
-    from transformers import AutoModelForCausalLM
-
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(ungrouped_config(config, layers), attn_implementation="eager")
     return model.float().eval()

@@ -1,7 +1,8 @@
 """What each anatomy rule does, end to end (the scripts under scripts/ only call these).
 
 Kept apart from the formulas so that tests can call either: the formulas on
-hand-made cases, these on tiny models saved to a folder.
+hand-made cases, these on tiny models saved to a folder. The settings each reads are
+:mod:`headwatch.settings.anatomy`'s (:class:`HeadAddress`, :class:`KVControl`).
 """
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import logging
 from pathlib import Path
 
 import pandas as pd
+import torch
 
+from ..arch import Adapter
+from ..models import load_prepared
+from ..settings.anatomy import HeadAddress, KVControl
 from .configs import params_table, reference_entry, studied_entry, survey_table, sweep_entries
 from .kvgroups import all_maps, kv_group_cuts, kv_similarity, ungrouped_control
 from .weights import head_slices, weight_check
@@ -25,6 +30,15 @@ def entries(studied: dict, references: dict, sweep: dict | None, sweep_vocab: in
     if sweep:
         out += sweep_entries(sweep, sweep_vocab)
     return out
+
+
+def configured(params, inputs) -> tuple[dict, dict, dict, int]:
+    """The arguments of :func:`survey` and :func:`params` from their rules' params
+    (``models_studied``, ``references``, ``sweep``, ``sweep_vocab``) and inputs (``models``: each
+    studied model's prepared record, ``references``: each reference config), in the same order."""
+    studied = {name: Path(f).parent for name, f in zip(params.models_studied, inputs.models, strict=True)}
+    references = dict(zip(params.references, inputs.references, strict=True))
+    return studied, references, params.sweep, params.sweep_vocab
 
 
 def survey(studied, references, sweep, sweep_vocab) -> pd.DataFrame:
@@ -50,33 +64,25 @@ def phrase_tokens(phrases: pd.DataFrame, name: str, key: str) -> tuple[list[int]
     return [int(i) for i in row["token_ids"]], [str(t) for t in row["tokens"]]
 
 
-def _load(folder, dtype, device):
-    from ..models import load_prepared
-
-    return load_prepared(folder, dtype, device)
-
-
-def run_head_slices(folder, layer: int, head: int, dtype: str = "float32") -> dict:
-    model, _, adapter = _load(folder, dtype, "cpu")
-    return dict(model=Path(folder).name, **head_slices(model, adapter, layer, head))
+def run_head_slices(folder, head: HeadAddress, dtype: str = "float32") -> dict:
+    model, _, adapter = load_prepared(folder, dtype, "cpu")
+    return dict(model=Path(folder).name, **head_slices(model, adapter, head.layer, head.head))
 
 
-def run_weight_check(folder, phrases: pd.DataFrame, phrase: str, layer: int, head: int,
+def run_weight_check(folder, phrases: pd.DataFrame, phrase: str, head: HeadAddress,
                      tolerance: float, dtype: str = "float32", device: str = "auto") -> dict:
-    model, _, adapter = _load(folder, dtype, device)
+    model, _, adapter = load_prepared(folder, dtype, device)
     ids, tokens = phrase_tokens(phrases, phrase, "anatomy.weight_check_phrase")
-    record = weight_check(model, adapter, ids, layer, head, tokens, tolerance)
+    record = weight_check(model, adapter, ids, head.layer, head.head, tokens, tolerance)
     log.info("weight check (layer %d, head %d) on %r: max |Δ| = %.3e (tolerance %g)",
-             layer, head, phrase, record["max_abs_delta"], tolerance)
+             head.layer, head.head, phrase, record["max_abs_delta"], tolerance)
     return dict(model=Path(folder).name, phrase=phrase, **record)
 
 
-def run_kv_groups(folder, phrases: pd.DataFrame, phrase: str, control_layers: int, control_seed: int,
+def run_kv_groups(folder, phrases: pd.DataFrame, phrase: str, control: KVControl,
                   dtype: str = "float32", device: str = "auto") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cuts of the model and of its ungrouped control, map similarity within/across groups)."""
-    import torch
-
-    model, _, adapter = _load(folder, dtype, device)
+    model, _, adapter = load_prepared(folder, dtype, device)
     name = Path(folder).name
     ids, _ = phrase_tokens(phrases, phrase, "anatomy.kv_phrase")
     cuts = kv_group_cuts(model, adapter, ids, name, "model")
@@ -84,11 +90,10 @@ def run_kv_groups(folder, phrases: pd.DataFrame, phrase: str, control_layers: in
              adapter.n_layers * adapter.n_kv_heads,
              sorted(cuts.groupby(["layer", "kv_group"])["heads_moved"].first().unique().tolist()),
              cuts["others_max_delta"].max())
-    from ..arch import Adapter
-
-    control = ungrouped_control(model.config, control_layers, control_seed).to(model.device)
-    control_name = f"control: {name} without key sharing, {control_layers} layers, random init (seed {control_seed})"
-    control_cuts = kv_group_cuts(control, Adapter(control), ids, control_name, "control")
+    ungrouped = ungrouped_control(model.config, control.layers, control.seed).to(model.device)
+    control_name = (f"control: {name} without key sharing, {control.layers} layers, random init "
+                    f"(seed {control.seed})")
+    control_cuts = kv_group_cuts(ungrouped, Adapter(ungrouped), ids, control_name, "control")
     log.info("control: heads moved per cut %s",
              sorted(control_cuts.groupby(["layer", "kv_group"])["heads_moved"].first().unique().tolist()))
     maps = all_maps(model, torch.tensor([ids], device=model.device), adapter)

@@ -2,8 +2,9 @@
 
 * :mod:`.spec`      — :class:`~.spec.ModelSpec`, every option of the model in one object
 * :mod:`.model`     — the model (:class:`~.model.CharLM`) and its parameter count
-* :mod:`.corpus`    — the character corpus
-* :mod:`.tokenizer` — the corpus's vocabularies (characters, byte-level BPE)
+* :mod:`.corpus`    — the character corpus, and the windows a job reads from it
+* :mod:`.vocab`     — a vocabulary's name and what it means (no tokenizer library)
+* :mod:`.tokenizer` — the corpus's vocabularies (characters, byte-level BPE), bits per character
 
-What is trained, and how, is :mod:`headwatch.sweep`.
+What is trained, and how, is :mod:`headwatch.sweep`; its settings are :mod:`headwatch.settings.sweep`.
 """

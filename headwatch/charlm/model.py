@@ -39,6 +39,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..params import block_counts
 from .spec import ModelSpec
 
 
@@ -303,8 +304,6 @@ def count_params(spec: ModelSpec) -> dict:
     bias), or with experts a router W·E plus E·(2·W·X + X + W) for expert width X. Plus
     the final LayerNorm 2W.
     """
-    from ..params import block_counts
-
     with torch.device("meta"):
         model = CharLM(spec)
     b = block_counts(model)

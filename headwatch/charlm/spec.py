@@ -116,7 +116,7 @@ class ModelSpec:
 
     @classmethod
     def from_settings(cls, vocab_size: int, settings: dict) -> "ModelSpec":
-        """The spec of a sweep job's model settings (``headwatch.sweep.plan.model_of``: width,
+        """The spec of a sweep job's model settings (``headwatch.settings.sweep.model_of``: width,
         heads, the sweep's model defaults, the entry's options; its training-only keys skipped)."""
         unknown = sorted(set(settings) - set(FIELDS) - set(TRAINING_OPTIONS))
         if unknown:

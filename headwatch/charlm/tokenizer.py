@@ -7,7 +7,7 @@ first, then each split is tokenized), so the validation split is the same
 characters for every vocabulary and its hash can be compared across arms.
 
 Vocabularies, each named by a slug usable as a workflow wildcard
-(:data:`VOCAB_PATTERN`):
+(:data:`headwatch.charlm.vocab.VOCAB_PATTERN`, with their checks):
 
 * ``char``: the sorted set of characters of the training split, id = position.
   It must equal the corpus's own vocabulary (``meta.json``'s ``vocab``: the
@@ -49,7 +49,7 @@ Files of one vocabulary ``<name>`` (one folder, e.g.
 :func:`load_split_ids` gives what :func:`headwatch.sweep.train.train` takes
 (``ids`` = train then validation ids, ``meta`` with ``n_train`` in tokens and
 ``vocab_size``); :func:`bits_per_char` scores a trained model on the whole
-validation split; :func:`assert_same_validation` refuses arms that were
+validation split; :func:`headwatch.charlm.vocab.assert_same_validation` refuses arms that were
 evaluated on different validation text.
 """
 from __future__ import annotations
@@ -60,51 +60,23 @@ import json
 import logging
 import math
 import os
-import re
 import time
 from pathlib import Path
 
 import numpy as np
+import tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from ..tableio import NonFiniteError, file_sha256, verify_sha256, write_json
+from .vocab import BYTES, VocabError, parse_vocab_name
 
 log = logging.getLogger("headwatch.charlm")
 
-VOCAB_PATTERN = r"char|bpe[1-9][0-9]*"
-KINDS = ("char", "bpe")
-BYTES = 256                        # the byte alphabet every byte-level vocabulary starts with
 PARALLELISM = "TOKENIZERS_PARALLELISM"
-
-
-class VocabError(ValueError):
-    """A vocabulary that cannot be built, encoded or compared as asked."""
 
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-# ------------------------------------------------------------------ names
-def vocab_name(kind: str, size: int | None = None) -> str:
-    """The slug of a vocabulary: ``char`` or ``bpe{size}`` (e.g. ``bpe512``)."""
-    if kind == "char":
-        if size is not None:
-            raise VocabError(f"the char vocabulary takes no size (got {size!r}): it is the "
-                             "training split's characters")
-        return "char"
-    if kind == "bpe":
-        if not (isinstance(size, int) and not isinstance(size, bool) and size >= BYTES):
-            raise VocabError(f"a byte-level BPE vocabulary needs an integer size >= {BYTES} "
-                             f"(the byte alphabet), got {size!r}")
-        return f"bpe{size}"
-    raise VocabError(f"vocabulary kind {kind!r} is not one of {list(KINDS)}")
-
-
-def parse_vocab_name(name: str) -> tuple[str, int | None]:
-    """``char`` -> (``char``, None); ``bpe512`` -> (``bpe``, 512)."""
-    if not re.fullmatch(VOCAB_PATTERN, name):
-        raise VocabError(f"{name!r} is not a vocabulary name (char or bpe<size>, e.g. bpe512)")
-    kind, size = ("char", None) if name == "char" else ("bpe", int(name[3:]))
-    vocab_name(kind, size)   # the same checks as building the name
-    return kind, size
 
 
 # ------------------------------------------------------------------ corpus
@@ -144,8 +116,6 @@ def _parallelism(parallel: bool):
 
 
 def _char_tokenizer(train_text: str, val_text: str, corpus_vocab: str):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
     vocab = "".join(sorted(set(train_text)))
     missing = sorted(set(val_text) - set(vocab))
     if missing:
@@ -164,8 +134,6 @@ def _char_tokenizer(train_text: str, val_text: str, corpus_vocab: str):
 
 
 def _bpe_tokenizer(train_text: str, size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -186,8 +154,6 @@ def train_vocab(corpus_dir, out_dir, name: str, parallel: bool = False) -> dict:
     ``parallel``: let the tokenizers library use its threads (same files; off by
     default so a job stays on its one core). Returns the meta written, plus
     ``seconds`` (the time spent training, not written to the file)."""
-    import tokenizers
-
     kind, size = parse_vocab_name(name)
     train_text, val_text, corpus_meta = read_splits(corpus_dir)
     t0 = time.perf_counter()
@@ -205,8 +171,6 @@ def train_vocab(corpus_dir, out_dir, name: str, parallel: bool = False) -> dict:
                 train_chars=len(train_text), train_sha256=sha256(train_text),
                 corpus_sha256=corpus_meta["sha256"], tokenizers_version=tokenizers.__version__,
                 tokenizer_sha256=file_hash, **extra)
-    from ..tableio import write_json
-
     write_json(meta, out_dir / "meta.json")
     if size is not None and meta["vocab_size"] < size:
         log.warning("%s: the trainer ran out of pairs at %d tokens (asked %d)", name,
@@ -219,8 +183,6 @@ def train_vocab(corpus_dir, out_dir, name: str, parallel: bool = False) -> dict:
 def load_vocab(vocab_dir):
     """(tokenizers.Tokenizer, meta) of a vocabulary folder; the file must be the one its meta
     describes."""
-    from tokenizers import Tokenizer
-
     vocab_dir = Path(vocab_dir)
     meta = json.loads((vocab_dir / "meta.json").read_text())
     raw = (vocab_dir / "tokenizer.json").read_bytes()
@@ -295,8 +257,6 @@ def encode_splits(corpus_dir, vocab_dir) -> dict:
                  val_chars_per_token=len(val_text) / len(val_ids),
                  train_sha256=sha256(train_text), val_sha256=sha256(val_text),
                  corpus_sha256=corpus_meta["sha256"], tokenizer_sha256=vmeta["tokenizer_sha256"])
-    from ..tableio import file_sha256, write_json
-
     split.update({f"{part}_ids_sha256": file_sha256(vocab_dir / f"{part}.npy") for part in ("train", "val")})
 
     write_json(split, vocab_dir / "split.json")
@@ -312,8 +272,6 @@ def load_split_ids(vocab_dir) -> tuple[np.ndarray, dict]:
     ``vocab_size``, ``vocab`` (the characters for ``char``, else the name) and ``sha256``
     (the corpus hash for ``char``, so a char arm's training fingerprint is the corpus's;
     otherwise a hash of corpus and tokenizer, so the ids' identity is in the fingerprint)."""
-    from ..tableio import verify_sha256
-
     vocab_dir = Path(vocab_dir)
     split = json.loads((vocab_dir / "split.json").read_text())
     vmeta = json.loads((vocab_dir / "meta.json").read_text())
@@ -332,26 +290,6 @@ def load_split_ids(vocab_dir) -> tuple[np.ndarray, dict]:
         vocab, ident = vmeta["name"], sha256(split["corpus_sha256"] + split["tokenizer_sha256"])
     meta = dict(split, vocab=vocab, sha256=ident, n_train=len(train_ids), n_val=len(val_ids))
     return np.concatenate([train_ids, val_ids]), meta
-
-
-def assert_same_validation(metas: dict) -> str:
-    """The validation text's hash shared by every arm; :class:`VocabError` naming the arms
-    when they were encoded from different validation text (or lengths).
-
-    ``metas``: arm name -> a split meta (``split.json``, :func:`load_split_ids`'s meta, or
-    anything carrying ``val_sha256`` and ``val_chars``)."""
-    if not metas:
-        raise VocabError("no arms to compare")
-    seen = {}
-    for arm, m in metas.items():
-        if "val_sha256" not in m or "val_chars" not in m:
-            raise VocabError(f"arm {arm!r} records no validation text (val_sha256, val_chars)")
-        seen.setdefault((m["val_sha256"], m["val_chars"]), []).append(arm)
-    if len(seen) > 1:
-        groups = "; ".join(f"{arms} on {n} chars sha256 {h[:12]}" for (h, n), arms in seen.items())
-        raise VocabError(f"arms were evaluated on different validation text: {groups}. Bits per "
-                         "character are comparable only on the same characters")
-    return next(iter(seen))[0]
 
 
 # ------------------------------------------------------------------ bits per character
@@ -400,56 +338,50 @@ def bits_per_char(model, val_ids, lengths, stride: int | None = None, batch: int
     ``chars_per_window`` = context × chars_per_token, and the evaluation's ``seconds``,
     ``tokens_per_s`` and ``chars_per_s`` (scored tokens / characters per second).
     """
-    import torch       # here, not at the top: the sweep's plan reads this module's names on every parse
-
-    with torch.no_grad():
-        return _bits_per_char(model, val_ids, lengths, stride, batch, amp)
-
-
-def _bits_per_char(model, val_ids, lengths, stride, batch, amp) -> dict:
+    # torch here, not at the top: the vocabulary jobs (sweep_vocab) train and encode vocabularies
+    # without it, and importing it takes TORCH_S s.
     import torch
     from torch.nn import functional as F
 
-    device = next(model.parameters()).device
-    context = model.context
-    stride = context if stride is None else stride
-    ids = torch.as_tensor(np.asarray(val_ids, dtype=np.int64), device=device)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = len(ids)
-    L, wins = eval_windows(n, context, stride)
-    amp = amp if amp is not None else contextlib.nullcontext()
-    offsets = torch.arange(L + 1, device=device)
-    was = model.training
-    model.eval()
-    nats, scored = 0.0, 0
-    t0 = time.perf_counter()
-    for i in range(0, len(wins), batch):
-        chunk = wins[i:i + batch]
-        starts = torch.tensor([s for s, _ in chunk], device=device)
-        first = torch.tensor([f for _, f in chunk], device=device)
-        w = ids[starts.unsqueeze(1) + offsets]
-        with amp:
-            logits = model(w[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), w[:, 1:].flatten(),
-                               reduction="none").view(len(chunk), L)
-        keep = torch.arange(L, device=device).unsqueeze(0) >= first.unsqueeze(1)
-        nats += loss[keep].double().sum().item()
-        scored += int(keep.sum().item())
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
-    model.train(was)
-    if scored != n - 1:
-        raise RuntimeError(f"windows scored {scored} tokens, not the split's {n - 1}")
-    val_chars = int(lengths[ids.cpu().numpy()].sum())
-    chars = val_chars - int(lengths[int(ids[0])])
-    if not math.isfinite(nats):
-        from ..tableio import NonFiniteError
-
-        raise NonFiniteError(f"validation nats are {nats}")
-    cpt = val_chars / n
-    return dict(nats=nats, tokens=scored, chars=chars, bits_per_char=nats / chars / math.log(2),
-                nats_per_token=nats / scored, val_tokens=n, val_chars=val_chars,
-                chars_per_token=cpt, context=context, stride=stride, windows=len(wins),
-                chars_per_window=context * cpt, seconds=seconds,
-                tokens_per_s=scored / max(seconds, 1e-9), chars_per_s=chars / max(seconds, 1e-9))
+    with torch.no_grad():
+        device = next(model.parameters()).device
+        context = model.context
+        stride = context if stride is None else stride
+        ids = torch.as_tensor(np.asarray(val_ids, dtype=np.int64), device=device)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        n = len(ids)
+        L, wins = eval_windows(n, context, stride)
+        amp = amp if amp is not None else contextlib.nullcontext()
+        offsets = torch.arange(L + 1, device=device)
+        was = model.training
+        model.eval()
+        nats, scored = 0.0, 0
+        t0 = time.perf_counter()
+        for i in range(0, len(wins), batch):
+            chunk = wins[i:i + batch]
+            starts = torch.tensor([s for s, _ in chunk], device=device)
+            first = torch.tensor([f for _, f in chunk], device=device)
+            w = ids[starts.unsqueeze(1) + offsets]
+            with amp:
+                logits = model(w[:, :-1])
+            loss = F.cross_entropy(logits.float().flatten(0, 1), w[:, 1:].flatten(),
+                                   reduction="none").view(len(chunk), L)
+            keep = torch.arange(L, device=device).unsqueeze(0) >= first.unsqueeze(1)
+            nats += loss[keep].double().sum().item()
+            scored += int(keep.sum().item())
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        model.train(was)
+        if scored != n - 1:
+            raise RuntimeError(f"windows scored {scored} tokens, not the split's {n - 1}")
+        val_chars = int(lengths[ids.cpu().numpy()].sum())
+        chars = val_chars - int(lengths[int(ids[0])])
+        if not math.isfinite(nats):
+            raise NonFiniteError(f"validation nats are {nats}")
+        cpt = val_chars / n
+        return dict(nats=nats, tokens=scored, chars=chars, bits_per_char=nats / chars / math.log(2),
+                    nats_per_token=nats / scored, val_tokens=n, val_chars=val_chars,
+                    chars_per_token=cpt, context=context, stride=stride, windows=len(wins),
+                    chars_per_window=context * cpt, seconds=seconds,
+                    tokens_per_s=scored / max(seconds, 1e-9), chars_per_s=chars / max(seconds, 1e-9))

@@ -26,13 +26,20 @@ Memory is bounded separately, by estimate (:mod:`.memory`); it cannot be raised.
 from __future__ import annotations
 
 import difflib
-import json
 
-from .keys import _resolve
+from ..sources.limits import RAISE, limit, model_file_bounds, refusal
 
 BOUND = "x-bound"
-RAISE = "raise_bounds"
-MODEL_FILE = "model_file"
+
+
+def resolve_ref(schema: dict, root: dict) -> dict:
+    """A schema node with its ``$ref`` followed (within ``root``)."""
+    while isinstance(schema, dict) and "$ref" in schema:
+        node = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        schema = node
+    return schema if isinstance(schema, dict) else {}
 
 
 def _children(schema: dict, root: dict):
@@ -63,7 +70,7 @@ def _bound_table(schema: dict) -> dict[str, dict]:
     out = {}
 
     def walk(node, name, depth):
-        node = _resolve(node, schema)
+        node = resolve_ref(node, schema)
         if BOUND in node:
             out[name.lstrip(".")] = dict(node[BOUND])
         if depth < 12:
@@ -71,11 +78,7 @@ def _bound_table(schema: dict) -> dict[str, dict]:
                 walk(child, name + suffix, depth + 1)
 
     walk(schema, "", 0)
-    from ..arch import FIELD_BOUNDS
-
-    for field, (bound, why) in FIELD_BOUNDS.items():
-        out[f"{MODEL_FILE}.{field}"] = dict(max=bound, why=why)
-    return out
+    return {**out, **model_file_bounds()}
 
 
 def _is_number(x) -> bool:
@@ -100,21 +103,6 @@ def raise_errors(config: dict, table: dict) -> list[str]:
     return out
 
 
-def limit(name: str, table: dict, config: dict) -> int:
-    """The bound ``name`` in force: its ``raise_bounds`` entry, else the table's."""
-    raised = config.get(RAISE)
-    value = raised.get(name) if isinstance(raised, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else table[name]["max"]
-
-
-def field_limit(field: str, config: dict) -> tuple[int, str]:
-    """(bound in force, why) of a model file's shape number ``field`` (``model_file.<field>``)."""
-    from ..arch import FIELD_BOUNDS
-
-    bound, why = FIELD_BOUNDS[field]
-    return limit(f"{MODEL_FILE}.{field}", {f"{MODEL_FILE}.{field}": dict(max=bound)}, config), why
-
-
 def _size(value) -> tuple[float, str] | None:
     """(what the bound compares, how it is said) of a config value; None if not bounded here."""
     if _is_number(value):
@@ -126,12 +114,6 @@ def _size(value) -> tuple[float, str] | None:
     return None
 
 
-def refusal(where: str, said: str, bound: int, name: str, why: str) -> str:
-    """The message of a value above its bound: the key, the bound, why, and how to raise it."""
-    return (f"{where}: {said} above its bound {bound:,} ({why}); if you mean it, raise the bound "
-            f"on purpose: {RAISE}: {{{json.dumps(name)}: <new bound>}} (README, Security)")
-
-
 def bound_errors(config: dict, schema: dict) -> list[str]:
     """Every config value above its bound, naming the key, the bound, why, and how to raise it;
     and a ``raise_bounds`` that names no bound. Types are the schema's to check."""
@@ -139,7 +121,7 @@ def bound_errors(config: dict, schema: dict) -> list[str]:
     out = raise_errors(config, table)
 
     def walk(node, value, name, where, depth):
-        node = _resolve(node, schema)
+        node = resolve_ref(node, schema)
         if BOUND in node:
             size = _size(value)
             bound = limit(name.lstrip("."), table, config)

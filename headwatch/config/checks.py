@@ -1,13 +1,24 @@
-"""The pre-job checks that read the config and each studied model's facts (protocol §9)."""
+"""The pre-job checks that read the config and each studied model's facts (protocol §9).
+
+Each stage's own checks are its settings module's (:mod:`headwatch.settings`): the sweep's
+(:func:`~headwatch.settings.sweep.check_sweeps`), the anatomy's
+(:func:`~headwatch.settings.anatomy.anatomy_errors`, :func:`~headwatch.settings.anatomy.shape_errors`),
+activation patching's names and templates (:func:`~headwatch.settings.patching.patching_errors`), the ablation's counts (:class:`AblationSettings`);
+this module runs them with the checks of tokens, lengths and heads that read a studied model's
+facts (:mod:`headwatch.sources`)."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from ..sequences import single_token
+from ..settings.ablation import AblationSettings
+from ..settings.anatomy import anatomy_errors, shape_errors
+from ..settings.patching import patching_errors
+from ..settings.sweep import check_sweeps
+from ..sources import ConfigError, Located, ModelFacts, ModelNotFoundError, family_error, model_facts
 from .devices import cuda_available, dtype_errors
-from .errors import ConfigError, ModelNotFoundError
-from .facts import ModelFacts, model_facts
-from .sources import Located
+from .memory import model_estimates, sweep_estimates
 
 
 def model_errors(config: dict) -> list[str]:
@@ -18,11 +29,7 @@ def model_errors(config: dict) -> list[str]:
 
 def sweep_errors(config: dict) -> list[str]:
     """The sweep's own checks (heads that do not divide the width, warm-up past the steps, …)."""
-    if "sweep" not in config:
-        return []
-    from ..sweep.checks import check_sweeps
-
-    return check_sweeps(config["sweep"])
+    return check_sweeps(config["sweep"]) if "sweep" in config else []
 
 
 def report_errors(config: dict, workdir) -> list[str]:
@@ -45,8 +52,6 @@ def _pieces(tok, ids) -> list[str]:
 def token_errors(config: dict, facts: ModelFacts) -> tuple[list[str], list[str]]:
     """Expected tokens must be one token; an expected token after a phrase that ends in a word
     should start with a space (warning); the vocabulary slice must fit the tokenizer."""
-    from ..sequences import single_token
-
     errors, warnings = [], []
     tok, key = facts.tokenizer, facts.key
     for name, spec in config["phrases"].items():
@@ -109,60 +114,49 @@ def length_errors(config: dict, facts: ModelFacts) -> list[str]:
 
 
 def head_errors(config: dict, facts: ModelFacts) -> list[str]:
-    """Head addresses and head counts that model ``key`` must have."""
-    from ..settings.ablation import AblationSettings
-    from ..arch import FAMILIES
-
-    shape, key, out = facts.shape, facts.key, []
-    if shape.get("model_type") not in FAMILIES:
-        out.append(f"models.{key}: model_type {shape.get('model_type')!r} has no adapter; headwatch "
-                   f"knows {sorted(FAMILIES)} (add one to headwatch/arch.py: FAMILIES)")
+    """Head addresses and head counts that model ``key`` must have: a family that headwatch
+    knows, the anatomy's head and control (:func:`~headwatch.settings.anatomy.shape_errors`) and
+    the ablation's counts."""
+    shape, key = facts.shape, facts.key
+    out = [e for e in [family_error(facts)] if e]
     layers, heads = shape.get("layers"), shape.get("heads")
     if not (layers and heads):
         return out + [f"models.{key}: {facts.where} does not say how many layers and heads it has"]
-    total = layers * heads
-    desc = f"model {key} has {layers} layers × {heads} heads = {total}"
-    anatomy = config.get("anatomy") or {}
-    control = (anatomy.get("kv_control") or {}).get("layers")
-    if isinstance(control, int) and control > layers:
-        out.append(f"anatomy.kv_control.layers = {control}: the ungrouped control is model {key} rebuilt "
-                   f"with its first layers, and it has {layers}")
-    head = anatomy.get("head")
-    if head:
-        if head["layer"] >= layers:
-            out.append(f"anatomy.head.layer = {head['layer']}: {desc}, layers 0–{layers - 1}")
-        if head["head"] >= heads:
-            out.append(f"anatomy.head.head = {head['head']}: {desc}, heads 0–{heads - 1} per layer")
-    if config.get("ablation"):
-        a = AblationSettings.from_config(config["ablation"])
-        top_n, ks, draws = a.top_n, list(a.k), a.random_draws
-        if max(ks) > top_n:
-            out.append(f"ablation.k = {ks}: every k must be <= ablation.top_n = {top_n} "
-                       "(the top-k heads of the targeted set)")
-        if top_n > total:
-            out.append(f"ablation.top_n = {top_n}: {desc}")
-        elif total - top_n < max(ks):
-            out.append(f"ablation.k = {ks}: the random control draws up to {max(ks)} heads from outside "
-                       f"the top {top_n}, but {desc} leaves {total - top_n}")
-        if top_n < total and total - top_n - 1 < draws:
-            out.append(f"ablation.random_draws = {draws}: the circuit's control needs {draws} heads "
-                       f"outside the top {top_n} and the previous-token head, but {desc} leaves "
-                       f"{max(total - top_n - 1, 0)}")
-        together = a.attribution.together
-        if together > total:
-            out.append(f"ablation.attribution.together = {together}: {desc}")
-        if total < 2:
-            out.append(f"ablation: attribution compares the two costliest heads; {desc}")
+    out += shape_errors(config, facts)
+    return out + ablation_errors(config, layers * heads, f"model {key} has {layers} layers × {heads} heads "
+                                                         f"= {layers * heads}")
+
+
+def ablation_errors(config: dict, total: int, desc: str) -> list[str]:
+    """The ablation's counts against a model's ``total`` heads (``desc``: the model, in words)."""
+    if not config.get("ablation"):
+        return []
+    out = []
+    a = AblationSettings.from_config(config["ablation"])
+    top_n, ks, draws = a.top_n, list(a.k), a.random_draws
+    if max(ks) > top_n:
+        out.append(f"ablation.k = {ks}: every k must be <= ablation.top_n = {top_n} "
+                   "(the top-k heads of the targeted set)")
+    if top_n > total:
+        out.append(f"ablation.top_n = {top_n}: {desc}")
+    elif total - top_n < max(ks):
+        out.append(f"ablation.k = {ks}: the random control draws up to {max(ks)} heads from outside "
+                   f"the top {top_n}, but {desc} leaves {total - top_n}")
+    if top_n < total and total - top_n - 1 < draws:
+        out.append(f"ablation.random_draws = {draws}: the circuit's control needs {draws} heads "
+                   f"outside the top {top_n} and the previous-token head, but {desc} leaves "
+                   f"{max(total - top_n - 1, 0)}")
+    together = a.attribution.together
+    if together > total:
+        out.append(f"ablation.attribution.together = {together}: {desc}")
+    if total < 2:
+        out.append(f"ablation: attribution compares the two costliest heads; {desc}")
     return out
 
 
 def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_available):
     """(errors, warnings, memory estimates) of every check that reads the studied models; the
     estimates (:mod:`.memory`) are compared with this machine's memory by the caller."""
-    from ..anatomy.configs import config_errors as anatomy_errors
-    from ..settings.patching import patching_errors
-    from .memory import model_estimates, sweep_estimates
-
     swept = sweep_errors(config)
     errors = swept + anatomy_errors(config, workdir) + report_errors(config, workdir) + dtype_errors(config, cuda)
     warnings = []

@@ -7,8 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from .errors import ConfigError
-from .sources import fingerprint
+from ..sources import ConfigError, fingerprint
 
 
 def needs_device(config: dict) -> bool:
@@ -20,8 +19,8 @@ DEVICE_KEYS = ("device", "sweep.device")
 
 
 def cuda_devices() -> int:
-    """How many CUDA GPUs torch can use here (0 without CUDA)."""
-    import torch
+    """How many CUDA GPUs torch can use here (0 without CUDA); asked only when a setting names CUDA."""
+    import torch     # TORCH_REASON
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -66,7 +65,7 @@ def cuda_probe() -> str:
 
 
 def cuda_available() -> bool:
-    import torch
+    import torch     # TORCH_REASON
 
     return torch.cuda.is_available()
 

@@ -8,24 +8,19 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import ConfigError
+import yaml
+from jsonschema import Draft202012Validator
+
+from ..sources import ConfigError, key_errors
+from .bounds import bound_errors, resolve_ref
 
 
 # ------------------------------------------------------------------ unknown keys
-def _resolve(schema: dict, root: dict) -> dict:
-    while isinstance(schema, dict) and "$ref" in schema:
-        node = root
-        for part in schema["$ref"].lstrip("#/").split("/"):
-            node = node[part]
-        schema = node
-    return schema if isinstance(schema, dict) else {}
-
-
 def unknown_keys(config, schema: dict, root: dict | None = None, path: str = "") -> list[str]:
     """Every key of ``config`` that ``schema`` does not allow, with its dotted path and the
     nearest valid key. Walks ``properties``, ``additionalProperties`` and ``items``."""
     root = root if root is not None else schema
-    schema = _resolve(schema, root)
+    schema = resolve_ref(schema, root)
     out = []
     if isinstance(config, dict) and schema.get("type", "object") == "object":
         props = schema.get("properties", {})
@@ -53,8 +48,6 @@ _SCHEMAS: dict = {}
 
 def load_schema(path) -> dict:
     """The schema YAML (parsed once per process and file version; libyaml when present)."""
-    import yaml
-
     path = Path(path)
     tag = (str(path.resolve()), path.stat().st_mtime_ns)
     if tag not in _SCHEMAS:
@@ -66,7 +59,7 @@ def load_schema(path) -> dict:
 def check_keys(config: dict, schema_path) -> None:
     """Refuse keys the schema does not know, then names, text and devices that its described
     definitions refuse (:func:`schema_errors`), model keys that are folders of results/
-    (:func:`name_errors`) and counts and sizes above their bounds
+    (:func:`headwatch.sources.key_errors`) and counts and sizes above their bounds
     (:func:`headwatch.config.bounds.bound_errors`). Run before the schema itself, whose
     messages would not say in words which key was meant."""
     schema = load_schema(schema_path)
@@ -74,9 +67,7 @@ def check_keys(config: dict, schema_path) -> None:
     if errors:
         raise ConfigError("invalid config (a misspelled key would be silently ignored):\n  "
                           + "\n  ".join(errors))
-    from .bounds import bound_errors
-
-    errors = schema_errors(config, schema) + name_errors(config) + bound_errors(config, schema)
+    errors = schema_errors(config, schema) + key_errors(config) + bound_errors(config, schema)
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
 
@@ -89,8 +80,6 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
     """Values refused by one of the schema's described ``definitions`` (a safe name, one line of
     text, a device), each as ``key: value <the definition's description>``; a refused mapping
     key is named as such. Other schema errors are left to the schema's own validation."""
-    from jsonschema import Draft202012Validator
-
     described = [d for d in schema.get("definitions", {}).values() if "description" in d]
     out, seen = [], set()
     for err in Draft202012Validator(schema).iter_errors(config):
@@ -104,15 +93,6 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
             what = "the key" if "propertyNames" in e.absolute_schema_path else "the value"
             out.append(f"{where or 'top level'}: {what} {value!r} {' '.join(e.schema['description'].split())}")
     return out
-
-
-def name_errors(config: dict) -> list[str]:
-    """Model keys that would share a folder of results/ with another stage (``sweep``, ...)."""
-    from ..paths import SHARED_FOLDERS
-
-    return [f"models: the key {key!r} is the name of a folder of results/ that is not a model's "
-            f"({', '.join(SHARED_FOLDERS)}); choose another name"
-            for key in (config.get("models") or {}) if key in SHARED_FOLDERS]
 
 
 def model_entry(config: dict, model: str) -> dict:
@@ -129,8 +109,6 @@ def model_entry(config: dict, model: str) -> dict:
 def yaml_errors(path) -> list[str]:
     """``path:line:column: problem`` when neither JSON nor YAML can read the config file
     ``path`` (Snakemake's own message names neither the file nor the line); [] when one can."""
-    import yaml
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

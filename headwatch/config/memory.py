@@ -18,6 +18,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..names import BYTES_PER_NUMBER
+from ..settings.ablation import AblationSettings
+from ..settings.anatomy import AnatomySettings
+from ..settings.sweep import SummarySettings, TrainSettings, active_sweeps, entry_spec, slug, train_of
+
 GiB = 1 << 30
 F32 = 4            # bytes of a float32: logits, activations, the prepared model
 I64 = 8            # bytes of an int64: token ids, window offsets, bootstrap indices
@@ -43,8 +48,6 @@ def estimate(key: str, what: str, parts: dict[str, int]) -> dict:
 def model_estimates(config: dict, facts) -> list[dict]:
     """The jobs that run studied model ``facts.key``: its preparation, the attention maps, the
     cuts, activation patching and the ungrouped key/value control."""
-    from ..names import BYTES_PER_NUMBER
-
     shape, key = facts.shape, facts.key
     params = model_params(shape)
     if params is None:
@@ -57,7 +60,7 @@ def model_estimates(config: dict, facts) -> list[dict]:
     b = config["attention"]["batch"]
     out.append(estimate("attention.batch", f"model {key}'s attention maps ({b} sequences of {T} tokens a pass)",
                         dict(weights=weights, logits=b * T * V * F32, attention=b * H * T * T * F32)))
-    b = config["ablation"]["batch"]
+    b = AblationSettings.from_config(config["ablation"]).batch
     out.append(estimate("ablation.batch", f"model {key}'s cuts ({b} rows of {T} tokens a pass)",
                         dict(weights=weights, logits=b * T * V * F32)))
     p = config["patching"]
@@ -67,7 +70,7 @@ def model_estimates(config: dict, facts) -> list[dict]:
                                       "every layer's z and block input of the clean and the corrupted run)",
                         dict(weights=weights, activations=2 * p["n"] * length * L * (H * D + W) * F32,
                              logits=p["batch"] * V * F32)))
-    layers = config["anatomy"]["kv_control"]["layers"]
+    layers = AnatomySettings.from_config(config["anatomy"]).need("kv_control").kv_control.layers
     control = model_params(dict(shape, layers=layers, kv_heads=H))
     out.append(estimate("anatomy.kv_control.layers", f"model {key}'s ungrouped control (kv_control.layers = {layers})",
                         dict(weights=control * F32)))
@@ -77,33 +80,28 @@ def model_estimates(config: dict, facts) -> list[dict]:
 def sweep_estimates(sweep_cfg: dict) -> list[dict]:
     """Each planned training job's model, optimizer and batch (the largest of each sweep), and
     the summary's bootstrap."""
-    from ..charlm.spec import ModelSpec
-    from ..charlm.tokenizer import parse_vocab_name
-    from ..sweep.plan import active_sweeps, model_of, slug, vocab_of
-
     out = []
     target = (sweep_cfg.get("corpus") or {}).get("target_chars") or 0
     for name, sw in active_sweeps(sweep_cfg).items():
-        t = sw["train"]
-        B, steps, best = t["batch"], t["steps"], None
+        t = TrainSettings.from_config(train_of(sweep_cfg, name))
+        B, steps, best = t.batch, t.steps, None
         for i, entry in enumerate(sw["grid"]):
-            size = parse_vocab_name(vocab_of(entry))[1] or 0       # a character vocabulary: counted as 0
-            spec = ModelSpec.from_settings(size, model_of(sweep_cfg, entry))
+            spec = entry_spec(sweep_cfg, entry)     # a character vocabulary: counted as 0
             C = spec.context
             e = estimate(f"sweep.sweeps.{name}.grid[{i}]",
                          f"training {slug(entry)} of sweep {name} (train.batch = {B}, train.steps = {steps})",
                          {"weights, gradients and Adam's moments": 4 * spec.param_counts()["total"] * F32,
-                          "logits and their gradient": 2 * B * C * size * F32,
+                          "logits and their gradient": 2 * B * C * spec.vocab_size * F32,
                           "block inputs": spec.layers * B * C * spec.width * F32,
                           "window offsets": steps * B * I64, "corpus ids": target * I64})
             best = e if best is None or e["bytes"] > best["bytes"] else best
         if best:
             out.append(best)
-    summ = sweep_cfg["summary"]
-    resamples = summ["bootstrap"]["resamples"]
+    summ = SummarySettings.from_config(sweep_cfg["summary"])
+    resamples = summ.bootstrap.resamples
     sweeps = active_sweeps(sweep_cfg)
     seeds = sum(len(sweeps[s]["seeds"]) * len(sweeps[s]["grid"])
-                for s in {summ["split_sweep"], summ["capacity"]["sweep"]} if s in sweeps)
+                for s in {summ.split_sweep, summ.capacity.sweep} if s in sweeps)
     out.append(estimate("sweep.summary.bootstrap.resamples",
                         f"the summary's bootstrap ({resamples} resamples of {seeds} final losses)",
                         {"indices and values": resamples * seeds * 2 * I64}))

@@ -10,12 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+from ..sources import CACHE_DIR, ConfigError, Located, fingerprint, locate, offline, source_errors
 from .checks import model_errors, run_checks
 from .devices import cuda_available, cuda_probe, needs_device
-from .errors import ConfigError
 from .keys import check_keys
 from .memory import memory_errors, read_meminfo
-from .sources import CACHE_DIR, Located, fingerprint, locate, offline, source_errors
 
 CACHE_KEEP = 32              # verdicts kept (one per config × files × code)
 WARNING_PREFIX = "headwatch: warning:"
@@ -40,6 +39,7 @@ def verdict_key(config: dict, located: list[Located], workdir: Path) -> str:
         gguf={str(loc.gguf): fingerprint(loc.gguf) for loc in located if loc.gguf},
         origins={loc.key: [loc.origin, str(loc.folder)] for loc in located},
         references=sorted(p.name for p in refs.glob("*.json")) if refs.is_dir() else [],
+        schema=fingerprint(workdir / "config" / "schema.yaml"),     # a cached verdict passed check_keys too
         code=_code_hash(),
         env=dict(offline=offline(), cuda=cuda_probe() if needs_device(config) else None),
     )
@@ -79,14 +79,19 @@ def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
     """
     workdir, stream = Path(workdir), stream or sys.stderr
     schema = workdir / "config" / "schema.yaml"
-    if schema.exists():
-        check_keys(config, schema)
+
+    def refuse(errors):
+        """The keys' errors first (a misspelled key explains much), then these."""
+        if schema.exists():
+            check_keys(config, schema)
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+
     errors = model_errors(config)
     if not errors:
         for key in config["models_studied"]:
             errors += source_errors(key, config["models"][key])
     if errors:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+        refuse(errors)
     located = []
     for key in config["models_studied"]:
         try:
@@ -94,11 +99,15 @@ def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
         except ConfigError as err:
             errors.append(str(err))
     if errors:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+        refuse(errors)
     folder = workdir / CACHE_DIR / "checks"
     key = verdict_key(config, located, workdir) if cache else None
     record = _cache_read(folder / f"{key}.json") if cache else None
     if record is None:
+        # A cached verdict passed these too, for this config, schema and code: the keys are checked
+        # only here (the Snakefile checks them itself before the schema fills its defaults).
+        if schema.exists():
+            check_keys(config, schema)
         t0 = time.perf_counter()
         errors, warnings, estimates = run_checks(config, located, workdir, cuda)
         if errors:

@@ -5,49 +5,26 @@ every experiment of :mod:`headwatch.ablation` reads its settings from it, never 
 string keys. Each rule's params are only the slice of ``ablation:`` its experiment
 depends on (``rules/common.smk: ablation_slice``, so that only stale jobs rerun), so a
 key outside the slice is None here, and an experiment names the keys it needs
-(:meth:`AblationSettings.need`): one that is missing is an error naming it.
+(:meth:`~headwatch.settings.Settings.need`): one that is missing is an error naming it.
 
-It imports only the standard library, like :mod:`headwatch.charlm.spec`, so that the
-pre-job checks can read it without torch. :func:`refuse_unknown` and :func:`require_keys` are
-the two rules every stage's settings object keeps (:mod:`headwatch.settings.patching` too).
+It imports only the standard library, like every settings module, so that the pre-job checks
+can read it without torch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from . import Settings, read_fields
 
 METHODS = ("zero", "mean")
 """How a head is cut: its ``z`` replaced by 0, or by its mean over the eval set."""
 
 
-def refuse_unknown(cls, cfg: dict, where: str) -> None:
-    """A key of ``cfg`` that ``cls`` has no field for is an error naming it (a new config key
-    must be typed here too)."""
-    names = sorted(f.name for f in fields(cls))
-    unknown = sorted(set(cfg) - set(names))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; known: {names}")
-
-
-def require_keys(settings, names, where: str, slicer: str):
-    """``settings``, when every key of ``names`` is set; else an error naming those that are not
-    (a rule whose slice lacks them: ``slicer`` says where the slice is made)."""
-    missing = [n for n in names if getattr(settings, n) is None]
-    if missing:
-        raise ValueError(f"{where}: {', '.join(missing)} not in this rule's settings ({slicer})")
-    return settings
-
-
-def _typed(cls, cfg: dict | None, where: str):
-    """``cls`` from the mapping ``cfg`` (None stays None)."""
-    if cfg is None:
-        return None
-    refuse_unknown(cls, cfg, where)
-    return cls(**cfg)
-
-
 @dataclass(frozen=True)
-class CircuitSettings:
+class CircuitSettings(Settings):
     """``ablation.circuit`` (5b)."""
+    WHERE = "ablation.circuit"
+
     half_threshold: float          # count heads with intact induction above this that lose > half
 
     def __post_init__(self):
@@ -55,8 +32,10 @@ class CircuitSettings:
 
 
 @dataclass(frozen=True)
-class AttributionSettings:
+class AttributionSettings(Settings):
     """``ablation.attribution`` (5c)."""
+    WHERE = "ablation.attribution"
+
     no_effect_points: float        # |drop| below this many percentage points = "no effect"
     together: int                  # cut the N costliest heads together
     global_loss_nats: float        # a cut is "global" when the prose loss rises by more than this
@@ -68,9 +47,12 @@ class AttributionSettings:
 
 
 @dataclass(frozen=True)
-class AblationSettings:
+class AblationSettings(Settings):
     """Every key under ``ablation:`` (config/config.yaml says what each means); a key outside
     the rule's slice is None."""
+    WHERE = "ablation"
+    SLICE = "rules/common.smk: ablation_slice"
+
     method: str                    # zero | mean
     batch: int                     # rows (one cut × one sequence) per forward pass
     tolerance: float               # batched cut vs one-at-a-time loop, max |Δ|
@@ -97,17 +79,10 @@ class AblationSettings:
     @classmethod
     def from_config(cls, cfg: dict) -> "AblationSettings":
         """The settings of ``config["ablation"]`` or of a rule's slice of it."""
-        cfg = dict(cfg)
-        refuse_unknown(cls, cfg, "ablation")
-        missing = [f.name for f in fields(cls) if f.default is not None and f.name not in cfg]
-        if missing:
-            raise ValueError(f"ablation: {', '.join(missing)} missing (config/schema.yaml gives the "
-                             "workflow every default)")
-        return cls(**{**cfg, "circuit": _typed(CircuitSettings, cfg.get("circuit"), "ablation.circuit"),
-                      "attribution": _typed(AttributionSettings, cfg.get("attribution"),
-                                            "ablation.attribution")})
-
-    def need(self, *names: str) -> "AblationSettings":
-        """Itself, when every key of ``names`` is set; else an error naming those that are not
-        (a rule whose slice lacks them: rules/common.smk, ablation_slice)."""
-        return require_keys(self, names, "ablation", "rules/common.smk: ablation_slice")
+        cfg = read_fields(cls, cfg, cls.WHERE)
+        typed = {}
+        if cfg.get("circuit") is not None:
+            typed["circuit"] = CircuitSettings.of(cfg["circuit"])
+        if cfg.get("attribution") is not None:
+            typed["attribution"] = AttributionSettings.of(cfg["attribution"])
+        return cls(**{**cfg, **typed})

@@ -5,7 +5,7 @@ rules, scripts and benchmarks of :mod:`headwatch.patching` read their settings f
 from string keys. Each rule's params are only the slice of ``patching:`` its job depends on
 (``rules/patching.smk``: the prompts read ``n, seed, templates, names``, the sweep ``phrase,
 top_k, batch, tolerance, guard_prompts``), so a key outside the slice is None here, and a job
-names the keys it needs (:meth:`PatchingSettings.need`).
+names the keys it needs (:meth:`~headwatch.settings.Settings.need`).
 
 The templates' rules live here too, since the pre-job checks need them before any model is
 loaded: a template holds the slots ``{A}``, ``{B}``, ``{C}`` once each, each after a space
@@ -13,7 +13,7 @@ loaded: a template holds the slots ``{A}``, ``{B}``, ``{C}`` once each, each aft
 :func:`patching_errors` is every check of ``patching:`` made before any job, for one studied
 model (``headwatch/config/checks.py`` calls it).
 
-Like :mod:`headwatch.settings.ablation`, it imports only the standard library (and
+Like every settings module, it imports only the standard library (and
 :func:`headwatch.sequences.single_token`, whose module imports nothing else at its top), so
 that the pre-job checks read it without torch.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..sequences import single_token
-from .ablation import refuse_unknown, require_keys
+from . import Settings
 
 SLOTS = ("A", "B", "C")
 """The slots of a template: the three names of a prompt."""
@@ -35,9 +35,12 @@ class PatchingError(ValueError):
 
 
 @dataclass(frozen=True)
-class PatchingSettings:
+class PatchingSettings(Settings):
     """Every key under ``patching:`` (config/config.yaml says what each means); a key outside the
     rule's slice is None."""
+    WHERE = "patching"
+    SLICE = "rules/patching.smk: the rule's params"
+
     n: int | None = None                        # prompts (even i ABBA, odd i BABA)
     seed: int | None = None                     # IO, S and the corrupted names: numpy default_rng(seed)
     templates: tuple[str, ...] | None = None    # each holds {A}, {B}, {C} once, each after a space
@@ -58,18 +61,6 @@ class PatchingSettings:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, tuple(str(x) for x in value))
-
-    @classmethod
-    def from_config(cls, cfg: dict) -> "PatchingSettings":
-        """The settings of ``config["patching"]`` or of a rule's slice of it."""
-        cfg = dict(cfg)
-        refuse_unknown(cls, cfg, "patching")
-        return cls(**cfg)
-
-    def need(self, *names: str) -> "PatchingSettings":
-        """Itself, when every key of ``names`` is set; else an error naming those that are not
-        (a rule whose slice lacks them: rules/patching.smk)."""
-        return require_keys(self, names, "patching", "rules/patching.smk: the rule's params")
 
 
 # ------------------------------------------------------------------ templates and names

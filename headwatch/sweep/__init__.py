@@ -1,9 +1,11 @@
 """The training sweep (protocol §7): which character models are trained, how, and what
-is concluded from them. The model itself and its corpus are :mod:`headwatch.charlm`.
+is concluded from them. The model itself and its corpus are :mod:`headwatch.charlm`; the
+sweep's settings and its config checks are :mod:`headwatch.settings.sweep`.
 
-* :mod:`.plan`    — slugs, grid entries, owners, runs, training jobs and their params
-* :mod:`.checks`  — the sweep's config checks (:func:`~.checks.check_sweeps`)
+* :mod:`.plan`    — owners, runs, training jobs and their params
 * :mod:`.train`   — one training job: data order, schedule, evaluation, checkpoints
+* :mod:`.heads`   — the heads a sweep model grows: the probe, their scores, the cut, the study
 * :mod:`.summary` — the split/capacity summary and its guards
 * :mod:`.study`   — the study sweeps (experts, depth, kv, vocab) and their invariants
+* :mod:`.course`  — the course of a sweep: plateau, previous-token head, gaps with verdicts
 """

@@ -31,52 +31,27 @@ For every planned sweep named in ``sweep.course.sweeps`` (with its reference arm
   lie below the peak's; ``not resolved`` otherwise (the end's interval holds 0 and overlaps the
   peak's). Nothing is extrapolated beyond the last evaluation.
 
+Which sweeps and references are read is the sweep's settings'
+(:func:`headwatch.settings.sweep.course_sweeps`); the tables are :data:`headwatch.paths.COURSE_TABLES`.
 No torch: the rule reads tables only.
 """
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .plan import active_sweeps
+from .. import paths
+from ..markup import markdown
+from ..settings.sweep import BootstrapSettings
+from ..tableio import read_note, read_parquet
 from .summary import SummaryError
+from .summary import _interval as percentile
 
 RUN_KEYS = ("sweep", "shape", "width", "heads", "seed")
 VERDICTS = ("holds", "narrows", "flips", "not resolved")
-TABLES = ("curves", "events", "events_summary", "gaps", "verdicts")
-"""The tables of one sweep's course (rule sweep_course; :func:`headwatch.paths.course_table`)."""
-
-
-def course_sweeps(sweep_cfg: dict) -> dict[str, str]:
-    """{sweep: reference shape} of the planned sweeps that ``sweep.course.sweeps`` names."""
-    named = (sweep_cfg.get("course") or {}).get("sweeps") or {}
-    planned = active_sweeps(sweep_cfg)
-    return {name: ref for name, ref in named.items() if name in planned}
-
-
-def course_errors(sweep_cfg: dict) -> list[str]:
-    """The course settings' own checks (before any job), each naming its key."""
-    from .plan import slug
-
-    course = sweep_cfg.get("course") or {}
-    sweeps = sweep_cfg.get("sweeps") or {}
-    errors = []
-    for name, ref in (course.get("sweeps") or {}).items():
-        key = f"sweep.course.sweeps.{name}"
-        if name not in sweeps:
-            errors.append(f"{key}: {name!r} is not a sweep ({sorted(sweeps)})")
-            continue
-        shapes = [slug(e) for e in sweeps[name].get("grid") or [] if "width" in e and "heads" in e]
-        if ref not in shapes:
-            errors.append(f"{key}: the reference {ref!r} is not a shape of sweep {name!r} ({shapes})")
-        elif len(shapes) < 2:
-            errors.append(f"{key}: sweep {name!r} has no arm beside its reference {ref!r} to compare with")
-        if (sweeps[name].get("study") or {}).get("kind") == "vocab":
-            errors.append(f"{key}: a vocab study's losses are per token of different vocabularies; "
-                          "their gaps are not comparable")
-    return errors
 
 
 # ------------------------------------------------------------------ one run's events
@@ -141,27 +116,26 @@ def events_table(runs: list[dict], warmup: dict, margin: float, threshold: float
 
 # ------------------------------------------------------------------ intervals over seeds
 def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
-    from .summary import _interval as percentile
-
     return percentile(np.asarray(values, dtype=float), level)
 
 
-def mean_interval(values, bootstrap: dict) -> tuple[float | None, float | None, float | None]:
+def mean_interval(values, bootstrap: BootstrapSettings | dict) -> tuple[float | None, float | None, float | None]:
     """(mean, low, high) of the percentile bootstrap interval of the mean of ``values`` (None where
     there are none; the interval of one value is that value)."""
-    from scipy import stats
+    from scipy import stats     # SCIPY_REASON
 
+    b = BootstrapSettings.of(bootstrap)
     v = np.asarray([x for x in values if pd.notna(x)], dtype=float)
     if not len(v):
         return None, None, None
     if len(v) == 1 or np.all(v == v[0]):
         return float(v[0]), float(v[0]), float(v[0])
-    boot = stats.bootstrap((v,), np.mean, n_resamples=int(bootstrap["resamples"]), method="percentile",
-                           confidence_level=float(bootstrap["level"]), rng=np.random.default_rng(bootstrap["seed"]))
+    boot = stats.bootstrap((v,), np.mean, n_resamples=b.resamples, method="percentile",
+                           confidence_level=b.level, rng=np.random.default_rng(b.seed))
     return float(v.mean()), float(boot.confidence_interval.low), float(boot.confidence_interval.high)
 
 
-def event_summary(events: pd.DataFrame, bootstrap: dict) -> pd.DataFrame:
+def event_summary(events: pd.DataFrame, bootstrap: BootstrapSettings | dict) -> pd.DataFrame:
     """Per shape: the runs, how many left the plateau and formed a previous-token head, and the
     mean with its interval of the plateau level, the two steps and their lag (over the runs that
     have them)."""
@@ -192,18 +166,18 @@ def paired_losses(curves: pd.DataFrame, arm: str, reference: str) -> pd.DataFram
     return (piv[arm].loc[steps] - piv[reference].loc[steps]).sort_index()
 
 
-def _resampled_means(diff: np.ndarray, bootstrap: dict) -> np.ndarray:
+def _resampled_means(diff: np.ndarray, bootstrap: BootstrapSettings) -> np.ndarray:
     """(steps, resamples) means over seeds of ``diff`` (steps × seeds), every step resampled with
     the same seeds (``scipy.stats.bootstrap``'s resamples of the seed axis)."""
-    from scipy import stats
+    from scipy import stats     # SCIPY_REASON
 
     if diff.shape[1] < 2:
         return diff.mean(axis=1, keepdims=True)
     with warnings.catch_warnings():    # steps where every seed's gap is equal: a degenerate interval
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        boot = stats.bootstrap((diff,), np.mean, axis=-1, n_resamples=int(bootstrap["resamples"]), vectorized=True,
-                               method="percentile", confidence_level=float(bootstrap["level"]),
-                               rng=np.random.default_rng(bootstrap["seed"]))
+        boot = stats.bootstrap((diff,), np.mean, axis=-1, n_resamples=bootstrap.resamples, vectorized=True,
+                               method="percentile", confidence_level=bootstrap.level,
+                               rng=np.random.default_rng(bootstrap.seed))
     return np.asarray(boot.bootstrap_distribution)
 
 
@@ -241,10 +215,12 @@ def order_and_peak(means: np.ndarray, lo: np.ndarray, hi: np.ndarray, margin: fl
     return direction, int(np.argmax(direction * means))
 
 
-def gaps(curves: pd.DataFrame, reference: str, bootstrap: dict, margin: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+def gaps(curves: pd.DataFrame, reference: str, bootstrap: BootstrapSettings | dict,
+         margin: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(gaps, verdicts) of every arm against ``reference`` (``curves``: one sweep's metrics rows with
     ``shape``, ``seed``, ``step``, ``val_loss``); ``margin``: the size of a clear gap."""
-    level = float(bootstrap["level"])
+    bootstrap = BootstrapSettings.of(bootstrap)
+    level = bootstrap.level
     arms = [a for a in dict.fromkeys(curves["shape"]) if a != reference]
     rows, verdict_rows = [], []
     for arm in arms:
@@ -282,10 +258,11 @@ def gaps(curves: pd.DataFrame, reference: str, bootstrap: dict, margin: float) -
 
 
 def course(runs: list[dict], reference: str, warmup: dict, margin: float, threshold: float,
-           bootstrap: dict) -> dict[str, pd.DataFrame]:
-    """Every table of one sweep's course (:data:`TABLES`): every run's validation loss and best
-    previous-token score at every evaluation (``curves``), its events, their summary per shape, the
-    gaps and their verdicts."""
+           bootstrap: BootstrapSettings | dict) -> dict[str, pd.DataFrame]:
+    """Every table of one sweep's course (:data:`headwatch.paths.COURSE_TABLES`): every run's
+    validation loss and best previous-token score at every evaluation (``curves``), its events, their
+    summary per shape, the gaps and their verdicts."""
+    bootstrap = BootstrapSettings.of(bootstrap)
     events = events_table(runs, warmup, margin, threshold)
     curves = pd.concat([r["metrics"][["step", "val_loss"]].merge(
         r["records"].groupby("step", as_index=False)["prev"].max().rename(columns={"prev": "best_prev"}),
@@ -301,6 +278,14 @@ def course(runs: list[dict], reference: str, warmup: dict, margin: float, thresh
 
 
 # ------------------------------------------------------------------ in words
+def markdown_table(df: pd.DataFrame) -> str:
+    """A Markdown table of text cells (every cell escaped: :func:`headwatch.markup.markdown`); the
+    results pages' sections on a sweep (this one and :func:`headwatch.sweep.heads.markdown_section`)."""
+    lines = ["| " + " | ".join(markdown(c) for c in df.columns) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
+    lines += ["| " + " | ".join(markdown(str(v)) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
 def verdict_sentence(v) -> str:
     """One gap's verdict with the intervals that decide it."""
     pct = lambda lo, hi: f"{lo:+.4f} to {hi:+.4f}"  # noqa: E731
@@ -346,14 +331,8 @@ def markdown_section(root, sweep: str, figures: dict[str, str] | None = None, le
     """A results page's section on one sweep's course (its tables under ``root``): per shape, the
     plateau, leaving and formation steps with their intervals and the reading; every gap's verdict;
     ``figures``: links by key (``events``, ``gaps``)."""
-    from pathlib import Path
-
-    from .. import paths
-    from ..tableio import read_note, read_parquet
-    from .heads import _md
-
     root = Path(root)
-    t = {name: read_parquet(root / paths.course_table(sweep, name)) for name in TABLES}
+    t = {name: read_parquet(root / paths.course_table(sweep, name)) for name in paths.COURSE_TABLES}
     note = read_note(root / paths.course_table(sweep, "events"))
     s, v = t["events_summary"], t["verdicts"]
     pct = f"{100 * float(note['bootstrap']['level']):g} %"
@@ -387,11 +366,11 @@ def markdown_section(root, sweep: str, figures: dict[str, str] | None = None, le
         f"Per shape: the mean over the runs that have the event, with its {pct} percentile bootstrap interval over "
         f"seeds; the lag is formation − leaving, paired per run. Evaluations every {interval} steps: an event is "
         f"known to that resolution. From `{paths.course_table(sweep, 'events_summary')}`.",
-        _md(events), "", coincidence(t["events"], interval),
+        markdown_table(events), "", coincidence(t["events"], interval),
         *([f"![course events]({figures['events']})"] if "events" in figures else []),
         f"Each arm's validation loss minus `{note['reference']}`'s, paired by seed, at every evaluation "
         f"(`{paths.course_table(sweep, 'gaps')}`); the peak is the largest gap in the gap's order (the sign of "
         f"its first clear gap: interval off 0 and at least {note['margin']:g}); verdicts as in protocol §7.",
-        _md(verdicts), "", *[verdict_sentence(r) + "." for r in v.to_dict("records")],
+        markdown_table(verdicts), "", *[verdict_sentence(r) + "." for r in v.to_dict("records")],
         *([f"![course gaps]({figures['gaps']})"] if "gaps" in figures else []),
     ]

@@ -32,31 +32,27 @@ in-context score, and when its best induction head forms.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 from torch.nn import functional as F
 
+from .. import paths
+from ..ablation import run_topk
 from ..arch import Adapter
-from .checks import positions_error
-from .course import formation_step
-from ..scores import induction_scores, prose_scores
+from ..charlm.corpus import eval_offsets
+from ..scores import induction_scores, prose_scores, scores_table
+from ..settings.ablation import AblationSettings
+from ..settings.sweep import PROBE_KEYS, HeadsSettings, positions_error
+from ..tableio import read_note, read_parquet
+from .course import formation_step, markdown_table
 
-PROBE_KEYS = ("windows", "sequences", "seed", "early", "late")
-"""The ``sweep.heads`` settings a training job depends on (``threshold`` is read by the study)."""
 HEAD_SCORES = ("sink", "prev", "self", "induction", "induction_text")
 """The columns of ``heads.parquet`` beside ``step, layer, head``: the §4 scores, induction on
 both probes."""
 HEADS_COLUMNS = ("step", "layer", "head", *HEAD_SCORES)
-
-
-def heads_settings(cfg: dict) -> dict:
-    """The probe's part of the ``sweep.heads`` slice, checked: every key present."""
-    missing = [k for k in PROBE_KEYS if k not in cfg]
-    if missing:
-        raise KeyError(f"sweep.heads lacks {missing}")
-    return {k: cfg[k] for k in PROBE_KEYS}
 
 
 @dataclass(frozen=True)
@@ -75,24 +71,22 @@ class Probe:
                      self.half_length, self.early, self.late)
 
 
-def make_probe(val_ids, vocab_size: int, context: int, cfg: dict) -> Probe:
+def make_probe(val_ids, vocab_size: int, context: int, cfg: HeadsSettings | dict) -> Probe:
     """The probe of one job (see the module doc): depends on the validation ids, the vocabulary
-    size, the context and ``sweep.heads`` only."""
-    from .train import eval_offsets
-
-    cfg = heads_settings(cfg)
+    size, the context and the probe's part of ``sweep.heads`` (:data:`PROBE_KEYS`) only."""
+    h = HeadsSettings.of(cfg).need(*PROBE_KEYS)
     val = torch.as_tensor(np.asarray(val_ids, dtype=np.int64))
     T = context // 2
     if T < 2:
         raise ValueError(f"context {context} is too short for a repeated sequence")
-    if (err := positions_error(context, cfg["early"], cfg["late"])):
+    if (err := positions_error(context, h.early, h.late)):
         raise ValueError(err)
-    starts = torch.as_tensor(eval_offsets(len(val), cfg["windows"], context))
+    starts = torch.as_tensor(eval_offsets(len(val), h.windows, context))
     windows = val[starts.unsqueeze(1) + torch.arange(context + 1)]
-    random = repeated_random(vocab_size, cfg["sequences"], T, cfg["seed"], PROBE_STREAM)
-    passages = torch.as_tensor(eval_offsets(len(val), cfg["sequences"], T))
+    random = repeated_random(vocab_size, h.sequences, T, h.seed, PROBE_STREAM)
+    passages = torch.as_tensor(eval_offsets(len(val), h.sequences, T))
     text = val[passages.unsqueeze(1) + torch.arange(T)]
-    return Probe(windows, random, text.repeat(1, 2), T, int(cfg["early"]), int(cfg["late"]))
+    return Probe(windows, random, text.repeat(1, 2), T, int(h.early), int(h.late))
 
 
 PROBE_STREAM, CUT_STREAM = 0, 1
@@ -148,20 +142,18 @@ def in_context_score(model, probe: Probe) -> float:
     return score
 
 
-def cut_table(model, scores: dict[str, torch.Tensor], cfg: dict, ablation: dict):
+def cut_table(model, scores: dict[str, torch.Tensor], cfg: HeadsSettings | dict, ablation: dict):
     """§5a on a sweep model: its top induction head (by ``scores``, the random probe's) cut, zero
     and mean, against one head drawn at random from the others (``ablation.random_draws`` draws,
-    ``ablation.seed``); loss per character on copy 1 and copy 2 of ``cfg["cut_sequences"]`` repeated
-    random sequences (T = context // 2; stream :data:`CUT_STREAM`, so not the probe's). The §5a
-    code itself (:func:`headwatch.ablation.run_topk`, its guards included) with top_n = k = 1.
+    ``ablation.seed``); loss per character on copy 1 and copy 2 of ``sweep.heads.cut_sequences``
+    repeated random sequences (T = context // 2; stream :data:`CUT_STREAM`, so not the probe's;
+    ``cfg``: the cut's part of ``sweep.heads``). The §5a code itself
+    (:func:`headwatch.ablation.run_topk`, its guards included) with top_n = k = 1.
     Returns (table, note, guard record)."""
-    from ..ablation import run_topk
-    from ..settings.ablation import AblationSettings
-    from ..scores import scores_table
-
+    h = HeadsSettings.of(cfg).need("seed", "cut_sequences")
     adapter = Adapter(model)
     T = model.spec.context // 2
-    ids = repeated_random(model.spec.vocab_size, int(cfg["cut_sequences"]), T, cfg["seed"], CUT_STREAM)
+    ids = repeated_random(model.spec.vocab_size, int(h.cut_sequences), T, h.seed, CUT_STREAM)
     eval_df = pd.DataFrame(dict(token_ids=list(ids.numpy()), half_length=T, offset=0))
     return run_topk(model, adapter, eval_df, scores_table(adapter, scores),
                     AblationSettings.from_config(dict(ablation, top_n=1, k=[1])))
@@ -278,15 +270,6 @@ def _pm(mean, std, spec=".3f") -> str:
     return f"{mean:{spec}} ± {std:{spec}}" if pd.notna(std) else f"{mean:{spec}}"
 
 
-def _md(df: pd.DataFrame) -> str:
-    """A Markdown table of text cells (every cell escaped: :func:`headwatch.markup.markdown`)."""
-    from ..markup import markdown
-
-    lines = ["| " + " | ".join(markdown(c) for c in df.columns) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
-    lines += ["| " + " | ".join(markdown(str(v)) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 def head_count_effect(summary: pd.DataFrame, sweep: str, score: str) -> dict:
     """For one sweep: the spread (largest − smallest mean over seeds across head counts) of
     ``score`` against the mean seed std, and whether it is beyond seed noise (:data:`NOISE_FACTOR`)."""
@@ -341,11 +324,6 @@ def markdown_section(root, figures: dict[str, str] | None = None, split_sweep: s
     """The results page's section on the heads the sweep's models grow (protocol §7b), from the
     heads study's tables under ``root`` (the folder the workflow ran in); ``figures``: the heads
     figures' links by stem (``heads_formation``, ``heads_finals``, ``heads_grid``)."""
-    from pathlib import Path
-
-    from .. import paths
-    from ..tableio import read_note, read_parquet
-
     root = Path(root)
     per_run = read_parquet(root / paths.sweep_heads_table("runs"))
     summary = read_parquet(root / paths.sweep_heads_table("summary"))
@@ -372,7 +350,7 @@ def markdown_section(root, figures: dict[str, str] | None = None, split_sweep: s
         "first ones) at the end minus at the run's first evaluation, what training did to it; the cut: "
         "the copy-2 loss change of the top induction head cut (zero) minus that of a random head. From "
         f"`{paths.sweep_heads_table('summary')}` and `{paths.sweep_heads_table('runs')}`.",
-        _md(table), "", *reading(per_run, summary, threshold, split_sweep),
+        markdown_table(table), "", *reading(per_run, summary, threshold, split_sweep),
     ]
     parts += [f"![{stem.replace('_', ' ')}]({link})" for stem, link in (figures or {}).items()]
     return parts

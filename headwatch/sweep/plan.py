@@ -9,7 +9,8 @@ its slug, in this order::
     w{width}-h{heads}  [-l{layers}] [-d{head_size}] [-kv{kv_heads}]
                        [-e{experts}k{top_k} [-x{expert_width}] -b{balance}] [-v{vocab}]
 
-e.g. ``w256-h4-e8k2-b0.01``, ``w192-h2-l8-d64``, ``w256-h4-kv2``, ``w256-h4-vbpe1024``. A key that is
+e.g. ``w256-h4-e8k2-b0.01``, ``w192-h2-l8-d64``, ``w256-h4-kv2``, ``w256-h4-vbpe1024``
+(:func:`headwatch.settings.sweep.slug`; what a grid entry means is the sweep's settings'). A key that is
 absent takes the sweep's ``model`` default (layers) or the plain model's
 (:class:`headwatch.charlm.spec.ModelSpec`: no experts, kv_heads = heads, head size
 = width ÷ heads); an entry without options keeps its slug ``w{width}-h{heads}``,
@@ -25,12 +26,16 @@ plain jobs' params stay as they were. A job whose model a ``vocab`` study reads
 per character (the job's ``val_full``; the other jobs skip that evaluation, which
 at CPU scale costs about half of their training time).
 
+Training settings: a scale sets them once (``sweep.train``); every sweep trains with them,
+its own ``train:`` keys over them (:func:`headwatch.settings.sweep.train_of`).
+
 Sharing: a configuration that appears in several sweeps with the same seed and
 *identical* training settings is trained once, under the first sweep (in config
 order) that lists it — its *owner*. The other sweeps read the owner's outputs.
 If the settings differ, each sweep trains its own copy. Sweeps named in
-``sweep.skip`` are left out of the plan altogether (``make quick`` skips the
-studies; ``make quick-more`` runs them).
+``sweep.skip`` are left out of the plan altogether, and so are the study sweeps when
+``sweep.studies`` is off (``make quick`` and ``make laptop`` leave them out;
+``make quick-more`` and ``make laptop-more`` run them).
 
 A sweep with a ``study`` block (``kind``: experts | depth | kv | vocab) gets its own
 summary and figure (:mod:`headwatch.sweep.study`) instead of joining the
@@ -38,57 +43,20 @@ split/capacity summary (:mod:`headwatch.sweep.summary`).
 
 Every function takes the config's ``sweep`` section; the workflow's rules call
 them (rules/sweep.smk) and the tests call them directly. This module imports no
-torch: Snakemake reads it on every parse.
+torch (nor pandas): Snakemake reads it on every parse.
 """
 from __future__ import annotations
 
 import re
 
-from ..charlm.spec import DEFAULTS, OPTIONS, TRAINING_OPTIONS
-from ..charlm.tokenizer import VOCAB_PATTERN
+from ..charlm.vocab import VOCAB_PATTERN
+from ..settings.sweep import CHAR, HeadsSettings, active_sweeps, model_of, slug, train_of, vocab_of
 
-GRID_OPTIONS = ("layers",) + OPTIONS + tuple(TRAINING_OPTIONS)
-"""The model options a grid entry may add to ``width`` and ``heads``."""
-DATA_OPTIONS = ("vocab",)
-"""The options a grid entry may add that change the data, not the model."""
-ENTRY_KEYS = ("width", "heads") + GRID_OPTIONS + DATA_OPTIONS
-CHAR = "char"
-"""The default vocabulary: the corpus's characters (``ids.npy``)."""
 SLUG = re.compile(r"^w(\d+)-h(\d+)(?:-l(\d+))?(?:-d(\d+))?(?:-kv(\d+))?"
                   r"(?:-e(\d+)k(\d+)(?:-x(\d+))?-b([0-9.e+-]+))?"
                   rf"(?:-v({VOCAB_PATTERN}))?$")
 SLUG_PATTERN = (r"w\d+-h\d+(-l\d+)?(-d\d+)?(-kv\d+)?(-e\d+k\d+(-x\d+)?-b[0-9.e+-]+)?"
                 rf"(-v({VOCAB_PATTERN}))?")
-NAME = re.compile(r"^[A-Za-z0-9_]+$")
-STUDY_KINDS = ("experts", "depth", "kv", "vocab")
-
-
-def _num(x) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
-def slug(entry: dict) -> str:
-    """The configuration's name: ``w{width}-h{heads}`` and its options (module docstring)."""
-    s = f"w{entry['width']}-h{entry['heads']}"
-    if "layers" in entry:
-        s += f"-l{entry['layers']}"
-    if "head_size" in entry:
-        s += f"-d{entry['head_size']}"
-    if "kv_heads" in entry:
-        s += f"-kv{entry['kv_heads']}"
-    if entry.get("experts"):
-        s += f"-e{entry['experts']}k{entry.get('top_k', DEFAULTS['top_k'])}"
-        if "expert_width" in entry:
-            s += f"-x{entry['expert_width']}"
-        s += f"-b{_num(entry.get('balance', TRAINING_OPTIONS['balance']))}"
-    if vocab_of(entry) != CHAR:
-        s += f"-v{vocab_of(entry)}"
-    return s
-
-
-def vocab_of(entry: dict) -> str:
-    """The vocabulary a grid entry's model reads: its ``vocab``, or ``char``."""
-    return entry.get("vocab", CHAR)
 
 
 def parse_slug(shape: str) -> tuple[int, int]:
@@ -107,38 +75,17 @@ def entry_of(sweep_cfg: dict, sweep: str, shape: str) -> dict:
     raise KeyError(f"sweep {sweep!r} lists no configuration {shape}")
 
 
-def model_of(sweep_cfg: dict, entry: dict) -> dict:
-    """The model settings of a grid entry: width, heads, the sweep's model defaults, its options
-    (a training job's ``model``; :meth:`ModelSpec.from_settings` builds the model from it).
-
-    An entry without options gives exactly ``dict(width, heads, **sweep.model)``."""
-    model = dict(width=entry["width"], heads=entry["heads"], **sweep_cfg["model"])
-    for k in GRID_OPTIONS:
-        if k in entry and not (k in ("top_k", *TRAINING_OPTIONS) and not entry.get("experts")):
-            model[k] = entry[k]
-    if entry.get("experts"):
-        model.setdefault("top_k", DEFAULTS["top_k"])
-        for k, default in TRAINING_OPTIONS.items():
-            model.setdefault(k, default)
-    return model
-
-
-def active_sweeps(sweep_cfg: dict) -> dict:
-    """The planned sweeps: every sweep not named in ``sweep.skip``."""
-    skip = set(sweep_cfg.get("skip") or [])
-    return {n: s for n, s in sweep_cfg["sweeps"].items() if n not in skip}
-
-
 def owner(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> str:
     """The sweep whose job trains (sweep, shape, seed): the first sweep listing the same
     configuration and seed with identical training settings."""
     sweeps = active_sweeps(sweep_cfg)
     if sweep not in sweeps:
-        raise KeyError(f"sweep {sweep!r} is not planned (missing, or in sweep.skip)")
-    train = sweeps[sweep]["train"]
+        raise KeyError(f"sweep {sweep!r} is not planned (missing, in sweep.skip, or a study with "
+                       "sweep.studies off)")
+    train = train_of(sweep_cfg, sweep)
     for name, sw in sweeps.items():
         if (any(slug(e) == shape for e in sw["grid"]) and seed in sw["seeds"]
-                and sw["train"] == train):
+                and train_of(sweep_cfg, name) == train):
             return name
     raise KeyError(f"sweep {sweep!r} does not list configuration {shape} with seed {seed}")
 
@@ -166,20 +113,19 @@ def train_jobs(sweep_cfg: dict) -> list[dict]:
 
 def job_params(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> dict:
     """Exactly the slice of config one training job depends on (its rule's params: editing
-    one sweep reruns that sweep's jobs only). Not the device: where a job runs is not what it
-    computes, and a job must not rerun (its finished outputs removed) because it changed."""
+    one sweep reruns that sweep's jobs only; the job reads it as
+    :class:`headwatch.settings.sweep.TrainingJob`). Not the device: where a job runs is not what
+    it computes, and a job must not rerun (its finished outputs removed) because it changed."""
     if owner(sweep_cfg, sweep, shape, seed) != sweep:
         raise ValueError(f"{sweep}/{shape}/seed{seed} is trained under sweep "
                          f"{owner(sweep_cfg, sweep, shape, seed)!r}; read it from there")
     entry = entry_of(sweep_cfg, sweep, shape)
-    job = dict(model=model_of(sweep_cfg, entry), seed=seed, train=dict(sweep_cfg["sweeps"][sweep]["train"]),
+    job = dict(model=model_of(sweep_cfg, entry), seed=seed, train=train_of(sweep_cfg, sweep),
                precision=sweep_cfg["precision"])
     if sweep_cfg.get("compile"):            # absent when off: the eager jobs' params are unchanged
         job["compile"] = True
     if sweep_cfg.get("heads"):              # §7b: the probe every evaluation step scores the heads on
-        from .heads import PROBE_KEYS
-
-        job["heads"] = {k: sweep_cfg["heads"][k] for k in PROBE_KEYS}
+        job["heads"] = HeadsSettings.of(sweep_cfg["heads"]).probe()
     if vocab_of(entry) != CHAR:             # absent for the corpus's characters: those params are unchanged
         job["vocab"] = vocab_of(entry)
     if vocab_of(entry) != CHAR or read_by_vocab_study(sweep_cfg, shape, seed, job["train"]):
@@ -189,11 +135,12 @@ def job_params(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> dict:
 
 def read_by_vocab_study(sweep_cfg: dict, shape: str, seed: int, train: dict) -> bool:
     """Whether a ``vocab`` study reads this run: it lists the configuration and the seed with the
-    same training settings, whether or not it is planned (``sweep.skip``). Such a job scores the
-    whole validation split, so skipping the study reruns nothing; a run of the same shape with
-    other settings (a longer sweep's) does not pay for a score nobody reads."""
-    return any((sw.get("study") or {}).get("kind") == "vocab" and seed in sw["seeds"] and sw["train"] == train
-               and any(slug(e) == shape for e in sw["grid"]) for sw in sweep_cfg["sweeps"].values())
+    same training settings, whether or not it is planned (``sweep.skip``, ``sweep.studies``). Such
+    a job scores the whole validation split, so leaving the study out reruns nothing; a run of the
+    same shape with other settings (a longer sweep's) does not pay for a score nobody reads."""
+    return any((sw.get("study") or {}).get("kind") == "vocab" and seed in sw["seeds"]
+               and train_of(sweep_cfg, name) == train and any(slug(e) == shape for e in sw["grid"])
+               for name, sw in sweep_cfg["sweeps"].items())
 
 
 def job_vocab(sweep_cfg: dict, sweep: str, shape: str) -> str:

@@ -35,7 +35,7 @@ run predates the record.
   (:func:`~headwatch.charlm.tokenizer.bits_per_char`: total nats over its tokens ÷
   its characters ÷ ln 2), which the training job of each arm records (``val_full`` in its
   metrics' note); arms evaluated on different validation text are refused
-  (:func:`~headwatch.charlm.tokenizer.assert_same_validation`). Parameters:
+  (:func:`~headwatch.charlm.vocab.assert_same_validation`). Parameters:
   ``params`` (all), ``vocab_params`` = token embedding + output head (2 ×
   vocabulary × width, the part the vocabulary sets), ``positions`` (context ×
   width, the same in every arm), ``non_embedding`` = attention + norms + FFN;
@@ -53,76 +53,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..charlm.spec import TRAINING_OPTIONS, ModelSpec
+from ..charlm.spec import ModelSpec
+from ..charlm.vocab import VocabError, assert_same_validation
 from ..names import BYTES_PER_NUMBER
+from ..settings.sweep import StudySettings, invariant_error, model_numbers
 from ..tableio import assert_finite, read_note, read_parquet
 from .summary import SummaryError
 
 MODEL_COLUMNS = ["width", "heads", "layers", "head_size", "kv_heads", "experts", "top_k", "expert_width",
                  "balance"]
-
-
-def model_numbers(model: dict, vocab_size: int = 65,
-                  bytes_per_number: int = BYTES_PER_NUMBER["float32"]) -> dict:
-    """Resolved numbers of one model-settings dict (``headwatch.sweep.plan.model_of``): its
-    shape with every default filled in, and its parameter counts (:meth:`ModelSpec.param_counts`)."""
-    spec = ModelSpec.from_settings(vocab_size, model)
-    p = spec.param_counts()
-    return dict(width=spec.width, heads=spec.heads, layers=spec.layers, head_size=spec.head_dim,
-                kv_heads=spec.kv_groups, experts=spec.experts, top_k=spec.routed,
-                expert_width=spec.expert_hidden,
-                balance=float(model.get("balance", TRAINING_OPTIONS["balance"])),
-                ffn_active_width=p["ffn_active_width"], non_embedding=p["non_embedding"],
-                params_formula=p["total"], params_active_formula=p["total_active"],
-                kv_cache_bytes_per_token=spec.kv_cache_bytes_per_token(bytes_per_number))
-
-
-def invariant_error(study: dict, models: list[dict], labels: list[str] | None = None,
-                    non_embedding: list[int] | None = None, vocabs: list[str] | None = None) -> str:
-    """'' when the study's comparison is fair, else why not. ``non_embedding``:
-    measured counts to use instead of the formula's (the summary passes them); ``vocabs``:
-    each configuration's vocabulary (``char`` when not given)."""
-    kind = study["kind"]
-    a = [model_numbers(m) for m in models]
-    labels = labels or [f"grid[{i}]" for i in range(len(models))]
-    if len(a) < 2:
-        return f"a {kind} study needs at least 2 configurations"
-    if kind == "experts":
-        widths = {lab: x["ffn_active_width"] for lab, x in zip(labels, a)}
-        if len(set(widths.values())) != 1:
-            return ("active FFN width per token (4·width dense, top_k × expert_width with experts) "
-                    f"must be equal across the sweep; got {widths}")
-    elif kind == "depth":
-        ne = non_embedding or [x["non_embedding"] for x in a]
-        ref, tol = ne[0], study.get("tolerance", 0.02)
-        off = {lab: f"{n:,} ({100 * (n / ref - 1):+.2f} %)" for lab, n in zip(labels, ne)
-               if abs(n / ref - 1) > tol}
-        if off:
-            return (f"non-embedding parameters must lie within {100 * tol:g} % of {labels[0]}'s "
-                    f"{ref:,}; outside: {off}")
-        hs = study.get("head_size")
-        if hs is not None:
-            bad = {lab: x["head_size"] for lab, x in zip(labels, a) if x["head_size"] != hs}
-            if bad:
-                return f"every head must have size {hs}; got {bad}"
-    elif kind == "kv":
-        fixed = ["width", "heads", "layers", "head_size", "experts", "expert_width"]
-        shapes = {lab: tuple(x[k] for k in fixed) for lab, x in zip(labels, a)}
-        if len(set(shapes.values())) != 1:
-            return f"configurations may differ only in kv_heads; ({', '.join(fixed)}) = {shapes}"
-        if len({x["kv_heads"] for x in a}) != len(a):
-            return "every configuration needs its own kv_heads"
-    elif kind == "vocab":
-        vocabs = vocabs or ["char"] * len(models)
-        shapes = {lab: tuple(sorted(m.items())) for lab, m in zip(labels, models)}
-        if len(set(shapes.values())) != 1:
-            return ("configurations may differ only in their vocabulary (same model: width, heads, layers, "
-                    f"context, FFN, options); got {({lab: dict(v) for lab, v in shapes.items()})}")
-        if len(set(vocabs)) != len(vocabs):
-            return f"every configuration needs its own vocabulary; got {dict(zip(labels, vocabs))}"
-    else:
-        return f"unknown study kind {kind!r}"
-    return ""
 
 
 def read_study_runs(runs: list[dict], vocab_size: int,
@@ -193,8 +132,9 @@ def vocab_columns(run: dict, note: dict, metrics: pd.DataFrame) -> dict:
 
 
 def study_note(study: dict) -> dict:
-    """What a study table's metadata says about its numbers (stored with the table)."""
-    if study["kind"] == "vocab":
+    """What a study table's metadata says about its numbers (stored with the table, with the
+    sweep's ``study`` block as the config gives it)."""
+    if StudySettings.of(study).kind == "vocab":
         return dict(study=study, metric="bits per character of the whole validation split: total nats over "
                     "its tokens / its characters / ln 2 (val_full_bpc_mean, val_full_bpc_std); every arm scored on "
                     "the same validation characters (val_sha256, checked)",
@@ -214,8 +154,10 @@ def study_note(study: dict) -> dict:
                 "which a vocab study scores as val_full_bpc)", std="over seeds, ddof=1")
 
 
-def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
-    """Per-configuration table (mean ± std over seeds); SummaryError when unfair or unsound."""
+def summarize_study(finals: pd.DataFrame, study: StudySettings | dict) -> pd.DataFrame:
+    """Per-configuration table (mean ± std over seeds); SummaryError when unfair or unsound.
+    ``study``: the sweep's ``study`` block (:class:`StudySettings` or its mapping)."""
+    study = StudySettings.of(study)
     if finals.empty:
         raise SummaryError("no runs to summarize")
     name = finals["sweep"].iloc[0]
@@ -235,12 +177,12 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
                    **(dict(experts=int(r.experts), top_k=int(r.top_k),
                            expert_width=int(r.expert_width)) if r.experts else {}))
               for r in first.itertuples()]
-    if study["kind"] == "vocab":
+    if study.kind == "vocab":
         models = [dict(m, context=int(r.context)) for m, r in zip(models, first.itertuples())]
     err = invariant_error(study, models, configs, [int(x) for x in first["non_embedding"]],
                           vocabs=list(first["vocab"]) if "vocab" in first else None)
     if err:
-        raise SummaryError(f"sweep {name!r} ({study['kind']} study): {err}; refusing to write the summary")
+        raise SummaryError(f"sweep {name!r} ({study.kind} study): {err}; refusing to write the summary")
 
     keys = ["sweep", "shape", "trained_under"] + MODEL_COLUMNS + [
         "ffn_active_width", "kv_cache_bytes_per_token", "params", "params_active", "non_embedding"]
@@ -264,7 +206,7 @@ def summarize_study(finals: pd.DataFrame, study: dict) -> pd.DataFrame:
     ref = s["non_embedding"].iloc[0]
     s["non_embedding_vs_first"] = s["non_embedding"] / ref - 1
     s["uniform_share"] = np.where(s["experts"] > 0, 1 / s["experts"].clip(lower=1), 1.0)
-    if study["kind"] == "vocab":
+    if study.kind == "vocab":
         s = _vocab_summary(finals, s, name)
     assert_finite(s, f"{name} study summary")
     return s
@@ -275,8 +217,6 @@ def _vocab_summary(finals: pd.DataFrame, s: pd.DataFrame, name: str) -> pd.DataF
     split mean ± std over seeds in place of the sampled windows' loss ÷ ln 2, parameters by what
     the vocabulary sets, characters per window and throughput. Refuses arms evaluated on
     different validation text."""
-    from ..charlm.tokenizer import VocabError, assert_same_validation
-
     try:
         assert_same_validation({f"{r.shape}/seed{r.seed}": dict(val_sha256=r.val_sha256, val_chars=r.val_chars)
                                for r in finals.itertuples()})

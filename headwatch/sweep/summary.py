@@ -44,6 +44,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ..settings.sweep import BootstrapSettings, CapacitySettings
 from ..tableio import assert_finite, read_note, read_parquet
 
 
@@ -91,14 +92,15 @@ def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
 
 
 def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_shapes: list[str], best: str,
-                       worst: str, capacity: dict, lo_shape: str, hi_shape: str, bootstrap: dict) -> dict:
+                       worst: str, capacity: CapacitySettings, lo_shape: str, hi_shape: str,
+                       bootstrap: BootstrapSettings) -> dict:
     """The contrast's intervals, paired comparison and test (module docstring), from the
-    per-seed final losses in ``finals``. ``bootstrap``: ``resamples``, ``seed``, ``level``
-    (``sweep.summary.bootstrap``); one generator seeded with ``seed`` draws every resample."""
-    from scipy import stats
+    per-seed final losses in ``finals`` (``bootstrap``: ``sweep.summary.bootstrap``); one generator
+    seeded with ``bootstrap.seed`` draws every resample."""
+    from scipy import stats     # SCIPY_REASON
 
-    level, resamples = float(bootstrap["level"]), int(bootstrap["resamples"])
-    rng = np.random.default_rng(bootstrap["seed"])
+    level, resamples = bootstrap.level, bootstrap.resamples
+    rng = np.random.default_rng(bootstrap.seed)
     # One sample per run, whichever sweeps list it (a shared run is resampled once).
     owner = finals.drop_duplicates(["sweep", "shape"]).set_index(["sweep", "shape"])["trained_under"]
     keys: list[tuple[str, str]] = []
@@ -112,7 +114,7 @@ def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_shapes: lis
         return keys.index(key)
 
     split = [sample_of(split_sweep, a) for a in split_shapes]
-    lo, hi = sample_of(capacity["sweep"], lo_shape), sample_of(capacity["sweep"], hi_shape)
+    lo, hi = sample_of(capacity.sweep, lo_shape), sample_of(capacity.sweep, hi_shape)
 
     def quantities(*xs, axis=-1):
         means = np.stack([xs[i].mean(axis=axis) for i in split])
@@ -128,7 +130,7 @@ def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_shapes: lis
         boot = stats.bootstrap(samples, quantities, n_resamples=resamples, vectorized=True,
                                method="percentile", confidence_level=level, rng=rng)
     dist = np.asarray(boot.bootstrap_distribution)
-    out = dict(level=level, resamples=resamples, resample_seed=int(bootstrap["seed"]),
+    out = dict(level=level, resamples=resamples, resample_seed=bootstrap.seed,
                undefined_resamples=int((~np.isfinite(dist)).any(axis=0).sum()))
     for name, row in zip(QUANTITIES, dist):
         out[f"{name}_lo"], out[f"{name}_hi"] = _interval(row, level)
@@ -160,9 +162,11 @@ def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_shapes: lis
     return out
 
 
-def summarize(finals: pd.DataFrame, split_sweep: str, capacity: dict, bootstrap: dict
-              ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-configuration summary, one-row contrast with its intervals); raises :class:`SummaryError`."""
+def summarize(finals: pd.DataFrame, split_sweep: str, capacity: CapacitySettings | dict,
+              bootstrap: BootstrapSettings | dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-configuration summary, one-row contrast with its intervals); raises :class:`SummaryError`.
+    ``capacity``, ``bootstrap``: ``sweep.summary``'s (the settings, or their mappings)."""
+    capacity, bootstrap = CapacitySettings.of(capacity), BootstrapSettings.of(bootstrap)
     bad = finals[~np.isfinite(finals[["val_loss", "train_loss"]].to_numpy(dtype=float)).all(axis=1)]
     if len(bad):
         raise SummaryError("NaN/inf final loss in " + ", ".join(
@@ -192,11 +196,11 @@ def summarize(finals: pd.DataFrame, split_sweep: str, capacity: dict, bootstrap:
     best, worst = s.loc[s["val_loss_mean"].idxmin()], s.loc[s["val_loss_mean"].idxmax()]
     spread = float(worst["val_loss_mean"] - best["val_loss_mean"])
     noise = float(s["val_loss_std"].mean())
-    c = summary[summary["sweep"] == capacity["sweep"]]
-    lo, hi = c[c["width"] == capacity["from"]], c[c["width"] == capacity["to"]]
+    c = summary[summary["sweep"] == capacity.sweep]
+    lo, hi = c[c["width"] == capacity.from_width], c[c["width"] == capacity.to_width]
     if len(lo) != 1 or len(hi) != 1:
-        raise SummaryError(f"sweep.summary.capacity: widths {capacity['from']} and {capacity['to']} "
-                           f"must each appear once in sweep {capacity['sweep']!r}")
+        raise SummaryError(f"sweep.summary.capacity: widths {capacity.from_width} and {capacity.to_width} "
+                           f"must each appear once in sweep {capacity.sweep!r}")
     lo, hi = lo.iloc[0], hi.iloc[0]
     gain = float(lo["val_loss_mean"] - hi["val_loss_mean"])
     row = dict(
@@ -205,7 +209,7 @@ def summarize(finals: pd.DataFrame, split_sweep: str, capacity: dict, bootstrap:
         best_shape=best["shape"], best_loss=float(best["val_loss_mean"]),
         worst_shape=worst["shape"], worst_loss=float(worst["val_loss_mean"]),
         spread=spread, mean_seed_std=noise, spread_over_std=spread / noise if noise else np.inf,
-        capacity_sweep=capacity["sweep"], capacity_from=lo["shape"], capacity_to=hi["shape"],
+        capacity_sweep=capacity.sweep, capacity_from=lo["shape"], capacity_to=hi["shape"],
         capacity_from_loss=float(lo["val_loss_mean"]), capacity_to_loss=float(hi["val_loss_mean"]),
         capacity_gain=gain, spread_over_gain=spread / gain if gain else np.inf)
     assert_finite(pd.DataFrame([row]), "sweep contrast (a zero seed std or zero capacity gain gives inf)")

@@ -46,6 +46,7 @@ import json
 import logging
 import math
 import os
+import resource
 import sys
 import time
 from dataclasses import dataclass
@@ -56,28 +57,21 @@ import pandas as pd
 import torch
 from torch.nn import functional as F
 
+from ..arch import Adapter
+from ..charlm.corpus import batch_offsets, eval_offsets
 from ..charlm.model import CharLM
 from ..charlm.spec import OPTIONS, TRAINING_OPTIONS, ModelSpec
-from ..tableio import NonFiniteError, assert_finite
+from ..charlm.tokenizer import bits_per_char, sha256
+from ..settings.sweep import PRECISIONS, HeadsSettings, TrainSettings
+from ..tableio import NonFiniteError, assert_finite, file_sha256, read_note, verify_sha256
 from ..workflow import keep_attempt_log
+from .heads import heads_frame, in_context_score, make_probe, probe_scores, records
 
 log = logging.getLogger("headwatch.sweep")
-
-TRAIN_KEYS = ("steps", "batch", "lr", "min_lr", "warmup", "weight_decay", "eval_every",
-              "eval_batches", "checkpoint_every")
-DEFAULTS = dict(betas=[0.9, 0.99], grad_clip=1.0)
-PRECISIONS = ("float32", "tf32", "bf16")
 
 
 class Interrupted(RuntimeError):
     """Raised by ``train(stop_after=...)``: simulates a job killed after a checkpoint."""
-
-
-def settings_of(train_cfg: dict) -> dict:
-    missing = [k for k in TRAIN_KEYS if k not in train_cfg]
-    if missing:
-        raise KeyError(f"training settings lack {missing}")
-    return {**DEFAULTS, **train_cfg}
 
 
 def lr_at(step: int, lr: float, min_lr: float, warmup: int, steps: int) -> float:
@@ -86,20 +80,6 @@ def lr_at(step: int, lr: float, min_lr: float, warmup: int, steps: int) -> float
         return lr * (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (lr - min_lr)
-
-
-def batch_offsets(seed: int, step: int, n: int, batch: int, context: int) -> np.ndarray:
-    """Start offsets of step ``step``'s windows in a split of ``n`` ids (seed and step only)."""
-    if n <= context + 1:
-        raise ValueError(f"split of {n} characters is too short for context {context}")
-    return np.random.default_rng([seed, step]).integers(0, n - context, size=batch)
-
-
-def eval_offsets(n: int, count: int, context: int) -> np.ndarray:
-    """``count`` window starts spaced evenly over a split of ``n`` ids."""
-    if n <= context + 1:
-        raise ValueError(f"validation split of {n} characters is too short for context {context}")
-    return np.linspace(0, n - context - 1, count).round().astype(np.int64)
 
 
 def windows(ids: torch.Tensor, offsets, context: int):
@@ -111,19 +91,19 @@ def windows(ids: torch.Tensor, offsets, context: int):
 
 
 def make_model(vocab_size: int, model_cfg: dict, seed: int) -> CharLM:
-    """A freshly initialized model of the job's model settings (``headwatch.sweep.plan.model_of``);
+    """A freshly initialized model of the job's model settings (``headwatch.settings.sweep.model_of``);
     its init depends on the seed only."""
     spec = ModelSpec.from_settings(vocab_size, model_cfg)
     torch.manual_seed(seed)
     return CharLM(spec)
 
 
-def make_optimizer(model: CharLM, s: dict, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(model: CharLM, s: TrainSettings, device: torch.device) -> torch.optim.AdamW:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [dict(params=decay, weight_decay=s["weight_decay"]),
+    groups = [dict(params=decay, weight_decay=s.weight_decay),
               dict(params=no_decay, weight_decay=0.0)]
-    return torch.optim.AdamW(groups, lr=s["lr"], betas=tuple(s["betas"]), fused=True)
+    return torch.optim.AdamW(groups, lr=s.lr, betas=tuple(s.betas), fused=True)
 
 
 def bf16_supported(device: torch.device) -> bool:
@@ -144,7 +124,7 @@ def resolve_precision(device: torch.device, precision: str) -> tuple[str, str | 
     """(the precision a run on ``device`` computes in, why it is not the one asked for or None):
     bf16 on a device without bfloat16 matmuls (:func:`bf16_supported`) falls back to float32."""
     if precision not in PRECISIONS:
-        raise ValueError(f"sweep.precision: {precision!r} is not one of {PRECISIONS}")
+        raise ValueError(f"sweep.precision: {precision!r} is not one of {list(PRECISIONS)}")
     if precision == "bf16" and not bf16_supported(device):
         return "float32", (f"bf16 asked for, but {device} has no bfloat16 matmul kernels "
                            "(torch.ops.mkldnn._is_mkldnn_bf16_supported() is False): trained in float32")
@@ -155,7 +135,7 @@ def precision_context(device: torch.device, precision: str):
     """float32 (exact), tf32 (CUDA matmuls in TF32) or bf16 (autocast); the precision as given
     (:func:`resolve_precision` says whether the device can)."""
     if precision not in PRECISIONS:
-        raise ValueError(f"sweep.precision: {precision!r} is not one of {PRECISIONS}")
+        raise ValueError(f"sweep.precision: {precision!r} is not one of {list(PRECISIONS)}")
     torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
@@ -169,8 +149,6 @@ def peak_memory(device: torch.device) -> dict:
     if device.type == "cuda":
         return dict(peak_memory_mb=torch.cuda.max_memory_allocated(device) / 2**20,
                     peak_memory_of="cuda max_memory_allocated")
-    import resource
-
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss     # KiB on Linux, bytes on macOS
     return dict(peak_memory_mb=rss / (2**20 if sys.platform == "darwin" else 2**10),
                 peak_memory_of="process max RSS")
@@ -229,8 +207,6 @@ def hash_record(path: Path) -> Path:
 def _save_atomic(obj, path: Path) -> None:
     """Write ``path`` whole (temporary file, then rename) with its SHA-256 beside it, keeping the
     one before it (both files move together)."""
-    from ..tableio import file_sha256
-
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
     hash_record(tmp).write_text(file_sha256(tmp) + "\n")
@@ -254,8 +230,6 @@ CHECKPOINT_KEYS = ("fingerprint", "model", "optimizer", "rng", "state")
 
 def _read_checkpoint(path: Path, device) -> dict:
     """A checkpoint verified against its recorded SHA-256, read as tensors and plain data only."""
-    from ..tableio import verify_sha256
-
     record = hash_record(path)
     verify_sha256(path, record.read_text().strip() if record.exists() else None, str(record))
     return torch.load(path, map_location=device, weights_only=True)
@@ -313,8 +287,6 @@ def validation_record(val_ids: np.ndarray, meta: dict, lengths: np.ndarray | Non
     :func:`headwatch.charlm.tokenizer.bits_per_char`: from the vocabulary's split meta
     (``val_sha256``), or, for the corpus's characters (``lengths`` None), decoded from the ids
     with the corpus vocabulary (``meta["vocab"]``)."""
-    from ..charlm.tokenizer import sha256
-
     if lengths is None:
         lengths = np.ones(meta["vocab_size"], dtype=np.int64)
         vocab = meta["vocab"]
@@ -327,27 +299,28 @@ def validation_record(val_ids: np.ndarray, meta: dict, lengths: np.ndarray | Non
                 val_chars=meta["val_chars"], train_chars_per_token=meta["train_chars_per_token"])
 
 
-def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: dict,
+def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: TrainSettings | dict,
           checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
           precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None,
-          full_eval: bool = True, heads: dict | None = None, compile: bool = False):
+          full_eval: bool = True, heads: HeadsSettings | dict | None = None, compile: bool = False):
     """Train one model; return (model, metrics DataFrame, info dict, heads DataFrame).
 
     ``ids``/``meta``: the corpus's character ids (:func:`headwatch.charlm.corpus.load_ids`) or a
     vocabulary's (:func:`headwatch.charlm.tokenizer.load_split_ids`, with ``lengths`` =
     :func:`~headwatch.charlm.tokenizer.token_lengths` of its tokenizer). ``full_eval``: score the
     whole validation split in bits per character at the end (``val_full`` in the info).
+    ``train_cfg``: the job's training settings (:class:`TrainSettings`, or its mapping).
 
     ``checkpoint``: file to resume from and to save to every ``checkpoint_every``
     steps (it and the one before it are removed at the end; unreadable ones are
     moved aside, see :func:`load_checkpoint`). ``stop_after``: raise
     :class:`Interrupted` right after the checkpoint of that step (to test resuming).
 
-    ``heads``: the ``sweep.heads`` settings (protocol §7b): at every evaluation step every head's
-    scores on a fixed probe (:mod:`headwatch.sweep.heads`) are recorded (the heads DataFrame,
-    one row per step and head; empty without them) and the metrics rows get the in-context
-    score (``in_context``). Both are kept in the checkpoint, so a resumed run ends with the same
-    records.
+    ``heads``: the ``sweep.heads`` settings (:class:`HeadsSettings` or its mapping; protocol §7b): at
+    every evaluation step every head's scores on a fixed probe (:mod:`headwatch.sweep.heads`) are
+    recorded (the heads DataFrame, one row per step and head; empty without them) and the metrics
+    rows get the in-context score (``in_context``). Both are kept in the checkpoint, so a resumed run
+    ends with the same records.
 
     ``precision``: as asked (``sweep.precision``); bf16 on a device without bfloat16 matmuls
     trains in float32 (:func:`resolve_precision`, said in the log). ``compile``: the training
@@ -357,15 +330,15 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: di
     """
     run = _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision, lengths, heads, compile)
     s = run.s
-    for step in range(run.first, s["steps"]):
+    for step in range(run.first, s.steps):
         _step(run, step)
         done = step + 1
-        row_due = done % s["eval_every"] == 0 or done == s["steps"]
-        if row_due or (run.ckpt and done % s["checkpoint_every"] == 0):   # keep in step with the checkpoint's test
+        row_due = done % s.eval_every == 0 or done == s.steps
+        if row_due or (run.ckpt and done % s.checkpoint_every == 0):   # keep in step with the checkpoint's test
             _to_host(run, done)
         if row_due:
             _evaluation(run, done)
-        if run.ckpt and done % s["checkpoint_every"] == 0 and done < s["steps"]:
+        if run.ckpt and done % s.checkpoint_every == 0 and done < s.steps:
             _checkpoint(run, done, stop_after)
     return _finish(run, ids, meta, model_cfg, lengths, full_eval)
 
@@ -375,7 +348,7 @@ class _Run:
     """One training run's settings, data, model, optimizer and running state (``state``: what a
     checkpoint keeps, plain data; the loss accumulators live on the device)."""
 
-    s: dict
+    s: TrainSettings
     seed: int
     device: torch.device
     precision: str                # the precision computed in (the one asked for is in the fingerprint)
@@ -414,7 +387,8 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
            compile=False) -> _Run:
     """Settings, data on the device, model and optimizer, resumed from the newest matching
     checkpoint if there is one; every step's windows on the device."""
-    s = settings_of(train_cfg)
+    s = TrainSettings.of(train_cfg)
+    heads = HeadsSettings.of(heads) if heads else None
     device = torch.device(device)
     spec = ModelSpec.from_settings(meta["vocab_size"], model_cfg)
     context = spec.context
@@ -422,7 +396,7 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
     record = validation_record(np.asarray(ids[n_train:]), meta, lengths)   # before any step: fail early
     data = torch.as_tensor(ids.astype(np.int64), device=device)
     train_ids, val_ids = data[:n_train], data[n_train:]
-    val_offsets = torch.as_tensor(eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context),
+    val_offsets = torch.as_tensor(eval_offsets(len(val_ids), s.eval_batches * s.batch, context),
                                   device=device)
     requested = precision
     precision, fallback = resolve_precision(device, requested)
@@ -435,15 +409,12 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
     model = make_model(meta["vocab_size"], model_cfg, seed).to(device)
     opt = make_optimizer(model, s, device)
     params = sum(p.numel() for p in model.parameters())
-    fp = fingerprint(model=model_cfg, seed=seed, train=s, precision=requested,
-                     corpus=meta.get("sha256"), vocab=meta["vocab_size"], **({"heads": heads} if heads else {}),
+    fp = fingerprint(model=model_cfg, seed=seed, train=s.as_dict(), precision=requested,
+                     corpus=meta.get("sha256"), vocab=meta["vocab_size"], **({"heads": heads.probe()} if heads else {}),
                      **({"compile": True} if compile else {}))
     state = dict(step=0, rows=[], loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0, heads=[])
     probe = adapter = None
     if heads:
-        from ..arch import Adapter
-        from .heads import make_probe
-
         probe = make_probe(ids[n_train:], meta["vocab_size"], context, heads).to(device)
         adapter = Adapter(model)
     resumed_from = 0
@@ -472,9 +443,9 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
     # sum of the float32 values in Python) with the first non-finite one, and they are read
     # on the host only where a metrics row or a checkpoint is written. The clip norm and the
     # balancing loss are never read.
-    offsets = torch.as_tensor(np.array([batch_offsets(seed, k, n_train, s["batch"], context)
-                                        for k in range(first, s["steps"])], dtype=np.int64)
-                              .reshape(-1, s["batch"]), device=device)
+    offsets = torch.as_tensor(np.array([batch_offsets(seed, k, n_train, s.batch, context)
+                                        for k in range(first, s.steps)], dtype=np.int64)
+                              .reshape(-1, s.batch), device=device)
     return _Run(s=s, seed=seed, device=device, precision=precision, precision_requested=requested,
                 fallback=fallback, compiled=bool(compile), forward=torch.compile(model) if compile else model,
                 spec=spec, amp=amp, record=record,
@@ -491,7 +462,7 @@ def _step(run: _Run, step: int) -> None:
     s, model, opt = run.s, run.model, run.opt
     run.clock = time.perf_counter() if run.clock is None else run.clock
     for g in opt.param_groups:
-        g["lr"] = lr_at(step, s["lr"], s["min_lr"], s["warmup"], s["steps"])
+        g["lr"] = lr_at(step, s.lr, s.min_lr, s.warmup, s.steps)
     x, y = windows(run.train_ids, run.offsets[step - run.first], run.spec.context)
     with run.amp:
         logits = run.forward(x)
@@ -501,15 +472,15 @@ def _step(run: _Run, step: int) -> None:
         (loss + run.balance * torch.stack(model.balance_losses).mean()).backward()
     else:
         loss.backward()
-    if s["grad_clip"]:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
+    if s.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
     opt.step()
     loss = loss.detach()
     run.loss_sum += loss.double()
     fresh = (run.bad_step < 0) & ~torch.isfinite(loss)
     run.bad_step, run.bad_value = torch.where(fresh, step, run.bad_step), torch.where(fresh, loss, run.bad_value)
     run.state["loss_n"] += 1
-    run.state["tokens"] += s["batch"] * run.spec.context
+    run.state["tokens"] += s.batch * run.spec.context
     run.state["step"] = step + 1
 
 
@@ -530,12 +501,10 @@ def _evaluation(run: _Run, done: int) -> None:
     """The metrics row of step ``done`` (validation loss; with a probe, the in-context score and
     every head's scores, §7b); the training loss and clock start again."""
     s, state = run.s, run.state
-    val = evaluate(run.model, run.val_ids, run.val_offsets, s["batch"], run.spec.context, run.amp)
+    val = evaluate(run.model, run.val_ids, run.val_offsets, s.batch, run.spec.context, run.amp)
     row = dict(step=done, train_loss=state["loss_sum"] / state["loss_n"], val_loss=val,
                tokens_per_s=state["tokens"] / max(state["seconds"], 1e-9))
     if run.probe is not None:    # §7b: every head's scores and the in-context score, on the fixed probe
-        from .heads import in_context_score, probe_scores, records
-
         with run.amp:
             row["in_context"] = in_context_score(run.model, run.probe)
             state["heads"] += records(done, probe_scores(run.model, run.probe, run.adapter))
@@ -557,15 +526,11 @@ def _checkpoint(run: _Run, done: int, stop_after: int | None) -> None:
 def _finish(run: _Run, ids, meta: dict, model_cfg: dict, lengths, full_eval: bool):
     """The run's tables and info (the whole validation split scored if asked); checkpoints and
     this attempt's extra log name removed."""
-    from .heads import heads_frame
-
     s, record, amp = run.s, run.record, run.amp
     metrics = pd.DataFrame(run.state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"]
                            + (["in_context"] if run.probe is not None else []))
     full = None
     if full_eval:
-        from ..charlm.tokenizer import bits_per_char
-
         full = bits_per_char(run.model, np.asarray(ids[meta["n_train"]:]), record["lengths"],
                              batch=FULL_EVAL_BATCH, amp=amp)
         if full["val_chars"] != record["val_chars"]:
@@ -584,7 +549,7 @@ def _finish(run: _Run, ids, meta: dict, model_cfg: dict, lengths, full_eval: boo
         parts = run.spec.param_counts()
         info.update(params_active=parts["total_active"],
                     non_embedding=parts["non_embedding"], balance=run.balance,
-                    expert_shares=expert_shares(run.model, run.val_ids, run.val_offsets, s["batch"],
+                    expert_shares=expert_shares(run.model, run.val_ids, run.val_offsets, s.batch,
                                                 run.spec.context, amp))
     if run.ckpt:
         info.update(checkpoints_moved_aside=run.recovered, earlier_attempt_logs=run.earlier_logs)
@@ -598,8 +563,6 @@ def save_trained(model: CharLM, path, meta: dict, info: dict, extra: dict | None
     """Weights with everything needed to rebuild and read the model (tensors and plain data only,
     so that it loads with ``weights_only=True``); returns the file's SHA-256, which the run's
     record keeps (``model_sha256`` in its metrics' note) for :func:`load_trained`."""
-    from ..tableio import file_sha256
-
     record = json.loads(json.dumps(dict(spec=model.spec.to_dict(), vocab=meta["vocab"], info=info,
                                         **(extra or {})), default=_plain))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -623,8 +586,6 @@ def load_trained(path, device="cpu", sha256: str | None = None) -> tuple[CharLM,
     record (vocab, info, ...), read only if the file's SHA-256 is ``sha256`` (default: the one its
     run recorded, ``model_sha256`` in the note of ``metrics.parquet`` beside it), and then as
     tensors and plain data only. (Studied models load with :func:`headwatch.models.load_model`.)"""
-    from ..tableio import read_note, verify_sha256
-
     path = Path(path)
     record = f"the argument sha256 of load_trained({str(path)!r})"
     if sha256 is None:

@@ -3,6 +3,7 @@ conversion transformers makes for a source that has no such file)."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from .errors import ModelFileError, ModelNotFoundError
@@ -31,7 +32,8 @@ class FileTokenizer:
     """
 
     def __init__(self, folder):
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer   # TOKENIZERS_IMPORT
+
 
         folder = Path(folder)
         self.folder = folder
@@ -86,6 +88,8 @@ def _tokenizer_config(folder: Path) -> dict:
 def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
     """Save the tokenizer transformers reads from ``src`` (a GGUF, slow tokenizer files) as
     ``folder``/tokenizer.json, once; later checks read that file with the tokenizers library."""
+    # Here, not at the top: a cached verdict never imports transformers (tests/test_config.py), and
+    # importing it takes TRANSFORMERS_S s; a tokenizer is converted once per source.
     from transformers import AutoTokenizer
 
     try:
@@ -103,8 +107,6 @@ def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
     try:
         os.replace(tmp, folder)
     except OSError:      # made by a concurrent check meanwhile
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
 
 

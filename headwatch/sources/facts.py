@@ -7,9 +7,12 @@ import os
 import struct
 from dataclasses import dataclass
 
+from ..arch import (CONFIG_KEYS, FAMILIES, GGUF_KEYS, GGUF_TOKENS, context_length, gguf_model_type, gguf_value,
+                    shape_of, vocab_size)
 from .errors import ConfigError, ModelFileError, ModelNotFoundError
 from .files import one_line, open_regular, read_json
-from .sources import PREPARED_RECORD, Located
+from .limits import MODEL_FILE, field_limit, refusal
+from .resolve import PREPARED_RECORD, Located
 from .tokenizer import FileTokenizer, convert_tokenizer
 
 
@@ -144,8 +147,6 @@ SHAPE_FIELDS = ("layers", "heads", "kv_heads", "width", "head_dim", "ffn", "voca
 
 def config_fields(raw: dict) -> dict[str, tuple[str, object]]:
     """``{field: (the config.json key that says it, its value)}`` for the shape numbers it sets."""
-    from ..arch import CONFIG_KEYS
-
     out = {}
     for what in SHAPE_FIELDS:
         key = next((k for k in CONFIG_KEYS[what] if raw.get(k) is not None), None)
@@ -156,8 +157,6 @@ def config_fields(raw: dict) -> dict[str, tuple[str, object]]:
 
 def gguf_fields(header: dict) -> dict[str, tuple[str, object]]:
     """:func:`config_fields` from a GGUF header (:func:`gguf_header`)."""
-    from ..arch import GGUF_KEYS, GGUF_TOKENS
-
     arch = header.get("general.architecture", "llama")
     out = {}
     for what in SHAPE_FIELDS:
@@ -177,9 +176,6 @@ def field_errors(fields: dict, model_type, config: dict) -> list[str]:
     """What is wrong with a model file's shape numbers, each naming the file's key: not a
     positive integer (a string ``"4"``, ``4.5``, 0), above its bound, heads that do not
     divide the width (as the family needs), kv heads that do not divide the heads."""
-    from ..arch import FAMILIES
-    from .bounds import MODEL_FILE, field_limit, refusal
-
     out, ok = [], {}
     for what in SHAPE_FIELDS:
         if what not in fields:
@@ -219,8 +215,6 @@ def shape_from_config(raw: dict) -> dict:
     from a ``config.json`` (any family; the keys each family uses are :mod:`headwatch.arch`'s to
     know, read without transformers). The numbers are taken as they are: :func:`field_errors`
     says whether they can be a model."""
-    from ..arch import context_length, shape_of, vocab_size
-
     s = shape_of(raw)
     return dict(model_type=s["family"], layers=s["layers"], heads=s["heads"], kv_heads=s["kv_heads"],
                 context=context_length(raw), vocab=vocab_size(raw), width=s["width"], head_dim=s["head_dim"],
@@ -230,8 +224,6 @@ def shape_from_config(raw: dict) -> dict:
 def shape_from_gguf(header: dict) -> dict:
     """:func:`shape_from_config` from a GGUF header (:func:`gguf_header`); its architecture and
     key names are :mod:`headwatch.arch`'s to know (``GGUF_KEYS``, each ``Family.gguf``)."""
-    from ..arch import gguf_model_type, gguf_value
-
     f = {what: value for what, (_, value) in gguf_fields(header).items()}
     heads, width = f.get("heads"), f.get("width")
     head_dim = f.get("head_dim") or (width // heads if _integer(width) and _integer(heads) and heads > 0
@@ -245,8 +237,6 @@ def read_shape(loc: Located, config: dict) -> tuple[dict, str]:
     """(shape, where it was read) of a located model, its file read as data and its numbers
     checked (:func:`field_errors`, :func:`rotary_error`): :class:`ModelFileError` lists every
     problem, naming the file and its keys."""
-    from ..arch import GGUF_KEYS, FAMILIES, gguf_model_type
-
     if loc.origin == "gguf":
         header = gguf_header(loc.gguf)
         where, fields, model_type = f"{loc.gguf} (GGUF header)", gguf_fields(header), gguf_model_type(header)
@@ -279,6 +269,15 @@ class ModelFacts:
     tokenizer: object
     shape: dict
     where: str
+
+
+def family_error(facts: ModelFacts) -> str | None:
+    """Why no family of :data:`headwatch.arch.FAMILIES` describes the model, or None."""
+    model_type = facts.shape.get("model_type")
+    if model_type in FAMILIES:
+        return None
+    return (f"models.{facts.key}: model_type {model_type!r} has no adapter; headwatch knows {sorted(FAMILIES)} "
+            "(add one to headwatch/arch.py: FAMILIES)")
 
 
 def model_facts(loc: Located, model_cfg: dict, config: dict | None = None) -> ModelFacts:

@@ -1,4 +1,7 @@
-"""The errors of the pre-job checks (each message names the config key, or the model and the file)."""
+"""The errors of a model's source and files, each naming the config key, or the model and the file.
+
+:class:`ConfigError` is every pre-job check's error (:mod:`headwatch.config` raises it too); it is
+defined here, in the lowest room that raises it (a GGUF file name that leaves its package)."""
 from __future__ import annotations
 
 
