@@ -27,8 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import shutil
 import sys
+from itertools import takewhile
 from pathlib import Path
 
 import pandas as pd
@@ -46,6 +48,7 @@ from headwatch.settings.sweep import TrainSettings, course_sweeps, train_of  # n
 from headwatch.sweep.course import markdown_section as course_section  # noqa: E402
 from headwatch.sweep.heads import markdown_section as heads_section  # noqa: E402
 from headwatch.sweep.summary import split_verdict, width_verdict  # noqa: E402
+from headwatch.tableio import read_note, read_parquet  # noqa: E402
 
 COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
 LONG_COMMAND = "make laptop-long && .venv/bin/python benchmarks/laptop_tables.py"
@@ -194,7 +197,7 @@ def studies_section(root: Path, attempts: list[dict]) -> list[str]:
     out = ["## The studies at laptop scale (`make laptop-more`)", "", *machine_lines(attempts, MORE_RECORD)]
     for p in sorted((root / paths.study_table("x")).parent.glob("*.parquet")):
         if not p.stem.endswith("_finals"):
-            out += [f"### {p.stem}", md_table(pd.read_parquet(p), ".4g")]
+            out += [f"### {p.stem}", md_table(read_parquet(p), ".4g")]
     return out
 
 
@@ -202,10 +205,6 @@ def run_config(root: Path, attempts: list[dict]) -> dict:
     """The configuration of a timed run: config/config.yaml with the files its command gives with
     --configfile (the record vouches that they are this commit's); results/run_config.yaml when the
     command names none."""
-    import shlex
-
-    from itertools import takewhile
-
     words, files = shlex.split(attempts[-1]["command"]), []
     for i, w in enumerate(words):
         if w == "--configfile":
@@ -218,8 +217,6 @@ def run_config(root: Path, attempts: list[dict]) -> dict:
 def precision_line(root: Path, finals: pd.DataFrame) -> str:
     """What the runs computed in, from their metrics notes: the precision asked for and computed in,
     any fallback, and whether the steps were compiled."""
-    from headwatch.tableio import read_note
-
     notes = [read_note(root / paths.sweep_run(r.trained_under, r.shape, r.seed, "metrics.parquet"))
              for r in finals.drop_duplicates(["trained_under", "shape", "seed"]).itertuples()]
     asked = sorted({n.get("precision_requested", n.get("precision")) for n in notes})
@@ -237,8 +234,6 @@ def long_findings(root: Path, sweep: str, reference: str) -> pd.DataFrame:
     """The original run's findings at 16.4 M characters, point by point, against laptop-long's last
     evaluation (its course tables: the gaps to the reference arm, paired by seed, and their
     intervals) and the laptop run's end where its course was read."""
-    from headwatch.tableio import read_parquet
-
     v = read_parquet(root / paths.course_table(sweep, "verdicts")).set_index("arm")
     curves = read_parquet(root / paths.course_table(sweep, "curves"))
     last = curves[curves["step"] == curves["step"].max()]
@@ -295,8 +290,6 @@ def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
     train = TrainSettings.from_config(train_of(sw, sweep))
     chars = train.steps * train.batch * sw["model"]["context"]
     links = copy_course_figures(root, figures_out, sweep)
-    from headwatch.tableio import read_parquet
-
     finals = read_parquet(root / paths.course_table(sweep, "curves"))
     finals = finals[finals["step"] == finals["step"].max()].assign(trained_under=sweep)
     return [head, "", page_header(commit, LONG_COMMAND), *machine_lines(attempts, LONG_RECORD),
@@ -319,7 +312,7 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
     attempts = timing(root, RECORD, commit)
     cfg = run_config(root, attempts)
     scale = run_record.run_scale(cfg, root)[1]
-    t = {n: pd.read_parquet(root / paths.sweep_table(n)) for n in ("summary", "contrast", "finals")}
+    t = {n: read_parquet(root / paths.sweep_table(n)) for n in ("summary", "contrast", "finals")}
     summary, c, finals = t["summary"], t["contrast"].iloc[0], t["finals"]
     sw = cfg["sweep"]
     train = TrainSettings.from_config(train_of(sw, c["split_sweep"]))

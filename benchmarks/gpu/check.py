@@ -536,13 +536,13 @@ def guards(results: Path) -> list[dict]:
     """Every guard's figures: each guard record (by its name) of each ablation rule's record, read
     where the rules write it for rule ``ablation_guards``
     (``results/{model}/ablation/guards/{experiment}.json``, so that a record left over from an older
-    layout is not shown), then, found by what the records hold, the weight check
-    (``max_abs_delta``) and the key-group cuts (a table with ``others_max_delta``)."""
-    import pandas as pd
-
+    layout is not shown), then each model's anatomy records (:data:`headwatch.targets.MODEL_ANATOMY_FILES`,
+    where :mod:`headwatch.paths` puts them; tables read through :mod:`headwatch.tableio`), found by
+    what they hold: the weight check (``max_abs_delta``) and the key-group cuts (a table with
+    ``others_max_delta``)."""
     from headwatch import paths
-    from headwatch.tableio import guard_records, read_record
-    from headwatch.targets import ABLATION_EXPERIMENTS
+    from headwatch.tableio import guard_records, read_parquet, read_record
+    from headwatch.targets import ABLATION_EXPERIMENTS, MODEL_ANATOMY_FILES
 
     def under_results(path: str) -> Path:
         return Path(path).relative_to(paths.RESULTS)
@@ -557,22 +557,23 @@ def guards(results: Path) -> list[dict]:
         for g in guard_records(rec):
             rows.append(dict(source=src, guard=g["guard"], cases=g["n_cases"], max_abs_diff=g["max_abs_diff"],
                              bound=g["tolerance"], identical=g["identical"], passed=g["passed"], device=dev))
-    for path in sorted(results.glob("*/anatomy/*.json")):
-        g = json.loads(path.read_text())
+    anatomy = [under_results(paths.model_anatomy(m, f)) for m in models for f in MODEL_ANATOMY_FILES]
+    for path in (p for p in anatomy if p.suffix == ".json" and (results / p).exists()):
+        g = json.loads((results / path).read_text())
         if isinstance(g, dict) and "max_abs_delta" in g:
-            rows.append(dict(source=str(path.relative_to(results).with_suffix("")),
+            rows.append(dict(source=str(path.with_suffix("")),
                              guard="map by hand (float64) vs the model's", cases=1,
                              max_abs_diff=g["max_abs_delta"], bound=g["tolerance"], identical=None,
                              passed=g["passed"], device=f"{g.get('model_device')} {g.get('model_dtype')}"))
     deltas = ["others_max_delta", "before_max_delta", "restore_max_delta"]
-    for path in sorted(results.glob("*/anatomy/*.parquet")):
-        kv = pd.read_parquet(path)
+    for path in (p for p in anatomy if p.suffix == ".parquet" and (results / p).exists()):
+        kv = read_parquet(results / path)
         if not set(deltas + ["role", "layer", "kv_group"]) <= set(kv.columns):
             continue
         for role, g in kv.groupby("role"):
             cuts = g.drop_duplicates(["layer", "kv_group"])
             worst = float(cuts[deltas].max().max())
-            rows.append(dict(source=f"{path.relative_to(results).with_suffix('')} ({role})",
+            rows.append(dict(source=f"{path.with_suffix('')} ({role})",
                              guard="key-group cut: other heads, earlier layers, restore", cases=len(cuts),
                              max_abs_diff=worst, bound=0.0, identical=worst == 0, passed=worst == 0,
                              device="-"))
@@ -584,16 +585,23 @@ def table_text(df, floats: str = ".4g") -> str:
 
 
 def sweep_tables(results: Path) -> list[tuple[str, "pd.DataFrame"]]:
-    import pandas as pd
+    """The sweep's summary and contrast and each study's table, from the results folder ``results``
+    (where :mod:`headwatch.paths` puts them; read through :mod:`headwatch.tableio`)."""
+    from headwatch import paths
+    from headwatch.tableio import read_parquet
+
+    def under_results(path: str) -> Path:
+        return results / Path(path).relative_to(paths.RESULTS)
 
     out = []
     for name in ("summary", "contrast"):
-        p = results / "sweep" / f"{name}.parquet"
+        p = under_results(paths.sweep_table(name))
         if p.exists():
-            out.append((f"sweep/{name}", pd.read_parquet(p)))
-    for p in sorted((results / "sweep" / "studies").glob("*.parquet")):
+            out.append((f"sweep/{name}", read_parquet(p)))
+    studies = under_results(paths.study_table("any")).parent
+    for p in sorted(studies.glob("*.parquet")):
         if not p.stem.endswith("_finals"):
-            out.append((f"sweep/studies/{p.stem}", pd.read_parquet(p)))
+            out.append((f"sweep/studies/{p.stem}", read_parquet(p)))
     return out
 
 
@@ -649,7 +657,7 @@ def unpack_out(out: Path, into: Path) -> Path:
 def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
     import pandas as pd
 
-    results = args.workdir / "results"
+    results = args.workdir / RESULTS
     jobs = collect_jobs(results, started_wall)
     jobs.to_csv(args.out / "jobs.tsv", sep="\t", index=False)
     say("")
@@ -813,7 +821,7 @@ def main(argv=None) -> int:
     summary = report(args, steps, phases, started_wall)
     stopped = any(p.get("stopped") or p.get("skipped") for p in phases)
     failed = sorted({r for p in phases for r in p.get("failed_rules", [])})
-    cut_short = [r for r in failed if interrupted(args.workdir / "results", r, started_wall)]
+    cut_short = [r for r in failed if interrupted(args.workdir / RESULTS, r, started_wall)]
     failed = [r for r in failed if r not in cut_short]
     if cut_short:
         say(f"interrupted by the time limit (not failures: their logs end in the interrupt): {cut_short}")

@@ -45,7 +45,7 @@ from headwatch import paths, run_record, targets
 from headwatch.markup import markdown
 from headwatch.provenance import DirtyTreeError, RunRecordError, page_header, require_clean_tree, run_attempts
 from headwatch.settings.sweep import TrainSettings, active_sweeps, train_of
-from headwatch.tableio import read_record
+from headwatch.tableio import read_parquet, read_record
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -161,7 +161,6 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
     """The model's section, from the results folder ``results`` of a timed run (:func:`run_command`)
     whose record vouches for it at ``commit`` (else :class:`RunRecordError`); ``command``: this page
     writer's command line, which the section gives after the run's."""
-    m = results / model
     record = under(results, paths.timed_run(run_name(model)))
     attempts = run_attempts(root, record, commit)
     last = attempts[-1]
@@ -170,7 +169,9 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
         raise RunRecordError(f"no {run_config}: every run that executes jobs records its configuration there")
     scale = run_record.run_scale(yaml.safe_load(run_config.read_text()), root)[1]
     device = read_record(under(results, paths.guard_record(model, "attribution")))["device"]
-    seq = {n: len(pd.read_parquet(m / "sequences" / f"{n}.parquet")) for n in ("induction", "eval", "circuit")}
+    seq = {n: len(read_parquet(under(results, paths.sequence_table(model, n))))
+           for n in ("induction", "eval", "circuit")}
+    seq_dir = markdown(f"{Path(paths.sequence_table(model, 'eval')).parent}/")
     wall = sum(a["wall_s"] for a in attempts)
     out = [f"## {markdown(model)} at paper scale (measured on {'a CPU' if device == 'cpu' else 'a GPU'})",
            page_header(last["commit"], f"{TIMED} {run_name(model)} -- {last['command']} && {command}"),
@@ -178,10 +179,10 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
            f"attempt{'s' * (len(attempts) != 1)}, {wall / 60:.1f} min wall time, last ended {last['ended']}, on "
            f"{markdown(last['cpu_model'])} ({last['usable_cores']} usable cores); scale: {markdown(scale)}; "
            f"{seq['induction']} induction sequences, {seq['eval']} eval and {seq['circuit']} circuit sequences "
-           f"(counted in {markdown(f'results/{model}/sequences/')}). A GPU computes the same numbers up to "
+           f"(counted in {seq_dir}). A GPU computes the same numbers up to "
            "float32 rounding (the guards below bound it)."]
 
-    scores = pd.read_parquet(m / "scores.parquet")
+    scores = read_parquet(under(results, paths.scores(model)))
     out += ["### Head scores: the top 5 of each (protocol §4)", "",
             "Head = L(layer)H(head), 0-based; each score in [0, 1]."]
     rows = []
@@ -193,7 +194,7 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
         rows.append(row)
     out += [md_table(pd.DataFrame(rows))]
 
-    topk = pd.read_parquet(m / "ablation" / "topk.parquet")
+    topk = read_parquet(under(results, paths.ablation_table(model, "topk")))
     out += ["### 5a: the top-k induction heads cut vs k random heads (protocol §5a)", "",
             "Loss per token (nats) on copy 1 and copy 2 of the eval set; random: mean (min–max) over "
             f"{int(topk.n_draws.iloc[0])} draws of k heads from outside the targeted set. Both cut methods "
@@ -206,8 +207,8 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
             for r in topk.itertuples()]
     out += [md_table(pd.DataFrame(rows), ".4f")]
 
-    cs = pd.read_parquet(m / "ablation" / "circuit_scores.parquet")
-    cl = pd.read_parquet(m / "ablation" / "circuit_loss.parquet")
+    cs = read_parquet(under(results, paths.ablation_table(model, "circuit_scores")))
+    cl = read_parquet(under(results, paths.ablation_table(model, "circuit_loss")))
     c0 = cs.iloc[0]
     out += ["### 5b: the previous-token head and the induction heads (protocol §5b)", "",
             f"Previous-token head {c0.prev_head} (prev score {c0.prev_score:.3f}) cut; induction re-scored on "
@@ -222,8 +223,8 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
                                     "copy 2": span(r.loss_copy2, r.loss_copy2_min, r.loss_copy2_max)}
                                    for r in cl.itertuples()]))]
 
-    summ = pd.read_parquet(m / "ablation" / "attribution_summary.parquet")
-    pairs = pd.read_parquet(m / "ablation" / "pairs.parquet")
+    summ = read_parquet(under(results, paths.ablation_table(model, "attribution_summary")))
+    pairs = read_parquet(under(results, paths.ablation_table(model, "pairs")))
     out += ["### 5c: every head cut alone on every phrase (protocol §5c)", "",
             "Probability of the expected next token; drops in percentage points. Cut scope: the costliest "
             "head cut on the prose sentences, loss per token (nats) intact and cut; global when it rises by "
@@ -248,7 +249,7 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
             "Every guard's record, as the rules wrote it (bound 0 = must be exact).",
             md_table(g, ".3g")]
 
-    bench = results / "benchmarks"
+    bench = under(results, paths.benchmark("any")).parent
     times = []
     for p in sorted(bench.glob(f"*/{model}.tsv")) + sorted(bench.glob(f"*/{model}/*.tsv")):
         t = pd.read_csv(p, sep="\t")
@@ -282,25 +283,26 @@ def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
         run = unpack_out(gpu, tmp)
     elif gpu:
         raise SystemExit(f"--gpu {gpu}: no {ARCHIVE} (the GPU check's archive of its tables) in it")
-    sweep = run / "results" / "sweep" if run else None
-    if report is None or not (sweep / "summary.parquet").exists():
+    summary, contrast = (run / paths.sweep_table(name) if run else None for name in ("summary", "contrast"))
+    studies_dir = run / Path(paths.study_table("any")).parent if run else None
+    if report is None or not summary.exists():
         out += ["", NOT_MEASURED]
     else:
-        summ = pd.read_parquet(sweep / "summary.parquet")
+        summ = read_parquet(summary)
         out += ["### Validation loss per configuration (nats per character, mean ± std over seeds)",
                 md_table(summ[["sweep", "shape", "width", "heads", "head_size", "params", "seeds", "steps",
                                "val_loss_mean", "val_loss_std"]], ".4f", val_loss_std=".2g"),
                 "### The contrast: head split against seed noise and against width",
-                md_table(pd.read_parquet(sweep / "contrast.parquet").filter(regex=(
+                md_table(read_parquet(contrast).filter(regex=(
                     r"^(split_sweep|spread|mean_seed_std|spread_over_std|capacity_from|capacity_to|capacity_gain|"
                     r"spread_over_gain|paired_diff|split_p|split_resolved|width_resolved)(_lo|_hi)?$")))]
     out += ["## The studies at paper scale (GPU)", ""]
-    studies = sorted(p for p in (sweep / "studies").glob("*.parquet") if not p.stem.endswith("_finals")) \
-        if sweep and (sweep / "studies").is_dir() else []
+    studies = sorted(p for p in studies_dir.glob("*.parquet") if not p.stem.endswith("_finals")) \
+        if studies_dir and studies_dir.is_dir() else []
     if not studies:
         out += [NOT_MEASURED]
     for p in studies:
-        out += [f"### {markdown(p.stem)}", md_table(pd.read_parquet(p))]
+        out += [f"### {markdown(p.stem)}", md_table(read_parquet(p))]
     out += ["## GPU, timings and guards of the GPU check", ""]
     if report is None:
         out += [NOT_MEASURED]
