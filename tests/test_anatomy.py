@@ -21,6 +21,7 @@ from headwatch.anatomy import (BlockCountError, Entry, HeadShapeError, KVGroupEr
 from headwatch.anatomy.context import angle_at
 from headwatch.anatomy.weights import head_slices
 from headwatch.arch import Adapter
+from headwatch.guards import GuardError
 from headwatch.interventions import hooks_on
 from headwatch.recompute import apply_rotary, rotate_half, rotate_pairs
 from headwatch.charlm.model import CharLM, count_params
@@ -333,8 +334,9 @@ def test_weight_check_names_a_cell_and_fails_loudly():
     assert cell["by_hand"] == pytest.approx(cell["model"], abs=1e-5) and cell["model"] > 0.1
     rope = a.rope
     a.rope = lambda layer: dict(rope(layer), base=500.0)     # a wrong base must be caught
-    with pytest.raises(WeightCheckError, match="tolerance"):
+    with pytest.raises(WeightCheckError, match="tolerance") as failed:
         weight_check(model, a, ids, 0, 2, tolerance=1e-5)
+    assert isinstance(failed.value, GuardError)      # a guard: it stops the rule like every other
 
 
 # -------------------------------------------------------------- key/value groups
@@ -362,8 +364,9 @@ def test_a_wrong_key_slice_is_fatal(monkeypatch):
     model = tiny_model("llama", layers=1)
     a = Adapter(model)
     monkeypatch.setattr(a, "key_slice", lambda g: slice(((g + 1) % 2) * 16, ((g + 1) % 2) * 16 + 16))
-    with pytest.raises(KVGroupError, match="moved"):
+    with pytest.raises(KVGroupError, match="moved") as failed:
         kv_group_cuts(model, a, random_ids(1, 8, seed=2), "wrong slice")
+    assert isinstance(failed.value, GuardError)
 
 
 def test_similarity_within_vs_across_groups_by_hand():

@@ -31,11 +31,13 @@ from transformers import AutoModelForCausalLM
 from ..arch import Adapter, ungrouped_config
 from ..tableio import assert_finite
 from ..device import exact_numerics
+from ..guards import GuardError
 from ..interventions import attention_maps, intervene, zero
 
 
-class KVGroupError(RuntimeError):
-    """A key-slice cut that moved the wrong heads, leaked backwards, or did not come back."""
+class KVGroupError(GuardError):
+    """A key-slice cut that moved the wrong heads, leaked backwards, or did not come back (a guard:
+    it stops the rule)."""
 
 
 @contextlib.contextmanager

@@ -23,12 +23,13 @@ from torch import nn
 from ..arch import Adapter
 from ..tableio import assert_finite
 from ..device import exact_numerics, numerics
+from ..guards import GuardError
 from ..interventions import capture, intervene
 from ..recompute import norm, pattern, rules
 
 
-class WeightCheckError(RuntimeError):
-    """The hand-computed attention map disagrees with the model's own."""
+class WeightCheckError(GuardError):
+    """The hand-computed attention map disagrees with the model's own (a guard: it stops the rule)."""
 
 
 # ------------------------------------------------------------- head slices
