@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -36,10 +37,11 @@ def cpu_time(fn) -> float:
     return time.process_time() - start
 
 
-def measure(ids, meta, model_cfg: dict, train_cfg: dict, heads: dict, repeats: int = 5) -> dict:
+def measure(ids, meta, model_cfg: dict, train_cfg, heads: dict, repeats: int = 5) -> dict:
     """CPU seconds of a training step, of the rest of a run (evaluation, set-up) and of one record
     (the median of ``repeats``: the probe's scores and the in-context score, as a job records
-    them at an evaluation step, on the trained short run's model)."""
+    them at an evaluation step, on the trained short run's model). ``train_cfg``: the training settings
+    (:class:`headwatch.settings.sweep.TrainSettings`)."""
     import statistics
 
     from headwatch.arch import Adapter
@@ -47,14 +49,14 @@ def measure(ids, meta, model_cfg: dict, train_cfg: dict, heads: dict, repeats: i
     from headwatch.sweep.train import train
 
     def run(steps: int):
-        settings = dict(train_cfg, steps=steps, eval_every=steps)
+        settings = replace(train_cfg, steps=steps, eval_every=steps)
         return lambda: train(ids, meta, model_cfg, 0, settings, full_eval=False)
 
-    steps = train_cfg["steps"]
+    steps = train_cfg.steps
     run(steps)()                                 # warm-up: imports, allocator, first-call costs
     short = cpu_time(run(steps))
     step = (cpu_time(run(2 * steps)) - short) / steps
-    model = train(ids, meta, model_cfg, 0, dict(train_cfg, eval_every=steps), full_eval=False)[0]
+    model = train(ids, meta, model_cfg, 0, replace(train_cfg, eval_every=steps), full_eval=False)[0]
     probe = make_probe(ids[meta["n_train"]:], meta["vocab_size"], model.spec.context, heads)
     adapter = Adapter(model)
 
@@ -71,8 +73,7 @@ def main(argv=None) -> None:
     import torch
 
     from headwatch.charlm.corpus import build_corpus
-    from headwatch.settings.sweep import HeadsSettings, train_of
-    from headwatch.sweep.plan import SLUG_PATTERN  # noqa: F401  (the slugs below follow it)
+    from headwatch.settings.sweep import HeadsSettings, TrainSettings, train_of
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="w256-h4,w256-h32")
@@ -86,18 +87,18 @@ def main(argv=None) -> None:
     heads = HeadsSettings.from_config(sw["heads"]).probe()
     corpus = build_corpus(plays=sw["corpus"]["plays"][:2], target_chars=200_000)
     ids, meta = corpus.ids(), corpus.meta()
-    paper = train_of(sw, "heads_split")
-    lap = dict(paper, **laptop["sweep"]["train"])     # the laptop scale's training settings
-    scales = {"laptop": (lap, lap["eval_every"] // 2), "paper": (paper, args.paper_steps)}
+    paper = TrainSettings.from_config(train_of(sw, "heads_split"))
+    lap = replace(paper, **laptop["sweep"]["train"])     # the laptop scale's training settings
+    scales = {"laptop": (lap, lap.eval_every // 2), "paper": (paper, args.paper_steps)}
     rows = []
     for shape in args.shapes.split(","):
         width, heads_n = (int(x) for x in shape[1:].split("-h"))
         model_cfg = dict(width=width, heads=heads_n, **sw["model"])
         for scale, (train_cfg, steps) in scales.items():
-            short = dict(train_cfg, steps=steps, warmup=min(train_cfg["warmup"], steps), checkpoint_every=10 ** 9)
+            short = replace(train_cfg, steps=steps, warmup=min(train_cfg.warmup, steps), checkpoint_every=10 ** 9)
             m = measure(ids, meta, model_cfg, short, heads)
-            interval_s = train_cfg["eval_every"] * m["step_cpu_s"] + m["eval_cpu_s"] + m["record_cpu_s"]
-            row = dict(scale=scale, shape=shape, batch=train_cfg["batch"], eval_every=train_cfg["eval_every"],
+            interval_s = train_cfg.eval_every * m["step_cpu_s"] + m["eval_cpu_s"] + m["record_cpu_s"]
+            row = dict(scale=scale, shape=shape, batch=train_cfg.batch, eval_every=train_cfg.eval_every,
                        steps_run=steps, **m, share=m["record_cpu_s"] / interval_s)
             rows.append(row)
             print(f"{scale:6s} {shape:9s} batch {row['batch']:3d} every {row['eval_every']:3d} steps: job "

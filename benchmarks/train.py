@@ -80,7 +80,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from headwatch.charlm.model import CharLM  # noqa: E402
 from headwatch.charlm.spec import ModelSpec  # noqa: E402
-from headwatch.settings.sweep import BootstrapSettings, TrainSettings  # noqa: E402
+from headwatch.settings.sweep import BootstrapSettings, CorpusSettings, TrainSettings  # noqa: E402
 from headwatch.sweep.train import bf16_supported, make_optimizer  # noqa: E402
 
 VOCAB = 65   # the size of the Shakespeare character vocabulary
@@ -276,7 +276,7 @@ def profile(args, variant: str, steps: int = 3) -> list[str]:
                f"{e.count / steps:>12.0f}" for e in rows])
 
 
-def laptop_run() -> tuple[dict, dict, dict, list[int]]:
+def laptop_run() -> tuple[CorpusSettings, dict, TrainSettings, list[int]]:
     """The laptop run's w256-h4 (config/laptop.yaml over config/config.yaml): its corpus settings,
     model settings, training settings and seeds, read as the workflow reads them."""
     from headwatch.run_record import config_of
@@ -285,7 +285,8 @@ def laptop_run() -> tuple[dict, dict, dict, list[int]]:
 
     sw = config_of(ROOT, "config/laptop.yaml")["sweep"]
     split = sw["summary"]["split_sweep"]
-    return (sw["corpus"], model_of(sw, entry_of(sw, split, "w256-h4")), train_of(sw, split),
+    return (CorpusSettings.of(sw["corpus"]), model_of(sw, entry_of(sw, split, "w256-h4")),
+            TrainSettings.from_config(train_of(sw, split)),
             list(sw["sweeps"][split]["seeds"]))
 
 
@@ -353,9 +354,8 @@ def compare_precisions(args) -> None:
                          "itself. Run it on a CPU with AVX-512/AMX (or a GPU), or give --force-bf16 to run torch's "
                          "reference kernels (7-32 times slower than float32).")
     if args.laptop:
-        corpus_cfg, model, settings, seeds = laptop_run()
-        corpus = build_corpus(corpus_cfg["source"], corpus_cfg.get("plays"), corpus_cfg["target_chars"],
-                              corpus_cfg["val_fraction"])
+        c, model, settings, seeds = laptop_run()
+        corpus = build_corpus(c.source, None if c.plays is None else list(c.plays), c.target_chars, c.val_fraction)
         what = f"the laptop run's w256-h4 (config/laptop.yaml), {len(corpus.text):,} characters"
     else:
         corpus = build_corpus(plays=["tragedies/macbeth", "tragedies/hamlet"], target_chars=120_000)
@@ -363,13 +363,13 @@ def compare_precisions(args) -> None:
         model = dict(width=args.width, heads=args.heads, layers=args.layers, context=args.context, **options,
                      **(dict(balance=balance) if options else {}))
         steps = args.train_steps
-        settings = dict(steps=steps, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=max(1, steps // 20),
-                        weight_decay=0.1, eval_every=steps, eval_batches=20, checkpoint_every=steps)
+        settings = TrainSettings(steps=steps, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=max(1, steps // 20),
+                                 weight_decay=0.1, eval_every=steps, eval_batches=20, checkpoint_every=steps)
         seeds = [int(x) for x in args.seeds.split(",")]
         what = f"{args.arm}, two plays"
     ids, meta = corpus.ids(), corpus.meta()
-    print(f"{what}: {model}; {settings['steps']} steps of {settings['batch']} x {model['context']}, warm-up "
-          f"{settings['warmup']}; seeds {seeds}; device {device} (bfloat16 matmuls: {bf16_supported(device)}), "
+    print(f"{what}: {model}; {settings.steps} steps of {settings.batch} x {model['context']}, warm-up "
+          f"{settings.warmup}; seeds {seeds}; device {device} (bfloat16 matmuls: {bf16_supported(device)}), "
           f"1 thread per run, {args.jobs} run(s) at a time; torch {torch.__version__}", flush=True)
     jobs = [(ids, meta, model, seed, settings, args.device, p, args.force_bf16) for p in precisions for seed in seeds]
     if args.jobs > 1:
