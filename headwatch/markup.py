@@ -20,7 +20,7 @@ they are, in any of these formats: control characters (a newline, a tab, ...) as
 escapes, bidirectional marks, embeddings, overrides and isolates (U+202E turns the rest of a
 caption around) and zero-width characters as ``\\uNNNN`` (:func:`visible`, used by each
 function below; a figure's tokens and labels pass through it too, by
-:func:`headwatch.explorer.build.display_token` or ``repr``). The schema refuses control
+:func:`display_token` or ``repr``). The schema refuses control
 characters in phrase text before any job; the others are accepted there (the model reads
 them: right-to-left marks and zero-width joiners are part of Arabic, Hebrew, Persian and
 Indic text) and shown as escapes.
@@ -63,6 +63,15 @@ def visible(text) -> str:
                          else f"\\u{ord(m.group()):04x}", str(text))
 
 
+def display_token(token: str) -> str:
+    """How a token is written on a page or a figure's axis: spaces as ␣, newlines as ↵, tabs as ⇥,
+    empty as ∅, and every other invisible or reordering character as its escape (:func:`visible`:
+    a right-to-left override as ``\\u202e``)."""
+    if token == "":
+        return "∅"
+    return visible(token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍"))
+
+
 def rst(text) -> str:
     """``text`` as literal reStructuredText: a backslash before every ASCII punctuation
     character (nothing can open a directive, a role, a link, a reference or emphasis)."""
@@ -85,7 +94,7 @@ def script_json(obj) -> str:
     line separators JavaScript once refused, and the bidirectional and zero-width characters,
     so that the page's source shows them) as ``\\uXXXX`` escapes, so that no string in it can
     close the element or open a comment. The strings are the data as they are: what the page
-    shows of them passes through :func:`visible` (the explorer's ``display_token``)."""
+    shows of them passes through :func:`visible` (a token through :func:`display_token`)."""
     text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return re.sub(f"[<>&\u2028\u2029{BIDI}{ZERO_WIDTH}]", lambda m: f"\\u{ord(m.group()):04x}", text)
 

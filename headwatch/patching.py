@@ -65,8 +65,15 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
+import torch
 
+from . import guards
 from .arch import head_label
+from .cut import heads_one_per_layer, plan_chunks
+from .device import exact_numerics
+from .interventions import capture, intervene, replace, skip
+from .markup import display_token
 from .names import top_heads
 from .sequences import single_token, token_strings
 from .settings.patching import SLOTS, PatchingError, PatchingSettings, fill, layout
@@ -116,8 +123,6 @@ def prompt_set(tokenizer, settings: PatchingSettings):
     clean_names, corrupted_names, clean_text, corrupted_text, clean_ids, corrupted_ids, tokens``
     (the clean prompt's tokens) — and its note (slot positions, the templates). Raises
     :class:`PatchingError` if a prompt's length or slots differ from the first's."""
-    import pandas as pd
-
     rows = draw_prompts(settings)
     templates = list(settings.templates)
     shape = None
@@ -147,8 +152,6 @@ def position_labels(prompts) -> list[str]:
     """A label for each position of the prompts: the token when every clean prompt has the same
     one there, the slot (``{A}``, ``{B}``, ``{C}``) at a name's position, else the distinct
     tokens joined by ``/``."""
-    from .explorer.build import display_token
-
     tokens = np.array([list(t) for t in prompts["tokens"]], dtype=object)
     ids = np.array([list(x) for x in prompts["clean_ids"]])
     corrupted = np.array([list(x) for x in prompts["corrupted_ids"]])
@@ -194,8 +197,6 @@ def position_patches(heads: Sequence[tuple[int, int]], length: int) -> list[Patc
 
 def logit_diff(logits, io, s):
     """``logits[i, io[i]] − logits[i, s[i]]`` for ``logits`` ``[B, vocab]`` (float32)."""
-    import torch
-
     rows = torch.arange(len(logits), device=logits.device)
     x = logits.float()
     return x[rows, io.to(logits.device)] - x[rows, s.to(logits.device)]
@@ -203,9 +204,7 @@ def logit_diff(logits, io, s):
 
 def prompt_tensors(prompts):
     """(clean ids, corrupted ids ``[N, T]``, IO ids, S ids ``[N]``) of ``prompts.parquet``."""
-    import torch
-
-    stack = lambda col: torch.tensor(np.stack(prompts[col].to_numpy()), dtype=torch.long)  # noqa: E731
+    stack = lambda col: torch.tensor(np.stack(prompts[col].to_numpy()), dtype=torch.long)
     return (stack("clean_ids"), stack("corrupted_ids"), torch.tensor(prompts["io_id"].to_numpy()),
             torch.tensor(prompts["s_id"].to_numpy()))
 
@@ -221,8 +220,6 @@ class Patcher:
     SITES = ("z", "resid_in")
 
     def __init__(self, model, adapter, clean, corrupted, io, s, batch: int = 64):
-        import torch
-
         self.model, self.adapter, self.batch = model, adapter, int(batch)
         self.device = next(model.parameters()).device
         self.clean, self.corrupted = clean.to(self.device), corrupted.to(self.device)
@@ -247,10 +244,6 @@ class Patcher:
     logit_diff = staticmethod(logit_diff)
 
     def _capture(self, ids):
-        import torch
-
-        from .interventions import capture, intervene
-
         L = self.adapter.n_layers
         edits = [capture(site, l) for site in self.SITES for l in range(L)]
         parts, lds = {(site, l): [] for site in self.SITES for l in range(L)}, []
@@ -271,8 +264,6 @@ class Patcher:
         """The replacement ``[rows, T, features]`` of (site, layer, unit) for the prompts
         ``prompts`` ``[rows]``: the clean run's activation where ``positions[r]`` is −1 (every
         position), else the corrupted run's with position ``positions[r]`` from the clean run."""
-        import torch
-
         sl = self._slice(site, unit)
         clean = self.acts["clean"][site][layer][prompts][..., sl]
         one = positions >= 0
@@ -285,10 +276,6 @@ class Patcher:
 
     def _edits(self, patches: Sequence[Patch], which, prompts):
         """One ``replace`` per (site, layer, unit) among ``patches[which]``, its rows masked."""
-        import torch
-
-        from .interventions import replace
-
         groups: dict[tuple, list[int]] = {}
         for r, k in enumerate(which.tolist()):
             p = patches[k]
@@ -308,11 +295,6 @@ class Patcher:
     def run(self, patches: Sequence[Patch], prompts: Sequence[int] | None = None):
         """The patched logit difference of every (patch, prompt): ``[len(patches), n]`` (float32, on
         the CPU), in rows of ``batch`` per forward pass (see the module doc)."""
-        import torch
-
-        from .cut import plan_chunks
-        from .interventions import intervene, skip
-
         self._require_patches(patches)
         prompts = torch.arange(self.n) if prompts is None else torch.as_tensor(list(prompts), dtype=torch.long)
         k = len(prompts)
@@ -337,10 +319,6 @@ class Patcher:
     def loop(self, patches: Sequence[Patch], prompts: Sequence[int] | None = None):
         """The plain reference of :meth:`run`: one patch per forward pass over the prompts (in
         batches of ``batch``), every block run, the full logits computed."""
-        import torch
-
-        from .interventions import intervene
-
         self._require_patches(patches)
         prompts = torch.arange(self.n) if prompts is None else torch.as_tensor(list(prompts), dtype=torch.long)
         out = []
@@ -384,10 +362,6 @@ def attribution_patching(model, adapter, clean, corrupted, io, s, batch: int = 6
     ``∂metric/∂z`` (``capture`` with ``grad=True``) times ``z_clean − z_corrupted``, summed over
     prompts, positions and the head's ``head_dim`` slice; the metric is the mean over all
     prompts of the logit difference at the last position."""
-    import torch
-
-    from .interventions import capture, intervene
-
     dev = next(model.parameters()).device
     clean, corrupted, io, s = clean.to(dev), corrupted.to(dev), io.to(dev), s.to(dev)
     L, H, d = adapter.n_layers, adapter.n_heads, adapter.head_dim
@@ -412,8 +386,6 @@ def attribution_patching(model, adapter, clean, corrupted, io, s, batch: int = 6
 # ------------------------------------------------------------------ summaries
 def ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks (1 = smallest), ties sharing the mean of their ranks."""
-    import pandas as pd
-
     return pd.Series(np.asarray(x, dtype=float)).rank(method="average").to_numpy()
 
 
@@ -432,8 +404,6 @@ def correlations(exact: np.ndarray, estimate: np.ndarray) -> dict:
 def phrase_probabilities(model, adapter, phrases, phrase: str) -> dict:
     """p(expected) and p(also) (softmax over the vocabulary) at the last position of ``phrase``
     in ``phrases.parquet``: the model's IO and S probabilities on the protocol's own prompt."""
-    import torch
-
     row = phrases[phrases["phrase"] == phrase]
     if len(row) != 1 or row["also_id"].isna().any():
         raise PatchingError(f"patching.phrase = {phrase!r}: phrases.parquet has no such phrase with an "
@@ -454,19 +424,11 @@ def run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
     Every guard of :mod:`headwatch.guards` runs (under :func:`headwatch.device.exact_numerics`);
     a failure raises before anything is returned.
     """
-    from .device import exact_numerics
-
     with exact_numerics():
         return _run_patching(model, adapter, prompts, phrases, settings)
 
 
 def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
-    import pandas as pd
-    import torch
-
-    from . import guards
-    from .cut import heads_one_per_layer
-
     settings.need("top_k", "batch", "tolerance", "guard_prompts", "phrase")
     batch, k = settings.batch, settings.top_k
     clean, corrupted, io, s = prompt_tensors(prompts)

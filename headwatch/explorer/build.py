@@ -34,6 +34,7 @@ import pandas as pd
 
 from .. import markup
 from ..arch import context_length, shape_of
+from ..markup import display_token
 from ..names import BYTES_PER_NUMBER, SCORES
 
 ESCAPE = 255
@@ -44,15 +45,6 @@ class ExplorerDataError(ValueError):
 
 
 # ------------------------------------------------------------------ helpers
-def display_token(token: str) -> str:
-    """How the page (and a figure's axis) writes a token: spaces as ␣, newlines as ↵, tabs as ⇥,
-    empty as ∅, and every other invisible or reordering character as its escape
-    (:func:`headwatch.markup.visible`: a right-to-left override as ``\\u202e``)."""
-    if token == "":
-        return "∅"
-    return markup.visible(token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍"))
-
-
 def percent(weight: float) -> str:
     """The hover read-out's percentage (JavaScript: ``(100 * w).toFixed(2) + " %"``)."""
     return f"{100.0 * weight:.2f} %"
@@ -169,7 +161,7 @@ def decode_phrase(entry: dict, n: int, layers: int, heads: int, quantum: int) ->
 # ------------------------------------------------------------------ model
 def model_shape(folder, dtype: str = "float32") -> dict:
     """Layers, heads, kv heads, head size, rotary and context of a prepared model folder (config only)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig     # here: the table pages (report_table) import this module, never a config
 
     return config_shape(AutoConfig.from_pretrained(str(folder)), dtype)
 
@@ -190,7 +182,7 @@ def config_shape(cfg, dtype: str = "float32") -> dict:
 
 def reference_base(path) -> dict:
     """{label, base, rotary_dims} of a reference config (config/models/<name>.json)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig     # as in model_shape
 
     path = Path(path)
     raw = json.loads(path.read_text())
@@ -292,7 +284,7 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
             p = predictions[predictions["phrase"] == name].sort_values("rank")
             if len(p):
                 first = p.iloc[0]
-                shown = lambda v: display_token(str(v)) if _plain(v) is not None else None  # noqa: E731
+                shown = lambda v: display_token(str(v)) if _plain(v) is not None else None
                 entry["prediction"] = dict(
                     expected=shown(first.get("expected")), expected_prob=_plain(first.get("expected_prob")),
                     expected_rank=_plain(first.get("expected_rank")), also=shown(first.get("also")),
@@ -315,8 +307,9 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
         rank = s[f"{name}_rank"] if f"{name}_rank" in s else s[name].rank(ascending=False, method="min")
         score_cols[f"{name}_rank"] = [int(x) for x in rank]
 
+    import matplotlib     # here, with the figures' style: the table pages (report_table) draw no colours
+
     from ..figures.style import DIVERGING, SEQUENTIAL
-    import matplotlib
 
     def lut(name):
         cmap = matplotlib.colormaps[name]
