@@ -44,6 +44,7 @@ import contextlib
 import os
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 #: Workspace setting cuBLAS needs for repeatable results (PyTorch's reproducibility notes).
 CUBLAS_WORKSPACE = ":4096:8"
@@ -98,8 +99,6 @@ def numerics() -> dict:
 def exact_numerics():
     """Full float32 matrix products, deterministic kernels and math attention while inside; every
     setting restored on exit (also when the body raises). Yields :func:`numerics` as set inside."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     switches = _switches()
     saved = [(o, a, getattr(o, a)) for _, o, a, _ in switches]
     precision = torch.get_float32_matmul_precision()

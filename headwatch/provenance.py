@@ -26,6 +26,7 @@ metadata; the pins are in requirements.txt).
 """
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -109,8 +110,6 @@ def run_attempts(root: Path, record: Path, commit: str) -> list[dict]:
     when they can vouch for results published from the checkout ``root`` at ``commit``: the last
     attempt succeeded, and every attempt was made from a clean tree at a commit whose result inputs
     (:data:`RESULT_INPUTS`) are this one's. Else :class:`RunRecordError`, naming what is wrong."""
-    import json
-
     record = Path(record)
     if not record.exists():
         raise RunRecordError(f"no {record}: the results were not computed by a timed run, which records "

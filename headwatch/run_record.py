@@ -11,12 +11,21 @@ where it differs from the recorded run (:func:`recorded_run`).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import resource
+import shlex
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
+import yaml
+
+from . import paths
+from .markup import escaped
 from .provenance import DirtyTreeError, RunRecordError, require_clean_tree
 
 # The overlays that define the scales (Makefile: make quick, quick-more, laptop, laptop-more).
@@ -53,6 +62,8 @@ def differences(a: dict, b: dict) -> list[str]:
 
 def config_of(basedir, *files: str) -> dict:
     """config/config.yaml with ``files`` laid over it, merged the way Snakemake merges --configfile."""
+    # Snakemake here, not at the top: the Makefile's timed runs (`python -m headwatch.run_record timed`)
+    # start without it; the Snakefile's parse has it already.
     from snakemake.common.configfile import load_configfile
     from snakemake.utils import update_config
 
@@ -90,8 +101,6 @@ def run_scale(cfg: dict, basedir) -> tuple[str, str]:
 
 def recorded_run(record, cfg: dict) -> tuple[str | None, list[str]]:
     """(config files, differences from ``cfg``) of the recorded run, or (None, []) when none is."""
-    import yaml
-
     record = Path(record)
     if not record.exists():
         return None, []
@@ -110,8 +119,6 @@ def describe(config: dict, basedir, record) -> dict:
     """What the captions and the workflow page say about the run (``config["report_run"]``),
     and ``rst``: the run's config with this description, every string value escaped for
     reStructuredText (:func:`headwatch.markup.escaped`), which the captions print from."""
-    from .markup import escaped
-
     cfg = run_config(config)
     scale, text = run_scale(cfg, basedir)
     files, diff = recorded_run(record, cfg)
@@ -131,8 +138,6 @@ def config_files(configfiles, given) -> str:
 
 def write_record(record, config: dict, files: str) -> None:
     """Record a run's merged configuration (atomically), with the files it came from."""
-    import yaml
-
     record = Path(record)
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_name(record.name + ".tmp")
@@ -164,13 +169,6 @@ def timed(name: str, command: list[str], root=".") -> int:
     inputs that differed from it. A run stopped and started again (Snakemake resumes it) adds an
     attempt to the same record, so the record holds the whole run's time until ``results/`` is
     cleaned. Returns the command's exit status (the attempt is recorded either way)."""
-    import resource
-    import shlex
-    import subprocess
-    import sys
-
-    from . import paths
-
     root = Path(root)
     try:
         commit, dirty = require_clean_tree(root), None
@@ -202,9 +200,6 @@ def timed(name: str, command: list[str], root=".") -> int:
 
 def main(argv=None) -> None:
     """``python -m headwatch.run_record timed NAME -- COMMAND ...`` (the Makefile's timed targets)."""
-    import argparse
-    import sys
-
     ap = argparse.ArgumentParser(prog="python -m headwatch.run_record", description=main.__doc__)
     ap.add_argument("action", choices=["timed"])
     ap.add_argument("name", help="the record's name: results/timing/<name>.json")

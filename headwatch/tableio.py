@@ -21,14 +21,17 @@ is not a regular file, not JSON (cut short, overwritten), whose content differs 
 SHA-256 or that does not say its guards passed, with the same message; every run checks the
 records of the studied models before any job (:func:`broken_records`, rules/common.smk).
 
-pandas is imported where a table is read (the Snakefile reads the records at every parse).
+pandas and pyarrow are imported where a table is written or read, not at the top: the Snakefile reads
+the records at every parse (`snakemake -n` too), which imports neither (tests/test_workflow.py).
 """
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -140,8 +143,6 @@ def corrupt_table(path, why: str) -> CorruptTableError:
 
 def file_sha256(path) -> str:
     """SHA-256 of a file's bytes."""
-    import hashlib
-
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -234,8 +235,6 @@ RECORD_MAX_BYTES = 64 << 20     # a guard record is kilobytes; a larger file is 
 
 
 def _record_sha256(body: dict) -> str:
-    import hashlib
-
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -269,8 +268,6 @@ def guard_records(rule_record: dict) -> list[dict]:
 
 def _record(path) -> tuple[dict | None, str | None]:
     """(the record, None), or (None, what is wrong with it)."""
-    import stat
-
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         return None, "it is not a regular file"

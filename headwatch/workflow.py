@@ -169,7 +169,7 @@ def log_to(path, threads: int | None = None):
     """
     t0 = time.perf_counter()
     if threads:
-        import torch
+        import torch     # here: the table-only jobs (no threads) start without it (tests/test_workflow.py)
 
         torch.set_num_threads(threads)
     with open(path, "a", buffering=1) as fh:

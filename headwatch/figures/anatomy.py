@@ -3,6 +3,7 @@ token, and the key-group cut matrix. Each reads a table; every label comes from 
 from __future__ import annotations
 
 import math
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -129,8 +130,6 @@ def kv_cache(table: pd.DataFrame, dtype: str = "float16"):
 
 
 def _wrap(text: str, width: int = 48) -> str:
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width))
 
 
