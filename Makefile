@@ -7,7 +7,7 @@
 #   make laptop-more  the sweep studies at laptop scale, timed
 #   make laptop-long  1, 4 and 32 heads at width 256 trained 4x longer than make laptop, timed
 #   make run     the paper-scale protocol (use a GPU: --resources gpu=1 runs one model job at a time)
-#   make test    the test suite (unit tests + an end-to-end run of the DAG on tiny models)
+#   make test    ruff, then the test suite (unit tests + an end-to-end run of the DAG on tiny models)
 #   make report  Snakemake's HTML report of the figures and key tables of the last run
 #   make gpu-check  the paper-scale DAG on one GPU, timed and guarded (benchmarks/gpu/README.md)
 #   make gpu-wheels the wheels gpu-check installs on a bare GPU machine (needs PyPI)
@@ -112,9 +112,11 @@ laptop-more: venv
 
 # One pytest worker per core (pytest-xdist), each taking whole modules, so that a module's
 # workflow run is made once; the modules that run the workflow are collected first
-# (tests/conftest.py). TEST_WORKERS=0 runs every test in one process.
+# (tests/conftest.py). TEST_WORKERS=0 runs every test in one process. ruff first (a second at most):
+# the rules pyproject.toml names, so that a lint stops the tests before they start.
 TEST_WORKERS ?= $(CORES)
 test: venv browser slurm-deps
+	$(BIN)/ruff check .
 	$(BIN)/pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # Laptop scale, longer (config/laptop_long.yaml over config/laptop.yaml; protocol §7, "laptop-long"):

@@ -242,7 +242,7 @@ def long_findings(root: Path, sweep: str, reference: str) -> pd.DataFrame:
     arm = {int(h): shape for h, shape in zip(last["heads"], last["shape"])}
     rows = []
     h1, h4, h32 = (arm.get(h) for h in (1, 4, o["worst_heads"]))
-    pct = lambda r: f"{r['end_gap']:+.4f} ({r['end_lo']:+.4f} to {r['end_hi']:+.4f})"  # noqa: E731
+    pct = lambda r: f"{r['end_gap']:+.4f} ({r['end_lo']:+.4f} to {r['end_hi']:+.4f})"
     if reference == h1 and h4 in v.index:
         r = v.loc[h4]
         orig = o["loss"][4] - o["loss"][1]

@@ -191,7 +191,7 @@ def main(argv=None):
     exact, est_score = b1[keep], base.score(base.corrupted_mean + est)[keep]
     cor = correlations(exact, est_score)
     k = min(10, len(exact))
-    top = lambda x: set(np.argsort(-x, kind="stable")[:k].tolist())  # noqa: E731
+    top = lambda x: set(np.argsort(-x, kind="stable")[:k].tolist())
     print(f"(i)   TransformerLens {version} get_act_patch_attn_head_out_all_pos: wall {t['tl']:8.2f} s "
           f"({1000 * t['tl'] / n_heads:.0f} ms per head); CPU {c['tl']:8.2f} s")
     print(f"(ii)  headwatch batched sweep: wall {t_b:8.2f} s"

@@ -5,8 +5,8 @@ from headwatch.figures import sweep as figs
 from headwatch.figures.style import save
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]):  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]):
+    sm = snakemake
     summary = read_parquet(sm.input.summary)
     finals = read_parquet(sm.input.finals)
     contrast = read_parquet(sm.input.contrast).iloc[0]

@@ -6,8 +6,8 @@ from headwatch.figures.style import save
 from headwatch.tableio import read_parquet
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]):  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]):
+    sm = snakemake
     t = {name: read_parquet(sm.input[name]) for name in ("curves", "events", "events_summary", "gaps", "verdicts")}
     save(figs.course_events(t["curves"], t["events"], t["events_summary"], sm.wildcards.sweep, sm.params.threshold),
          sm.output.events_pdf, sm.output.events_png)

@@ -4,8 +4,8 @@ from headwatch.figures.style import save
 from headwatch.tableio import read_parquet
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]):  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]):
+    sm = snakemake
     sweep, threshold = sm.params.sweep, sm.params.threshold
     save(figs.heads_formation(read_parquet(sm.input.curves), sweep, threshold), sm.output.formation_pdf,
          sm.output.formation_png)

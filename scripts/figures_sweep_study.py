@@ -5,7 +5,7 @@ from headwatch.figures.sweep import study_figure
 from headwatch.figures.style import save
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]):  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]):
+    sm = snakemake
     fig = study_figure(sm.params.kind, read_parquet(sm.input.summary), read_parquet(sm.input.finals))
     save(fig, sm.output.pdf, sm.output.png)

@@ -9,8 +9,8 @@ from headwatch.sweep.course import course
 from headwatch.tableio import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]) as log:  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]) as log:
+    sm = snakemake
     c = CourseJob.from_config(sm.params.course)
     runs = [dict(r, metrics=read_parquet(paths.run_output(r, "metrics.parquet")),
                  records=read_parquet(paths.run_output(r, "heads.parquet"))) for r in sm.params.runs]

@@ -5,8 +5,8 @@ from headwatch.sweep.heads import study
 from headwatch.tableio import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]) as log:  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]) as log:
+    sm = snakemake
     runs = [dict(r, metrics=read_parquet(paths.run_output(r, "metrics.parquet")),
                  records=read_parquet(paths.run_output(r, "heads.parquet")),
                  cut=read_parquet(paths.sweep_heads_cut(r["trained_under"], r["shape"], r["seed"])))

@@ -9,8 +9,8 @@ from headwatch.sweep.train import load_trained
 from headwatch.tableio import read_parquet, write_parquet
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]) as log:  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]) as log:
+    sm = snakemake
     torch.set_num_threads(sm.threads)
     device = pick_device(SweepSettings.from_config(sm.config["sweep"]).device)   # not a param (rules/common.smk)
     model, _ = load_trained(sm.input.model, device=device)

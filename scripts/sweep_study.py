@@ -7,8 +7,8 @@ from headwatch.sweep.study import read_study_runs, study_note, summarize_study
 from headwatch.tableio import write_parquet
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]) as log:  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]) as log:
+    sm = snakemake
     study = StudySettings.from_config(sm.params.study)
     vocab = json.loads(Path(sm.input.meta).read_text())["vocab_size"]
     runs = [dict(r, metrics=path) for r, path in zip(sm.params.runs, sm.input.metrics, strict=True)]

@@ -4,8 +4,8 @@ from headwatch.sweep.summary import read_runs, summarize
 from headwatch.tableio import write_parquet
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]) as log:  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]) as log:
+    sm = snakemake
     runs = [dict(r, metrics=path) for r, path in zip(sm.params.runs, sm.input.metrics, strict=True)]
     finals, curves = read_runs(runs)
     s = SummarySettings.from_config(sm.params.summary)

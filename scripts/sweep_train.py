@@ -16,8 +16,8 @@ from headwatch.sweep.train import save_trained, train
 from headwatch.tableio import write_parquet
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]) as log:  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]) as log:
+    sm = snakemake
     torch.set_num_threads(sm.threads)
     job = TrainingJob.from_config(sm.params.job)
     if job.vocab is not None:

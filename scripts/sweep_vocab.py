@@ -6,8 +6,8 @@ from pathlib import Path
 from headwatch.charlm.tokenizer import encode_splits, train_vocab
 from headwatch.workflow import log_to
 
-with log_to(snakemake.log[0]) as log:  # noqa: F821
-    sm = snakemake  # noqa: F821
+with log_to(snakemake.log[0]) as log:
+    sm = snakemake
     corpus_dir, out_dir = Path(sm.input.meta).parent, Path(sm.output.meta).parent
     meta = train_vocab(corpus_dir, out_dir, sm.params.vocab)
     split = encode_splits(corpus_dir, out_dir)

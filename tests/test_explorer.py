@@ -365,7 +365,7 @@ def test_page_in_chromium(browser, page, tiny_tables, tmp_path):
         box.clear()
         box.send_keys(str(value))
 
-    row = lambda k: d.find_element(by, f"#kv-row-{k}")                   # noqa: E731
+    row = lambda k: d.find_element(by, f"#kv-row-{k}")
     for key, value in (("kv-layers", 30), ("kv-heads", 9), ("kv-kvheads", 3), ("kv-headdim", 64), ("kv-context", 8192)):
         typed(key, value)
     Select(d.find_element(by, "#kv-bytes")).select_by_value("4")

@@ -187,7 +187,7 @@ def test_a_job_that_cannot_fit_in_this_machines_memory_is_refused_naming_the_est
     for key, value in changes.items():
         set_key(config, key, value)
     config["raise_bounds"] = raised
-    small = lambda: dict(MemTotal=512 << 20, MemAvailable=256 << 20)  # noqa: E731
+    small = lambda: dict(MemTotal=512 << 20, MemAvailable=256 << 20)
     with pytest.raises(ConfigError, match="it cannot fit in this machine's memory") as err:
         check(config, workdir, meminfo=small)
     text = str(err.value)
@@ -287,7 +287,7 @@ def gguf_bytes(kvs: list[bytes], count: int | None = None, version: int = 3, ten
 
 
 def tiny_gguf(heads: int = 4) -> list[bytes]:
-    u32 = lambda v: struct.pack("<I", v)  # noqa: E731
+    u32 = lambda v: struct.pack("<I", v)
     return [gguf_kv("general.architecture", 8, gguf_string(b"llama")), gguf_kv("llama.block_count", 4, u32(2)),
             gguf_kv("llama.attention.head_count", 4, u32(heads)), gguf_kv("llama.embedding_length", 4, u32(64)),
             gguf_kv("llama.context_length", 4, u32(256)),

@@ -84,7 +84,7 @@ def sweep_curves() -> list[dict]:
     """A reference arm (h1) and three arms: one whose gap holds (a steady 0.1 above the reference), one
     that narrows (0.2 at step 300, 0.05 at the end), one that flips (above until ~step 390, below at
     the end); every seed shares the reference's shift (the data order), plus its own small noise."""
-    base = lambda seed: curve(leave=210) + 0.02 * seed + noise(seed)  # noqa: E731
+    base = lambda seed: curve(leave=210) + 0.02 * seed + noise(seed)
     bump = np.exp(-((STEPS - 300) / 120.0) ** 2)
     shapes = {
         "w256-h1": base,

@@ -56,7 +56,7 @@ class Attention(nn.Module):
 
     def forward(self, x):
         B, T, C = x.shape
-        split = lambda t, n: t.view(B, T, n, self.head_dim).transpose(1, 2)  # noqa: E731
+        split = lambda t, n: t.view(B, T, n, self.head_dim).transpose(1, 2)
         q = split(self.q(x), self.heads)
         k, v = split(self.k(x), self.kv_heads), split(self.v(x), self.kv_heads)
         if self.kv_heads != self.heads:    # query head h reads group h // (heads // kv_heads)
@@ -158,7 +158,7 @@ class Experts(nn.Module):
         ends = ends.to(torch.int32)
         cast = (torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type)
                 else None)
-        mm = lambda a, w: grouped_matmul(a if cast is None else a.to(cast),  # noqa: E731
+        mm = lambda a, w: grouped_matmul(a if cast is None else a.to(cast),
                                          w if cast is None else w.to(cast), ends)
         # Gathers by indexing (its gradient is summed by index_put, deterministic on a GPU as well,
         # where index_select's gradient would add rows by atomics in no fixed order).

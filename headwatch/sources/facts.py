@@ -241,12 +241,12 @@ def read_shape(loc: Located, config: dict) -> tuple[dict, str]:
         header = gguf_header(loc.gguf)
         where, fields, model_type = f"{loc.gguf} (GGUF header)", gguf_fields(header), gguf_model_type(header)
         base_key = f"{header.get('general.architecture', 'llama')}.{GGUF_KEYS['rotary_base']}"
-        make = lambda: shape_from_gguf(header)  # noqa: E731
+        make = lambda: shape_from_gguf(header)
     else:
         raw = read_json(loc.folder / "config.json")
         where, fields, model_type = str(loc.folder / "config.json"), config_fields(raw), raw.get("model_type")
         base_key = "rope_theta"
-        make = lambda: shape_from_config(raw)  # noqa: E731
+        make = lambda: shape_from_config(raw)
     errors = field_errors(fields, model_type, config)
     if not errors:
         try:

@@ -288,7 +288,7 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 def verdict_sentence(v) -> str:
     """One gap's verdict with the intervals that decide it."""
-    pct = lambda lo, hi: f"{lo:+.4f} to {hi:+.4f}"  # noqa: E731
+    pct = lambda lo, hi: f"{lo:+.4f} to {hi:+.4f}"
     text = (f"{v['arm']} − {v['reference']}: **{v['verdict']}** — peak {v['peak_gap']:+.4f} at step {v['peak_step']} "
             f"({pct(v['peak_lo'], v['peak_hi'])}), at the end (step {v['end_step']}) {v['end_gap']:+.4f} "
             f"({pct(v['end_lo'], v['end_hi'])})")
