@@ -120,7 +120,7 @@ def layout(tokenizer, template: str, names: Sequence[str]) -> tuple[list[int], l
 # ------------------------------------------------------------------ the pre-job checks
 def patching_errors(config: dict, facts) -> list[str]:
     """Every check of ``patching:`` before any job, for one studied model (``facts``: the model's
-    ``key``, ``tokenizer`` and ``shape``, :class:`headwatch.config.ModelFacts`): every name is one
+    ``key``, ``tokenizer`` and ``shape``, :class:`headwatch.sources.ModelFacts`): every name is one
     token with its space; every template holds its slots (:func:`template_errors`) and gives the
     same number of tokens with its slots at the same positions, within the model's context. The
     model-independent checks (the templates' slots, ``phrase``, ``guard_prompts``) are reported
