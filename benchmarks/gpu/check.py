@@ -544,36 +544,33 @@ def guards(results: Path) -> list[dict]:
     from headwatch.tableio import guard_records, read_parquet, read_record
     from headwatch.targets import ABLATION_EXPERIMENTS, MODEL_ANATOMY_FILES
 
-    def under_results(path: str) -> Path:
-        return Path(path).relative_to(paths.RESULTS)
-
     rows = []
     models = sorted(p.name for p in results.iterdir() if p.is_dir())
-    records = [under_results(paths.guard_record(m, e)) for m in models for e in ABLATION_EXPERIMENTS]
-    for path in (p for p in records if (results / p).exists()):
-        rec = read_record(results / path)
-        src = str(path.with_suffix(""))
+    records = [under(results, paths.guard_record(m, e)) for m in models for e in ABLATION_EXPERIMENTS]
+    for path in (p for p in records if p.exists()):
+        rec = read_record(path)
+        src = str(path.relative_to(results).with_suffix(""))
         dev = f"{rec.get('device')} {rec.get('dtype')}"
         for g in guard_records(rec):
             rows.append(dict(source=src, guard=g["guard"], cases=g["n_cases"], max_abs_diff=g["max_abs_diff"],
                              bound=g["tolerance"], identical=g["identical"], passed=g["passed"], device=dev))
-    anatomy = [under_results(paths.model_anatomy(m, f)) for m in models for f in MODEL_ANATOMY_FILES]
-    for path in (p for p in anatomy if p.suffix == ".json" and (results / p).exists()):
-        g = json.loads((results / path).read_text())
+    anatomy = [under(results, paths.model_anatomy(m, f)) for m in models for f in MODEL_ANATOMY_FILES]
+    for path in (p for p in anatomy if p.suffix == ".json" and p.exists()):
+        g = json.loads(path.read_text())
         if isinstance(g, dict) and "max_abs_delta" in g:
-            rows.append(dict(source=str(path.with_suffix("")),
+            rows.append(dict(source=str(path.relative_to(results).with_suffix("")),
                              guard="map by hand (float64) vs the model's", cases=1,
                              max_abs_diff=g["max_abs_delta"], bound=g["tolerance"], identical=None,
                              passed=g["passed"], device=f"{g.get('model_device')} {g.get('model_dtype')}"))
     deltas = ["others_max_delta", "before_max_delta", "restore_max_delta"]
-    for path in (p for p in anatomy if p.suffix == ".parquet" and (results / p).exists()):
-        kv = read_parquet(results / path)
+    for path in (p for p in anatomy if p.suffix == ".parquet" and p.exists()):
+        kv = read_parquet(path)
         if not set(deltas + ["role", "layer", "kv_group"]) <= set(kv.columns):
             continue
         for role, g in kv.groupby("role"):
             cuts = g.drop_duplicates(["layer", "kv_group"])
             worst = float(cuts[deltas].max().max())
-            rows.append(dict(source=f"{path.with_suffix('')} ({role})",
+            rows.append(dict(source=f"{path.relative_to(results).with_suffix('')} ({role})",
                              guard="key-group cut: other heads, earlier layers, restore", cases=len(cuts),
                              max_abs_diff=worst, bound=0.0, identical=worst == 0, passed=worst == 0,
                              device="-"))
@@ -584,22 +581,23 @@ def table_text(df, floats: str = ".4g") -> str:
     return df.to_string(index=False, float_format=lambda v: format(v, floats), na_rep="-")
 
 
+def under(results: Path, path: str) -> Path:
+    """A path of :mod:`headwatch.paths` (``results/...``) inside the results folder ``results``."""
+    return results / Path(path).relative_to(RESULTS)
+
+
 def sweep_tables(results: Path) -> list[tuple[str, "pd.DataFrame"]]:
     """The sweep's summary and contrast and each study's table, from the results folder ``results``
     (where :mod:`headwatch.paths` puts them; read through :mod:`headwatch.tableio`)."""
     from headwatch import paths
     from headwatch.tableio import read_parquet
 
-    def under_results(path: str) -> Path:
-        return results / Path(path).relative_to(paths.RESULTS)
-
     out = []
     for name in ("summary", "contrast"):
-        p = under_results(paths.sweep_table(name))
+        p = under(results, paths.sweep_table(name))
         if p.exists():
             out.append((f"sweep/{name}", read_parquet(p)))
-    studies = under_results(paths.study_table("any")).parent
-    for p in sorted(studies.glob("*.parquet")):
+    for p in sorted(under(results, paths.study_table("any")).parent.glob("*.parquet")):
         if not p.stem.endswith("_finals"):
             out.append((f"sweep/studies/{p.stem}", read_parquet(p)))
     return out

@@ -50,7 +50,7 @@ from headwatch.tableio import read_parquet, read_record
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from check import ARCHIVE, guards, unpack_out  # noqa: E402  (the check's own reading of its records)
+from check import ARCHIVE, deep_merge, guards, under, unpack_out  # noqa: E402  (the check's own reading of its records)
 
 SCORES = ("sink", "prev", "self", "induction")
 PYTHON = ".venv/bin/python"
@@ -97,10 +97,6 @@ def span(mean, lo, hi, spec: str = ".4f") -> str:
 # ------------------------------------------------------------------ the two scales, from the configs
 def config(*names: str) -> dict:
     """config/<name>.yaml files merged key by key, as Snakemake merges --configfile overlays."""
-    import yaml
-
-    from check import deep_merge
-
     out: dict = {}
     for name in names:
         out = deep_merge(out, yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) or {})
@@ -150,11 +146,6 @@ def kept_section(page: Path, model: str) -> str:
     if start < 0 or end < start:
         raise SystemExit(f"{page} has no '{model} at paper scale' section to keep: give --smollm2 <results folder>")
     return text[start:end].strip()
-
-
-def under(results: Path, path: str) -> Path:
-    """A path of :mod:`headwatch.paths` (``results/...``) inside the results folder ``results``."""
-    return results / Path(path).relative_to(paths.RESULTS)
 
 
 def smollm2_sections(results: Path, model: str, root: Path, commit: str, command: str) -> list[str]:
