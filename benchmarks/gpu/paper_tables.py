@@ -43,6 +43,7 @@ import yaml
 
 from headwatch import paths, run_record, targets
 from headwatch.markup import markdown
+from headwatch.names import SCORES
 from headwatch.provenance import DirtyTreeError, RunRecordError, page_header, require_clean_tree, run_attempts
 from headwatch.settings.sweep import TrainSettings, active_sweeps, train_of
 from headwatch.tableio import read_parquet, read_record
@@ -52,7 +53,6 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from check import ARCHIVE, deep_merge, guards, under, unpack_out  # noqa: E402  (the check's own reading of its records)
 
-SCORES = ("sink", "prev", "self", "induction")
 PYTHON = ".venv/bin/python"
 SCRIPT = "benchmarks/gpu/paper_tables.py"
 TIMED = f"{PYTHON} -m headwatch.run_record timed"             # the Makefile's TIMED
