@@ -51,7 +51,7 @@ from headwatch.tableio import read_parquet, read_record
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from check import ARCHIVE, deep_merge, guards, under, unpack_out  # noqa: E402  (the check's own reading of its records)
+from check import ARCHIVE, guards, under, unpack_out  # noqa: E402  (the check's own reading of its records)
 
 PYTHON = ".venv/bin/python"
 SCRIPT = "benchmarks/gpu/paper_tables.py"
@@ -95,14 +95,6 @@ def span(mean, lo, hi, spec: str = ".4f") -> str:
 
 
 # ------------------------------------------------------------------ the two scales, from the configs
-def config(*names: str) -> dict:
-    """config/<name>.yaml files merged key by key, as Snakemake merges --configfile overlays."""
-    out: dict = {}
-    for name in names:
-        out = deep_merge(out, yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) or {})
-    return out
-
-
 def sweep_facts(cfg: dict) -> dict:
     """Training runs of the plain sweeps and of the studies (a configuration listed twice with the same
     seed and `train` settings is trained once, under the first sweep), steps, batch and context."""
@@ -347,7 +339,7 @@ def main(argv=None) -> None:
                       else [kept_section(args.out, args.model)])
     except (DirtyTreeError, RunRecordError) as err:
         raise SystemExit(f"paper_tables: refused: {err}") from err
-    paper, quick = config("config"), config("config", "quick")
+    paper, quick = run_record.config_of(ROOT), run_record.config_of(ROOT, "config/quick.yaml")
     pf, qf = sweep_facts(paper), sweep_facts(quick)
     qs = {n: quick["sequences"]["sets"][n]["n"] for n in ("induction", "eval", "circuit")}
     on_gpu = "the GPU below" if args.gpu else "not yet: needs a GPU"
