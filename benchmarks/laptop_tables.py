@@ -25,7 +25,6 @@ result inputs differ from this one's, a run that failed.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import shutil
