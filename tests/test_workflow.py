@@ -117,7 +117,6 @@ def test_patching_outputs_guards_figures_and_pages(run):
     """Activation patching (protocol §5d) on the tiny model: the four tables with their schemas and
     the note the report shows, every guard passed with its figure, the figures, the table pages and
     the explorer's panel."""
-    import json
 
     workdir, _, config = run
     res = workdir / "results" / "tiny-llama" / "patching"
@@ -154,7 +153,7 @@ def test_patching_outputs_guards_figures_and_pages(run):
     assert '"patching":{"heads":{"columns":["layer","head"' in page
 
 
-def test_the_explorer_shows_the_patching_panel(run, browser):
+def test_the_explorer_shows_the_patching_panel(run, browser):  # noqa: F811 -- the fixture imported above
     """The page of the tiny run in Chromium: both layers × heads maps hold the heads table's
     scores, hovering a head reads it out, the residual map has the tokens on its axis."""
     import json

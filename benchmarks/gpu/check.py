@@ -62,6 +62,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:      # the annotations only: pandas is imported where a table is read (a bare GPU machine lacks it at first)
+    import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

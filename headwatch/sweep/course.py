@@ -122,7 +122,9 @@ def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
 def mean_interval(values, bootstrap: BootstrapSettings | dict) -> tuple[float | None, float | None, float | None]:
     """(mean, low, high) of the percentile bootstrap interval of the mean of ``values`` (None where
     there are none; the interval of one value is that value)."""
-    from scipy import stats     # SCIPY_REASON
+    # scipy here, not at the top: every training job imports this module (through sweep.heads) and
+    # never bootstraps, and importing scipy.stats takes 1.9 s.
+    from scipy import stats
 
     b = BootstrapSettings.of(bootstrap)
     v = np.asarray([x for x in values if pd.notna(x)], dtype=float)
@@ -169,7 +171,9 @@ def paired_losses(curves: pd.DataFrame, arm: str, reference: str) -> pd.DataFram
 def _resampled_means(diff: np.ndarray, bootstrap: BootstrapSettings) -> np.ndarray:
     """(steps, resamples) means over seeds of ``diff`` (steps × seeds), every step resampled with
     the same seeds (``scipy.stats.bootstrap``'s resamples of the seed axis)."""
-    from scipy import stats     # SCIPY_REASON
+    # scipy here, not at the top: every training job imports this module (through sweep.heads) and
+    # never bootstraps, and importing scipy.stats takes 1.9 s.
+    from scipy import stats
 
     if diff.shape[1] < 2:
         return diff.mean(axis=1, keepdims=True)
