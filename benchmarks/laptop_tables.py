@@ -286,10 +286,9 @@ def long_findings(root: Path, sweep: str, reference: str) -> pd.DataFrame:
 
 def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
     """The page's section on `make laptop-long`, or a paragraph saying it has not been made."""
-    head = LONG_HEAD
     record = root / paths.timed_run(LONG_RECORD)
     if not record.exists():
-        return [head, "", f"Not made in this checkout: no `{paths.timed_run(LONG_RECORD)}`. `{LONG_COMMAND}` runs it "
+        return [LONG_HEAD, "", f"Not made in this checkout: no `{paths.timed_run(LONG_RECORD)}`. `{LONG_COMMAND}` runs it "
                 "(protocol §7, laptop-long) and writes this section."]
     attempts = timing(root, LONG_RECORD, commit)
     cfg = run_config(root, attempts)
@@ -307,7 +306,7 @@ def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
 
     finals = read_parquet(root / paths.course_table(sweep, "curves"))
     finals = finals[finals["step"] == finals["step"].max()].assign(trained_under=sweep)
-    return [head, "", page_header(commit, LONG_COMMAND), *machine_lines(attempts, LONG_RECORD),
+    return [LONG_HEAD, "", page_header(commit, LONG_COMMAND), *machine_lines(attempts, LONG_RECORD),
             f"Sweep `{sweep}` ({', '.join(sorted({s for s in finals['shape']}, key=lambda x: int(x.split('-h')[1])))}; "
             f"seeds {', '.join(map(str, sw['sweeps'][sweep]['seeds']))}): {train['steps']} steps of {train['batch']} × "
             f"{sw['model']['context']} = {chars:,} characters per model ({chars / ORIGINAL_LONG['chars']:.2f} of the "
