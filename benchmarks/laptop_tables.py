@@ -3,6 +3,7 @@ computed, none typed (but the original run's findings it is compared with, ORIGI
 
     make laptop && .venv/bin/python benchmarks/laptop_tables.py
     .venv/bin/python benchmarks/laptop_tables.py [--root .] [--out docs/results/laptop-scale.md]
+    make laptop-long && .venv/bin/python benchmarks/laptop_tables.py --only laptop-long
 
 It reads, under ``--root`` (the checkout the run was made in): the run's timing record
 (``results/timing/laptop.json``, written by the Makefile's timed target: wall and CPU time, machine,
@@ -17,6 +18,10 @@ is written from its own timed record, beside the original run's numbers point by
 that the run has not been made; the page is written either way. A run's configuration is read from
 the config files its timed command names (the two runs share ``results/``, so
 ``results/run_config.yaml`` holds only the last one's).
+
+``--only laptop-long`` writes that section alone, from a checkout where only `make laptop-long` was
+run: the section (its own commit, command and timed record at its head) replaces the one the page
+has, and the rest of the page stays as its own run wrote it, under its own commit.
 
 Refused (nothing written): a checkout whose result inputs differ from its commit
 (:func:`headwatch.provenance.require_clean_tree`), a run made from such a tree or at a commit whose
@@ -50,7 +55,8 @@ from headwatch.sweep.summary import split_verdict, width_verdict  # noqa: E402
 from headwatch.tableio import read_note, read_parquet  # noqa: E402
 
 COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
-LONG_COMMAND = "make laptop-long && .venv/bin/python benchmarks/laptop_tables.py"
+LONG_COMMAND = "make laptop-long && .venv/bin/python benchmarks/laptop_tables.py --only laptop-long"
+LONG_HEAD = "## Longer: `make laptop-long` (1, 4 and 32 heads, 4× the characters)"
 RECORD, MORE_RECORD, LONG_RECORD = "laptop", "laptop-more", "laptop-long"
 FIGURES = ("training_curves", "contrast", "loss_vs_heads", "loss_vs_width", "heads_formation", "heads_finals",
            "heads_grid")
@@ -274,10 +280,9 @@ def long_findings(root: Path, sweep: str, reference: str) -> pd.DataFrame:
 
 def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
     """The page's section on `make laptop-long`, or a paragraph saying it has not been made."""
-    head = "## Longer: `make laptop-long` (1, 4 and 32 heads, 4× the characters)"
     record = root / paths.timed_run(LONG_RECORD)
     if not record.exists():
-        return [head, "", f"Not made in this checkout: no `{paths.timed_run(LONG_RECORD)}`. `{LONG_COMMAND}` runs it "
+        return [LONG_HEAD, "", f"Not made in this checkout: no `{paths.timed_run(LONG_RECORD)}`. `{LONG_COMMAND}` runs it "
                 "(protocol §7, laptop-long) and writes this section."]
     attempts = timing(root, LONG_RECORD, commit)
     cfg = run_config(root, attempts)
@@ -291,7 +296,7 @@ def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
     links = copy_course_figures(root, figures_out, sweep)
     finals = read_parquet(root / paths.course_table(sweep, "curves"))
     finals = finals[finals["step"] == finals["step"].max()].assign(trained_under=sweep)
-    return [head, "", page_header(commit, LONG_COMMAND), *machine_lines(attempts, LONG_RECORD),
+    return [LONG_HEAD, "", page_header(commit, LONG_COMMAND), *machine_lines(attempts, LONG_RECORD),
             f"Sweep `{sweep}` ({', '.join(sorted({s for s in finals['shape']}, key=lambda x: int(x.split('-h')[1])))}; "
             f"seeds {', '.join(map(str, sw['sweeps'][sweep]['seeds']))}): {train.steps} steps of {train.batch} × "
             f"{sw['model']['context']} = {chars:,} characters per model ({chars / ORIGINAL_LONG['chars']:.2f} of the "
@@ -369,13 +374,37 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n\n".join(parts) + "\n")
 
 
+def with_long_section(root: Path, out: Path) -> str:
+    """The page at ``out`` with its laptop-long section written again from ``root``'s run (refused
+    like the whole page: a tree with changes, a failed run, no run): the section from its heading to
+    the next heading of its level is replaced, or put before the studies (or at the end) when the
+    page has none."""
+    if not out.exists():
+        raise PageError(f"no {out}: write the whole page first (`{COMMAND}`)")
+    commit = require_clean_tree(root)
+    if not (root / paths.timed_run(LONG_RECORD)).exists():
+        raise PageError(f"no {root / paths.timed_run(LONG_RECORD)}: `make laptop-long` has not been run here")
+    section = "\n\n".join(long_section(root, commit, out))
+    lines = out.read_text().split("\n")
+    heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    start = next((i for i in heads if lines[i] == LONG_HEAD), None)
+    if start is None:
+        end = start = next((i for i in heads if lines[i].startswith("## The studies at laptop scale")), len(lines))
+    else:
+        end = next((i for i in heads if i > start), len(lines))
+    text = "\n".join(lines[:start]).rstrip("\n") + "\n\n" + section + "\n\n" + "\n".join(lines[end:])
+    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout the run was made in")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "laptop-scale.md")
+    ap.add_argument("--only", choices=[LONG_RECORD], help="write this run's section alone into the page at --out")
     args = ap.parse_args(argv)
     try:
-        text = page(args.root.resolve(), args.out)
+        text = (with_long_section(args.root.resolve(), args.out) if args.only == LONG_RECORD
+                else page(args.root.resolve(), args.out))
     except (DirtyTreeError, RunRecordError, PageError) as err:
         raise SystemExit(f"laptop_tables: refused: {err}") from err
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -314,6 +314,20 @@ def test_laptop_long_shares_the_results_tree_and_writes_its_section(sweep_run, t
         assert f"{r.end_gap:+.4f} ({r.end_step})" in text
     for key in ("events", "gaps"):
         assert (tmp_path / "laptop-scale" / f"course_heads_long_{key}.png").stat().st_size > 0
+    # --only laptop-long: the section alone replaces the page's own, the rest stays as it was
+    page = tmp_path / "only" / "laptop-scale.md"
+    with pytest.raises(laptop_tables.PageError, match="write the whole page first"):
+        laptop_tables.with_long_section(workdir, page)
+    page.parent.mkdir()
+    old = "# Laptop-scale results\n\n## The run\n\nkept\n\n" + laptop_tables.LONG_HEAD + "\n\nstale\n\n### old\n\n"
+    page.write_text(old + "## The studies at laptop scale (`make laptop-more`)\n\nkept too\n")
+    laptop_tables.main(["--root", str(workdir), "--out", str(page), "--only", "laptop-long"])
+    new = page.read_text()
+    assert "stale" not in new and "### old" not in new and new.count(laptop_tables.LONG_HEAD) == 1
+    assert new.startswith("# Laptop-scale results\n\n## The run\n\nkept\n\n" + laptop_tables.LONG_HEAD)
+    assert new.endswith("## The studies at laptop scale (`make laptop-more`)\n\nkept too\n")
+    section = text[text.index(laptop_tables.LONG_HEAD):]
+    assert section.strip() in new                      # the same section the whole page writes
     # A laptop-long record made at other result inputs is refused, as the laptop run's.
     record = workdir / "results" / "timing" / "laptop-long.json"
     kept = record.read_text()
