@@ -27,6 +27,7 @@ import yaml
 from . import paths
 from .markup import escaped
 from .provenance import DirtyTreeError, RunRecordError, require_clean_tree
+from .settings.sweep import train_of
 
 # The overlays that define the scales (Makefile: make quick, quick-more, laptop, laptop-more).
 SCALES = [
@@ -118,13 +119,19 @@ def recorded_run(record, cfg: dict) -> tuple[str | None, list[str]]:
 def describe(config: dict, basedir, record) -> dict:
     """What the captions and the workflow page say about the run (``config["report_run"]``),
     and ``rst``: the run's config with this description, every string value escaped for
-    reStructuredText (:func:`headwatch.markup.escaped`), which the captions print from."""
+    reStructuredText (:func:`headwatch.markup.escaped`), which the captions print from. In
+    ``rst`` each sweep's ``train`` is the one it trains with (:func:`train_of`: its own keys over
+    the scale's ``sweep.train``), so that a caption reads one mapping per sweep."""
     cfg = run_config(config)
     scale, text = run_scale(cfg, basedir)
     files, diff = recorded_run(record, cfg)
     out = dict(scale=scale, scale_text=text, record=str(record), recorded_files=files,
                recorded_differences=diff)
-    return dict(out, rst=escaped(dict(cfg, **{COMPUTED_KEY: out})))
+    shown = dict(cfg, **{COMPUTED_KEY: out})
+    if isinstance(cfg.get("sweep"), dict) and isinstance(cfg["sweep"].get("sweeps"), dict):
+        sw = cfg["sweep"]
+        shown["sweep"] = dict(sw, sweeps={name: dict(s, train=train_of(sw, name)) for name, s in sw["sweeps"].items()})
+    return dict(out, rst=escaped(shown))
 
 
 def config_files(configfiles, given) -> str:

@@ -134,7 +134,7 @@ def test_the_training_step_is_timed_on_the_sweeps_plain_model_and_printed_from_i
     assert record["finished"] and record["device"] == "cpu"
     assert (record["width"], record["heads"]) == (16, 2)          # the capacity sweep's larger model
     assert (record["layers"], record["context"]) == (tiny_cfg["model"]["layers"], tiny_cfg["model"]["context"])
-    assert record["batch"] == tiny_cfg["sweeps"]["width"]["train"]["batch"]
+    assert record["batch"] == tiny_cfg["train"]["batch"]
     eager = record["variants"]["eager"]
     assert eager["steps"] == 2 and eager["best_s"] <= eager["median_s"]
     assert eager["tokens_per_s"] == pytest.approx(record["batch"] * record["context"] / eager["best_s"])

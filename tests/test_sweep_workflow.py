@@ -34,8 +34,7 @@ def with_vocab_study(config: dict) -> dict:
     sw = config["sweep"]
     return deep_merge(config, {"sweep": {
         "skip": [n for n in sw["skip"] if n != "vocab"],
-        "sweeps": {"vocab": {"study": {"kind": "vocab"}, "grid": VOCAB_GRID, "seeds": [0, 1],
-                             "train": sw["sweeps"]["heads_split"]["train"]}}}})
+        "sweeps": {"vocab": {"study": {"kind": "vocab"}, "grid": VOCAB_GRID, "seeds": [0, 1]}}}})
 
 
 def smk(workdir, configfile, *args, timed=False, targets=(*TARGETS, *FIGURES), record="laptop"):
@@ -122,7 +121,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
         assert list(m.columns) == ["step", "train_loss", "val_loss", "tokens_per_s", "in_context"]
         h = pd.read_parquet(res / "heads_split" / "w16-h2" / f"seed{seed}" / "heads.parquet")   # §7b records
         assert len(h) == len(m) * 2 * 2 and set(h["step"]) == set(m["step"])
-        assert m["step"].iloc[-1] == sw["sweeps"]["heads_split"]["train"]["steps"]
+        assert m["step"].iloc[-1] == sw["train"]["steps"]
         assert (res / "heads_split" / "w16-h2" / f"seed{seed}" / "model.pt").stat().st_size > 0
         assert not (res / "heads_split" / "w16-h2" / f"seed{seed}" / "checkpoint.pt").exists()
     contrast = pd.read_parquet(res / "contrast.parquet").iloc[0]
