@@ -8,6 +8,7 @@ its printed report with the files the run left, read here independently."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -42,9 +43,12 @@ def tiny(tmp_path_factory):
     env = dict(os.environ, PYTHON=sys.executable)
     env.pop("OUT", None)
     t0 = time.monotonic()
+    # Alone on 2 cores the check takes about 160 s; in the suite the other worker shares those
+    # cores (a CI run stopped it at 400 s of a 480 s limit). The limit is the check's own stop, not
+    # a timing claim (benchmarks/ measure time): wide, so that a loaded machine passes.
     result = subprocess.run(["bash", str(GPU / "check.sh"), "--cpu-tiny", "--workdir", str(workdir),
-                             "--out", str(out), "--cores", "2", "--time-limit", "480"], env=env,
-                            capture_output=True, text=True, timeout=900)
+                             "--out", str(out), "--cores", "2", "--time-limit", "1200"], env=env,
+                            capture_output=True, text=True, timeout=1500)
     assert "STOPPED" not in result.stdout, result.stdout[-4000:]
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     return dict(workdir=workdir, out=out, stdout=result.stdout, results=workdir / "results",
@@ -85,16 +89,15 @@ def test_the_overlay_studies_the_random_model_from_its_folder(tiny):
 
 def test_each_rules_wall_time_is_the_sum_of_its_benchmark_records(tiny):
     bench = tiny["results"] / "benchmarks"
-    walls: dict[str, float] = {}
+    walls: dict[str, list[float]] = {}
     for p in bench.rglob("*.tsv"):
         rule = p.relative_to(bench).with_suffix("").parts[0]
-        walls[rule] = walls.get(rule, 0.0) + float(pd.read_csv(p, sep="\t")["s"].iloc[-1])
+        walls.setdefault(rule, []).append(float(pd.read_csv(p, sep="\t")["s"].iloc[-1]))
     rows = {r[0]: r for r in printed_table(tiny["stdout"], "== rules")}
     assert set(walls) <= set(rows) and len(walls) >= 10
     for rule, wall in walls.items():
-        # printed to 0.1 s; the check sums in its own order, so a sum on a rounding edge (141.35)
-        # may print either way: within half a printed unit, and never further
-        assert abs(float(rows[rule][4]) - wall) <= 0.05 + 1e-9, (rule, wall, rows[rule])
+        # the check sums with math.fsum (correctly rounded, in any order): the same printed figure
+        assert rows[rule][4] == format(math.fsum(wall), ".1f"), (rule, wall, rows[rule])
     # the model rules and the training jobs are among them
     assert {"scores_heads", "ablation_topk", "ablation_circuit", "ablation_attribution", "anatomy_weight_check",
             "anatomy_kv_groups", "sweep_train"} <= set(rows)

@@ -54,6 +54,7 @@ import gzip
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import re
 import shutil
@@ -519,10 +520,11 @@ def rules_table(jobs) -> "pd.DataFrame":
 
     out = []
     for rule, g in jobs.groupby("rule", sort=False):
+        walls = g["wall_s"].dropna()
         dev = sorted({str(d) for d in g["device"].dropna()})
         out.append(dict(rule=rule, jobs=len(g), cuda=int(g["device"].astype(str).str.startswith("cuda").sum()),
                         device=",".join(dev) or "-",
-                        wall_s_total=g["wall_s"].sum(min_count=1), wall_s_max=g["wall_s"].max(),
+                        wall_s_total=math.fsum(walls) if len(walls) else float("nan"), wall_s_max=g["wall_s"].max(),
                         peak_gpu_mib=g["peak_gpu_mib"].max(), peak_rss_mib=g["peak_rss_mib"].max(),
                         failed=int(g["failed"].fillna(False).astype(bool).sum())))
     return pd.DataFrame(out).sort_values("wall_s_total", ascending=False, na_position="last")
