@@ -17,11 +17,18 @@ the attributes that hold its shape.
 
 * ``z`` — the input of the attention output projection; one unit per head
   (its ``head_dim`` slice, :meth:`Adapter.out_columns`). A head's "voice".
+* ``q`` — the query projection output; one unit per head
+  (:meth:`Adapter.query_slice`; inside the fused QKV output for GPT-NeoX, GPT-2
+  and Phi-3). Before any rotary embedding and any per-head QK-norm (OLMo 2's
+  queries: after its query norm, which spans every head).
 * ``k`` / ``v`` — the key / value projection outputs; one unit per key/value
   group (:meth:`Adapter.key_slice`, :meth:`Adapter.value_slice`; inside the
   fused QKV output for GPT-NeoX, GPT-2 and Phi-3). Before any rotary embedding
   (OLMo 2's keys: after its key norm, which spans every group).
 * ``pattern`` — the attention weights ``[batch, heads, T, T]``; one unit per head.
+* ``mlp_out`` — what a block's feed-forward network adds to the residual stream
+  ``[batch, T, width]``: its output, after the post-feed-forward norm where the
+  family has one (Gemma 2/3, OLMo 2: ``Family.site_paths``).
 * ``resid`` — a block's output ``[batch, T, width]``; ``resid_in`` — its input.
 
 :func:`sites_table` lists the module each site hooks, per family
@@ -118,8 +125,9 @@ class Family:
     # (Mistral, Phi-3). A query at i sees keys j with i - window < j <= i.
     window: str = ""
     window_layers: tuple[str, str] = ("", "")
-    # Sites hooked on another module than their default (e.g. the keys after a QK-norm that
-    # spans every key/value group, so that a group's slice is its own: OLMo 2's "k").
+    # Sites hooked on another module than their default (e.g. the queries and keys after a
+    # QK-norm that spans every head / key/value group, so that a unit's slice is its own: OLMo 2's
+    # "q" and "k"; the feed-forward output after a post-feed-forward norm: "mlp_out").
     site_paths: dict = field(default_factory=dict)
     # A model without a transformers config: its class by dotted name, the attributes that
     # hold its shape, and its embedding modules.
@@ -161,8 +169,9 @@ def _llama_like(name: str, **kw) -> Family:
 
 _QK_NORMS = ("self_attn.q_norm", "self_attn.k_norm")
 _LAYER_TYPES = ("layer_types", "sliding_attention")
+_POST_FFN = {"mlp_out": "post_feedforward_layernorm"}   # the norm between the MLP and the residual
 _GEMMA = dict(norm_offset=1.0, scale_by="query_pre_attn_scalar", softcap="attn_logit_softcapping",
-              window="sliding_window", window_layers=_LAYER_TYPES, heads_divide_width=True)
+              window="sliding_window", window_layers=_LAYER_TYPES, heads_divide_width=True, site_paths=_POST_FFN)
 
 FAMILIES = {f.name: f for f in (
     Family("gpt_neox", "gpt_neox.layers", "attention", "attention.dense", ("attention.query_key_value",),
@@ -179,7 +188,7 @@ FAMILIES = {f.name: f for f in (
     _llama_like("qwen3", qk_norm="head", qk_norm_paths=_QK_NORMS, window="sliding_window",
                 window_layers=_LAYER_TYPES),
     _llama_like("olmo2", input_norm="", qk_norm="projection", qk_norm_paths=_QK_NORMS,
-                site_paths={"k": "self_attn.k_norm"}),
+                site_paths={"q": "self_attn.q_norm", "k": "self_attn.k_norm", **_POST_FFN}),
     _llama_like("phi3", qkv=("self_attn.qkv_proj",), fused_layout="qkv", window="sliding_window"),
     _llama_like("mistral", window="sliding_window"),
     Family("gptj", "transformer.h", "attn", "attn.out_proj", ("attn.q_proj", "attn.k_proj", "attn.v_proj"),
@@ -210,9 +219,11 @@ def all_families() -> dict[str, Family]:
 
 SITES = {
     "z": "input of the attention output projection (per head)",
+    "q": "query projection output (per head)",
     "k": "key projection output (per key/value group)",
     "v": "value projection output (per key/value group)",
     "pattern": "attention weights [batch, heads, T, T] (per head)",
+    "mlp_out": "the feed-forward network's output [batch, T, width], after any post-feed-forward norm",
     "resid": "a block's output [batch, T, width]",
     "resid_in": "a block's input [batch, T, width]",
 }
@@ -593,12 +604,12 @@ class Adapter:
     # ---- sites ---------------------------------------------------------------
     def site_units(self, site: str) -> int:
         """How many units a site has in one layer: heads, key/value groups, or 0 (a whole tensor)."""
-        return {"z": self.n_heads, "pattern": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads,
-                "resid": 0, "resid_in": 0}[require_site(site)]
+        return {"z": self.n_heads, "q": self.n_heads, "pattern": self.n_heads, "k": self.n_kv_heads,
+                "v": self.n_kv_heads, "mlp_out": 0, "resid": 0, "resid_in": 0}[require_site(site)]
 
     def require_unit(self, site: str, layer: int, unit: int | None) -> None:
         """HeadAddressError unless ``unit`` of ``site`` exists in ``layer`` (None = the whole site)."""
-        if site in ("z", "pattern"):
+        if site in ("z", "q", "pattern"):
             if unit is None:
                 self.require_head(layer, 0)
             else:
@@ -608,11 +619,11 @@ class Adapter:
         else:
             self.require_head(layer, 0)
             if unit is not None:
-                raise HeadAddressError(f"site {site!r} has no units (it is a whole block's tensor); "
+                raise HeadAddressError(f"site {site!r} has no units (it is a whole [batch, T, width] tensor); "
                                        f"got unit {unit}")
 
     def site_module(self, site: str, layer: int) -> nn.Module:
-        """The module whose input (z, resid_in) or output (k, v, pattern, resid) is the site."""
+        """The module whose input (z, resid_in) or output (q, k, v, pattern, mlp_out, resid) is the site."""
         path = self.site_path(site)
         return _get(self.blocks[layer], path) if path else self.blocks[layer]
 
@@ -620,6 +631,8 @@ class Adapter:
         """The features of the site's tensor (last dimension) that hold ``unit``."""
         if site == "z":
             return self.out_columns(unit)
+        if site == "q":
+            return self.query_slice(unit)
         if site == "k":
             return self.key_slice(unit)
         if site == "v":
@@ -717,7 +730,8 @@ class Adapter:
 def _site_paths(f: Family) -> dict[str, str]:
     """Each site's module path inside a block ("" = the block itself)."""
     q, k, v = f.qkv_paths
-    return {**dict(z=f.out_proj, k=k, v=v, pattern=f.attention, resid="", resid_in=""), **f.site_paths}
+    return {**dict(z=f.out_proj, q=q, k=k, v=v, pattern=f.attention, mlp_out=f.mlp, resid="", resid_in=""),
+            **f.site_paths}
 
 
 def require_site(site: str) -> str:
@@ -735,7 +749,8 @@ def sites_table(families: Iterable[str] = ()) -> list[dict]:
         f = known[name]
         paths = _site_paths(f)
         q, k, _ = f.qkv_paths
-        hooked = dict(z="input", k="output", v="output", resid="output", resid_in="input",
+        hooked = dict(z="input", q="output", k="output", v="output", mlp_out="output", resid="output",
+                      resid_in="input",
                       pattern="output: its weights" if f.pattern == "weights"
                       else f"recomputed from {q} and {k}")
         for site in SITES:
@@ -746,12 +761,12 @@ def sites_table(families: Iterable[str] = ()) -> list[dict]:
 
 def sites_markdown() -> str:
     """:func:`sites_table` as the Markdown table of ``docs/architecture.md``: one row per
-    family, the module each per-head and per-group site hooks (``resid`` / ``resid_in`` are
-    every family's block output / input)."""
+    family, the module each per-head, per-group and feed-forward site hooks (``resid`` /
+    ``resid_in`` are every family's block output / input)."""
     by = {}
     for r in sites_table():
         by.setdefault(r["family"], {"blocks": r["blocks"]})[r["site"]] = r
-    cols = ("z", "k", "v", "pattern")
+    cols = ("z", "q", "k", "v", "pattern", "mlp_out")
 
     def cell(r):
         if r["site"] == "pattern" and r["hooked"].startswith("recomputed"):

@@ -5,11 +5,13 @@ adapter's (:data:`headwatch.arch.SITES`; :func:`headwatch.arch.sites_table`
 says which module each one is, per family):
 
 * ``z`` — a head's ``head_dim`` slice of the output projection's input;
+* ``q`` — a head's slice of the query projection output;
 * ``k`` / ``v`` — a key/value group's slice of the key / value projection output;
 * ``pattern`` — a head's attention weights ``[batch, T, T]``;
+* ``mlp_out`` — what a block's feed-forward network adds to the residual stream ``[batch, T, width]``;
 * ``resid`` / ``resid_in`` — a block's output / input ``[batch, T, width]``.
 
-An :class:`Edit` names a site, a layer, a unit (a head for ``z`` and
+An :class:`Edit` names a site, a layer, a unit (a head for ``z``, ``q`` and
 ``pattern``, a group for ``k`` and ``v``; ``None`` = the whole site) and an op,
 made with :func:`zero`, :func:`scale`, :func:`replace`, :func:`capture` or
 :func:`skip`. It applies to every row of the batch or, with ``rows`` (bool
@@ -30,9 +32,11 @@ of edits in every forward pass run inside it::
 How each site is reached:
 
 * ``z``: a forward pre-hook on the output projection (its input).
-* ``k``, ``v``: a forward hook on the key / value projection (the fused QKV
-  module for GPT-NeoX, GPT-2 and Phi-3), before any rotary embedding; OLMo 2's
-  keys after its key norm, which spans every group (``Family.site_paths``).
+* ``q``, ``k``, ``v``: a forward hook on the query / key / value projection
+  (the fused QKV module for GPT-NeoX, GPT-2 and Phi-3), before any rotary
+  embedding; OLMo 2's queries and keys after its query / key norm, which spans
+  every head / group (``Family.site_paths``). An edit of ``q`` moves the
+  recomputed pattern too: the stashed query is the edited one.
 * ``pattern``: read by a forward hook on the attention module (the weights
   transformers' eager attention returns) or recomputed from the q/k outputs by
   the family's rules (:mod:`headwatch.recompute`; families whose kernel returns
@@ -42,6 +46,8 @@ How each site is reached:
   ``P'`` → ``z_h = P' · V_g(h)`` with ``V`` the value projection's output of the
   same forward pass. A capture of ``pattern`` reads the weights the model
   computed, with the pattern edits listed before it applied.
+* ``mlp_out``: a forward hook on the feed-forward network, or on the norm after
+  it where the family has one (Gemma 2/3, OLMo 2).
 * ``resid``: a forward hook on the block; ``resid_in``: a forward pre-hook.
 * ``skip`` (``resid`` only): block ``layer`` outputs the given value and
   blocks ``0 .. layer`` are not run — their forward is stood in for while
@@ -53,7 +59,7 @@ the body raises. An edit never modifies a weight.
 
 What the guards (:mod:`headwatch.guards`) compare an edit with is here too, for
 every site: :func:`full_logits`, the weight-level references :func:`zeroed_weights`
-(a zeroed unit of ``z``, ``pattern``, ``k``, ``v`` is the same model as its weight
+(a zeroed unit of ``z``, ``pattern``, ``q``, ``k``, ``v`` is the same model as its weight
 entries zeroed) and :func:`replaced_by_bias` (``z_h`` replaced by a constant ``m`` is
 the same model as Wo's columns of ``h`` zeroed and ``Wo[:, h] · m`` added to the
 projection's bias — equal in exact arithmetic, within float rounding in float32).
@@ -78,7 +84,7 @@ __all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero",
 OPS = ("zero", "scale", "replace", "capture", "skip")
 GRAD_SITES = ("z", "resid", "resid_in")
 """Sites that are a module's whole input or output tensor: a capture there can keep its gradient
-(``k`` and ``v`` are slices of a fused projection's output in some families)."""
+(``q``, ``k`` and ``v`` are slices of a fused projection's output in some families)."""
 
 
 class InterventionError(RuntimeError):
@@ -270,7 +276,7 @@ class _Plan:
 
     def _add(self, e: Edit) -> None:
         a, L = self.a, e.layer
-        if e.site in ("k", "v", "z"):
+        if e.site in ("q", "k", "v", "z"):
             actions = self._hook(a.site_module(e.site, L), "in" if e.site == "z" else "out")
             if self._constant(e):
                 # Consecutive zero / constant replace edits of distinct units: one where() in all.
@@ -294,6 +300,8 @@ class _Plan:
                     self._need(L, "v")
                 self.pattern_edits.setdefault(L, []).append(e)
                 self._hook(a.out_proj(L), "in").append(("pattern_via_z", L, e, None))
+        elif e.site == "mlp_out":
+            self._hook(a.site_module("mlp_out", L), "out").append(("whole", "mlp_out", e, None))
         elif e.site == "resid":
             self._hook(a.block(L), "out").append(("whole", "resid", e, None))
         else:
@@ -328,7 +336,7 @@ class _Plan:
         return list(range(self.a.site_units(e.site))) if e.unit is None else [e.unit]
 
     def _features(self, x: torch.Tensor, site: str, e: Edit) -> None:
-        """A zero / scale / replace / capture of z, k or v on ``x`` [batch, T, features] (in place)."""
+        """A zero / scale / replace / capture of z, q, k or v on ``x`` [batch, T, features] (in place)."""
         cache = self.caches.setdefault(id(e), {})
         units = self._units(e)
         if e.op == "capture" and e.grad:
@@ -570,10 +578,10 @@ def _weight_views(adapter: Adapter, site: str, layer: int, unit: int) -> list[to
     adapter.require_unit(site, layer, unit)
     if site in ("z", "pattern"):
         return [adapter.out_weight_for_head(layer, unit)]
-    if site in ("k", "v"):
+    if site in ("q", "k", "v"):
         return adapter.projection_rows(adapter.site_module(site, layer), adapter.site_slice(site, unit))
     raise InterventionError(f"site {site!r} has no weights that produce it alone: no weight-level "
-                            "reference (zeroed_weights covers z, pattern, k and v)")
+                            "reference (zeroed_weights covers z, pattern, q, k and v)")
 
 
 @contextlib.contextmanager
@@ -595,8 +603,9 @@ def zeroed_weights(adapter: Adapter, targets: Iterable[tuple[str, int, int]]):
     """Zero the weight (and bias) entries that produce each ``(site, layer, unit)``; restore on exit.
 
     ``z`` / ``pattern`` unit h: the output projection's entries that read head h (a zeroed
-    head's voice and a zeroed pattern both give ``z_h = 0``); ``k`` / ``v`` unit g: the key /
-    value projection's rows (and bias entries) that produce group g. This *does* modify
+    head's voice and a zeroed pattern both give ``z_h = 0``); ``q`` unit h / ``k`` / ``v`` unit
+    g: the query / key / value projection's rows (and bias entries) that produce head h / group
+    g (OLMo 2's ``q`` and ``k``: the query / key norm's scale entries). This *does* modify
     weights (in place, under ``no_grad``): it exists only as the reference the guards compare
     the hooks with. Restored on exit, also when the body raises, verified bit for bit.
     """

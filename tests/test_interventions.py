@@ -16,7 +16,12 @@ from headwatch.interventions import (InterventionError, attention_maps, capture,
 from tiny import ALL_FAMILIES, CONFIGS, FAMILIES, random_ids, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
-WEIGHTED = ("z", "pattern", "k", "v")        # sites with weights that produce them alone
+WEIGHTED = ("z", "pattern", "q", "k", "v")   # sites with weights that produce them alone
+# What a block's feed-forward part adds to the residual stream, by hand from each family's
+# modeling code: the MLP's output, or the norm after it (Gemma 2/3, OLMo 2).
+MLP_OUT = dict(gpt_neox="mlp", llama="mlp", qwen2="mlp", gpt2="mlp", gemma2="post_feedforward_layernorm",
+               gemma3_text="post_feedforward_layernorm", qwen3="mlp", olmo2="post_feedforward_layernorm",
+               phi3="mlp", mistral="mlp", gptj="mlp", gpt_neo="mlp", charlm="ffn")
 
 
 @pytest.fixture(scope="module", params=ALL_FAMILIES)
@@ -43,7 +48,7 @@ def _value(a, site, rows, T, gen):
     if site == "pattern":
         p = torch.rand(rows, T, T, generator=gen).tril()
         return p / p.sum(-1, keepdim=True)
-    width = a.width if site in ("resid", "resid_in") else a.head_dim
+    width = a.width if site in ("mlp_out", "resid", "resid_in") else a.head_dim
     return torch.randn(rows, T, width, generator=gen)
 
 
@@ -85,8 +90,8 @@ def test_capture_changes_nothing_and_has_the_site_shape(tiny, site):
     with intervene(a, [capture(site, l) for l in range(a.n_layers)]) as cap:
         logits = full_logits(model, ids, adapter=a)
     assert torch.equal(logits, intact)
-    want = {"z": a.n_heads * a.head_dim, "k": a.n_kv_heads * a.head_dim, "v": a.n_kv_heads * a.head_dim,
-            "resid": a.width, "resid_in": a.width}
+    want = {"z": a.n_heads * a.head_dim, "q": a.n_heads * a.head_dim, "k": a.n_kv_heads * a.head_dim,
+            "v": a.n_kv_heads * a.head_dim, "mlp_out": a.width, "resid": a.width, "resid_in": a.width}
     got = cap.one((site, 1, None))
     assert got.shape == ((2, a.n_heads, 9, 9) if site == "pattern" else (2, 9, want[site]))
     assert hooks_on(model) == 0
@@ -113,7 +118,7 @@ def test_every_edit_is_removed_even_when_the_body_raises(tiny, site):
 
 @pytest.mark.parametrize("site", WEIGHTED)
 def test_zero_hook_equals_zeroed_weights_exactly(tiny, site):
-    """A zeroed unit of z, pattern, k or v is the model with that unit's weight entries zeroed:
+    """A zeroed unit of z, pattern, q, k or v is the model with that unit's weight entries zeroed:
     every logit identical (float32), one unit per layer."""
     model, a = tiny
     ids = random_ids(2, 10)
@@ -135,7 +140,7 @@ def test_zero_hook_equals_zeroed_weights_exactly(tiny, site):
 
 def test_whole_block_sites_have_no_weight_reference(tiny):
     model, a = tiny
-    for site in ("resid", "resid_in"):
+    for site in ("mlp_out", "resid", "resid_in"):
         with pytest.raises((InterventionError, HeadAddressError)):
             with zeroed_weights(a, [(site, 0, 0)]):
                 pass
@@ -234,6 +239,76 @@ def test_pattern_edits_act_through_z(tiny):
     assert torch.equal(cap.one("before"), own[:, 1])
     assert torch.allclose(cap.one(("pattern", 2, 1)), uniform.expand(2, 10, 10))
     assert (moved.float() - intact).abs().max() > 1e-4
+    assert hooks_on(model) == 0
+
+
+# ------------------------------------------------------------------ q and mlp_out
+@pytest.mark.parametrize("site", ["q", "mlp_out"])
+def test_replacing_a_site_by_its_own_capture_changes_nothing(tiny, site):
+    """q (the whole site, or each head by its own slice) and mlp_out replaced by what a capture
+    read there in the same pass: every logit identical; another layer's values move them."""
+    model, a = tiny
+    ids = random_ids(2, 9, seed=8)
+    intact = full_logits(model, ids, adapter=a)
+    L = a.n_layers
+    units = [None] + list(range(a.site_units(site)))
+    with torch.no_grad(), intervene(a, [capture(site, l, u) for l in range(L) for u in units]) as cap:
+        a.logits(ids)
+    for u in units:
+        with intervene(a, [replace(site, l, cap.one((site, l, u)), u) for l in range(L)]):
+            assert torch.equal(full_logits(model, ids, adapter=a), intact), f"{site} unit {u}"
+    with intervene(a, [replace(site, L - 1, cap.one((site, 0, None)))]):
+        assert (full_logits(model, ids, adapter=a) - intact).abs().max() > 1e-4
+    assert hooks_on(model) == 0
+
+
+def test_a_query_edit_moves_its_own_heads_pattern_only(tiny):
+    """A new query for head h of layer 1: that head's pattern moves; every other head's pattern
+    of that layer (its key/value group's too) and every pattern of layer 0 stays bit for bit."""
+    model, a = tiny
+    ids = random_ids(2, 10, seed=9)
+    L, layer = a.n_layers, 1
+    gen = torch.Generator().manual_seed(3)
+    maps = [capture("pattern", l) for l in range(L)]
+    with torch.no_grad(), intervene(a, maps) as cap:
+        a.logits(ids)
+    intact = [cap.one(("pattern", l, None)) for l in range(L)]
+    for h in range(a.n_heads):
+        query = 3.0 * torch.randn(2, 10, a.head_dim, generator=gen)
+        with torch.no_grad(), intervene(a, [replace("q", layer, query, h)] + maps) as cap:
+            a.logits(ids)
+        got = [cap.one(("pattern", l, None)) for l in range(L)]
+        assert torch.equal(got[0], intact[0])
+        others = [g for g in range(a.n_heads) if g != h]
+        assert torch.equal(got[layer][:, others], intact[layer][:, others]), f"head {h}"
+        assert (got[layer][:, h] - intact[layer][:, h]).abs().max() > 1e-3, f"head {h}"
+    assert hooks_on(model) == 0
+
+
+def test_mlp_out_edits_equal_a_hand_made_hook_on_the_feed_forward_output(tiny):
+    """Zeroing / scaling mlp_out of a layer is a hook on the family's feed-forward output (after
+    its post-feed-forward norm where it has one; by hand in MLP_OUT) doing the same: every logit
+    identical, and a capture reads that output. Scaling tells the norm's two sides apart (an
+    RMSNorm undoes a scale of its input)."""
+    model, a = tiny
+    ids = random_ids(2, 10, seed=10)
+    intact = full_logits(model, ids, adapter=a)
+    assert a.family.name in MLP_OUT, f"write {a.family.name}'s feed-forward output module into MLP_OUT"
+    for layer in range(a.n_layers):
+        module = a.block(layer).get_submodule(MLP_OUT[a.family.name])
+        pairs = [(zero("mlp_out", layer), torch.zeros_like), (scale("mlp_out", layer, 0.5), lambda out: 0.5 * out)]
+        for edit, by_hand in pairs:
+            seen = []
+            handle = module.register_forward_hook(lambda m, args, out: seen.append(out.detach()) or by_hand(out))
+            try:
+                want = full_logits(model, ids, adapter=a)
+            finally:
+                handle.remove()
+            with intervene(a, [capture("mlp_out", layer, key="before"), edit]) as cap:
+                got = full_logits(model, ids, adapter=a)
+            assert torch.equal(got, want), f"{edit.where()}"
+            assert torch.equal(cap.one("before"), seen[0])
+            assert (got - intact).abs().max() > 1e-4, f"{edit.where()} moves the logits"
     assert hooks_on(model) == 0
 
 
