@@ -92,7 +92,7 @@ def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
                                                      attn_implementation="eager", **kw)
     except OSError as err:
         raise _not_found(src, err) from err
-    except Exception as err:
+    except Exception as err:    # transformers refuses a config or a shape in many ways: re-raised as ours
         where = f"file {kw['gguf_file']}" if kw.get("gguf_file") else "its config.json"
         raise ModelFileError(f"transformers cannot load model {src!r} ({where}): {one_line(err)}") from err
     tokenizer = load_tokenizer(model_cfg)

@@ -178,7 +178,7 @@ def read_parquet(path, columns: list[str] | None = None) -> pd.DataFrame:
         pf = pq.ParquetFile(path)
         md = pf.metadata
         schema = pf.schema_arrow
-    except Exception as err:
+    except Exception as err:    # any parse failure means a corrupt file: re-raised as ours
         if isinstance(err, FileNotFoundError):
             raise
         raise corrupt_table(path, f"its Parquet footer cannot be read ({type(err).__name__}: {err})") from err

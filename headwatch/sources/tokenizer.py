@@ -42,7 +42,7 @@ class FileTokenizer:
             raise ModelFileError(f"{path} is empty; it should hold a tokenizer (JSON)")
         try:
             self._tok = Tokenizer.from_str(text)
-        except Exception as err:
+        except Exception as err:    # the tokenizers library's own errors: re-raised as ours
             raise ModelFileError(f"{path} is not a tokenizer the tokenizers library can read "
                                  f"({one_line(err)})") from err
         cfg = _tokenizer_config(folder)
@@ -95,7 +95,7 @@ def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
         tok = AutoTokenizer.from_pretrained(src, **kw)
     except OSError as err:
         raise ModelNotFoundError(f"cannot read the tokenizer of {src!r}: {err}") from err
-    except Exception as err:
+    except Exception as err:    # transformers refuses a file (its config, a shape) in many ways: re-raised as ours
         raise ModelFileError(f"transformers cannot read the tokenizer of {src!r}{_files(kw)}: "
                              f"{one_line(err)}") from err
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
