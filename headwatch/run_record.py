@@ -127,11 +127,9 @@ def describe(config: dict, basedir, record) -> dict:
     files, diff = recorded_run(record, cfg)
     out = dict(scale=scale, scale_text=text, record=str(record), recorded_files=files,
                recorded_differences=diff)
-    shown = dict(cfg, **{COMPUTED_KEY: out})
-    if isinstance(cfg.get("sweep"), dict) and isinstance(cfg["sweep"].get("sweeps"), dict):
-        sw = cfg["sweep"]
-        shown["sweep"] = dict(sw, sweeps={name: dict(s, train=train_of(sw, name)) for name, s in sw["sweeps"].items()})
-    return dict(out, rst=escaped(shown))
+    sw = cfg["sweep"]     # required by config/schema.yaml, validated before rules/report.smk runs this
+    sweep = dict(sw, sweeps={name: dict(s, train=train_of(sw, name)) for name, s in sw["sweeps"].items()})
+    return dict(out, rst=escaped(dict(cfg, sweep=sweep, **{COMPUTED_KEY: out})))
 
 
 def config_files(configfiles, given) -> str:
