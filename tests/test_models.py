@@ -3,6 +3,7 @@ and the light tokenizer the pre-job checks read instead of transformers."""
 import json
 import shutil
 
+import pandas as pd
 import pytest
 import torch
 
@@ -11,6 +12,7 @@ from headwatch.models import (HalfOnCPUError, assert_forward_finite, load_model,
                               prepare_model)
 from headwatch.sources import (FileTokenizer, ModelNotFoundError, gguf_header, gguf_path, shape_from_config,
                                shape_from_gguf)
+from conftest import ROOT
 from tiny import tiny_model
 
 
@@ -71,6 +73,30 @@ def test_a_failed_preparation_leaves_the_earlier_prepared_folder_as_it_was(tiny_
         prepare_model({"source": str(broken)}, out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "prepared"]   # no temporary left
+
+
+def test_every_sequence_set_is_the_same_through_the_light_tokenizer(tiny_model_dir, tmp_path):
+    """Rule sequences_make reads a prepared folder's tokenizer with :func:`folder_tokenizer`: the
+    light one where transformers would use tokenizer.json unchanged, and every set of the shipped
+    config comes out identical to transformers' (ids, token strings, expected tokens). A folder
+    whose tokenizer class builds its own pipeline gets transformers' tokenizer."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    from headwatch.sequences import SETS, make_set, set_params
+    from headwatch.sources import folder_tokenizer
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    light, ref = folder_tokenizer(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert isinstance(light, FileTokenizer)
+    for name in SETS:
+        params = set_params(name, config)
+        pd.testing.assert_frame_equal(make_set(light, name, params), make_set(ref, name, params), obj=name)
+    own = tmp_path / "own"
+    shutil.copytree(tiny_model_dir, own)
+    cfg = json.loads((own / "tokenizer_config.json").read_text())
+    (own / "tokenizer_config.json").write_text(json.dumps(dict(cfg, tokenizer_class="GPT2Tokenizer")))
+    assert not isinstance(folder_tokenizer(own), FileTokenizer)
 
 
 @pytest.mark.parametrize("variant", ["as saved", "template adds BOS", "config asks for BOS"])

@@ -24,4 +24,4 @@ from .files import one_line, read_json  # noqa: F401
 from .limits import MODEL_FILE, RAISE, field_limit, limit, model_file_bounds, refusal  # noqa: F401
 from .resolve import (CACHE_DIR, PREPARED_RECORD, WEIGHT_FILES, Located, fingerprint, gguf_path,  # noqa: F401
                       hub_file, key_errors, locate, looks_like_path, offline, source_errors, source_of)
-from .tokenizer import FileTokenizer, generic_tokenizer  # noqa: F401
+from .tokenizer import FileTokenizer, folder_tokenizer, generic_tokenizer  # noqa: F401
