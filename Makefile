@@ -110,10 +110,11 @@ laptop-more: venv
 	$(CHECK_YAML) config/laptop.yaml config/laptop_more.yaml
 	$(TIMED) laptop-more -- $(SNAKEMAKE) --configfile config/laptop.yaml config/laptop_more.yaml
 
-# One pytest worker per core (pytest-xdist), each taking whole modules, so that a module's
-# workflow run is made once; the modules that run the workflow are collected first
-# (tests/conftest.py). TEST_WORKERS=0 runs every test in one process. ruff first (a second at most):
-# the rules pyproject.toml names, so that a lint stops the tests before they start.
+# One pytest worker per core (pytest-xdist), each taking whole modules (and the modules that read
+# one module's workflow run with it: tests/conftest.py), so that each run is made once; the
+# modules that run the workflow are collected first. TEST_WORKERS=0 runs every test in one process.
+# ruff first (a second at most): the rules pyproject.toml names, so that a lint stops the tests
+# before they start.
 TEST_WORKERS ?= $(CORES)
 test: venv browser slurm-deps
 	$(BIN)/ruff check .

@@ -22,15 +22,45 @@ torch.set_num_threads(1)
 
 #: The modules that run the workflow end to end, the longest first: collected before the others, so
 #: that under pytest-xdist (``make test``: ``-n 2 --dist loadfile --no-loadscope-reorder``, one worker
-#: per core, a whole module per worker so that its module-scoped runs are made once) the long runs
-#: start at once on both workers and the short modules fill in beside them.
-FIRST = ("test_workflow.py", "test_gpu_check.py", "test_slurm.py", "test_families_workflow.py",
-         "test_sweep_workflow.py", "test_bad_inputs.py", "test_hostile.py")
+#: per core, a whole module per worker so that its runs are made once) the long runs start at once on
+#: both workers and the short modules fill in beside them.
+FIRST = ("test_workflow.py", "test_sweep_workflow.py", "test_gpu_check.py", "test_slurm.py",
+         "test_families_workflow.py", "test_bad_inputs.py", "test_hostile.py")
+#: Modules that read another module's run, so go to its worker as one unit: the sweep's tests read
+#: the whole tiny DAG's run (``dag_run``), which trains the sweep, instead of training it again.
+SHARED_RUNS = {"test_sweep_workflow.py": "test_workflow.py"}
 
 
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))     # stable: files keep their order
+
+
+@pytest.hookimpl(tryfirst=True)        # before pytest-xdist's own: this one answers for --dist loadfile
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the modules of :data:`SHARED_RUNS` sent with the module whose run they
+    read. (Not --dist loadgroup: its group marks do not reach the scheduler under pytest 9, whose
+    nodes keep their id in ``_id`` where pytest-xdist 3.8 writes ``_nodeid``.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedRunScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            head, _, name = path.rpartition("/")
+            return f"{head}/{SHARED_RUNS[name]}" if name in SHARED_RUNS else path
+
+    return SharedRunScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def dag_run(tmp_path_factory, tiny_model_dir):
+    """(workdir, configfile, config): the whole DAG on the tiny config, once per session (the
+    workflow and sweep modules share a worker for it: :data:`SHARED_RUNS`)."""
+    from workflow import whole_dag
+
+    return whole_dag(tmp_path_factory.mktemp("workflow"), tiny_model_dir)
 
 
 @pytest.fixture(params=FAMILIES)

@@ -15,7 +15,7 @@ import yaml
 from headwatch.charlm.model import count_params
 from headwatch.charlm.spec import ModelSpec
 from conftest import ROOT
-from workflow import deep_merge, make_workdir, planned_jobs, tiny_config, write_config
+from workflow import VOCAB_GRID, deep_merge, git, make_workdir, planned_jobs, tiny_config, write_config
 
 TARGETS = ["results/sweep/summary.parquet", "results/sweep/contrast.parquet",
            "results/sweep/studies/experts.parquet", "results/sweep/studies/vocab.parquet",
@@ -25,16 +25,6 @@ FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", 
                                               "heads_grid")
            for e in ("pdf", "png")] + [f"figures/sweep/course/heads_split/{k}.{e}" for k in ("events", "gaps")
                                        for e in ("pdf", "png")]
-VOCAB_GRID = [{"width": 16, "heads": 2}, {"width": 16, "heads": 2, "vocab": "bpe300"}]
-
-
-def with_vocab_study(config: dict) -> dict:
-    """The tiny config with a tiny vocab study: the plain w16-h2 (heads_split's) and a 300-token
-    byte-level BPE arm, same settings."""
-    sw = config["sweep"]
-    return deep_merge(config, {"sweep": {
-        "skip": [n for n in sw["skip"] if n != "vocab"],
-        "sweeps": {"vocab": {"study": {"kind": "vocab"}, "grid": VOCAB_GRID, "seeds": [0, 1]}}}})
 
 
 def smk(workdir, configfile, *args, timed=False, targets=(*TARGETS, *FIGURES), record="laptop"):
@@ -46,19 +36,6 @@ def smk(workdir, configfile, *args, timed=False, targets=(*TARGETS, *FIGURES), r
         cmd = [sys.executable, "-m", "headwatch.run_record", "timed", record, "--", *cmd]
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
-
-
-def git(workdir, *args):
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=workdir,
-                          capture_output=True, text=True, check=True).stdout
-
-
-def with_sweep_figures(workdir):
-    """Until the lead folds rules/figures_sweep.smk into rules/figures.smk, include it here."""
-    fig = workdir / "rules" / "figures.smk"
-    if (workdir / "rules" / "figures_sweep.smk").exists() and "figures_sweep" not in fig.read_text():
-        fig.write_text(fig.read_text() + '\ninclude: "figures_sweep.smk"\n')
-    return workdir
 
 
 def planned_wildcards(result, rule_name: str) -> list[str]:
@@ -87,15 +64,10 @@ def planned_runs(result) -> set[tuple[str, str, int]]:
 
 
 @pytest.fixture(scope="module")
-def sweep_run(tmp_path_factory, tiny_model_dir):
-    workdir = with_sweep_figures(make_workdir(tmp_path_factory.mktemp("sweep")))
-    config = with_vocab_study(tiny_config(tiny_model_dir))
-    configfile = write_config(workdir, config)
-    git(workdir, "init", "-q")                  # a checkout, as the results page's provenance needs
-    git(workdir, "add", "-A")
-    git(workdir, "commit", "-q", "-m", "tiny")
-    result = smk(workdir, configfile, timed=True)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+def sweep_run(dag_run):
+    """(workdir, config, configfile) of the session's whole tiny run (tests/conftest.py): it trains
+    the sweep, the tiny vocab study included, timed as `make laptop` in a committed checkout."""
+    workdir, configfile, config = dag_run
     return workdir, config, configfile
 
 
@@ -260,7 +232,7 @@ def test_adding_a_vocabulary_size_schedules_only_its_tokenizer_and_models(sweep_
 
 
 def test_a_bad_grid_entry_stops_before_any_job(tmp_path, tiny_model_dir):
-    workdir = with_sweep_figures(make_workdir(tmp_path))
+    workdir = make_workdir(tmp_path)
     config = tiny_config(tiny_model_dir)
     config["sweep"]["sweeps"]["heads_split"]["grid"].append({"width": 16, "heads": 3})
     result = smk(workdir, write_config(workdir, config))

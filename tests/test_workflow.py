@@ -7,17 +7,13 @@ import pytest
 
 from headwatch.tableio import read_note, read_record
 from test_explorer import browser  # noqa: F401  (Chromium, for the explorer's patching panel)
-from workflow import ROOT, make_workdir, planned_jobs, snakemake, tiny_config, write_config
+from workflow import ROOT, planned_jobs, snakemake, write_config
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, tiny_model_dir):
-    workdir = make_workdir(tmp_path_factory.mktemp("workflow"))
-    config = tiny_config(tiny_model_dir)
-    configfile = write_config(workdir, config)
-    result = snakemake(workdir, "--configfile", str(configfile))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return workdir, configfile, config
+def run(dag_run):
+    """(workdir, configfile, config) of the session's whole tiny run (tests/conftest.py)."""
+    return dag_run
 
 
 def test_spine_outputs_exist_with_their_schemas(run):

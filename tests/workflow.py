@@ -35,16 +35,52 @@ def tiny_config(model_dir: Path) -> dict:
                                "models_studied": ["tiny-llama"]})
 
 
+#: The tiny vocab study: the plain w16-h2 (heads_split's) and a 300-token byte-level BPE arm.
+VOCAB_GRID = [{"width": 16, "heads": 2}, {"width": 16, "heads": 2, "vocab": "bpe300"}]
+
+
+def with_vocab_study(config: dict) -> dict:
+    """The tiny config with the tiny vocab study (characters vs a byte-level BPE vocabulary)."""
+    sw = config["sweep"]
+    return deep_merge(config, {"sweep": {
+        "skip": [n for n in sw["skip"] if n != "vocab"],
+        "sweeps": {"vocab": {"study": {"kind": "vocab"}, "grid": VOCAB_GRID, "seeds": [0, 1]}}}})
+
+
+def git(workdir: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=workdir,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def whole_dag(workdir: Path, model_dir: Path) -> tuple[Path, Path, dict]:
+    """The whole DAG on the tiny config (the vocab study included) in a committed checkout
+    ``workdir``, timed as `make laptop` times its run (``results/timing/laptop.json``): the one run
+    the workflow and the sweep tests read (tests/conftest.py, ``dag_run``)."""
+    make_workdir(workdir)
+    config = with_vocab_study(tiny_config(model_dir))
+    configfile = write_config(workdir, config)
+    git(workdir, "init", "-q")                  # a checkout, as the results page's provenance needs
+    git(workdir, "add", "-A")
+    git(workdir, "commit", "-q", "-m", "tiny")
+    result = snakemake(workdir, "--configfile", str(configfile), timed="laptop", timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return workdir, configfile, config
+
+
 def write_config(workdir: Path, config: dict, name: str = "tiny.yaml") -> Path:
     path = workdir / name
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, timeout: int = 900, timed: str | None = None) -> subprocess.CompletedProcess:
+    """Snakemake in ``workdir``; ``timed``: through the Makefile's timer under that record name
+    (``python -m headwatch.run_record timed laptop -- ...``, as `make laptop`)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
     # --resources takes a list: it goes last so that it cannot swallow targets in ``args``.
     cmd = [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--resources", "gpu=1"]
+    if timed:
+        cmd = [sys.executable, "-m", "headwatch.run_record", "timed", timed, "--", *cmd]
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
