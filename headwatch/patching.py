@@ -52,6 +52,11 @@ head's patched logit difference from one forward and one backward pass over the 
 prompts: ``corrupted + Σ ∂metric/∂z · (z_clean − z_corrupted)``, summed over prompts' positions
 and the head's slice (the gradient through a ``capture`` with ``grad=True``).
 
+**A researcher's own prompts** (``patching.pairs``, :mod:`headwatch.pairs`): rows of a file
+instead of the templates, of different lengths: :func:`prompt_tensors` pads them on the left
+(:func:`prompt_mask`, the :class:`Patcher`'s ``mask``; every forward pass here passes it with
+its position ids), the residual and top-head sweeps count positions from the end.
+
 **Guards** (:mod:`headwatch.guards`): nothing patched gives the corrupted logits exactly; the
 last block's output patched at every position gives the clean logits exactly; a head patched
 clean → clean changes nothing; the batched sweep equals one patch per forward pass within

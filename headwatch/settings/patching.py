@@ -3,7 +3,7 @@
 :class:`PatchingSettings` names every key under ``patching:`` of the config once, typed; the
 rules, scripts and benchmarks of :mod:`headwatch.patching` read their settings from it, never
 from string keys. Each rule's params are only the slice of ``patching:`` its job depends on
-(``rules/patching.smk``: the prompts read ``n, seed, templates, names``, the sweep ``phrase,
+(``rules/patching.smk``: the prompts read ``n, seed, templates, names`` (or ``pairs, pairs_outside_project``), the sweep ``phrase,
 top_k, batch, tolerance, guard_prompts``), so a key outside the slice is None here, and a job
 names the keys it needs (:meth:`~headwatch.settings.Settings.need`).
 
@@ -11,7 +11,9 @@ The templates' rules live here too, since the pre-job checks need them before an
 loaded: a template holds the slots ``{A}``, ``{B}``, ``{C}`` once each, each after a space
 (:func:`template_errors`), and is filled with three names (:func:`fill`, :func:`layout`).
 :func:`patching_errors` is every check of ``patching:`` made before any job, for one studied
-model (``headwatch/config/checks.py`` calls it).
+model (``headwatch/config/checks.py`` calls it); with ``pairs`` (a file of prompt pairs instead of
+the templates, :mod:`headwatch.settings.pairs`) the file's and its rows'. The prompts rule's slice
+depends on the source (:func:`prompt_keys`).
 
 Like every settings module, it imports only the standard library (and
 :func:`headwatch.sequences.single_token`, whose module imports nothing else at its top), so
