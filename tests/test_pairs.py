@@ -259,3 +259,17 @@ def test_a_hostile_pairs_file_stops_the_config_check_before_any_job(tiny_model_d
                   report=dict(CONFIG["report"], explorer=dict(CONFIG["report"]["explorer"], rotary_references=[])))
     with pytest.raises(ConfigError, match=r"pairs\.csv, line 5: answer = ' Zzxqvbnmk' is split .* \(model tiny-llama\)"):
         check_config(config, tmp_path, cache=False)
+
+
+def test_the_explorer_panel_carries_the_positions_from_the_end():
+    from headwatch.explorer.build import PATCHING_SUMMARY, patching_payload
+
+    heads = pd.DataFrame(dict(layer=[0, 0], head=[0, 1], score=[0.5, 0.25], estimate_score=[0.4, 0.2],
+                              logit_diff=[1.0, 0.5]))
+    resid = pd.DataFrame(dict(layer=[0, 0, 0, 1, 1, 1], position=[-1, -3, -2] * 2, score=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6]))
+    note = dict({k: 1 for k in PATCHING_SUMMARY}, position_labels=["−3", "−2", "−1 ␣to"])
+    got = patching_payload(heads, resid, note)["resid"]
+    assert got["positions"] == [-3, -2, -1] and got["tokens"] == note["position_labels"]
+    assert got["score"] == [0.2, 0.3, 0.1, 0.5, 0.6, 0.4]               # layer-major, the columns from -3 to -1
+    js = (ROOT / "headwatch" / "explorer" / "explorer.js").read_text()
+    assert "R.positions[p] < 0 ? ' from the end'" in js and "positions counted from the end" in js
