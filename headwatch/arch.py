@@ -707,11 +707,14 @@ class Adapter:
         return window_of(self.config, layer, self.family) if self.config is not None else None
 
     # ---- calling the model -----------------------------------------------------
-    def logits(self, ids: torch.Tensor, keep: int | torch.Tensor = 0) -> torch.Tensor:
+    def logits(self, ids: torch.Tensor, keep: int | torch.Tensor = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
         """The model's logits for ``ids`` ``[B, T]``; ``keep`` as transformers' ``logits_to_keep``
-        (0 = every position, n = the last n, a 1-D tensor = those positions)."""
+        (0 = every position, n = the last n, a 1-D tensor = those positions); ``mask`` (``[B, T]``,
+        1 = a token, 0 = left padding) with the position ids it implies (:func:`padded_inputs`)."""
         if self.family.has_config:
-            return self.model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits
+            return self.model(input_ids=ids, use_cache=False, logits_to_keep=keep, **padded_inputs(mask)).logits
+        if mask is not None:
+            raise NotImplementedError(f"{self.family.name}: a padded batch needs a transformers model")
         import torch     # not at the top: see the imports
 
         out = self.model(ids)
@@ -719,12 +722,30 @@ class Adapter:
             return out[:, keep]
         return out[:, -keep:] if keep else out
 
-    def run_body(self, ids: torch.Tensor) -> None:
-        """Run the blocks on ``ids`` (without the vocabulary projection where the family allows)."""
+    def run_body(self, ids: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Run the blocks on ``ids`` (without the vocabulary projection where the family allows);
+        ``mask`` as :meth:`logits`."""
         if self.family.has_config:
-            self.model.base_model(input_ids=ids, use_cache=False)
+            self.model.base_model(input_ids=ids, use_cache=False, **padded_inputs(mask))
         else:
+            if mask is not None:
+                raise NotImplementedError(f"{self.family.name}: a padded batch needs a transformers model")
             self.model(ids)
+
+
+def padded_inputs(mask) -> dict:
+    """The keyword arguments of a left-padded batch (``mask`` ``[B, T]``: 1 = a token, 0 = padding;
+    None = no padding, no arguments): the attention mask, and the position ids every family needs
+    with it — each prompt's first token at position 0 — since absolute position embeddings (GPT-2)
+    and rotary ones alike would otherwise count the padding as positions."""
+    if mask is None:
+        return {}
+    return dict(attention_mask=mask, position_ids=padded_positions(mask))
+
+
+def padded_positions(mask):
+    """Each token's position in its own prompt, ``[B, T]``: the count of tokens before it (0 on padding)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def _site_paths(f: Family) -> dict[str, str]:

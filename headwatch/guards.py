@@ -43,7 +43,9 @@ The guards of activation patching (protocol §5d, :mod:`headwatch.patching`):
 * :func:`clean_to_clean` — a head's ``z`` from the clean run patched into the same clean run
   changes no logit;
 * :func:`batched_vs_loop` — the batched sweep against one patch per forward pass, within a
-  tolerance (different batch shapes round differently).
+  tolerance (different batch shapes round differently);
+* :func:`padded_vs_alone` — prompts of different lengths (a pairs file) in one left-padded
+  batch give each prompt's logits as when run alone, within a tolerance.
 
 The anatomy's weight check and key-group cuts (protocol §6) report through :func:`compare` too.
 
@@ -70,7 +72,7 @@ log = logging.getLogger("headwatch.guards")
 __all__ = ["GuardError", "MEAN_BIAS_RTOL", "compare", "GuardRecords", "batched_vs_loop",
            "hook_vs_reference", "hook_vs_weights", "hook_vs_mean_bias", "restore", "random_control", "AblationGuards",
            "merge_guards",
-           "nothing_patched", "everything_patched", "clean_to_clean"]
+           "nothing_patched", "everything_patched", "clean_to_clean", "padded_vs_alone"]
 
 
 class GuardError(InterventionError):
@@ -357,6 +359,39 @@ def _rows(ids: torch.Tensor, prompts: Sequence[int]) -> torch.Tensor:
     return ids[torch.as_tensor(list(prompts), dtype=torch.long, device=ids.device)]
 
 
+def _mask(patcher, prompts: Sequence[int]) -> torch.Tensor | None:
+    """The attention mask of ``prompts`` in a left-padded batch (None: nothing padded)."""
+    return None if patcher.mask is None else _rows(patcher.mask, prompts)
+
+
+@torch.no_grad()
+def padded_vs_alone(patcher, prompts: Sequence[int], tolerance: float) -> dict:
+    """Each of ``prompts`` (indices into the patcher's prompts), clean and corrupted, in the
+    left-padded batch the sweep runs (attention mask and position ids, :func:`headwatch.arch.padded_inputs`)
+    against the same prompt run alone, without padding: the full logits of its own tokens within
+    ``tolerance`` (the batch shapes differ, so the kernels may round differently). Padding without
+    the position ids it needs shifts every token of a shorter prompt by the padding's length: on
+    GPT-2 (absolute positions) one pad token moved the next-token distribution by 0.9 in total
+    variation."""
+    if patcher.mask is None:
+        raise GuardError("guard padded_vs_alone: the prompts have one length; nothing is padded")
+    a = patcher.adapter
+    mask = _mask(patcher, prompts)
+
+    def pairs():
+        for run in ("clean", "corrupted"):
+            ids = _rows(getattr(patcher, run), prompts)
+            batch = at_least_float32(a.logits(ids, mask=mask))
+            for r, i in enumerate(prompts):
+                own = mask[r].bool()
+                alone = at_least_float32(a.logits(ids[r, own].unsqueeze(0)))[0]
+                yield dict(run=run, prompt=int(i), tokens=int(own.sum()), padding=int((~own).sum())), batch[r, own], alone
+
+    return compare("padded_vs_alone", pairs(), tolerance,
+                   "full logits of each prompt's own tokens in the left-padded batch vs the prompt run alone",
+                   prompts=len(prompts), width=int(patcher.mask.shape[1]))
+
+
 @torch.no_grad()
 def nothing_patched(patcher, prompts: Sequence[int]) -> dict:
     """The corrupted run's full logits (every position and vocabulary entry) with nothing
@@ -367,14 +402,14 @@ def nothing_patched(patcher, prompts: Sequence[int]) -> dict:
     Both sides are computed here, on ``prompts`` (indices into the patcher's prompts), in one
     batch shape, so that the same kernels see the same numbers."""
     a = patcher.adapter
-    ids = _rows(patcher.corrupted, prompts)
+    ids, mask = _rows(patcher.corrupted, prompts), _mask(patcher, prompts)
     with intervene(a, [capture("resid_in", l) for l in range(1, a.n_layers)]) as cap:
-        want = a.logits(ids)
+        want = a.logits(ids, mask=mask)
 
     def pairs():
         for e in range(1, a.n_layers):
             with intervene(a, [skip(e - 1, cap.one(("resid_in", e, None)))]):
-                yield dict(first_layer_run=e), a.logits(ids), want
+                yield dict(first_layer_run=e), a.logits(ids, mask=mask), want
 
     return compare("nothing_patched", pairs(), 0.0,
                    "full logits of the corrupted prompts: nothing patched, blocks 0..e-1 stood in for by "
@@ -390,11 +425,12 @@ def everything_patched(patcher, prompts: Sequence[int]) -> dict:
     a = patcher.adapter
     last = a.n_layers - 1
     clean, corrupted = _rows(patcher.clean, prompts), _rows(patcher.corrupted, prompts)
+    mask = _mask(patcher, prompts)
     with intervene(a, [capture("resid", last)]) as cap:
-        want = a.logits(clean)
-    plain = a.logits(corrupted)
+        want = a.logits(clean, mask=mask)
+    plain = a.logits(corrupted, mask=mask)
     with intervene(a, [replace("resid", last, cap.one(("resid", last, None)))]):
-        got = a.logits(corrupted)
+        got = a.logits(corrupted, mask=mask)
     io, s = patcher.io[list(prompts)], patcher.s[list(prompts)]
     ld = [float(patcher.logit_diff(x[:, -1], io, s).double().mean()) for x in (got, want, plain)]
     score = (ld[0] - ld[2]) / (ld[1] - ld[2]) if ld[1] != ld[2] else None
@@ -411,18 +447,18 @@ def clean_to_clean(patcher, prompts: Sequence[int], heads: Sequence[tuple[int, i
     below it as they are: the patched run starts at block ``l``, on the clean run's output of
     block ``l-1`` (captured with the unpatched logits), as the batched sweep does."""
     a = patcher.adapter
-    clean = _rows(patcher.clean, prompts)
+    clean, mask = _rows(patcher.clean, prompts), _mask(patcher, prompts)
     layers = sorted({l for l, _ in heads})
     below = sorted({l - 1 for l in layers if l > 0})
     with intervene(a, [capture("z", l) for l in layers] + [capture("resid", l) for l in below]) as cap:
-        want = a.logits(clean)
+        want = a.logits(clean, mask=mask)
 
     def pairs():
         for l, h in heads:
             z = cap.one(("z", l, None))[..., a.out_columns(h)]
             start = [skip(l - 1, cap.one(("resid", l - 1, None)))] if l > 0 else []
             with intervene(a, [replace("z", l, z, unit=h)] + start):
-                yield dict(layer=l, head=h), a.logits(clean), want
+                yield dict(layer=l, head=h), a.logits(clean, mask=mask), want
 
     return compare("clean_to_clean", pairs(), 0.0,
                    "full logits of the clean prompts with a head's z patched from the clean run itself, run "

@@ -52,6 +52,11 @@ head's patched logit difference from one forward and one backward pass over the 
 prompts: ``corrupted + Σ ∂metric/∂z · (z_clean − z_corrupted)``, summed over prompts' positions
 and the head's slice (the gradient through a ``capture`` with ``grad=True``).
 
+**A researcher's own prompts** (``patching.pairs``, :mod:`headwatch.pairs`): rows of a file
+instead of the templates, of different lengths: :func:`prompt_tensors` pads them on the left
+(:func:`prompt_mask`, the :class:`Patcher`'s ``mask``; every forward pass here passes it with
+its position ids), the residual and top-head sweeps count positions from the end.
+
 **Guards** (:mod:`headwatch.guards`): nothing patched gives the corrupted logits exactly; the
 last block's output patched at every position gives the clean logits exactly; a head patched
 clean → clean changes nothing; the batched sweep equals one patch per forward pass within
@@ -68,7 +73,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import guards
+from . import guards, pairs
 from .arch import head_label
 from .cut import heads_one_per_layer, plan_chunks
 from .device import exact_numerics
@@ -203,10 +208,32 @@ def logit_diff(logits, io, s):
 
 
 def prompt_tensors(prompts):
-    """(clean ids, corrupted ids ``[N, T]``, IO ids, S ids ``[N]``) of ``prompts.parquet``."""
-    stack = lambda col: torch.tensor(np.stack(prompts[col].to_numpy()), dtype=torch.long)
+    """(clean ids, corrupted ids ``[N, T]``, IO ids, S ids ``[N]``) of ``prompts.parquet``; prompts
+    of different lengths (a pairs file) padded on the left to the longest (:func:`prompt_mask`)."""
+    lengths = prompts["clean_ids"].map(len).to_numpy()
+    if len(set(lengths.tolist())) == 1:
+        stack = lambda col: torch.tensor(np.stack(prompts[col].to_numpy()), dtype=torch.long)
+    else:
+        T = int(lengths.max())
+        stack = lambda col: torch.tensor(np.stack([np.concatenate([np.full(T - len(x), PAD_ID), x])
+                                                   for x in prompts[col]]), dtype=torch.long)
     return (stack("clean_ids"), stack("corrupted_ids"), torch.tensor(prompts["io_id"].to_numpy()),
             torch.tensor(prompts["s_id"].to_numpy()))
+
+
+PAD_ID = 0
+"""The id on the padding of a left-padded batch; the attention mask hides it (the guard
+:func:`headwatch.guards.padded_vs_alone` shows each prompt's logits as when run alone)."""
+
+
+def prompt_mask(prompts):
+    """The attention mask ``[N, T]`` of :func:`prompt_tensors` (1 = a token, 0 = left padding), or
+    None when every prompt has the same length (nothing padded: the batch runs without a mask)."""
+    lengths = torch.tensor(prompts["clean_ids"].map(len).to_numpy())
+    T = int(lengths.max())
+    if bool((lengths == T).all()):
+        return None
+    return (torch.arange(T).unsqueeze(0) >= (T - lengths).unsqueeze(1)).long()
 
 
 class Patcher:
@@ -219,13 +246,16 @@ class Patcher:
 
     SITES = ("z", "resid_in")
 
-    def __init__(self, model, adapter, clean, corrupted, io, s, batch: int = 64):
+    def __init__(self, model, adapter, clean, corrupted, io, s, batch: int = 64, mask=None):
         self.model, self.adapter, self.batch = model, adapter, int(batch)
         self.device = next(model.parameters()).device
         self.clean, self.corrupted = clean.to(self.device), corrupted.to(self.device)
         if self.clean.shape != self.corrupted.shape:
             raise PatchingError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} prompts "
                                 "differ in shape")
+        self.mask = None if mask is None else mask.to(self.device)
+        if self.mask is not None and self.mask.shape != self.clean.shape:
+            raise PatchingError(f"the mask {tuple(mask.shape)} is not the prompts' shape {tuple(clean.shape)}")
         self.io, self.s = io.to(self.device), s.to(self.device)
         self.n, self.length = self.clean.shape
         self.overhead = 1 if self.device.type == "cpu" else self.batch     # as cut.BatchedCuts
@@ -249,12 +279,17 @@ class Patcher:
         parts, lds = {(site, l): [] for site in self.SITES for l in range(L)}, []
         for i in range(0, len(ids), self.batch):
             with intervene(self.adapter, edits) as cap:
-                logits = self.adapter.logits(ids[i:i + self.batch], keep=1)[:, -1]
+                logits = self.adapter.logits(ids[i:i + self.batch], keep=1,
+                                             mask=self.mask_of(slice(i, i + self.batch)))[:, -1]
             lds.append(logit_diff(logits, self.io[i:i + self.batch], self.s[i:i + self.batch]))
             for key in parts:
                 parts[key].append(cap.one((*key, None)))
         acts = {site: [torch.cat(parts[(site, l)]) for l in range(L)] for site in self.SITES}
         return acts, torch.cat(lds)
+
+    def mask_of(self, rows):
+        """The attention mask of the prompts ``rows`` (None: nothing is padded)."""
+        return None if self.mask is None else self.mask[rows]
 
     # ---- the values a patch puts in
     def _slice(self, site: str, unit: int | None):
@@ -312,7 +347,7 @@ class Patcher:
                 if start > 0:     # blocks below the first patched layer: the corrupted run's input to it
                     edits.append(skip(start - 1, self.acts["corrupted"]["resid_in"][start][sidx]))
                 with intervene(self.adapter, edits):
-                    logits = self.adapter.logits(self.corrupted[sidx], keep=1)[:, -1]
+                    logits = self.adapter.logits(self.corrupted[sidx], keep=1, mask=self.mask_of(sidx))[:, -1]
                 out[rows.to(self.device)] = logit_diff(logits, self.io[sidx], self.s[sidx])
         return out.reshape(len(patches), k).cpu()
 
@@ -328,7 +363,7 @@ class Patcher:
                 for i in range(0, len(prompts), self.batch):
                     sidx = prompts[i:i + self.batch].to(self.device)
                     with intervene(self.adapter, self._edits([p], torch.zeros(len(sidx), dtype=torch.long), sidx)):
-                        logits = self.adapter.logits(self.corrupted[sidx])[:, -1]
+                        logits = self.adapter.logits(self.corrupted[sidx], mask=self.mask_of(sidx))[:, -1]
                     parts.append(logit_diff(logits, self.io[sidx], self.s[sidx]))
                 out.append(torch.cat(parts))
         return torch.stack(out).cpu()
@@ -355,14 +390,16 @@ class Patcher:
 
 
 # ------------------------------------------------------------------ attribution patching
-def attribution_patching(model, adapter, clean, corrupted, io, s, batch: int = 64):
+def attribution_patching(model, adapter, clean, corrupted, io, s, batch: int = 64, mask=None):
     """The first-order estimate of every head's patched mean logit difference minus the
     corrupted one, ``[n_layers, n_heads]`` (float64, CPU): one forward pass over the clean
     prompts (their z), then per batch of corrupted prompts one forward and one backward pass —
     ``∂metric/∂z`` (``capture`` with ``grad=True``) times ``z_clean − z_corrupted``, summed over
     prompts, positions and the head's ``head_dim`` slice; the metric is the mean over all
-    prompts of the logit difference at the last position."""
+    prompts of the logit difference at the last position. ``mask``: left-padded prompts' attention
+    mask (the padding's gradient is 0: no position reads it)."""
     dev = next(model.parameters()).device
+    rows_mask = lambda rows: None if mask is None else mask[rows].to(dev)
     clean, corrupted, io, s = clean.to(dev), corrupted.to(dev), io.to(dev), s.to(dev)
     L, H, d = adapter.n_layers, adapter.n_heads, adapter.head_dim
     n = len(clean)
@@ -370,10 +407,10 @@ def attribution_patching(model, adapter, clean, corrupted, io, s, batch: int = 6
     for i in range(0, n, batch):
         rows = slice(i, i + batch)
         with torch.no_grad(), intervene(adapter, [capture("z", l) for l in range(L)]) as cap:
-            adapter.run_body(clean[rows])
+            adapter.run_body(clean[rows], mask=rows_mask(rows))
         z_clean = [cap.one(("z", l, None)) for l in range(L)]
         with torch.enable_grad(), intervene(adapter, [capture("z", l, grad=True) for l in range(L)]) as cap:
-            logits = adapter.logits(corrupted[rows], keep=1)[:, -1]
+            logits = adapter.logits(corrupted[rows], keep=1, mask=rows_mask(rows))[:, -1]
             metric = logit_diff(logits, io[rows], s[rows]).sum() / n
             zs = [cap.one(("z", l, None)) for l in range(L)]
             grads = torch.autograd.grad(metric, zs)
@@ -432,11 +469,13 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
     settings.need("top_k", "batch", "tolerance", "guard_prompts", "phrase")
     batch, k = settings.batch, settings.top_k
     clean, corrupted, io, s = prompt_tensors(prompts)
+    mask = prompt_mask(prompts)                      # None unless the prompts differ in length (pairs)
     sample = list(range(min(settings.guard_prompts, len(prompts))))
-    labels = position_labels(prompts)
+    from_end = pairs.from_pairs(prompts)             # a pairs file's prompts: positions counted from the end
+    labels = pairs.labels_from_end(prompts) if from_end else position_labels(prompts)
     records = guards.GuardRecords()
     t0 = time.perf_counter()
-    patcher = Patcher(model, adapter, clean, corrupted, io, s, batch)
+    patcher = Patcher(model, adapter, clean, corrupted, io, s, batch, mask)
     heads = head_patches(adapter)
     head_ld = patcher.run(heads)
     t_exact = time.perf_counter() - t0
@@ -444,8 +483,12 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
              patcher.n, patcher.length, patcher.clean_mean, patcher.corrupted_mean, len(heads), t_exact)
     for guard in (guards.nothing_patched, guards.everything_patched):
         records.add(guard(patcher, sample))
+    if mask is not None:       # the guard prompts and the first prompt of each length
+        lengths = mask.sum(dim=1).tolist()
+        shortest = list(dict.fromkeys(sample + [lengths.index(n) for n in sorted(set(lengths))]))
+        records.add(guards.padded_vs_alone(patcher, shortest, settings.tolerance))
     t0 = time.perf_counter()
-    estimate = attribution_patching(model, adapter, clean, corrupted, io, s, batch).numpy()
+    estimate = attribution_patching(model, adapter, clean, corrupted, io, s, batch, mask).numpy()
     t_estimate = time.perf_counter() - t0
 
     mean = head_ld.double().mean(dim=1).numpy()
@@ -484,16 +527,23 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
     top10 = min(10, len(table))
     overlap = len(set(top_heads(table, "score", top10)) & set(top_heads(table, "estimate_score", top10)))
     rank_of = {(r.layer, r.head): int(r.score_rank) for r in table.itertuples()}
-    resid_mean = resid_ld.double().mean(dim=1).numpy()
     resid_table = pd.DataFrame(dict(layer=[p.layer for p in resid], position=[p.position for p in resid],
-                                    token=[labels[p.position] for p in resid], logit_diff=resid_mean,
-                                    score=patcher.score(resid_mean)))
-    where_mean = where_ld.double().mean(dim=1).numpy()
+                                    token=[labels[p.position] for p in resid]))
     where_table = pd.DataFrame(dict(layer=[p.layer for p in where], head=[p.unit for p in where],
                                     label=[head_label(p.layer, p.unit) for p in where],
                                     head_rank=[rank_of[(p.layer, p.unit)] for p in where],
-                                    position=[p.position for p in where], token=[labels[p.position] for p in where],
-                                    logit_diff=where_mean, score=patcher.score(where_mean)))
+                                    position=[p.position for p in where], token=[labels[p.position] for p in where]))
+    for tab, ps, ld in ((resid_table, resid, resid_ld), (where_table, where, where_ld)):
+        if not from_end:
+            tab["logit_diff"] = ld.double().mean(dim=1).numpy()
+            tab["score"] = patcher.score(tab["logit_diff"].to_numpy())
+        else:                  # aligned from the end: -1 = each prompt's last token
+            by_position = pairs.position_scores(ld, [p.position for p in ps],
+                                                torch.ones_like(clean) if mask is None else mask,
+                                                patcher.clean_ld, patcher.corrupted_ld)
+            tab["position"] -= patcher.length
+            for col in by_position:
+                tab[col] = by_position[col].to_numpy()
     names = phrase_probabilities(model, adapter, phrases, settings.phrase)
     note = dict(TASK_NOTE, prompts=len(prompts), length=patcher.length, position_labels=labels,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,

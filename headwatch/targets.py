@@ -78,10 +78,12 @@ def ablation(config: dict) -> list[str]:
 def paper_page(model: str) -> list[str]:
     """What the results page's section on one studied model reads (benchmarks/gpu/paper_tables.py),
     the targets its run asks for: the model's scores, every ablation table (5a with both cut
-    methods, 5b, 5c) and their merged guard record, and its anatomy files (the weight check's and
-    the key-group cuts' guards). Their sequences and prepared model come with them."""
+    methods, 5b, 5c) and their merged guard record, its anatomy files (the weight check's and
+    the key-group cuts' guards), and its activation-patching tables and guard record. Their sequences
+    and prepared model come with them."""
     return ([paths.scores(model)] + [paths.ablation_table(model, t) for t in ABLATION_TABLES]
-            + [paths.guards(model)] + [paths.model_anatomy(model, f) for f in MODEL_ANATOMY_FILES])
+            + [paths.guards(model)] + [paths.model_anatomy(model, f) for f in MODEL_ANATOMY_FILES]
+            + [paths.patching_table(model, t) for t in PATCHING_TABLES] + [paths.patching_guards(model)])
 
 
 def patching(config: dict) -> list[str]:

@@ -4,15 +4,20 @@
 # per forward pass through headwatch/interventions.py (headwatch/patching.py), estimates the
 # head scores by attribution patching, and runs the guards of headwatch/guards.py (a failed
 # guard stops the rule: no table is written). Figures: rules/figures_patching.smk.
+# With patching.pairs, the prompts are a researcher's pairs file instead (headwatch/pairs.py).
+
+from headwatch.settings.patching import prompt_keys
 
 
 rule patching_prompts:
     input:
         model=paths.prepared("{model}"),      # its tokenizer
+        pairs=[config["patching"]["pairs"]] if config["patching"].get("pairs") else [],   # its content reruns the rule
     output:
         paths.patching_table("{model}", "prompts"),
     params:
-        patching={key: config["patching"][key] for key in ("n", "seed", "templates", "names")},
+        # n, seed, templates, names; or pairs, pairs_outside_project (headwatch/settings/patching.py)
+        patching={key: config["patching"][key] for key in prompt_keys(config["patching"])},
     log:
         paths.log("patching_prompts", "{model}"),
     benchmark:

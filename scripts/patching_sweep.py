@@ -3,6 +3,7 @@ clean → corrupted, the attribution-patching estimate, and the guards (protocol
 from pathlib import Path
 
 from headwatch.models import load_prepared
+from headwatch.pairs import source_note
 from headwatch.patching import run_patching
 from headwatch.settings.patching import PatchingSettings
 from headwatch.tableio import read_note, read_parquet, write_parquet, write_record
@@ -15,7 +16,7 @@ with log_to(snakemake.log[0], snakemake.threads):
     model, _, adapter = load_prepared(Path(i.model).parent, p.dtype, device)
     prompts = read_parquet(i.prompts)
     heads, resid, positions, note, guards = run_patching(model, adapter, prompts, read_parquet(i.phrases), settings)
-    note = dict(note, templates=read_note(i.prompts)["templates"])
+    note = dict(note, **source_note(read_note(i.prompts)))   # the templates, or the pairs file and its SHA-256
     write_record(guards, o.guards)
     write_parquet(heads, o.heads, note=note)
     write_parquet(resid, o.resid, note=note)

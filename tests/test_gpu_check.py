@@ -531,6 +531,7 @@ def test_the_run_command_asks_for_the_models_page_targets_timed():
                    f"results/{check.MODEL_KEY}/ablation/guards.json",
                    f"results/{check.MODEL_KEY}/anatomy/weight_check.json"):
         assert target in wanted
+    assert f"results/{check.MODEL_KEY}/patching/resid.parquet" in wanted
     # Snakemake's --resources takes every word after it: the targets must come before the options.
     options = wanted.index("--cores", wanted.index(".venv/bin/snakemake"))
     assert all(w.startswith("results/") for w in wanted[wanted.index(".venv/bin/snakemake") + 1:options])
@@ -538,3 +539,36 @@ def test_the_run_command_asks_for_the_models_page_targets_timed():
     printed = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--model", check.MODEL_KEY,
                               "--run-command"], capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0 and printed.stdout.strip() == cmd
+
+
+def test_the_patching_section_is_written_from_the_tables(tmp_path):
+    """The page's 5d section on hand-made patching tables: every number is the tables' or their
+    note's; a pairs file's section names the file and its lengths; page text from a table is text."""
+    from headwatch import paths
+    from headwatch.tableio import write_parquet
+
+    model = "m1"
+    heads = pd.DataFrame(dict(layer=[0, 0, 1, 1], head=[0, 1, 0, 1], label=["L0H0", "L0H1", "L1H0", "L1H1"],
+                              logit_diff=[0.5, 2.5, 1.25, 0.75], score=[0.1, 0.9, 0.4, 0.2],
+                              estimate_logit_diff=[0.4, 2.0, 1.5, 0.5], estimate_score=[0.08, 0.7, 0.5, 0.1],
+                              score_rank=[4, 1, 2, 3], estimate_rank=[4, 1, 2, 3]))
+    resid = pd.DataFrame(dict(layer=[0, 0, 1, 1], position=[-2, -1, -2, -1], token=["−2 *x*", "−1 ␣to"] * 2,
+                              logit_diff=[1.0, 2.0, 3.0, 0.5], score=[0.25, 0.5, 0.875, 0.125], prompts=[2, 3, 2, 3]))
+    where = pd.DataFrame(dict(layer=[0, 0], head=[1, 1], label=["L0H1"] * 2, head_rank=[1, 1], position=[-2, -1],
+                              token=["−2 *x*", "−1 ␣to"], logit_diff=[1.5, 0.2], score=[0.625, 0.0625], prompts=[2, 3]))
+    note = dict(prompts=3, length=5, lengths=[4, 5, 5], pairs="data/p.csv", pairs_sha256="ab" * 32,
+                clean_logit_diff=3.0, corrupted_logit_diff=0.25, names_phrase="names: p(IO = ' Mary') = 0.5",
+                estimate_pearson=0.987654, estimate_spearman=0.8, estimate_top10_overlap=3, top10=4,
+                exact_seconds=12.34, estimate_seconds=0.56)
+    for name, t in (("heads", heads), ("resid", resid), ("positions", where)):
+        path = tmp_path / Path(paths.patching_table(model, name)).relative_to(paths.RESULTS)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_parquet(t, path, note=note)
+    text = "\n".join(paper_tables.patching_section(tmp_path, model))
+    assert "3 prompts from the rows of the pairs file `data/p.csv` (SHA-256 `abababababababab…`), of 4–5 tokens" in text
+    assert "clean 3.0000, corrupted 0.2500" in text and "Pearson 0.988, Spearman 0.800, top-4 overlap 3/4" in text
+    assert "exact head sweep 12.3 s, estimate 0.56 s" in text
+    assert text.index("| L0H1 | 0.900 | 2.500 | 0.700 | 1 |") < text.index("| L1H0 | 0.400 | 1.250 | 0.500 | 2 |")
+    assert "| 0 | -1 | −1 ␣to | 0.500 |" in text and "| 1 | -2 | −2 \\*x\\* | 0.875 |" in text
+    assert "| L0H1 | 1 | -2 | −2 \\*x\\* | 0.625 |" in text
+    assert f"results/{model}/patching/heads.parquet" in paper_tables.run_command(model).split()

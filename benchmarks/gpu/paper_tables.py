@@ -6,7 +6,8 @@ Two sources, each optional:
   (``make run``'s config: 40 / 32 / 24 sequences): its score top-5s, the 5a table with its
   random controls (both cut methods), the 5b circuit, the 5c attribution summary and
   pairs, every guard's figures and the CPU times of the rules that made them. The folder
-  must come from the timed run that ``--run-command`` prints (``make run`` restricted to the
+  (and 5d's activation patching: its top heads, the residual stream's and the top heads' best
+  positions) must come from the timed run that ``--run-command`` prints (``make run`` restricted to the
   model's targets); its record ``DIR/timing/paper-<model>.json`` names the commit that
   computed it, which the section names with that command. Without ``--smollm2`` that
   section of the page ``--out`` is kept as it is (it names the commit that made it).
@@ -46,7 +47,7 @@ from headwatch.markup import markdown
 from headwatch.names import SCORES
 from headwatch.provenance import DirtyTreeError, RunRecordError, page_header, require_clean_tree, run_attempts
 from headwatch.settings.sweep import TrainSettings, active_sweeps, train_of
-from headwatch.tableio import read_parquet, read_record
+from headwatch.tableio import read_note, read_parquet, read_record
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -226,6 +227,8 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
             md_table(pairs[["phrase", "a", "b", "drop_a", "drop_b", "drop_sum", "drop_both", "nonadditivity"]],
                      ".2f")]
 
+    out += patching_section(results, model)
+
     g = pd.DataFrame(guards(results))
     g = g[g.source.str.startswith(f"{model}/")]
     out += ["### Guards", "",
@@ -246,6 +249,43 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
                 f"(1, 5, 15 min) {', '.join(f'{x:.2f}' for x in last['load_before'])} before the run and "
                 f"{', '.join(f'{x:.2f}' for x in last['load_after'])} after it (its record): a load near the "
                 "core count or above means these times are under load.", md_table(t, ".1f")]
+    return out
+
+
+def patching_section(results: Path, model: str) -> list[str]:
+    """Activation patching (protocol §5d), from the model's patching tables and their notes: the
+    prompts and the two runs' logit differences, the top 10 heads exact and estimated, and where
+    the residual stream and the top heads carry the answer, by layer and by head."""
+    table = lambda name: under(results, paths.patching_table(model, name))
+    heads, resid, where = (read_parquet(table(n)) for n in ("heads", "resid", "positions"))
+    note = read_note(table("heads"))
+    if "pairs" in note:
+        source = (f"the rows of the pairs file `{markdown(note['pairs'])}` (SHA-256 `{note['pairs_sha256'][:16]}…`), "
+                  f"of {note['lengths'][0]}–{note['lengths'][-1]} tokens, positions counted from the end")
+    else:
+        source = f"{len(note['templates'])} two-names templates (ABBA and BABA, corrupted ABC), of {note['length']} tokens"
+    pearson, spearman = (fmt(note.get(f"estimate_{k}"), ".3f") for k in ("pearson", "spearman"))
+    out = ["### 5d: activation patching, clean → corrupted (protocol §5d)", "",
+           f"{note['prompts']} prompts from {source}. Logit difference (answer − distractor, at the last token; "
+           f"mean over the prompts): clean {note['clean_logit_diff']:.4f}, corrupted "
+           f"{note['corrupted_logit_diff']:.4f}; {markdown(note['names_phrase'])}. Score = (patched − corrupted) "
+           "/ (clean − corrupted): 0 = the corrupted run, 1 = the clean run. Attribution patching's estimate "
+           f"against the exact scores over all {len(heads)} heads: Pearson {pearson}, Spearman {spearman}, "
+           f"top-{note['top10']} overlap {note['estimate_top10_overlap']}/{note['top10']}. Wall time in the rule: "
+           f"exact head sweep {note['exact_seconds']:.1f} s, estimate {note['estimate_seconds']:.2f} s.",
+           "", f"The top {note['top10']} heads by score, each head's z patched at every position:",
+           md_table(heads.sort_values(["score_rank", "layer", "head"]).head(int(note["top10"]))[
+               ["label", "score", "logit_diff", "estimate_score", "estimate_rank"]].rename(
+               columns={"label": "head", "logit_diff": "logit diff", "estimate_score": "estimate",
+                        "estimate_rank": "estimate's rank"}), ".3f")]
+    best = lambda t, by: t.sort_values(["score", "position"], ascending=[False, True]).groupby(by, sort=True).head(1)
+    r = best(resid, "layer").sort_values("layer")
+    out += ["", "The residual stream (each block's input) patched at one position: where it restores the most, "
+            "per layer:", md_table(r[["layer", "position", "token", "score"]], ".3f")]
+    w = best(where, ["layer", "head"]).sort_values("head_rank")
+    out += ["", f"The top {len(w)} heads' z patched at one position: where each restores the most:",
+            md_table(w[["label", "head_rank", "position", "token", "score"]].rename(
+                columns={"label": "head", "head_rank": "rank"}), ".3f")]
     return out
 
 
@@ -348,7 +388,7 @@ def main(argv=None) -> None:
             "table, none is typed. Regenerate it, never edit it.",
             page_header(commit, command),
             "| part | scale | measured on |\n|---|---|---|\n"
-            f"| {markdown(args.model)}: scores, 5a, 5b, 5c, guards | **paper scale** (`make run`'s config) | the machine its section names |\n"
+            f"| {markdown(args.model)}: scores, 5a, 5b, 5c, 5d, guards | **paper scale** (`make run`'s config) | the machine its section names |\n"
             f"| the sweep ({pf['plain']} runs, {pf['steps']} steps) and the studies ({pf['studies']} runs) "
             f"| **paper scale** | {on_gpu} |\n"
             f"| GPU type, rule times and peak GPU memory | – | {on_gpu} |",

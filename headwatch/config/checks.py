@@ -168,9 +168,9 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
             errors.append(str(err))
             continue
         errs, warns = token_errors(config, facts)
-        model = errs + length_errors(config, facts) + head_errors(config, facts) + patching_errors(config, facts)
+        model = errs + length_errors(config, facts) + head_errors(config, facts) + patching_errors(config, facts, workdir)
         errors += model
         warnings += warns
         if not model:
-            estimates += model_estimates(config, facts)
+            estimates += model_estimates(config, facts, workdir)
     return errors, warnings, estimates

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..names import BYTES_PER_NUMBER
 from ..settings.ablation import AblationSettings
 from ..settings.anatomy import AnatomySettings
+from ..settings.pairs import pairs_path, read_pairs
 from ..settings.sweep import SummarySettings, TrainSettings, active_sweeps, entry_spec, slug, train_of
 
 GiB = 1 << 30
@@ -45,7 +46,7 @@ def estimate(key: str, what: str, parts: dict[str, int]) -> dict:
     return dict(key=key, what=what, parts={k: int(v) for k, v in parts.items()}, bytes=int(sum(parts.values())))
 
 
-def model_estimates(config: dict, facts) -> list[dict]:
+def model_estimates(config: dict, facts, workdir: str | Path = ".") -> list[dict]:
     """The jobs that run studied model ``facts.key``: its preparation, the attention maps, the
     cuts, activation patching and the ungrouped key/value control."""
     shape, key = facts.shape, facts.key
@@ -65,10 +66,15 @@ def model_estimates(config: dict, facts) -> list[dict]:
                         dict(weights=weights, logits=b * T * V * F32)))
     p = config["patching"]
     names = list(p["names"]) + ["A", "B", "C"]
-    length = len(facts.tokenizer(p["templates"][0].format(A=names[0], B=names[1], C=names[2])).input_ids)
-    out.append(estimate("patching.n", f"model {key}'s activation patching ({p['n']} prompts of {length} tokens, "
+    if p.get("pairs"):         # every row a prompt, padded to the longest (checked before this estimate)
+        rows = read_pairs(pairs_path(p["pairs"], workdir, bool(p.get("pairs_outside_project"))))
+        n, length = len(rows), max(len(facts.tokenizer(r[c]).input_ids) for r in rows for c in ("clean", "corrupted"))
+    else:
+        n = p["n"]
+        length = len(facts.tokenizer(p["templates"][0].format(A=names[0], B=names[1], C=names[2])).input_ids)
+    out.append(estimate("patching.n", f"model {key}'s activation patching ({n} prompts of {length} tokens, "
                                       "every layer's z and block input of the clean and the corrupted run)",
-                        dict(weights=weights, activations=2 * p["n"] * length * L * (H * D + W) * F32,
+                        dict(weights=weights, activations=2 * n * length * L * (H * D + W) * F32,
                              logits=p["batch"] * V * F32)))
     layers = AnatomySettings.from_config(config["anatomy"]).need("kv_control").kv_control.layers
     control = model_params(dict(shape, layers=layers, kv_heads=H))

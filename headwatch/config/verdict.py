@@ -40,6 +40,8 @@ def verdict_key(config: dict, located: list[Located], workdir: Path) -> str:
         origins={loc.key: [loc.origin, str(loc.folder)] for loc in located},
         references=sorted(p.name for p in refs.glob("*.json")) if refs.is_dir() else [],
         schema=fingerprint(workdir / "config" / "schema.yaml"),     # a cached verdict passed check_keys too
+        pairs=fingerprint(workdir / config["patching"]["pairs"])     # the prompt pairs' rows are checked
+        if config.get("patching", {}).get("pairs") else None,
         code=_code_hash(),
         env=dict(offline=offline(), cuda=cuda_probe() if needs_device(config) else None),
     )

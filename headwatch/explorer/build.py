@@ -250,7 +250,7 @@ def patching_payload(heads: pd.DataFrame, resid: pd.DataFrame, note: dict) -> di
                                 f"{len(labels)} positions")
     return dict(heads=records(heads.sort_values(["layer", "head"])),
                 resid=dict(score=[_plain(x) for x in r["score"]], layers=int(r["layer"].max()) + 1,
-                           tokens=labels),
+                           tokens=labels, positions=sorted(int(x) for x in r["position"].unique())),
                 summary={k: _plain(note[k]) for k in PATCHING_SUMMARY})
 
 

@@ -668,6 +668,10 @@
     });
     colorbarInto($('patch-colorbar'), vmax, 'score (0 = corrupted, 1 = clean)', fmtNum);
     const R = P.resid, T = R.tokens.length, box = $('patching-resid');
+    if (R.positions[0] < 0) {
+      $('patching-resid-title').textContent += ', positions counted from the end (−1 = each prompt\'s last token; ' +
+        'a position is scored over the prompts long enough to have it)';
+    }
     box.style.gridTemplateColumns = 'auto repeat(' + T + ', 20px)';
     box.appendChild(el('div', { class: 'lab' }, ''));
     R.tokens.forEach(function (t) { box.appendChild(el('div', { class: 'tok' }, t)); });
@@ -675,8 +679,10 @@
       box.appendChild(el('div', { class: 'lab' }, 'L' + l));
       for (let p = 0; p < T; p++) {
         const x = R.score[l * T + p];
+        // a pairs file's positions count from the end (-1 = each prompt's last token)
         const c = el('div', { class: 'patch-cell', id: 'patch-resid-L' + l + '-P' + p, 'data-score': String(x),
-                              title: 'block ' + l + ' input, position ' + p + ' (' + R.tokens[p] + '): ' + fmtNum(x) });
+                              title: 'block ' + l + ' input, position ' + R.positions[p] + (R.positions[p] < 0 ? ' from the end' : '') +
+                                     ' (' + R.tokens[p] + '): ' + fmtNum(x) });
         c.style.background = divColor(x, vmax);
         box.appendChild(c);
       }

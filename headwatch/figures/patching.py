@@ -30,6 +30,10 @@ def _fmt(x) -> str:
 
 
 def _baseline(note: dict) -> str:
+    if "pairs" in note:        # a researcher's pairs file (headwatch/pairs.py): its lengths, not its path
+        lengths = note["lengths"]
+        return (f"{note['prompts']} prompt pairs of {lengths[0]}–{lengths[-1]} tokens: logit difference "
+                f"answer − distractor clean {note['clean_logit_diff']:.3f}, corrupted {note['corrupted_logit_diff']:.3f}")
     return (f"{note['prompts']} prompts: logit difference IO − S clean {note['clean_logit_diff']:.3f}, "
             f"corrupted {note['corrupted_logit_diff']:.3f}")
 
@@ -62,7 +66,11 @@ def heads_maps(heads: pd.DataFrame, note: dict):
 def resid_map(resid: pd.DataFrame, positions: pd.DataFrame, note: dict):
     """The residual stream (each block's input) patched at one layer and position, layers ×
     positions, and below it the top heads' z patched at one position; the tokens on the axis
-    (a name's slot as {A}, {B}, {C}; positions where templates differ show their tokens)."""
+    (a name's slot as {A}, {B}, {C}; positions where templates differ show their tokens). A pairs
+    file's positions are counted from the end (−1 = each prompt's last token, protocol §5d): the
+    columns run from the longest prompt's first token to −1."""
+    first = int(resid["position"].min())          # 0, or −T when aligned from the end
+    resid, positions = (t.assign(position=t["position"] - first) for t in (resid, positions))
     grid = _grid(resid, "layer", "position", "score")
     heads = positions.drop_duplicates(["layer", "head"]).sort_values("head_rank")
     order = {(int(r.layer), int(r.head)): i for i, r in enumerate(heads.itertuples())}
@@ -81,7 +89,7 @@ def resid_map(resid: pd.DataFrame, positions: pd.DataFrame, note: dict):
     axes[1].set_yticks(range(len(heads)), [f"{r.label} (#{int(r.head_rank)})" for r in heads.itertuples()])
     axes[1].set_title("the top heads' z patched at one position", fontsize=7)
     axes[1].set_xticks(range(T), labels, rotation=60, ha="right")
-    axes[1].set_xlabel("position (token)")
+    axes[1].set_xlabel("position (token)" if first == 0 else "position from the end (token where the prompts agree)")
     cb = fig.colorbar(im, ax=list(axes), shrink=0.8)
     cb.set_label("score")
     return fig

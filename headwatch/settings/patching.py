@@ -3,7 +3,7 @@
 :class:`PatchingSettings` names every key under ``patching:`` of the config once, typed; the
 rules, scripts and benchmarks of :mod:`headwatch.patching` read their settings from it, never
 from string keys. Each rule's params are only the slice of ``patching:`` its job depends on
-(``rules/patching.smk``: the prompts read ``n, seed, templates, names``, the sweep ``phrase,
+(``rules/patching.smk``: the prompts read ``n, seed, templates, names`` (or ``pairs, pairs_outside_project``), the sweep ``phrase,
 top_k, batch, tolerance, guard_prompts``), so a key outside the slice is None here, and a job
 names the keys it needs (:meth:`~headwatch.settings.Settings.need`).
 
@@ -11,7 +11,9 @@ The templates' rules live here too, since the pre-job checks need them before an
 loaded: a template holds the slots ``{A}``, ``{B}``, ``{C}`` once each, each after a space
 (:func:`template_errors`), and is filled with three names (:func:`fill`, :func:`layout`).
 :func:`patching_errors` is every check of ``patching:`` made before any job, for one studied
-model (``headwatch/config/checks.py`` calls it).
+model (``headwatch/config/checks.py`` calls it); with ``pairs`` (a file of prompt pairs instead of
+the templates, :mod:`headwatch.settings.pairs`) the file's and its rows'. The prompts rule's slice
+depends on the source (:func:`prompt_keys`).
 
 Like every settings module, it imports only the standard library (and
 :func:`headwatch.sequences.single_token`, whose module imports nothing else at its top), so
@@ -25,6 +27,7 @@ from typing import Sequence
 
 from ..sequences import single_token
 from . import Settings
+from .pairs import PairsError, pair_errors, pairs_path, read_pairs
 
 SLOTS = ("A", "B", "C")
 """The slots of a template: the three names of a prompt."""
@@ -50,10 +53,13 @@ class PatchingSettings(Settings):
     batch: int | None = None                    # rows (one patch × one prompt) per forward pass
     tolerance: float | None = None              # batched sweep vs one patch per forward pass
     guard_prompts: int | None = None            # the first prompts the guards run on
+    pairs: str | None = None                    # a CSV / JSON Lines file of prompt pairs, instead of templates
+    pairs_outside_project: bool | None = None   # an absolute pairs path outside the project may be read
 
     def __post_init__(self):
         for name, kind in (("n", int), ("seed", int), ("top_k", int), ("batch", int), ("tolerance", float),
-                           ("guard_prompts", int), ("phrase", str)):
+                           ("guard_prompts", int), ("phrase", str), ("pairs", str),
+                           ("pairs_outside_project", bool)):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, kind(value))
@@ -61,6 +67,20 @@ class PatchingSettings(Settings):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, tuple(str(x) for x in value))
+
+
+PROMPT_KEYS = {"templates": ("n", "seed", "templates", "names"), "pairs": ("pairs", "pairs_outside_project")}
+"""The keys the prompt set is made of, by its source (rules/patching.smk: the prompts rule's params)."""
+
+
+def prompt_source(patching: dict) -> str:
+    """``pairs`` when ``patching.pairs`` names a file, else ``templates``."""
+    return "pairs" if patching.get("pairs") else "templates"
+
+
+def prompt_keys(patching: dict) -> tuple[str, ...]:
+    """The keys of ``patching:`` the prompt set depends on (its rule's params)."""
+    return PROMPT_KEYS[prompt_source(patching)]
 
 
 # ------------------------------------------------------------------ templates and names
@@ -118,31 +138,30 @@ def layout(tokenizer, template: str, names: Sequence[str]) -> tuple[list[int], l
 
 
 # ------------------------------------------------------------------ the pre-job checks
-def patching_errors(config: dict, facts) -> list[str]:
+def patching_errors(config: dict, facts, workdir=".") -> list[str]:
     """Every check of ``patching:`` before any job, for one studied model (``facts``: the model's
     ``key``, ``tokenizer`` and ``shape``, :class:`headwatch.sources.ModelFacts`): every name is one
     token with its space; every template holds its slots (:func:`template_errors`) and gives the
     same number of tokens with its slots at the same positions, within the model's context. The
     model-independent checks (the templates' slots, ``phrase``, ``guard_prompts``) are reported
-    once, with the first studied model."""
+    once, with the first studied model. With ``pairs`` (a file of prompt pairs, the project
+    directory ``workdir``) instead of templates: :func:`pairs_errors`."""
     if not config.get("patching"):
         return []
     p = PatchingSettings.from_config(config["patching"])
     tok, key = facts.tokenizer, facts.key
+    first = key == config["models_studied"][0]
+    if bool(p.pairs) == bool(p.templates):
+        return [f"patching: give exactly one of patching.templates and patching.pairs (the prompts' source); "
+                f"got {'both' if p.pairs else 'neither'} (an overlay that sets pairs also sets templates: null)"] \
+            if first else []
+    if p.pairs:
+        return pairs_errors(config, p, facts, workdir, first)
     errors = []
     bad_templates = template_errors(p.templates)
-    if key == config["models_studied"][0]:
+    if first:
         errors += bad_templates
-        phrase = config["phrases"].get(p.phrase)
-        if phrase is None or "also" not in phrase or "text" not in phrase:
-            errors.append(f"patching.phrase = {p.phrase!r}: must name a phrase of `phrases` with text, "
-                          f"expected and also (the IO and S tokens whose probabilities are reported); "
-                          f"phrases: {sorted(config['phrases'])}")
-        if p.guard_prompts > p.n:
-            errors.append(f"patching.guard_prompts = {p.guard_prompts}: more than the patching.n = {p.n} prompts")
-        heads = (facts.shape.get("layers") or 0) * (facts.shape.get("heads") or 0)
-        if heads and p.top_k > heads:
-            errors.append(f"patching.top_k = {p.top_k}: model {key} has {heads} heads")
+        errors += shared_errors(config, p, facts, p.n, "the patching.n")
     split = []
     for i, name in enumerate(p.names):
         try:
@@ -173,3 +192,32 @@ def patching_errors(config: dict, facts) -> list[str]:
             errors.append(f"patching.templates[{i}]: {n} tokens, longer than the context of model {key} "
                           f"({context})")
     return errors
+
+
+def shared_errors(config: dict, p: PatchingSettings, facts, prompts: int, counted: str) -> list[str]:
+    """The checks of ``patching:`` that do not depend on the prompts' source (``prompts`` of them,
+    ``counted`` says where that number comes from), made once, with the first studied model."""
+    errors = []
+    phrase = config["phrases"].get(p.phrase)
+    if phrase is None or "also" not in phrase or "text" not in phrase:
+        errors.append(f"patching.phrase = {p.phrase!r}: must name a phrase of `phrases` with text, "
+                      f"expected and also (the IO and S tokens whose probabilities are reported); "
+                      f"phrases: {sorted(config['phrases'])}")
+    if p.guard_prompts > prompts:
+        errors.append(f"patching.guard_prompts = {p.guard_prompts}: more than {counted} = {prompts} prompts")
+    heads = (facts.shape.get("layers") or 0) * (facts.shape.get("heads") or 0)
+    if heads and p.top_k > heads:
+        errors.append(f"patching.top_k = {p.top_k}: model {facts.key} has {heads} heads")
+    return errors
+
+
+def pairs_errors(config: dict, p: PatchingSettings, facts, workdir, first: bool) -> list[str]:
+    """The checks of a pairs file (:mod:`headwatch.settings.pairs`) for one studied model: its path
+    and rows (once, with the first studied model), and each row's tokens for this model."""
+    try:
+        path = pairs_path(p.pairs, workdir, bool(p.pairs_outside_project))
+        rows = read_pairs(path)
+    except PairsError as err:
+        return [str(err)] if first else []
+    errors = shared_errors(config, p, facts, len(rows), f"the {len(rows)} rows of {path}") if first else []
+    return errors + pair_errors(rows, facts.tokenizer, str(path), facts.key, facts.shape.get("context"))

@@ -1,0 +1,163 @@
+"""A researcher's own prompt pairs for activation patching (protocol §5d): the file
+``patching.pairs`` names, read and checked before any job.
+
+The file is CSV (with a header line) or JSON Lines (one object a line), by its suffix
+(:data:`FORMATS`), with the columns :data:`COLUMNS`: the ``clean`` prompt, its ``corrupted``
+twin, the ``answer`` the clean prompt points at and the ``distractor`` (the metric is
+``logit(answer) − logit(distractor)`` at each prompt's last token). The answer and the
+distractor are tokens written as the tokenizer reads them, with their leading space
+(" Mary"). Each row is one prompt; rows may differ in length, but the clean and corrupted
+prompts of one row must give the same number of tokens (a head patched over every position
+is defined per pair).
+
+The file is data from outside: its path must lie inside the project directory (after symlinks
+are resolved), unless it is absolute and ``patching.pairs_outside_project`` is true
+(:func:`pairs_path`); it is read as a regular file of at most :data:`MAX_BYTES` bytes opened by
+:func:`headwatch.sources.files.open_regular` (a FIFO or a device is refused before a byte is read), decoded
+as UTF-8 and parsed by Python's ``csv`` or ``json`` module (:func:`read_pairs`). Every error
+names the file and the row (its line), and a tokenizer's error the model too
+(:func:`pairs_errors`).
+
+Like every settings module it imports only the standard library at its top, so that the
+pre-job checks read it without torch.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from ..sequences import single_token
+
+COLUMNS = ("clean", "corrupted", "answer", "distractor")
+FORMATS = {".csv": "CSV", ".jsonl": "JSON Lines"}
+MAX_BYTES = 64 << 20
+"""The most bytes a pairs file may hold: :data:`MAX_ROWS` rows of prompts of a few thousand
+characters each fit with a wide margin."""
+MAX_ROWS = 4096
+"""The most rows a pairs file may hold: every layer's activations of every prompt are kept for
+the clean and the corrupted run, as for ``patching.n`` prompts (whose bound this is too)."""
+
+
+class PairsError(ValueError):
+    """A pairs file that cannot be read as prompt pairs; the message names the file and the row."""
+
+
+def pairs_path(value: str, workdir: str | Path = ".", outside: bool = False) -> Path:
+    """The pairs file ``value`` (relative to the project directory ``workdir``), resolved; a
+    :class:`PairsError` when it lies outside the project directory, unless ``value`` is absolute
+    and ``outside`` (``patching.pairs_outside_project``) allows it."""
+    root = Path(workdir).resolve()
+    given = Path(value)
+    path = (given if given.is_absolute() else root / given).resolve()
+    if path.suffix.lower() not in FORMATS:
+        raise PairsError(f"patching.pairs = {value!r}: the file's suffix must be one of {sorted(FORMATS)} "
+                         "(CSV with a header line, or JSON Lines)")
+    if not path.is_relative_to(root):
+        if not (given.is_absolute() and outside):
+            raise PairsError(f"patching.pairs = {value!r} resolves to {path}, outside the project directory "
+                             f"{root}; copy the file into the project, or give its absolute path and set "
+                             "patching.pairs_outside_project: true")
+    return path
+
+
+def _rows_csv(text: str, name: str):
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    header = reader.fieldnames or []
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise PairsError(f"{name}: the header line {header} lacks the column(s) {missing}; the columns are "
+                         f"{list(COLUMNS)}")
+    try:
+        for row in reader:
+            extra = row.get(None)
+            if extra:
+                raise PairsError(f"{name}, line {reader.line_num}: {len(extra)} value(s) more than the header's "
+                                 f"{len(header)} columns")
+            yield reader.line_num, row
+    except csv.Error as err:
+        raise PairsError(f"{name}, line {reader.line_num}: not CSV ({err})") from err
+
+
+def _rows_jsonl(text: str, name: str):
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except ValueError as err:
+            raise PairsError(f"{name}, line {line}: not JSON ({err})") from err
+        if not isinstance(row, dict):
+            raise PairsError(f"{name}, line {line}: a JSON {type(row).__name__}, not an object with the keys "
+                             f"{list(COLUMNS)}")
+        missing = [c for c in COLUMNS if c not in row]
+        if missing:
+            raise PairsError(f"{name}, line {line}: lacks the key(s) {missing}; each line holds {list(COLUMNS)}")
+        yield line, row
+
+
+def read_pairs(path: str | Path, max_rows: int = MAX_ROWS) -> list[dict]:
+    """The rows of a pairs file: ``{line, clean, corrupted, answer, distractor}`` each (``line``:
+    where the row starts in the file, 1 = the first line). :class:`PairsError` naming the file
+    and the line for anything but a regular UTF-8 file of at most :data:`MAX_BYTES` bytes with
+    every column, texts that are not strings or are empty (blank), or more than ``max_rows``
+    rows or none."""
+    import os
+
+    from ..sources.errors import ModelFileError
+    from ..sources.files import open_regular
+
+    path = Path(path)
+    name = str(path)
+    try:
+        with os.fdopen(open_regular(path), "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except ModelFileError as err:
+        raise PairsError(f"patching.pairs: {err}") from err
+    if len(data) > MAX_BYTES:
+        raise PairsError(f"{name} holds more than {MAX_BYTES >> 20} MiB, the most a pairs file may hold")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PairsError(f"{name} is not UTF-8 text ({err})") from err
+    rows = []
+    parse = _rows_csv if path.suffix.lower() == ".csv" else _rows_jsonl
+    for line, row in parse(text, name):
+        if len(rows) == max_rows:
+            raise PairsError(f"{name}: more than {max_rows} rows (patching.n's bound: the activations of every prompt are kept)")
+        for col in COLUMNS:
+            value = row[col]
+            if not isinstance(value, str):
+                raise PairsError(f"{name}, line {line}: {col} is a {type(value).__name__}, not text")
+            if not value.strip():
+                raise PairsError(f"{name}, line {line}: {col} is empty")
+        rows.append(dict(line=line, **{c: row[c] for c in COLUMNS}))
+    if not rows:
+        raise PairsError(f"{name}: no rows; each row is a prompt pair {list(COLUMNS)}")
+    return rows
+
+
+def pair_errors(rows: list[dict], tokenizer, name: str, model: str, context: int | None = None) -> list[str]:
+    """Each row's tokens for one model: the answer and the distractor one token each (and not the
+    same), the clean and corrupted prompts of the same number of tokens, within the context."""
+    errors = []
+    for r in rows:
+        where = f"{name}, line {r['line']}"
+        ids = {}
+        for col in ("answer", "distractor"):
+            try:
+                ids[col] = single_token(tokenizer, r[col], f"{where}: {col}")
+            except ValueError as err:
+                errors.append(f"{err} (model {model})")
+        if len(ids) == 2 and ids["answer"] == ids["distractor"]:
+            errors.append(f"{where}: the answer and the distractor are the same token {r['answer']!r} (model {model}); "
+                          "their logit difference would be 0")
+        n = {col: len(tokenizer(r[col]).input_ids) for col in ("clean", "corrupted")}
+        if n["clean"] != n["corrupted"]:
+            errors.append(f"{where}: the clean prompt gives {n['clean']} tokens and the corrupted one "
+                          f"{n['corrupted']} (model {model}); the two prompts of a pair must give the same number "
+                          "of tokens (a head is patched over every position of its pair)")
+        if context and max(n.values()) > context:
+            errors.append(f"{where}: {max(n.values())} tokens, longer than the context of model {model} ({context})")
+    return errors
