@@ -50,10 +50,12 @@ class PatchingSettings(Settings):
     batch: int | None = None                    # rows (one patch × one prompt) per forward pass
     tolerance: float | None = None              # batched sweep vs one patch per forward pass
     guard_prompts: int | None = None            # the first prompts the guards run on
+    kv_prompts: int | None = None               # key/value sweep: the first prompts (None = every prompt)
+    positions_all_heads: int | None = None      # cached per-position sweep: top heads (None = every head)
 
     def __post_init__(self):
         for name, kind in (("n", int), ("seed", int), ("top_k", int), ("batch", int), ("tolerance", float),
-                           ("guard_prompts", int), ("phrase", str)):
+                           ("guard_prompts", int), ("phrase", str), ("kv_prompts", int), ("positions_all_heads", int)):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, kind(value))
@@ -143,6 +145,11 @@ def patching_errors(config: dict, facts) -> list[str]:
         heads = (facts.shape.get("layers") or 0) * (facts.shape.get("heads") or 0)
         if heads and p.top_k > heads:
             errors.append(f"patching.top_k = {p.top_k}: model {key} has {heads} heads")
+        if p.kv_prompts is not None and p.kv_prompts > p.n:
+            errors.append(f"patching.kv_prompts = {p.kv_prompts}: more than the patching.n = {p.n} prompts")
+        if heads and p.positions_all_heads is not None and p.positions_all_heads > heads:
+            errors.append(f"patching.positions_all_heads = {p.positions_all_heads}: model {key} has {heads} heads "
+                          "(null = every head)")
     split = []
     for i, name in enumerate(p.names):
         try:
