@@ -40,7 +40,7 @@ SWEEP_HEADS_FIGURES = {"formation": "heads_formation", "finals": "heads_finals",
 SWEEP_COURSE_FIGURES = ("events", "gaps")
 """The figures of a sweep's course (rule figures_sweep_course): ``course_{sweep}_{key}``."""
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
-EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid"}
+EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid", "patching_kv_groups": "kv_groups"}
 """The explorer's patching inputs by key (report_explorer) and table name."""
 EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
 
