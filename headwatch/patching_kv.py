@@ -126,7 +126,9 @@ def _run_kv_patching(model, adapter, prompts, settings: PatchingSettings):
     records.add(guards.nothing_patched(patcher, sample))
     records.add(guards.qkv_is_z(patcher, sample, range(adapter.n_layers)))
     twin, tw = ungrouped_twin(model, adapter)
-    cases = [(p, ld[i, sample]) for i, p in enumerate(patches) if p.unit == p.layer % adapter.n_kv_heads]
+    # group layer mod kv_heads of every layer: its keys in even layers, its values in odd ones
+    cases = [(p, ld[i, sample]) for i, p in enumerate(patches)
+             if p.unit == p.layer % adapter.n_kv_heads and p.site == KV_SITES[p.layer % 2]]
     records.add(guards.kv_ungrouped(patcher, tw, sample, cases, group_heads, settings.tolerance))
     del twin, tw
 

@@ -80,6 +80,12 @@ def test_the_rule_patches_the_top_heads_at_every_position():
     assert len(table) == 3 * 10 and note["heads_patched"] == 3 and note["heads_total"] == 12
     assert note["multiply_adds_loop"] > note["multiply_adds_cached"] > 0
     assert record["passed"] and record["batched_vs_loop"]["n_cases"] > 10
+    from headwatch.figures.patching_groups import positions_all_map
+
+    fig = positions_all_map(table, dict(note, position_labels=[f"t{i}" for i in range(10)]))
+    title = fig.axes[0].get_title()
+    ratio = note["multiply_adds_loop"] / note["multiply_adds_cached"]
+    assert "the top 3 heads of the head sweep by score (3 of 12)" in title and f"{ratio:.2f}× fewer" in title
     every = run_positions_all(model, a, prompts, heads, PatchingSettings(batch=16, tolerance=1e-5, guard_prompts=2))
     assert len(every[0]) == 12 * 10 and every[1]["heads_chosen"] == "every head"
     p = Patcher(model, a, clean, corrupted, io, s, 16)

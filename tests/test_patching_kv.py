@@ -140,6 +140,12 @@ def test_the_rule_writes_one_row_per_layer_group_and_site():
     ld = p.run([Patch("v", 2, 1)]).double().mean()
     row = table[(table.layer == 2) & (table.group == 1) & (table.site == "v")].iloc[0]
     assert row.logit_diff == pytest.approx(float(ld)) and row.score == pytest.approx(float(p.score(ld.numpy())))
+    from headwatch.figures.patching_groups import kv_groups_map
+
+    fig = kv_groups_map(table, note)
+    best = table.sort_values(["score", "layer", "group"], ascending=[False, True, True]).iloc[0]
+    assert f"highest: {best.label} (heads {best.heads}), score {best.score:.3f}" in fig._suptitle.get_text()
+    assert "4 query heads over 2 key/value groups" in fig._suptitle.get_text()
 
 
 def test_a_replace_at_k_of_the_whole_site_splits_the_values_by_group():
