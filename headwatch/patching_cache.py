@@ -179,7 +179,7 @@ def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingS
              loop_macs / cached_macs)
     # The cached sweep vs one patch per forward pass: the top head at every position, and one
     # chosen head per layer at a name's position and the last position.
-    top = top_heads(heads_table[heads_table[["layer", "head"]].apply(tuple, axis=1).isin(heads)], "score", 1)[0]
+    top = top_heads(heads_table, "score", 1)[0]                  # the first of the chosen heads
     slot = int((clean != corrupted).any(dim=0).nonzero()[0, 0])
     per_layer = [h for h in heads_one_per_layer(adapter) if h in heads] or heads[:1]
     probe = list(dict.fromkeys([Patch("z", *top, q) for q in range(patcher.length)]

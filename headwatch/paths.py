@@ -70,7 +70,7 @@ def patching_table(model: str, name: str) -> str:
 
 
 def patching_guards(model: str, name: str = "guards") -> str:
-    """A patching rule's guard record (``guards``: the sweep's; ``kv_guards``, ``positions_all_guards``)."""
+    """A patching rule's guard record (``guards``: the sweep's; ``kv_groups_guards``, ``positions_all_guards``)."""
     return _join(RESULTS, model, "patching", f"{name}.json")
 
 

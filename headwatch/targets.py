@@ -24,7 +24,7 @@ PATCHING_TABLES = ("prompts", "heads", "resid", "positions")
 PATCHING_FIGURES = ("heads", "resid", "top_heads")
 PATCHING_GROUP_TABLES = ("kv_groups", "positions_all")
 """The key/value group sweep's and the cached per-position sweep's tables (protocol §5d), each with
-its own guard record (``kv_guards``, ``positions_all_guards``)."""
+its own guard record (``kv_groups_guards``, ``positions_all_guards``)."""
 PATCHING_GROUP_FIGURES = ("kv_groups", "positions_all")
 ANATOMY_TABLES = ("survey", "params_by_block", "rotary", "kv_cache", "attention_cells")
 MODEL_ANATOMY_FILES = ("head_slices.json", "weight_check.json", "kv_groups.parquet", "kv_similarity.parquet")

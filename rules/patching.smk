@@ -57,7 +57,7 @@ rule patching_kv:
         prompts=paths.patching_table("{model}", "prompts"),
     output:
         table=paths.patching_table("{model}", "kv_groups"),
-        guards=paths.patching_guards("{model}", "kv_guards"),
+        guards=paths.patching_guards("{model}", "kv_groups_guards"),
     params:
         patching={key: config["patching"][key] for key in ("batch", "tolerance", "guard_prompts", "kv_prompts")},
         dtype=lambda w: get_dtype(w.model),

@@ -162,7 +162,7 @@ def test_key_value_groups_and_every_position_with_the_cache(run):
     kv = pd.read_parquet(res / "kv_groups.parquet")
     assert list(kv.columns) == ["layer", "group", "site", "label", "heads", "logit_diff", "score", "score_rank"]
     assert len(kv) == 3 * 2 * 2 and set(kv.site) == {"k", "v"} and kv["heads"].iloc[0] == "L0H0 L0H1"
-    kv_guards = read_record(res / "kv_guards.json")
+    kv_guards = read_record(res / "kv_groups_guards.json")
     assert kv_guards["passed"] and kv_guards["qkv_is_z"]["identical"] and kv_guards["kv_ungrouped"]["n_cases"] == 3
     every = pd.read_parquet(res / "positions_all.parquet")
     length = len(pd.read_parquet(res / "prompts.parquet").clean_ids.iloc[0])
