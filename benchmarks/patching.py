@@ -41,6 +41,22 @@ loop is bound by launches and Python rather than arithmetic (a GPU). For scale, 
 2-core machine under heavy load (load average 11–20), 1 thread, 16 prompts: (i) 1,415 s wall /
 254 s CPU, (ii) 588 s / 95.6 s, (iii) 13.2 s / 2.2 s; (i)/(ii) 2.4× wall, 2.65× CPU.
 
+``--positions``: the exact per-position head sweep instead (protocol §5d, every head at every
+position with the cache), on a subset of heads (``--heads``, default 6, spread over the layers),
+each head's ``z`` patched at one position at a time, every position:
+
+(a)   TransformerLens's per-position loop: ``generic_activation_patch`` with
+      ``layer_pos_head_vector_patch_setter`` over the (layer, position, head) rows of the subset —
+      what ``get_act_patch_attn_head_out_by_pos`` runs for every head, one forward pass each;
+(b)   headwatch's one patch per forward pass (:meth:`Patcher.loop`: every block, every position,
+      the full logits; the same arithmetic as (a));
+(c)   headwatch's cached sweep (:class:`headwatch.patching_cache.CachedPositions`): positions p..
+      of the layers from the head's up, the corrupted run's keys and values before p from a cache.
+
+Printed: each path's wall and CPU time, the multiply-adds of (b) and (c)
+(:func:`headwatch.patching_cache.multiply_adds`) and their ratio, the measured (b)/(c) against
+0.8 × that ratio, and (a)/(c) against 3×; the three must agree within ``--tolerance``.
+
 TransformerLens is an optional benchmark dependency, never a runtime one:
 
     .venv/bin/pip install -r requirements.txt transformer-lens==4.3.0
@@ -65,7 +81,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from ablation import compare_bridge_logits, peak_rss_gb, pick_heads, timed, transformer_lens_bridge  # noqa: E402
 from headwatch.models import load_prepared  # noqa: E402
 from headwatch.patching import (Patch, Patcher, attribution_patching, correlations, logit_diff,  # noqa: E402
-                                prompt_set, prompt_tensors)
+                                position_patches, prompt_set, prompt_tensors)
+from headwatch.patching_cache import CachedPositions, multiply_adds as position_multiply_adds  # noqa: E402
 from headwatch.settings.patching import PatchingSettings  # noqa: E402
 
 
@@ -123,6 +140,67 @@ def transformer_lens_loop(bridge, clean, corrupted, io, s, heads):
     return (out - r) / (c - r)
 
 
+@torch.no_grad()
+def transformer_lens_by_position(bridge, clean, corrupted, io, s, patches):
+    """(a): TransformerLens's patching of hook_z at one (layer, position, head) per forward pass;
+    the mean patched logit difference of each patch."""
+    import pandas as pd
+    from transformer_lens import patching
+
+    def metric(logits):
+        return logit_diff(logits[:, -1], io, s).double().mean()
+
+    _, cache = bridge.run_with_cache(clean)
+    index = pd.DataFrame([(q.layer, q.position, q.unit) for q in patches], columns=["layer", "pos", "head_index"])
+    return patching.generic_activation_patch(bridge, corrupted, cache, metric,
+                                             patch_setter=patching.layer_pos_head_vector_patch_setter,
+                                             activation_name="z", index_df=index).double().cpu().numpy()
+
+
+def loop_by_position(model, adapter, clean, corrupted, io, s, batch, patches):
+    """(b): one patch per forward pass, every block, full logits; mean logit difference per patch."""
+    return Patcher(model, adapter, clean, corrupted, io, s, batch).loop(patches).double().mean(dim=1).numpy()
+
+
+def cached_by_position(model, adapter, clean, corrupted, io, s, batch, patches):
+    """(c): the cached sweep (both runs and the corrupted cache captured inside the timing)."""
+    p = Patcher(model, adapter, clean, corrupted, io, s, batch)
+    return CachedPositions(p).run(patches).double().mean(dim=1).numpy()
+
+
+def positions_benchmark(args, model, adapter, bridge, version, clean, corrupted, io, s, batch, heads, length):
+    device = next(model.parameters()).device
+    patches = position_patches(heads, length)
+    n = len(clean)
+    print(f"per-position sweep: {len(heads)} heads ({' '.join(f'L{l}H{h}' for l, h in heads)}) × {length} positions "
+          f"= {len(patches)} patches × {n} prompts", flush=True)
+    t, c, out = {}, {}, {}
+    for key, fn, fargs in (("c", cached_by_position, (model, adapter, clean, corrupted, io, s, batch, patches)),
+                           ("a", transformer_lens_by_position, (bridge, clean, corrupted, io, s, patches)),
+                           ("b", loop_by_position, (model, adapter, clean, corrupted, io, s, batch, patches))):
+        out[key], t[key], c[key] = timed(fn, device, *fargs)
+        print(f"  ({key}): wall {t[key]:.2f} s", flush=True)
+    diff = max(float(np.abs(out["a"] - out["c"]).max()), float(np.abs(out["b"] - out["c"]).max()))
+    if diff > args.tolerance:
+        raise SystemExit(f"the per-position paths differ by up to {diff:g} in the mean logit difference "
+                         f"> {args.tolerance:g}")
+    loop_macs, cached_macs = position_multiply_adds(adapter, patches, n, length)
+    bound = loop_macs / cached_macs
+    print(f"(a) TransformerLens {version} per-position loop (get_act_patch_attn_head_out_by_pos semantics, the "
+          f"subset): wall {t['a']:8.2f} s; CPU {c['a']:8.2f} s")
+    print(f"(b) headwatch one patch per forward pass: wall {t['b']:8.2f} s; CPU {c['b']:8.2f} s")
+    print(f"(c) headwatch cached sweep: wall {t['c']:8.2f} s; CPU {c['c']:8.2f} s")
+    print(f"multiply-adds of the weight matrices: (b) {loop_macs:.3g}, (c) {cached_macs:.3g}: (b)/(c) = {bound:.2f}×")
+    ratio = t["b"] / t["c"]
+    print(f"(b)/(c), wall: {ratio:.2f}× (CPU {c['b'] / c['c']:.2f}×) = {ratio / bound:.2f} of the multiply-add "
+          f"ratio; target ≥ 0.8: {'met' if ratio >= 0.8 * bound else 'NOT met'}")
+    tl = t["a"] / t["c"]
+    print(f"(a)/(c), wall: {tl:.2f}× (CPU {c['a'] / c['c']:.2f}×); target ≥ 3×: {'met' if tl >= 3 else 'NOT met'}")
+    print(f"agreement: max |Δ mean logit difference| over the {len(patches)} patches, (a) and (b) vs (c): "
+          f"{diff:.3g} (tolerance {args.tolerance:g}): PASS")
+    print(f"peak memory (RSS high-water mark): {peak_rss_gb():.2f} GB")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=None, help="prompts (default: config/quick.yaml's patching.n)")
@@ -138,6 +216,9 @@ def main(argv=None):
     ap.add_argument("--heads", type=int, default=None,
                     help="patch only this many heads, spread over the layers (default: every head)")
     ap.add_argument("--no-repeat", action="store_true", help="run the batched path once, not before and after")
+    ap.add_argument("--positions", action="store_true",
+                    help="the per-position head sweep: TransformerLens's loop, headwatch's loop and its cached "
+                         "sweep on --heads heads (default 6)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     configured = PatchingSettings.from_config(yaml.safe_load(open(args.config))["patching"])
@@ -154,7 +235,7 @@ def main(argv=None):
     device = next(model.parameters()).device
     prompts, note = prompt_set(tokenizer, settings)
     clean, corrupted, io, s = (t.to(device) for t in prompt_tensors(prompts))
-    heads = pick_heads(adapter.heads(), args.heads)
+    heads = pick_heads(adapter.heads(), args.heads or (6 if args.positions else None))
     n_heads, full = len(heads), len(heads) == len(adapter.heads())
     print(f"model {args.model}: {adapter.n_layers} layers × {adapter.n_heads} heads; {len(prompts)} prompts of "
           f"{note['length']} tokens ({len(settings.templates)} templates, ABBA and BABA, corrupted ABC); "
@@ -170,6 +251,9 @@ def main(argv=None):
     with torch.no_grad():                                     # warm-up
         model(input_ids=clean[:2])
         bridge(clean[:2])
+    if args.positions:
+        return positions_benchmark(args, model, adapter, bridge, version, clean, corrupted, io, s, batch, heads,
+                                   note["length"])
 
     t, c = {}, {}
     (b1, base), t["b1"], c["b1"] = timed(batched, device, model, adapter, clean, corrupted, io, s, batch, heads)

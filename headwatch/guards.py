@@ -43,9 +43,14 @@ The guards of activation patching (protocol §5d, :mod:`headwatch.patching`):
 * :func:`clean_to_clean` — a head's ``z`` from the clean run patched into the same clean run
   changes no logit;
 * :func:`batched_vs_loop` — the batched sweep against one patch per forward pass, within a
-  tolerance (different batch shapes round differently);
+  tolerance (different batch shapes round differently); also the per-position head sweep run
+  through the corrupted run's key/value cache (:mod:`headwatch.patching_cache`);
 * :func:`padded_vs_alone` — prompts of different lengths (a pairs file) in one left-padded
-  batch give each prompt's logits as when run alone, within a tolerance.
+  batch give each prompt's logits as when run alone, within a tolerance;
+* :func:`qkv_is_z` — a layer's queries, keys and values patched at every position give the
+  logits of every head's ``z`` of that layer patched, identically (attention reads nothing else);
+* :func:`kv_ungrouped` — a key (value) group patched equals the keys (values) of every query
+  head of the group patched in the model's ungrouped twin (:mod:`headwatch.patching_kv`).
 
 The anatomy's weight check and key-group cuts (protocol §6) report through :func:`compare` too.
 
@@ -72,7 +77,8 @@ log = logging.getLogger("headwatch.guards")
 __all__ = ["GuardError", "MEAN_BIAS_RTOL", "compare", "GuardRecords", "batched_vs_loop",
            "hook_vs_reference", "hook_vs_weights", "hook_vs_mean_bias", "restore", "random_control", "AblationGuards",
            "merge_guards",
-           "nothing_patched", "everything_patched", "clean_to_clean", "padded_vs_alone"]
+           "nothing_patched", "everything_patched", "clean_to_clean", "padded_vs_alone", "qkv_is_z",
+           "kv_ungrouped"]
 
 
 class GuardError(InterventionError):
@@ -463,3 +469,78 @@ def clean_to_clean(patcher, prompts: Sequence[int], heads: Sequence[tuple[int, i
     return compare("clean_to_clean", pairs(), 0.0,
                    "full logits of the clean prompts with a head's z patched from the clean run itself, run "
                    "from the head's layer up, vs unpatched", prompts=len(prompts))
+
+
+def _below(patcher, layer: int, prompts: Sequence[int]) -> list:
+    """The corrupted run's input to block ``layer`` stood in for the blocks below it (none for layer 0)."""
+    if layer == 0:
+        return []
+    return [skip(layer - 1, patcher.acts["corrupted"]["resid_in"][layer][list(prompts)])]
+
+
+@torch.no_grad()
+def qkv_is_z(patcher, prompts: Sequence[int], layers: Iterable[int], sites: Sequence[str] = ("q", "k", "v")) -> dict:
+    """Each layer's ``q``, ``k`` and ``v`` (``sites``) patched clean → corrupted at every position
+    against every head's ``z`` of the layer patched: the full logits must be identical, since a
+    layer's attention output reads nothing but its queries, keys and values (the rotary
+    embedding and any QK-norm come after the sites, at the same positions). Both sides' clean
+    values come from one clean run of ``prompts`` here, and both run from the layer up on the
+    same stand-in, in one batch shape: the same kernels see the same numbers, so identical, not
+    merely close. Leaving ``v`` out of ``sites`` breaks it (the test shows the guard firing)."""
+    a = patcher.adapter
+    clean, corrupted = _rows(patcher.clean, prompts), _rows(patcher.corrupted, prompts)
+    layers = list(layers)
+    with intervene(a, [capture(site, l) for l in layers for site in ("z", *sites)]) as cap:
+        a.run_body(clean)
+
+    def pairs():
+        for l in layers:
+            with intervene(a, [replace(site, l, cap.one((site, l, None))) for site in sites] + _below(patcher, l, prompts)):
+                got = a.logits(corrupted)
+            with intervene(a, [replace("z", l, cap.one(("z", l, None)))] + _below(patcher, l, prompts)):
+                want = a.logits(corrupted)
+            yield dict(layer=l), got, want
+
+    return compare("qkv_is_z", pairs(), 0.0,
+                   f"full logits of the corrupted prompts with a layer's {', '.join(sites)} patched from the clean "
+                   "run at every position vs with every head's z of that layer patched", prompts=len(prompts))
+
+
+@torch.no_grad()
+def kv_ungrouped(patcher, twin: Adapter, prompts: Sequence[int], cases, heads_of: Callable[[Adapter, int], list],
+                 tolerance: float) -> dict:
+    """A key/value group patched in the model against the same keys (values) patched head by head
+    in its ungrouped twin (``twin``: kv heads = heads, each head's key and value rows its
+    group's; :func:`headwatch.patching_kv.ungrouped_twin`): ``cases`` are ``(patch, batched)``
+    with ``patch`` a ``k`` or ``v`` patch of one group and ``batched`` the sweep's logit
+    differences of ``prompts``; the twin's side replaces the site's slice of every query head
+    ``heads_of(adapter, group)`` by the twin's clean run, one patch per forward pass from the
+    layer up (the twin's corrupted input to it stood in below). Within ``tolerance``: the twin
+    computes the same numbers with other matrix shapes (more key and value rows), which may
+    round differently."""
+    a, d = patcher.adapter, patcher.adapter.head_dim
+    clean, corrupted = _rows(patcher.clean, prompts), _rows(patcher.corrupted, prompts)
+    io, s = patcher.io[list(prompts)], patcher.s[list(prompts)]
+    sites = sorted({(p.site, p.layer) for p, _ in cases})
+    with intervene(twin, [capture(site, l) for site, l in sites]) as cap:
+        twin.run_body(clean)
+    with intervene(twin, [capture("resid_in", l) for l in sorted({l for _, l in sites} - {0})]) as below:
+        twin.run_body(corrupted)
+
+    def pairs():
+        for p, batched in cases:
+            heads = heads_of(a, p.unit)
+            value = cap.one((p.site, p.layer, None))
+            edits = [replace(p.site, p.layer, value[..., h * d:(h + 1) * d], unit=h) for h in heads]
+            if p.layer:
+                edits.append(skip(p.layer - 1, below.one(("resid_in", p.layer, None))))
+            with intervene(twin, edits):
+                logits = twin.logits(corrupted, keep=1)[:, -1]
+            yield (dict(site=p.site, layer=p.layer, group=p.unit, heads=heads), batched.to(logits.device),
+                   patcher.logit_diff(logits, io, s))
+
+    return compare("kv_ungrouped", pairs(), tolerance,
+                   "logit difference IO - S of every guard prompt: a key/value group patched (the sweep) vs the "
+                   "keys/values of each of its query heads patched in the ungrouped twin (kv heads = heads, "
+                   "each head's key and value rows its group's)", prompts=len(prompts),
+                   twin_kv_heads=twin.n_kv_heads)

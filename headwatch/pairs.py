@@ -88,6 +88,20 @@ def source_note(note: dict) -> dict:
     return {k: note[k] for k in SOURCE_KEYS if k in note}
 
 
+def one_length(prompts: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The prompts of the first prompt's length, and a note saying so ({} and every prompt when
+    they all have one length, as templates do). The key/value sweep and the cached per-position
+    sweep patch every position of prompts that line up token by token, with no padding (protocol
+    §5d): on a pairs file of several lengths they run on its first row's length."""
+    lengths = prompts["clean_ids"].map(len)
+    keep = prompts[lengths == lengths.iloc[0]].reset_index(drop=True)
+    if len(keep) == len(prompts):
+        return prompts, {}
+    return keep, dict(prompts_of_one_length=f"the {len(keep)} prompts of {lengths.iloc[0]} tokens (the first "
+                                            f"prompt's length) of the {len(prompts)} prompts of the pairs file",
+                      prompt_lines=[int(x) for x in keep["line"]] if "line" in keep else None)
+
+
 def labels_from_end(prompts: pd.DataFrame) -> list[str]:
     """A label for each column of the left-padded batch: ``−k`` (position from the end), with the
     token after it where every prompt that has a token there has the same one."""

@@ -177,8 +177,9 @@ def position_labels(prompts) -> list[str]:
 # ------------------------------------------------------------------ patches
 @dataclass(frozen=True)
 class Patch:
-    """What one patch replaces: ``site`` (``z`` or ``resid_in``) of ``layer``, ``unit`` (a head
-    for ``z``; None = the whole site) at ``position`` (None = every position)."""
+    """What one patch replaces: ``site`` (``z`` or ``resid_in``; ``q``, ``k``, ``v`` where the
+    :class:`Patcher` captures them) of ``layer``, ``unit`` (a head for ``z`` and ``q``, a key/value
+    group for ``k`` and ``v``; None = the whole site) at ``position`` (None = every position)."""
     site: str
     layer: int
     unit: int | None = None
@@ -240,14 +241,17 @@ class Patcher:
     """Patches of a clean run into a corrupted run, many per forward pass (see the module doc).
 
     Created with the prompts (``clean``, ``corrupted`` ``[N, T]``, ``io``, ``s`` ``[N]``): runs
-    both once, capturing every layer's ``z`` and ``resid_in`` and each prompt's logit difference
+    both once, capturing every layer's ``z`` and ``resid_in`` (and the ``extra_sites``, e.g.
+    ``q``, ``k``, ``v``: :mod:`headwatch.patching_kv`) and each prompt's logit difference
     (``clean_ld``, ``corrupted_ld``; their means ``clean_mean``, ``corrupted_mean``).
     """
 
     SITES = ("z", "resid_in")
 
-    def __init__(self, model, adapter, clean, corrupted, io, s, batch: int = 64, mask=None):
+    def __init__(self, model, adapter, clean, corrupted, io, s, batch: int = 64, mask=None,
+                 extra_sites: Sequence[str] = ()):
         self.model, self.adapter, self.batch = model, adapter, int(batch)
+        self.sites = self.SITES + tuple(x for x in extra_sites if x not in self.SITES)   # captured, patchable
         self.device = next(model.parameters()).device
         self.clean, self.corrupted = clean.to(self.device), corrupted.to(self.device)
         if self.clean.shape != self.corrupted.shape:
@@ -275,8 +279,8 @@ class Patcher:
 
     def _capture(self, ids):
         L = self.adapter.n_layers
-        edits = [capture(site, l) for site in self.SITES for l in range(L)]
-        parts, lds = {(site, l): [] for site in self.SITES for l in range(L)}, []
+        edits = [capture(site, l) for site in self.sites for l in range(L)]
+        parts, lds = {(site, l): [] for site in self.sites for l in range(L)}, []
         for i in range(0, len(ids), self.batch):
             with intervene(self.adapter, edits) as cap:
                 logits = self.adapter.logits(ids[i:i + self.batch], keep=1,
@@ -284,7 +288,7 @@ class Patcher:
             lds.append(logit_diff(logits, self.io[i:i + self.batch], self.s[i:i + self.batch]))
             for key in parts:
                 parts[key].append(cap.one((*key, None)))
-        acts = {site: [torch.cat(parts[(site, l)]) for l in range(L)] for site in self.SITES}
+        acts = {site: [torch.cat(parts[(site, l)]) for l in range(L)] for site in self.sites}
         return acts, torch.cat(lds)
 
     def mask_of(self, rows):
@@ -293,7 +297,8 @@ class Patcher:
 
     # ---- the values a patch puts in
     def _slice(self, site: str, unit: int | None):
-        return self.adapter.out_columns(unit) if site == "z" and unit is not None else slice(None)
+        d = self.adapter.head_dim     # a captured site holds its units one after another, head_dim each
+        return slice(unit * d, (unit + 1) * d) if unit is not None else slice(None)
 
     def values(self, site: str, layer: int, unit: int | None, positions, prompts):
         """The replacement ``[rows, T, features]`` of (site, layer, unit) for the prompts
@@ -378,8 +383,8 @@ class Patcher:
     def _require_patches(self, patches: Sequence[Patch]) -> None:
         """PatchingError/HeadAddressError unless every patch is a site, unit and position of these prompts."""
         for p in patches:
-            if p.site not in self.SITES:
-                raise PatchingError(f"{p}: the sites patched are {list(self.SITES)}")
+            if p.site not in self.sites:
+                raise PatchingError(f"{p}: the sites patched are {list(self.sites)}")
             self.adapter.require_unit(p.site, p.layer, p.unit)
             if p.position is not None and not 0 <= p.position < self.length:
                 raise PatchingError(f"{p}: the prompts have positions 0..{self.length - 1}")

@@ -69,9 +69,9 @@ def patching_table(model: str, name: str) -> str:
     return _join(RESULTS, model, "patching", f"{name}.parquet")
 
 
-def patching_guards(model: str) -> str:
-    """The patching rule's guard record."""
-    return _join(RESULTS, model, "patching", "guards.json")
+def patching_guards(model: str, name: str = "guards") -> str:
+    """A patching rule's guard record (``guards``: the sweep's; ``kv_groups_guards``, ``positions_all_guards``)."""
+    return _join(RESULTS, model, "patching", f"{name}.json")
 
 
 # ------------------------------------------------------------------ anatomy

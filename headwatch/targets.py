@@ -22,6 +22,10 @@ ABLATION_TABLES = ("topk", "circuit_scores", "circuit_loss", "attribution", "att
 PATCHING_TABLES = ("prompts", "heads", "resid", "positions")
 """The activation-patching tables (protocol §5d); the rule also writes a guard record."""
 PATCHING_FIGURES = ("heads", "resid", "top_heads")
+PATCHING_GROUP_TABLES = ("kv_groups", "positions_all")
+"""The key/value group sweep's and the cached per-position sweep's tables (protocol §5d), each with
+its own guard record (``kv_groups_guards``, ``positions_all_guards``)."""
+PATCHING_GROUP_FIGURES = ("kv_groups", "positions_all")
 ANATOMY_TABLES = ("survey", "params_by_block", "rotary", "kv_cache", "attention_cells")
 MODEL_ANATOMY_FILES = ("head_slices.json", "weight_check.json", "kv_groups.parquet", "kv_similarity.parquet")
 SWEEP_TABLES = ("summary", "contrast", "finals", "curves")
@@ -36,7 +40,7 @@ SWEEP_HEADS_FIGURES = {"formation": "heads_formation", "finals": "heads_finals",
 SWEEP_COURSE_FIGURES = ("events", "gaps")
 """The figures of a sweep's course (rule figures_sweep_course): ``course_{sweep}_{key}``."""
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
-EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid"}
+EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid", "patching_kv_groups": "kv_groups"}
 """The explorer's patching inputs by key (report_explorer) and table name."""
 EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
 
@@ -88,7 +92,9 @@ def paper_page(model: str) -> list[str]:
 
 def patching(config: dict) -> list[str]:
     return [p for m in models(config)
-            for p in [paths.patching_table(m, t) for t in PATCHING_TABLES] + [paths.patching_guards(m)]]
+            for p in [paths.patching_table(m, t) for t in PATCHING_TABLES] + [paths.patching_guards(m)]
+            + [paths.patching_table(m, t) for t in PATCHING_GROUP_TABLES]
+            + [paths.patching_guards(m, f"{t}_guards") for t in PATCHING_GROUP_TABLES]]
 
 
 def guard_records(config: dict) -> list[str]:
@@ -96,7 +102,8 @@ def guard_records(config: dict) -> list[str]:
     each ablation rule's, their merge and activation patching's."""
     return [p for m in models(config)
             for p in [paths.guard_record(m, e) for e in ABLATION_EXPERIMENTS]
-            + [paths.guards(m), paths.patching_guards(m)]]
+            + [paths.guards(m), paths.patching_guards(m)]
+            + [paths.patching_guards(m, f"{t}_guards") for t in PATCHING_GROUP_TABLES]]
 
 
 def anatomy(config: dict) -> list[str]:
@@ -151,6 +158,7 @@ def model_figures(config: dict) -> list[str]:
         out += [f for phrase in config["phrases"]
                 for f in figure_pair(paths.ablation_figure, m, f"attribution_{phrase}")]
         out += [f for name in PATCHING_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
+        out += [f for name in PATCHING_GROUP_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
     return out
 
 

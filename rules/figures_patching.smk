@@ -22,3 +22,24 @@ rule figures_patching:
         "../environment.yml"
     script:
         "../scripts/figures_patching.py"
+
+
+# The key/value groups' map and every head at every position (through the key/value cache):
+# one job, from their two small tables (headwatch/figures/patching_groups.py).
+rule figures_patching_groups:
+    input:
+        kv_groups=paths.patching_table("{model}", "kv_groups"),
+        positions_all=paths.patching_table("{model}", "positions_all"),
+    output:
+        **{f"{name}_{ext}": report(paths.patching_figure("{model}", name, ext),
+                                   caption=f"../report/patching_{name}.rst", category="patching",
+                                   subcategory="{model}")
+           for name in targets.PATCHING_GROUP_FIGURES for ext in paths.EXTENSIONS},
+    log:
+        paths.log("figures_patching_groups", "{model}"),
+    benchmark:
+        paths.benchmark("figures_patching_groups", "{model}")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/figures_patching_groups.py"

@@ -52,3 +52,54 @@ rule patching_sweep:
         "../environment.yml"
     script:
         "../scripts/patching_sweep.py"
+
+
+# Key/value groups (headwatch/patching_kv.py): each layer's key group and value group patched
+# clean -> corrupted at every position, with its own guards (the ungrouped twin, q/k/v vs z).
+rule patching_kv:
+    input:
+        model=paths.prepared("{model}"),
+        prompts=paths.patching_table("{model}", "prompts"),
+    output:
+        table=paths.patching_table("{model}", "kv_groups"),
+        guards=paths.patching_guards("{model}", "kv_groups_guards"),
+    params:
+        patching={key: config["patching"][key] for key in ("batch", "tolerance", "guard_prompts", "kv_prompts")},
+        dtype=lambda w: get_dtype(w.model),
+    log:
+        paths.log("patching_kv", "{model}"),
+    benchmark:
+        paths.benchmark("patching_kv", "{model}")
+    resources:
+        gpu=GPU_JOB,
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/patching_kv.py"
+
+
+# Every head at every position through the corrupted run's key/value cache
+# (headwatch/patching_cache.py): the top patching.positions_all_heads heads of the head sweep
+# (null = every head), each patched at one position at a time.
+rule patching_positions_all:
+    input:
+        model=paths.prepared("{model}"),
+        prompts=paths.patching_table("{model}", "prompts"),
+        heads=paths.patching_table("{model}", "heads"),
+    output:
+        table=paths.patching_table("{model}", "positions_all"),
+        guards=paths.patching_guards("{model}", "positions_all_guards"),
+    params:
+        patching={key: config["patching"][key] for key in ("batch", "tolerance", "guard_prompts",
+                                                           "positions_all_heads")},
+        dtype=lambda w: get_dtype(w.model),
+    log:
+        paths.log("patching_positions_all", "{model}"),
+    benchmark:
+        paths.benchmark("patching_positions_all", "{model}")
+    resources:
+        gpu=GPU_JOB,
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/patching_positions_all.py"

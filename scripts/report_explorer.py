@@ -7,7 +7,7 @@ from headwatch.workflow import log_to
 
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 OPTIONAL = ("predictions", "topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary",
-            "patching_heads", "patching_resid", "sweep_summary", "sweep_contrast")
+            "patching_heads", "patching_resid", "patching_kv_groups", "sweep_summary", "sweep_contrast")
 with log_to(snakemake.log[0]) as log:
     shape = model_shape(Path(i.model).parent, p.dtype)
     rotary = rotary_options(w.model, shape, [reference_base(path) for path in i.references])

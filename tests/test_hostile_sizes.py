@@ -73,6 +73,9 @@ ABSURD = [
     ("anatomy.kv_control.layers", 100_000, "anatomy.kv_control.layers: 100,000 is above its bound 512"),
     ("sweep.model.layers", 100_000, "sweep.model.layers: 100,000 is above its bound 64"),
     ("attention.batch", 10**9, "attention.batch: 1,000,000,000 is above its bound 1,024"),
+    ("patching.kv_prompts", 10**9, "patching.kv_prompts: 1,000,000,000 is above its bound 4,096"),
+    ("patching.positions_all_heads", 10**9,
+     "patching.positions_all_heads: 1,000,000,000 is above its bound 65,536"),
 ]
 
 

@@ -273,3 +273,30 @@ def test_the_explorer_panel_carries_the_positions_from_the_end():
     assert got["score"] == [0.2, 0.3, 0.1, 0.5, 0.6, 0.4]               # layer-major, the columns from -3 to -1
     js = (ROOT / "headwatch" / "explorer" / "explorer.js").read_text()
     assert "R.positions[p] < 0 ? ' from the end'" in js and "positions counted from the end" in js
+
+
+def test_the_kv_and_cached_position_sweeps_run_on_the_first_rows_length():
+    """A pairs file of several lengths: the key/value sweep and the cached per-position sweep patch
+    every position of prompts that line up, so they run on the first row's length and say so; the
+    same prompts given alone give the same table."""
+    from headwatch.pairs import one_length
+    from headwatch.patching_cache import run_positions_all
+    from headwatch.patching_kv import run_kv_patching
+
+    model = tiny_model("qwen3")
+    a = Adapter(model)
+    prompts = _prompts()
+    alone, note = one_length(prompts)
+    assert len(alone) == 2 and set(alone.clean_ids.map(len)) == {LENGTHS[0]} and note["prompt_lines"] == [2, 3]
+    assert one_length(alone) == (alone, {})
+    heads = pd.DataFrame(a.heads(), columns=["layer", "head"])
+    heads["score"] = [0.1 * ((7 * i) % 12) for i in range(len(heads))]
+    heads["score_rank"] = heads["score"].rank(ascending=False, method="min").astype(int)
+    settings = PatchingSettings(batch=16, tolerance=1e-5, guard_prompts=2, positions_all_heads=2)
+    for run in (lambda p: run_positions_all(model, a, p, heads, settings), lambda p: run_kv_patching(model, a, p, settings)):
+        table, note, record = run(prompts)
+        assert record["passed"] and "of the 6 prompts of the pairs file" in note["prompts_of_one_length"]
+        assert note["prompts"] == 2 and note["length"] == LENGTHS[0]
+        same, note_alone, _ = run(alone)
+        pd.testing.assert_frame_equal(table, same)
+        assert "prompts_of_one_length" not in note_alone

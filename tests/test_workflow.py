@@ -147,6 +147,29 @@ def test_patching_outputs_guards_figures_and_pages(run):
     assert {p.name for p in pages.glob("*.html")} == {"prompts.html", "heads.html", "resid.html", "positions.html"}
     page = (workdir / "results" / "tiny-llama" / "explorer.html").read_text()
     assert '"patching":{"heads":{"columns":["layer","head"' in page
+    assert '"kv_groups":{"columns":["layer","group","site","label","heads"' in page
+
+
+def test_key_value_groups_and_every_position_with_the_cache(run):
+    """The key/value group sweep (one row per layer x group x k|v of the tiny Llama: 2 groups of
+    2 heads) and the cached per-position sweep, their guard records and figures."""
+    workdir, _, config = run
+    res = workdir / "results" / "tiny-llama" / "patching"
+    kv = pd.read_parquet(res / "kv_groups.parquet")
+    assert list(kv.columns) == ["layer", "group", "site", "label", "heads", "logit_diff", "score", "score_rank"]
+    assert len(kv) == 3 * 2 * 2 and set(kv.site) == {"k", "v"} and kv["heads"].iloc[0] == "L0H0 L0H1"
+    kv_guards = read_record(res / "kv_groups_guards.json")
+    assert kv_guards["passed"] and kv_guards["qkv_is_z"]["identical"] and kv_guards["kv_ungrouped"]["n_cases"] == 3
+    every = pd.read_parquet(res / "positions_all.parquet")
+    length = len(pd.read_parquet(res / "prompts.parquet").clean_ids.iloc[0])
+    chosen = config["patching"].get("positions_all_heads") or 3 * 4
+    assert len(every) == chosen * length and every.groupby(["layer", "head"]).size().eq(length).all()
+    note = read_note(res / "positions_all.parquet")
+    assert note["multiply_adds_loop"] > note["multiply_adds_cached"]
+    assert read_record(res / "positions_all_guards.json")["batched_vs_loop"]["passed"]
+    for name in ("kv_groups", "positions_all"):
+        for ext in ("pdf", "png"):
+            assert (workdir / "figures" / "tiny-llama" / "patching" / f"{name}.{ext}").stat().st_size > 0
 
 
 def test_the_explorer_shows_the_patching_panel(run, browser):  # noqa: F811 -- the fixture imported above
@@ -174,6 +197,8 @@ def test_the_explorer_shows_the_patching_panel(run, browser):  # noqa: F811 -- t
     assert len(browser.find_elements(by, "#patching-resid .patch-cell")) == 3 * len(labels)
     assert [t.get_attribute("textContent") for t in browser.find_elements(by, "#patching-resid .tok")] == labels
     assert "prompts; logit difference IO − S: clean" in browser.find_element(by, "#patching-line").text
+    kv = browser.find_elements(by, "#patching-kv-data tbody tr")         # the top 10 of 12 key/value groups
+    assert len(kv) == 10 and kv[0].find_elements(by, "td")[3].text.startswith("L")
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], json.dumps(browser.get_log("browser"))
 
 
@@ -181,7 +206,7 @@ TABLE_ONLY_SCRIPTS = ("anatomy_rotary", "anatomy_kv_cache", "anatomy_cells", "fi
                       "figures_ablation_circuit", "figures_ablation_attribution", "figures_ablation_pairs",
                       "figures_anatomy_params", "figures_anatomy_rotary", "figures_anatomy_kv_cache",
                       "figures_anatomy_kv_cut", "figures_grid", "figures_head", "figures_scores", "figures_sweep",
-                      "figures_sweep_study", "figures_patching", "report_explorer", "report_table", "sweep_study",
+                      "figures_sweep_study", "figures_patching", "figures_patching_groups", "report_explorer", "report_table", "sweep_study",
                       "sweep_summary", "sweep_course", "figures_sweep_course")
 """Scripts whose jobs read tables and write tables, figures or pages, never a model: about half
 the jobs of a run. Importing torch would cost each of them ~2 s of CPU."""

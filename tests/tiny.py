@@ -157,3 +157,12 @@ def tiny_model(family: str, seed: int = 0, **kw):
 def random_ids(batch: int, length: int, vocab: int = VOCAB, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(1, vocab, (batch, length), generator=g)
+
+
+def patching_prompts(n: int = 4, length: int = 10):
+    """(clean, corrupted ``[n, length]``, io, s ``[n]``) for patching tests: random prompts whose
+    corrupted twins differ at three positions (like the names of protocol §5d), random answers."""
+    clean = random_ids(n, length, seed=1)
+    corrupted = clean.clone()
+    corrupted[:, [2, 4, 7]] = random_ids(n, 3, seed=2)
+    return clean, corrupted, random_ids(1, n, seed=3)[0], random_ids(1, n, seed=4)[0]

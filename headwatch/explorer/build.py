@@ -261,7 +261,7 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
                      attribution_summary: pd.DataFrame | None = None,
                      sweep_summary: pd.DataFrame | None = None, sweep_contrast: pd.DataFrame | None = None,
                      patching_heads: pd.DataFrame | None = None, patching_resid: pd.DataFrame | None = None,
-                     patching_note: dict | None = None, rotary: list[dict] | None = None, rotary_distance: int = 1000,
+                     patching_note: dict | None = None, patching_kv_groups: pd.DataFrame | None = None, rotary: list[dict] | None = None, rotary_distance: int = 1000,
                      sources: dict | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict (see the module doc for the map encoding)."""
     L, H = int(shape["layers"]), int(shape["heads"])
@@ -339,6 +339,9 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
             raise ExplorerDataError(f"patching: the heads table ({len(patching_heads)} rows for {L} × {H} heads), "
                                     "the residual table and the note come together")
         payload["patching"] = patching_payload(patching_heads, patching_resid, patching_note)
+        if patching_kv_groups is not None:      # key/value groups, highest score first
+            payload["patching"]["kv_groups"] = records(patching_kv_groups.sort_values(
+                ["score_rank", "layer", "group", "site"], kind="mergesort"))
     if sweep_summary is not None:
         payload["sweep"] = dict(summary=records(sweep_summary))
         if sweep_contrast is not None:
@@ -369,7 +372,7 @@ def build_explorer(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFram
 
     ``optional``: predictions, topk, circuit_scores, circuit_loss, attribution,
     attribution_summary, patching_heads, patching_resid (with ``patching_note``, the
-    heads table's note), sweep_summary, sweep_contrast (DataFrames; a section is
+    heads table's note), patching_kv_groups (the key/value group sweep), sweep_summary, sweep_contrast (DataFrames; a section is
     omitted when its table is None), rotary (list of {label, base}),
     rotary_distance, sources ({name: path} shown in the page's footer).
     """

@@ -690,6 +690,12 @@
     const order = score.map(function (_, i) { return i; }).sort(function (a, b) { return score[b] - score[a] || a - b; });
     table('patching-top-table', { columns: P.heads.columns, rows: order.slice(0, m.top10).map(function (i) { return P.heads.rows[i]; }) },
       'the top ' + m.top10 + ' heads by patching score (patching/heads.parquet)');
+    if (P.kv_groups) {
+      const k = Math.min(10, P.kv_groups.rows.length);
+      table('patching-kv-table', { columns: P.kv_groups.columns, rows: P.kv_groups.rows.slice(0, k) },
+        'the top ' + k + ' of ' + P.kv_groups.rows.length + ' key (k) and value (v) groups by patching score, each read by ' +
+        'the query heads listed (patching/kv_groups.parquet)');
+    }
   }
 
   // ------------------------------------------------------------ sweep

@@ -55,11 +55,13 @@ class PatchingSettings(Settings):
     guard_prompts: int | None = None            # the first prompts the guards run on
     pairs: str | None = None                    # a CSV / JSON Lines file of prompt pairs, instead of templates
     pairs_outside_project: bool | None = None   # an absolute pairs path outside the project may be read
+    kv_prompts: int | None = None               # key/value sweep: the first prompts (None = every prompt)
+    positions_all_heads: int | None = None      # cached per-position sweep: top heads (None = every head)
 
     def __post_init__(self):
         for name, kind in (("n", int), ("seed", int), ("top_k", int), ("batch", int), ("tolerance", float),
                            ("guard_prompts", int), ("phrase", str), ("pairs", str),
-                           ("pairs_outside_project", bool)):
+                           ("pairs_outside_project", bool), ("kv_prompts", int), ("positions_all_heads", int)):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, kind(value))
@@ -208,6 +210,11 @@ def shared_errors(config: dict, p: PatchingSettings, facts, prompts: int, counte
     heads = (facts.shape.get("layers") or 0) * (facts.shape.get("heads") or 0)
     if heads and p.top_k > heads:
         errors.append(f"patching.top_k = {p.top_k}: model {facts.key} has {heads} heads")
+    if p.kv_prompts is not None and p.kv_prompts > prompts:
+        errors.append(f"patching.kv_prompts = {p.kv_prompts}: more than {counted} = {prompts} prompts")
+    if heads and p.positions_all_heads is not None and p.positions_all_heads > heads:
+        errors.append(f"patching.positions_all_heads = {p.positions_all_heads}: model {facts.key} has {heads} heads "
+                      "(null = every head)")
     return errors
 
 
