@@ -45,6 +45,12 @@ The guards of activation patching (protocol §5d, :mod:`headwatch.patching`):
 * :func:`batched_vs_loop` — the batched sweep against one patch per forward pass, within a
   tolerance (different batch shapes round differently).
 
+The guard of path patching (protocol §5e, :mod:`headwatch.circuits`):
+
+* :func:`path_into_everything` — the path from a sender into every downstream component at
+  once (nothing frozen) equals activation patching of the sender; with
+  :func:`batched_vs_loop` (one edge per pair of forward passes).
+
 The anatomy's weight check and key-group cuts (protocol §6) report through :func:`compare` too.
 
 :class:`GuardError` is an :class:`~headwatch.interventions.InterventionError`, so that code
@@ -70,7 +76,7 @@ log = logging.getLogger("headwatch.guards")
 __all__ = ["GuardError", "MEAN_BIAS_RTOL", "compare", "GuardRecords", "batched_vs_loop",
            "hook_vs_reference", "hook_vs_weights", "hook_vs_mean_bias", "restore", "random_control", "AblationGuards",
            "merge_guards",
-           "nothing_patched", "everything_patched", "clean_to_clean"]
+           "nothing_patched", "everything_patched", "clean_to_clean", "path_into_everything"]
 
 
 class GuardError(InterventionError):
@@ -427,3 +433,21 @@ def clean_to_clean(patcher, prompts: Sequence[int], heads: Sequence[tuple[int, i
     return compare("clean_to_clean", pairs(), 0.0,
                    "full logits of the clean prompts with a head's z patched from the clean run itself, run "
                    "from the head's layer up, vs unpatched", prompts=len(prompts))
+
+
+# ------------------------------------------------------------------ path patching (§5e)
+@torch.no_grad()
+def path_into_everything(paths, senders: Sequence[tuple[int, int]], prompts: Sequence[int], tolerance: float) -> dict:
+    """The path from each sender into every component downstream of it at once — nothing frozen,
+    the receiver the last block's output (:meth:`headwatch.circuits.PathPatcher.into_everything`)
+    — against activation patching of the sender (the head sweep's
+    :meth:`headwatch.patching.Patcher.run` of its z), each prompt's logit difference, within
+    ``tolerance``: a freeze that reaches the unfrozen run, a sender patched into the wrong slot or
+    a pass that reads another prompt's values moves it."""
+    from .patching import Patch
+    got = paths.into_everything(senders, prompts)
+    want = paths.patcher.run([Patch("z", l, h) for l, h in senders], prompts)
+    return compare("path_into_everything", [(dict(layer=l, head=h), g, w) for (l, h), g, w in zip(senders, got, want)],
+                   tolerance, "logit difference IO - S of each guard prompt: the path from the sender into every "
+                   "downstream component (nothing frozen) vs activation patching of the sender",
+                   prompts=len(prompts))
