@@ -90,15 +90,17 @@ def receiver_site(adapter, edge: Edge) -> tuple[str, int, int]:
 
 
 def edges_into(adapter, receivers: Sequence[tuple[int, int]], inputs: Sequence[str] = INPUTS,
-               senders: Sequence[tuple[int, int]] | None = None) -> list[Edge]:
+               senders: Sequence[tuple[int, int]] | None = None, sender_layers: int | None = None) -> list[Edge]:
     """Every edge into each receiver, each input: from ``senders`` (each must be in an earlier
-    layer, :func:`require_edges`) or, when None or empty, from every head of every earlier layer."""
+    layer, :func:`require_edges`) or, when None or empty, from every head of every earlier layer
+    (of the ``sender_layers`` layers right below the receiver, when given)."""
     if senders:
         edges = [Edge(l, h, rl, rh, i) for rl, rh in receivers for i in inputs for l, h in senders]
         require_edges(adapter, edges)
         return edges
+    lowest = (lambda rl: 0) if sender_layers is None else (lambda rl: rl - sender_layers)
     return [Edge(l, h, rl, rh, i) for rl, rh in receivers for i in inputs
-            for l, h in adapter.heads() if l < rl]
+            for l, h in adapter.heads() if lowest(rl) <= l < rl]
 
 
 def require_edges(adapter, edges: Sequence[Edge]) -> None:
@@ -257,7 +259,8 @@ def path_table(adapter, pp: PathPatcher, edges: Sequence[Edge], ld: torch.Tensor
         receiver=[head_label(e.receiver_layer, e.receiver_head) for e in edges],
         receiver_layer=[e.receiver_layer for e in edges], receiver_head=[e.receiver_head for e in edges],
         input=[e.input for e in edges],
-        group=[None if e.input == "q" else int(adapter.kv_group(e.receiver_head)) for e in edges],
+        group=pd.array([None if e.input == "q" else int(adapter.kv_group(e.receiver_head)) for e in edges],
+                       dtype="Int64"),
         logit_diff=mean, score=pp.patcher.score(mean)))
     t["rank_into_receiver"] = (t["score"].abs().groupby(t["receiver"]).rank(ascending=False, method="min")
                                .astype(int))
@@ -283,17 +286,18 @@ def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, setti
     receivers = receivers_of(heads, settings)
     if not receivers:
         raise CircuitsError("circuits: no receiver above layer 0 (a receiver needs an earlier layer to read from)")
-    edges = edges_into(adapter, receivers, settings.inputs, settings.senders)
+    edges = edges_into(adapter, receivers, settings.inputs, settings.senders, settings.sender_layers)
     ld = pp.run(edges)
     seconds = time.perf_counter() - t0
     log.info("%d edges into %s, %d prompts: %.1f s", len(edges), " ".join(head_label(*r) for r in receivers),
              patcher.n, seconds)
     table = path_table(adapter, pp, edges, ld)
     sample = list(range(min(patching.guard_prompts, patcher.n)))
-    # the path into everything vs activation patching: one head per layer below the last receiver,
-    # and the senders of the strongest edges
+    # the path into everything vs activation patching: one head per layer that sends, and the
+    # senders of the strongest edges
     strongest = table.reindex(table["score"].abs().sort_values(ascending=False).index).head(settings.guard_senders)
-    probe = list(dict.fromkeys([h for h in heads_one_per_layer(adapter) if h[0] < receivers[-1][0]]
+    sending = {e.sender_layer for e in edges}
+    probe = list(dict.fromkeys([h for h in heads_one_per_layer(adapter) if h[0] in sending]
                                + [(int(r.sender_layer), int(r.sender_head)) for r in strongest.itertuples()]))
     records.add(guards.path_into_everything(pp, probe, sample, patching.tolerance))
     checked = [edges[i] for i in strongest.index] + [e for e in edges if (e.sender_layer, e.sender_head) in probe][:4]
@@ -309,7 +313,11 @@ def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, setti
                 receivers=" ".join(head_label(*r) for r in receivers),
                 receivers_from="circuits.receivers" if settings.receivers else
                 f"the top {settings.receivers_top_k} heads of the head sweep by score (circuits.receivers_top_k)",
-                inputs=list(settings.inputs), edges=len(edges), edge_threshold=threshold, edges_above=len(kept),
+                inputs=list(settings.inputs), edges=len(edges),
+                senders_from=("circuits.senders" if settings.senders else "every head of every earlier layer"
+                              if settings.sender_layers is None else
+                              f"every head of the {settings.sender_layers} layers below each receiver "
+                              "(circuits.sender_layers)"), edge_threshold=threshold, edges_above=len(kept),
                 grouped=adapter.group_size > 1,
                 grouped_note=(f"{adapter.group_size} heads share each key/value group: a k or v edge patches the "
                               "group's input, which every head of the group reads") if adapter.group_size > 1 else

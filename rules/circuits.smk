@@ -16,7 +16,8 @@ rule circuits_paths:
         guards=paths.circuits_guards("{model}"),
     params:
         patching={key: config["patching"][key] for key in ("batch", "tolerance", "guard_prompts")},
-        circuits={key: config["circuits"][key] for key in ("receivers_top_k", "receivers", "senders", "inputs",
+        circuits={key: config["circuits"][key] for key in ("receivers_top_k", "receivers", "senders", "sender_layers",
+                                                           "inputs",
                                                            "edge_threshold", "guard_senders")},
         dtype=lambda w: get_dtype(w.model),
     log:

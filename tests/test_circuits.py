@@ -2,6 +2,7 @@
 pre-job checks of ``circuits:``, and the circuit known before looking (protocol §5e, §5f)."""
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -136,3 +137,63 @@ def test_settings_are_typed():
     assert s.receivers == ((2, 1),) and s.inputs == ("q", "k", "v") and isinstance(s.edge_threshold, float)
     with pytest.raises(ValueError, match="unknown key"):
         CircuitsSettings.from_config(dict(CONFIG["circuits"], recievers=[]))
+
+
+# ------------------------------------------------------------------ attribution at q and k, AtP*
+def _linear_after_pattern(family="llama"):
+    """One layer, norms the identity, the MLP silent: the logit difference is affine in z = P·V, so
+    linear in each head's pattern P — and not in its query or key (the softmax between)."""
+    from torch import nn
+    model = tiny_model(family, layers=1)
+    with torch.no_grad():
+        block = model.model.layers[0]
+        block.input_layernorm = nn.Identity()
+        block.post_attention_layernorm = nn.Identity()
+        block.mlp.down_proj.weight.zero_()
+        block.self_attn.q_proj.weight.mul_(10.0)            # sharp patterns: far from the softmax's linear region
+        block.self_attn.k_proj.weight.mul_(10.0)
+        block.self_attn.v_proj.weight.mul_(10.0)            # without norms the stream is small: scale it up
+        block.self_attn.o_proj.weight.mul_(10.0)
+        model.model.norm = nn.Identity()
+        model.model.embed_tokens.weight.mul_(10.0)
+    return model
+
+
+def test_atp_star_is_exact_where_only_the_softmax_is_not_linear_and_plain_is_not():
+    from headwatch.attribution import SitePatcher, exact_effects, qk_estimates
+    model = _linear_after_pattern()
+    clean = random_ids(4, 10, seed=1)
+    corrupted = clean.clone()
+    corrupted[:, [2, 4, 7, 9]] = random_ids(4, 4, seed=2)          # the last position too: its query differs
+    io, s = random_ids(1, 4, seed=3)[0], random_ids(1, 4, seed=4)[0]
+    p = Patcher(model, Adapter(model), clean, corrupted, io, s, 16)
+    sp = SitePatcher(model, p.adapter, p.clean, p.corrupted, p.io, p.s, 16)
+    est = qk_estimates(model, p.adapter, p.clean, p.corrupted, p.io, p.s, batch=3)
+    for site in ("q", "k"):
+        exact = exact_effects(sp, site)
+        assert np.abs(exact).max() > 1e-2, site                        # the patches do move the answer
+        np.testing.assert_allclose(est[site]["atp*"].numpy(), exact, rtol=1e-4, atol=1e-5)
+        assert np.abs(est[site]["plain"].numpy() - exact).max() > 1e-2 * np.abs(exact).max(), site
+
+
+def test_exact_q_and_k_patches_take_the_units_slice_on_every_family(model):
+    """The exact reference's q (a head) and k (a group) patches against a plain replace of the
+    unit's own capture (``capture(site, layer, unit)``: its slice in the family's layout, fused
+    or not), each prompt's logit difference."""
+    from headwatch.attribution import SitePatcher
+    from headwatch.interventions import replace
+    from headwatch.patching import Patch
+    a = Adapter(model)
+    p = _paths(model).patcher
+    sp = SitePatcher(model, a, p.clean, p.corrupted, p.io, p.s, 16)
+    for site in ("q", "k"):
+        patches = [Patch(site, l, u) for l in range(a.n_layers) for u in range(a.site_units(site))][::3]
+        got = sp.run(patches)
+        for patch, row in zip(patches, got):
+            with torch.no_grad(), intervene(a, [capture(site, patch.layer, patch.unit)]) as cap:
+                a.run_body(p.clean)
+            with torch.no_grad(), intervene(a, [replace(site, patch.layer, cap.one((site, patch.layer, patch.unit)),
+                                                        patch.unit)]):
+                want = p.logit_diff(a.logits(p.corrupted)[:, -1], p.io, p.s)
+            assert (row - want.cpu()).abs().max() < 1e-5, (patch, row, want)
+        assert (got - p.corrupted_ld.cpu()).abs().max() > 1e-4, site      # the patches do something

@@ -36,13 +36,15 @@ class CircuitsSettings(Settings):
     receivers_top_k: int | None = None          # receivers: the head sweep's top k by score ...
     receivers: tuple | None = None              # ... unless heads are named here
     senders: tuple | None = None                # senders named (empty: every head of an earlier layer)
+    sender_layers: int | None = None            # ... of this many layers below each receiver (None: every one)
     inputs: tuple[str, ...] | None = None       # receiver inputs patched, of q, k, v
     edge_threshold: float | None = None         # |score| of an edge drawn in the figure
     guard_senders: int | None = None            # senders of the strongest edges the guards re-run
     known: dict | None = None                   # the known circuit's model, prompts and claims
 
     def __post_init__(self):
-        for name, kind in (("receivers_top_k", int), ("edge_threshold", float), ("guard_senders", int)):
+        for name, kind in (("receivers_top_k", int), ("sender_layers", int), ("edge_threshold", float),
+                           ("guard_senders", int)):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, kind(value))
