@@ -363,8 +363,9 @@ def known_circuit(model, adapter, clean, corrupted, correct, other, min_effect: 
         effect = patcher.run(heads).double().mean(dim=1).numpy() - patcher.corrupted_mean
         exact = pd.DataFrame(dict(layer=[p.layer for p in heads], head=[p.unit for p in heads], effect=effect))
         if estimates is None:
-            estimates = dict(attribution=attribution_patching(model, adapter, clean, corrupted, correct, other,
-                                                              batch).numpy())
+            # at z, AtP*'s softmax fix has nothing to fix: its estimate is the plain one (headwatch.attribution)
+            estimates = {"attribution (plain = AtP* at z)": attribution_patching(
+                model, adapter, clean, corrupted, correct, other, batch).numpy()}
         rows = []
         top = top_heads(exact, "effect", 1)[0]
         top_effect = float(exact.set_index(["layer", "head"]).loc[top, "effect"])

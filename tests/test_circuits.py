@@ -10,7 +10,7 @@ import yaml
 from conftest import ROOT
 from headwatch import guards
 from headwatch.arch import Adapter
-from headwatch.circuits import END, Edge, PathPatcher, edges_into, require_edges
+from headwatch.circuits import Edge, PathPatcher, edges_into, require_edges
 from headwatch.interventions import capture, intervene
 from headwatch.patching import Patcher
 from headwatch.settings.circuits import CircuitsError, CircuitsSettings, circuits_errors
@@ -83,6 +83,27 @@ def test_an_edge_into_an_earlier_or_the_same_layer_is_refused():
         require_edges(a, [Edge(0, 0, 1, 2, "z")])
     with pytest.raises(CircuitsError, match="L2H0 is not in an earlier layer than the receiver L1H1"):
         edges_into(a, [(1, 1)], senders=[(2, 0)])
+
+
+def test_the_table_and_its_figure_read_the_edges():
+    """The table ranks the edges into each receiver by |score|; the figure draws one arrow per edge
+    at or above the note's threshold and says the threshold in its title."""
+    from matplotlib.patches import FancyArrowPatch
+
+    from headwatch.circuits import path_table
+    from headwatch.figures.circuits import edge_graph
+    pp = _paths(tiny_model("qwen2"))
+    edges = edges_into(pp.adapter, [(2, 1), (1, 3)])
+    table = path_table(pp.adapter, pp, edges, pp.run(edges))
+    assert (table.groupby("receiver")["rank_into_receiver"].min() == 1).all()
+    assert table["group"].isna().tolist() == [e.input == "q" for e in edges]
+    threshold = float(table["score"].abs().median())
+    note = dict(edge_threshold=threshold, receivers="L1H3 L2H1", prompts=4, clean_logit_diff=pp.patcher.clean_mean,
+                corrupted_logit_diff=pp.patcher.corrupted_mean)
+    fig = edge_graph(table, note)
+    arrows = [p for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
+    assert len(arrows) == int((table["score"].abs() >= threshold).sum()) > 0
+    assert f"|score| ≥ {threshold:g}" in fig.axes[0].get_title()
 
 
 # ------------------------------------------------------------------ pre-job checks
@@ -197,3 +218,29 @@ def test_exact_q_and_k_patches_take_the_units_slice_on_every_family(model):
                 want = p.logit_diff(a.logits(p.corrupted)[:, -1], p.io, p.s)
             assert (row - want.cpu()).abs().max() < 1e-5, (patch, row, want)
         assert (got - p.corrupted_ld.cpu()).abs().max() > 1e-4, site      # the patches do something
+
+
+# ------------------------------------------------------------------ the known circuit (§5f)
+@pytest.fixture(scope="module")
+def known():
+    """The rule's table on the config's own settings: the model trained on repeated random tokens
+    and its control trained on tokens that never repeat, each read by every method."""
+    from headwatch.circuits import run_known
+    torch.set_num_threads(1)
+    return run_known(CONFIG["circuits"]["known"], CONFIG["patching"]["batch"])
+
+
+def test_every_method_recovers_the_induction_circuit_and_none_on_the_control(known):
+    table, note = known
+    rep = table[table["model"] == "repeated"].set_index("method")
+    assert rep["recovered"].all(), rep.to_dict("index")
+    top = rep.loc["exact head patching", "names"]
+    assert top.startswith("L1")                                   # the induction head, in layer 1
+    for method in rep.index:
+        if method.startswith("estimate"):
+            assert top in rep.loc[method, "names"].split()        # in the estimate's top 2
+    edge = rep.loc["path patching", "names"]
+    assert edge.startswith("L0") and edge.endswith(f"-> {top} (k)")   # previous-token head -> its key
+    control = table[table["model"] != "repeated"]
+    assert not control["recovered"].any(), control.to_dict("records")
+    assert note["repeated"]["clean_logit_diff"] - note["repeated"]["corrupted_logit_diff"] > 2.0
