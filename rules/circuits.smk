@@ -32,6 +32,8 @@ rule circuits_paths:
         "../scripts/circuits_paths.py"
 
 
+# Trains and reads two models of 2 layers × width 32 on the CPU, whatever `device` says (a GPU
+# would wait on launches for models this small): no gpu resource, one thread.
 rule circuits_known:
     output:
         paths.known_circuit_table(),
