@@ -52,6 +52,12 @@ The guards of activation patching (protocol §5d, :mod:`headwatch.patching`):
 * :func:`kv_ungrouped` — a key (value) group patched equals the keys (values) of every query
   head of the group patched in the model's ungrouped twin (:mod:`headwatch.patching_kv`).
 
+The guard of path patching (protocol §5e, :mod:`headwatch.circuits`):
+
+* :func:`path_into_everything` — the path from a sender into every downstream component at
+  once (nothing frozen) equals activation patching of the sender; with
+  :func:`batched_vs_loop` (one edge per pair of forward passes).
+
 The anatomy's weight check and key-group cuts (protocol §6) report through :func:`compare` too.
 
 :class:`GuardError` is an :class:`~headwatch.interventions.InterventionError`, so that code
@@ -78,7 +84,7 @@ __all__ = ["GuardError", "MEAN_BIAS_RTOL", "compare", "GuardRecords", "batched_v
            "hook_vs_reference", "hook_vs_weights", "hook_vs_mean_bias", "restore", "random_control", "AblationGuards",
            "merge_guards",
            "nothing_patched", "everything_patched", "clean_to_clean", "padded_vs_alone", "qkv_is_z",
-           "kv_ungrouped"]
+           "kv_ungrouped", "path_into_everything"]
 
 
 class GuardError(InterventionError):
@@ -544,3 +550,21 @@ def kv_ungrouped(patcher, twin: Adapter, prompts: Sequence[int], cases, heads_of
                    "keys/values of each of its query heads patched in the ungrouped twin (kv heads = heads, "
                    "each head's key and value rows its group's)", prompts=len(prompts),
                    twin_kv_heads=twin.n_kv_heads)
+
+
+# ------------------------------------------------------------------ path patching (§5e)
+@torch.no_grad()
+def path_into_everything(paths, senders: Sequence[tuple[int, int]], prompts: Sequence[int], tolerance: float) -> dict:
+    """The path from each sender into every component downstream of it at once — nothing frozen,
+    the receiver the last block's output (:meth:`headwatch.circuits.PathPatcher.into_everything`)
+    — against activation patching of the sender (the head sweep's
+    :meth:`headwatch.patching.Patcher.run` of its z), each prompt's logit difference, within
+    ``tolerance``: a freeze that reaches the unfrozen run, a sender patched into the wrong slot or
+    a pass that reads another prompt's values moves it."""
+    from .patching import Patch
+    got = paths.into_everything(senders, prompts)
+    want = paths.patcher.run([Patch("z", l, h) for l, h in senders], prompts)
+    return compare("path_into_everything", [(dict(layer=l, head=h), g, w) for (l, h), g, w in zip(senders, got, want)],
+                   tolerance, "logit difference IO - S of each guard prompt: the path from the sender into every "
+                   "downstream component (nothing frozen) vs activation patching of the sender",
+                   prompts=len(prompts))

@@ -22,7 +22,10 @@ made with ``grad=True``: it keeps the site's whole tensor (every unit, every
 row) as the forward pass goes on with it, so that
 ``torch.autograd.grad(metric, captured)`` is the gradient of a metric with
 respect to the site (``z``, ``resid`` and ``resid_in``: :data:`GRAD_SITES`;
-attribution patching, :mod:`headwatch.patching`). :func:`intervene` applies any list
+attribution patching, :mod:`headwatch.patching`; ``q``, ``k`` and ``v`` too, where
+the tensor kept is the projection's whole output — the fused QKV output in
+GPT-NeoX, GPT-2 and Phi-3 —, whose site slices are ``Adapter.site_slice``'s:
+:mod:`headwatch.attribution`). :func:`intervene` applies any list
 of edits in every forward pass run inside it::
 
     with intervene(adapter, [zero("z", 3, unit=1), capture("pattern", 5)]) as cap:
@@ -82,9 +85,10 @@ __all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero",
            "zeroed_weights", "replaced_by_bias", "hooks_on"]
 
 OPS = ("zero", "scale", "replace", "capture", "skip")
-GRAD_SITES = ("z", "resid", "resid_in")
-"""Sites that are a module's whole input or output tensor: a capture there can keep its gradient
-(``q``, ``k`` and ``v`` are slices of a fused projection's output in some families)."""
+GRAD_SITES = ("z", "resid", "resid_in", "q", "k", "v")
+"""Sites whose module's whole input or output tensor a capture can keep with its gradient (for
+``q``, ``k`` and ``v`` the projection's whole output, fused with the others in some families: the
+site's units are its ``Adapter.site_slice`` slices)."""
 
 
 class InterventionError(RuntimeError):

@@ -74,6 +74,26 @@ def patching_guards(model: str, name: str = "guards") -> str:
     return _join(RESULTS, model, "patching", f"{name}.json")
 
 
+# ------------------------------------------------------------------ circuits
+def circuits_table(model: str, name: str) -> str:
+    """A path-patching table of a studied model (``paths``)."""
+    return _join(RESULTS, model, "circuits", f"{name}.parquet")
+
+
+def circuits_guards(model: str) -> str:
+    """The path-patching rule's guard record."""
+    return _join(RESULTS, model, "circuits", "guards.json")
+
+
+def known_circuit_table() -> str:
+    """What each method recovers of the circuit known before looking (model-independent)."""
+    return _join(RESULTS, "circuits", "known.parquet")
+
+
+def circuits_figure(model: str, name: str, ext: str) -> str:
+    return _join(FIGURES, model, "circuits", f"{name}.{ext}")
+
+
 # ------------------------------------------------------------------ anatomy
 def anatomy_table(name: str) -> str:
     """A model-independent anatomy table (survey, params_by_block, rotary, ...)."""

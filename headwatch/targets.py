@@ -26,6 +26,9 @@ PATCHING_GROUP_TABLES = ("kv_groups", "positions_all")
 """The key/value group sweep's and the cached per-position sweep's tables (protocol §5d), each with
 its own guard record (``kv_groups_guards``, ``positions_all_guards``)."""
 PATCHING_GROUP_FIGURES = ("kv_groups", "positions_all")
+CIRCUITS_TABLES = ("paths",)
+"""The path-patching tables (protocol §5e); the rule also writes a guard record."""
+CIRCUITS_FIGURES = ("paths",)
 ANATOMY_TABLES = ("survey", "params_by_block", "rotary", "kv_cache", "attention_cells")
 MODEL_ANATOMY_FILES = ("head_slices.json", "weight_check.json", "kv_groups.parquet", "kv_similarity.parquet")
 SWEEP_TABLES = ("summary", "contrast", "finals", "curves")
@@ -97,12 +100,19 @@ def patching(config: dict) -> list[str]:
             + [paths.patching_guards(m, f"{t}_guards") for t in PATCHING_GROUP_TABLES]]
 
 
+def circuits(config: dict) -> list[str]:
+    """Path patching's tables and guard record per studied model (§5e), the known circuit's table (§5f)."""
+    return [p for m in models(config)
+            for p in [paths.circuits_table(m, t) for t in CIRCUITS_TABLES] + [paths.circuits_guards(m)]] + [
+        paths.known_circuit_table()]
+
+
 def guard_records(config: dict) -> list[str]:
     """Every guard record of the studied models (read through headwatch.tableio.read_record):
-    each ablation rule's, their merge and activation patching's."""
+    each ablation rule's, their merge, activation patching's and path patching's."""
     return [p for m in models(config)
             for p in [paths.guard_record(m, e) for e in ABLATION_EXPERIMENTS]
-            + [paths.guards(m), paths.patching_guards(m)]
+            + [paths.guards(m), paths.patching_guards(m), paths.circuits_guards(m)]
             + [paths.patching_guards(m, f"{t}_guards") for t in PATCHING_GROUP_TABLES]]
 
 
@@ -159,6 +169,7 @@ def model_figures(config: dict) -> list[str]:
                 for f in figure_pair(paths.ablation_figure, m, f"attribution_{phrase}")]
         out += [f for name in PATCHING_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
         out += [f for name in PATCHING_GROUP_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
+        out += [f for name in CIRCUITS_FIGURES for f in figure_pair(paths.circuits_figure, m, name)]
     return out
 
 
@@ -189,7 +200,7 @@ def all_targets(config: dict, producible: Producible) -> list[str]:
     """Everything ``rule all`` asks for: the parts in ``default_target``."""
     wanted = parts(config)
     models_part = (sequences(config) + attention(config) + scores(config) + ablation(config)
-                   + patching(config) + anatomy(config)) if "models" in wanted else []
+                   + patching(config) + circuits(config) + anatomy(config)) if "models" in wanted else []
     return (models_part + (sweep(config) if "sweep" in wanted else []) + figures(config)
             + report(config, producible))
 

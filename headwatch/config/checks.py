@@ -14,6 +14,7 @@ from pathlib import Path
 from ..sequences import single_token
 from ..settings.ablation import AblationSettings
 from ..settings.anatomy import anatomy_errors, shape_errors
+from ..settings.circuits import circuits_errors
 from ..settings.patching import patching_errors
 from ..settings.sweep import check_sweeps
 from ..sources import ConfigError, Located, ModelFacts, ModelNotFoundError, family_error, model_facts
@@ -168,7 +169,8 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
             errors.append(str(err))
             continue
         errs, warns = token_errors(config, facts)
-        model = errs + length_errors(config, facts) + head_errors(config, facts) + patching_errors(config, facts, workdir)
+        model = (errs + length_errors(config, facts) + head_errors(config, facts) + patching_errors(config, facts, workdir)
+                 + circuits_errors(config, facts))
         errors += model
         warnings += warns
         if not model:

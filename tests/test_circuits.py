@@ -1,0 +1,246 @@
+"""Path patching (headwatch/circuits.py) and its guards on tiny models of every family, the
+pre-job checks of ``circuits:``, and the circuit known before looking (protocol §5e, §5f)."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT
+from headwatch import guards
+from headwatch.arch import Adapter
+from headwatch.circuits import Edge, PathPatcher, edges_into, require_edges
+from headwatch.interventions import capture, intervene
+from headwatch.patching import Patcher
+from headwatch.settings.circuits import CircuitsError, CircuitsSettings, circuits_errors
+from tiny import random_ids, tiny_model
+
+CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def _paths(model, batch=16):
+    """Clean and corrupted prompts that differ at three positions, random answers (as test_patching)."""
+    clean = random_ids(4, 10, seed=1)
+    corrupted = clean.clone()
+    corrupted[:, [2, 4, 7]] = random_ids(4, 3, seed=2)
+    io, s = random_ids(1, 4, seed=3)[0], random_ids(1, 4, seed=4)[0]
+    return PathPatcher(Patcher(model, Adapter(model), clean, corrupted, io, s, batch))
+
+
+# ------------------------------------------------------------------ guards, every family
+def test_path_guards_pass_on_every_family(model):
+    pp = _paths(model)
+    a = pp.adapter
+    sample = [0, 1, 2]
+    rec = guards.path_into_everything(pp, [(0, 0), (1, 3), (a.n_layers - 1, 1)], sample, 1e-5)
+    assert rec["passed"] and rec["n_cases"] == 3 and rec["max_abs_diff"] <= 1e-5, rec
+    edges = edges_into(a, [(a.n_layers - 1, 2), (1, 0)])
+    assert len(edges) == 3 * a.n_heads * (a.n_layers - 1 + 1)
+    batched = pp.run(edges)
+    assert not batched.isnan().any()
+    picked = edges[::7]
+    looped = pp.loop(picked, sample)
+    rec = guards.batched_vs_loop([(dict(edge=str(e)), batched[edges.index(e), sample], x)
+                                  for e, x in zip(picked, looped)], 1e-5, "path-patched logit difference")
+    assert rec["passed"] and rec["max_abs_diff"] <= 1e-5
+
+
+def test_the_path_into_everything_guard_fails_when_freezing_leaks(monkeypatch):
+    """Freezing that ignores "nothing frozen" (every other head and MLP held at the corrupted run
+    also when the receiver is everything downstream) leaves only the sender's direct path:
+    no longer activation patching, and the guard says so."""
+    pp = _paths(tiny_model("llama"))
+    real = PathPatcher.frozen
+    assert guards.path_into_everything(pp, [(0, 1)], [0, 1], 1e-5)["passed"]
+    monkeypatch.setattr(PathPatcher, "frozen", lambda self, start, prompts, freeze: real(self, start, prompts, True))
+    with pytest.raises(guards.GuardError, match="path_into_everything: .* > 1e-05"):
+        guards.path_into_everything(pp, [(0, 1)], [0, 1], 1e-5)
+
+
+def test_pass_a_changes_the_residual_stream_by_the_senders_output_alone():
+    """With every other head and MLP frozen, the input of a later block differs from the corrupted
+    run's by Wo · (z_clean − z_corrupted) of the sender's columns, nothing else (Llama: no norm
+    after the attention output); an unfrozen MLP would add its own change."""
+    pp = _paths(tiny_model("llama"))
+    a, p = pp.adapter, pp.patcher
+    sidx = torch.arange(4)
+    which = torch.zeros(4, dtype=torch.long)
+    got = pp.pass_a([(0, 1)], which, sidx, [("resid_in", 2, None)])[("resid_in", 2, None)]
+    cols = a.out_columns(1)
+    dz = p.acts["clean"]["z"][0][..., cols] - p.acts["corrupted"]["z"][0][..., cols]
+    want = p.acts["corrupted"]["resid_in"][2] + dz @ a.out_proj(0).weight[:, cols].T
+    assert (got - want).abs().max() < 1e-5
+    unfrozen = pp.pass_a([(0, 1)], which, sidx, [("resid_in", 2, None)], freeze=False)[("resid_in", 2, None)]
+    assert (unfrozen - want).abs().max() > 1e-3
+
+
+def test_an_edge_into_an_earlier_or_the_same_layer_is_refused():
+    a = Adapter(tiny_model("llama"))
+    with pytest.raises(CircuitsError, match="L1H0 is not in an earlier layer than the receiver L1H2"):
+        require_edges(a, [Edge(1, 0, 1, 2, "k")])
+    with pytest.raises(CircuitsError, match="one of"):
+        require_edges(a, [Edge(0, 0, 1, 2, "z")])
+    with pytest.raises(CircuitsError, match="L2H0 is not in an earlier layer than the receiver L1H1"):
+        edges_into(a, [(1, 1)], senders=[(2, 0)])
+
+
+def test_the_table_and_its_figure_read_the_edges():
+    """The table ranks the edges into each receiver by |score|; the figure draws one arrow per edge
+    at or above the note's threshold and says the threshold in its title."""
+    from matplotlib.patches import FancyArrowPatch
+
+    from headwatch.circuits import path_table
+    from headwatch.figures.circuits import edge_graph
+    pp = _paths(tiny_model("qwen2"))
+    edges = edges_into(pp.adapter, [(2, 1), (1, 3)])
+    table = path_table(pp.adapter, pp, edges, pp.run(edges))
+    assert (table.groupby("receiver")["rank_into_receiver"].min() == 1).all()
+    assert table["group"].isna().tolist() == [e.input == "q" for e in edges]
+    threshold = float(table["score"].abs().median())
+    note = dict(edge_threshold=threshold, receivers="L1H3 L2H1", prompts=4, clean_logit_diff=pp.patcher.clean_mean,
+                corrupted_logit_diff=pp.patcher.corrupted_mean)
+    fig = edge_graph(table, note)
+    arrows = [p for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
+    assert len(arrows) == int((table["score"].abs() >= threshold).sum()) > 0
+    assert f"|score| ≥ {threshold:g}" in fig.axes[0].get_title()
+
+
+# ------------------------------------------------------------------ pre-job checks
+FACTS = SimpleNamespace(key="m1", shape=dict(layers=4, heads=3))
+
+
+def _errors(**circuits):
+    return "\n".join(circuits_errors(dict(CONFIG, models_studied=["m1"], circuits=dict(CONFIG["circuits"],
+                                                                                         **circuits)), FACTS))
+
+
+def test_every_hostile_circuits_value_is_refused_before_any_job():
+    assert _errors() == ""
+    assert ("circuits.receivers[0] (layer 2, head 1) is in an earlier layer than circuits.senders[0] "
+            "(layer 3, head 0)") in _errors(receivers=[{"layer": 2, "head": 1}], senders=[{"layer": 3, "head": 0}])
+    assert "is in the same layer than circuits.senders[1] (layer 2, head 2)" in _errors(
+        receivers=[{"layer": 2, "head": 1}], senders=[{"layer": 0, "head": 0}, {"layer": 2, "head": 2}])
+    assert "circuits.receivers[0] = layer 0, head 1: a receiver in layer 0" in _errors(receivers=[{"layer": 0, "head": 1}])
+    assert "circuits.senders[0] = layer 9, head 0: model m1 has 4 layers of 3 heads" in _errors(
+        senders=[{"layer": 9, "head": 0}])
+    assert "circuits.receivers[0] = layer 1, head 3: model m1" in _errors(receivers=[{"layer": 1, "head": 3}])
+    assert "circuits.receivers_top_k = 13: model m1 has 12 heads" in _errors(receivers_top_k=13)
+    assert "circuits.known.half = [12, 8]" in _errors(known=dict(CONFIG["circuits"]["known"], half=[12, 8]))
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("receivers_top_k", 0, "less than the minimum"),
+    ("receivers_top_k", 100000, "circuits.receivers_top_k"),
+    ("inputs", ["q", "z"], "is not one of"),
+    ("inputs", [], "should be non-empty"),
+    ("edge_threshold", -0.1, "less than the minimum"),
+    ("receivers", [{"layer": 1}], "'head' is a required property"),
+    ("receivers", [{"layer": 1, "head": 0, "x": 1}], "Additional properties"),
+    ("senders", [{"layer": -1, "head": 0}], "less than the minimum"),
+    ("guard_senders", 10 ** 6, "circuits.guard_senders"),
+    ("known", {"vocab": 32}, "is a required property"),
+])
+def test_a_schema_value_of_circuits_is_refused_naming_the_key(key, value, message):
+    from headwatch.config.bounds import bound_errors
+    from headwatch.config.keys import schema_errors
+    from jsonschema import Draft202012Validator
+
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    config = dict(CONFIG, circuits=dict(CONFIG["circuits"], **{key: value}))
+    found = [e.message for e in Draft202012Validator(schema).iter_errors(config)]
+    found += schema_errors(config, schema) + bound_errors(config, schema)
+    assert any(message in m for m in found), found
+
+
+def test_settings_are_typed():
+    s = CircuitsSettings.from_config(dict(CONFIG["circuits"], receivers=[{"layer": 2, "head": 1}]))
+    assert s.receivers == ((2, 1),) and s.inputs == ("q", "k", "v") and isinstance(s.edge_threshold, float)
+    with pytest.raises(ValueError, match="unknown key"):
+        CircuitsSettings.from_config(dict(CONFIG["circuits"], recievers=[]))
+
+
+# ------------------------------------------------------------------ attribution at q and k, AtP*
+def _linear_after_pattern(family="llama"):
+    """One layer, norms the identity, the MLP silent: the logit difference is affine in z = P·V, so
+    linear in each head's pattern P — and not in its query or key (the softmax between)."""
+    from torch import nn
+    model = tiny_model(family, layers=1)
+    with torch.no_grad():
+        block = model.model.layers[0]
+        block.input_layernorm = nn.Identity()
+        block.post_attention_layernorm = nn.Identity()
+        block.mlp.down_proj.weight.zero_()
+        block.self_attn.q_proj.weight.mul_(10.0)            # sharp patterns: far from the softmax's linear region
+        block.self_attn.k_proj.weight.mul_(10.0)
+        block.self_attn.v_proj.weight.mul_(10.0)            # without norms the stream is small: scale it up
+        block.self_attn.o_proj.weight.mul_(10.0)
+        model.model.norm = nn.Identity()
+        model.model.embed_tokens.weight.mul_(10.0)
+    return model
+
+
+def test_atp_star_is_exact_where_only_the_softmax_is_not_linear_and_plain_is_not():
+    from headwatch.attribution import SitePatcher, exact_effects, qk_estimates
+    model = _linear_after_pattern()
+    clean = random_ids(4, 10, seed=1)
+    corrupted = clean.clone()
+    corrupted[:, [2, 4, 7, 9]] = random_ids(4, 4, seed=2)          # the last position too: its query differs
+    io, s = random_ids(1, 4, seed=3)[0], random_ids(1, 4, seed=4)[0]
+    p = Patcher(model, Adapter(model), clean, corrupted, io, s, 16)
+    sp = SitePatcher(model, p.adapter, p.clean, p.corrupted, p.io, p.s, 16)
+    est = qk_estimates(model, p.adapter, p.clean, p.corrupted, p.io, p.s, batch=3)
+    for site in ("q", "k"):
+        exact = exact_effects(sp, site)
+        assert np.abs(exact).max() > 1e-2, site                        # the patches do move the answer
+        np.testing.assert_allclose(est[site]["atp*"].numpy(), exact, rtol=1e-4, atol=1e-5)
+        assert np.abs(est[site]["plain"].numpy() - exact).max() > 1e-2 * np.abs(exact).max(), site
+
+
+def test_exact_q_and_k_patches_take_the_units_slice_on_every_family(model):
+    """The exact reference's q (a head) and k (a group) patches against a plain replace of the
+    unit's own capture (``capture(site, layer, unit)``: its slice in the family's layout, fused
+    or not), each prompt's logit difference."""
+    from headwatch.attribution import SitePatcher
+    from headwatch.interventions import replace
+    from headwatch.patching import Patch
+    a = Adapter(model)
+    p = _paths(model).patcher
+    sp = SitePatcher(model, a, p.clean, p.corrupted, p.io, p.s, 16)
+    for site in ("q", "k"):
+        patches = [Patch(site, l, u) for l in range(a.n_layers) for u in range(a.site_units(site))][::3]
+        got = sp.run(patches)
+        for patch, row in zip(patches, got):
+            with torch.no_grad(), intervene(a, [capture(site, patch.layer, patch.unit)]) as cap:
+                a.run_body(p.clean)
+            with torch.no_grad(), intervene(a, [replace(site, patch.layer, cap.one((site, patch.layer, patch.unit)),
+                                                        patch.unit)]):
+                want = p.logit_diff(a.logits(p.corrupted)[:, -1], p.io, p.s)
+            assert (row - want.cpu()).abs().max() < 1e-5, (patch, row, want)
+        assert (got - p.corrupted_ld.cpu()).abs().max() > 1e-4, site      # the patches do something
+
+
+# ------------------------------------------------------------------ the known circuit (§5f)
+def test_the_induction_prompts_differ_only_in_the_first_half_and_not_at_the_cue():
+    from headwatch.circuits import induction_prompts
+    clean, corrupted, correct, other = induction_prompts(8, 64, 10, seed=3)
+    assert clean.shape == corrupted.shape == (64, 19)
+    assert torch.equal(clean[:, :10], torch.cat([clean[:, 10:], correct[:, None]], dim=1))   # a + a[:-1]
+    assert torch.equal(clean[:, 10:], corrupted[:, 10:])                                   # the same second half
+    assert (corrupted[:, 9] == other).all() and (other != correct).all()
+    assert (corrupted[:, 8] != clean[:, 8]).all()                                          # no cue in b
+
+
+def test_an_untrained_model_recovers_nothing():
+    """The claims need an effect of min_effect logits: a model that has learned nothing ranks its
+    heads by noise, and no method is said to recover a circuit."""
+    from headwatch.charlm.model import CharLM
+    from headwatch.charlm.spec import ModelSpec
+    from headwatch.circuits import KNOWN_MODEL, induction_prompts, known_circuit
+    torch.manual_seed(0)
+    model = CharLM(ModelSpec(vocab_size=16, **KNOWN_MODEL)).eval()
+    table, note = known_circuit(model, Adapter(model), *induction_prompts(16, 8, 10, seed=1), min_effect=1.0)
+    assert list(table["method"]) == ["exact head patching", "estimate: attribution (plain = AtP* at z)",
+                                     "path patching"]
+    assert not table["recovered"].any() and (table["effect"].abs() < 1.0).all(), table
+    assert len(note["edges"]) == 2 * 3                    # both layer-0 heads into q, k, v of the receiver
