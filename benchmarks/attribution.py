@@ -8,7 +8,7 @@ their costs.
 
 The prompts are ``headwatch.patching.prompt_set``'s (the ``patching`` section of the config,
 ``n`` from ``--n``). Exact: every unit patched clean → corrupted by
-``headwatch.attribution.SitePatcher`` (the Patcher with q and k), batched. Estimates:
+``headwatch.attribution.site_patcher`` (the Patcher with q and k), batched. Estimates:
 ``headwatch.patching.attribution_patching`` (z) and ``headwatch.attribution.qk_estimates``
 (q and k: plain, and AtP* with the attention softmax recomputed with the patched query or key).
 A false negative is a unit in the exact top k by |patched − corrupted| that the estimate ranks

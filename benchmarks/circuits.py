@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ablation import peak_rss_gb, pick_heads  # noqa: E402
-from headwatch.circuits import PathPatcher, edges_into  # noqa: E402
+from headwatch.circuits import PATH_SITES, PathPatcher, edges_into  # noqa: E402
 from headwatch.models import load_prepared  # noqa: E402
 from headwatch.patching import Patch, Patcher, prompt_set, prompt_tensors  # noqa: E402
 from headwatch.settings.circuits import CircuitsSettings  # noqa: E402
@@ -58,7 +58,9 @@ def part(args) -> dict:
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    patcher = Patcher(model, adapter, clean, corrupted, io, s, settings.batch)
+    # path patching's Patcher also keeps every block's mlp_out (pass A freezes it): part of its memory
+    patcher = Patcher(model, adapter, clean, corrupted, io, s, settings.batch,
+                      extra_sites=PATH_SITES if args.part == "paths" else ())
     if args.part == "heads":
         heads = pick_heads(adapter.heads(), args.heads)
         patcher.run([Patch("z", l, h) for l, h in heads])

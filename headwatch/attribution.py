@@ -17,8 +17,8 @@ are recomputed by the family's rules (:func:`headwatch.recompute.pattern`). The 
 ``z`` has no softmax between the patch and the metric's first linear step: its AtP* estimate
 is the plain one (AtP*'s other fix, GradDrop, is not implemented here).
 
-:class:`SitePatcher` is the exact reference: the Patcher of :mod:`headwatch.patching` with
-the sites ``q`` (a head's query slice) and ``k`` (a key/value group's key slice) added.
+:func:`site_patcher` is the exact reference: the Patcher of :mod:`headwatch.patching` that
+also captures and patches ``q`` (a head's query slice) and ``k`` (a key/value group's key slice).
 :func:`false_negatives`: the units in the exact top k (by |effect|) an estimate ranks below k.
 """
 from __future__ import annotations
@@ -38,20 +38,10 @@ SITES = ("z", "q", "k")
 """The sites estimated: a head's output (z), its query, its key/value group's key."""
 
 
-class SitePatcher(Patcher):
-    """:class:`headwatch.patching.Patcher` with the sites ``q`` (unit: a head) and ``k`` (unit:
-    a key/value group) added: both runs capture them too, and a patch takes the unit's slice."""
-
-    SITES = ("z", "resid_in", "q", "k")
-
-    def _slice(self, site: str, unit: int | None):
-        """A unit's slice of a whole-site capture (units side by side, ``head_dim`` each, in
-        unit order: the fused layouts' own order is undone by the capture)."""
-        if unit is None or site == "resid_in":
-            return slice(None)
-        if site == "z":
-            return self.adapter.out_columns(unit)
-        return slice(unit * self.adapter.head_dim, (unit + 1) * self.adapter.head_dim)
+def site_patcher(model, adapter, clean, corrupted, io, s, batch: int = 64) -> Patcher:
+    """The exact reference: a :class:`headwatch.patching.Patcher` whose runs also capture ``q``
+    (unit: a head) and ``k`` (unit: a key/value group), so that a patch takes the unit's slice."""
+    return Patcher(model, adapter, clean, corrupted, io, s, batch, extra_sites=("q", "k"))
 
 
 def units(adapter, site: str) -> list[tuple[int, int]]:
@@ -59,7 +49,7 @@ def units(adapter, site: str) -> list[tuple[int, int]]:
     return [(l, u) for l in range(adapter.n_layers) for u in range(adapter.site_units(site))]
 
 
-def exact_effects(patcher: SitePatcher, site: str) -> np.ndarray:
+def exact_effects(patcher: Patcher, site: str) -> np.ndarray:
     """Every unit's exact patched − corrupted mean logit difference, ``[layers, units]``."""
     a = patcher.adapter
     got = patcher.run([Patch(site, l, u) for l, u in units(a, site)]).double().mean(dim=1).numpy()
@@ -131,7 +121,7 @@ def blind_spots(model, adapter, clean, corrupted, io, s, batch: int, top_k: int)
     AtP*, side by side: (one row per site and method — ``site, method, units, top_k,
     false_negatives, missed, seconds, forward_passes, backward_passes`` —, the effects)."""
     t0 = time.perf_counter()
-    patcher = SitePatcher(model, adapter, clean, corrupted, io, s, batch)
+    patcher = site_patcher(model, adapter, clean, corrupted, io, s, batch)
     setup = time.perf_counter() - t0
     n_batches = -(-len(clean) // batch)
     rows, effects = [], {}

@@ -117,21 +117,22 @@ def require_edges(adapter, edges: Sequence[Edge]) -> None:
                                 f"earlier layer than the receiver {head_label(e.receiver_layer, e.receiver_head)}")
 
 
+PATH_SITES = ("mlp_out",)
+"""What a :class:`~headwatch.patching.Patcher` for path patching captures beside ``z`` and
+``resid_in`` (its ``extra_sites``): every block's ``mlp_out``, which pass A freezes."""
+
+
 class PathPatcher:
     """Path patching on a :class:`~headwatch.patching.Patcher`'s prompts and runs (see the
-    module doc): it adds the corrupted run's ``mlp_out`` of every layer, which pass A freezes."""
+    module doc); the Patcher captures :data:`PATH_SITES` too, so pass A's freeze reads the
+    corrupted run's ``mlp_out`` from the run the Patcher already made."""
 
     def __init__(self, patcher: Patcher):
+        if not set(PATH_SITES) <= set(patcher.sites):
+            raise CircuitsError(f"path patching freezes every block's mlp_out at the corrupted run: the Patcher "
+                                f"captures {list(patcher.sites)}; build it with extra_sites={PATH_SITES}")
         self.patcher, self.adapter, self.device = patcher, patcher.adapter, patcher.device
-        L, p = self.adapter.n_layers, patcher
-        parts: list[list[torch.Tensor]] = [[] for _ in range(L)]
-        with torch.no_grad():
-            for i in range(0, p.n, p.batch):
-                with intervene(self.adapter, [capture("mlp_out", l) for l in range(L)]) as cap:
-                    self.adapter.run_body(p.corrupted[i:i + p.batch])
-                for l in range(L):
-                    parts[l].append(cap.one(("mlp_out", l, None)))
-        self.mlp_out = [torch.cat(x) for x in parts]
+        self.mlp_out = patcher.acts["corrupted"]["mlp_out"]
 
     # ---- the two passes
     def frozen(self, start: int, prompts, freeze: bool) -> list:
@@ -283,7 +284,7 @@ def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, setti
     clean, corrupted, io, s = prompt_tensors(prompts)
     records = guards.GuardRecords()
     t0 = time.perf_counter()
-    patcher = Patcher(model, adapter, clean, corrupted, io, s, patching.batch)
+    patcher = Patcher(model, adapter, clean, corrupted, io, s, patching.batch, extra_sites=PATH_SITES)
     pp = PathPatcher(patcher)
     receivers = receivers_of(heads, settings)
     if not receivers:
@@ -360,7 +361,7 @@ def known_circuit(model, adapter, clean, corrupted, correct, other, min_effect: 
     if adapter.n_layers != 2:
         raise CircuitsError(f"the known circuit is a two-layer model's; this one has {adapter.n_layers} layers")
     with exact_numerics():
-        patcher = Patcher(model, adapter, clean, corrupted, correct, other, batch)
+        patcher = Patcher(model, adapter, clean, corrupted, correct, other, batch, extra_sites=PATH_SITES)
         heads = [Patch("z", l, h) for l, h in adapter.heads()]
         effect = patcher.run(heads).double().mean(dim=1).numpy() - patcher.corrupted_mean
         exact = pd.DataFrame(dict(layer=[p.layer for p in heads], head=[p.unit for p in heads], effect=effect))

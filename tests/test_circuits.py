@@ -10,7 +10,7 @@ import yaml
 from conftest import ROOT
 from headwatch import guards
 from headwatch.arch import Adapter
-from headwatch.circuits import Edge, PathPatcher, edges_into, require_edges
+from headwatch.circuits import PATH_SITES, Edge, PathPatcher, edges_into, require_edges
 from headwatch.interventions import capture, intervene
 from headwatch.patching import Patcher
 from headwatch.settings.circuits import CircuitsError, CircuitsSettings, circuits_errors
@@ -25,7 +25,7 @@ def _paths(model, batch=16):
     corrupted = clean.clone()
     corrupted[:, [2, 4, 7]] = random_ids(4, 3, seed=2)
     io, s = random_ids(1, 4, seed=3)[0], random_ids(1, 4, seed=4)[0]
-    return PathPatcher(Patcher(model, Adapter(model), clean, corrupted, io, s, batch))
+    return PathPatcher(Patcher(model, Adapter(model), clean, corrupted, io, s, batch, extra_sites=PATH_SITES))
 
 
 # ------------------------------------------------------------------ guards, every family
@@ -181,14 +181,14 @@ def _linear_after_pattern(family="llama"):
 
 
 def test_atp_star_is_exact_where_only_the_softmax_is_not_linear_and_plain_is_not():
-    from headwatch.attribution import SitePatcher, exact_effects, qk_estimates
+    from headwatch.attribution import exact_effects, qk_estimates, site_patcher
     model = _linear_after_pattern()
     clean = random_ids(4, 10, seed=1)
     corrupted = clean.clone()
     corrupted[:, [2, 4, 7, 9]] = random_ids(4, 4, seed=2)          # the last position too: its query differs
     io, s = random_ids(1, 4, seed=3)[0], random_ids(1, 4, seed=4)[0]
     p = Patcher(model, Adapter(model), clean, corrupted, io, s, 16)
-    sp = SitePatcher(model, p.adapter, p.clean, p.corrupted, p.io, p.s, 16)
+    sp = site_patcher(model, p.adapter, p.clean, p.corrupted, p.io, p.s, 16)
     est = qk_estimates(model, p.adapter, p.clean, p.corrupted, p.io, p.s, batch=3)
     for site in ("q", "k"):
         exact = exact_effects(sp, site)
@@ -201,12 +201,12 @@ def test_exact_q_and_k_patches_take_the_units_slice_on_every_family(model):
     """The exact reference's q (a head) and k (a group) patches against a plain replace of the
     unit's own capture (``capture(site, layer, unit)``: its slice in the family's layout, fused
     or not), each prompt's logit difference."""
-    from headwatch.attribution import SitePatcher
+    from headwatch.attribution import site_patcher
     from headwatch.interventions import replace
     from headwatch.patching import Patch
     a = Adapter(model)
     p = _paths(model).patcher
-    sp = SitePatcher(model, a, p.clean, p.corrupted, p.io, p.s, 16)
+    sp = site_patcher(model, a, p.clean, p.corrupted, p.io, p.s, 16)
     for site in ("q", "k"):
         patches = [Patch(site, l, u) for l in range(a.n_layers) for u in range(a.site_units(site))][::3]
         got = sp.run(patches)
@@ -244,3 +244,14 @@ def test_an_untrained_model_recovers_nothing():
                                      "path patching"]
     assert not table["recovered"].any() and (table["effect"].abs() < 1.0).all(), table
     assert len(note["edges"]) == 2 * 3                    # both layer-0 heads into q, k, v of the receiver
+
+
+def test_path_patching_needs_the_patchers_own_mlp_out():
+    """Pass A freezes every block's mlp_out at the corrupted run: read from the Patcher's own run
+    (its extra site), so a Patcher that did not capture it is refused, not run a third time."""
+    from headwatch.settings.circuits import CircuitsError
+    model = tiny_model("llama")
+    p = _paths(model).patcher
+    assert PathPatcher(p).mlp_out is p.acts["corrupted"]["mlp_out"]
+    with pytest.raises(CircuitsError, match="extra_sites"):
+        PathPatcher(Patcher(model, p.adapter, p.clean, p.corrupted, p.io, p.s, 16))
