@@ -314,8 +314,9 @@ class Patcher:
         out[r, positions[r]] = clean[r, positions[r]]
         return out
 
-    def _edits(self, patches: Sequence[Patch], which, prompts):
-        """One ``replace`` per (site, layer, unit) among ``patches[which]``, its rows masked."""
+    def _edits(self, patches: Sequence[Patch], which, prompts, start: int = 0):
+        """One ``replace`` per (site, layer, unit) among ``patches[which]``, its rows masked; the
+        values from position ``start`` on (a run over positions ``start..``: the cached sweep)."""
         groups: dict[tuple, list[int]] = {}
         for r, k in enumerate(which.tolist()):
             p = patches[k]
@@ -327,7 +328,7 @@ class Patcher:
             mask = torch.zeros(len(which), dtype=torch.bool, device=self.device)
             mask[rows] = True
             full = len(rows) == len(which)
-            edits.append(replace(site, layer, self.values(site, layer, unit, pos, prompts), unit,
+            edits.append(replace(site, layer, self.values(site, layer, unit, pos, prompts)[:, start:], unit,
                                  None if full else mask))
         return edits
 

@@ -44,7 +44,7 @@ from . import guards
 from .arch import head_label
 from .cut import heads_one_per_layer, plan_chunks
 from .device import exact_numerics
-from .interventions import intervene, replace, skip
+from .interventions import intervene, skip
 from .names import top_heads
 from .pairs import one_length
 from .patching import TASK_NOTE, Patch, Patcher, logit_diff, position_labels, position_patches, prompt_tensors
@@ -114,14 +114,7 @@ class CachedPositions:
     def _chunk(self, patches, rows, patch_of, prompt_of, layer, p: int, out) -> None:
         P, a = self.patcher, self.adapter
         which, sidx = patch_of[rows], prompt_of[rows].to(P.device)
-        positions = torch.full((len(rows),), p, device=P.device)
-        edits = []
-        for unit_key, members in _by_unit(patches, which).items():
-            l, h = unit_key
-            mask = torch.zeros(len(rows), dtype=torch.bool, device=P.device)
-            mask[members] = True
-            value = P.values("z", l, h, positions, sidx)[:, p:]
-            edits.append(replace("z", l, value, h, None if len(members) == len(rows) else mask))
+        edits = P._edits(patches, which, sidx, start=p)      # every row's patch is at position p
         start = int(layer[rows].min())
         if start > 0:
             edits.append(skip(start - 1, P.acts["corrupted"]["resid_in"][start][sidx, p:]))
@@ -129,14 +122,6 @@ class CachedPositions:
             logits = a.model(input_ids=P.corrupted[sidx, p:], past_key_values=self._cache(sidx, p), use_cache=True,
                              logits_to_keep=1).logits[:, -1]
         out[rows.to(P.device)] = logit_diff(logits, P.io[sidx], P.s[sidx])
-
-
-def _by_unit(patches: Sequence[Patch], which: torch.Tensor) -> dict:
-    """(layer, head) → the chunk's rows that patch it."""
-    groups: dict[tuple, list[int]] = {}
-    for r, k in enumerate(which.tolist()):
-        groups.setdefault((patches[k].layer, patches[k].unit), []).append(r)
-    return groups
 
 
 def multiply_adds(adapter, patches: Sequence[Patch], n: int, length: int) -> tuple[float, float]:
