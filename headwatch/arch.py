@@ -644,7 +644,8 @@ class Adapter:
         return _site_paths(self.family)[require_site(site)]
 
     # ---- what the by-hand formulas need --------------------------------------
-    def _norm_params(self, norm: nn.Module, what: str) -> dict:
+    def norm_params(self, norm: nn.Module, what: str = "norm") -> dict:
+        """``norm`` (a module of the family's norm class) as :meth:`input_norm_params` describes it."""
         from torch import nn     # not at the top: see the imports
 
         kind = self.family.norm
@@ -662,7 +663,7 @@ class Adapter:
         bias, eps and offset (an RMSNorm multiplies by offset + weight)."""
         if not self.family.input_norm:
             return dict(kind="", weight=None, bias=None, eps=0.0, offset=0.0)
-        return self._norm_params(self.input_norm(layer), "input norm")
+        return self.norm_params(self.input_norm(layer), "input norm")
 
     def qk_norm_params(self, layer: int) -> tuple[dict, dict] | None:
         """(query norm, key norm) parameters as :meth:`input_norm_params`, None without QK-norm;
@@ -670,7 +671,7 @@ class Adapter:
         if not self.family.qk_norm:
             return None
         block = self.blocks[layer]
-        return tuple(self._norm_params(_get(block, p), f"{w} norm")
+        return tuple(self.norm_params(_get(block, p), f"{w} norm")
                      for p, w in zip(self.family.qk_norm_paths, ("query", "key")))
 
     def rope(self, layer: int) -> dict:

@@ -556,19 +556,65 @@ def at_least_float32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
+#: The float32 steps :func:`in_float64` runs in float64: the largest difference, relative to the
+#: largest |output|, allowed between a norm module's own output (its float32 arithmetic) and the
+#: float64 formula that replaces it (:func:`headwatch.recompute.norm`). float32 rounding is ~6e-8
+#: relative; a wrong formula (an RMSNorm's offset, its eps) is off by far more.
+NORM_FORMULA_RTOL = 1e-5
+
+
 @contextlib.contextmanager
-def in_float64(model: nn.Module):
+def in_float64(adapter: Adapter):
     """The model's floating-point parameters and buffers in float64 while inside, each back in its
     own dtype on exit (exact: every float32, bfloat16 and float16 number is a float64 number).
     For guards whose two sides are equal in real arithmetic but add terms in another order:
     in float64 their rounding (~1e-16 relative) is far below any difference a wrong edit makes,
-    on every CPU and GPU, where float32's (~6e-8, carried up through the layers) is not."""
+    on every CPU and GPU, where float32's (~6e-8, carried up through the layers) is not.
+
+    Two steps of transformers' models compute in float32 whatever the model's dtype: their
+    RMSNorms (they cast the input to float32) and eager attention's softmax (``dtype=torch.float32``).
+    There a float64 difference of 1e-16 between two sides can flip one float32 rounding, and one
+    flipped bit carried up through the layers moved SmolLM2-135M's logits by 1.2e-5 (one head of
+    38 on an AMD EPYC; the others: 0). Inside, both run in float64 too: each module of the
+    family's RMSNorm class returns :func:`headwatch.recompute.norm` of its input in float64 (its
+    own output checked against it within :data:`NORM_FORMULA_RTOL`: a formula that is not the
+    module's raises), and ``torch.nn.functional.softmax`` keeps a float64 input in float64."""
+    from .recompute import norm as norm_formula
+
+    model = adapter.model
     tensors = [(model.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2], t.dtype)
                for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_floating_point()]
+    norms = [m for m in model.modules()
+             if adapter.family.norm == "RMSNorm" and type(m).__name__.endswith("RMSNorm")]
+
+    def exact_norm(module, args, out):
+        x = args[0]
+        if x.dtype != torch.float64:
+            return out
+        exact = norm_formula(x, adapter.norm_params(module))
+        worst = float((exact - out).abs().max()) if out.numel() else 0.0
+        if worst > NORM_FORMULA_RTOL * max(float(exact.abs().max()), 1.0):
+            raise InterventionError(f"{type(module).__name__}: its output and the float64 formula of the "
+                                    f"family's {adapter.family.norm} differ by {worst:g}; the formula is not "
+                                    "this module's")
+        return exact
+
+    softmax = nn.functional.softmax
+
+    def softmax_keeping_float64(x, *args, dtype=None, **kwargs):
+        if dtype is not None and x.dtype == torch.float64:
+            dtype = torch.float64
+        return softmax(x, *args, dtype=dtype, **kwargs)
+
     model.to(torch.float64)
+    handles = [m.register_forward_hook(exact_norm) for m in norms]
+    nn.functional.softmax = softmax_keeping_float64
     try:
         yield model
     finally:
+        nn.functional.softmax = softmax
+        for h in handles:
+            h.remove()
         with torch.no_grad():
             for module, attr, dtype in tensors:
                 t = getattr(module, attr)

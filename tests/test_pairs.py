@@ -15,7 +15,8 @@ from headwatch.arch import Adapter
 from headwatch.pairs import pair_prompt_set, position_scores
 from headwatch.patching import (Patch, Patcher, attribution_patching, head_patches, position_patches, prompt_mask,
                                 prompt_tensors, resid_patches, run_patching)
-from headwatch.settings.pairs import MAX_BYTES, PairsError, pairs_path, read_pairs
+from headwatch.settings.pairs import PairsError, pairs_path, read_pairs
+from headwatch.sources.files import CAPS
 from headwatch.settings.patching import PatchingSettings, patching_errors, prompt_keys
 from tiny import random_ids, tiny_model
 
@@ -238,8 +239,8 @@ def test_a_pairs_file_outside_the_project_or_not_a_file_is_refused(tmp_path):
     with pytest.raises(PairsError, match="FIFO"):
         read_pairs(pairs_path("fifo.csv", project))
     with open(project / "big.csv", "wb") as fh:
-        fh.truncate(MAX_BYTES + 1)
-    with pytest.raises(PairsError, match="more than 64 MiB"):
+        fh.truncate(CAPS["pairs file"][0] + 1)
+    with pytest.raises(PairsError, match="more than 64 MiB, the most a pairs file may hold"):
         read_pairs(project / "big.csv")
     _write(project / "many.csv", ROWS * 2)
     with pytest.raises(PairsError, match="more than 5 rows"):

@@ -12,8 +12,8 @@ is defined per pair).
 
 The file is data from outside: its path must lie inside the project directory (after symlinks
 are resolved), unless it is absolute and ``patching.pairs_outside_project`` is true
-(:func:`pairs_path`); it is read as a regular file of at most :data:`MAX_BYTES` bytes opened by
-:func:`headwatch.sources.files.open_regular` (a FIFO or a device is refused before a byte is read), decoded
+(:func:`pairs_path`); it is read by :func:`headwatch.sources.files.read_text`, as a model's files are: a regular
+file of at most 64 MiB (``CAPS["pairs file"]``; a FIFO or a device is refused before a byte is read), decoded
 as UTF-8 and parsed by Python's ``csv`` or ``json`` module (:func:`read_pairs`). Every error
 names the file and the row (its line), and a tokenizer's error the model too
 (:func:`pairs_errors`).
@@ -32,9 +32,6 @@ from ..sequences import single_token
 
 COLUMNS = ("clean", "corrupted", "answer", "distractor")
 FORMATS = {".csv": "CSV", ".jsonl": "JSON Lines"}
-MAX_BYTES = 64 << 20
-"""The most bytes a pairs file may hold: :data:`MAX_ROWS` rows of prompts of a few thousand
-characters each fit with a wide margin."""
 MAX_ROWS = 4096
 """The most rows a pairs file may hold: every layer's activations of every prompt are kept for
 the clean and the corrupted run, as for ``patching.n`` prompts (whose bound this is too)."""
@@ -100,27 +97,19 @@ def _rows_jsonl(text: str, name: str):
 def read_pairs(path: str | Path, max_rows: int = MAX_ROWS) -> list[dict]:
     """The rows of a pairs file: ``{line, clean, corrupted, answer, distractor}`` each (``line``:
     where the row starts in the file, 1 = the first line). :class:`PairsError` naming the file
-    and the line for anything but a regular UTF-8 file of at most :data:`MAX_BYTES` bytes with
+    and the line for anything but a regular UTF-8 file of at most the bytes
+    :data:`headwatch.sources.files.CAPS` allows a ``"pairs file"`` with
     every column, texts that are not strings or are empty (blank), or more than ``max_rows``
     rows or none."""
-    import os
-
     from ..sources.errors import ModelFileError
-    from ..sources.files import open_regular
+    from ..sources.files import read_text
 
     path = Path(path)
     name = str(path)
     try:
-        with os.fdopen(open_regular(path), "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        text = read_text(path, "pairs file")
     except ModelFileError as err:
         raise PairsError(f"patching.pairs: {err}") from err
-    if len(data) > MAX_BYTES:
-        raise PairsError(f"{name} holds more than {MAX_BYTES >> 20} MiB, the most a pairs file may hold")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise PairsError(f"{name} is not UTF-8 text ({err})") from err
     rows = []
     parse = _rows_csv if path.suffix.lower() == ".csv" else _rows_jsonl
     for line, row in parse(text, name):

@@ -1,5 +1,6 @@
-"""Model files are data from outside: every file read to learn a model's facts is opened as a
-regular file of bounded size and parsed with an error that names it (:class:`ModelFileError`).
+"""Files from outside are data: every file read to learn a model's facts, and a researcher's
+pairs file (:func:`headwatch.settings.pairs.read_pairs`), is opened as a regular file of bounded
+size and parsed with an error that names it (:class:`ModelFileError`).
 
 A path that is a FIFO, a device, a socket or a symlink to one is refused before a byte is read
 (a FIFO ``tokenizer.json`` once hung ``snakemake -n``; a ``config.json`` linked to
@@ -20,13 +21,16 @@ from .errors import ModelFileError
 MiB = 1 << 20
 
 CAPS = {
-    "JSON file": (16 * MiB, "the largest published config.json and tokenizer_config.json (chat templates, "
-                       "added tokens) are under 1 MB"),
-    "tokenizer.json": (256 * MiB, "the largest published tokenizer.json files are tens of MB (Gemma 3's "
-                                  "262 144 tokens: 33 MB)"),
+    "JSON file": (16 * MiB, "a model's JSON file", "the largest published config.json and "
+                  "tokenizer_config.json (chat templates, added tokens) are under 1 MB"),
+    "tokenizer.json": (256 * MiB, "a model's tokenizer.json", "the largest published tokenizer.json "
+                       "files are tens of MB (Gemma 3's 262 144 tokens: 33 MB)"),
+    "pairs file": (64 * MiB, "a pairs file", "its 4,096 rows (patching.pairs' bound) of prompts of a few "
+                   "thousand characters each fit with a wide margin"),
 }
-"""The most bytes a model's file of each kind may hold, with the reason (a GGUF is not capped:
-it holds the weights; its header is read within the file's size, :func:`.facts.gguf_header`)."""
+"""The most bytes a file of each kind may hold, what it is called in an error and the reason (a
+GGUF is not capped: it holds the weights; its header is read within the file's size,
+:func:`.facts.gguf_header`)."""
 
 
 def _kind(mode: int) -> str:
@@ -62,13 +66,12 @@ def open_regular(path) -> int:
 
 def read_bytes(path, kind: str = "JSON file") -> bytes:
     """The bytes of a regular file of at most ``CAPS[kind]`` bytes."""
-    cap, why = CAPS[kind]
+    cap, noun, why = CAPS[kind]
     fd = open_regular(path)
     with os.fdopen(fd, "rb") as fh:
         data = fh.read(cap + 1)
     if len(data) > cap:
-        raise ModelFileError(f"{path} holds more than {cap // MiB} MiB, the most a model's {kind} may "
-                             f"hold ({why})")
+        raise ModelFileError(f"{path} holds more than {cap // MiB} MiB, the most {noun} may hold ({why})")
     return data
 
 
