@@ -12,7 +12,10 @@ load, commit), its merged configuration (``results/run_config.yaml``), the sweep
 benchmark records and the sweep's figures, which it copies next to the page
 (``docs/results/laptop-scale/``), and the course of the split sweep (``results/sweep/course/``:
 leaving the plateau, the previous-token head, the gaps). When ``results/timing/laptop-more.json``
-is there too (`make laptop-more` after `make laptop`), the studies' tables and time follow. The
+is there too (`make laptop-more` after `make laptop`), its time and a section per study follow
+(``results/sweep/studies/{study}.parquet`` and ``{study}_contrasts.parquet``, the study's figure):
+the table, each contrast with its interval and verdict, and the original study's finding beside it
+where the repository records one (``ORIGINAL_STUDIES``). The
 section on `make laptop-long` (``results/timing/laptop-long.json``, ``results/sweep/course/heads_long/``)
 is written from its own timed record, beside the original run's numbers point by point, or says
 that the run has not been made; the page is written either way. A run's configuration is read from
@@ -46,9 +49,15 @@ sys.path.insert(0, str(HERE / "gpu"))
 from paper_tables import fmt, md_table  # noqa: E402  (the paper page's own Markdown helpers)
 
 from headwatch import paths, run_record, targets  # noqa: E402
+from headwatch.markup import markdown  # noqa: E402
 from headwatch.provenance import (DirtyTreeError, RunRecordError, page_header,  # noqa: E402
                                   require_clean_tree, run_attempts)
-from headwatch.settings.sweep import TrainSettings, course_sweeps, train_of  # noqa: E402
+from headwatch.settings.sweep import (BootstrapSettings, StudySettings, TrainSettings,  # noqa: E402
+                                      course_sweeps, train_of)
+from headwatch.sweep import plan  # noqa: E402
+from headwatch.sweep.contrasts import (BESIDE, MIN_SEEDS, beside_text, contrast_sentence,  # noqa: E402
+                                       range_caveat)
+from headwatch.sweep.contrasts import metric as contrast_metric  # noqa: E402
 from headwatch.sweep.course import markdown_section as course_section  # noqa: E402
 from headwatch.sweep.heads import markdown_section as heads_section  # noqa: E402
 from headwatch.sweep.summary import split_verdict, width_verdict  # noqa: E402
@@ -198,12 +207,99 @@ def copy_course_figures(root: Path, out: Path, sweep: str) -> dict[str, str]:
     return links
 
 
-def studies_section(root: Path, attempts: list[dict]) -> list[str]:
-    out = ["## The studies at laptop scale (`make laptop-more`)", "", *machine_lines(attempts, MORE_RECORD)]
-    for p in sorted((root / paths.study_table("x")).parent.glob("*.parquet")):
-        if not p.stem.endswith("_finals"):
-            out += [f"### {p.stem}", md_table(read_parquet(p), ".4g")]
-    return out
+def studies_section(root: Path, out: Path, attempts: list[dict]) -> list[str]:
+    """The page's section on `make laptop-more`: its run, then a section per study it planned
+    (:func:`study_section`), from the configuration its timed command names."""
+    sw = run_config(root, attempts)["sweep"]
+    names = plan.studies(sw)
+    if not names:
+        raise PageError(f"{root / paths.timed_run(MORE_RECORD)}: its configuration plans no study (sweep.studies)")
+    boot = BootstrapSettings.from_config(sw["summary"]["bootstrap"])
+    pct = f"{100 * boot.level:g} %"
+    return ["## The studies at laptop scale (`make laptop-more`)", "", *machine_lines(attempts, MORE_RECORD),
+            f"Each study answers its question with the contrasts its `study` block names, fixed with its grid before "
+            f"any data (protocol §7, \"Studies\"): each arm minus its reference in bits per character (> 0: the arm "
+            f"is worse), with the {pct} percentile bootstrap interval over seeds ({boot.resamples:,} resamples, seed "
+            f"{boot.seed}), paired by seed where both arms read the same vocabulary (they then see the same training "
+            f"windows in the same order) and unpaired where they do not. *Resolved* when the interval excludes 0, "
+            f"*not resolved* when it holds 0, *too few seeds* (no interval) with fewer than {MIN_SEEDS}.",
+            *[line for name in names for line in study_section(root, out, name, sw)]]
+
+
+# The original study's findings on the studies' questions, by study, each set beside this run's contrast
+# of its arm and reference (shapes): ``claim`` "arm better" or "arm worse" (:func:`original_verdict`).
+# The repository records none of them yet: each study's section says so and compares nothing.
+ORIGINAL_STUDIES: dict[str, list[dict]] = {}
+
+
+def original_verdict(claim: str, c) -> str:
+    """An original finding (the arm better or worse than the reference) against this run's contrast:
+    holds / does not hold where it is resolved, what this scale cannot tell where it is not."""
+    if c["verdict"] != "resolved":
+        return f"this scale cannot tell ({c['verdict']})"
+    return "holds" if claim == ("arm better" if c["diff"] < 0 else "arm worse") else "does not hold"
+
+
+def original_parts(name: str, contrasts: pd.DataFrame) -> list[str]:
+    """What the original study said on this study's question, point by point beside this run's
+    contrasts, or that the repository does not record it."""
+    findings = ORIGINAL_STUDIES.get(name)
+    if not findings:
+        return ["The original study's finding on this question is not recorded in this repository: nothing is set "
+                "beside these numbers."]
+    by_pair = {(c["arm"], c["reference"]): c for c in contrasts.to_dict("records")}
+    rows = []
+    for f in findings:
+        c = by_pair.get((f["arm"], f["reference"]))
+        if c is None:
+            raise PageError(f"the original finding {f['finding']!r} compares {f['arm']} − {f['reference']}, which "
+                            f"study {name!r} does not")
+        rows.append(dict(finding=f["finding"], here=contrast_sentence(c), verdict=original_verdict(f["claim"], c)))
+    return ["The original study's findings, point by point:", md_table(pd.DataFrame(rows))]
+
+
+def study_section(root: Path, out: Path, name: str, sw: dict) -> list[str]:
+    """One study's section: its grid and seeds, its summary per arm with what the question weighs
+    the loss against, its contrasts with their intervals and verdicts (and what *resolved* means with
+    few seeds), its figure copied next to the page, and the original study's finding beside them."""
+    tables = {}
+    for t in ("summary", "contrasts"):
+        p = root / paths.study_table(name, t)
+        if not p.exists():
+            raise PageError(f"no {p}: the run did not make study {name!r}'s tables")
+        tables[t] = read_parquet(p)
+    s, cs = tables["summary"], tables["contrasts"]
+    kind = StudySettings.from_config(sw["sweeps"][name]["study"]).kind
+    column, what = contrast_metric(kind)
+    per_arm = pd.DataFrame({"shape": s["shape"], "seeds": s["seeds"],
+                            "bits/char (mean ± std)": [f"{m:.4f} ± {d:.4f}" for m, d in
+                                                       zip(s[column], s[column.replace("_mean", "_std")])],
+                            **{c: s[c] for c in BESIDE[kind]}})
+    pct = f"{100 * cs['level'].iloc[0]:g} %"
+    rows = pd.DataFrame({
+        "contrast": cs["contrast"],
+        "arm − reference": [f"{a} − {r}" for a, r in zip(cs["arm"], cs["reference"])],
+        "pairing": ["paired by seed" if p else "unpaired" for p in cs["paired"]],
+        "seeds": cs["seeds"], "difference (bits/char)": [f"{d:+.4f}" for d in cs["diff"]],
+        f"{pct} interval": ["—" if pd.isna(lo) else f"{lo:+.4f} to {hi:+.4f}" for lo, hi in zip(cs["diff_lo"], cs["diff_hi"])],
+        "verdict": cs["verdict"], "beside": [beside_text(c) for c in cs.to_dict("records")]})
+    src = root / paths.sweep_figure(f"study_{name}", "png")
+    if not src.exists():
+        raise PageError(f"no {src}: the run did not make study {name!r}'s figure")
+    folder = out.with_suffix("")
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, folder / src.name)
+    caveats = list(dict.fromkeys(x for x in (range_caveat(c) for c in cs.to_dict("records")) if x))
+    study = sw["sweeps"][name]
+    return [f"### `{name}` ({kind} study)", "",
+            f"Grid: {', '.join(s['shape'])}; seeds {', '.join(map(str, study['seeds']))}. Metric: {markdown(what)}. "
+            f"From `{paths.study_table(name)}` and `{paths.study_table(name, 'contrasts')}`.",
+            md_table(per_arm, ".4g", chars_per_s=",.0f", peak_memory_mb=",.0f", embedding_share=".3f",
+                     chars_per_window=".1f"), md_table(rows),
+            *[f"- {markdown(contrast_sentence(c))}." for c in cs.to_dict("records")],
+            *([f"Read with care: {markdown('; '.join(caveats))}."] if caveats else []),
+            f"![study {name}]({folder.name}/{src.name})",
+            *original_parts(name, cs)]
 
 
 def run_config(root: Path, attempts: list[dict]) -> dict:
@@ -370,7 +466,7 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
     ]
     more = root / paths.timed_run(MORE_RECORD)
     if more.exists():
-        parts += studies_section(root, timing(root, MORE_RECORD, commit))
+        parts += studies_section(root, out, timing(root, MORE_RECORD, commit))
     return re.sub(r"\n{3,}", "\n\n", "\n\n".join(parts) + "\n")
 
 

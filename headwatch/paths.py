@@ -158,8 +158,14 @@ def course_table(sweep: str, name: str) -> str:
     return _join(RESULTS, "sweep", "course", sweep, f"{name}.parquet")
 
 
-def study_table(study: str, finals: bool = False) -> str:
-    return _join(RESULTS, "sweep", "studies", f"{study}{'_finals' if finals else ''}.parquet")
+STUDY_TABLES = {"summary": "", "finals": "_finals", "contrasts": "_contrasts"}
+"""A study's tables (rule sweep_study) by name, and what each adds to the study's file name: its
+summary per configuration, every run's final numbers, its contrasts with their intervals and verdicts."""
+
+
+def study_table(study: str, table: str = "summary") -> str:
+    """One of a study's tables (:data:`STUDY_TABLES`): ``results/sweep/studies/{study}[_{table}].parquet``."""
+    return _join(RESULTS, "sweep", "studies", f"{study}{STUDY_TABLES[table]}.parquet")
 
 
 VOCAB_FILES = {"tokenizer": "tokenizer.json", "meta": "meta.json", "train": "train.npy", "val": "val.npy",

@@ -137,7 +137,7 @@ def sweep(config: dict) -> list[str]:
              for f in ("metrics.parquet", "model.pt", "heads.parquet")]
             + ([paths.sweep_table(t) for t in SWEEP_TABLES]
                + [paths.sweep_heads_table(t) for t in paths.SWEEP_HEADS_TABLES] if summarized(config) else [])
-            + [paths.study_table(n, finals) for n in plan.studies(s) for finals in (False, True)]
+            + [paths.study_table(n, t) for n in plan.studies(s) for t in paths.STUDY_TABLES]
             + [paths.course_table(n, t) for n in course_sweeps(s) for t in paths.COURSE_TABLES])
 
 
@@ -174,7 +174,7 @@ def model_figures(config: dict) -> list[str]:
 
 
 def report_tables(config: dict, producible: Producible) -> list[str]:
-    """The key tables of ``report.tables`` and every planned study's summary, as HTML pages,
+    """The key tables of ``report.tables`` and every planned study's summary and contrasts, as HTML pages,
     each only when some rule of the workflow makes its table (a stage not in the DAG is left out)
     and its part is in the default target (a shared table under ``sweep/`` is the sweep's)."""
     tables, wanted = config["report"]["tables"], parts(config)
@@ -182,7 +182,8 @@ def report_tables(config: dict, producible: Producible) -> list[str]:
     found += [paths.table(*t.split("/", 1)) for t in tables["shared"]
               if ("sweep" if t.split("/", 1)[0] == "sweep" else "models") in wanted
               and (t.split("/", 1)[0] != "sweep" or summarized(config))]
-    found += [paths.study_table(n) for n in plan.studies(config["sweep"])] if "sweep" in wanted else []
+    found += [paths.study_table(n, t) for n in plan.studies(config["sweep"])
+              for t in ("summary", "contrasts")] if "sweep" in wanted else []
     return [paths.page_of(t) for t in found if producible(t)]
 
 

@@ -21,8 +21,7 @@ rule figures_sweep:
 
 rule figures_sweep_study:
     input:
-        summary=paths.study_table("{study}"),
-        finals=paths.study_table("{study}", finals=True),
+        **{name: paths.study_table("{study}", name) for name in paths.STUDY_TABLES},
     output:
         **{ext: report(paths.sweep_figure("study_{study}", ext), caption="../report/sweep_study.rst",
                        category="sweep", subcategory="study {study}") for ext in paths.EXTENSIONS},

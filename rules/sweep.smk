@@ -12,7 +12,8 @@
 #
 # Studies: a sweep with a `study` block (experts | depth | kv | vocab) is summarized on
 # its own (rule sweep_study) after checking its invariant, instead of joining
-# summary.parquet. Sweeps in `sweep.skip` are not planned at all, nor the studies when
+# summary.parquet, with its contrasts (each arm against its reference, fixed by the study
+# block and the grid, with a bootstrap interval over seeds: sweep.summary.bootstrap, and a verdict). Sweeps in `sweep.skip` are not planned at all, nor the studies when
 # `sweep.studies` is off (make quick and make laptop leave them out; make quick-more and make
 # laptop-more run them).
 #
@@ -154,13 +155,13 @@ rule sweep_study:
         metrics=sweep_study_inputs,
         meta=paths.sweep_corpus("meta"),
     output:
-        summary=paths.study_table("{study}"),
-        finals=paths.study_table("{study}", finals=True),
+        **{name: paths.study_table("{study}", name) for name in paths.STUDY_TABLES},
     wildcard_constraints:
         study=sweep_study_constraint(),
     params:
         runs=sweep_study_runs,
         study=sweep_study_block,
+        bootstrap=config["sweep"]["summary"]["bootstrap"],
     log:
         paths.log("sweep_study", "{study}"),
     benchmark:

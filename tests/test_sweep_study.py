@@ -15,6 +15,7 @@ from headwatch.charlm.model import CharLM, count_params
 from headwatch.charlm.spec import ModelSpec
 from headwatch.tableio import write_parquet
 from headwatch.settings.sweep import invariant_error, model_numbers, model_of
+from headwatch.sweep.contrasts import beside_text, better, contrast_sentence, range_caveat, study_contrasts
 from headwatch.sweep.plan import job_params, runs
 from headwatch.sweep.study import read_study_runs, summarize_study
 from headwatch.sweep.summary import SummaryError, summarize
@@ -231,7 +232,15 @@ def test_a_tiny_experts_study_trains_and_summarizes_end_to_end(corpus, tmp_path)
     from headwatch.figures.style import save
     from headwatch.figures.sweep import study_figure
 
-    save(study_figure("experts", s, finals), tmp_path / "f.pdf", tmp_path / "f.png")
+    # Its contrasts (dense, balance) from 2 seeds: computed, but no interval and no verdict.
+    c = study_contrasts(finals, s, cfg["sweeps"]["ex"]["study"], BOOT)
+    assert list(zip(c["contrast"], c["arm"], c["reference"])) == [
+        ("dense", "w16-h2-e4k2-b0.01", "w16-h2"), ("dense", "w16-h2-e4k2-b0", "w16-h2"),
+        ("balance", "w16-h2-e4k2-b0.01", "w16-h2-e4k2-b0")]
+    assert (c["verdict"] == "too few seeds").all() and c["diff_lo"].isna().all() and c["paired"].all()
+    bits = s.set_index("shape")["val_bpc_mean"]
+    assert c["diff"].iloc[2] == pytest.approx(bits["w16-h2-e4k2-b0.01"] - bits["w16-h2-e4k2-b0"])
+    save(study_figure("experts", s, finals, c), tmp_path / "f.pdf", tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0
     # A broken invariant in the measured data: no summary.
     broken = finals.copy()
@@ -280,3 +289,250 @@ def test_depth_and_kv_summaries_refuse_when_their_invariant_fails():
     kv[1]["layers"] = 5
     with pytest.raises(SummaryError, match="differ only in kv_heads"):
         summarize_study(_finals(kv), {"kind": "kv"})
+
+
+# --------------------------------------------------- each study's contrasts (protocol §7)
+LN2 = math.log(2)
+KV = dict(kind="kv", bytes_per_number=4, contrasts=["full"])
+
+
+def kv_study(losses: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(finals, summary) of a hand-made kv study: 4 query heads with ``losses``' key/value heads
+    (kv heads: final losses by seed, nats per character)."""
+    rows = [dict(shape="w256-h4" + (f"-kv{k}" if k != 4 else ""), width=256, layers=4, kv_heads=k,
+                 kv_cache_bytes_per_token=2 * 4 * k * 64 * 4, non_embedding=1, params=1, params_formula=1,
+                 params_active=1, losses=list(v)) for k, v in losses.items()]
+    finals = _finals(rows)
+    return finals, summarize_study(finals, KV)
+
+
+def test_a_clearly_worse_arm_is_resolved_with_its_sign_and_one_within_noise_is_not():
+    full = np.array([2.00, 2.10, 2.05])
+    finals, summary = kv_study({4: full, 2: full + [0.05, 0.07, 0.06], 1: full + [0.03, -0.04, 0.01]})
+    c = study_contrasts(finals, summary, KV, BOOT).set_index("arm")
+    assert c["reference"].tolist() == ["w256-h4", "w256-h4"] and c["paired"].all() and (c["seeds"] == 3).all()
+    kv2, kv1 = c.loc["w256-h4-kv2"], c.loc["w256-h4-kv1"]
+    # kv2 costs 0.06 nats on average, every seed worse: resolved, the reference (full attention) better
+    assert kv2["diff"] == pytest.approx(0.06 / LN2) and kv2["verdict"] == "resolved" and kv2["diff_lo"] > 0
+    # with 3 seeds the 95 % interval is the range of the per-seed differences, and the table says so
+    assert (kv2["diff_lo"], kv2["diff_hi"]) == (pytest.approx(0.05 / LN2), pytest.approx(0.07 / LN2))
+    assert kv2["interval_is_range"]
+    # the trade: 2 × 4 layers × 2 key/value heads fewer × 64 × 4 bytes saved per token, nats per byte
+    assert kv2["kv_bytes_saved"] == 4096
+    assert kv2["nats_per_byte_saved"] == pytest.approx(0.06 / 4096)
+    assert (kv2["nats_per_byte_saved_lo"], kv2["nats_per_byte_saved_hi"]) == (pytest.approx(0.05 / 4096),
+                                                                              pytest.approx(0.07 / 4096))
+    assert (kv2["arm_kv_cache_bytes_per_token"], kv2["reference_kv_cache_bytes_per_token"]) == (4096, 8192)
+    sentence = contrast_sentence(dict(kv2, arm="w256-h4-kv2"))
+    assert sentence.endswith("resolved, w256-h4 better") and f"{kv2['diff']:+.4f}" in sentence
+    assert "25 % of the time" in range_caveat(dict(kv2))
+    assert "4,096 KV-cache bytes per token saved" in beside_text(dict(kv2))
+    # kv1: one seed better, two worse: the interval holds 0
+    assert kv1["verdict"] == "not resolved" and kv1["diff_lo"] < 0 < kv1["diff_hi"]
+    assert contrast_sentence(dict(kv1, arm="w256-h4-kv1")).endswith("not resolved")
+    # An arm clearly better: resolved, negative, the arm named better.
+    finals, summary = kv_study({4: full, 2: full - [0.05, 0.07, 0.06], 1: full})
+    better_arm = study_contrasts(finals, summary, KV, BOOT).iloc[0]
+    assert better_arm["verdict"] == "resolved" and better_arm["diff_hi"] < 0 and better(better_arm) == "w256-h4-kv2"
+    # A fourth seed: the interval lies inside the range of the differences.
+    finals, summary = kv_study({4: [2.0, 2.1, 2.05, 2.0], 2: [2.05, 2.17, 2.11, 2.06], 1: [2.0, 2.1, 2.05, 2.01]})
+    four = study_contrasts(finals, summary, KV, BOOT).iloc[0]
+    assert not four["interval_is_range"] and four["diff_lo"] > 0.05 / LN2 and four["diff_hi"] < 0.07 / LN2
+
+
+def vocab_tables(losses: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(finals, summary) of a hand-made vocab study: each vocabulary's bits per character by seed."""
+    arms = [dict(sweep="v", shape="w256-h4" + (f"-v{v}" if v != "char" else ""), width=256, heads=4, layers=4,
+                 head_size=64, kv_heads=4, experts=0, top_k=0, expert_width=0, balance=0.0, vocab=v,
+                 vocab_size=65 if v == "char" else int(v[3:]), embedding_share=0.01 if v == "char" else 0.1,
+                 chars_per_window=128.0 if v == "char" else 300.0) for v in losses]
+    finals = pd.DataFrame([dict(shape=a["shape"], seed=i, val_full_bpc=x)
+                           for a, v in zip(arms, losses.values()) for i, x in enumerate(v)])
+    return finals, pd.DataFrame(arms)
+
+
+def test_paired_by_seed_where_the_arms_share_their_data_order_and_not_where_they_do_not():
+    # Seed effects much larger than the difference (seed 2 hard for both arms): the arm is worse
+    # by exactly 0.05 on every seed.
+    ref = np.array([2.0, 2.6, 3.2])
+    # One vocabulary (kv study): the arms see the same windows per seed, so the pair is compared
+    # seed by seed and the seed effect cancels.
+    finals, summary = kv_study({4: ref, 2: ref + 0.05, 1: ref})
+    paired = study_contrasts(finals, summary, KV, BOOT).iloc[0]
+    assert paired["paired"] and paired["verdict"] == "resolved"
+    assert (paired["diff_lo"], paired["diff_hi"]) == (pytest.approx(0.05 / LN2), pytest.approx(0.05 / LN2))
+    # Two vocabularies: other tokens, other windows: the same numbers, unpaired, are not resolved.
+    finals, summary = vocab_tables({"char": ref, "bpe256": ref + 0.05})
+    unpaired = study_contrasts(finals, summary, dict(kind="vocab"), BOOT).iloc[0]
+    assert (unpaired["contrast"], unpaired["arm"], unpaired["reference"]) == ("char", "w256-h4-vbpe256", "w256-h4")
+    assert not unpaired["paired"] and unpaired["verdict"] == "not resolved"
+    assert unpaired["diff"] == pytest.approx(0.05) and unpaired["diff_lo"] < 0 < unpaired["diff_hi"]
+    assert "unpaired" in contrast_sentence(unpaired) and not unpaired["interval_is_range"]
+    assert "10.0 % vs 1.0 %" in beside_text(unpaired)
+    # The unpaired interval is the two arms' seeds resampled on their own (one bootstrap: course.py's).
+    from headwatch.sweep.course import mean_interval
+    assert (unpaired["diff_lo"], unpaired["diff_hi"]) == mean_interval(list(ref + 0.05), BOOT, minus=list(ref))[1:]
+    # ... and a vocabulary clearly better on every seed, far beyond the seed spread, is resolved unpaired.
+    finals, summary = vocab_tables({"char": [2.0, 2.01, 2.02], "bpe512": [1.5, 1.51, 1.49]})
+    clear = study_contrasts(finals, summary, dict(kind="vocab"), BOOT).iloc[0]
+    assert not clear["paired"] and clear["verdict"] == "resolved" and better(clear) == "w256-h4-vbpe512"
+
+
+def test_too_few_seeds_give_no_interval_and_no_verdict(tmp_path):
+    finals, summary = kv_study({4: [2.0, 2.1], 2: [2.5, 2.6], 1: [2.0, 2.1]})
+    c = study_contrasts(finals, summary, KV, BOOT)
+    assert (c["verdict"] == "too few seeds").all() and c["diff_lo"].isna().all() and c["diff_hi"].isna().all()
+    assert c["nats_per_byte_saved_lo"].isna().all() and c["nats_per_byte_saved"].notna().all()
+    assert c["diff"].iloc[0] == pytest.approx(0.5 / LN2) and not c["interval_is_range"].any()
+    assert "too few seeds for an interval (a verdict needs 3), no verdict" in contrast_sentence(c.iloc[0])
+    # the table is written as any other (<NA>, not NaN), and the figure draws it
+    write_parquet(c, tmp_path / "c.parquet")
+    from headwatch.figures.style import save
+    from headwatch.figures.sweep import study_figure
+
+    save(study_figure("kv", summary, finals, c), tmp_path / "k.pdf", tmp_path / "k.png")
+    assert (tmp_path / "k.png").stat().st_size > 0
+
+
+def test_a_paired_contrast_refuses_arms_on_different_seeds():
+    finals, summary = kv_study({4: [2.0, 2.1, 2.2], 2: [2.1, 2.2, 2.3], 1: [2.0, 2.1, 2.2]})
+    finals.loc[(finals["shape"] == "w256-h4-kv2") & (finals["seed"] == 2), "seed"] = 7
+    with pytest.raises(SummaryError, match="paired by seed, but their seeds differ"):
+        study_contrasts(finals, summary, KV, BOOT)
+
+
+TOPK = dict(kind="experts", contrasts=["extremes", "top_k"])
+
+
+def topk_study(offsets: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(finals, summary) of a hand-made experts × top-k study: (experts, top_k) → each seed's loss."""
+    rows = [dict(shape=f"w256-h4-e{e}k{k}-b0.01", width=256, layers=4, experts=e, top_k=k, expert_width=1024 // k,
+                 balance=0.01, non_embedding=1, params=1, params_formula=1, params_active=1, losses=list(v))
+            for (e, k), v in offsets.items()]
+    finals = _finals(rows)
+    return finals, summarize_study(finals, TOPK)
+
+
+def test_the_grids_best_and_worst_need_the_relabelling_test_and_top_k_pairs_at_equal_experts():
+    base = np.array([2.0, 2.1, 2.05])
+    tiny = {(4, 1): [0.0, 0.01, 0.0], (4, 2): [0.01, 0.0, 0.01], (8, 1): [0.0, 0.0, 0.01],
+            (8, 2): [0.01, 0.01, 0.0], (16, 1): [0.0, 0.01, 0.01]}
+    # 16 experts top 2 worse by 0.3 nats on every seed: the worst, by far.
+    finals, summary = topk_study({**{k: base + v for k, v in tiny.items()}, (16, 2): base + 0.3})
+    c = study_contrasts(finals, summary, TOPK, BOOT)
+    assert c["contrast"].tolist() == ["extremes", "top_k", "top_k", "top_k"]
+    ext = c.iloc[0]
+    assert ext["selected"] and ext["arm"] == "w256-h4-e16k2-b0.01" and ext["verdict"] == "resolved"
+    assert ext["relabel_p"] < 1 - BOOT["level"]
+    assert "relabelling p" in contrast_sentence(ext)
+    pairs = c.iloc[1:].set_index("arm")["reference"].to_dict()
+    assert pairs == {f"w256-h4-e{e}k2-b0.01": f"w256-h4-e{e}k1-b0.01" for e in (4, 8, 16)}
+    verdicts = c.iloc[1:].set_index("arm")["verdict"]
+    assert verdicts["w256-h4-e16k2-b0.01"] == "resolved"                 # 0.3 worse, every seed
+    assert verdicts["w256-h4-e4k2-b0.01"] == "not resolved"               # +0.01, −0.01, +0.01
+    # Six arms of pure noise: the worst and the best, picked from the losses, differ on every seed
+    # (their paired interval excludes 0), but relabelling the arms within each seed does as much:
+    # not resolved.
+    noise = {(4, 1): [0.02, -0.026, 0.004], (4, 2): [-0.006, -0.005, -0.002], (8, 1): [-0.02, -0.002, -0.009],
+             (8, 2): [0.033, 0.002, -0.004], (16, 1): [-0.003, -0.007, -0.011], (16, 2): [-0.004, 0.005, -0.002]}
+    finals, summary = topk_study({k: base + v for k, v in noise.items()})
+    ext = study_contrasts(finals, summary, TOPK, BOOT).iloc[0]
+    assert (ext["arm"], ext["reference"]) == ("w256-h4-e8k2-b0.01", "w256-h4-e8k1-b0.01")
+    assert ext["diff_lo"] > 0 and ext["relabel_p"] >= 1 - BOOT["level"] and ext["verdict"] == "not resolved"
+
+
+def test_each_configured_study_fixes_its_arms_before_any_data():
+    """The contrasts of config/config.yaml's five studies, from their grids alone."""
+    from headwatch.settings.sweep import contrast_arms, slug, study_arm, vocab_of
+
+    def arms(name):
+        sw = CONFIG["sweeps"][name]
+        return [study_arm(slug(e), model_numbers(model_of(CONFIG, e)), vocab_of(e)) for e in sw["grid"]]
+
+    def pairs(name):
+        return [(c["contrast"], c["arm"], c["reference"])
+                for c in contrast_arms(CONFIG["sweeps"][name]["study"], arms(name))]
+
+    assert pairs("experts") == [("dense", "w256-h4-e8k2-b0.01", "w256-h4"), ("dense", "w256-h4-e8k2-b0", "w256-h4"),
+                                ("balance", "w256-h4-e8k2-b0.01", "w256-h4-e8k2-b0")]
+    assert pairs("depth") == [("first", "w192-h2-l8-d64", "w256-h4"), ("first", "w128-h4-l12-d64", "w256-h4")]
+    assert pairs("kv_sharing") == [("full", "w256-h4-kv2", "w256-h4"), ("full", "w256-h4-kv1", "w256-h4")]
+    assert pairs("experts_topk") == [("extremes", None, None)] + [
+        ("top_k", f"w256-h4-e{e}k2-b0.01", f"w256-h4-e{e}k1-b0.01") for e in (4, 8, 16)]
+    assert pairs("vocab") == [("char", f"w256-h4-vbpe{n}", "w256-h4") for n in (256, 512, 1024, 2048, 4096)]
+
+
+def test_a_contrast_the_grid_cannot_make_is_refused_before_any_job_naming_its_key():
+    from headwatch.settings.sweep import check_sweeps
+
+    cfg = copy.deepcopy(CONFIG)
+    cfg["sweeps"]["experts"]["grid"] = cfg["sweeps"]["experts"]["grid"][:2]       # no arm without balancing
+    assert any(e.startswith("sweep.sweeps.experts.study.contrasts: contrast 'balance'") and "finds no pair" in e
+               for e in check_sweeps(cfg))
+    cfg = copy.deepcopy(CONFIG)
+    cfg["sweeps"]["kv_sharing"]["study"]["contrasts"] = ["dense"]                  # not a kv study's
+    assert any(e.startswith("sweep.sweeps.kv_sharing.study:") and "contrasts" in e and "'full'" in e
+               for e in check_sweeps(cfg))
+    cfg = copy.deepcopy(CONFIG)
+    cfg["sweeps"]["vocab"]["study"]["contrasts"] = ["first", "first"]
+    assert any(e.startswith("sweep.sweeps.vocab.study:") and "at most once" in e for e in check_sweeps(cfg))
+    assert check_sweeps(copy.deepcopy(CONFIG)) == []
+    # and again in the study's job, on the arms its runs recorded
+    finals, summary = kv_study({4: [2.0, 2.1, 2.2], 2: [2.1, 2.2, 2.3], 1: [2.0, 2.1, 2.2]})
+    with pytest.raises(SummaryError, match="contrast 'first'.*two references|contrast 'full' needs one reference"):
+        study_contrasts(finals, summary.assign(kv_heads=4), dict(KV, contrasts=["full"]), BOOT)
+
+
+def test_the_results_page_writes_a_study_section_from_its_tables(tmp_path, monkeypatch):
+    """benchmarks/laptop_tables.py's section on one study, from hand-made tables: every number of
+    its tables, contrasts and verdicts is read from them; the original study's findings, where the
+    repository records them, set beside the contrasts point by point."""
+    import sys
+
+    from headwatch import paths
+    from headwatch.markup import markdown
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import laptop_tables
+
+    full = np.array([2.00, 2.10, 2.05])
+    finals, summary = kv_study({4: full, 2: full + [0.05, 0.07, 0.06], 1: full + [0.03, -0.04, 0.01]})
+    contrasts = study_contrasts(finals, summary, KV, BOOT)
+    root = tmp_path / "run"
+    write_parquet(summary, root / paths.study_table("kv_sharing"))
+    write_parquet(contrasts, root / paths.study_table("kv_sharing", "contrasts"))
+    figure = root / paths.sweep_figure("study_kv_sharing", "png")
+    figure.parent.mkdir(parents=True)
+    figure.write_bytes(b"\x89PNG drawn by the run")
+    sw = dict(sweeps=dict(kv_sharing=dict(study=KV, seeds=[0, 1, 2])))
+    out = tmp_path / "docs" / "laptop-scale.md"
+    text = "\n\n".join(laptop_tables.study_section(root, out, "kv_sharing", sw))
+    assert text.startswith("### `kv_sharing` (kv study)")
+    for r in summary.itertuples():
+        assert f"| {r.shape} | {r.seeds} | {r.val_bpc_mean:.4f} ± {r.val_bpc_std:.4f} | {r.kv_heads} |" in text
+    for c in contrasts.to_dict("records"):
+        assert (f"| {c['arm']} − {c['reference']} | paired by seed | 3 | {c['diff']:+.4f} | "
+                f"{c['diff_lo']:+.4f} to {c['diff_hi']:+.4f} | {c['verdict']} |") in text
+        assert f"- {markdown(contrast_sentence(c))}." in text and markdown(beside_text(c)) in text
+    assert contrasts["verdict"].tolist() == ["resolved", "not resolved"]
+    assert "Read with care: with 3 seeds" in text and "25 % of the time" in text
+    assert "not recorded in this repository" in text
+    assert (out.parent / "laptop-scale" / "study_kv_sharing.png").read_bytes() == figure.read_bytes()
+    assert "(laptop-scale/study_kv_sharing.png)" in text
+    # An original finding on record is set beside the contrast it names, with what holds, what does
+    # not and what this scale cannot tell.
+    monkeypatch.setitem(laptop_tables.ORIGINAL_STUDIES, "kv_sharing", [
+        dict(finding="two key/value heads cost loss", arm="w256-h4-kv2", reference="w256-h4", claim="arm worse"),
+        dict(finding="two key/value heads help", arm="w256-h4-kv2", reference="w256-h4", claim="arm better"),
+        dict(finding="one key/value head costs loss", arm="w256-h4-kv1", reference="w256-h4", claim="arm worse")])
+    text = "\n\n".join(laptop_tables.study_section(root, out, "kv_sharing", sw))
+    assert "| two key/value heads cost loss |" in text and "| holds |" in text
+    assert "| does not hold |" in text and "| this scale cannot tell (not resolved) |" in text
+    monkeypatch.setitem(laptop_tables.ORIGINAL_STUDIES, "kv_sharing", [
+        dict(finding="eight heads", arm="w256-h4-kv8", reference="w256-h4", claim="arm worse")])
+    with pytest.raises(laptop_tables.PageError, match="does not"):
+        laptop_tables.study_section(root, out, "kv_sharing", sw)
+    # A study the run did not finish: refused, the table named.
+    (root / paths.study_table("kv_sharing", "contrasts")).unlink()
+    with pytest.raises(laptop_tables.PageError, match="kv_sharing_contrasts.parquet"):
+        laptop_tables.study_section(root, out, "kv_sharing", sw)

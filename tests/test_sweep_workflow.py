@@ -300,11 +300,46 @@ def test_laptop_long_shares_the_results_tree_and_writes_its_section(sweep_run, t
     section = text[text.index(laptop_tables.LONG_HEAD):]
     assert section.strip() in new                      # the same section the whole page writes
     # A laptop-long record made at other result inputs is refused, as the laptop run's.
-    record = workdir / "results" / "timing" / "laptop-long.json"
+    refuses_a_failed_record(laptop_tables, workdir, "laptop-long", tmp_path / "laptop-scale.md")
+
+
+def refuses_a_failed_record(laptop_tables, workdir, name: str, out) -> None:
+    """The page refuses a timed run whose record (``results/timing/{name}.json``) says it failed."""
+    record = workdir / "results" / "timing" / f"{name}.json"
     kept = record.read_text()
     try:
         record.write_text(kept.replace('"exit_status": 0', '"exit_status": 1'))
-        with pytest.raises(laptop_tables.RunRecordError, match="laptop-long.json: the run failed"):
-            laptop_tables.page(workdir, tmp_path / "laptop-scale.md")
+        with pytest.raises(laptop_tables.RunRecordError, match=f"{name}.json: the run failed"):
+            laptop_tables.page(workdir, out)
     finally:
         record.write_text(kept)
+
+
+def test_the_page_writes_a_section_per_study_from_a_timed_laptop_more_run(sweep_run, tmp_path):
+    """`make laptop-more`'s shape at tiny scale: a timed run of the studies' targets (made already by
+    the tiny run: nothing to do), then the page's section per study, read from the tables the run
+    made (its contrasts from 2 seeds: no interval, no verdict); a failed record is refused."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import laptop_tables
+    from headwatch.markup import markdown
+    from headwatch.sweep.contrasts import contrast_sentence
+
+    workdir, _, configfile = sweep_run
+    studies = ("experts", "vocab")
+    targets = [f"results/sweep/studies/{s}{t}.parquet" for s in studies for t in ("", "_contrasts")]
+    result = smk(workdir, configfile, timed=True, targets=targets, record="laptop-more")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = laptop_tables.page(workdir, tmp_path / "laptop-scale.md")
+    section = text[text.index("## The studies at laptop scale (`make laptop-more`)"):]
+    res = workdir / "results" / "sweep" / "studies"
+    for name, kind in zip(studies, ("experts", "vocab")):
+        assert f"### `{name}` ({kind} study)" in section
+        contrasts = pd.read_parquet(res / f"{name}_contrasts.parquet")
+        assert len(contrasts) and (contrasts["verdict"] == "too few seeds").all()        # 2 seeds
+        for c in contrasts.to_dict("records"):
+            assert f"- {markdown(contrast_sentence(c))}." in section
+        assert (tmp_path / "laptop-scale" / f"study_{name}.png").stat().st_size > 0
+    vocab = pd.read_parquet(res / "vocab_contrasts.parquet").iloc[0]
+    assert not vocab["paired"] and "| unpaired |" in section
+    assert "not recorded in this repository" in section
+    refuses_a_failed_record(laptop_tables, workdir, "laptop-more", tmp_path / "laptop-scale.md")

@@ -27,7 +27,8 @@ def test_each_path_is_spelled_once_and_takes_wildcards_or_values():
     assert paths.log("sweep_summary") == "results/logs/sweep_summary.log"
     assert paths.benchmark("scores_heads", "m") == "results/benchmarks/scores_heads/m.tsv"
     assert paths.head_figure("m", "grid_noise", "png") == "figures/m/grid_noise.png"
-    assert paths.study_table("kv", finals=True) == "results/sweep/studies/kv_finals.parquet"
+    assert paths.study_table("kv", "finals") == "results/sweep/studies/kv_finals.parquet"
+    assert paths.study_table("kv", "contrasts") == "results/sweep/studies/kv_contrasts.parquet"
     # a run is read from the folder of the sweep that trains it
     run = dict(sweep="width", shape="w256-h4", seed=2, trained_under="heads_split")
     assert paths.run_output(run, "metrics.parquet") == "results/sweep/heads_split/w256-h4/seed2/metrics.parquet"
@@ -49,7 +50,8 @@ def test_the_default_target_holds_every_stage_once():
     for path in (paths.sequence_table(m, "phrases"), paths.attention_table(m, "maps"), paths.predictions(m),
                  paths.scores(m), paths.guards(m), paths.ablation_table(m, "pairs"),
                  paths.anatomy_table("survey"), paths.model_anatomy(m, "kv_similarity.parquet"),
-                 paths.sweep_table("curves"), paths.study_table("experts_topk", finals=True),
+                 paths.sweep_table("curves"), paths.study_table("experts_topk", "finals"),
+                 paths.study_table("kv_sharing", "contrasts"), paths.page_of(paths.study_table("depth", "contrasts")),
                  paths.head_figure(m, "head_induction", "pdf"), paths.ablation_figure(m, "attribution_names", "png"),
                  paths.sweep_figure("study_depth", "pdf"), paths.explorer(m),
                  paths.page_of(paths.table(m, "ablation/topk"))):

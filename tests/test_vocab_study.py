@@ -135,11 +135,21 @@ def test_the_summary_reports_parameters_window_and_throughput(study):
     assert (s["seeds"] == 2).all() and (s["peak_memory_mb"] > 0).all()
 
 
-def test_the_figure_draws_from_the_tables(study, tmp_path):
+def test_the_contrast_is_unpaired_and_the_figure_draws_from_the_tables(study, tmp_path):
     from headwatch.figures.style import save
     from headwatch.figures.sweep import study_figure
+    from headwatch.sweep.contrasts import study_contrasts
 
-    save(study_figure("vocab", study["summary"], study["finals"]), tmp_path / "v.pdf", tmp_path / "v.png")
+    # bpe300 − char in bits per character of the whole split: the two vocabularies cut the text into
+    # other tokens, so a seed draws other windows in each (unpaired); 2 seeds: no interval, no verdict
+    c = study_contrasts(study["finals"], study["summary"], STUDY, CONFIG["summary"]["bootstrap"])
+    assert len(c) == 1 and (c["contrast"].iloc[0], c["arm"].iloc[0], c["reference"].iloc[0]) == (
+        "char", "w16-h2-vbpe300", "w16-h2")
+    assert not c["paired"].iloc[0] and c["verdict"].iloc[0] == "too few seeds" and c["diff_lo"].isna().all()
+    bpc = study["summary"].set_index("shape")["val_full_bpc_mean"]
+    assert c["diff"].iloc[0] == pytest.approx(bpc["w16-h2-vbpe300"] - bpc["w16-h2"])
+    assert c["arm_embedding_share"].iloc[0] == study["summary"].set_index("shape")["embedding_share"]["w16-h2-vbpe300"]
+    save(study_figure("vocab", study["summary"], study["finals"], c), tmp_path / "v.pdf", tmp_path / "v.png")
     assert (tmp_path / "v.png").stat().st_size > 0
 
 

@@ -1,9 +1,11 @@
 """Figures of the training sweep (protocol §7–8); they read the summary tables only."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from ..sweep.contrasts import VERDICTS, better
 from ..sweep.summary import split_verdict, width_verdict
 from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure
 
@@ -153,9 +155,9 @@ def _experts_label(r) -> str:
     return f"{r.experts}e top{r.top_k}\n×{r.expert_width} b{r.balance:g}"
 
 
-def experts_study(summary: pd.DataFrame, finals: pd.DataFrame):
+def experts_study(fig, summary: pd.DataFrame, finals: pd.DataFrame):
     """Experts: loss per arm (stored/active parameters, throughput) above each arm's expert load."""
-    fig, (ax, ax2) = figure(TWO_COLUMNS, 5.2, nrows=2, sharex=True)
+    ax, ax2 = fig.subplots(2, 1, sharex=True)
     x = _bpc_points(ax, summary, finals, PALETTE[0])
     for xi, r in zip(x, summary.itertuples()):
         ax.annotate(f"{_count(r.params)} / {_count(r.params_active)}\n{r.chars_per_s / 1e3:.1f}k ch/s",
@@ -173,13 +175,12 @@ def experts_study(summary: pd.DataFrame, finals: pd.DataFrame):
     ax2.set_ylabel("share of token→expert\nassignments (validation)")
     ax2.set_yscale("log")
     ax2.legend(frameon=False, fontsize=6, loc="lower left")
-    return fig
 
 
-def depth_study(summary: pd.DataFrame, finals: pd.DataFrame):
+def depth_study(fig, summary: pd.DataFrame, finals: pd.DataFrame):
     """Depth at a fixed non-embedding budget: loss per depth."""
     s = summary
-    fig, ax = figure(ONE_COLUMN)
+    ax = fig.subplots()
     x = _bpc_points(ax, s, finals, PALETTE[2])
     ax.set_xticks(x, [f"{r.layers} layers\nw{r.width}, {r.heads}×{r.head_size}\n"
                       f"{_count(r.non_embedding)} ({100 * r.non_embedding_vs_first:+.1f} %)"
@@ -187,13 +188,12 @@ def depth_study(summary: pd.DataFrame, finals: pd.DataFrame):
     ax.set_xlabel("depth (width, heads × head size, non-embedding parameters)")
     ax.set_title(f"fixed budget: {_count(int(s['non_embedding'].iloc[0]))} non-embedding parameters")
     ax.legend(frameon=False, fontsize=6)
-    return fig
 
 
-def kv_study(summary: pd.DataFrame, finals: pd.DataFrame):
+def kv_study(fig, summary: pd.DataFrame, finals: pd.DataFrame):
     """Shared keys/values: loss against key/value heads, with the KV-cache bytes per token."""
     s = summary
-    fig, ax = figure(ONE_COLUMN)
+    ax = fig.subplots()
     x = _bpc_points(ax, s, finals, PALETTE[3])
     ax.set_xticks(x, [f"{r.kv_heads} kv heads\n{r.kv_cache_bytes_per_token:,} B/token"
                       for r in s.itertuples()], fontsize=6)
@@ -201,15 +201,14 @@ def kv_study(summary: pd.DataFrame, finals: pd.DataFrame):
     ax.set_title(f"{s['heads'].iloc[0]} query heads of {s['head_size'].iloc[0]}, "
                  f"{s['layers'].iloc[0]} layers, width {s['width'].iloc[0]}")
     ax.legend(frameon=False, fontsize=6)
-    return fig
 
 
-def vocab_study(summary: pd.DataFrame, finals: pd.DataFrame):
+def vocab_study(fig, summary: pd.DataFrame, finals: pd.DataFrame):
     """Vocabulary size: bits per character of the whole validation split against the vocabulary
     size (mean ± std over seeds, single seeds in grey), above the share of the parameters that
     the vocabulary sets (token embedding + output head)."""
     s = summary.sort_values("vocab_size")
-    fig, (ax, ax2) = figure(ONE_COLUMN, 4.4, nrows=2, sharex=True)
+    ax, ax2 = fig.subplots(2, 1, sharex=True)
     f = finals[finals["shape"].isin(s["shape"])]
     ax.scatter(f["vocab_size"], f["val_full_bpc"], s=6, color="0.55", zorder=2, linewidths=0,
                label=f"single seeds (n = {f['seed'].nunique()})")
@@ -229,16 +228,64 @@ def vocab_study(summary: pd.DataFrame, finals: pd.DataFrame):
     ax2.set_xticks(s["vocab_size"], [f"{r.vocab}\n{r.vocab_size}" for r in s.itertuples()], fontsize=6)
     ax2.minorticks_off()
     ax2.set_xlabel("vocabulary (tokens)")
-    return fig
 
 
-STUDY_FIGURES = dict(experts=experts_study, depth=depth_study, kv=kv_study, vocab=vocab_study)
+STUDY_FIGURES = dict(experts=(experts_study, TWO_COLUMNS, 5.2), depth=(depth_study, ONE_COLUMN, 2.6),
+                     kv=(kv_study, ONE_COLUMN, 2.6), vocab=(vocab_study, ONE_COLUMN, 4.4))
+"""Each study kind's panels: how to draw them on a (sub)figure, its width and height (inches)."""
 
 
-def study_figure(kind: str, summary: pd.DataFrame, finals: pd.DataFrame):
+def _contrast_note(c) -> str:
+    """The words beside a contrast's bar: its verdict (and, for kv, what a byte saved costs)."""
+    if c["verdict"] == "too few seeds":
+        return f"too few seeds ({int(c['seeds'])}): no interval"
+    text = c["verdict"] + ((": the arm better" if better(c) == c["arm"] else ": the reference better")
+                           if c["verdict"] == "resolved" else "")
+    if c["selected"]:
+        text += f" (relabelling p = {c['relabel_p']:.2g})"
+    if c["kind"] == "kv" and pd.notna(c["nats_per_byte_saved"]):
+        text += f"\n{c['nats_per_byte_saved']:+.2g} nats/char per byte saved"
+    return text
+
+
+def contrast_panel(ax, contrasts: pd.DataFrame) -> None:
+    """A study's contrasts, arm − reference in bits per character: the difference as a point, its
+    interval as a bar (none where the seeds are too few), 0 as a line, each verdict beside its bar."""
+    for y, c in enumerate(contrasts.to_dict("records")):
+        color = PALETTE[y % len(PALETTE)]
+        if pd.notna(c["diff_lo"]):
+            ax.hlines(y, c["diff_lo"], c["diff_hi"], color=color, lw=1.5)
+            ax.plot([c["diff_lo"], c["diff_hi"]], [y, y], "|", ms=8, color=color)
+        ax.plot(c["diff"], y, "o", ms=4, color=color)
+        ax.annotate(_contrast_note(c), (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0),
+                    textcoords="offset points", va="center", fontsize=6)
+    ax.axvline(0, color="0.3", lw=0.6)
+    ax.set_yticks(range(len(contrasts)), [f"{c.arm} − {c.reference}" + (" (worst − best)" if c.selected else "")
+                                          for c in contrasts.itertuples()], fontsize=6)
+    ax.invert_yaxis()
+    ax.margins(y=0.3)
+    ax.set_xlabel("bits per character, arm − reference (> 0: the arm is worse)")
+
+
+def study_figure(kind: str, summary: pd.DataFrame, finals: pd.DataFrame, contrasts: pd.DataFrame):
+    """A study's figure: its kind's panels above its contrasts (:func:`contrast_panel`), the bars
+    and verdicts read from its contrasts table, and a title that counts the verdicts."""
     if kind not in STUDY_FIGURES:
         raise ValueError(f"no figure for study kind {kind!r} (known: {sorted(STUDY_FIGURES)})")
-    return STUDY_FIGURES[kind](summary, finals)
+    draw, width, height = STUDY_FIGURES[kind]
+    below = 0.6 + 0.3 * len(contrasts)
+    fig = plt.figure(figsize=(width, height + below), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[height, below])
+    draw(top, summary, finals)
+    contrast_panel(bottom.subplots(), contrasts)
+    c = contrasts.iloc[0]
+    counts = contrasts["verdict"].value_counts()
+    pairing = ", ".join(dict.fromkeys("paired by seed" if p else "unpaired" for p in contrasts["paired"]))
+    fig.suptitle(f"{len(contrasts)} contrast{'s' * (len(contrasts) != 1)}: "
+                 + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts)
+                 + f"\nbars: {100 * c['level']:g} % percentile bootstrap intervals over seeds ({pairing}; "
+                 f"{int(c['resamples']):,} resamples)", fontsize=7, y=1.0, va="bottom")
+    return fig
 
 
 # ------------------------------------------------------------ the heads they grow (§7b)

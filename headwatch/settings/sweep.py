@@ -15,7 +15,8 @@ Every key under ``sweep:`` that a job or a summary reads has one typed home here
 
 what a grid entry means (:func:`slug`, :func:`vocab_of`, :func:`model_of`), which sweeps are
 planned (:func:`active_sweeps`, :func:`course_sweeps`), a study's invariant
-(:func:`invariant_error`) and the pre-job checks (:func:`check_sweeps`).
+(:func:`invariant_error`) and its contrasts (:func:`contrast_arms`, whether they pair by seed:
+:func:`shares_data_order`) and the pre-job checks (:func:`check_sweeps`).
 
 A job's params are the config's own mappings (so that only stale jobs rerun); the job reads
 them through these objects. The values of a :class:`TrainSettings` stay as the config gives
@@ -37,6 +38,23 @@ PRECISIONS = ("float32", "tf32", "bf16")
 PROBE_KEYS = ("windows", "sequences", "seed", "early", "late")
 """The ``sweep.heads`` settings a training job depends on (``threshold`` is read by the study)."""
 STUDY_KINDS = ("experts", "depth", "kv", "vocab")
+CONTRASTS = {
+    "first": "every other arm − the grid's first entry",
+    "extremes": "the worst arm − the best (highest and lowest mean), picked from the losses",
+    "dense": "every experts arm − the dense arm (experts 0) at the same FFN width per token",
+    "balance": "every arm with a balancing loss − its twin without one (balance 0, nothing else differs)",
+    "top_k": "at equal experts (and balance), every larger top_k − the smallest",
+    "full": "every arm − the full-attention arm (as many key/value heads as query heads)",
+    "char": "every vocabulary − the characters (char)",
+}
+"""A study's contrasts (``study.contrasts``), each arm minus its reference in bits per character,
+by name: which arms each compares is fixed by the grid before any data (:func:`contrast_arms`);
+``extremes`` alone picks its two from the losses."""
+KIND_CONTRASTS = {"experts": ("first", "extremes", "dense", "balance", "top_k"), "depth": ("first", "extremes"),
+                  "kv": ("first", "extremes", "full"), "vocab": ("first", "extremes", "char")}
+"""The contrasts each study kind may ask for."""
+DEFAULT_CONTRASTS = {"experts": ("dense", "balance"), "depth": ("first",), "kv": ("full",), "vocab": ("char",)}
+"""A study's contrasts when its block names none."""
 GRID_OPTIONS = ("layers",) + OPTIONS + tuple(TRAINING_OPTIONS)
 """The model options a grid entry may add to ``width`` and ``heads``."""
 DATA_OPTIONS = ("vocab",)
@@ -170,10 +188,22 @@ class StudySettings(Settings):
     tolerance: float | None = None         # depth: non-embedding parameters within this (relative)
     head_size: int | None = None           # depth: every head of this size
     bytes_per_number: int | None = None    # kv: the KV cache's number size
+    contrasts: tuple[str, ...] | None = None   # what the study compares (CONTRASTS); None: its kind's
 
     def __post_init__(self):
         if self.kind not in STUDY_KINDS:
             raise ValueError(f"{self.WHERE}.kind: {self.kind!r} is not one of {list(STUDY_KINDS)}")
+        if self.contrasts is not None:
+            object.__setattr__(self, "contrasts", tuple(self.contrasts))
+            wrong = [c for c in self.contrasts if c not in KIND_CONTRASTS[self.kind]]
+            if wrong or not self.contrasts or len(set(self.contrasts)) != len(self.contrasts):
+                raise ValueError(f"{self.WHERE}.contrasts: {list(self.contrasts)}: a {self.kind} study compares "
+                                 f"each of {list(KIND_CONTRASTS[self.kind])} at most once, at least one")
+
+    @property
+    def contrast_names(self) -> tuple[str, ...]:
+        """The contrasts the study computes: its ``contrasts``, or its kind's (:data:`DEFAULT_CONTRASTS`)."""
+        return self.contrasts or DEFAULT_CONTRASTS[self.kind]
 
     @property
     def number_bytes(self) -> int:
@@ -435,8 +465,97 @@ def invariant_error(study: StudySettings | dict, models: list[dict], labels: lis
     return ""
 
 
+ARM_KEYS = ("width", "heads", "layers", "head_size", "kv_heads", "experts", "top_k", "expert_width", "balance",
+            "vocab")
+"""What tells a study's arms apart (:func:`contrast_arms`): the model's resolved shape
+(:func:`model_numbers`), its balancing loss and its vocabulary."""
+
+
+def study_arm(shape: str, numbers: dict, vocab: str = CHAR) -> dict:
+    """One arm of a study as :func:`contrast_arms` reads it: its shape, :data:`ARM_KEYS` from its
+    resolved numbers (:func:`model_numbers`, or a study table's columns) and its vocabulary."""
+    return dict(shape=shape, **{k: numbers[k] for k in ARM_KEYS if k != "vocab"}, vocab=vocab)
+
+
+def shares_data_order(arms: list[dict]) -> bool:
+    """Whether the arms of one study see the same training windows in the same order for a seed, so
+    that a contrast between them is paired by seed. A step's windows start at
+    ``numpy.random.default_rng([seed, step]).integers(0, n_train - context, batch)``
+    (:func:`headwatch.charlm.corpus.batch_offsets`): the seed, the step, the batch and the context,
+    which one sweep's arms share (one ``train`` block, one ``sweep.model``; a run shared with another
+    sweep is trained once only at identical settings), and the training split's length in the arm's
+    tokens, which is the same only for the same vocabulary (another vocabulary cuts the text into
+    another number of tokens, and the same offset falls on other text)."""
+    return len({a["vocab"] for a in arms}) == 1
+
+
+def _twins(a: dict, b: dict, apart: tuple[str, ...]) -> bool:
+    """Whether two arms differ in nothing but the keys ``apart``."""
+    return all(a[k] == b[k] for k in ARM_KEYS if k not in apart)
+
+
+def contrast_arms(study: StudySettings | dict, arms: list[dict]) -> list[dict]:
+    """The study's contrasts (:data:`CONTRASTS`, ``study.contrasts``), fixed by its grid before any
+    data: one dict per comparison, ``contrast`` (the name), ``arm`` and ``reference`` (shapes; the
+    difference is arm − reference), in the order of the study's contrasts, then of the grid;
+    ``extremes`` is one dict whose arm and reference are None (the losses pick them). ``arms``: the
+    grid's arms (:func:`study_arm`), in grid order. ValueError naming the contrast when it finds no
+    pair in this grid. Checked before any job (:func:`check_sweeps`) and again by the study's job."""
+    study = StudySettings.of(study)
+    out = []
+    for name in study.contrast_names:
+        pairs = _contrast_pairs(name, arms)
+        if not pairs:
+            raise ValueError(f"contrast {name!r} ({CONTRASTS[name]}) finds no pair of arms in this grid "
+                             f"({', '.join(a['shape'] for a in arms)})")
+        out += [dict(contrast=name, arm=a, reference=r) for a, r in pairs]
+    return out
+
+
+def _contrast_pairs(name: str, arms: list[dict]) -> list[tuple[str | None, str | None]]:
+    """(arm, reference) shapes of one contrast (:func:`contrast_arms`); [] when the grid has none;
+    ValueError when the grid is ambiguous (two references)."""
+    if len(arms) < 2:
+        return []
+    if name == "extremes":
+        return [(None, None)]
+    if name == "first":
+        return [(a["shape"], arms[0]["shape"]) for a in arms[1:]]
+    if name in ("dense", "full", "char"):
+        is_reference = dict(dense=lambda a: a["experts"] == 0, full=lambda a: a["kv_heads"] == a["heads"],
+                            char=lambda a: a["vocab"] == CHAR)[name]
+        refs = [a for a in arms if is_reference(a)]
+        if len(refs) > 1:
+            raise ValueError(f"contrast {name!r} needs one reference arm ({CONTRASTS[name]}); this grid has "
+                             f"{len(refs)}: {', '.join(a['shape'] for a in refs)}")
+        return [(a["shape"], refs[0]["shape"]) for a in arms if refs and a is not refs[0]]
+    if name == "balance":
+        return [(a["shape"], b["shape"]) for a in arms if a["balance"] > 0
+                for b in arms if b["balance"] == 0 and _twins(a, b, ("balance",))]
+    # top_k: the experts arms grouped by everything but top_k (and the expert width it sets)
+    groups: dict[tuple, list[dict]] = {}
+    for a in arms:
+        if a["experts"]:
+            groups.setdefault(tuple(a[k] for k in ARM_KEYS if k not in ("top_k", "expert_width")), []).append(a)
+    out = []
+    for group in groups.values():
+        smallest = min(group, key=lambda a: a["top_k"])
+        out += [(a["shape"], smallest["shape"]) for a in group if a["top_k"] > smallest["top_k"]]
+    return out
+
+
 # ------------------------------------------------------------------ the pre-job checks
 INTEGER_OPTIONS = tuple(k for k in GRID_OPTIONS if k != "balance")
+
+
+def contrast_errors(sweep_cfg: dict, sw: dict) -> list[str]:
+    """Why a study sweep's contrasts cannot be made from its grid ([] when they can)."""
+    arms = [study_arm(slug(e), model_numbers(model_of(sweep_cfg, e)), vocab_of(e)) for e in sw["grid"]]
+    try:
+        contrast_arms(sw["study"], arms)
+    except ValueError as err:
+        return [str(err)]
+    return []
 
 
 def entry_errors(entry: dict, sweep_cfg: dict) -> list[str]:
@@ -549,7 +668,8 @@ def check_sweeps(sweep_cfg: dict) -> list[str]:
     """Errors a schema cannot express, each naming its key; [] when the sweep config is sound.
     Run with the other pre-job checks (:func:`headwatch.config.check_config`), before any job:
     heads that do not divide the width, options that do not fit together, warm-up past the
-    steps, a study whose comparison would be unfair, a vocabulary whose loss would be compared
+    steps, a study whose comparison would be unfair or whose contrasts find no arms in its grid
+    (:func:`contrast_arms`), a vocabulary whose loss would be compared
     in other units (:func:`unit_errors`), course and summary settings naming sweeps that do not
     exist."""
     errors = []
@@ -608,6 +728,8 @@ def check_sweeps(sweep_cfg: dict) -> list[str]:
                     err = str(refused)
                 if err:
                     errors.append(f"{key}.study: {err}")
+                else:
+                    errors += [f"{key}.study.contrasts: {e}" for e in contrast_errors(sweep_cfg, sw)]
     for name in sweep_cfg.get("skip") or []:
         if name not in sweeps:
             errors.append(f"sweep.skip: {name!r} is not a sweep ({sorted(sweeps)})")

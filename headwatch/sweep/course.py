@@ -119,22 +119,34 @@ def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
     return percentile(np.asarray(values, dtype=float), level)
 
 
-def mean_interval(values, bootstrap: BootstrapSettings | dict) -> tuple[float | None, float | None, float | None]:
+def mean_interval(values, bootstrap: BootstrapSettings | dict,
+                  minus=None) -> tuple[float | None, float | None, float | None]:
     """(mean, low, high) of the percentile bootstrap interval of the mean of ``values`` (None where
-    there are none; the interval of one value is that value)."""
+    there are none; the interval of one value is that value). ``minus``: a second sample, not paired
+    with the first (each of at least 2 values): then of mean(values) − mean(minus), each sample
+    resampled on its own."""
     # scipy here, not at the top: every training job imports this module (through sweep.heads) and
     # never bootstraps, and importing scipy.stats takes 1.9 s.
     from scipy import stats
 
     b = BootstrapSettings.of(bootstrap)
     v = np.asarray([x for x in values if pd.notna(x)], dtype=float)
-    if not len(v):
+    w = None if minus is None else np.asarray([x for x in minus if pd.notna(x)], dtype=float)
+    if not len(v) or (w is not None and not len(w)):
         return None, None, None
-    if len(v) == 1 or np.all(v == v[0]):
-        return float(v[0]), float(v[0]), float(v[0])
-    boot = stats.bootstrap((v,), np.mean, n_resamples=b.resamples, method="percentile",
-                           confidence_level=b.level, rng=np.random.default_rng(b.seed))
-    return float(v.mean()), float(boot.confidence_interval.low), float(boot.confidence_interval.high)
+    samples = (v,) if w is None else (v, w)
+    if all(len(s) == 1 or np.all(s == s[0]) for s in samples):
+        value = float(v[0] - (0 if w is None else w[0]))
+        return value, value, value
+    estimate = float(v.mean() - (0 if w is None else w.mean()))
+    boot = stats.bootstrap(samples, np.mean if w is None else _mean_difference, n_resamples=b.resamples,
+                           method="percentile", confidence_level=b.level, rng=np.random.default_rng(b.seed))
+    return estimate, float(boot.confidence_interval.low), float(boot.confidence_interval.high)
+
+
+def _mean_difference(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    """mean(a) − mean(b) along ``axis`` (resamples of two samples that are not paired)."""
+    return a.mean(axis=axis) - b.mean(axis=axis)
 
 
 def event_summary(events: pd.DataFrame, bootstrap: BootstrapSettings | dict) -> pd.DataFrame:

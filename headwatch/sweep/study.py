@@ -1,6 +1,7 @@
 """Summaries of the study sweeps ("studies"): experts, depth at a fixed budget,
 shared keys/values, vocabulary size. A sweep with a ``study`` block in config gets one summary
-table (one row per configuration, mean ± std over seeds) and one figure.
+table (one row per configuration, mean ± std over seeds), its contrasts (each arm against its
+reference with an interval over seeds and a verdict: :mod:`headwatch.sweep.contrasts`) and one figure.
 
 Each kind has an invariant that makes its comparison fair; it is checked on the
 config before any job (``check_sweeps``) and again, on the parameter counts the

@@ -150,18 +150,27 @@ def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_shapes: lis
                paired_diff_lo=float(paired.confidence_interval.low),
                paired_diff_hi=float(paired.confidence_interval.high))
 
+    p = relabelling_p([s.to_numpy(dtype=float) for s in by_seed], resamples, rng)
+    out.update(split_p=p, split_resolved=bool(out["spread_over_std_lo"] > 1 and p < 1 - level),
+               width_resolved=bool(out["capacity_gain_lo"] > 0))
+    return out
+
+
+def relabelling_p(by_seed: list[np.ndarray], resamples: int, rng: np.random.Generator) -> float:
+    """The test of a spread among configurations (``split_p``; a study's ``extremes``): the share of
+    ``resamples`` random relabellings of the configurations **within each seed**
+    (``scipy.stats.permutation_test``, ``permutation_type='samples'``; all of them when there are
+    fewer) whose spread / mean seed std reaches the observed one. ``by_seed``: each configuration's
+    losses, aligned by seed."""
+    from scipy import stats
+
     def split_ratio(*xs, axis=-1):
         means, stds = np.stack([x.mean(axis=axis) for x in xs]), np.stack([x.std(axis=axis, ddof=1) for x in xs])
         with np.errstate(divide="ignore", invalid="ignore"):
             return (means.max(axis=0) - means.min(axis=0)) / stds.mean(axis=0)
 
-    test = stats.permutation_test([s.to_numpy(dtype=float) for s in by_seed], split_ratio,
-                                  permutation_type="samples", n_resamples=resamples, vectorized=True,
-                                  alternative="greater", rng=rng)
-    out.update(split_p=float(test.pvalue),
-               split_resolved=bool(out["spread_over_std_lo"] > 1 and test.pvalue < 1 - level),
-               width_resolved=bool(out["capacity_gain_lo"] > 0))
-    return out
+    return float(stats.permutation_test(by_seed, split_ratio, permutation_type="samples", n_resamples=resamples,
+                                        vectorized=True, alternative="greater", rng=rng).pvalue)
 
 
 def summarize(finals: pd.DataFrame, split_sweep: str, capacity: CapacitySettings | dict,
