@@ -45,6 +45,8 @@ SWEEP_COURSE_FIGURES = ("events", "gaps")
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
 EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid", "patching_kv_groups": "kv_groups"}
 """The explorer's patching inputs by key (report_explorer) and table name."""
+EXPLORER_CIRCUITS = {"circuits_paths": "paths"}
+"""The explorer's path-patching input by key (report_explorer) and table name."""
 EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
 
 PARTS = ("models", "sweep")
@@ -206,9 +208,9 @@ def all_targets(config: dict, producible: Producible) -> list[str]:
 
 
 def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
-    """The explorer page's inputs: the spine tables always; the ablation, patching and sweep
-    tables whenever a rule of the workflow makes them (so a workflow without those stages still
-    builds a page, without their sections)."""
+    """The explorer page's inputs: the spine tables always; the ablation, patching, path-patching
+    and sweep tables whenever a rule of the workflow makes them (so a workflow without those
+    stages still builds a page, without their sections)."""
     inputs = dict(model=paths.prepared(model), maps=paths.attention_table(model, "maps"),
                   tokens=paths.attention_table(model, "tokens"), predictions=paths.predictions(model),
                   scores=paths.scores(model),
@@ -219,6 +221,9 @@ def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
     for key, name in EXPLORER_PATCHING.items():
         if producible(paths.patching_table(model, name)):
             inputs[key] = paths.patching_table(model, name)
+    for key, name in EXPLORER_CIRCUITS.items():
+        if producible(paths.circuits_table(model, name)):
+            inputs[key] = paths.circuits_table(model, name)
     for key, name in EXPLORER_SWEEP.items():
         if producible(paths.sweep_table(name)) and summarized(config):
             inputs[key] = paths.sweep_table(name)

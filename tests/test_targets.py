@@ -96,6 +96,11 @@ def test_skipped_studies_and_absent_stages_are_left_out():
                                      for r in cfg["report"]["explorer"]["rotary_references"]]
 
 
+def test_the_explorer_reads_the_path_patching_edges_when_a_rule_makes_them():
+    assert targets.explorer_inputs("m", CONFIG, everything)["circuits_paths"] == paths.circuits_table("m", "paths")
+    assert "circuits_paths" not in targets.explorer_inputs("m", CONFIG, lambda p: "/circuits/" not in p)
+
+
 # ------------------------------------------------------------------ the run a report describes
 def test_the_scale_is_found_from_the_overlays():
     assert run_record.run_scale(run_record.config_of(ROOT), ROOT)[0] == "paper"
