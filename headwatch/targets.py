@@ -175,10 +175,28 @@ def model_figures(config: dict) -> list[str]:
     return out
 
 
+def unmade_tables(config: dict, producible: Producible) -> list[str]:
+    """Each entry of ``report.tables`` whose table no rule of the workflow makes, named by its
+    key (a misspelled name would otherwise leave the report without its page, in silence):
+    a per-model table for any studied model, a shared one under ``results/``."""
+    tables, errors = config["report"]["tables"], []
+    for i, name in enumerate(tables["per_model"]):
+        missing = [paths.table(m, name) for m in models(config) if not producible(paths.table(m, name))]
+        if missing:
+            errors.append(f"report.tables.per_model[{i}] = {name!r}: no rule of the workflow makes {missing[0]}")
+    for i, name in enumerate(tables["shared"]):
+        if not producible(paths.table(*name.split("/", 1))):
+            errors.append(f"report.tables.shared[{i}] = {name!r}: no rule of the workflow makes "
+                          f"{paths.table(*name.split('/', 1))}")
+    return errors
+
+
 def report_tables(config: dict, producible: Producible) -> list[str]:
     """The key tables of ``report.tables`` and every planned study's summary, as HTML pages,
-    each only when some rule of the workflow makes its table (a stage not in the DAG is left out)
-    and its part is in the default target (a shared table under ``sweep/`` is the sweep's)."""
+    each only when some rule of the workflow makes its table (the Snakefile refuses an entry
+    no rule makes before any job: :func:`unmade_tables`; a workflow built without a stage
+    leaves its pages out) and its part is in the default target (a shared table under
+    ``sweep/`` is the sweep's)."""
     tables, wanted = config["report"]["tables"], parts(config)
     found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)] if "models" in wanted else []
     found += [paths.table(*t.split("/", 1)) for t in tables["shared"]
