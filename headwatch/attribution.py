@@ -108,21 +108,33 @@ def _corrupted_pass(adapter, ids, io, s, n: int, drop: int | None = None) -> tup
     return run, dict(zip(keys, grads))
 
 
-def _row_estimates(adapter, clean: dict, run: dict, grads: dict) -> dict[tuple[str, str], torch.Tensor]:
+def _pattern_moves(adapter, clean: dict, run: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, how every head's pattern moves when the clean query of every head (``dq``), or
+    the clean key of every group (``dk``), replaces the corrupted run's: ``[B, H, T, T]`` each
+    (float64), recomputed by the family's rules. The same for every gradient pass of one batch."""
+    out = []
+    for l in range(adapter.n_layers):
+        q0, k0 = split_heads(adapter, run[("q", l)], run[("k", l)])
+        q1, k1 = split_heads(adapter, clean[("q", l)], clean[("k", l)])
+        base = pattern(adapter, l, q0.float(), k0.float())
+        out.append(((pattern(adapter, l, q1.float(), k0.float()) - base).double(),
+                    (pattern(adapter, l, q0.float(), k1.float()) - base).double()))
+    return out
+
+
+def _row_estimates(adapter, clean: dict, run: dict, grads: dict,
+                   moves: list | None = None) -> dict[tuple[str, str], torch.Tensor]:
     """Each prompt's estimates from one gradient pass, ``{(site, method): [B, layers, units]}``
     (float64, CPU): plain at z, q and k (the gradient at the site times clean − corrupted, per
     unit: the fused projection's whole output where q, k, v share one, the site's slices), and
-    AtP* at q and k (the patterns recomputed with the clean q of every head, or k of every group)."""
+    AtP* at q and k (the patterns' moves, :func:`_pattern_moves`, given or computed here)."""
     L, H = adapter.n_layers, adapter.n_heads
+    moves = moves or _pattern_moves(adapter, clean, run)
     out = {key: [] for key in (("z", "plain"), ("q", "plain"), ("k", "plain"), ("q", "atp*"), ("k", "atp*"))}
     for l in range(L):
         for site in SITES:
             out[(site, "plain")].append(_per_unit(adapter, site, grads[(site, l)] * (clean[(site, l)] - run[(site, l)])))
-        q0, k0 = split_heads(adapter, run[("q", l)], run[("k", l)])
-        q1, k1 = split_heads(adapter, clean[("q", l)], clean[("k", l)])
-        base = pattern(adapter, l, q0.float(), k0.float())
-        dq = (pattern(adapter, l, q1.float(), k0.float()) - base).double()      # [B, H, T, T]
-        dk = (pattern(adapter, l, q0.float(), k1.float()) - base).double()
+        dq, dk = moves[l]
         v, gz = run[("v", l)], grads[("z", l)]
         q_star = torch.zeros(len(v), H, dtype=torch.float64, device=v.device)
         k_star = torch.zeros(len(v), adapter.n_kv_heads, dtype=torch.float64, device=v.device)
@@ -172,10 +184,11 @@ def graddrop_estimates(model, adapter, clean, corrupted, io, s, batch: int = 64)
     clean, corrupted, io, s, batches = _batches(model, clean, corrupted, io, s, batch)
     total = {site: torch.zeros(L, adapter.site_units(site), dtype=torch.float64) for site in SITES}
     for rows in batches:
-        clean_run = _clean_run(adapter, clean[rows])
+        clean_run, moves = _clean_run(adapter, clean[rows]), None
         for drop in range(L):
             run, grads = _corrupted_pass(adapter, corrupted[rows], io[rows], s[rows], len(clean), drop)
-            est = _row_estimates(adapter, clean_run, run, grads)
+            moves = moves or _pattern_moves(adapter, clean_run, run)       # the forward pass is the same
+            est = _row_estimates(adapter, clean_run, run, grads, moves)
             for site in SITES:
                 total[site] += est[(site, "plain" if site == "z" else "atp*")].abs().sum(dim=0)
     return {site: t / (L - 1) for site, t in total.items()}
