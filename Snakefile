@@ -37,6 +37,8 @@ include: "rules/sweep.smk"
 include: "rules/figures.smk"
 include: "rules/report.smk"
 
+check_report_tables()  # every rule is read: a report table no rule makes is named before any job
+
 
 rule all:
     default_target: True

@@ -13,8 +13,8 @@ says which module each one is, per family):
 
 An :class:`Edit` names a site, a layer, a unit (a head for ``z``, ``q`` and
 ``pattern``, a group for ``k`` and ``v``; ``None`` = the whole site) and an op,
-made with :func:`zero`, :func:`scale`, :func:`replace`, :func:`capture` or
-:func:`skip`. It applies to every row of the batch or, with ``rows`` (bool
+made with :func:`zero`, :func:`scale`, :func:`replace`, :func:`capture`,
+:func:`skip` or :func:`stop_grad`. It applies to every row of the batch or, with ``rows`` (bool
 ``[batch]``), to those rows only; a replacement may carry its own values per
 row (a leading batch dimension). Edits of one site apply in the order listed;
 a capture sees the edits listed before it. A capture is detached, except one
@@ -55,6 +55,13 @@ How each site is reached:
 * ``skip`` (``resid`` only): block ``layer`` outputs the given value and
   blocks ``0 .. layer`` are not run — their forward is stood in for while
   inside; nothing may edit or read those layers.
+* ``stop_grad`` (``resid`` only): block ``layer``'s output keeps its value, bit for bit,
+  but a backward pass reaches the block's input along the residual stream only — what
+  the block adds (its attention and feed-forward outputs, every head in it) passes no
+  gradient back: the gradient into the block's input is the gradient at its output,
+  and every site inside the block gets a gradient of 0. A forward hook on the block with
+  its input kept by a pre-hook (after any ``resid_in`` edit). AtP*'s GradDrop
+  (:mod:`headwatch.attribution`) drops one layer at a time this way.
 
 :func:`intervene` checks every edit (site, op, address, value) before it
 registers anything, and removes every hook and stand-in on exit, also when
@@ -81,10 +88,10 @@ from .recompute import pattern as recomputed_pattern
 from .recompute import split_heads
 
 __all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero", "scale", "replace", "capture",
-           "skip", "intervene", "attention_maps", "maps_and_logits", "full_logits", "at_least_float32",
+           "skip", "stop_grad", "intervene", "attention_maps", "maps_and_logits", "full_logits", "at_least_float32",
            "zeroed_weights", "replaced_by_bias", "hooks_on"]
 
-OPS = ("zero", "scale", "replace", "capture", "skip")
+OPS = ("zero", "scale", "replace", "capture", "skip", "stop_grad")
 GRAD_SITES = ("z", "resid", "resid_in", "q", "k", "v")
 """Sites whose module's whole input or output tensor a capture can keep with its gradient (for
 ``q``, ``k`` and ``v`` the projection's whole output, fused with the others in some families: the
@@ -141,6 +148,25 @@ def skip(layer: int, value: torch.Tensor) -> Edit:
     return Edit("resid", int(layer), "skip", None, value)
 
 
+def stop_grad(layer: int) -> Edit:
+    """Block ``layer``'s output unchanged, its gradient passed to the block's input along the
+    residual stream only: nothing the block adds to the stream passes a gradient back."""
+    return Edit("resid", int(layer), "stop_grad")
+
+
+class _ResidualOnly(torch.autograd.Function):
+    """``forward(out, inp)`` = a copy of ``out`` (the same numbers); ``backward``: the gradient
+    goes to ``inp`` whole and to ``out`` not at all."""
+
+    @staticmethod
+    def forward(ctx, out, inp):
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, grad
+
+
 class Captures(dict):
     """``key`` → the captured tensors, one per forward pass run inside :func:`intervene` (detached,
     but for a capture with ``grad=True``)."""
@@ -173,8 +199,10 @@ def _require_edit(adapter: Adapter, e: Edit) -> None:
         raise InterventionError(f"{e.where()}: the scale factor must be a number or a tensor")
     if e.op in ("replace", "skip") and not isinstance(e.value, (int, float, torch.Tensor)):
         raise InterventionError(f"{e.where()}: the replacement must be a number or a tensor")
-    if e.op in ("zero", "capture") and e.value is not None:
+    if e.op in ("zero", "capture", "stop_grad") and e.value is not None:
         raise InterventionError(f"{e.where()} takes no value")
+    if e.op == "stop_grad" and (e.site != "resid" or e.unit is not None or e.rows is not None):
+        raise InterventionError(f"{e.where()}: stop_grad is a resid edit of the whole batch (a block's output)")
     if e.op == "skip" and (e.site != "resid" or e.rows is not None or not isinstance(e.value, torch.Tensor)):
         raise InterventionError(f"{e.where()}: skip is a resid edit of the whole batch with a tensor value")
     if e.grad and (e.op != "capture" or e.site not in GRAD_SITES or e.unit is not None or e.rows is not None):
@@ -271,9 +299,13 @@ class _Plan:
         return self.hooks[key][2]
 
     def _need(self, layer: int, which: str) -> None:
-        """Keep ``which`` (q, k or v projection output, after any k/v edits) of each forward pass."""
-        module = {"q": self.a.query_proj, "k": self.a.key_proj, "v": self.a.value_proj}[which](layer)
-        actions = self._hook(module, "out")
+        """Keep ``which`` of each forward pass: the q, k or v projection's output (after any k/v
+        edits), or ``resid_in``, the block's input (after any resid_in edits)."""
+        if which == "resid_in":
+            actions = self._hook(self.a.block(layer), "in_kw")
+        else:
+            module = {"q": self.a.query_proj, "k": self.a.key_proj, "v": self.a.value_proj}[which](layer)
+            actions = self._hook(module, "out")
         tag = ("stash", layer, which)
         if tag not in [a[:3] for a in actions if a[0] == "stash"]:
             actions.append(("stash", layer, which, None))
@@ -306,6 +338,9 @@ class _Plan:
                 self._hook(a.out_proj(L), "in").append(("pattern_via_z", L, e, None))
         elif e.site == "mlp_out":
             self._hook(a.site_module("mlp_out", L), "out").append(("whole", "mlp_out", e, None))
+        elif e.site == "resid" and e.op == "stop_grad":
+            self._need(L, "resid_in")
+            self._hook(a.block(L), "out").append(("stop_grad", L, e, None))
         elif e.site == "resid":
             self._hook(a.block(L), "out").append(("whole", "resid", e, None))
         else:
@@ -422,6 +457,9 @@ class _Plan:
                 continue
             if kind == "run":
                 x, cloned = self._run_of(x, what, e, extra), True       # a new tensor
+                continue
+            if kind == "stop_grad":                                      # a new tensor, the same numbers
+                x, cloned = _ResidualOnly.apply(x, self.stash[what]["resid_in"]), True
                 continue
             if e.op != "capture" and not cloned:
                 x, cloned = x.clone(), True

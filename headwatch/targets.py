@@ -45,6 +45,8 @@ SWEEP_COURSE_FIGURES = ("events", "gaps")
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
 EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid", "patching_kv_groups": "kv_groups"}
 """The explorer's patching inputs by key (report_explorer) and table name."""
+EXPLORER_CIRCUITS = {"circuits_paths": "paths"}
+"""The explorer's path-patching input by key (report_explorer) and table name."""
 EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
 
 PARTS = ("models", "sweep")
@@ -173,10 +175,28 @@ def model_figures(config: dict) -> list[str]:
     return out
 
 
+def unmade_tables(config: dict, producible: Producible) -> list[str]:
+    """Each entry of ``report.tables`` whose table no rule of the workflow makes, named by its
+    key (a misspelled name would otherwise leave the report without its page, in silence):
+    a per-model table for any studied model, a shared one under ``results/``."""
+    tables, errors = config["report"]["tables"], []
+    for i, name in enumerate(tables["per_model"]):
+        missing = [paths.table(m, name) for m in models(config) if not producible(paths.table(m, name))]
+        if missing:
+            errors.append(f"report.tables.per_model[{i}] = {name!r}: no rule of the workflow makes {missing[0]}")
+    for i, name in enumerate(tables["shared"]):
+        if not producible(paths.table(*name.split("/", 1))):
+            errors.append(f"report.tables.shared[{i}] = {name!r}: no rule of the workflow makes "
+                          f"{paths.table(*name.split('/', 1))}")
+    return errors
+
+
 def report_tables(config: dict, producible: Producible) -> list[str]:
-    """The key tables of ``report.tables`` and every planned study's summary and contrasts, as HTML pages,
-    each only when some rule of the workflow makes its table (a stage not in the DAG is left out)
-    and its part is in the default target (a shared table under ``sweep/`` is the sweep's)."""
+    """The key tables of ``report.tables`` and every planned study's summary and contrasts, as HTML
+    pages, each only when some rule of the workflow makes its table (the Snakefile refuses an entry
+    no rule makes before any job: :func:`unmade_tables`; a workflow built without a stage
+    leaves its pages out) and its part is in the default target (a shared table under
+    ``sweep/`` is the sweep's)."""
     tables, wanted = config["report"]["tables"], parts(config)
     found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)] if "models" in wanted else []
     found += [paths.table(*t.split("/", 1)) for t in tables["shared"]
@@ -207,9 +227,9 @@ def all_targets(config: dict, producible: Producible) -> list[str]:
 
 
 def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
-    """The explorer page's inputs: the spine tables always; the ablation, patching and sweep
-    tables whenever a rule of the workflow makes them (so a workflow without those stages still
-    builds a page, without their sections)."""
+    """The explorer page's inputs: the spine tables always; the ablation, patching, path-patching
+    and sweep tables whenever a rule of the workflow makes them (so a workflow without those
+    stages still builds a page, without their sections)."""
     inputs = dict(model=paths.prepared(model), maps=paths.attention_table(model, "maps"),
                   tokens=paths.attention_table(model, "tokens"), predictions=paths.predictions(model),
                   scores=paths.scores(model),
@@ -220,6 +240,9 @@ def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
     for key, name in EXPLORER_PATCHING.items():
         if producible(paths.patching_table(model, name)):
             inputs[key] = paths.patching_table(model, name)
+    for key, name in EXPLORER_CIRCUITS.items():
+        if producible(paths.circuits_table(model, name)):
+            inputs[key] = paths.circuits_table(model, name)
     for key, name in EXPLORER_SWEEP.items():
         if producible(paths.sweep_table(name)) and summarized(config):
             inputs[key] = paths.sweep_table(name)

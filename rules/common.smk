@@ -44,6 +44,14 @@ def check_records():
         raise ConfigError("a guard record cannot be trusted:\n  " + "\n  ".join(errors))
 
 
+def check_report_tables():
+    """Every table report.tables names is one some rule makes (headwatch.targets.unmade_tables),
+    checked once every rules file is read, before any job."""
+    errors = targets.unmade_tables(config, report_producible)
+    if errors:
+        raise ConfigError("report.tables names a table no rule makes:\n  " + "\n  ".join(errors))
+
+
 def check_devices():
     """A CUDA device that this machine lacks, refused when a run starts (onstart, before any job)
     if its jobs run here; a cluster's jobs run on its nodes, whose GPUs the login node need not

@@ -5,10 +5,12 @@
 # caption under report/).
 #
 # The explorer needs the spine tables (maps, tokens, predictions, scores); the
-# ablation and sweep tables are inputs whenever a rule of this workflow produces
-# them (so the page has those sections in the full DAG, and a workflow without
-# those stages still builds a page). Rule names are not consulted: a table is
-# required exactly when some rule's output matches its path.
+# ablation, activation-patching, path-patching and sweep tables are inputs whenever
+# a rule of this workflow produces them (so the page has those sections in the full
+# DAG, and a workflow without those stages still builds a page). Rule names are not
+# consulted: a table is required exactly when some rule's output matches its path.
+# The path-patching panel's threshold is circuits.edge_threshold as stored in the
+# edge table's note (a param of circuits_paths: a new threshold remakes the table).
 #
 # The run a report describes (headwatch/run_record.py): every run that executes jobs
 # records its merged configuration in results/run_config.yaml (onstart below, after

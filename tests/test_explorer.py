@@ -200,6 +200,56 @@ def test_optional_sections_and_self_contained_html(tiny_tables):
     assert html.count('<script type="application/json" id="explorer-data">') == 1
 
 
+# --------------------------------------------------------------------- path patching's edges
+HOSTILE = "<img src=x onerror=alert(1)></script><b>x</b>"
+
+
+def _paths_table(threshold=0.15):
+    """Hand-made edges of the tiny 3 × 4 model, in circuits/paths.parquet's columns: every head
+    of layers 0 and 1 into L2H1's q, k and v, |score| 0.01 … 0.24 by hand, signs alternating;
+    and a note, two of its texts markup (shown as text)."""
+    rows = []
+    for k, (l, h, x) in enumerate((l, h, x) for l in (0, 1) for h in range(4) for x in "qkv"):
+        score = round(0.01 * (k + 1) * (-1) ** k, 4)
+        rows.append(dict(sender=f"L{l}H{h}", sender_layer=l, sender_head=h, receiver="L2H1", receiver_layer=2,
+                         receiver_head=1, input=x, group=None if x == "q" else 0, logit_diff=2.0 * score + 0.5,
+                         score=score))
+    t = pd.DataFrame(rows)
+    t["group"] = t["group"].astype("Int64")
+    t["rank_into_receiver"] = t["score"].abs().rank(ascending=False, method="min").astype(int)
+    note = dict(prompts=8, edges=len(t), edge_threshold=threshold, receivers="L2H1", receivers_from=HOSTILE,
+                senders_from="every head of every earlier layer", clean_logit_diff=2.5, corrupted_logit_diff=0.5,
+                grouped_note=f"2 heads share each key/value group {HOSTILE}")
+    return t, note
+
+
+def test_the_edges_go_strongest_first_and_a_table_that_cannot_be_one_is_refused(tiny_tables):
+    from headwatch.explorer.build import circuits_payload
+
+    t, note = _paths_table()
+    got = circuits_payload(t, note, 3, 4)
+    score = [r[got["edges"]["columns"].index("score")] for r in got["edges"]["rows"]]
+    assert score == sorted(t["score"], key=abs, reverse=True) and got["summary"]["edge_threshold"] == 0.15
+    assert got["edges"]["rows"][0][:3] == ["L1H3", "L2H1", "v"] and got["summary"]["receivers_from"] == HOSTILE
+
+    def refused(change, words, n=note):
+        bad = t.copy()
+        change(bad)
+        with pytest.raises(ExplorerDataError, match=words):
+            circuits_payload(bad, n, 3, 4)
+
+    refused(lambda x: x.drop(columns="input", inplace=True), r"lacks \['input'\]")
+    refused(lambda x: x.loc.__setitem__((0, "sender_head"), 4), "outside the model's 3 layers × 4 heads")
+    refused(lambda x: x.loc.__setitem__((0, "receiver_layer"), 0), "layer 0 is not below the receiver's 0")
+    refused(lambda x: x.loc.__setitem__((0, "input"), "o"), "none of")
+    refused(lambda x: x.loc.__setitem__((0, "sender"), HOSTILE), "labels disagree")
+    refused(lambda x: None, r"lacks \['grouped_note'\]", {k: v for k, v in note.items() if k != "grouped_note"})
+    refused(lambda x: None, "edge_threshold -1 is not a number", dict(note, edge_threshold=-1))
+    with pytest.raises(ExplorerDataError, match="come together"):
+        explorer_payload(tiny_tables["maps"], tiny_tables["tokens"], tiny_tables["scores"], model="tiny",
+                         shape=tiny_tables["shape"], quantum=256, circuits_paths=t)
+
+
 # --------------------------------------------------------------------- the browser
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
@@ -391,6 +441,63 @@ def test_page_in_chromium(browser, page, tiny_tables, tmp_path):
     assert not severe, severe
 
 
+def test_the_path_patching_panel_draws_and_lists_the_edges_of_a_hand_made_table(browser, tiny_tables, tmp_path):
+    """The edges with |score| at or above the note's threshold drawn from sender to receiver
+    (colour the input, dashed when negative) and listed strongest first; the threshold box
+    redraws them; a node opens its head; the note's markup is text."""
+    t = tiny_tables
+    edges, note = _paths_table()
+    out = tmp_path / "circuits.html"
+    build_explorer(t["maps"], t["tokens"], t["scores"], model="tiny-llama", shape=t["shape"], quantum=256,
+                   circuits_paths=edges, circuits_note=note, out=out)
+    d, by = browser, "css selector"
+    _open(d, out)
+    assert d.find_element(by, "#circuits-section").is_displayed()
+    assert "Path patching: which earlier head a head reads" in [a.text for a in d.find_elements(by, "#toc a")]
+
+    def drawn():
+        return {(e.get_attribute("data-sender"), e.get_attribute("data-receiver"), e.get_attribute("data-input"),
+                 float(e.get_attribute("data-score")), bool(e.get_attribute("stroke-dasharray")))
+                for e in d.find_elements(by, "#circuits-graph path.edge")}
+
+    def wanted(threshold):
+        kept = edges[edges["score"].abs() >= threshold]
+        return {(f"L{r.sender_layer} H{r.sender_head}", f"L{r.receiver_layer} H{r.receiver_head}", r.input, r.score,
+                 r.score < 0) for r in kept.itertuples()}
+
+    above = edges[edges["score"].abs() >= 0.15].sort_values("score", key=abs, ascending=False)
+    assert len(above) == 10 and drawn() == wanted(0.15)
+    assert d.find_element(by, "#edge-count").get_attribute("data-shown") == "10"
+    assert d.find_element(by, "#edge-threshold").get_attribute("value") == "0.15"
+    rows = d.find_elements(by, "#circuits-edges-data tbody tr")
+    assert [[c.text for c in r.find_elements(by, "td")[:3]] for r in rows] == \
+        [[r.sender, r.receiver, r.input] for r in above.itertuples()]
+    strongest = d.find_element(by, "#edge-0")
+    assert strongest.get_attribute("stroke") == "#009E73"                 # into v: the third colour
+    d.execute_script("arguments[0].dispatchEvent(new MouseEvent('mouseenter'))", strongest)
+    ro = d.find_element(by, "#edge-readout")
+    assert float(ro.get_attribute("data-score")) == above["score"].iloc[0]
+    assert ro.text == f"L1 H3 → L2 H1 (v): score {above['score'].iloc[0]:g} (logit difference " \
+                      f"{above['logit_diff'].iloc[0]:g})"
+
+    box = d.find_element(by, "#edge-threshold")
+    for typed, threshold in (("0", 0.0), ("0.2", 0.2), ("9", 9.0)):
+        box.clear()
+        box.send_keys(typed)
+        assert drawn() == wanted(threshold), typed
+        assert len(d.find_elements(by, "#circuits-edges-data tbody tr")) == len(wanted(threshold))
+    assert "receiver" in d.find_element(by, "#node-L2-H1").get_attribute("class")
+    assert "receiver" not in d.find_element(by, "#node-L1-H1").get_attribute("class")
+    d.find_element(by, "#node-L1-H3").click()
+    view = d.find_element(by, "#head-view")
+    assert (view.get_attribute("data-layer"), view.get_attribute("data-head")) == ("1", "3")
+
+    line = d.find_element(by, "#circuits-line").text
+    assert HOSTILE in line and "circuits.edge_threshold = 0.15" in line
+    assert not d.find_elements(by, "#circuits-section img") and not d.find_elements(by, "#circuits-section b")
+    assert not [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+
+
 def test_page_without_optional_tables_omits_their_sections(browser, tiny_tables, tmp_path):
     t = tiny_tables
     out = tmp_path / "bare.html"
@@ -400,6 +507,7 @@ def test_page_without_optional_tables_omits_their_sections(browser, tiny_tables,
     by = "css selector"
     assert not browser.find_element(by, "#ablation-section").is_displayed()
     assert not browser.find_element(by, "#sweep-section").is_displayed()
+    assert not browser.find_element(by, "#circuits-section").is_displayed()
     assert browser.find_element(by, "#rotary-none").is_displayed()
     assert len(browser.find_elements(by, "#grid canvas.head-cell")) == t["layers"] * t["heads"]
     assert [a.text for a in browser.find_elements(by, "#toc a")] == \

@@ -195,6 +195,24 @@ def test_the_phrase_that_climbed_out_of_the_project_stops_before_any_job(scores_
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())
 
 
+def test_a_report_table_no_rule_makes_stops_before_any_job(scores_tree):
+    """A misspelled report.tables entry once left the report without its page, in silence: the
+    Snakefile, every rule read, names the entry and the table no rule makes, before any job."""
+    from test_bad_inputs import snapshot
+
+    workdir, config = scores_tree
+    before = snapshot(workdir)
+    config = copy.deepcopy(config)
+    config["report"] = {"tables": {"per_model": ["scores", "circuits/path"], "shared": ["circuits/known"]}}
+    result = snakemake(workdir, "-n", SCORES_TARGET, "--configfile",
+                       str(write_config(workdir, config, "report_tables.yaml")))
+    out = result.stdout + result.stderr
+    assert result.returncode != 0 and ("report.tables.per_model[1] = 'circuits/path': no rule of the workflow makes "
+                                       "results/tiny-llama/circuits/path.parquet") in out, out[-3000:]
+    assert "shared[0]" not in out                       # circuits/known is made (rule circuits_known)
+    assert snapshot(workdir) == before
+
+
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory, tiny_model_dir):
     """The workflow's DAG for the hostile config (Snakemake's API, in a subprocess)."""

@@ -11,7 +11,7 @@ from headwatch.cut import BatchedCuts, cut_heads, head_means, loop_cuts
 from headwatch.guards import (MEAN_BIAS_RTOL, GuardError, batched_vs_loop, hook_vs_mean_bias, hook_vs_reference,
                               restore)
 from headwatch.interventions import (InterventionError, attention_maps, capture, full_logits, hooks_on, intervene,
-                                     maps_and_logits, replace, replaced_by_bias, scale, skip, zero,
+                                     maps_and_logits, replace, replaced_by_bias, scale, skip, stop_grad, zero,
                                      zeroed_weights)
 from tiny import ALL_FAMILIES, CONFIGS, FAMILIES, random_ids, tiny_model
 
@@ -336,6 +336,37 @@ def test_skip_stands_in_for_the_blocks_below(tiny):
     assert hooks_on(model) == 0
 
 
+# ------------------------------------------------------------------ stop_grad (AtP*'s GradDrop)
+def _gradients(a, ids, edits, keys):
+    """(the logits, {key: the gradient of a sum of last-position logits at that capture})."""
+    with torch.enable_grad(), intervene(a, edits) as cap:
+        logits = a.logits(ids)
+        metric = logits.float()[:, -1, :5].sum()
+        grads = torch.autograd.grad(metric, [cap.one(k) for k in keys], materialize_grads=True)
+    return logits.detach(), dict(zip(keys, grads))
+
+
+def test_stop_grad_keeps_the_values_and_passes_the_gradient_along_the_stream_only(tiny):
+    """Block 1's gradient stopped: every logit identical, bit for bit; the gradient at the block's
+    input is the gradient at its output (the residual stream only), unchanged above the block;
+    z, q and v inside it get 0; layer 0 loses the paths through block 1. Without the edit each of
+    these differs: the test can fail."""
+    model, a = tiny
+    ids = random_ids(2, 9, seed=4)
+    keys = [("resid_in", 1), ("resid", 1), ("z", 1), ("q", 1), ("v", 1), ("z", 0)]
+    grab = lambda: [capture(site, l, grad=True, key=(site, l)) for site, l in keys]
+    free_logits, free = _gradients(a, ids, grab(), keys)
+    logits, dropped = _gradients(a, ids, [stop_grad(1)] + grab(), keys)
+    assert torch.equal(logits, free_logits)
+    assert torch.equal(dropped[("resid_in", 1)], dropped[("resid", 1)])
+    assert torch.equal(dropped[("resid", 1)], free[("resid", 1)])
+    assert not torch.equal(free[("resid_in", 1)], free[("resid", 1)])
+    for key in (("z", 1), ("q", 1), ("v", 1)):
+        assert not dropped[key].any() and free[key].abs().max() > 0, key
+    assert (dropped[("z", 0)] - free[("z", 0)]).abs().max() > 0
+    assert hooks_on(model) == 0
+
+
 # ------------------------------------------------------------------ refusals
 def test_bad_edits_are_refused_before_anything_is_registered(tiny):
     model, a = tiny
@@ -348,7 +379,10 @@ def test_bad_edits_are_refused_before_anything_is_registered(tiny):
            ([zero("z", 0, 0, rows=torch.tensor([1, 0]))], InterventionError, "bool"),
            ([scale("z", 0, "x", 0)], InterventionError, "factor"),
            ([skip(0, torch.zeros(1)), skip(1, torch.zeros(1))], InterventionError, "one skip"),
-           ([capture("v", 1), capture("v", 1)], InterventionError, "two captures")]
+           ([capture("v", 1), capture("v", 1)], InterventionError, "two captures"),
+           ([type(zero("z", 0))("z", 0, "stop_grad")], InterventionError, "stop_grad is a resid edit"),
+           ([type(zero("z", 0))("resid", 0, "stop_grad", rows=torch.tensor([True]))], InterventionError,
+            "stop_grad is a resid edit")]
     for edits, err, match in bad:
         with pytest.raises(err, match=match):
             with intervene(a, edits):

@@ -98,6 +98,34 @@ def test_skipped_studies_and_absent_stages_are_left_out():
                                      for r in cfg["report"]["explorer"]["rotary_references"]]
 
 
+def test_the_report_shows_the_patching_groups_paths_and_known_circuit_tables():
+    out = targets.report_tables(CONFIG, everything)
+    m = CONFIG["models_studied"][0]
+    for table in (paths.patching_table(m, "kv_groups"), paths.patching_table(m, "positions_all"),
+                  paths.circuits_table(m, "paths"), paths.known_circuit_table()):
+        assert paths.page_of(table) in out, table
+    laptop = run_record.config_of(ROOT, "config/laptop.yaml")             # the sweep only: no model's pages
+    assert paths.page_of(paths.known_circuit_table()) not in targets.report_tables(laptop, everything)
+
+
+def test_a_report_table_no_rule_makes_is_named_by_its_key():
+    made = set(targets.all_targets(CONFIG, everything))     # every table the default target asks for
+    assert targets.unmade_tables(CONFIG, made.__contains__) == []
+    cfg = copy.deepcopy(CONFIG)
+    cfg["report"]["tables"]["per_model"].append("patching/kv_group")
+    cfg["report"]["tables"]["shared"].insert(0, "circuits/knwon")
+    m = CONFIG["models_studied"][0]
+    assert targets.unmade_tables(cfg, made.__contains__) == [
+        f"report.tables.per_model[{len(cfg['report']['tables']['per_model']) - 1}] = 'patching/kv_group': "
+        f"no rule of the workflow makes results/{m}/patching/kv_group.parquet",
+        "report.tables.shared[0] = 'circuits/knwon': no rule of the workflow makes results/circuits/knwon.parquet"]
+
+
+def test_the_explorer_reads_the_path_patching_edges_when_a_rule_makes_them():
+    assert targets.explorer_inputs("m", CONFIG, everything)["circuits_paths"] == paths.circuits_table("m", "paths")
+    assert "circuits_paths" not in targets.explorer_inputs("m", CONFIG, lambda p: "/circuits/" not in p)
+
+
 # ------------------------------------------------------------------ the run a report describes
 def test_the_scale_is_found_from_the_overlays():
     assert run_record.run_scale(run_record.config_of(ROOT), ROOT)[0] == "paper"

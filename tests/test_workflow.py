@@ -144,10 +144,14 @@ def test_patching_outputs_guards_figures_and_pages(run):
             assert (workdir / "figures" / "tiny-llama" / "patching" / f"{name}.{ext}").stat().st_size > 0
     pages = workdir / "results" / "tables" / "tiny-llama" / "patching"
     assert "clean_logit_diff" in (pages / "heads.html").read_text()
-    assert {p.name for p in pages.glob("*.html")} == {"prompts.html", "heads.html", "resid.html", "positions.html"}
+    assert {p.name for p in pages.glob("*.html")} == {"prompts.html", "heads.html", "resid.html", "positions.html",
+                                                       "kv_groups.html", "positions_all.html"}
+    for table in ("tiny-llama/circuits/paths.html", "circuits/known.html"):     # report.tables: §5e, §5f
+        assert (workdir / "results" / "tables" / table).stat().st_size > 0, table
     page = (workdir / "results" / "tiny-llama" / "explorer.html").read_text()
     assert '"patching":{"heads":{"columns":["layer","head"' in page
     assert '"kv_groups":{"columns":["layer","group","site","label","heads"' in page
+    assert '"circuits":{"edges":{"columns":["sender","receiver","input","group","score"' in page
 
 
 def test_key_value_groups_and_every_position_with_the_cache(run):

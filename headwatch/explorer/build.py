@@ -14,8 +14,9 @@ comes from the workflow's tables:
 * tokens, predictions and head scores;
 * optional sections, each rendered only when its table is given: ablation
   (top-k, circuit, attribution), activation patching (every head's score and its
-  estimate, the residual stream by layer and position), the training sweep, and
-  always the rotary clock and KV-cache calculator (from the model's config).
+  estimate, the residual stream by layer and position), path patching (the edges
+  sender → receiver's q, k or v, drawn above the table's threshold), the training
+  sweep, and always the rotary clock and KV-cache calculator (from the model's config).
 
 Guards raise :class:`ExplorerDataError` (the rule fails) when a map is
 incomplete, a weight is not a multiple of 1/quantum, or the tables disagree on
@@ -33,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from .. import markup
-from ..arch import context_length, shape_of
+from ..arch import context_length, head_label, shape_of
 from ..markup import display_token
 from ..names import BYTES_PER_NUMBER, SCORES
 
@@ -254,6 +255,46 @@ def patching_payload(heads: pd.DataFrame, resid: pd.DataFrame, note: dict) -> di
                 summary={k: _plain(note[k]) for k in PATCHING_SUMMARY})
 
 
+CIRCUITS_SUMMARY = ("prompts", "edges", "edge_threshold", "receivers", "receivers_from", "senders_from",
+                    "clean_logit_diff", "corrupted_logit_diff", "grouped_note")
+"""What the path-patching panel's line reads from the edge table's note (headwatch.circuits)."""
+PATH_COLUMNS = ("sender", "receiver", "input", "group", "score", "logit_diff", "rank_into_receiver",
+                "sender_layer", "sender_head", "receiver_layer", "receiver_head")
+"""The edge table's columns the panel shows and draws (circuits/paths.parquet)."""
+INPUTS = ("q", "k", "v")
+
+
+def circuits_payload(paths: pd.DataFrame, note: dict, layers: int, heads: int) -> dict:
+    """The path-patching panel: every edge, strongest (|score|) first, and the note's summary;
+    the page draws and lists those whose |score| reaches the note's ``edge_threshold`` (the
+    rule's ``circuits.edge_threshold``). Raises when a column or note entry is missing, an edge
+    names a head the model lacks, runs to the same or an earlier layer, into an input other than
+    q, k or v, or a head label disagrees with its layer and head."""
+    missing = [c for c in PATH_COLUMNS if c not in paths.columns] + [k for k in CIRCUITS_SUMMARY if k not in note]
+    if missing:
+        raise ExplorerDataError(f"circuits/paths.parquet (or its note) lacks {missing}")
+    threshold = _plain(note["edge_threshold"])
+    if not isinstance(threshold, float | int) or isinstance(threshold, bool) or threshold < 0:
+        raise ExplorerDataError(f"circuits/paths.parquet's note: edge_threshold {note['edge_threshold']!r} is not "
+                                "a number ≥ 0")
+    for r in paths.itertuples():
+        where = f"circuits/paths, edge {r.sender!r} -> {r.receiver!r} ({r.input!r})"
+        ends = ((r.sender_layer, r.sender_head), (r.receiver_layer, r.receiver_head))
+        if not all(0 <= int(l) < layers and 0 <= int(h) < heads for l, h in ends):
+            raise ExplorerDataError(f"{where}: a head outside the model's {layers} layers × {heads} heads")
+        if int(r.sender_layer) >= int(r.receiver_layer):
+            raise ExplorerDataError(f"{where}: the sender's layer {r.sender_layer} is not below the receiver's "
+                                    f"{r.receiver_layer}")
+        if r.input not in INPUTS:
+            raise ExplorerDataError(f"{where}: the input is none of {list(INPUTS)}")
+        if (r.sender, r.receiver) != tuple(head_label(int(l), int(h)) for l, h in ends):
+            raise ExplorerDataError(f"{where}: the labels disagree with the layers and heads "
+                                    f"{head_label(*map(int, ends[0]))} -> {head_label(*map(int, ends[1]))}")
+    order = paths["score"].abs().sort_values(ascending=False, kind="mergesort").index
+    return dict(edges=records(paths.loc[order, list(PATH_COLUMNS)]),
+                summary={k: _plain(note[k]) for k in CIRCUITS_SUMMARY})
+
+
 def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
                      shape: dict, quantum: int, predictions: pd.DataFrame | None = None,
                      topk: pd.DataFrame | None = None, circuit_scores: pd.DataFrame | None = None,
@@ -261,7 +302,9 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
                      attribution_summary: pd.DataFrame | None = None,
                      sweep_summary: pd.DataFrame | None = None, sweep_contrast: pd.DataFrame | None = None,
                      patching_heads: pd.DataFrame | None = None, patching_resid: pd.DataFrame | None = None,
-                     patching_note: dict | None = None, patching_kv_groups: pd.DataFrame | None = None, rotary: list[dict] | None = None, rotary_distance: int = 1000,
+                     patching_note: dict | None = None, patching_kv_groups: pd.DataFrame | None = None,
+                     circuits_paths: pd.DataFrame | None = None, circuits_note: dict | None = None,
+                     rotary: list[dict] | None = None, rotary_distance: int = 1000,
                      sources: dict | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict (see the module doc for the map encoding)."""
     L, H = int(shape["layers"]), int(shape["heads"])
@@ -342,6 +385,10 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
         if patching_kv_groups is not None:      # key/value groups, highest score first
             payload["patching"]["kv_groups"] = records(patching_kv_groups.sort_values(
                 ["score_rank", "layer", "group", "site"], kind="mergesort"))
+    if circuits_paths is not None:
+        if circuits_note is None:
+            raise ExplorerDataError("circuits: the edge table and its note come together")
+        payload["circuits"] = circuits_payload(circuits_paths, circuits_note, L, H)
     if sweep_summary is not None:
         payload["sweep"] = dict(summary=records(sweep_summary))
         if sweep_contrast is not None:
@@ -372,8 +419,9 @@ def build_explorer(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFram
 
     ``optional``: predictions, topk, circuit_scores, circuit_loss, attribution,
     attribution_summary, patching_heads, patching_resid (with ``patching_note``, the
-    heads table's note), patching_kv_groups (the key/value group sweep), sweep_summary, sweep_contrast (DataFrames; a section is
-    omitted when its table is None), rotary (list of {label, base}),
+    heads table's note), patching_kv_groups (the key/value group sweep), circuits_paths (path
+    patching's edges, with ``circuits_note``, its note), sweep_summary, sweep_contrast (DataFrames;
+    a section is omitted when its table is None), rotary (list of {label, base}),
     rotary_distance, sources ({name: path} shown in the page's footer).
     """
     html = render(explorer_payload(maps, tokens, scores, model=model, shape=shape, quantum=quantum,

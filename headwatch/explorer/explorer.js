@@ -9,6 +9,8 @@
  *   .attr-cell#attr-L{l}-H{h}[data-drop], input[name=topk-method]#topk-method-{method},
  *   #topk-methods[data-method], .patch-cell#patch-{exact,estimate}-L{l}-H{h}[data-score],
  *   #patch-readout[data-layer][data-head][data-score][data-estimate], .patch-cell#patch-resid-L{l}-P{p},
+ *   #edge-threshold, #edge-count[data-shown], path.edge#edge-{i}[data-sender][data-receiver][data-input][data-score],
+ *   circle.node#node-L{l}-H{h}, #edge-readout[data-sender][data-receiver][data-input][data-score],
  *   #rotary-distance, input[name=rotary-base],
  *   #rotary-summary[data-unwrapped][data-pairs][data-reach], #kv-* inputs, #kv-row-{key}[data-value].
  */
@@ -698,6 +700,96 @@
     }
   }
 
+  // ------------------------------------------------------------ path patching
+  // The edges sender → receiver's q, k or v (circuits/paths.parquet, strongest first), drawn on
+  // the heads laid out as the grid above (heads across, layers down) and listed, those whose
+  // |score| reaches the threshold: circuits.edge_threshold from the table's note, editable.
+  const INPUT_COLOURS = { q: PALETTE[0], k: PALETTE[1], v: PALETTE[2] };
+  function renderCircuits() {
+    const C = D.circuits;
+    if (!C) return;
+    $('circuits-section').hidden = false;
+    const m = C.summary;
+    $('circuits-line').textContent = m.edges + ' edges into ' + m.receivers + ' (receivers: ' + m.receivers_from +
+      '; senders: ' + m.senders_from + '), each the corrupted run with the sender\'s output clean along the path into ' +
+      'the receiver\'s q, k or v only; ' + m.prompts + ' prompts, logit difference clean ' + fmtNum(m.clean_logit_diff) +
+      ', corrupted ' + fmtNum(m.corrupted_logit_diff) + '; score = (path-patched − corrupted) / (clean − corrupted). ' +
+      m.grouped_note + '. The threshold starts at circuits.edge_threshold = ' + fmtNum(m.edge_threshold) +
+      '. Colour: the receiver\'s input; width: |score|; dashed: a negative score. Click a head to open its map.';
+    const box = $('edge-threshold');
+    box.value = String(m.edge_threshold);
+    box.addEventListener('input', function () {
+      const t = parseFloat(box.value);
+      drawEdges(Number.isFinite(t) && t >= 0 ? t : m.edge_threshold);
+    });
+    drawEdges(m.edge_threshold);
+  }
+
+  function drawEdges(threshold) {
+    const E = D.circuits.edges;
+    const sl = col(E, 'sender_layer'), sh = col(E, 'sender_head'), rl = col(E, 'receiver_layer'),
+      rh = col(E, 'receiver_head'), inp = col(E, 'input'), sc = col(E, 'score'), ld = col(E, 'logit_diff');
+    const shown = [];
+    sc.forEach(function (x, i) { if (Math.abs(x) >= threshold) shown.push(i); });
+    const count = $('edge-count');
+    count.dataset.shown = String(shown.length);
+    count.textContent = shown.length + ' of ' + sc.length + ' edges';
+    const top = shown.length ? Math.max(Math.abs(sc[shown[0]]), 1e-12) : 1;  // the strongest shown: the widest line
+    const dx = 40, dy = 30, x0 = 36, y0 = 22;
+    const X = function (h) { return x0 + h * dx; }, Y = function (l) { return y0 + l * dy; };
+    // room on the right for the curves' bend (below: 0.3 × the layers spanned, half of it drawn)
+    const width = Math.max(220, Math.ceil(X(H - 1) + 16 + 0.15 * (L - 1) * dy));
+    const svg = sv('svg', { width: width, height: y0 + L * dy + 12 });
+    const defs = sv('defs');
+    Object.keys(INPUT_COLOURS).forEach(function (k, j) {
+      const mk = sv('marker', { id: 'arrow-' + k, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7,
+                                markerUnits: 'userSpaceOnUse', orient: 'auto-start-reverse' });
+      mk.appendChild(sv('path', { d: 'M 0 0 L 10 5 L 0 10 z', fill: INPUT_COLOURS[k] }));
+      defs.appendChild(mk);
+      const lx = x0 + 60 * j, ly = y0 + L * dy;                 // the legend, below the last layer
+      svg.appendChild(sv('line', { x1: lx, y1: ly, x2: lx + 14, y2: ly, stroke: INPUT_COLOURS[k], 'stroke-width': 2 }));
+      svg.appendChild(sv('text', { x: lx + 18, y: ly + 3 }, 'into ' + k));
+    });
+    svg.appendChild(defs);
+    for (let h = 0; h < H; h++) svg.appendChild(sv('text', { x: X(h), y: 10, 'text-anchor': 'middle' }, String(h)));
+    for (let l = 0; l < L; l++) svg.appendChild(sv('text', { x: 4, y: Y(l) + 3 }, 'L' + l));
+    const readout = function (i) {
+      const ro = $('edge-readout');
+      ro.dataset.sender = headLabel(sl[i], sh[i]); ro.dataset.receiver = headLabel(rl[i], rh[i]);
+      ro.dataset.input = inp[i]; ro.dataset.score = String(sc[i]);
+      ro.textContent = headLabel(sl[i], sh[i]) + ' → ' + headLabel(rl[i], rh[i]) + ' (' + inp[i] + '): score ' +
+        fmtNum(sc[i]) + ' (logit difference ' + fmtNum(ld[i]) + ')';
+    };
+    shown.slice().reverse().forEach(function (i) {           // the strongest drawn last, on top
+      const x1 = X(sh[i]), y1 = Y(sl[i]), x2 = X(rh[i]), y2 = Y(rl[i]);
+      const bend = 0.3 * (y2 - y1) + 6;                      // curved: edges along one column stay apart
+      const e = sv('path', { class: 'edge', id: 'edge-' + i, d: 'M ' + x1 + ' ' + y1 + ' Q ' + ((x1 + x2) / 2 + bend) + ' ' +
+                             ((y1 + y2) / 2) + ' ' + x2 + ' ' + (y2 - 5), stroke: INPUT_COLOURS[inp[i]],
+                             'stroke-width': (0.8 + 2.4 * Math.abs(sc[i]) / top).toFixed(2),
+                             'marker-end': 'url(#arrow-' + inp[i] + ')', 'data-sender': headLabel(sl[i], sh[i]),
+                             'data-receiver': headLabel(rl[i], rh[i]), 'data-input': inp[i], 'data-score': String(sc[i]) });
+      if (sc[i] < 0) e.setAttribute('stroke-dasharray', '4 3');
+      e.appendChild(sv('title', {}, headLabel(sl[i], sh[i]) + ' → ' + headLabel(rl[i], rh[i]) + ' (' + inp[i] + '): ' + fmtNum(sc[i])));
+      e.addEventListener('mouseenter', function () { readout(i); });
+      svg.appendChild(e);
+    });
+    const receivers = new Set(rl.map(function (l, i) { return headId(l, rh[i]); }));
+    for (let l = 0; l < L; l++) {
+      for (let h = 0; h < H; h++) {
+        const c = sv('circle', { class: 'node' + (receivers.has(headId(l, h)) ? ' receiver' : ''), id: 'node-' + headId(l, h),
+                                 cx: X(h), cy: Y(l), r: 4, 'data-layer': String(l), 'data-head': String(h) });
+        c.appendChild(sv('title', {}, headLabel(l, h) + (receivers.has(headId(l, h)) ? ' (a receiver)' : '')));
+        c.addEventListener('click', function () { selectHead(l, h, true); });
+        svg.appendChild(c);
+      }
+    }
+    const graph = $('circuits-graph');
+    graph.innerHTML = '';
+    graph.appendChild(svg);
+    table('circuits-edges-table', { columns: E.columns, rows: shown.map(function (i) { return E.rows[i]; }) },
+      shown.length + ' edges with |score| ≥ ' + fmtNum(threshold) + ', strongest first (circuits/paths.parquet)');
+  }
+
   // ------------------------------------------------------------ sweep
   function renderSweep() {
     const W = D.sweep;
@@ -885,6 +977,7 @@
   buildBars();
   renderAblation();
   renderPatching();
+  renderCircuits();
   renderSweep();
   buildRotary();
   buildKv();
