@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import MISSING, asdict, dataclass, fields
 
-from ..charlm.spec import DEFAULTS, OPTIONS, TRAINING_OPTIONS, ModelSpec
+from ..charlm.spec import DEFAULTS, SWEEP_OPTIONS, TRAINING_OPTIONS, ModelSpec
 from ..charlm.vocab import VocabError, parse_vocab_name
 from ..names import BYTES_PER_NUMBER
 from . import Settings, read_fields
@@ -37,7 +37,7 @@ PRECISIONS = ("float32", "tf32", "bf16")
 PROBE_KEYS = ("windows", "sequences", "seed", "early", "late")
 """The ``sweep.heads`` settings a training job depends on (``threshold`` is read by the study)."""
 STUDY_KINDS = ("experts", "depth", "kv", "vocab")
-GRID_OPTIONS = ("layers",) + OPTIONS + tuple(TRAINING_OPTIONS)
+GRID_OPTIONS = ("layers",) + SWEEP_OPTIONS + tuple(TRAINING_OPTIONS)
 """The model options a grid entry may add to ``width`` and ``heads``."""
 DATA_OPTIONS = ("vocab",)
 """The options a grid entry may add that change the data, not the model."""
