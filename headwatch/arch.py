@@ -205,12 +205,14 @@ _CHARLM = Family("charlm", "blocks", "attn", "attn.o", ("attn.q", "attn.k", "att
                  mlp="ffn", pattern="recompute", position="absolute",
                  model_class="headwatch.charlm.model.CharLM",
                  shape_attrs=dict(layers="layers", heads="heads", kv_heads="kv_heads", width="width",
-                                  head_dim="head_dim"),
+                                  head_dim="head_dim", rotary_dims="rotary_dims", rotary_base="rotary_base"),
                  embeddings=("tok", "head"))
 CLASS_FAMILIES = {_CHARLM.model_class: _CHARLM}
 """Models without a transformers config, by class (dotted name; never imported here): the
 sweep's character model, whose scaled_dot_product_attention returns no weights, so its
-pattern is recomputed (learned positions, scale 1/√head_dim)."""
+pattern is recomputed (learned positions, scale 1/√head_dim; with its ``rotary`` option,
+rotary positions over the whole head, rotate-half pairs, the base its ``rotary_base`` says,
+and no learned ones)."""
 
 
 def all_families() -> dict[str, Family]:
@@ -402,8 +404,11 @@ def model_shape(model: nn.Module) -> dict:
     fam = family_of_model(model)
     if fam.has_config:
         return shape_of(model.config)
-    s = {key: int(getattr(model, attr)) for key, attr in fam.shape_attrs.items()}
-    return dict(family=fam.name, **s, rotary_dims=0, rotary_base=None)
+    s = {key: getattr(model, attr) for key, attr in fam.shape_attrs.items()}
+    base = s.pop("rotary_base", None)                   # None: no rotary positions
+    s = {key: int(v) for key, v in s.items()}
+    s.setdefault("rotary_dims", 0)
+    return dict(family=fam.name, **s, rotary_base=None if base is None else float(base))
 
 
 def rope_type(config, layer: int | None = None) -> str:
@@ -817,7 +822,9 @@ def families_markdown() -> str:
 
     def position(f):
         if f.position != "rotary":
-            return f.position
+            rotary = f.shape_attrs.get("rotary_dims")       # a class family that may turn its heads
+            return f.position + (f", or rotary, {f.rotary_layout} pairs where the model's `{rotary}` is above 0 "
+                                 f"(base: its `{f.shape_attrs['rotary_base']}`)" if rotary else "")
         dims = f"`{f.rotary_dims_key}` dims" if f.rotary_dims_key else "rope_parameters"
         base = f", base {f.rotary_base:g}" if f.rotary_base else ""
         return f"rotary, {f.rotary_layout} pairs ({dims}{base})"

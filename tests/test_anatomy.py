@@ -26,7 +26,7 @@ from headwatch.interventions import hooks_on
 from headwatch.recompute import apply_rotary, rotate_half, rotate_pairs
 from headwatch.charlm.model import CharLM, count_params
 from headwatch.charlm.spec import ModelSpec
-from tiny import ALL_FAMILIES, EXPECT, random_ids, tiny_config, tiny_model
+from tiny import ALL_FAMILIES, CHARLM_VARIANTS, EXPECT, random_ids, tiny_config, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 REFS = ROOT / "config" / "models"
@@ -286,7 +286,7 @@ def _worst(model, a, ids, tolerance=1.0):
                for layer in range(a.n_layers) for head in range(a.n_heads))
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES)
+@pytest.mark.parametrize("family", ALL_FAMILIES + tuple(CHARLM_VARIANTS))
 def test_weight_check_recomputes_every_head(family):
     """The map recomputed by hand in float64 is the model's eager attention: within 1e-6 of the
     model run in float64 (transformers keeps some steps in float32), 1e-5 in float32."""

@@ -1,4 +1,7 @@
-"""The sweep's character model and its corpus: parameter counts, shapes, causality, the plays."""
+"""The sweep's character model and its corpus: parameter counts, shapes, causality, its rotary
+option (and the plain model unchanged by it), the plays."""
+import hashlib
+import math
 import re
 
 import pytest
@@ -45,7 +48,7 @@ def test_param_formula_matches_the_module(vocab, width, heads, layers, context, 
 
 
 # Every option of the spec, alone and together: heads, kv_heads, head_size, experts / top_k /
-# expert_width, layers, vocabulary, context, ffn_mult.
+# expert_width, layers, vocabulary, context, ffn_mult, rotary.
 OPTION_SHAPES = [dict(vocab_size=65, width=256, heads=4), dict(vocab_size=11, width=24, heads=3, layers=2, context=7),
          dict(vocab_size=300, width=16, heads=2, layers=1, ffn_mult=2),
          dict(vocab_size=65, width=64, heads=8, kv_heads=2), dict(vocab_size=65, width=64, heads=4, kv_heads=1),
@@ -53,7 +56,9 @@ OPTION_SHAPES = [dict(vocab_size=65, width=256, heads=4), dict(vocab_size=11, wi
          dict(vocab_size=65, width=32, heads=4, experts=4, top_k=2),
          dict(vocab_size=65, width=32, heads=4, experts=8, top_k=1, expert_width=24),
          dict(vocab_size=4096, width=40, heads=5, kv_heads=5, head_size=8, layers=5, context=33, ffn_mult=3,
-              experts=3, top_k=3, expert_width=17)]
+              experts=3, top_k=3, expert_width=17),
+         dict(vocab_size=65, width=64, heads=4, layers=2, rotary=True),
+         dict(vocab_size=65, width=48, heads=4, kv_heads=2, head_size=10, context=7, rotary=True)]
 
 
 @pytest.mark.parametrize("options", OPTION_SHAPES, ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()))
@@ -121,6 +126,78 @@ def test_logits_shape_causality_and_attention_by_hand():
         model(torch.zeros(1, 11, dtype=torch.long))
 
 
+
+# ------------------------------------------------------------------ the rotary option
+def _fingerprint(spec: ModelSpec) -> tuple:
+    """The model ``spec`` builds after ``torch.manual_seed(0)``, as what its init order and draws
+    decide: its tensors' names and shapes (a hash), Σ_k (k + 1) Σ_i x_i·sin(i + 1) over its k-th
+    tensor's values x, and the generator's next three draws (what the build consumed). A tensor
+    drawn in another order, or one draw more or less, moves the second or the third; a CPU whose
+    kernels round the last bit differently moves the second by ~1e-7 of itself."""
+    torch.manual_seed(0)
+    state = CharLM(spec).state_dict()
+    layout = hashlib.sha256(repr([(n, tuple(t.shape)) for n, t in state.items()]).encode()).hexdigest()[:16]
+    value = sum((k + 1) * float((t.double().flatten() * torch.arange(1, t.numel() + 1, dtype=torch.float64).sin())
+                                .sum()) for k, t in enumerate(state.values()))
+    return layout, value, torch.rand(3).tolist()
+
+
+# Recorded from the model before the rotary option existed (torch 2.13.0, the pinned release):
+# adding an option must leave the plain model, and every earlier option, as it was, weight for
+# weight and draw for draw (the sweep's published pages reproduce to every decimal).
+BEFORE_ROTARY = {
+    "plain": (dict(vocab_size=65, width=64, heads=4, layers=2, context=16),
+              ("de09ad5595bdb4ad", -34.947869473156416, [0.7428960800170898, 0.6209264397621155, 0.2503799796104431])),
+    "options": (dict(vocab_size=65, width=32, heads=4, layers=2, context=8, kv_heads=2, experts=4, top_k=2),
+                ("6ca8fd5b79fe908c", 71.53559042581503, [0.8354063630104065, 0.7456325888633728, 0.05598241090774536])),
+}
+
+
+@pytest.mark.parametrize("name", list(BEFORE_ROTARY))
+def test_a_model_without_the_rotary_option_is_the_one_before_it(name):
+    options, (layout, value, draws) = BEFORE_ROTARY[name]
+    got = _fingerprint(ModelSpec(**options))
+    assert got[0] == layout and got[1] == pytest.approx(value, rel=1e-6) and got[2] == pytest.approx(draws, rel=1e-7)
+    rotary = _fingerprint(ModelSpec(**options, rotary=True))                  # the fingerprint does see a change
+    assert rotary[0] != layout and rotary[1] != pytest.approx(value, rel=1e-3)
+
+
+def _rope_by_hand(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoPE as complex numbers (RoFormer; Llama's reference code): dims (i, i + d/2) are the real
+    and imaginary part of one number, turned by position × base^(-2i/d)."""
+    d, T = x.shape[-1], x.shape[-2]
+    z = torch.complex(x[..., : d // 2].double(), x[..., d // 2:].double())
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    z = z * torch.polar(torch.ones_like(angle), angle)
+    return torch.cat([z.real, z.imag], dim=-1).to(x.dtype)
+
+
+def test_the_rotary_option_turns_queries_and_keys_and_drops_the_learned_positions():
+    """With ``rotary`` the model has no position embeddings; its attention is softmax(R(q)·R(k)ᵀ/√d)
+    with R the rotation written by hand as complex numbers (grouped keys: one group read by both
+    heads); the option is in the saved form only when set, and an odd head size is refused."""
+    torch.manual_seed(0)
+    spec = ModelSpec(13, 16, 2, layers=2, context=12, kv_heads=1, rotary=True)
+    model = CharLM(spec).eval()
+    assert model.pos is None and "pos.weight" not in model.state_dict()
+    assert spec.to_dict()["rotary"] is True and "rotary" not in ModelSpec(13, 16, 2).to_dict()
+    assert spec.rotary_dims == 8 and ModelSpec(13, 16, 2).rotary_dims == 0
+    attn, x = model.blocks[0].attn, torch.randn(2, 7, 16)
+    q = attn.q(x).view(2, 7, 2, 8).transpose(1, 2)
+    k, v = (f(x).view(2, 7, 1, 8).transpose(1, 2) for f in (attn.k, attn.v))
+    s = _rope_by_hand(q) @ _rope_by_hand(k).transpose(-1, -2) / math.sqrt(8) + torch.full((7, 7), float("-inf")).triu(1)
+    manual = attn.o((s.softmax(-1) @ v).transpose(1, 2).reshape(2, 7, 16))
+    torch.testing.assert_close(attn(x), manual, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="head size 5 is odd"):
+        ModelSpec(13, 10, 2, rotary=True)
+
+
+def test_the_rotary_option_is_not_a_sweep_grid_option():
+    """Only the known circuit's model uses it: a grid entry that sets it is refused by name."""
+    from headwatch.settings.sweep import GRID_OPTIONS, entry_errors
+    assert "rotary" not in GRID_OPTIONS and {"kv_heads", "experts", "head_size"} <= set(GRID_OPTIONS)
+    errors = entry_errors(dict(width=64, heads=4, rotary=True), CONFIG["sweep"])
+    assert any("unknown keys ['rotary']" in e for e in errors), errors
 
 # ------------------------------------------------------------------ corpus
 MARKDOWN = """# A Play

@@ -140,6 +140,9 @@ def test_every_hostile_circuits_value_is_refused_before_any_job():
     ("senders", [{"layer": -1, "head": 0}], "less than the minimum"),
     ("guard_senders", 10 ** 6, "circuits.guard_senders"),
     ("known", {"vocab": 32}, "is a required property"),
+    ("known", dict(CONFIG["circuits"]["known"], min_attention=1.5), "is greater than the maximum of 1"),
+    ("known", dict(CONFIG["circuits"]["known"], min_attention=0), "less than or equal to the minimum of 0"),
+    ("known", dict(CONFIG["circuits"]["known"], half=[4, 17]), "is greater than the maximum of 16"),
 ])
 def test_a_schema_value_of_circuits_is_refused_naming_the_key(key, value, message):
     from headwatch.config.bounds import bound_errors
@@ -231,19 +234,65 @@ def test_the_induction_prompts_differ_only_in_the_first_half_and_not_at_the_cue(
     assert (corrupted[:, 8] != clean[:, 8]).all()                                          # no cue in b
 
 
+KNOWN = CONFIG["circuits"]["known"]
+KNOWN_METHODS = ["attention: previous-token heads", "attention: induction heads", "exact head patching (z)",
+                 "estimate at z: plain (= AtP*)", "estimate at k: plain", "estimate at k: atp*", "path patching"]
+
+
 def test_an_untrained_model_recovers_nothing():
-    """The claims need an effect of min_effect logits: a model that has learned nothing ranks its
-    heads by noise, and no method is said to recover a circuit."""
+    """The claims need an effect of min_effect logits and an attention of min_attention: a model
+    that has learned nothing ranks its heads by noise, and no method is said to recover a circuit."""
     from headwatch.charlm.model import CharLM
     from headwatch.charlm.spec import ModelSpec
     from headwatch.circuits import KNOWN_MODEL, induction_prompts, known_circuit
     torch.manual_seed(0)
     model = CharLM(ModelSpec(vocab_size=16, **KNOWN_MODEL)).eval()
-    table, note = known_circuit(model, Adapter(model), *induction_prompts(16, 8, 10, seed=1), min_effect=1.0)
-    assert list(table["method"]) == ["exact head patching", "estimate: attribution (plain = AtP* at z)",
-                                     "path patching"]
-    assert not table["recovered"].any() and (table["effect"].abs() < 1.0).all(), table
-    assert len(note["edges"]) == 2 * 3                    # both layer-0 heads into q, k, v of the receiver
+    table, note = known_circuit(model, Adapter(model), *induction_prompts(16, 8, 10, seed=1), KNOWN["min_effect"],
+                                KNOWN["min_attention"])
+    assert list(table["method"]) == KNOWN_METHODS
+    assert not table["recovered"].any(), table
+    assert note["previous_token_heads"] == note["induction_heads"] == "none"
+    assert len(note["edges"]) == KNOWN_MODEL["heads"] * 3       # every layer-0 head into q, k, v of the receiver
+
+
+@pytest.fixture(scope="module")
+def known():
+    """The rule's table (circuits_known) at the configured circuits.known: the two models trained
+    once for the module (about 40 s each on one core)."""
+    from headwatch.circuits import run_known
+    return run_known(KNOWN, batch=64)
+
+
+def test_the_known_circuit_forms_and_every_method_recovers_it(known):
+    """Trained on repeated random tokens, the model grows a previous-token head in layer 0 and
+    induction heads in layer 1 (their attention says so); the head whose exact patch restores the
+    most is an induction head, each estimate has one in its top 2, and path patching finds
+    previous-token head -> that induction head's key above every other edge into it."""
+    table, note = known
+    mine = table[table["model"] == "repeated"].set_index("method")
+    assert list(mine.index) == KNOWN_METHODS
+    assert mine["recovered"].all(), mine
+    n = note["repeated"]
+    prev, induction = n["previous_token_heads"].split(), n["induction_heads"].split()
+    assert prev and induction and all(h.startswith("L0") for h in prev) and all(h.startswith("L1") for h in induction)
+    assert mine.loc["exact head patching (z)", "names"] == n["induction_head"] and n["induction_head"] in induction
+    sender, edge = mine.loc["path patching", "names"].split(" -> ")
+    assert sender in prev and edge == f"{n['induction_head']} (k)"
+    # with a margin, every one: twice min_effect, half as much again as min_attention
+    assert (mine.loc[mine["unit"] == "logits", "value"].abs() >= 2 * KNOWN["min_effect"]).all(), mine
+    assert (mine.loc[mine["unit"] == "attention weight", "value"] >= 1.5 * KNOWN["min_attention"]).all(), mine
+
+
+def test_on_the_control_no_claim_holds(known):
+    """Trained on sequences that never repeat, the same model has nothing to copy: no head
+    attends as the circuit would, no effect reaches min_effect, and no claim holds."""
+    table, note = known
+    control = table[table["model"] == "control: never repeated"].set_index("method")
+    assert list(control.index) == KNOWN_METHODS
+    assert not control["recovered"].any(), control
+    logits = control[control["unit"] == "logits"]["value"].abs()
+    attention = control[control["unit"] == "attention weight"]["value"]
+    assert (logits < KNOWN["min_effect"]).all() and (attention < KNOWN["min_attention"]).all(), control
 
 
 def test_path_patching_needs_the_patchers_own_mlp_out():

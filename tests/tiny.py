@@ -23,7 +23,9 @@ family switched on:
 * gptj — interleaved (rotate-every-two) partial rotary (8 of 16 dims), fixed base;
 * gpt_neo — learned positions, no scaling, a local (windowed) middle layer;
 * charlm — separate q/k/v/o without biases, grouped kv heads, attention by a fused
-  kernel that returns no weights (pattern recomputed).
+  kernel that returns no weights (pattern recomputed); :data:`CHARLM_VARIANTS` are its
+  options that change the attention (``charlm-rotary``: rotary positions instead of the
+  learned ones), built by :func:`tiny_model` by name for the exactness tests of the sites.
 
 Windows are shorter than every test sequence (6–17 tokens), so that they bite.
 """
@@ -40,6 +42,8 @@ VOCAB = 512
 WINDOW = 4
 FAMILIES = tuple(arch.FAMILIES)                          # transformers models
 ALL_FAMILIES = tuple(arch.all_families())                # every family of headwatch.arch
+CHARLM_VARIANTS = {"charlm-rotary": dict(rotary=True)}
+"""The character model's options that change how attention is computed, by a name of their own."""
 
 
 def _rope(theta=10000.0, **kw):
@@ -125,12 +129,12 @@ def tiny_config(family: str, vocab: int = VOCAB, layers: int = 3, heads: int = 4
 def tiny_model(family: str, seed: int = 0, **kw):
     """A randomly initialised float32 model in eval mode, eager attention."""
     torch.manual_seed(seed)
-    if family == "charlm":
+    if family == "charlm" or family in CHARLM_VARIANTS:
         from headwatch.charlm.model import CharLM
 
         shape = dict(dict(vocab=VOCAB, layers=3, heads=4, kv_heads=2, width=64), **kw)
         model = CharLM(shape["vocab"], shape["width"], shape["heads"], layers=shape["layers"],
-                       context=256, kv_heads=shape["kv_heads"])
+                       context=256, kv_heads=shape["kv_heads"], **CHARLM_VARIANTS.get(family, {}))
     else:
         model = AutoModelForCausalLM.from_config(tiny_config(family, **kw), attn_implementation="eager")
     # Random init leaves attention nearly uniform; larger q/k weights (or QK-norm scales, where

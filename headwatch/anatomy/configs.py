@@ -28,7 +28,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from ..arch import (Adapter, context_length, ffn_width, rope_type, shape_of, tied_embeddings,
                     vocab_size)
 from ..charlm.model import CharLM
-from ..charlm.spec import FIELDS, ModelSpec
+from ..charlm.spec import FIELDS, ROTARY_BASE, ModelSpec
 from ..params import BlockCountError, classify_parameters, params_by_block  # noqa: F401 (re-exported)
 from ..settings.sweep import model_of, slug
 
@@ -188,8 +188,9 @@ def _describe(entry: Entry) -> dict:
         # ffn: neurons a token traverses (with experts: top_k × expert width, the active FFN)
         return dict(architecture="charlm", layers=spec.layers, heads=spec.heads, kv_heads=spec.kv_groups,
                     width=spec.width, head_dim=spec.head_dim, ffn=spec.ffn_active_width,
-                    vocab=spec.vocab_size, context=spec.context, rotary_dims=0, rotary_base=0.0,
-                    rope_type="", tied_embeddings=False)
+                    vocab=spec.vocab_size, context=spec.context, rotary_dims=spec.rotary_dims,
+                    rotary_base=ROTARY_BASE if spec.rotary else 0.0, rope_type="default" if spec.rotary else "",
+                    tied_embeddings=False)
     cfg = _hf_config(r)
     s = shape_of(cfg)
     return dict(architecture=cfg.model_type, layers=s["layers"], heads=s["heads"],

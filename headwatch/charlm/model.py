@@ -30,6 +30,13 @@ weight for weight, for the same seed:
   i and P_i the mean router probability of expert i; it is 1 at a uniform load
   (f_i = P_i = 1/E) and grows towards E as the load concentrates. The token
   counts per expert are in ``model.expert_counts`` (one row per layer).
+* ``rotary``: rotary position embeddings instead of the learned ones (the model has
+  no ``pos`` module): after the q and k projections (the ``q`` and ``k`` sites are
+  read before it, as in every rotary family), each head's query and key are turned
+  by :func:`headwatch.recompute.apply_rotary`, the function the recomputed attention
+  weights apply too (rotate-half pairs over the whole head, base
+  :data:`~headwatch.charlm.spec.ROTARY_BASE`). A head then reads of position only the
+  offset between query and key.
 """
 from __future__ import annotations
 
@@ -40,7 +47,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..params import block_counts
-from .spec import ModelSpec
+from ..recompute import apply_rotary
+from .spec import ROTARY_BASE, ModelSpec
 
 
 class Attention(nn.Module):
@@ -48,6 +56,7 @@ class Attention(nn.Module):
         super().__init__()
         width = spec.width
         self.heads, self.head_dim, self.kv_heads = spec.heads, spec.head_dim, spec.kv_groups
+        self.rotary_dims = spec.rotary_dims
         inner, kv_inner = self.heads * self.head_dim, self.kv_heads * self.head_dim
         self.q = nn.Linear(width, inner, bias=False)
         self.k = nn.Linear(width, kv_inner, bias=False)   # rows g*d:(g+1)*d are key/value group g
@@ -59,6 +68,8 @@ class Attention(nn.Module):
         split = lambda t, n: t.view(B, T, n, self.head_dim).transpose(1, 2)
         q = split(self.q(x), self.heads)
         k, v = split(self.k(x), self.kv_heads), split(self.v(x), self.kv_heads)
+        if self.rotary_dims:      # positions 0 … T−1, as headwatch.recompute turns them
+            q, k = (apply_rotary(t, self.rotary_dims, ROTARY_BASE) for t in (q, k))
         if self.kv_heads != self.heads:    # query head h reads group h // (heads // kv_heads)
             group = self.heads // self.kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -204,7 +215,7 @@ class CharLM(nn.Module):
         self.spec = spec
         width = spec.width
         self.tok = nn.Embedding(spec.vocab_size, width)
-        self.pos = nn.Embedding(spec.context, width)
+        self.pos = None if spec.rotary else nn.Embedding(spec.context, width)
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.layers))
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, spec.vocab_size, bias=False)
@@ -258,6 +269,14 @@ class CharLM(nn.Module):
     def head_dim(self) -> int:
         return self.spec.head_dim
 
+    @property
+    def rotary_dims(self) -> int:
+        return self.spec.rotary_dims
+
+    @property
+    def rotary_base(self) -> float | None:
+        return ROTARY_BASE if self.spec.rotary else None
+
     def expert_layers(self) -> list[Experts]:
         return [b.ffn for b in self.blocks if isinstance(b.ffn, Experts)]
 
@@ -276,7 +295,9 @@ class CharLM(nn.Module):
         T = idx.shape[1]
         if T > self.spec.context:
             raise ValueError(f"sequence of {T} tokens is longer than the context {self.spec.context}")
-        x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))
+        x = self.tok(idx)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(T, device=idx.device))
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))
@@ -291,8 +312,8 @@ def count_params(spec: ModelSpec) -> dict:
     the ``meta`` device: shapes, no memory) by :func:`headwatch.params.block_counts` — the one
     count that the anatomy's tables use too.
 
-    Keys: ``embeddings`` (V·W), ``positions`` (C·W), ``attention``, ``norms``, ``ffn``,
-    ``head`` (W·V, untied), ``total``; ``non_embedding`` = attention + norms + ffn (no
+    Keys: ``embeddings`` (V·W), ``positions`` (C·W; 0 with ``rotary``), ``attention``, ``norms``,
+    ``ffn``, ``head`` (W·V, untied), ``total``; ``non_embedding`` = attention + norms + ffn (no
     token or position embeddings, no output head); ``ffn_active`` / ``total_active``
     count only the k experts a token is routed to; ``ffn_active_width`` is the FFN
     neurons a token traverses (fW dense, k·X with experts).

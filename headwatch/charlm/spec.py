@@ -32,6 +32,11 @@ class ModelSpec:
     * ``experts`` (E > 0): the FFN becomes E experts behind a router that sends each
       token to its ``top_k`` most probable experts; ``expert_width`` defaults to
       ffn_mult × width ÷ top_k (the FFN neurons a token traverses equal the dense model's).
+    * ``rotary``: rotary position embeddings (every dimension of each head's query and key
+      turned by position × base^(-2i/head size), rotate-half pairs, base :data:`ROTARY_BASE`)
+      instead of the learned absolute positions, which the model then does not have: what
+      a head reads of position is then an offset, never a place. The known circuit's model
+      (protocol §5f); a sweep's grid cannot set it (:data:`SWEEP_OPTIONS`).
 
     Construction checks the shape and raises ValueError naming what is unsound.
     """
@@ -47,6 +52,7 @@ class ModelSpec:
     experts: int = 0
     top_k: int = 2
     expert_width: int | None = None
+    rotary: bool = False
 
     def __post_init__(self):
         if self.heads < 1 or self.width < 1:
@@ -69,6 +75,8 @@ class ModelSpec:
                 raise ValueError(f"expert_width {self.expert_width} must be positive")
         elif self.expert_width is not None:
             raise ValueError("expert_width needs experts > 0")
+        if self.rotary and self.head_dim % 2:
+            raise ValueError(f"rotary positions turn pairs of dimensions: head size {self.head_dim} is odd")
 
     # ---- resolved options ----------------------------------------------------
     @property
@@ -97,6 +105,12 @@ class ModelSpec:
     def ffn_active_width(self) -> int:
         """FFN neurons a token traverses: ffn_mult × width dense, top_k × expert width with experts."""
         return self.routed * self.expert_hidden if self.experts else self.ffn_mult * self.width
+
+    @property
+    def rotary_dims(self) -> int:
+        """Dimensions of each head's query and key that rotary positions turn: all of them with
+        ``rotary``, else 0."""
+        return self.head_dim if self.rotary else 0
 
     def kv_cache_bytes_per_token(self, bytes_per_number: int = BYTES_PER_NUMBER["float32"]) -> int:
         """Keys and values of every layer for one token: 2 × layers × kv heads × head size numbers."""
@@ -129,7 +143,7 @@ class ModelSpec:
         :mod:`headwatch.charlm.model` hold; :func:`headwatch.charlm.model.count_params` counts
         the same from a model built on the ``meta`` device, and a test holds the two equal).
 
-        Keys: ``embeddings`` (V·W), ``positions`` (C·W), ``attention``, ``norms``, ``ffn``,
+        Keys: ``embeddings`` (V·W), ``positions`` (C·W; 0 with ``rotary``), ``attention``, ``norms``, ``ffn``,
         ``head`` (W·V, untied), ``total``; ``non_embedding`` = attention + norms + ffn;
         ``ffn_active`` / ``total_active`` count only the ``top_k`` experts a token is routed
         to; ``ffn_active_width`` is the FFN neurons a token traverses.
@@ -147,7 +161,7 @@ class ModelSpec:
         else:
             hidden = self.ffn_mult * W
             ffn_block, idle_block = 2 * W * hidden + hidden + W, 0
-        parts = dict(embeddings=self.vocab_size * W, positions=self.context * W,
+        parts = dict(embeddings=self.vocab_size * W, positions=0 if self.rotary else self.context * W,
                      attention=L * (2 * W * inner + 2 * W * kv_inner), norms=L * 4 * W + 2 * W,
                      ffn=L * ffn_block, head=W * self.vocab_size)
         parts["total"] = sum(parts.values())
@@ -162,6 +176,11 @@ FIELDS = tuple(f.name for f in fields(ModelSpec))
 """Every option name, in the constructor's order."""
 OPTIONS = FIELDS[FIELDS.index("head_size"):]
 """The options that are off by default (the plain model has none of them)."""
+SWEEP_OPTIONS = tuple(k for k in OPTIONS if k != "rotary")
+"""The options a sweep's grid entry may set: every one but ``rotary``, which only the known
+circuit's model uses (protocol §5f) and the sweep's config, checks and slugs do not know."""
+ROTARY_BASE = 10000.0
+"""The base of the ``rotary`` option's frequencies (RoFormer's and Llama's)."""
 DEFAULTS = {f.name: f.default for f in fields(ModelSpec) if f.name not in ("vocab_size", "width", "heads")}
 """Each option's default, read from the dataclass (typed once, above)."""
 TRAINING_OPTIONS = {"balance": 0.0}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import MISSING, asdict, dataclass, fields
 
-from ..charlm.spec import DEFAULTS, OPTIONS, TRAINING_OPTIONS, ModelSpec
+from ..charlm.spec import DEFAULTS, SWEEP_OPTIONS, TRAINING_OPTIONS, ModelSpec
 from ..charlm.vocab import VocabError, parse_vocab_name
 from ..names import BYTES_PER_NUMBER
 from . import Settings, read_fields
@@ -55,7 +55,7 @@ KIND_CONTRASTS = {"experts": ("first", "extremes", "dense", "balance", "top_k"),
 """The contrasts each study kind may ask for."""
 DEFAULT_CONTRASTS = {"experts": ("dense", "balance"), "depth": ("first",), "kv": ("full",), "vocab": ("char",)}
 """A study's contrasts when its block names none."""
-GRID_OPTIONS = ("layers",) + OPTIONS + tuple(TRAINING_OPTIONS)
+GRID_OPTIONS = ("layers",) + SWEEP_OPTIONS + tuple(TRAINING_OPTIONS)
 """The model options a grid entry may add to ``width`` and ``heads``."""
 DATA_OPTIONS = ("vocab",)
 """The options a grid entry may add that change the data, not the model."""
