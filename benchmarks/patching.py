@@ -163,8 +163,8 @@ def loop_by_position(model, adapter, clean, corrupted, io, s, batch, patches):
 
 
 def cached_by_position(model, adapter, clean, corrupted, io, s, batch, patches):
-    """(c): the cached sweep (both runs and the corrupted cache captured inside the timing)."""
-    p = Patcher(model, adapter, clean, corrupted, io, s, batch)
+    """(c): the cached sweep (both runs captured inside the timing, the corrupted one through the cache)."""
+    p = Patcher(model, adapter, clean, corrupted, io, s, batch, kv_cache=True)
     return CachedPositions(p).run(patches).double().mean(dim=1).numpy()
 
 
