@@ -32,6 +32,7 @@ import contextlib
 import logging
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from .arch import Adapter, Head, HeadAddressError
@@ -218,18 +219,23 @@ def plan_chunks(earliest: Sequence[int], n_layers: int, batch: int, overhead: fl
     A chunk starting at layer ``e`` runs layers ``e .. n_layers-1`` for each of its rows plus a
     fixed ``overhead`` (in rows) per layer: cost ``(n_layers - earliest[i]) * (j - i + overhead)``.
     Dynamic programming gives the cheapest split (rows whose earliest cut is far above the
-    chunk's start would otherwise recompute intact layers).
+    chunk's start would otherwise recompute intact layers). Each row's candidate chunk starts
+    are scanned as one array, so that chunks of many rows (the cached per-position sweep's
+    short rows, :mod:`headwatch.patching_cache`) cost little to plan.
     """
     n = len(earliest)
-    if any(a > b for a, b in zip(earliest, earliest[1:])):
+    e = np.asarray(earliest, dtype=np.float64)
+    if np.any(e[:-1] > e[1:]):
         raise ValueError("rows must be sorted by earliest cut layer")
-    best = [0.0] + [float("inf")] * n
+    if batch < 1:
+        raise ValueError(f"a chunk holds at least one row; got batch = {batch}")
+    best = np.zeros(n + 1)
     cut = [0] * (n + 1)
     for j in range(1, n + 1):
-        for i in range(max(0, j - batch), j):
-            c = best[i] + (n_layers - earliest[i]) * (j - i + overhead)
-            if c < best[j]:
-                best[j], cut[j] = c, i
+        i = max(0, j - batch)
+        cost = best[i:j] + (n_layers - e[i:j]) * (j - np.arange(i, j) + overhead)
+        k = int(np.argmin(cost))                   # the first of equal minima, as a strict < scan
+        best[j], cut[j] = cost[k], i + k
     chunks, j = [], n
     while j > 0:
         chunks.append((cut[j], j))

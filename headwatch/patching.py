@@ -74,7 +74,7 @@ import pandas as pd
 import torch
 
 from . import guards, pairs
-from .arch import head_label
+from .arch import head_label, padded_inputs
 from .cut import heads_one_per_layer, plan_chunks
 from .device import exact_numerics
 from .interventions import capture, intervene, replace, skip
@@ -243,13 +243,17 @@ class Patcher:
     Created with the prompts (``clean``, ``corrupted`` ``[N, T]``, ``io``, ``s`` ``[N]``): runs
     both once, capturing every layer's ``z`` and ``resid_in`` (and the ``extra_sites``, e.g.
     ``q``, ``k``, ``v``: :mod:`headwatch.patching_kv`) and each prompt's logit difference
-    (``clean_ld``, ``corrupted_ld``; their means ``clean_mean``, ``corrupted_mean``).
+    (``clean_ld``, ``corrupted_ld``; their means ``clean_mean``, ``corrupted_mean``). With
+    ``kv_cache``, the corrupted run goes through an empty transformers ``DynamicCache`` per batch
+    of prompts, kept in ``corrupted_caches`` (every layer's keys and values as attention stores
+    them): the cached per-position sweep reads them (:mod:`headwatch.patching_cache`) instead of
+    running the corrupted prompts a second time.
     """
 
     SITES = ("z", "resid_in")
 
     def __init__(self, model, adapter, clean, corrupted, io, s, batch: int = 64, mask=None,
-                 extra_sites: Sequence[str] = ()):
+                 extra_sites: Sequence[str] = (), kv_cache: bool = False):
         self.model, self.adapter, self.batch = model, adapter, int(batch)
         self.sites = self.SITES + tuple(x for x in extra_sites if x not in self.SITES)   # captured, patchable
         self.device = next(model.parameters()).device
@@ -263,11 +267,14 @@ class Patcher:
         self.io, self.s = io.to(self.device), s.to(self.device)
         self.n, self.length = self.clean.shape
         self.overhead = 1 if self.device.type == "cpu" else self.batch     # as cut.BatchedCuts
+        if kv_cache and not adapter.family.has_config:
+            raise PatchingError(f"family {adapter.family.name}: its model takes no transformers key/value cache")
+        self.corrupted_caches = [] if kv_cache else None
         with torch.no_grad():
             self.acts = {}
             lds = {}
             for run, ids in (("clean", self.clean), ("corrupted", self.corrupted)):
-                self.acts[run], lds[run] = self._capture(ids)
+                self.acts[run], lds[run] = self._capture(ids, self.corrupted_caches if run == "corrupted" else None)
         self.clean_ld, self.corrupted_ld = lds["clean"], lds["corrupted"]
         self.clean_mean = float(self.clean_ld.double().mean())
         self.corrupted_mean = float(self.corrupted_ld.double().mean())
@@ -277,14 +284,22 @@ class Patcher:
 
     logit_diff = staticmethod(logit_diff)
 
-    def _capture(self, ids):
+    def _capture(self, ids, caches: list | None = None):
+        """Run ``ids``, capturing every site; ``caches``: a list that gets each batch's filled
+        ``DynamicCache`` (one full layer per model layer, none cropped to a window)."""
         L = self.adapter.n_layers
         edits = [capture(site, l) for site in self.sites for l in range(L)]
         parts, lds = {(site, l): [] for site in self.sites for l in range(L)}, []
         for i in range(0, len(ids), self.batch):
+            rows = slice(i, i + self.batch)
             with intervene(self.adapter, edits) as cap:
-                logits = self.adapter.logits(ids[i:i + self.batch], keep=1,
-                                             mask=self.mask_of(slice(i, i + self.batch)))[:, -1]
+                if caches is None:
+                    logits = self.adapter.logits(ids[rows], keep=1, mask=self.mask_of(rows))[:, -1]
+                else:
+                    from transformers import DynamicCache     # only where a cache is asked for, as in headwatch.arch
+                    caches.append(DynamicCache())
+                    logits = self.model(input_ids=ids[rows], past_key_values=caches[-1], use_cache=True,
+                                        logits_to_keep=1, **padded_inputs(self.mask_of(rows))).logits[:, -1]
             lds.append(logit_diff(logits, self.io[i:i + self.batch], self.s[i:i + self.batch]))
             for key in parts:
                 parts[key].append(cap.one((*key, None)))

@@ -11,13 +11,20 @@ every layer. So a row computes only positions p..T−1, and only from layer l up
 * every layer's keys and values at positions 0..p−1 are the corrupted run's, read from a
   transformers ``DynamicCache`` (``past_key_values``) filled with them: the corrupted run's
   keys and values as its attention stores them (after the rotary embedding and any QK-norm),
-  captured once by running the corrupted prompts with an empty ``DynamicCache()`` (one full
-  layer per model layer, no window cropping: a windowed layer's mask still applies the window,
-  from the cache positions transformers derives from the cache's length p);
-* the logits at the last position only.
+  kept by the Patcher's own corrupted run, made through an empty ``DynamicCache()``
+  (``Patcher(..., kv_cache=True)``; one full layer per model layer, no window cropping: a
+  windowed layer's mask still applies the window, from the cache positions transformers
+  derives from the cache's length p);
+* the logits at the last position only, and not in the pass that runs the blocks: the last
+  block's output there is kept (a capture at ``resid``) and the model's own final norm and
+  vocabulary projection run on many rows at once (``batch`` prompts' worth of tokens, every
+  block stood in for by a ``skip``), since projecting a chunk's few rows alone streams the
+  whole vocabulary matrix for little arithmetic.
 
 Rows are grouped by position (one cache length per forward pass), sorted by layer within a
-position and cut into chunks as the Patcher's (:func:`headwatch.cut.plan_chunks`). The value
+position and cut into chunks by the tokens they compute (:func:`position_chunks`: the
+Patcher's :func:`headwatch.cut.plan_chunks` with a budget of ``batch`` prompts' worth of
+tokens, so that late positions, a few tokens a row, run many rows per pass). The value
 put in is the corrupted run's ``z`` of the head with position p from the clean run (the
 Patcher's one-position values): at positions after p, head h's output in layer l is the
 corrupted run's anyway (its inputs there are).
@@ -44,7 +51,7 @@ from . import guards
 from .arch import head_label
 from .cut import heads_one_per_layer, plan_chunks
 from .device import exact_numerics
-from .interventions import intervene, skip
+from .interventions import capture, intervene, skip
 from .names import top_heads
 from .pairs import one_length
 from .patching import TASK_NOTE, Patch, Patcher, logit_diff, position_labels, position_patches, prompt_tensors
@@ -58,26 +65,24 @@ class CachedPositions:
     key/value cache (see the module doc). ``run`` has the Patcher's shape: ``[len(patches), n]``."""
 
     def __init__(self, patcher: Patcher):
-        a = patcher.adapter
-        if not a.family.has_config:
-            raise PatchingError(f"family {a.family.name}: its model takes no transformers key/value cache")
+        if patcher.corrupted_caches is None:
+            raise PatchingError("the Patcher kept no key/value cache of its corrupted run: make it with "
+                                "kv_cache=True")
         from transformers import DynamicCache     # not at the top: the settings modules import this one's callers
 
+        if patcher.mask is not None:
+            raise PatchingError("the cached sweep patches prompts of one length: a cached position is a "
+                                "position of every prompt, and these are padded")
+        a = patcher.adapter
         self.patcher, self.adapter, self.cache_class = patcher, a, DynamicCache
-        keys, values = [[] for _ in range(a.n_layers)], [[] for _ in range(a.n_layers)]
-        with torch.no_grad():
-            for i in range(0, patcher.n, patcher.batch):
-                cache = DynamicCache()
-                a.model(input_ids=patcher.corrupted[i:i + patcher.batch], past_key_values=cache, use_cache=True,
-                        logits_to_keep=1)
-                for l, layer in enumerate(cache.layers):
-                    keys[l].append(layer.keys)
-                    values[l].append(layer.values)
-        self.keys = [torch.cat(k) for k in keys]          # [n, kv heads, T, head_dim] per layer
-        self.values = [torch.cat(v) for v in values]
-        if len(self.keys) != a.n_layers or self.keys[0].shape[2] != patcher.length:
-            raise PatchingError(f"the corrupted run's cache holds {len(self.keys)} layers of "
-                                f"{self.keys[0].shape[2]} positions; expected {a.n_layers} of {patcher.length}")
+        layers = [c.layers for c in patcher.corrupted_caches]
+        if any(len(x) != a.n_layers for x in layers):
+            raise PatchingError(f"the corrupted run's cache holds {len(layers[0])} layers; expected {a.n_layers}")
+        self.keys = [torch.cat([x[l].keys for x in layers]) for l in range(a.n_layers)]   # [n, kv heads, T, d]
+        self.values = [torch.cat([x[l].values for x in layers]) for l in range(a.n_layers)]
+        if self.keys[0].shape[2] != patcher.length:
+            raise PatchingError(f"the corrupted run's cache holds {self.keys[0].shape[2]} positions; expected "
+                                f"{patcher.length}")
 
     def _cache(self, prompts: torch.Tensor, p: int):
         """A fresh cache of the corrupted run's keys and values at positions 0..p−1 of ``prompts``
@@ -103,25 +108,55 @@ class CachedPositions:
         order = torch.from_numpy(np.lexsort((layer.numpy(), pos.numpy())))      # by position, then layer
         out = torch.empty(len(order), dtype=torch.float32, device=P.device)
         bounds = torch.searchsorted(pos[order], torch.arange(P.length + 1)).tolist()
+        waiting, last = [], []            # rows run, and their last block's output at the last position
         with torch.no_grad():
             for p in range(P.length):
                 group = order[bounds[p]:bounds[p + 1]]
-                for i, j in plan_chunks(layer[group].tolist(), self.adapter.n_layers, P.batch, P.overhead):
-                    rows = group[i:j]
-                    self._chunk(patches, rows, patch_of, prompt_of, layer, p, out)
+                for i, j in position_chunks(layer[group].tolist(), self.adapter.n_layers, P.batch, P.overhead,
+                                            P.length, p):
+                    waiting.append(group[i:j])
+                    last.append(self._chunk(patches, group[i:j], patch_of, prompt_of, layer, p))
+                if sum(map(len, waiting)) >= P.batch * P.length or p == P.length - 1:
+                    self._head(torch.cat(waiting), torch.cat(last), prompt_of, out)
+                    waiting, last = [], []
         return out.reshape(len(patches), k).cpu()
 
-    def _chunk(self, patches, rows, patch_of, prompt_of, layer, p: int, out) -> None:
+    def _chunk(self, patches, rows, patch_of, prompt_of, layer, p: int) -> torch.Tensor:
+        """Positions p.. of ``rows``, all at position p: the last block's output at the last
+        position ``[rows, width]``."""
         P, a = self.patcher, self.adapter
         which, sidx = patch_of[rows], prompt_of[rows].to(P.device)
         edits = P._edits(patches, which, sidx, start=p)      # every row's patch is at position p
         start = int(layer[rows].min())
         if start > 0:
             edits.append(skip(start - 1, P.acts["corrupted"]["resid_in"][start][sidx, p:]))
-        with intervene(a, edits):
-            logits = a.model(input_ids=P.corrupted[sidx, p:], past_key_values=self._cache(sidx, p), use_cache=True,
-                             logits_to_keep=1).logits[:, -1]
-        out[rows.to(P.device)] = logit_diff(logits, P.io[sidx], P.s[sidx])
+        edits.append(capture("resid", a.n_layers - 1))
+        with intervene(a, edits) as cap:
+            a.model.base_model(input_ids=P.corrupted[sidx, p:], past_key_values=self._cache(sidx, p), use_cache=True)
+        return cap.one(("resid", a.n_layers - 1, None))[:, -1]
+
+    def _head(self, rows, last, prompt_of, out) -> None:
+        """The logit difference of ``rows`` from their last block's output at the last position
+        ``last``, by the model's own final norm and vocabulary projection: every block stood in for
+        (``skip``), ``batch`` prompts' worth of tokens a pass."""
+        P, a = self.patcher, self.adapter
+        step = P.batch * P.length
+        for i in range(0, len(rows), step):
+            sidx = prompt_of[rows[i:i + step]].to(P.device)
+            with intervene(a, [skip(a.n_layers - 1, last[i:i + step, None])]):
+                logits = a.logits(P.corrupted[sidx, -1:], keep=1)[:, -1]
+            out[rows[i:i + step].to(P.device)] = logit_diff(logits, P.io[sidx], P.s[sidx])
+
+
+def position_chunks(layers: Sequence[int], n_layers: int, batch: int, overhead: float, length: int,
+                    position: int) -> list[tuple[int, int]]:
+    """The chunks of one position's rows (sorted by layer) by the tokens they compute: a row
+    computes ``length − position`` tokens, so a chunk holds ``batch`` prompts' worth of tokens
+    (``batch · length``), and the fixed cost of a forward pass, ``overhead`` rows of ``length``
+    tokens per layer (the Patcher's), counts in such rows: :func:`headwatch.cut.plan_chunks`
+    with both scaled by ``length / (length − position)``."""
+    tokens = length - position
+    return plan_chunks(layers, n_layers, batch * length // tokens, overhead * length / tokens)
 
 
 def multiply_adds(adapter, patches: Sequence[Patch], n: int, length: int) -> tuple[float, float]:
@@ -155,7 +190,7 @@ def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingS
                                                                            len(heads_table))
     heads = sorted(top_heads(heads_table, "score", k))            # layer-major
     t0 = time.perf_counter()
-    patcher = Patcher(model, adapter, clean, corrupted, io, s, settings.batch)
+    patcher = Patcher(model, adapter, clean, corrupted, io, s, settings.batch, kv_cache=True)
     cached = CachedPositions(patcher)
     patches = position_patches(heads, patcher.length)
     ld = cached.run(patches)

@@ -189,3 +189,35 @@ def test_plan_chunks_by_hand():
     assert all(0 < j - i <= 64 for i, j in chunks)
     with pytest.raises(ValueError, match="sorted"):
         plan_chunks([3, 0], 30, 4)
+    with pytest.raises(ValueError, match="at least one row"):
+        plan_chunks([0, 1], 30, 0)
+
+
+def _cheapest_split(earliest, n_layers, batch, overhead):
+    """Every way to cut the rows into consecutive chunks of at most ``batch``: the least cost."""
+    import itertools
+
+    n, best = len(earliest), float("inf")
+    for cuts in itertools.product([False, True], repeat=n - 1):
+        starts = [0] + [i + 1 for i, c in enumerate(cuts) if c] + [n]
+        if all(b - a <= batch for a, b in zip(starts, starts[1:])):
+            best = min(best, sum((n_layers - earliest[a]) * (b - a + overhead) for a, b in zip(starts, starts[1:])))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plan_chunks_is_the_cheapest_split(seed):
+    """Against every split of up to 11 rows, with budgets and overheads as the cached per-position
+    sweep scales them (many rows a chunk, an overhead of several rows)."""
+    from headwatch.cut import plan_chunks
+
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 12, (1,), generator=g))
+    earliest = sorted(torch.randint(0, 6, (n,), generator=g).tolist())
+    for batch, overhead in ((1, 1), (3, 1), (5, 3.5), (12, 0.25), (12, 14)):
+        chunks = plan_chunks(earliest, 6, batch, overhead)
+        assert chunks[0][0] == 0 and chunks[-1][1] == n
+        assert all(b == c for (_, b), (c, _) in zip(chunks, chunks[1:]))
+        assert all(0 < j - i <= batch for i, j in chunks)
+        cost = sum((6 - earliest[i]) * (j - i + overhead) for i, j in chunks)
+        assert cost == pytest.approx(_cheapest_split(earliest, 6, batch, overhead))

@@ -7,13 +7,13 @@ import torch
 from headwatch import guards
 from headwatch.arch import Adapter
 from headwatch.patching import Patch, Patcher, position_patches
-from headwatch.patching_cache import CachedPositions, multiply_adds, run_positions_all
+from headwatch.patching_cache import CachedPositions, multiply_adds, position_chunks, run_positions_all
 from headwatch.settings.patching import PatchingError, PatchingSettings
 from tiny import patching_prompts, tiny_model
 
 
-def _patcher(model, batch=16):
-    return Patcher(model, Adapter(model), *patching_prompts(), batch)
+def _patcher(model, batch=16, kv_cache=True):
+    return Patcher(model, Adapter(model), *patching_prompts(), batch, kv_cache=kv_cache)
 
 
 def test_cached_sweep_equals_one_patch_per_forward_pass_on_every_family(model):
@@ -49,7 +49,43 @@ def test_only_one_head_at_one_position_and_a_family_with_a_cache():
         with pytest.raises(PatchingError, match="one head's z at one position"):
             cached.run([bad])
     with pytest.raises(PatchingError, match="takes no transformers key/value cache"):
-        CachedPositions(_patcher(tiny_model("charlm")))
+        _patcher(tiny_model("charlm"))
+    with pytest.raises(PatchingError, match="kept no key/value cache of its corrupted run"):
+        CachedPositions(_patcher(p.model, kv_cache=False))
+    clean, corrupted, io, s = patching_prompts()
+    mask = torch.ones_like(clean)
+    mask[0, :2] = 0                                                    # the first prompt padded
+    with pytest.raises(PatchingError, match="prompts of one length"):
+        CachedPositions(Patcher(p.model, p.adapter, clean, corrupted, io, s, 16, mask, kv_cache=True))
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_the_corrupted_run_through_the_cache_is_the_corrupted_run(family):
+    """The Patcher's corrupted run made through a DynamicCache (kept for the cached sweep) captures
+    what it captures without one, and its cache holds every layer's keys at every position."""
+    model = tiny_model(family)
+    plain, kept = _patcher(model, batch=3, kv_cache=False), _patcher(model, batch=3)
+    assert plain.corrupted_caches is None and len(kept.corrupted_caches) == 2       # 4 prompts, batch 3
+    assert torch.allclose(kept.corrupted_ld, plain.corrupted_ld, atol=1e-6)
+    for site in ("z", "resid_in"):
+        for a, b in zip(kept.acts["corrupted"][site], plain.acts["corrupted"][site]):
+            assert torch.allclose(a, b, atol=1e-6)
+    cached = CachedPositions(kept)
+    assert len(cached.keys) == kept.adapter.n_layers
+    assert tuple(cached.keys[0].shape[::2]) == (4, kept.length)        # [prompts, kv heads, T, head_dim]
+
+
+def test_position_chunks_by_tokens_by_hand():
+    """Six rows at layer 0 and six at layer 2 of 3 layers, prompts of 4 tokens, batch 2, overhead 1.
+    At position 0 a row computes 4 tokens: chunks of 2 rows, the Patcher's plan. At position 3 a
+    row computes 1 token: 8 rows' budget (2 prompts × 4 tokens) and an overhead of 4 such rows per
+    layer, so the layer-0 rows go in one pass (3 · (6 + 4) = 30) and the layer-2 rows in another
+    (1 · (6 + 4) = 10): 40, where 8 rows then 4 cost 3 · 12 + 1 · 8 = 44."""
+    layers = [0] * 6 + [2] * 6
+    assert position_chunks(layers, 3, 2, 1, 4, 0) == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 12)]
+    assert position_chunks(layers, 3, 2, 1, 4, 3) == [(0, 6), (6, 12)]
+    # 20 rows of one layer at position 3: 3 passes of at most 8, the fewest (the first such split)
+    assert position_chunks([0] * 20, 3, 2, 1, 4, 3) == [(0, 4), (4, 12), (12, 20)]
 
 
 def test_multiply_adds_by_hand():
