@@ -49,7 +49,7 @@ def check_report_tables():
     checked once every rules file is read, before any job."""
     errors = targets.unmade_tables(config, report_producible)
     if errors:
-        raise ConfigError("report.tables names a table no rule makes:\n  " + "\n  ".join(errors))
+        raise ConfigError("report.tables names a table that no job of this workflow writes\n  " + "\n  ".join(errors))
 
 
 def check_devices():
