@@ -76,8 +76,9 @@ class CachedPositions:
         a = patcher.adapter
         self.patcher, self.adapter, self.cache_class = patcher, a, DynamicCache
         layers = [c.layers for c in patcher.corrupted_caches]
-        if any(len(x) != a.n_layers for x in layers):
-            raise PatchingError(f"the corrupted run's cache holds {len(layers[0])} layers; expected {a.n_layers}")
+        wrong = [len(x) for x in layers if len(x) != a.n_layers]
+        if wrong:
+            raise PatchingError(f"the corrupted run's cache holds {wrong[0]} layers; expected {a.n_layers}")
         self.keys = [torch.cat([x[l].keys for x in layers]) for l in range(a.n_layers)]   # [n, kv heads, T, d]
         self.values = [torch.cat([x[l].values for x in layers]) for l in range(a.n_layers)]
         if self.keys[0].shape[2] != patcher.length:

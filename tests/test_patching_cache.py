@@ -42,7 +42,9 @@ def test_the_guard_fires_when_the_cache_holds_the_wrong_keys():
         guards.batched_vs_loop(p.against_loop(patches, got[:, :2], [0, 1]), 1e-5, "cached")
 
 
-def test_only_one_head_at_one_position_and_a_family_with_a_cache():
+def test_what_the_cached_sweep_refuses():
+    """A patch that is not one head at one position, a family without a transformers cache, a
+    Patcher that kept no cache or one missing a layer, padded prompts."""
     p = _patcher(tiny_model("llama"))
     cached = CachedPositions(p)
     for bad in (Patch("z", 0, 1), Patch("z", 0, None, 2), Patch("resid_in", 1, None, 2)):
@@ -52,6 +54,9 @@ def test_only_one_head_at_one_position_and_a_family_with_a_cache():
         _patcher(tiny_model("charlm"))
     with pytest.raises(PatchingError, match="kept no key/value cache of its corrupted run"):
         CachedPositions(_patcher(p.model, kv_cache=False))
+    p.corrupted_caches[0].layers.pop()                                 # a cache that skipped a layer
+    with pytest.raises(PatchingError, match=f"holds {p.adapter.n_layers - 1} layers; expected {p.adapter.n_layers}"):
+        CachedPositions(p)
     clean, corrupted, io, s = patching_prompts()
     mask = torch.ones_like(clean)
     mask[0, :2] = 0                                                    # the first prompt padded
