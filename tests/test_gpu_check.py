@@ -180,6 +180,17 @@ def test_every_guard_record_is_printed_with_its_figures(tiny):
                    f"{rec['batched_vs_loop']['max_abs_diff']:.3g} 1e-05" in " ".join(r) for r in mine)
         assert sorted(r[1] for r in mine) == sorted(g["guard"] for g in guard_records(rec))   # every one
         assert rec["numerics"]["float32_matmul_precision"] == "highest"      # the guards ran exact
+    # The patching and path-patching rules' records: every guard of each, by its name.
+    later = sorted(tiny["results"].glob("*/patching/*guards.json")) + sorted(tiny["results"].glob("*/circuits/guards.json"))
+    assert any(p.parent.name == "patching" for p in later)        # the check runs the patching rules
+    for p in later:
+        rec = json.loads(p.read_text())
+        source = str(p.relative_to(tiny["results"]).with_suffix(""))
+        mine = [r for r in rows if r[0] == source]
+        assert sorted(r[1] for r in mine) == sorted(g["guard"] for g in guard_records(rec)) != [], (source, mine)
+        first = guard_records(rec)[0]
+        assert any(" ".join(r).startswith(f"{source} {first['guard']} {first['n_cases']} {first['max_abs_diff']:.3g} ")
+                   for r in mine), (source, mine)
     wc = json.loads((tiny["results"] / check.MODEL_KEY / "anatomy" / "weight_check.json").read_text())
     assert f"map by hand (float64) vs the model's 1 {wc['max_abs_delta']:.3g} 0.0001" in text
     assert text.count("key-group cut") == 2       # the model and its ungrouped control
@@ -466,6 +477,7 @@ def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
             in text[text.index(f"## {check.MODEL_KEY} at paper scale"):])   # the section: the run, then the page
     m = checkout / "results" / check.MODEL_KEY
     assert "ablation/guards/topk" in text and "ablation/checks" not in text  # current guard names only
+    assert "/patching/guards | nothing\\_patched |" in text                  # the patching rule's guards too
     scores = pd.read_parquet(m / "scores.parquet")
     top = scores.sort_values(["induction", "layer", "head"], ascending=[False, True, True]).iloc[0]
     assert "| 1 | " in text and f"L{int(top.layer)}H{int(top['head'])} {top.induction:.3f} |" in text
