@@ -109,13 +109,19 @@ def circuits(config: dict) -> list[str]:
         paths.known_circuit_table()]
 
 
+def rule_guard_records(model: str) -> list[str]:
+    """The guard records one model's rules write, each holding its guards by name: each ablation
+    rule's, activation patching's (the head sweep's, the key/value groups', the cached sweep's) and
+    path patching's."""
+    return ([paths.guard_record(model, e) for e in ABLATION_EXPERIMENTS] + [paths.patching_guards(model)]
+            + [paths.patching_guards(model, f"{t}_guards") for t in PATCHING_GROUP_TABLES]
+            + [paths.circuits_guards(model)])
+
+
 def guard_records(config: dict) -> list[str]:
     """Every guard record of the studied models (read through headwatch.tableio.read_record):
-    each ablation rule's, their merge, activation patching's and path patching's."""
-    return [p for m in models(config)
-            for p in [paths.guard_record(m, e) for e in ABLATION_EXPERIMENTS]
-            + [paths.guards(m), paths.patching_guards(m), paths.circuits_guards(m)]
-            + [paths.patching_guards(m, f"{t}_guards") for t in PATCHING_GROUP_TABLES]]
+    each rule's (:func:`rule_guard_records`) and the ablation rules' merge."""
+    return [p for m in models(config) for p in rule_guard_records(m) + [paths.guards(m)]]
 
 
 def anatomy(config: dict) -> list[str]:

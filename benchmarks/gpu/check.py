@@ -542,21 +542,18 @@ def guards(results: Path) -> list[dict]:
     """Every guard's figures: each guard record (by its name) of each ablation rule's record, read
     where the rules write it for rule ``ablation_guards``
     (``results/{model}/ablation/guards/{experiment}.json``, so that a record left over from an older
-    layout is not shown), then those of the patching rules' and the path-patching rule's records
-    (:func:`headwatch.paths.patching_guards`, :func:`headwatch.paths.circuits_guards`) where those
-    rules ran, then each model's anatomy records (:data:`headwatch.targets.MODEL_ANATOMY_FILES`,
+    layout is not shown) and of the patching and path-patching rules' records where those rules ran
+    (:func:`headwatch.targets.rule_guard_records`), then each model's anatomy records (:data:`headwatch.targets.MODEL_ANATOMY_FILES`,
     where :mod:`headwatch.paths` puts them; tables read through :mod:`headwatch.tableio`), found by
     what they hold: the weight check (``max_abs_delta``) and the key-group cuts (a table with
     ``others_max_delta``)."""
     from headwatch import paths
     from headwatch.tableio import guard_records, read_parquet, read_record
-    from headwatch.targets import ABLATION_EXPERIMENTS, MODEL_ANATOMY_FILES, PATCHING_GROUP_TABLES
+    from headwatch.targets import MODEL_ANATOMY_FILES, rule_guard_records
 
     rows = []
     models = sorted(p.name for p in results.iterdir() if p.is_dir())
-    records = [under(results, p) for m in models for p in (
-        [paths.guard_record(m, e) for e in ABLATION_EXPERIMENTS] + [paths.patching_guards(m)]
-        + [paths.patching_guards(m, f"{t}_guards") for t in PATCHING_GROUP_TABLES] + [paths.circuits_guards(m)])]
+    records = [under(results, p) for m in models for p in rule_guard_records(m)]
     for path in (p for p in records if p.exists()):
         rec = read_record(path)
         src = str(path.relative_to(results).with_suffix(""))
