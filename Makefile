@@ -103,9 +103,9 @@ laptop: venv
 	$(TIMED) laptop -- $(SNAKEMAKE) --configfile config/laptop.yaml
 
 # The sweep studies (experts, depth, shared keys/values, experts x top-k, vocabulary) at laptop
-# scale: 48 more models and 5 tokenizers, about 2 hours on 2 CPU cores (estimated from the
-# pilot; config/laptop_more.yaml).
-# Run after `make laptop`: what it made is not redone.
+# scale: 48 more models and 5 tokenizers, 117 min on 2 idle AMD EPYC cores (config/laptop_more.yaml).
+# Run after `make laptop`: what it made is not redone. Ctrl-C stops it; run it again to resume
+# (finished jobs kept, training from its last checkpoint; the timing record sums the attempts).
 laptop-more: venv
 	$(CHECK_YAML) config/laptop.yaml config/laptop_more.yaml
 	$(TIMED) laptop-more -- $(SNAKEMAKE) --configfile config/laptop.yaml config/laptop_more.yaml

@@ -506,6 +506,7 @@ def test_the_results_page_writes_a_study_section_from_its_tables(tmp_path, monke
     figure.write_bytes(b"\x89PNG drawn by the run")
     sw = dict(sweeps=dict(kv_sharing=dict(study=KV, seeds=[0, 1, 2])))
     out = tmp_path / "docs" / "laptop-scale.md"
+    monkeypatch.setitem(laptop_tables.ORIGINAL_STUDIES, "kv_sharing", [])     # first: none on record
     text = "\n\n".join(laptop_tables.study_section(root, out, "kv_sharing", sw))
     assert text.startswith("### `kv_sharing` (kv study)")
     for r in summary.itertuples():
@@ -516,7 +517,7 @@ def test_the_results_page_writes_a_study_section_from_its_tables(tmp_path, monke
         assert f"- {markdown(contrast_sentence(c))}." in text and markdown(beside_text(c)) in text
     assert contrasts["verdict"].tolist() == ["resolved", "not resolved"]
     assert "Read with care: with 3 seeds" in text and "25 % of the time" in text
-    assert "not recorded in this repository" in text
+    assert "left this question unmeasured" in text
     assert (out.parent / "laptop-scale" / "study_kv_sharing.png").read_bytes() == figure.read_bytes()
     assert "(laptop-scale/study_kv_sharing.png)" in text
     # An original finding on record is set beside the contrast it names, with what holds, what does
@@ -528,11 +529,41 @@ def test_the_results_page_writes_a_study_section_from_its_tables(tmp_path, monke
     text = "\n\n".join(laptop_tables.study_section(root, out, "kv_sharing", sw))
     assert "| two key/value heads cost loss |" in text and "| holds |" in text
     assert "| does not hold |" in text and "| this scale cannot tell (not resolved) |" in text
+    # A finding on the KV cache: bytes per token, by arithmetic, the loss contrast beside it.
+    monkeypatch.setitem(laptop_tables.ORIGINAL_STUDIES, "kv_sharing", [
+        dict(finding="sharing shrinks the cache", arm="w256-h4-kv1", reference="w256-h4", claim="arm smaller cache"),
+        dict(finding="sharing grows the cache", arm="w256-h4-kv1", reference="w256-h4", claim="arm worse cache")])
+    with pytest.raises(laptop_tables.PageError, match="not 'arm worse cache'"):
+        laptop_tables.study_section(root, out, "kv_sharing", sw)
+    laptop_tables.ORIGINAL_STUDIES["kv_sharing"].pop()
+    text = "\n\n".join(laptop_tables.study_section(root, out, "kv_sharing", sw))
+    kv1 = contrasts.set_index("arm").loc["w256-h4-kv1"]
+    assert (f"| sharing shrinks the cache | {kv1.arm_kv_cache_bytes_per_token:,} against "
+            f"{kv1.reference_kv_cache_bytes_per_token:,} KV-cache bytes per token (×4 smaller; 1 against 4 "
+            "key/value heads); the loss: ") in text and text.count("| holds |") == 1
     monkeypatch.setitem(laptop_tables.ORIGINAL_STUDIES, "kv_sharing", [
         dict(finding="eight heads", arm="w256-h4-kv8", reference="w256-h4", claim="arm worse")])
-    with pytest.raises(laptop_tables.PageError, match="does not"):
-        laptop_tables.study_section(root, out, "kv_sharing", sw)
+    text = "\n\n".join(laptop_tables.study_section(root, out, "kv_sharing", sw))
+    assert "| eight heads | this run's study has no w256-h4-kv8 − w256-h4 contrast | not compared |" in text
     # A study the run did not finish: refused, the table named.
     (root / paths.study_table("kv_sharing", "contrasts")).unlink()
     with pytest.raises(laptop_tables.PageError, match="kv_sharing_contrasts.parquet"):
         laptop_tables.study_section(root, out, "kv_sharing", sw)
+
+
+def test_an_original_finding_on_speed_is_read_from_the_throughputs_without_an_interval():
+    """benchmarks/laptop_tables.py: a claim on training speed holds or not by the two throughputs
+    (one figure per arm: no interval), whatever the loss contrast says."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import laptop_tables
+
+    c = dict(arm="e8", reference="dense", arm_chars_per_s=2700.0, reference_chars_per_s=1950.0, diff=-0.09,
+             diff_lo=-0.14, diff_hi=-0.06, verdict="not resolved")
+    assert laptop_tables.original_verdict("arm slower", c) == "does not hold"
+    assert laptop_tables.original_verdict("arm faster", c) == "holds"
+    assert laptop_tables.original_verdict("arm slower", dict(c, arm_chars_per_s=1000.0)) == "holds"
+    assert laptop_tables.original_verdict("arm better", c) == "this scale cannot tell (not resolved)"
+    assert laptop_tables.original_here("arm slower", c).startswith(
+        "training throughput 1.38× the reference's (2,700 against 1,950 characters/s; one figure per arm")
