@@ -81,7 +81,7 @@ quick: venv
 
 # The sweep studies (experts, depth at a fixed budget, shared keys/values,
 # experts x top-k, vocabulary: 48 more models and 5 tokenizers, ~35 min on 2 CPU
-# cores) at the quick scale, which
+# cores when quick trained 150 steps a model, 100 now) at the quick scale, which
 # `make quick` leaves out (config/quick.yaml: sweep.studies: false); config/quick_more.yaml turns
 # them on again. Run after (or instead of) `make quick`: what quick made is not redone.
 quick-more: venv

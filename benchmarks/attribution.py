@@ -3,7 +3,7 @@ the false negatives of each estimate against exact patching, for each head's out
 query (q) and key/value group's key (k), plain, with AtP*'s softmax fix, and with AtP*'s
 GradDrop as well, side by side with their costs.
 
-    .venv/bin/python benchmarks/attribution.py --threads 1              # 16 prompts (quick's patching.n)
+    .venv/bin/python benchmarks/attribution.py --threads 1              # 16 prompts
     .venv/bin/python benchmarks/attribution.py --n 64 --top-k 10        # paper scale
     .venv/bin/python benchmarks/attribution.py --n 4 --no-graddrop      # without GradDrop's L passes
 
@@ -47,7 +47,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=str(ROOT / "results/models/smollm2-135m"), help="a prepared model folder")
     ap.add_argument("--config", default=str(ROOT / "config/config.yaml"), help="patching: from this config")
-    ap.add_argument("--n", type=int, default=16, help="prompts (quick 16, paper 64)")
+    ap.add_argument("--n", type=int, default=16, help="prompts (default 16; the paper's 64)")
     ap.add_argument("--top-k", type=int, default=10, help="the exact top k whose misses are counted")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="auto")

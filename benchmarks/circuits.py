@@ -1,5 +1,5 @@
 """Benchmark: the peak memory (and time) of path patching (protocol §5e) against the head sweep
-of activation patching (§5d) on the same prompts, at quick (16 prompts) and paper (64) scale.
+of activation patching (§5d) on the same prompts, at 16 prompts and at paper scale's 64.
 
     .venv/bin/python benchmarks/circuits.py --model results/models/smollm2-135m --threads 1
     .venv/bin/python benchmarks/circuits.py --n 16 --senders 18 --heads 18      # a shorter run
@@ -92,7 +92,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=str(ROOT / "results/models/smollm2-135m"), help="a prepared model folder")
     ap.add_argument("--config", default=str(ROOT / "config/config.yaml"), help="patching: and circuits: from here")
-    ap.add_argument("--n", type=int, nargs="*", default=[16, 64], help="prompts (quick 16, paper 64)")
+    ap.add_argument("--n", type=int, nargs="*", default=[16, 64], help="prompts (default: 16, and the paper's 64)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--heads", type=int, default=None, help="heads the head sweep patches (default every head)")

@@ -1,12 +1,13 @@
 """Benchmark: every head's z patched clean → corrupted on the two-names prompts (protocol §5d),
 TransformerLens's patching loop against headwatch's batched sweep and its one-pass estimate.
 
-    .venv/bin/python benchmarks/patching.py --threads 1                  # the prompts of config/quick.yaml (16)
+    .venv/bin/python benchmarks/patching.py --threads 1                  # the prompts of config/quick.yaml (8)
+    .venv/bin/python benchmarks/patching.py --n 16 --threads 1           # the README's measurements
     .venv/bin/python benchmarks/patching.py --n 64 --threads 1           # paper scale
     .venv/bin/python benchmarks/patching.py --heads 18 --no-repeat       # a short smoke run
 
 The prompts are built by ``headwatch.patching.prompt_set`` from the ``patching`` section of the
-config (``--n`` overrides its ``n``; by default quick's, 16) with the model's tokenizer. Every
+config (``--n`` overrides its ``n``; by default quick's, 8) with the model's tokenizer. Every
 head's ``z`` (its slice of the attention output projection's input, every position) is
 patched from the clean run into the corrupted run, and the score (patched − corrupted) /
 (clean − corrupted) of the mean logit difference IO − S at the last position computed

@@ -72,7 +72,7 @@ def test_a_scale_sets_its_training_settings_once_and_every_sweep_inherits_them()
     quick = overlaid(paper, scale("quick"))["sweep"]
     for name in quick["sweeps"]:
         assert list(train_of(quick, name).items()) == [
-            ("steps", 150), ("batch", 8), ("warmup", 15), ("eval_every", 50), ("eval_batches", 12),
+            ("steps", 100), ("batch", 8), ("warmup", 10), ("eval_every", 50), ("eval_batches", 12),
             ("checkpoint_every", 50), ("lr", 1e-3), ("min_lr", 1e-4), ("weight_decay", 0.1),
             ("betas", [0.9, 0.99]), ("grad_clip", 1.0)], name
     assert studies(quick) == [] and "added" in {r["sweep"] for r in train_jobs(quick)}
