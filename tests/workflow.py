@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from headwatch import warmstart
 from headwatch.workflow import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,10 +74,22 @@ def write_config(workdir: Path, config: dict, name: str = "tiny.yaml") -> Path:
     return path
 
 
+#: This test process's warm-start server (headwatch/warmstart.py), started by the first run that needs it.
+WARM = warmstart.Server(ROOT)
+
+
+def job_env() -> dict:
+    """The environment of the tests' Snakemake runs: offline, and each job started warm (forked from
+    a process that has imported torch and transformers: most of a tiny job's cost is those imports)
+    unless ``HEADWATCH_TEST_COLD=1``, where every job starts a fresh Python, as a user's run does."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
+    return env if os.environ.get("HEADWATCH_TEST_COLD") == "1" else WARM.env(env)
+
+
 def snakemake(workdir: Path, *args: str, timeout: int = 900, timed: str | None = None) -> subprocess.CompletedProcess:
     """Snakemake in ``workdir``; ``timed``: through the Makefile's timer under that record name
     (``python -m headwatch.run_record timed laptop -- ...``, as `make laptop`)."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
+    env = job_env()
     # --resources takes a list: it goes last so that it cannot swallow targets in ``args``.
     cmd = [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--resources", "gpu=1"]
     if timed:
