@@ -19,5 +19,6 @@ The modules, in the order data flows through them:
     charlm     the sweep's character-level model (ModelSpec, CharLM), corpus, tokenizers
     sweep      the sweep: plan, training, the heads it grows, summary, studies, course
     figures    one figure style and the plots
+    warmstart  the tests' Snakemake jobs forked from a process that has imported torch once
 """
 __version__ = "0.1.0"

@@ -26,7 +26,9 @@ print("to stderr", file=sys.stderr)
 
 @pytest.fixture(scope="module")
 def server():
-    return warmstart.Server(ROOT)
+    from workflow import WARM       # the server this test process's Snakemake runs use
+
+    return WARM
 
 
 def script(folder: Path, body: str, name: str = "tmpab12.job.py") -> Path:
