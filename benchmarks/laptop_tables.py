@@ -17,8 +17,10 @@ is there too (`make laptop-more` after `make laptop`), its time and a section pe
 the table, each contrast with its interval and verdict, and the original study's finding beside it
 where the repository records one (``ORIGINAL_STUDIES``). The
 section on `make laptop-long` (``results/timing/laptop-long.json``, ``results/sweep/course/heads_long/``)
-is written from its own timed record, beside the original run's numbers point by point, or says
-that the run has not been made; the page is written either way. A run's configuration is read from
+is written from its own timed record, beside the original run's numbers point by point; where
+``--root`` has no laptop-long run, the section the page at ``--out`` has from its own run is kept
+word for word (its commit and record at its head), else it says that the run has not been made;
+the page is written either way. A run's configuration is read from
 the config files its timed command names (the two runs share ``results/``, so
 ``results/run_config.yaml`` holds only the last one's).
 
@@ -65,6 +67,7 @@ from headwatch.tableio import read_note, read_parquet  # noqa: E402
 
 COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
 LONG_COMMAND = "make laptop-long && .venv/bin/python benchmarks/laptop_tables.py --only laptop-long"
+NOT_MADE = "Not made in this checkout"
 LONG_HEAD = "## Longer: `make laptop-long` (1, 4 and 32 heads, 4× the characters)"
 RECORD, MORE_RECORD, LONG_RECORD = "laptop", "laptop-more", "laptop-long"
 FIGURES = ("training_curves", "contrast", "loss_vs_heads", "loss_vs_width", "heads_formation", "heads_finals",
@@ -426,11 +429,30 @@ def long_findings(root: Path, sweep: str, reference: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def section_span(lines: list[str], head: str) -> tuple[int, int] | None:
+    """Where the page's section under the level-2 heading ``head`` lies in ``lines``: (its heading's
+    index, the next level-2 heading's or the end), or None when the page has no such section."""
+    heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    start = next((i for i in heads if lines[i] == head), None)
+    if start is None:
+        return None
+    return start, next((i for i in heads if i > start), len(lines))
+
+
 def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
-    """The page's section on `make laptop-long`, or a paragraph saying it has not been made."""
+    """The page's section on `make laptop-long`. Without a laptop-long run under ``root``: the section
+    the page at ``figures_out`` already has, as its own run wrote it (under its own commit and timed
+    record, its figures already beside it), when it has one written from a run; else a paragraph
+    saying it has not been made. So the whole page, written again after `make laptop` and `make
+    laptop-more` in a fresh clone, keeps what an earlier `--only laptop-long` published."""
     record = root / paths.timed_run(LONG_RECORD)
     if not record.exists():
-        return [LONG_HEAD, "", f"Not made in this checkout: no `{paths.timed_run(LONG_RECORD)}`. `{LONG_COMMAND}` runs it "
+        lines = figures_out.read_text().split("\n") if figures_out.exists() else []
+        span = section_span(lines, LONG_HEAD)
+        kept = lines[span[0]:span[1]] if span else []
+        if kept and not any(line.startswith(NOT_MADE) for line in kept):
+            return ["\n".join(kept).strip("\n")]
+        return [LONG_HEAD, "", f"{NOT_MADE}: no `{paths.timed_run(LONG_RECORD)}`. `{LONG_COMMAND}` runs it "
                 "(protocol §7, laptop-long) and writes this section."]
     attempts = timing(root, LONG_RECORD, commit)
     cfg = run_config(root, attempts)
@@ -534,12 +556,12 @@ def with_long_section(root: Path, out: Path) -> str:
         raise PageError(f"no {root / paths.timed_run(LONG_RECORD)}: `make laptop-long` has not been run here")
     section = "\n\n".join(long_section(root, commit, out))
     lines = out.read_text().split("\n")
-    heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
-    start = next((i for i in heads if lines[i] == LONG_HEAD), None)
-    if start is None:
+    span = section_span(lines, LONG_HEAD)
+    if span is None:
+        heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
         end = start = next((i for i in heads if lines[i].startswith("## The studies at laptop scale")), len(lines))
     else:
-        end = next((i for i in heads if i > start), len(lines))
+        start, end = span
     text = "\n".join(lines[:start]).rstrip("\n") + "\n\n" + section + "\n\n" + "\n".join(lines[end:])
     return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
 

@@ -177,6 +177,15 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     assert "## The course of `heads_split`" in text and verdicts["arm"].tolist() == ["w16-h2"]
     assert f"| {markdown('w16-h2 − w16-h1')} |" in text and verdicts["verdict"].iloc[0] in text
     assert "Not made in this checkout" in text          # make laptop-long: not run (yet) here
+    # The page already holds a laptop-long section written from its own run (an earlier --only
+    # laptop-long): the whole page written again where only make laptop ran keeps it, word for word.
+    kept = laptop_tables.LONG_HEAD + "\n\nwritten from its run\n\n### its course\n\nkept too"
+    out.write_text("# Laptop-scale results\n\n" + kept + "\n\n## The studies at laptop scale\n\nold\n")
+    again = laptop_tables.page(workdir, out)
+    assert kept in again and "Not made in this checkout" not in again and again.count(laptop_tables.LONG_HEAD) == 1
+    assert again.split(laptop_tables.LONG_HEAD)[0] == text.split(laptop_tables.LONG_HEAD)[0]
+    out.write_text(text)                                 # its own "not made" paragraph: written again
+    assert laptop_tables.page(workdir, out) == text
     for stem in laptop_tables.FIGURES:
         assert (tmp_path / "laptop-scale" / f"{stem}.png").stat().st_size > 0
         assert f"(laptop-scale/{stem}.png)" in text
