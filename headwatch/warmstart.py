@@ -193,6 +193,7 @@ def serve(socket_path: str, root: str) -> None:
     Prints ``ready`` once the forkserver has imported :func:`preload_modules` and run a probe job;
     stops when its stdin closes (the process that started it has gone)."""
     import multiprocessing
+    import multiprocessing.connection
     import threading
 
     ready = os.dup(1)            # the line "ready" goes there; the forkserver and the jobs it forks
@@ -204,7 +205,14 @@ def serve(socket_path: str, root: str) -> None:
     probe.join()
     if probe.exitcode != 0:
         raise SystemExit(f"headwatch.warmstart: the probe job failed (exit {probe.exitcode})")
-    starting = threading.Lock()
+    # Every start and every poll of a job under one lock: Process.start() polls every other child
+    # (multiprocessing's _cleanup), and two threads that read one child's status pipe at once race
+    # (the loser reads EOF, and multiprocessing records 255 for a job that exited 0).
+    polling = threading.Lock()
+
+    def exitcode(job) -> int | None:
+        with polling:
+            return job.exitcode
 
     def one(conn: socket.socket) -> None:
         with conn:
@@ -216,14 +224,14 @@ def serve(socket_path: str, root: str) -> None:
                     os.close(fd)
                 return
             job = ctx.Process(target=run_job, args=(json.loads(body), tuple(map(_PassedFd, fds))))
-            with starting:
+            with polling:
                 job.start()
             for fd in fds:
                 os.close(fd)
-            threading.Thread(target=_pass_signals, args=(conn, job), daemon=True).start()
-            job.join()
+            threading.Thread(target=_pass_signals, args=(conn, job, exitcode), daemon=True).start()
+            multiprocessing.connection.wait([job.sentinel])      # ended: its status is readable
             try:
-                conn.sendall(_STATUS.pack(job.exitcode))
+                conn.sendall(_STATUS.pack(exitcode(job)))
             except OSError:
                 pass
 
@@ -248,14 +256,15 @@ def _probe() -> None:
     torch.ones(256, 256) @ torch.ones(256, 256)
 
 
-def _pass_signals(conn: socket.socket, job) -> None:
-    """Each byte the client sends is a signal for the job; the client gone (EOF) is a SIGTERM."""
+def _pass_signals(conn: socket.socket, job, exitcode) -> None:
+    """Each byte the client sends is a signal for the job; the client gone (EOF) is a SIGTERM.
+    ``exitcode(job)``: the job's exit code, read under the server's lock (:func:`serve`)."""
     while True:
         try:
             data = conn.recv(16)
         except OSError:
             data = b""
-        if job.exitcode is not None:
+        if exitcode(job) is not None:
             return
         for signum in data or bytes([signal.SIGTERM]):
             try:

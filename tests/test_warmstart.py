@@ -121,3 +121,18 @@ def test_any_other_python_is_left_alone(server, tmp_path):
     result = subprocess.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"],
                             env=server.env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "False"
+
+
+def test_jobs_that_start_while_others_end_keep_their_exit_codes(server, tmp_path):
+    """Many short jobs at once, each starting while others end: every client exits with its own
+    job's code. (multiprocessing's Process.start() polls every other child; two threads reading one
+    child's status pipe race, and the loser records 255 for a job that exited 0.)"""
+    env = server.env(dict(os.environ))
+    codes = [i % 3 for i in range(48)]
+    clients = [subprocess.Popen([sys.executable, f".snakemake/scripts/tmp{i:02d}.job.py"],
+                                cwd=script(tmp_path, f"import sys, time\ntime.sleep({i % 4} / 200)\nsys.exit({c})\n",
+                                           name=f"tmp{i:02d}.job.py").parents[2],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+               for i, c in enumerate(codes)]
+    got = [c.wait(timeout=120) for c in clients]
+    assert got == codes, [(i, g, c.stderr.read()) for i, (g, c) in enumerate(zip(got, clients)) if g != codes[i]]
