@@ -17,7 +17,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= $(shell nproc)
 # The gpu resource counts GPUs: the workflow splits each into sweep.jobs_per_gpu shares,
-# a training job taking one and every other model job a whole GPU (headwatch/gpu_shares.py).
+# a training job taking one and every other model job a whole GPU (headwatch/workflow/gpu_shares.py).
 # With no GPU (nvidia-smi finds none) it would only serialise CPU jobs, so allow one per
 # core instead (the cores then bound every job, shared or not).
 GPUS ?= $(shell n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo $(CORES))
@@ -94,10 +94,10 @@ quick-more: venv
 # its intervals and the figures. Not the studied models' half (SmolLM2's sequences, scores, cuts,
 # anatomy, explorer: `make quick` or `make run`). Steps, batch and evaluation were chosen by
 # measurement to finish within 60 minutes on 2 idle CPU cores after `make venv`.
-# Timed: `python -m headwatch.run_record timed NAME -- ...` writes results/timing/NAME.json (wall
+# Timed: `python -m headwatch.workflow.run_record timed NAME -- ...` writes results/timing/NAME.json (wall
 # and CPU time, CPU model and cores, load before and after, commit), which
 # benchmarks/laptop_tables.py reads to write docs/results/laptop-scale.md.
-TIMED = $(BIN)/python -m headwatch.run_record timed
+TIMED = $(BIN)/python -m headwatch.workflow.run_record timed
 laptop: venv
 	$(CHECK_YAML) config/laptop.yaml
 	$(TIMED) laptop -- $(SNAKEMAKE) --configfile config/laptop.yaml

@@ -7,7 +7,7 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 # A YAML error in config/config.yaml is named with its line and column here (Snakemake's
-# own message names neither; a --configfile is read before this file runs: README, Troubleshooting).
+# own message names neither; a --configfile is read before this file runs: docs/troubleshooting.md).
 from headwatch.config import check_keys, check_yaml
 
 check_yaml("config/config.yaml")

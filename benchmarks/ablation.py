@@ -53,12 +53,12 @@ from snakemake.utils import validate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from headwatch.ablation import prob_of  # noqa: E402
+from headwatch.ablation.experiments import prob_of  # noqa: E402
 from headwatch.settings.ablation import AblationSettings  # noqa: E402
-from headwatch.cut import BatchedCuts, cut_heads  # noqa: E402
+from headwatch.ablation.cut import BatchedCuts, cut_heads  # noqa: E402
 from headwatch.guards import batched_vs_loop  # noqa: E402
-from headwatch.models import load_prepared  # noqa: E402
-from headwatch.sequences import phrases_table  # noqa: E402
+from headwatch.model.load import load_prepared  # noqa: E402
+from headwatch.scores.sequences import phrases_table  # noqa: E402
 
 
 def peak_rss_gb() -> float:

@@ -7,15 +7,15 @@ GradDrop as well, side by side with their costs.
     .venv/bin/python benchmarks/attribution.py --n 64 --top-k 10        # paper scale
     .venv/bin/python benchmarks/attribution.py --n 4 --no-graddrop      # without GradDrop's L passes
 
-The prompts are ``headwatch.patching.prompt_set``'s (the ``patching`` section of the config,
+The prompts are ``headwatch.patching.prompts.prompt_set``'s (the ``patching`` section of the config,
 ``n`` from ``--n``). Exact: every unit patched clean → corrupted by
-``headwatch.attribution.site_patcher`` (the Patcher with q and k), batched. Estimates:
-``headwatch.patching.attribution_patching`` (z) and ``headwatch.attribution.qk_estimates``
+``headwatch.patching.attribution.site_patcher`` (the Patcher with q and k), batched. Estimates:
+``headwatch.patching.attribution.attribution_patching`` (z) and ``headwatch.patching.attribution.qk_estimates``
 (q and k: plain, and AtP* with the attention softmax recomputed with the patched query or key);
-by default also ``headwatch.attribution.graddrop_estimates`` (AtP* + GradDrop at z, q and k:
+by default also ``headwatch.patching.attribution.graddrop_estimates`` (AtP* + GradDrop at z, q and k:
 one forward and backward pass per layer and batch, that layer's gradient stopped; ``--no-graddrop``
 leaves them out). A false negative is a unit in the exact top k by |patched − corrupted| that the
-estimate ranks below k (``headwatch.attribution.false_negatives``). Printed: one row per site and
+estimate ranks below k (``headwatch.patching.attribution.false_negatives``). Printed: one row per site and
 method — false negatives and which units, seconds, forward and backward passes — and the
 estimates' Pearson correlation with the exact effects: signed (``pearson``; none for GradDrop,
 a magnitude) and of the magnitudes (``pearson_abs``: |exact| with |estimate|).
@@ -36,10 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from headwatch.attribution import GRADDROP, blind_spots  # noqa: E402
-from headwatch.device import exact_numerics  # noqa: E402
-from headwatch.models import load_prepared  # noqa: E402
-from headwatch.patching import prompt_set, prompt_tensors  # noqa: E402
+from headwatch.patching.attribution import GRADDROP, blind_spots  # noqa: E402
+from headwatch.model.device import exact_numerics  # noqa: E402
+from headwatch.model.load import load_prepared  # noqa: E402
+from headwatch.patching.prompts import prompt_set  # noqa: E402
+from headwatch.patching.patcher import prompt_tensors  # noqa: E402
 from headwatch.settings.patching import PatchingSettings  # noqa: E402
 
 

@@ -5,7 +5,7 @@ of activation patching (§5d) on the same prompts, at 16 prompts and at paper sc
     .venv/bin/python benchmarks/circuits.py --n 16 --senders 18 --heads 18      # a shorter run
 
 Each measurement runs in a process of its own (the RSS high-water mark only rises), on the
-two-names prompts of ``headwatch.patching.prompt_set`` (the ``patching`` section of the config,
+two-names prompts of ``headwatch.patching.prompts.prompt_set`` (the ``patching`` section of the config,
 ``n`` from ``--n``):
 
 (i)  the head sweep: ``Patcher`` (both runs captured) and every head's ``z`` patched, batched
@@ -39,9 +39,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ablation import peak_rss_gb, pick_heads  # noqa: E402
-from headwatch.circuits import PATH_SITES, PathPatcher, edges_into  # noqa: E402
-from headwatch.models import load_prepared  # noqa: E402
-from headwatch.patching import Patch, Patcher, prompt_set, prompt_tensors  # noqa: E402
+from headwatch.circuits.path_patching import PATH_SITES, PathPatcher, edges_into  # noqa: E402
+from headwatch.model.load import load_prepared  # noqa: E402
+from headwatch.patching.patcher import Patch, Patcher, prompt_tensors  # noqa: E402
+from headwatch.patching.prompts import prompt_set  # noqa: E402
 from headwatch.settings.circuits import CircuitsSettings  # noqa: E402
 from headwatch.settings.patching import PatchingSettings  # noqa: E402
 
@@ -81,7 +82,7 @@ def default_receivers(args) -> list[str]:
     if args.heads_table:
         import pandas as pd
 
-        from headwatch.circuits import receivers_of
+        from headwatch.circuits.path_patching import receivers_of
         k = CircuitsSettings.from_config(yaml.safe_load(open(args.config))["circuits"])
         return [f"{l},{h}" for l, h in receivers_of(pd.read_parquet(args.heads_table), k)]
     layers = json.loads((Path(args.model) / "config.json").read_text())["num_hidden_layers"]

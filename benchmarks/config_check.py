@@ -51,7 +51,7 @@ print(json.dumps(dict(seconds=time.perf_counter() - t0,
 
 def tiny_tree(folder: Path) -> tuple[Path, list[str]]:
     """A tiny model and the whole DAG run on it, in ``folder``."""
-    from headwatch.models import load_tokenizer
+    from headwatch.model.load import load_tokenizer
     from tiny import tiny_model
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())

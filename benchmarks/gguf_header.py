@@ -1,5 +1,5 @@
 """Benchmark: reading the default model's GGUF header (what the pre-job checks need from a GGUF
-model that is not prepared yet) by hand (headwatch.sources.gguf_header) and with the gguf
+model that is not prepared yet) by hand (headwatch.model.sources.gguf_header) and with the gguf
 package's GGUFReader, best of ``--repeat`` reads each, in one process.
 
     .venv/bin/python benchmarks/gguf_header.py
@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from headwatch.arch import GGUF_KEYS, GGUF_TOKENS  # noqa: E402
-from headwatch.sources import gguf_header, gguf_path  # noqa: E402
+from headwatch.model.arch import GGUF_KEYS, GGUF_TOKENS  # noqa: E402
+from headwatch.model.sources import gguf_header, gguf_path  # noqa: E402
 
 
 def best(fn, repeat: int) -> float:

@@ -44,7 +44,7 @@ def measure(ids, meta, model_cfg: dict, train_cfg, heads: dict, repeats: int = 5
     (:class:`headwatch.settings.sweep.TrainSettings`)."""
     import statistics
 
-    from headwatch.arch import Adapter
+    from headwatch.model.arch import Adapter
     from headwatch.sweep.heads import in_context_score, make_probe, probe_scores, records
     from headwatch.sweep.train import train
 

@@ -174,7 +174,7 @@ def main(argv=None):
         print(json.dumps(one_job(args)))
         return
     args.corpus = corpus_dir(args.corpus)
-    from headwatch.run_record import machine
+    from headwatch.workflow.run_record import machine
 
     mach = machine()
     print(f"{mach['cpu_model']}, {mach['usable_cores']} cores; batch {args.batch}, context {args.context}; "

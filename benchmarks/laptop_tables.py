@@ -29,7 +29,7 @@ run: the section (its own commit, command and timed record at its head) replaces
 has, and the rest of the page stays as its own run wrote it, under its own commit.
 
 Refused (nothing written): a checkout whose result inputs differ from its commit
-(:func:`headwatch.provenance.require_clean_tree`), a run made from such a tree or at a commit whose
+(:func:`headwatch.workflow.provenance.require_clean_tree`), a run made from such a tree or at a commit whose
 result inputs differ from this one's, a run that failed.
 """
 from __future__ import annotations
@@ -50,15 +50,14 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "gpu"))
 from paper_tables import fmt, md_table  # noqa: E402  (the paper page's own Markdown helpers)
 
-from headwatch import paths, run_record, targets  # noqa: E402
+from headwatch import paths  # noqa: E402
+from headwatch.workflow import run_record, targets  # noqa: E402
 from headwatch.markup import markdown  # noqa: E402
-from headwatch.provenance import (DirtyTreeError, RunRecordError, page_header,  # noqa: E402
-                                  require_clean_tree, run_attempts)
-from headwatch.settings.sweep import (BootstrapSettings, StudySettings, TrainSettings,  # noqa: E402
-                                      course_sweeps, train_of)
+from headwatch.workflow.provenance import (DirtyTreeError, RunRecordError, page_header, require_clean_tree,  # noqa: E402
+                                           run_attempts)
+from headwatch.settings.sweep import BootstrapSettings, StudySettings, TrainSettings, course_sweeps, train_of  # noqa: E402
 from headwatch.sweep import plan  # noqa: E402
-from headwatch.sweep.contrasts import (BESIDE, MIN_SEEDS, beside_text, contrast_sentence,  # noqa: E402
-                                       range_caveat)
+from headwatch.sweep.contrasts import BESIDE, MIN_SEEDS, beside_text, contrast_sentence, range_caveat  # noqa: E402
 from headwatch.sweep.contrasts import metric as contrast_metric  # noqa: E402
 from headwatch.sweep.course import markdown_section as course_section  # noqa: E402
 from headwatch.sweep.heads import markdown_section as heads_section  # noqa: E402
@@ -86,7 +85,7 @@ class PageError(RuntimeError):
 
 
 def timing(root: Path, name: str, commit: str) -> list[dict]:
-    """The timed run's attempts (:func:`headwatch.provenance.run_attempts`); refused if the last failed
+    """The timed run's attempts (:func:`headwatch.workflow.provenance.run_attempts`); refused if the last failed
     or any was made from a tree with changes or at a commit whose result inputs are not this commit's."""
     return run_attempts(root, root / paths.timed_run(name), commit)
 

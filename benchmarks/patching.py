@@ -6,7 +6,7 @@ TransformerLens's patching loop against headwatch's batched sweep and its one-pa
     .venv/bin/python benchmarks/patching.py --n 64 --threads 1           # paper scale
     .venv/bin/python benchmarks/patching.py --heads 18 --no-repeat       # a short smoke run
 
-The prompts are built by ``headwatch.patching.prompt_set`` from the ``patching`` section of the
+The prompts are built by ``headwatch.patching.prompts.prompt_set`` from the ``patching`` section of the
 config (``--n`` overrides its ``n``; by default quick's, 8) with the model's tokenizer. Every
 head's ``z`` (its slice of the attention output projection's input, every position) is
 patched from the clean run into the corrupted run, and the score (patched − corrupted) /
@@ -18,10 +18,10 @@ patched from the clean run into the corrupted run, and the score (patched − co
       ``transformer_lens.patching.get_act_patch_attn_head_out_all_pos`` — one forward pass of
       every corrupted prompt per head, through ``blocks.{layer}.attn.hook_z``
       (``--heads``: the same patch setter over a subset, by ``generic_activation_patch``);
-(ii)  with ``headwatch.patching.Patcher``: both runs captured once, then many (head, prompt)
+(ii)  with ``headwatch.patching.patcher.Patcher``: both runs captured once, then many (head, prompt)
       rows per forward pass, the blocks below each chunk's first patched layer not run, the
       logits at the last position only (the rule's path);
-(iii) the attribution-patching estimate (``headwatch.patching.attribution_patching``): one
+(iii) the attribution-patching estimate (``headwatch.patching.attribution.attribution_patching``): one
       forward pass over the clean prompts, one forward and one backward over the corrupted.
 
 Before timing, the bridge's logits must equal the model's on the clean and corrupted prompts
@@ -51,14 +51,14 @@ each head's ``z`` patched at one position at a time, every position:
       what ``get_act_patch_attn_head_out_by_pos`` runs for every head, one forward pass each;
 (b)   headwatch's one patch per forward pass (:meth:`Patcher.loop`: every block, every position,
       the full logits; the same arithmetic as (a));
-(c)   headwatch's cached sweep (:class:`headwatch.patching_cache.CachedPositions`): positions p..
+(c)   headwatch's cached sweep (:class:`headwatch.patching.positions.CachedPositions`): positions p..
       of the layers from the head's up, the corrupted run's keys and values before p from the
       cache its Patcher's corrupted run filled, the vocabulary projection of many rows at once.
 
 Order: (c), (a), (b), (c) again (the mean of the two is reported; ``--no-repeat``: once), so
 that load from other processes falls on both sides alike. Printed: each path's wall and CPU
 time, the multiply-adds of (b) and (c)
-(:func:`headwatch.patching_cache.multiply_adds`) and their ratio, the measured (b)/(c) against
+(:func:`headwatch.patching.positions.multiply_adds`) and their ratio, the measured (b)/(c) against
 0.8 × that ratio, and (a)/(c) against 3×; the three must agree within ``--tolerance``.
 
 TransformerLens is an optional benchmark dependency, never a runtime one:
@@ -83,10 +83,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ablation import compare_bridge_logits, peak_rss_gb, pick_heads, timed, transformer_lens_bridge  # noqa: E402
-from headwatch.models import load_prepared  # noqa: E402
-from headwatch.patching import (Patch, Patcher, attribution_patching, correlations, logit_diff,  # noqa: E402
-                                position_patches, prompt_set, prompt_tensors)
-from headwatch.patching_cache import CachedPositions, multiply_adds as position_multiply_adds  # noqa: E402
+from headwatch.model.load import load_prepared  # noqa: E402
+from headwatch.patching.patcher import Patch, Patcher, logit_diff, position_patches, prompt_tensors  # noqa: E402
+from headwatch.patching.attribution import attribution_patching  # noqa: E402
+from headwatch.patching.heads import correlations  # noqa: E402
+from headwatch.patching.prompts import prompt_set  # noqa: E402
+from headwatch.patching.positions import CachedPositions, multiply_adds as position_multiply_adds  # noqa: E402
 from headwatch.settings.patching import PatchingSettings  # noqa: E402
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from headwatch.models import load_prepared, prepare_model
-from headwatch.scores import head_scores
-from headwatch.sequences import ids_tensor, make_set, set_params
+from headwatch.model.load import load_prepared, prepare_model
+from headwatch.scores.heads import head_scores
+from headwatch.scores.sequences import ids_tensor, make_set, set_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -279,7 +279,7 @@ def profile(args, variant: str, steps: int = 3) -> list[str]:
 def laptop_run() -> tuple[CorpusSettings, dict, TrainSettings, list[int]]:
     """The laptop run's w256-h4 (config/laptop.yaml over config/config.yaml): its corpus settings,
     model settings, training settings and seeds, read as the workflow reads them."""
-    from headwatch.run_record import config_of
+    from headwatch.workflow.run_record import config_of
     from headwatch.settings.sweep import model_of, train_of
     from headwatch.sweep.plan import entry_of
 
@@ -390,7 +390,7 @@ def compare_precisions(args) -> None:
               f"train {train_}  ({sum(r['seconds'] for r in runs):.0f} s of runs)")
     if args.json:        # every run's final losses and validation curve
         Path(args.json).write_text(json.dumps(done, indent=1))
-    from headwatch.run_record import config_of
+    from headwatch.workflow.run_record import config_of
 
     print("\n".join(precision_verdict(finals, precisions[0], config_of(ROOT, "config/laptop.yaml")["sweep"]
                                       ["summary"]["bootstrap"])))

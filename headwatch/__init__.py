@@ -1,24 +1,63 @@
 """headwatch: open up the attention heads of a causal language model.
 
-A head is addressed as ``(layer, head)``, 0-based, layer first, everywhere.
-The modules, in the order data flows through them:
+Measure what every head does, cut heads against a random control that could annul the claim,
+patch activations and paths between heads on prompt pairs of your own — from a notebook with
+the functions below, or for a whole model with the Snakemake workflow (README.md), which calls
+the same functions::
 
-    settings   each stage's settings, typed (no torch): ablation, patching, sweep, anatomy
-    sources    where a studied model comes from and what its files say, read without loading it
-    config     the checks that run before any job
-    models     prepare a studied model once; load a prepared folder, a hub id or a module
-               (load_prepared, load_model); dtype/NaN guards
-    arch       one adapter per family: the only code that knows module names
-    sequences  the seeded token sets, prose and phrases
-    attention  attention maps and next-token predictions for phrases
-    scores     sink / prev / self / induction, reduced inside the forward pass
-    interventions  every edit and capture of a forward pass, at named sites (the one hook module)
-    cut        cutting heads (zero or mean) through interventions — see ablation
-    anatomy    configs, parameters by block, rotary, KV cache, weight checks
-    params     parameters by block, counted from a model's modules (the one count)
-    charlm     the sweep's character-level model (ModelSpec, CharLM), corpus, tokenizers
-    sweep      the sweep: plan, training, the heads it grows, summary, studies, course
-    figures    one figure style and the plots
-    warmstart  the tests' Snakemake jobs forked from a process that has imported torch once
+    import headwatch as hw
+
+    m = hw.load_model()                          # the bundled SmolLM2-135M (or a folder, a hub id)
+    scores = hw.head_scores(m)                   # sink, prev, self, induction for every head
+    cuts = hw.cut_heads(m, scores)               # top induction heads cut, beside random heads
+    prompts = hw.prompt_pairs(m, pairs)          # your clean/corrupted pairs (a DataFrame or a file)
+    heads = hw.patch_heads(m, prompts)           # every head patched clean -> corrupted
+    paths = hw.path_patching(m, prompts, heads)  # head -> head paths into the top heads
+    hw.guards_of(heads)                          # the guards the numbers passed
+
+Every function returns a pandas DataFrame with the columns of the workflow's table of the same
+name (docs/api.md); notes, guard records and companion tables ride on its ``attrs``.
+
+A head is addressed as ``(layer, head)``, 0-based, layer first, everywhere.
+
+The library, by stage (each package mirrors a file of ``rules/``; docs/architecture.md maps it):
+
+    model       load a model; one adapter per family (the only code that knows module names);
+                every edit and capture of a forward pass; recomputed attention; parameters
+    scores      the seeded token sets, attention maps, the four head scores (§2–§4)
+    ablation    cutting heads, the experiments of §5, their guards
+    patching    activation patching: prompts and pairs, the patcher, every position, key/value
+                groups, attribution patching (AtP, AtP*), the guards of §5d–§5e
+    circuits    path patching between heads (§5e), the circuit known before looking (§5f)
+    anatomy     configs, parameters by block, rotary, KV cache, weights by hand (§6)
+    charlm      the sweep's character-level model, its corpus and tokenizers (§7)
+    sweep       the training sweep: plan, training, the heads it grows, summaries, studies, course
+    figures     one figure style and the plots; explorer: the offline page per model
+    settings    each stage's settings, typed (torch-free); config: the checks before any job
+    workflow    what the rules ask: targets, the run a report describes, provenance, GPU shares
+
+and, at the top, the pieces every stage shares: ``api`` (the functions above), ``guards`` (the one
+comparison and record every guard writes), ``tableio`` (guarded Parquet and JSON), ``paths`` (every
+file the workflow writes), ``names`` (names shared with the rules, torch-free), ``markup`` (text
+from a config as data on every page), ``jobs`` (a rule script's log and resources).
+
+Importing headwatch loads nothing heavy: the functions are read from :mod:`headwatch.api` on first
+use (the Snakefile imports this package on every parse).
 """
 __version__ = "0.1.0"
+
+__all__ = ["load_config", "load_model", "token_set", "attention_maps", "head_scores", "cut_heads", "cut_circuit",
+           "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups", "attribution",
+           "path_patching", "guards_of", "top_heads"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'headwatch' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -4,7 +4,7 @@ A phrase, a model key, an expected token, a file name reaches pages of five kind
 writer passes such text through the function of its format, and nothing else:
 
 * :func:`rst` — reStructuredText, the report's captions (``report/*.rst``, Jinja templates that
-  Snakemake renders). Templates cannot call Python, so :mod:`headwatch.run_record` hands them
+  Snakemake renders). Templates cannot call Python, so :mod:`headwatch.workflow.run_record` hands them
   the config with every string value already escaped (``snakemake.config.report_run.rst``,
   :func:`escaped`); mapping keys and wildcards, which the schema holds to safe names
   (:data:`headwatch.names.SAFE_NAME`), are shown as inline literals (````name````), where

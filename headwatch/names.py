@@ -5,12 +5,21 @@ pandas (Snakemake reads them on every parse of the Snakefile)."""
 SCORES = ("sink", "prev", "self", "induction")
 
 
+def top_rows(table, column: str, n: int):
+    """The n rows of a table with ``layer, head`` columns (a scores table, the patching heads
+    table) ranked highest by ``column``, ties broken by lower layer, then lower head: the one
+    ranking of heads (here, not in :mod:`headwatch.scores.heads`, so that the figure jobs need not
+    import torch)."""
+    return table.sort_values([column, "layer", "head"], ascending=[False, True, True], kind="mergesort").head(n)
+
+
 def top_heads(table, column: str, n: int) -> list[tuple[int, int]]:
-    """The n heads of a table with ``layer, head`` columns (a scores table, the patching heads
-    table) ranked highest by ``column``, ties broken by lower layer, then lower head, as plain
-    ``(layer, head)`` ints; here, not in :mod:`headwatch.scores`, so that the figure jobs need not
-    import torch."""
-    top = table.sort_values([column, "layer", "head"], ascending=[False, True, True]).head(n)
+    """The heads of :func:`top_rows` as plain ``(layer, head)`` ints.
+
+    >>> hw.top_heads(scores, "induction", 3)        # SmolLM2-135M at the protocol's sizes
+    [(18, 6), (17, 3), (17, 4)]
+    """
+    top = top_rows(table, column, n)
     return [(int(l), int(h)) for l, h in zip(top["layer"], top["head"])]
 
 

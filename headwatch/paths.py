@@ -2,7 +2,7 @@
 
 The rules call these with wildcard placeholders (``scores("{model}")`` is the
 pattern ``results/{model}/scores.parquet``) and the targets with real values
-(``scores("smollm2-135m")``); nothing else spells a path. The README's Outputs
+(``scores("smollm2-135m")``); nothing else spells a path. docs/outputs.md's Outputs
 table lists what each file holds.
 """
 from __future__ import annotations
@@ -209,7 +209,7 @@ def run_config() -> str:
 
 def timed_run(name: str) -> str:
     """The record of one timed make target (``make laptop``: ``laptop``): wall and CPU time, machine,
-    load, commit (:func:`headwatch.run_record.timed`)."""
+    load, commit (:func:`headwatch.workflow.run_record.timed`)."""
     return _join(RESULTS, "timing", f"{name}.json")
 
 
@@ -240,7 +240,7 @@ def sweep_figure(name: str, ext: str) -> str:
 
 
 def course_figure(sweep: str, key: str, ext: str) -> str:
-    """One sweep's course figure (protocol §7, §7b; :data:`headwatch.targets.SWEEP_COURSE_FIGURES`):
+    """One sweep's course figure (protocol §7, §7b; :data:`headwatch.workflow.targets.SWEEP_COURSE_FIGURES`):
     ``figures/sweep/course/{sweep}/{key}.{ext}`` — the sweep's name a folder of its own, so that the
     longest file name stays the name plus what every other figure adds."""
     return _join(FIGURES, "sweep", "course", sweep, f"{key}.{ext}")

@@ -1,6 +1,6 @@
 # Stage "ablation": cutting heads (protocol §5) — 5a targeted vs random, 5b the
 # previous-token → induction circuit, 5c per-head attribution. Every cut goes
-# through headwatch/interventions.py (headwatch/cut.py: zero or mean, by
+# through headwatch/model/interventions.py (headwatch/ablation/cut.py: zero or mean, by
 # ablation.method); every experiment runs the guards (hook vs zeroed weights or
 # mean-bias weights on the full logits, batched vs one-at-a-time, the model back
 # intact) and fails if one fails. Its record goes to

@@ -1,5 +1,5 @@
 # Stage "circuits" (protocol §5e, §5f): path patching between heads on activation patching's
-# prompts and metric (headwatch/circuits.py): every head of an earlier layer into each receiver
+# prompts and metric (headwatch/circuits/path_patching.py): every head of an earlier layer into each receiver
 # (the head sweep's top heads, or heads named in the config) through its q, k and v, two forward
 # passes per batch of senders; the guards of headwatch/guards.py stop the rule on a failure (no
 # table is written). And the circuit known before looking: a two-layer character model trained

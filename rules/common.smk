@@ -1,13 +1,14 @@
 # Helpers shared by every stage: the slices of the config each job depends on, the input
 # functions, and what the default target asks for. The rules files hold rules only.
-# Paths are built by headwatch/paths.py, the targets by headwatch/targets.py, the sweep's
+# Paths are built by headwatch/paths.py, the targets by headwatch/workflow/targets.py, the sweep's
 # plan by headwatch/sweep/plan.py (all three are tested without Snakemake).
 from pathlib import Path
 
-from headwatch import gpu_shares, paths, targets
+from headwatch import paths
+from headwatch.workflow import gpu_shares, targets
 from headwatch.config import ConfigError, check_config as _check_config, check_devices as _check_devices, model_entry
 from headwatch.names import SAFE_NAME, SCORES
-from headwatch.sequences import SETS, set_params
+from headwatch.scores.sequences import SETS, set_params
 from headwatch.settings.sweep import course_sweeps, train_of
 from headwatch.sweep import plan as sweep_plan
 from headwatch.tableio import broken_records
@@ -21,7 +22,7 @@ wildcard_constraints:
     score="|".join(SCORES),
     set="|".join(SETS),
 
-# The gpu resource, counted in shares (headwatch/gpu_shares.py): a job that runs a model
+# The gpu resource, counted in shares (headwatch/workflow/gpu_shares.py): a job that runs a model
 # asks for a whole GPU (GPU_JOB shares), a training job for one share, so that
 # sweep.jobs_per_gpu training jobs run beside each other on one GPU.
 GPU_JOB, GPU_TRAIN_JOB = gpu_shares.share_gpus(workflow, config["sweep"]["jobs_per_gpu"])
@@ -45,7 +46,7 @@ def check_records():
 
 
 def check_report_tables():
-    """Every table report.tables names is one some rule makes (headwatch.targets.unmade_tables),
+    """Every table report.tables names is one some rule makes (headwatch.workflow.targets.unmade_tables),
     checked once every rules file is read, before any job."""
     errors = targets.unmade_tables(config, report_producible)
     if errors:

@@ -1,10 +1,10 @@
 # Stage "patching" (protocol §5d): activation patching on the two-names task. The prompt
 # set (clean ABBA / BABA prompts and their corrupted ABC twins, names that are one token)
 # is data; the sweep puts the clean run's activations into the corrupted run, many patches
-# per forward pass through headwatch/interventions.py (headwatch/patching.py), estimates the
+# per forward pass through headwatch/model/interventions.py (headwatch/patching/heads.py), estimates the
 # head scores by attribution patching, and runs the guards of headwatch/guards.py (a failed
 # guard stops the rule: no table is written). Figures: rules/figures_patching.smk.
-# With patching.pairs, the prompts are a researcher's pairs file instead (headwatch/pairs.py).
+# With patching.pairs, the prompts are a researcher's pairs file instead (headwatch/patching/pairs.py).
 
 from headwatch.settings.patching import prompt_keys
 
@@ -54,7 +54,7 @@ rule patching_sweep:
         "../scripts/patching_sweep.py"
 
 
-# Key/value groups (headwatch/patching_kv.py): each layer's key group and value group patched
+# Key/value groups (headwatch/patching/kv.py): each layer's key group and value group patched
 # clean -> corrupted at every position, with its own guards (the ungrouped twin, q/k/v vs z).
 rule patching_kv:
     input:
@@ -79,7 +79,7 @@ rule patching_kv:
 
 
 # Every head at every position through the corrupted run's key/value cache
-# (headwatch/patching_cache.py): the top patching.positions_all_heads heads of the head sweep
+# (headwatch/patching/positions.py): the top patching.positions_all_heads heads of the head sweep
 # (null = every head), each patched at one position at a time.
 rule patching_positions_all:
     input:

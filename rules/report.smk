@@ -12,14 +12,14 @@
 # The path-patching panel's threshold is circuits.edge_threshold as stored in the
 # edge table's note (a param of circuits_paths: a new threshold remakes the table).
 #
-# The run a report describes (headwatch/run_record.py): every run that executes jobs
+# The run a report describes (headwatch/workflow/run_record.py): every run that executes jobs
 # records its merged configuration in results/run_config.yaml (onstart below, after
 # refusing a CUDA device this machine lacks: check_devices in rules/common.smk; dry
 # runs and --report record nothing), and `make report` hands that file back with
 # --configfile. The captions name the scale of the configuration they are rendered
 # with (config["report_run"]) and the workflow page says when it differs from the
 # recorded run.
-from headwatch import run_record
+from headwatch.workflow import run_record
 
 report: "../report/workflow.rst"
 

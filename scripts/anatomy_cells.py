@@ -1,7 +1,7 @@
 """Rule anatomy_cells: each model's attention cells over its whole context."""
 from headwatch.anatomy import attention_cells_table
 from headwatch.tableio import read_parquet, write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     table = attention_cells_table(read_parquet(snakemake.input.survey))

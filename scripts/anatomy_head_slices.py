@@ -4,7 +4,7 @@ from pathlib import Path
 from headwatch.anatomy import run
 from headwatch.settings.anatomy import HeadAddress
 from headwatch.tableio import write_json
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 p = snakemake.params
 with log_to(snakemake.log[0], snakemake.threads):

@@ -1,7 +1,7 @@
 """Rule anatomy_kv_cache: each model's KV-cache bytes per token, with and without key sharing."""
 from headwatch.anatomy import kv_cache_table
 from headwatch.tableio import read_parquet, write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     table = kv_cache_table(read_parquet(snakemake.input.survey))

@@ -4,7 +4,7 @@ from pathlib import Path
 from headwatch.anatomy import run
 from headwatch.settings.anatomy import KVControl
 from headwatch.tableio import read_parquet, write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 p, out = snakemake.params, snakemake.output
 device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)

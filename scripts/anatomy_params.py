@@ -2,7 +2,7 @@
 shape, from configs (meta device); a studied model's total checked against its tensors on disk."""
 from headwatch.anatomy import run
 from headwatch.tableio import write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0], snakemake.threads):
     write_parquet(run.params(*run.configured(snakemake.params, snakemake.input)), snakemake.output[0], note=dict(

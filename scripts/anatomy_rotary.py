@@ -1,7 +1,7 @@
 """Rule anatomy_rotary: each model's rotary pairs, their periods and reach, from the survey."""
 from headwatch.anatomy import rotary_table
 from headwatch.tableio import read_parquet, write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     p = snakemake.params

@@ -2,7 +2,7 @@
 (meta device) and, for studied models, the tensors on disk."""
 from headwatch.anatomy import run
 from headwatch.tableio import write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0], snakemake.threads):
     write_parquet(run.survey(*run.configured(snakemake.params, snakemake.input)), snakemake.output[0], note=dict(

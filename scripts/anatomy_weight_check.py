@@ -4,7 +4,7 @@ from pathlib import Path
 from headwatch.anatomy import run
 from headwatch.settings.anatomy import HeadAddress
 from headwatch.tableio import read_parquet, write_json
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 p = snakemake.params
 device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)

@@ -2,7 +2,7 @@
 from headwatch.figures import circuits as figs
 from headwatch.figures.style import save
 from headwatch.tableio import read_note, read_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 i, o = snakemake.input, snakemake.output
 with log_to(snakemake.log[0]):

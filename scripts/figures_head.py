@@ -4,7 +4,7 @@ from headwatch.figures import heads
 from headwatch.figures.style import save
 from headwatch.names import top_heads
 from headwatch.tableio import read_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 i, o, score, phrase = snakemake.input, snakemake.output, snakemake.wildcards.score, snakemake.params.phrase
 with log_to(snakemake.log[0]):

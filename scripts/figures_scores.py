@@ -3,7 +3,7 @@
 from headwatch.figures import heads
 from headwatch.figures.style import save
 from headwatch.tableio import read_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 o = snakemake.output
 with log_to(snakemake.log[0]):

@@ -3,7 +3,7 @@
 from headwatch.tableio import read_parquet
 from headwatch.figures.sweep import study_figure
 from headwatch.figures.style import save
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]):
     sm = snakemake

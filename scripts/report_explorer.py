@@ -3,7 +3,7 @@ from pathlib import Path
 
 from headwatch.tableio import read_note, read_parquet
 from headwatch.explorer import build_explorer, model_shape, reference_base, rotary_options
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 OPTIONAL = ("predictions", "topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary",

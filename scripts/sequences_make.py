@@ -2,9 +2,9 @@
 from pathlib import Path
 
 from headwatch.tableio import write_parquet
-from headwatch.sequences import make_set
-from headwatch.sources import folder_tokenizer
-from headwatch.workflow import log_to
+from headwatch.scores.sequences import make_set
+from headwatch.model.sources import folder_tokenizer
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     tokenizer = folder_tokenizer(Path(snakemake.input.model).parent)

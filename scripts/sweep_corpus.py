@@ -2,7 +2,7 @@
 record with the ids file's SHA-256, which every training job checks before it reads them."""
 from headwatch.charlm.corpus import build_corpus, save_corpus
 from headwatch.settings.sweep import CorpusSettings
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     c = CorpusSettings.from_config(snakemake.params.corpus)

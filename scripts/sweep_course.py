@@ -7,7 +7,7 @@ from headwatch import paths
 from headwatch.settings.sweep import CourseJob
 from headwatch.sweep.course import course
 from headwatch.tableio import read_parquet, write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     sm = snakemake

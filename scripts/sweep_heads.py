@@ -3,7 +3,7 @@ configuration (mean ± std over seeds) and per evaluation step."""
 from headwatch import paths
 from headwatch.sweep.heads import study
 from headwatch.tableio import read_parquet, write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     sm = snakemake

@@ -2,12 +2,12 @@
 code, headwatch.sweep.heads.cut_table). The scores are the run's last records (heads.parquet)."""
 import torch
 
-from headwatch.device import pick_device
+from headwatch.model.device import pick_device
 from headwatch.settings.sweep import HeadsSettings, SweepSettings
 from headwatch.sweep.heads import cut_table, final_scores
 from headwatch.sweep.train import load_trained
 from headwatch.tableio import read_parquet, write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     sm = snakemake

@@ -7,7 +7,7 @@ from headwatch.settings.sweep import StudySettings
 from headwatch.sweep.contrasts import contrast_sentence, contrasts_note, study_contrasts
 from headwatch.sweep.study import read_study_runs, study_note, summarize_study
 from headwatch.tableio import write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     sm = snakemake

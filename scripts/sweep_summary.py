@@ -2,7 +2,7 @@
 from headwatch.settings.sweep import SummarySettings
 from headwatch.sweep.summary import read_runs, summarize
 from headwatch.tableio import write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     sm = snakemake

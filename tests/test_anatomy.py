@@ -13,17 +13,16 @@ import torch
 from transformers import AutoConfig
 
 from headwatch.anatomy import (BlockCountError, Entry, HeadShapeError, KVGroupError, WeightCheckError,
-                               attention_cells, kv_cache_bytes, kv_cache_table,
-                               kv_group_cuts, kv_similarity, pair_periods, pairs_not_wrapped,
-                               params_by_block, params_table, reach, reference_entry, rotary_pairs,
-                               rotary_table, studied_entry, survey_table, sweep_entries,
-                               ungrouped_control, weight_check)
+                               attention_cells, kv_cache_bytes, kv_cache_table, kv_group_cuts, kv_similarity,
+                               pair_periods, pairs_not_wrapped, params_by_block, params_table, reach,
+                               reference_entry, rotary_pairs, rotary_table, studied_entry, survey_table,
+                               sweep_entries, ungrouped_control, weight_check)
 from headwatch.anatomy.context import angle_at
 from headwatch.anatomy.weights import head_slices
-from headwatch.arch import Adapter
+from headwatch.model.arch import Adapter
 from headwatch.guards import GuardError
-from headwatch.interventions import hooks_on
-from headwatch.recompute import apply_rotary, rotate_half, rotate_pairs
+from headwatch.model.interventions import hooks_on
+from headwatch.model.recompute import apply_rotary, rotate_half, rotate_pairs
 from headwatch.charlm.model import CharLM, count_params
 from headwatch.charlm.spec import ModelSpec
 from tiny import ALL_FAMILIES, CHARLM_VARIANTS, EXPECT, random_ids, tiny_config, tiny_model
@@ -70,7 +69,7 @@ def test_one_table_of_bytes_per_number_matches_torch_and_the_schema():
     config's dtype choices, the dtypes a model loads in."""
     import yaml
 
-    from headwatch.models import DTYPES
+    from headwatch.model.load import DTYPES
     from headwatch.names import BYTES_PER_NUMBER
     from workflow import ROOT
 
@@ -158,7 +157,7 @@ def test_charlm_blocks_match_its_formula_and_heads_change_nothing():
 
 
 def test_block_count_guard(monkeypatch):
-    import headwatch.params as counting
+    import headwatch.model.params as counting
 
     model = tiny_model("llama")
     real = counting.classify_parameters

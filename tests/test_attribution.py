@@ -1,13 +1,13 @@
-"""AtP*'s GradDrop (headwatch/attribution.py: ``graddrop_estimates``, protocol §5e) against a
+"""AtP*'s GradDrop (headwatch/patching/attribution.py: ``graddrop_estimates``, protocol §5e) against a
 direct implementation that shares none of its code, by hand where the definition leaves one
 answer, and its rows in the blind-spots table."""
 import numpy as np
 import pytest
 import torch
 
-from headwatch.arch import Adapter
-from headwatch.attribution import GRADDROP, SITES, blind_spots, graddrop_estimates, qk_estimates
-from headwatch.patching import attribution_patching
+from headwatch.model.arch import Adapter
+from headwatch.patching.attribution import GRADDROP, SITES, blind_spots, graddrop_estimates, qk_estimates
+from headwatch.patching.attribution import attribution_patching
 from tiny import FAMILIES, patching_prompts, tiny_model
 
 

@@ -4,7 +4,7 @@ Each config mistake stops Snakemake before any job, with a message that names
 the key, and leaves results/ exactly as it was (nothing written, nothing
 removed); each corrupt file is either recovered from without a hand (a
 training checkpoint) or named with the rule and the command that remake it (a
-Parquet table). The cases are listed in the README's troubleshooting section.
+Parquet table). The cases are listed in docs/troubleshooting.md.
 """
 import copy
 import logging
@@ -17,7 +17,7 @@ import torch
 from headwatch.charlm.corpus import build_corpus
 from headwatch.sweep.train import Interrupted, train
 from headwatch.tableio import read_note, read_parquet
-from headwatch.workflow import log_to
+from headwatch.jobs import log_to
 from workflow import SCORES_TARGET as TARGET  # models_prepare, two sequence sets, scores_heads
 from workflow import planned_jobs, snakemake, write_config
 

@@ -1,4 +1,4 @@
-"""Path patching (headwatch/circuits.py) and its guards on tiny models of every family, the
+"""Path patching (headwatch/circuits/path_patching.py) and its guards on tiny models of every family, the
 pre-job checks of ``circuits:``, and the circuit known before looking (protocol §5e, §5f)."""
 from types import SimpleNamespace
 
@@ -8,11 +8,12 @@ import torch
 import yaml
 
 from conftest import ROOT
-from headwatch import guards
-from headwatch.arch import Adapter
-from headwatch.circuits import PATH_SITES, Edge, PathPatcher, edges_into, require_edges
-from headwatch.interventions import capture, intervene
-from headwatch.patching import Patcher
+from headwatch.guards import batched_vs_loop
+from headwatch.patching import guards
+from headwatch.model.arch import Adapter
+from headwatch.circuits.path_patching import PATH_SITES, Edge, PathPatcher, edges_into, require_edges
+from headwatch.model.interventions import capture, intervene
+from headwatch.patching.patcher import Patcher
 from headwatch.settings.circuits import CircuitsError, CircuitsSettings, circuits_errors
 from tiny import random_ids, tiny_model
 
@@ -41,7 +42,7 @@ def test_path_guards_pass_on_every_family(model):
     assert not batched.isnan().any()
     picked = edges[::7]
     looped = pp.loop(picked, sample)
-    rec = guards.batched_vs_loop([(dict(edge=str(e)), batched[edges.index(e), sample], x)
+    rec = batched_vs_loop([(dict(edge=str(e)), batched[edges.index(e), sample], x)
                                   for e, x in zip(picked, looped)], 1e-5, "path-patched logit difference")
     assert rec["passed"] and rec["max_abs_diff"] <= 1e-5
 
@@ -90,7 +91,7 @@ def test_the_table_and_its_figure_read_the_edges():
     at or above the note's threshold and says the threshold in its title."""
     from matplotlib.patches import FancyArrowPatch
 
-    from headwatch.circuits import path_table
+    from headwatch.circuits.path_patching import path_table
     from headwatch.figures.circuits import edge_graph
     pp = _paths(tiny_model("qwen2"))
     edges = edges_into(pp.adapter, [(2, 1), (1, 3)])
@@ -163,6 +164,27 @@ def test_settings_are_typed():
         CircuitsSettings.from_config(dict(CONFIG["circuits"], recievers=[]))
 
 
+def test_named_receivers_are_the_receivers_and_settings_survive_a_replace():
+    """Receivers named in the config are the rule's receivers (they were read as mappings after the
+    settings had made them pairs: a named receiver stopped the rule), layer 0 left out; a setting
+    replaced on settings that name heads keeps them (the API's keyword overrides)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from headwatch.circuits.path_patching import receivers_of
+
+    heads = pd.DataFrame(dict(layer=[0, 1, 2], head=[0, 1, 2], score=[0.9, 0.5, 0.1]))
+    named = CircuitsSettings.from_config(dict(CONFIG["circuits"], receivers=[{"layer": 2, "head": 1},
+                                                                           {"layer": 0, "head": 3}]))
+    assert receivers_of(heads, named) == [(2, 1)]
+    top = CircuitsSettings.from_config(dict(CONFIG["circuits"], receivers=[], receivers_top_k=2))
+    assert receivers_of(heads, top) == [(1, 1)]              # the top 2 by score, layer 0 left out
+    replaced = dataclasses.replace(named, sender_layers=1)
+    assert replaced.receivers == ((2, 1), (0, 3)) and replaced.sender_layers == 1
+    assert dataclasses.replace(named, receivers=[(1, 0)]).receivers == ((1, 0),)
+
+
 # ------------------------------------------------------------------ attribution at q and k, AtP*
 def _linear_after_pattern(family="llama"):
     """One layer, norms the identity, the MLP silent: the logit difference is affine in z = P·V, so
@@ -184,7 +206,7 @@ def _linear_after_pattern(family="llama"):
 
 
 def test_atp_star_is_exact_where_only_the_softmax_is_not_linear_and_plain_is_not():
-    from headwatch.attribution import exact_effects, qk_estimates, site_patcher
+    from headwatch.patching.attribution import exact_effects, qk_estimates, site_patcher
     model = _linear_after_pattern()
     clean = random_ids(4, 10, seed=1)
     corrupted = clean.clone()
@@ -204,9 +226,9 @@ def test_exact_q_and_k_patches_take_the_units_slice_on_every_family(model):
     """The exact reference's q (a head) and k (a group) patches against a plain replace of the
     unit's own capture (``capture(site, layer, unit)``: its slice in the family's layout, fused
     or not), each prompt's logit difference."""
-    from headwatch.attribution import site_patcher
-    from headwatch.interventions import replace
-    from headwatch.patching import Patch
+    from headwatch.patching.attribution import site_patcher
+    from headwatch.model.interventions import replace
+    from headwatch.patching.patcher import Patch
     a = Adapter(model)
     p = _paths(model).patcher
     sp = site_patcher(model, a, p.clean, p.corrupted, p.io, p.s, 16)
@@ -225,7 +247,7 @@ def test_exact_q_and_k_patches_take_the_units_slice_on_every_family(model):
 
 # ------------------------------------------------------------------ the known circuit (§5f)
 def test_the_induction_prompts_differ_only_in_the_first_half_and_not_at_the_cue():
-    from headwatch.circuits import induction_prompts
+    from headwatch.circuits.known import induction_prompts
     clean, corrupted, correct, other = induction_prompts(8, 64, 10, seed=3)
     assert clean.shape == corrupted.shape == (64, 19)
     assert torch.equal(clean[:, :10], torch.cat([clean[:, 10:], correct[:, None]], dim=1))   # a + a[:-1]
@@ -244,7 +266,7 @@ def test_an_untrained_model_recovers_nothing():
     that has learned nothing ranks its heads by noise, and no method is said to recover a circuit."""
     from headwatch.charlm.model import CharLM
     from headwatch.charlm.spec import ModelSpec
-    from headwatch.circuits import KNOWN_MODEL, induction_prompts, known_circuit
+    from headwatch.circuits.known import KNOWN_MODEL, induction_prompts, known_circuit
     torch.manual_seed(0)
     model = CharLM(ModelSpec(vocab_size=16, **KNOWN_MODEL)).eval()
     table, note = known_circuit(model, Adapter(model), *induction_prompts(16, 8, 10, seed=1), KNOWN["min_effect"],
@@ -259,7 +281,7 @@ def test_an_untrained_model_recovers_nothing():
 def known():
     """The rule's table (circuits_known) at the configured circuits.known: the two models trained
     once for the module (about 40 s each on one core)."""
-    from headwatch.circuits import run_known
+    from headwatch.circuits.known import run_known
     return run_known(KNOWN, batch=64)
 
 

@@ -187,7 +187,7 @@ def test_the_gguf_source_is_checked_from_its_header_and_a_converted_tokenizer(tm
     tokenizer from a tokenizer.json that transformers writes once (then the checks are cheap)."""
     import shutil
 
-    from headwatch.sources import locate, model_facts
+    from headwatch.model.sources import locate, model_facts
     from workflow import ROOT
 
     shutil.copytree(ROOT / "config", tmp_path / "config")

@@ -1,12 +1,13 @@
-"""The cut mechanism (headwatch/cut.py) on a tiny model of every family."""
+"""The cut mechanism (headwatch/ablation/cut.py) on a tiny model of every family."""
 import pytest
 import torch
 
-from headwatch.arch import Adapter, HeadAddressError
-from headwatch.cut import (BatchedCuts, cut_heads, cut_rows, full_logits, head_mask, heads_one_per_layer,
-                           loop_cuts, zeroed_columns)
-from headwatch.guards import GuardError, batched_vs_loop, hook_vs_weights, restore
-from headwatch.interventions import InterventionError
+from headwatch.model.arch import Adapter, HeadAddressError
+from headwatch.ablation.cut import (BatchedCuts, cut_heads, cut_rows, full_logits, head_mask, heads_one_per_layer,
+                                    loop_cuts, zeroed_columns)
+from headwatch.guards import GuardError, batched_vs_loop
+from headwatch.ablation.guards import hook_vs_weights, restore
+from headwatch.model.interventions import InterventionError
 from tiny import random_ids
 
 
@@ -176,7 +177,7 @@ def test_guards_fail_loudly():
 
 
 def test_plan_chunks_by_hand():
-    from headwatch.cut import plan_chunks
+    from headwatch.ablation.cut import plan_chunks
     # Two rows cut at layer 0, one at layer 3, two intact (earliest = n_layers): batch 2.
     assert plan_chunks([0, 0, 3, 30, 30], 30, 2, 1) == [(0, 2), (2, 3), (3, 5)]
     # A big per-forward overhead makes full chunks cheaper than many small ones.
@@ -209,7 +210,7 @@ def _cheapest_split(earliest, n_layers, batch, overhead):
 def test_plan_chunks_is_the_cheapest_split(seed):
     """Against every split of up to 11 rows, with budgets and overheads as the cached per-position
     sweep scales them (many rows a chunk, an overhead of several rows)."""
-    from headwatch.cut import plan_chunks
+    from headwatch.ablation.cut import plan_chunks
 
     g = torch.Generator().manual_seed(seed)
     n = int(torch.randint(1, 12, (1,), generator=g))

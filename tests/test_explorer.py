@@ -3,7 +3,7 @@ itself driven end to end in headless Chromium (Debian's chromium + chromedriver,
 by `make browser`; the test FAILS, never skips, when they are missing).
 
 The page is built from a tiny run: a 3-layer × 4-head Llama (tests/tiny.py) through the
-workflow's own code: attention maps and predictions (headwatch.attention.phrase_outputs),
+workflow's own code: attention maps and predictions (headwatch.scores.attention.phrase_outputs),
 scores (headwatch.scores), the three ablation experiments (headwatch.ablation), and a sweep
 summary (headwatch.sweep.summary) from made-up final losses.
 """
@@ -18,12 +18,11 @@ import pandas as pd
 import pytest
 import torch
 
-from headwatch.arch import Adapter
-from headwatch.attention import phrase_outputs
-from headwatch.explorer import (ExplorerDataError, build_explorer, config_shape, decode_phrase,
-                                display_token, encode_phrase, explorer_payload, flat_index, percent,
-                                readout_text, rotary_options)
-from headwatch.scores import head_scores
+from headwatch.model.arch import Adapter
+from headwatch.scores.attention import phrase_outputs
+from headwatch.explorer import (ExplorerDataError, build_explorer, config_shape, decode_phrase, display_token,
+                                encode_phrase, explorer_payload, flat_index, percent, readout_text, rotary_options)
+from headwatch.scores.heads import head_scores
 from tiny import tiny_model
 
 CHROMIUM = os.environ.get("HEADWATCH_CHROMIUM", "/usr/bin/chromium")
@@ -62,7 +61,7 @@ ABLATION_PARAMS = dict(top_n=4, method="zero", k=[1, 2, 4], random_draws=3, seed
 
 def ablation_tables(model, adapter, scores, repeated_ids, phrases, prose) -> dict:
     """The ablation tables of the tiny run, by the workflow's own code (headwatch.ablation)."""
-    from headwatch.ablation import run_attribution, run_circuit, run_topk
+    from headwatch.ablation.experiments import run_attribution, run_circuit, run_topk
     from headwatch.settings.ablation import AblationSettings
 
     seqs = pd.DataFrame(dict(seq=range(len(repeated_ids)), token_ids=[r.tolist() for r in repeated_ids],

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from headwatch.arch import Adapter, HeadAddressError
-from headwatch.attention import assert_maps, maps_table
+from headwatch.model.arch import Adapter, HeadAddressError
+from headwatch.scores.attention import assert_maps, maps_table
 from headwatch.figures.heads import map_of
-from headwatch.scores import attention_maps
+from headwatch.scores.heads import attention_maps
 from tiny import EXPECT, random_ids, tiny_config, tiny_model
 
 
@@ -62,11 +62,11 @@ def test_adapters_answer_shape_and_projection(family):
 
 
 def test_the_pre_job_checks_read_every_family_from_its_config_json(family, tmp_path):
-    """headwatch.sources reads a family's shape from config.json alone (no transformers) and
+    """headwatch.model.sources reads a family's shape from config.json alone (no transformers) and
     finds its adapter."""
     from headwatch.config import head_errors
-    from headwatch.sources import ModelFacts, shape_from_config
-    from headwatch.sources.facts import config_fields, field_errors
+    from headwatch.model.sources import ModelFacts, shape_from_config
+    from headwatch.model.sources.facts import config_fields, field_errors
 
     tiny_config(family).to_json_file(tmp_path / "config.json")
     raw = json.loads((tmp_path / "config.json").read_text())

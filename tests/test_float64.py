@@ -1,4 +1,4 @@
-"""The guards' exact form (headwatch.interventions.in_float64): every step of the model in
+"""The guards' exact form (headwatch.model.interventions.in_float64): every step of the model in
 float64, the two that transformers' models run in float32 whatever the dtype included: their
 RMSNorms and eager attention's softmax."""
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from headwatch.arch import Adapter
-from headwatch.interventions import InterventionError, in_float64
-from headwatch.recompute import norm
-from headwatch import arch
+from headwatch.model.arch import Adapter
+from headwatch.model.interventions import InterventionError, in_float64
+from headwatch.model.recompute import norm
+from headwatch.model import arch
 from tiny import FAMILIES, random_ids, tiny_model
 
 RMS_FAMILIES = [f for f in FAMILIES if arch.FAMILIES[f].norm == "RMSNorm"]

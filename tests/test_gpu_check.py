@@ -1,6 +1,6 @@
 """The GPU check (benchmarks/gpu/check.sh) in its --cpu-tiny mode, and what it reads: the
 ``resources:`` line every rule's log ends with and the kept log of a failed attempt
-(headwatch.workflow.log_to), the exact-numerics settings of the guards (headwatch.device),
+(headwatch.jobs.log_to), the exact-numerics settings of the guards (headwatch.model.device),
 the shipped tokenizer and the wheel list.
 
 The check runs once (a module fixture, ~60-100 s on 2 cores); each test compares a part of
@@ -23,10 +23,10 @@ import pytest
 import torch
 import yaml
 
-from headwatch.device import exact_numerics, numerics, pick_device
-from headwatch.provenance import require_clean_tree, run_attempts
+from headwatch.model.device import exact_numerics, numerics, pick_device
+from headwatch.workflow.provenance import require_clean_tree, run_attempts
 from headwatch.tableio import guard_records
-from headwatch.workflow import keep_attempt_log, log_to, read_resources
+from headwatch.jobs import keep_attempt_log, log_to, read_resources
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "benchmarks" / "gpu"
@@ -286,7 +286,7 @@ def test_a_job_cut_short_by_the_time_limit_is_not_called_a_failure(tmp_path):
     results = tmp_path / "results"
     logs = results / "logs" / "ablation_topk"
     logs.mkdir(parents=True)
-    for name, error in (("a.log", "KeyboardInterrupt"), ("b.log", "headwatch.workflow.Terminated: 143")):
+    for name, error in (("a.log", "KeyboardInterrupt"), ("b.log", "headwatch.jobs.Terminated: 143")):
         with pytest.raises(BaseException):
             with log_to(logs / name):
                 raise KeyboardInterrupt if error == "KeyboardInterrupt" else check_terminated()
@@ -299,7 +299,7 @@ def test_a_job_cut_short_by_the_time_limit_is_not_called_a_failure(tmp_path):
 
 
 def check_terminated():
-    from headwatch.workflow import Terminated
+    from headwatch.jobs import Terminated
 
     return Terminated(143)
 
@@ -347,7 +347,7 @@ def test_a_job_that_keeps_its_own_attempt_log_gets_no_second_one(tmp_path):
 
 def test_sigterm_fails_the_job_with_its_log_kept(tmp_path):
     log = tmp_path / "job.log"
-    code = ("import os, signal, time; from headwatch.workflow import log_to\n"
+    code = ("import os, signal, time; from headwatch.jobs import log_to\n"
             f"with log_to({str(log)!r}):\n"
             "    os.kill(os.getpid(), signal.SIGTERM); time.sleep(5)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -438,7 +438,7 @@ def checkout(tmp_path_factory):
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "tiny")
-    done = subprocess.run([sys.executable, "-m", "headwatch.run_record", "timed", paper_tables.run_name(check.MODEL_KEY),
+    done = subprocess.run([sys.executable, "-m", "headwatch.workflow.run_record", "timed", paper_tables.run_name(check.MODEL_KEY),
                            "--", sys.executable, "-c", "pass"], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return root

@@ -1,5 +1,5 @@
 """Training jobs share a GPU (sweep.jobs_per_gpu) while `--resources gpu=1` still means one GPU:
-the arithmetic of headwatch/gpu_shares.py, and Snakemake's own scheduler on the real rules.
+the arithmetic of headwatch/workflow/gpu_shares.py, and Snakemake's own scheduler on the real rules.
 
 The scheduler is run with `--touch` (no job runs; outputs are only marked), which, unlike a dry
 run, chooses each round's jobs under the resource limits; `--verbose` prints each round's
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from headwatch.gpu_shares import shares
+from headwatch.workflow.gpu_shares import shares
 from workflow import deep_merge, make_workdir, tiny_config, write_config
 
 GPU_RULES = ("attention_maps", "scores_heads", "sweep_train")

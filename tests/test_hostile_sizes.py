@@ -121,13 +121,13 @@ def test_every_shipped_config_is_within_its_bounds():
         check_keys(config, SCHEMA)
 
 
-def test_the_readme_lists_every_bound_from_the_one_table():
-    """The README's Security section holds the table `python -m headwatch.config --bounds` prints,
+def test_the_security_page_lists_every_bound_from_the_one_table():
+    """docs/security.md holds the table `python -m headwatch.config --bounds` prints,
     built from the schema's x-bound entries and the model files' FIELD_BOUNDS."""
     from headwatch.config import bounds_markdown, load_schema
 
     table = bounds_markdown(load_schema(SCHEMA))
-    assert table in (ROOT / "README.md").read_text()
+    assert table in (ROOT / "docs" / "security.md").read_text()
     assert "`model_file.layers` | 512 |" in table and "`patching.n` | 4,096 |" in table
     printed = subprocess.run([sys.executable, "-m", "headwatch.config", "--bounds"], capture_output=True, text=True,
                              cwd=ROOT, check=True).stdout
@@ -265,7 +265,7 @@ def test_a_config_json_linked_to_dev_zero_is_refused_without_reading_it(model_co
     code = checked_in_a_subprocess(config, workdir)
     said = run_limited(code, timeout=90)
     assert f"{model_copy / 'config.json'} is a character device, not a regular file" in said, said
-    from headwatch.sources import ModelFileError, read_json
+    from headwatch.model.sources import ModelFileError, read_json
 
     big = model_copy / "big.json"
     with open(big, "wb") as fh:
@@ -320,7 +320,7 @@ def test_every_malformed_gguf_header_fails_at_once_with_one_error_naming_the_fil
     for i, (case, data) in enumerate(MALFORMED.items()):
         files[case] = str(tmp_path / f"m{i}.gguf")
         Path(files[case]).write_bytes(data)
-    code = ("import json; from headwatch.sources import gguf_header; out = {}\n"
+    code = ("import json; from headwatch.model.sources import gguf_header; out = {}\n"
             f"for case, path in {files!r}.items():\n"
             "    try:\n        gguf_header(path); out[case] = 'read'\n"
             "    except Exception as e:\n        out[case] = [type(e).__name__, str(e)]\n"
@@ -334,9 +334,9 @@ def test_every_malformed_gguf_header_fails_at_once_with_one_error_naming_the_fil
 def test_a_gguf_with_zero_heads_is_named_not_divided_by(tmp_path):
     """Heads 0 in a GGUF header was a bare ZeroDivisionError; its field is named now (and a
     sound header is read)."""
-    from headwatch.sources import ModelFileError, gguf_header
-    from headwatch.sources.facts import read_shape
-    from headwatch.sources.resolve import Located
+    from headwatch.model.sources import ModelFileError, gguf_header
+    from headwatch.model.sources.facts import read_shape
+    from headwatch.model.sources.resolve import Located
 
     good, bad = tmp_path / "good.gguf", tmp_path / "bad.gguf"
     good.write_bytes(gguf_bytes(tiny_gguf()))
@@ -365,7 +365,7 @@ def test_a_gguf_file_is_a_name_inside_its_package(file, words):
 def test_a_gguf_file_that_links_out_of_its_package_is_refused(tmp_path, monkeypatch):
     """The schema holds the name to a name; a link of that name in the package to a file
     elsewhere is refused as well (defence in depth: gguf_path)."""
-    from headwatch.sources import ConfigError, gguf_path
+    from headwatch.model.sources import ConfigError, gguf_path
 
     package = tmp_path / "site" / "fakemodels"
     package.mkdir(parents=True)
@@ -432,8 +432,8 @@ def layer_types_refused(model_copy):
 
 
 def test_a_shape_transformers_refuses_is_named_with_the_model_and_the_cause(model_copy, workdir, tmp_path):
-    from headwatch.sources import ConfigError, ModelFileError
-    from headwatch.models import prepare_model
+    from headwatch.model.sources import ConfigError, ModelFileError
+    from headwatch.model.load import prepare_model
 
     layer_types_refused(model_copy)
     config = deep_merge(config_yaml(), tiny_config(model_copy))
@@ -524,7 +524,7 @@ def test_a_figures_axis_shows_a_reordering_token_as_its_escape():
     display_token; the head maps' tick labels through repr."""
     import pandas as pd
 
-    from headwatch.patching import position_labels
+    from headwatch.patching.prompts import position_labels
 
     prompts = pd.DataFrame({"tokens": [["A", " x\u202e"], ["A", " y\u200b"]], "clean_ids": [[1, 2], [1, 3]],
                             "corrupted_ids": [[1, 2], [1, 3]], "io_id": [9, 9], "s_id": [8, 8]})

@@ -1,18 +1,18 @@
-"""The intervention API (headwatch/interventions.py): every site of every family, and its guards —
+"""The intervention API (headwatch/model/interventions.py): every site of every family, and its guards —
 hook vs zeroed weights, the model restored (also when the body raises), batched vs loop (headwatch/guards.py)."""
 from pathlib import Path
 
 import pytest
 import torch
 
-from headwatch.arch import (SITES, Adapter, HeadAddressError, all_families, families_markdown,
-                           sites_markdown, sites_table)
-from headwatch.cut import BatchedCuts, cut_heads, head_means, loop_cuts
-from headwatch.guards import (MEAN_BIAS_RTOL, GuardError, batched_vs_loop, hook_vs_mean_bias, hook_vs_reference,
-                              restore)
-from headwatch.interventions import (InterventionError, attention_maps, capture, full_logits, hooks_on, intervene,
-                                     maps_and_logits, replace, replaced_by_bias, scale, skip, stop_grad, zero,
-                                     zeroed_weights)
+from headwatch.model.arch import (SITES, Adapter, HeadAddressError, all_families, families_markdown, sites_markdown,
+                                  sites_table)
+from headwatch.ablation.cut import BatchedCuts, cut_heads, head_means, loop_cuts
+from headwatch.ablation.guards import MEAN_BIAS_RTOL, hook_vs_mean_bias, hook_vs_reference, restore
+from headwatch.guards import GuardError, batched_vs_loop
+from headwatch.model.interventions import (InterventionError, attention_maps, capture, full_logits, hooks_on,
+                                           intervene, maps_and_logits, replace, replaced_by_bias, scale, skip,
+                                           stop_grad, zero, zeroed_weights)
 from tiny import ALL_FAMILIES, CHARLM_VARIANTS, CONFIGS, FAMILIES, random_ids, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_every_family_names_a_module_for_every_site(tiny):
 
 
 def test_the_docs_tables_and_family_list_are_the_adapters():
-    """docs/architecture.md holds the tables `python -m headwatch.arch` prints; the README names
+    """docs/architecture.md holds the tables `python -m headwatch.model.arch` prints; the README names
     every family by its model_type."""
     docs = (ROOT / "docs" / "architecture.md").read_text()
     assert sites_markdown() in docs and families_markdown() in docs
@@ -454,7 +454,7 @@ def test_arch_does_not_import_the_sweep():
     """The char model's family is described by names: importing the adapter imports no sweep code."""
     import subprocess
     import sys
-    code = ("import sys, headwatch.arch, headwatch.interventions, headwatch.cut; "
+    code = ("import sys, headwatch.model.arch, headwatch.model.interventions, headwatch.ablation.cut; "
             "print(sorted(m for m in sys.modules if m.startswith(('headwatch.charlm', 'headwatch.sweep'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

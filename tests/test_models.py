@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from headwatch.tableio import NonFiniteError, write_parquet
-from headwatch.models import (HalfOnCPUError, assert_forward_finite, load_model, load_prepared, load_tokenizer,
-                              prepare_model)
-from headwatch.sources import (FileTokenizer, ModelNotFoundError, gguf_header, gguf_path, shape_from_config,
-                               shape_from_gguf)
+from headwatch.model.load import (HalfOnCPUError, assert_forward_finite, load_model, load_prepared, load_tokenizer,
+                                  prepare_model)
+from headwatch.model.sources import (FileTokenizer, ModelNotFoundError, gguf_header, gguf_path, shape_from_config,
+                                     shape_from_gguf)
 from conftest import ROOT
 from tiny import tiny_model
 
@@ -83,8 +83,8 @@ def test_every_sequence_set_is_the_same_through_the_light_tokenizer(tiny_model_d
     import yaml
     from transformers import AutoTokenizer
 
-    from headwatch.sequences import SETS, make_set, set_params
-    from headwatch.sources import folder_tokenizer
+    from headwatch.scores.sequences import SETS, make_set, set_params
+    from headwatch.model.sources import folder_tokenizer
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     light, ref = folder_tokenizer(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)

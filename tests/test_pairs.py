@@ -1,4 +1,4 @@
-"""Activation patching on a researcher's own prompt pairs (headwatch/pairs.py, headwatch/settings/pairs.py):
+"""Activation patching on a researcher's own prompt pairs (headwatch/patching/pairs.py, headwatch/settings/pairs.py):
 prompts of different lengths in one left-padded batch, their guard, and hostile pairs files."""
 import json
 import os
@@ -10,13 +10,17 @@ import torch
 import yaml
 
 from conftest import ROOT
-from headwatch import arch, guards
-from headwatch.arch import Adapter
-from headwatch.pairs import pair_prompt_set, position_scores
-from headwatch.patching import (Patch, Patcher, attribution_patching, head_patches, position_patches, prompt_mask,
-                                prompt_tensors, resid_patches, run_patching)
+from headwatch.model import arch
+from headwatch.guards import batched_vs_loop
+from headwatch.patching import guards
+from headwatch.model.arch import Adapter
+from headwatch.patching.pairs import pair_prompt_set, position_scores
+from headwatch.patching.patcher import (Patch, Patcher, head_patches, position_patches, prompt_mask, prompt_tensors,
+                                        resid_patches)
+from headwatch.patching.attribution import attribution_patching
+from headwatch.patching.heads import run_patching
 from headwatch.settings.pairs import PairsError, pairs_path, read_pairs
-from headwatch.sources.files import CAPS
+from headwatch.model.sources.files import CAPS
 from headwatch.settings.patching import PatchingSettings, patching_errors, prompt_keys
 from tiny import random_ids, tiny_model
 
@@ -57,7 +61,7 @@ def test_a_padded_batch_gives_each_prompt_as_run_alone_on_every_family(model):
         assert r["passed"] and r["identical"], r
     patches = head_patches(p.adapter)[::5] + resid_patches(p.adapter, p.length)[::7] + position_patches([(1, 2)], p.length)[::4]
     batched = p.run(patches)
-    rec = guards.batched_vs_loop(p.against_loop(patches, batched[:, sample], sample), 1e-5, "logit difference")
+    rec = batched_vs_loop(p.against_loop(patches, batched[:, sample], sample), 1e-5, "logit difference")
     assert rec["passed"]
 
 
@@ -280,9 +284,9 @@ def test_the_kv_and_cached_position_sweeps_run_on_the_first_rows_length():
     """A pairs file of several lengths: the key/value sweep and the cached per-position sweep patch
     every position of prompts that line up, so they run on the first row's length and say so; the
     same prompts given alone give the same table."""
-    from headwatch.pairs import one_length
-    from headwatch.patching_cache import run_positions_all
-    from headwatch.patching_kv import run_kv_patching
+    from headwatch.patching.pairs import one_length
+    from headwatch.patching.positions import run_positions_all
+    from headwatch.patching.kv import run_kv_patching
 
     model = tiny_model("qwen3")
     a = Adapter(model)

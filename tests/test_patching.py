@@ -1,4 +1,4 @@
-"""Activation patching (headwatch/patching.py) and its guards (headwatch/guards.py) on tiny models."""
+"""Activation patching (headwatch/patching/heads.py) and its guards (headwatch/patching/guards.py) on tiny models."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -8,11 +8,13 @@ import yaml
 from torch import nn
 
 from conftest import ROOT
-from headwatch import guards
-from headwatch.arch import Adapter
-from headwatch.interventions import InterventionError, capture, intervene
-from headwatch.patching import (Patch, Patcher, attribution_patching, head_patches, position_labels, position_patches,
-                                prompt_set, resid_patches)
+from headwatch.guards import batched_vs_loop
+from headwatch.patching import guards
+from headwatch.model.arch import Adapter
+from headwatch.model.interventions import InterventionError, capture, intervene
+from headwatch.patching.patcher import Patch, Patcher, head_patches, position_patches, resid_patches
+from headwatch.patching.attribution import attribution_patching
+from headwatch.patching.prompts import position_labels, prompt_set
 from headwatch.settings.patching import PatchingSettings, patching_errors
 from tiny import random_ids, tiny_model
 
@@ -41,7 +43,7 @@ def test_every_guard_passes_on_every_family(model):
         assert {tuple(c["shape"]) for c in rec["cases"]} == {(3, 10, a.model.config.vocab_size)}
     patches = head_patches(a)[::5] + resid_patches(a, 10)[::11] + position_patches([(1, 2)], 10)[::3]
     batched = p.run(patches)
-    rec = guards.batched_vs_loop(p.against_loop(patches, batched[:, sample], sample), 1e-5, "logit difference")
+    rec = batched_vs_loop(p.against_loop(patches, batched[:, sample], sample), 1e-5, "logit difference")
     assert rec["passed"] and rec["n_cases"] == len(patches) and rec["max_abs_diff"] <= 1e-5
 
 
@@ -66,7 +68,7 @@ def test_each_guard_fails_when_what_it_guards_is_broken(monkeypatch):
     patches = head_patches(p.adapter)[:2]
     off = p.run(patches)[:, sample] + 1e-4
     with pytest.raises(guards.GuardError, match="batched_vs_loop: .* > 1e-05"):
-        guards.batched_vs_loop(p.against_loop(patches, off, sample), 1e-5, "logit difference")
+        batched_vs_loop(p.against_loop(patches, off, sample), 1e-5, "logit difference")
     assert isinstance(guards.GuardError("x"), InterventionError)
 
 

@@ -1,13 +1,14 @@
 """Every head at every position through the corrupted run's key/value cache
-(headwatch/patching_cache.py) against one patch per forward pass, on tiny models of every family."""
+(headwatch/patching/positions.py) against one patch per forward pass, on tiny models of every family."""
 import pandas as pd
 import pytest
 import torch
 
-from headwatch import guards
-from headwatch.arch import Adapter
-from headwatch.patching import Patch, Patcher, position_patches
-from headwatch.patching_cache import CachedPositions, multiply_adds, position_chunks, run_positions_all
+from headwatch.guards import batched_vs_loop
+from headwatch.patching import guards
+from headwatch.model.arch import Adapter
+from headwatch.patching.patcher import Patch, Patcher, position_patches
+from headwatch.patching.positions import CachedPositions, multiply_adds, position_chunks, run_positions_all
 from headwatch.settings.patching import PatchingError, PatchingSettings
 from tiny import patching_prompts, tiny_model
 
@@ -28,7 +29,7 @@ def test_cached_sweep_equals_one_patch_per_forward_pass_on_every_family(model):
     assert (cached - looped).abs().max() <= 1e-5
     assert torch.allclose(cached, p.run(patches), atol=1e-5)          # the Patcher's uncached rows
     assert (cached - p.corrupted_ld).abs().max() > 1e-3                # a patch moves the metric
-    rec = guards.batched_vs_loop(p.against_loop(patches[:4], cached[:4, :2], [0, 1]), 1e-5, "cached")
+    rec = batched_vs_loop(p.against_loop(patches[:4], cached[:4, :2], [0, 1]), 1e-5, "cached")
     assert rec["passed"]
 
 
@@ -39,7 +40,7 @@ def test_the_guard_fires_when_the_cache_holds_the_wrong_keys():
     patches = position_patches([(1, 0)], p.length)
     got = cached.run(patches)
     with pytest.raises(guards.GuardError, match="batched_vs_loop: .* > 1e-05"):
-        guards.batched_vs_loop(p.against_loop(patches, got[:, :2], [0, 1]), 1e-5, "cached")
+        batched_vs_loop(p.against_loop(patches, got[:, :2], [0, 1]), 1e-5, "cached")
 
 
 def test_what_the_cached_sweep_refuses():

@@ -1,14 +1,14 @@
-"""Key and value groups patched clean → corrupted (headwatch/patching_kv.py) and their guards, on
+"""Key and value groups patched clean → corrupted (headwatch/patching/kv.py) and their guards, on
 tiny models of every family with grouped key/value heads (and one without)."""
 import pandas as pd
 import pytest
 import torch
 
-from headwatch import guards
-from headwatch.arch import Adapter
-from headwatch.interventions import intervene, replace
-from headwatch.patching import Patch, Patcher
-from headwatch.patching_kv import QKV, group_heads, kv_patches, run_kv_patching, ungrouped_twin
+from headwatch.patching import guards
+from headwatch.model.arch import Adapter
+from headwatch.model.interventions import intervene, replace
+from headwatch.patching.patcher import Patch, Patcher
+from headwatch.patching.kv import QKV, group_heads, kv_patches, run_kv_patching, ungrouped_twin
 from headwatch.settings.patching import PatchingSettings
 from tiny import EXPECT, FAMILIES, patching_prompts, tiny_model
 
@@ -111,7 +111,7 @@ def test_each_kv_guard_fires_when_what_it_guards_is_broken():
 
 
 def test_an_unwritten_twin_entry_is_refused(monkeypatch):
-    from headwatch import patching_kv
+    from headwatch.patching import kv as patching_kv
     from headwatch.settings.patching import PatchingError
 
     model = tiny_model("mistral")

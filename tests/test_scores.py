@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from headwatch.arch import Adapter
+from headwatch.model.arch import Adapter
 from headwatch.names import top_heads
-from headwatch.scores import (head_scores, induction_cells, induction_scores, prev_cells, scores_table,
-                              self_cells, sink_cells)
+from headwatch.scores.heads import (head_scores, induction_cells, induction_scores, prev_cells, scores_table,
+                                    self_cells, sink_cells)
 from tiny import random_ids, tiny_model
 
 
@@ -68,7 +68,7 @@ def test_scores_pool_cells_over_sequences_of_different_lengths(monkeypatch):
     assert pooled != pytest.approx(per_sentence)
 
     maps = {3: a, 6: b}   # stands in for the model: fixed maps per sentence length
-    import headwatch.scores as scores
+    import headwatch.scores.heads as scores
     monkeypatch.setattr(scores, "attention_maps",
                         lambda model, ids, adapter=None: maps[ids.shape[-1]].reshape(1, 1, 1, *maps[ids.shape[-1]].shape))
     out = scores.prose_scores(None, None, [torch.zeros(3), torch.zeros(6)])

@@ -1,5 +1,5 @@
 """The repository stands on its own: it cites only itself, its report shows every figure
-with a caption that renders at both scales, and the README lists every rule's outputs.
+with a caption that renders at both scales, and docs/outputs.md lists every rule's outputs.
 
 The workflow's rules are read from Snakemake itself (its API loads the real Snakefile in
 a temporary copy, in a subprocess: this file run as a script), never from a list typed here.
@@ -229,16 +229,16 @@ def test_captions_read_values_from_the_config(quick, paper):
 
 
 def _readme_patterns() -> list[re.Pattern]:
-    """The README's outputs table as regexes: {a,b} alternatives, {wildcard} = one path part,
+    """docs/outputs.md's outputs table as regexes: {a,b} alternatives, {wildcard} = one path part,
     a path ending in / = everything under it; a relative path in a cell (not starting with the
     first path's top folder) lies beside the first path."""
-    text = (ROOT / "README.md").read_text()
-    table = text.split("### Outputs", 1)[1].split("\n\n", 2)[1]
+    text = (ROOT / "docs" / "outputs.md").read_text()
+    table = text.split("## Outputs", 1)[1].split("\n\n", 2)[1]
     patterns = []
     for line in table.splitlines()[2:]:
         cell = line.split("|")[1]
         paths = re.findall(r"`([^`]+)`", cell)
-        assert paths, f"README outputs row without a path: {line}"
+        assert paths, f"docs/outputs.md: an outputs row without a path: {line}"
         top, base = paths[0].split("/", 1)[0] + "/", paths[0].rsplit("/", 1)[0] + "/"
         for p in paths:
             p = p if p.startswith(top) else base + p
@@ -280,13 +280,13 @@ def test_readme_outputs_table_lists_every_rules_outputs(paper):
                     path = re.sub(r"\{" + w + r"(,[^}]*)?\}", v, path, count=1)
                 if not any(p.fullmatch(path) for p in patterns):
                     missing.append(f"{name}: {path}")
-    assert not missing, "README's outputs table does not list:\n" + "\n".join(sorted(set(missing)))
+    assert not missing, "docs/outputs.md's outputs table does not list:\n" + "\n".join(sorted(set(missing)))
 
 
 def test_each_package_has_one_pinned_version_everywhere():
     """requirements.txt holds the pins; the install lines elsewhere may name a pin only
     with the same version (the model wheel and the optional benchmark dependency included)."""
-    files = ["requirements.txt", "environment.yml", "Makefile", "README.md", "benchmarks/ablation.py"]
+    files = ["requirements.txt", "environment.yml", "Makefile", "README.md", "docs/install.md", "benchmarks/ablation.py"]
     pins: dict[str, set] = {}
     for name in files:
         for pkg, version in re.findall(r"\b([A-Za-z][\w.-]*)==([0-9][\w.+]*)", (ROOT / name).read_text()):

@@ -15,8 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from headwatch.sweep.heads import (formation_step, in_context_from_losses, make_probe, probe_scores,
-                                   cut_table)
+from headwatch.sweep.heads import formation_step, in_context_from_losses, make_probe, probe_scores, cut_table
 from headwatch.sweep.train import train
 
 HEADS = dict(windows=8, sequences=8, seed=0, early=4, late=8, threshold=0.3, cut_sequences=16)

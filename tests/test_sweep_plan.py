@@ -6,8 +6,7 @@ import pytest
 import yaml
 
 from headwatch.settings.sweep import active_sweeps, check_sweeps, slug, train_of
-from headwatch.sweep.plan import (SLUG, corpus_inputs, job_params, owner, runs, studies,
-                                  study_runs, train_jobs)
+from headwatch.sweep.plan import SLUG, corpus_inputs, job_params, owner, runs, studies, study_runs, train_jobs
 from conftest import ROOT
 
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
@@ -168,7 +167,7 @@ def test_planning_and_config_reading_import_no_torch():
     every command: none of them may import torch."""
     import subprocess
     import sys
-    code = ("import sys, headwatch.arch, headwatch.config, headwatch.sweep.plan, headwatch.charlm.spec; "
+    code = ("import sys, headwatch.model.arch, headwatch.config, headwatch.sweep.plan, headwatch.charlm.spec; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -29,11 +29,11 @@ FIGURES = [f"figures/sweep/{n}.{e}" for n in ("loss_vs_heads", "loss_vs_width", 
 
 def smk(workdir, configfile, *args, timed=False, targets=(*TARGETS, *FIGURES), record="laptop"):
     """Snakemake on only the sweep's targets (other stages are not needed here); ``timed``: through
-    the Makefile's timer (``python -m headwatch.run_record timed laptop -- ...``), as `make laptop`."""
+    the Makefile's timer (``python -m headwatch.workflow.run_record timed laptop -- ...``), as `make laptop`."""
     cmd = [sys.executable, "-m", "snakemake", *targets, "--cores", "2",
            "--configfile", *map(str, [configfile] if not isinstance(configfile, list) else configfile), *args]
     if timed:
-        cmd = [sys.executable, "-m", "headwatch.run_record", "timed", record, "--", *cmd]
+        cmd = [sys.executable, "-m", "headwatch.workflow.run_record", "timed", record, "--", *cmd]
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
 
@@ -144,7 +144,7 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import laptop_tables
     from headwatch.markup import markdown
-    from headwatch.provenance import DirtyTreeError
+    from headwatch.workflow.provenance import DirtyTreeError
     from headwatch.sweep.summary import split_verdict
 
     workdir, _, _ = sweep_run

@@ -1,12 +1,13 @@
 """What the rules ask the library for, without Snakemake: every output path from one function
-(headwatch.paths), the default target (headwatch.targets) and the record of the run a report
-describes (headwatch.run_record)."""
+(headwatch.paths), the default target (headwatch.workflow.targets) and the record of the run a report
+describes (headwatch.workflow.run_record)."""
 import copy
 
 import pytest
 import yaml
 
-from headwatch import paths, run_record, targets
+from headwatch import paths
+from headwatch.workflow import run_record, targets
 from headwatch.sweep import plan
 from conftest import ROOT
 

@@ -1,4 +1,4 @@
-"""Warm starts (headwatch/warmstart.py): a Snakemake script handed to a forked, preloaded process
+"""Warm starts (tests/warmstart.py): a Snakemake script handed to a forked, preloaded process
 behaves as the same script run by a fresh Python — its output, exit code, folder, environment and
 signals — and nothing else is handed over."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from headwatch import warmstart
+import warmstart
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def test_only_a_snakemake_script_is_handed_over():
 
 def test_the_preload_holds_the_scripts_imports_and_every_familys_model_module():
     names = warmstart.preload_modules(ROOT)
-    assert {"torch", "snakemake.script", "headwatch.models", "headwatch.workflow",
+    assert {"torch", "snakemake.script", "headwatch.model.load", "headwatch.jobs",
             "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2"} <= set(names)
     assert "__future__" not in names and len(names) == len(set(names))
 

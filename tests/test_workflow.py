@@ -88,7 +88,7 @@ def test_a_second_dry_run_has_nothing_to_do(run):
 
 def test_changing_the_device_reruns_nothing(run):
     """The device says where a job runs, not what it computes: no rule holds it in its params
-    (README, Security: "changing it reruns nothing")."""
+    (docs/security.md: "changing it reruns nothing")."""
     workdir, _, config = run
     assert config.get("device", "auto") == "auto"          # config/config.yaml's, under the test overlays
     configfile = write_config(workdir, dict(config, device="cpu"), "device_cpu.yaml")
@@ -234,12 +234,15 @@ def test_the_snakefiles_parse_imports_neither_torch_nor_pandas():
 
 def test_table_only_jobs_start_without_torch():
     """The module-level imports of each table-only script, one after the other in one fresh
-    interpreter: the first that brings torch in is named. A model job's script (scores_heads)
-    comes last, to show that the probe sees torch when it is imported."""
+    interpreter: the first that brings torch in is named. What a model job's script calls
+    (scores_heads: ``hw.load_model``, which imports headwatch.model.load when called) comes last,
+    to show that the probe sees torch when it is imported."""
     probe = ["import sys"]
     for script in (*TABLE_ONLY_SCRIPTS, "scores_heads"):
         lines = (ROOT / "scripts" / f"{script}.py").read_text().splitlines()
         probe += [line for line in lines if line.startswith(("import ", "from ")) and "__future__" not in line]
+        if script == "scores_heads":
+            probe.append("import headwatch.model.load")
         probe.append(f"print({script!r}, 'torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", "\n".join(probe)], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -1,7 +1,7 @@
-"""Tiny models built from configs, one per architecture family of headwatch.arch (no download).
+"""Tiny models built from configs, one per architecture family of headwatch.model.arch (no download).
 
 :data:`FAMILIES` (the transformers families) and :data:`ALL_FAMILIES` (with the sweep's
-character model) are read from ``headwatch.arch``: a family added there is built here
+character model) are read from ``headwatch.model.arch``: a family added there is built here
 from its entry in :data:`CONFIGS` and tested by every parametrized test; one without an
 entry fails them loudly. Each config is transformers' own config class, tiny (width 64,
 3 layers, 4 heads of 16 unless a test asks otherwise), with every special case of its
@@ -36,12 +36,12 @@ from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, 
                           GPTNeoConfig, GPTNeoXConfig, LlamaConfig, MistralConfig, Olmo2Config, Phi3Config,
                           Qwen2Config, Qwen3Config)
 
-from headwatch import arch
+from headwatch.model import arch
 
 VOCAB = 512
 WINDOW = 4
 FAMILIES = tuple(arch.FAMILIES)                          # transformers models
-ALL_FAMILIES = tuple(arch.all_families())                # every family of headwatch.arch
+ALL_FAMILIES = tuple(arch.all_families())                # every family of headwatch.model.arch
 CHARLM_VARIANTS = {"charlm-rotary": dict(rotary=True)}
 """The character model's options that change how attention is computed, by a name of their own."""
 

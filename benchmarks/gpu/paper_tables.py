@@ -23,9 +23,9 @@ Two sources, each optional:
     .venv/bin/python benchmarks/gpu/paper_tables.py --gpu <check's $OUT>   # SmolLM2's section kept
 
 Refused (nothing written, exit status 1): a checkout whose result inputs differ from its commit
-(:func:`headwatch.provenance.require_clean_tree`), and a results folder whose run record is missing,
+(:func:`headwatch.workflow.provenance.require_clean_tree`), and a results folder whose run record is missing,
 failed, or was made from a tree with changes or at a commit whose result inputs differ from this
-one's (:func:`headwatch.provenance.run_attempts`). The page's header names the commit and this
+one's (:func:`headwatch.workflow.provenance.run_attempts`). The page's header names the commit and this
 command line; the SmolLM2 section names the run's commit and the commands that compute it again.
 """
 from __future__ import annotations
@@ -42,10 +42,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from headwatch import paths, run_record, targets
+from headwatch import paths
+from headwatch.workflow import run_record, targets
 from headwatch.markup import markdown
-from headwatch.names import SCORES
-from headwatch.provenance import DirtyTreeError, RunRecordError, page_header, require_clean_tree, run_attempts
+from headwatch.names import SCORES, top_rows
+from headwatch.workflow.provenance import (DirtyTreeError, RunRecordError, page_header, require_clean_tree,
+                                           run_attempts)
 from headwatch.settings.sweep import TrainSettings, active_sweeps, train_of
 from headwatch.tableio import read_note, read_parquet, read_record
 
@@ -56,7 +58,7 @@ from check import ARCHIVE, guards, under, unpack_out  # noqa: E402  (the check's
 
 PYTHON = ".venv/bin/python"
 SCRIPT = "benchmarks/gpu/paper_tables.py"
-TIMED = f"{PYTHON} -m headwatch.run_record timed"             # the Makefile's TIMED
+TIMED = f"{PYTHON} -m headwatch.workflow.run_record timed"             # the Makefile's TIMED
 # make run's Snakemake; on a CPU the gpu resource only bounds the model jobs running at once (two).
 # The targets go before the options: --resources takes every word after it.
 SNAKEMAKE, SNAKEMAKE_OPTIONS = ".venv/bin/snakemake", "--cores all --resources gpu=2"
@@ -122,8 +124,8 @@ def run_name(model: str) -> str:
 
 def run_command(model: str) -> str:
     """The exact command that computes what the model's section reads, at paper scale (``make run``'s
-    config as is, restricted to the model's targets, :func:`headwatch.targets.paper_page`), timed: its
-    record names the commit (:func:`headwatch.run_record.timed`)."""
+    config as is, restricted to the model's targets, :func:`headwatch.workflow.targets.paper_page`), timed: its
+    record names the commit (:func:`headwatch.workflow.run_record.timed`)."""
     return " ".join([TIMED, run_name(model), "--", SNAKEMAKE, *targets.paper_page(model), SNAKEMAKE_OPTIONS])
 
 
@@ -173,7 +175,7 @@ def smollm2_sections(results: Path, model: str, root: Path, commit: str, command
     for rank in range(5):
         row = {"rank": rank + 1}
         for s in SCORES:
-            top = scores.sort_values([s, "layer", "head"], ascending=[False, True, True]).iloc[rank]
+            top = top_rows(scores, s, 5).iloc[rank]
             row[s] = f"L{int(top.layer)}H{int(top['head'])} {top[s]:.3f}"
         rows.append(row)
     out += [md_table(pd.DataFrame(rows))]

@@ -5,9 +5,9 @@ prepared folder, with weights), a reference config shipped under
 ``config/models/`` (no weights) or one of the sweep's char-model shapes.
 Each is instantiated on the ``meta`` device — shapes without memory — and its
 parameters are counted into blocks by the modules that own them
-(:mod:`headwatch.params`, the one parameter count; :func:`headwatch.arch.model_parts`
-says which modules those are). What a config's keys mean is :mod:`headwatch.arch`'s
-to know (:func:`~headwatch.arch.shape_of` and its neighbours).
+(:mod:`headwatch.model.params`, the one parameter count; :func:`headwatch.model.arch.model_parts`
+says which modules those are). What a config's keys mean is :mod:`headwatch.model.arch`'s
+to know (:func:`~headwatch.model.arch.shape_of` and its neighbours).
 
 A config whose width is not divisible by its heads (and that does not set a
 head size of its own) gets a row with an ``error`` note instead of a crash.
@@ -25,11 +25,10 @@ from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from ..arch import (Adapter, context_length, ffn_width, rope_type, shape_of, tied_embeddings,
-                    vocab_size)
+from ..model.arch import Adapter, context_length, ffn_width, rope_type, shape_of, tied_embeddings, vocab_size
 from ..charlm.model import CharLM
 from ..charlm.spec import FIELDS, ROTARY_BASE, ModelSpec
-from ..params import BlockCountError, classify_parameters, params_by_block  # noqa: F401 (re-exported)
+from ..model.params import BlockCountError, classify_parameters, params_by_block  # noqa: F401 (re-exported)
 from ..settings.sweep import model_of, slug
 
 

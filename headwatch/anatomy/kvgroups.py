@@ -2,7 +2,7 @@
 
 For every layer and key/value group, that group's ``head_dim`` slice of the key
 projection's *output* is zeroed (a ``zero`` edit at the ``k`` site of
-:mod:`headwatch.interventions`, always removed) and the model runs once; the
+:mod:`headwatch.model.interventions`, always removed) and the model runs once; the
 maps are read by a capture at the ``pattern`` site. Exactly the query heads of that group must
 change (max |Δattention| > 0); every other head of the layer must change by
 exactly 0; the layers before the cut must change by exactly 0; after the hook
@@ -28,11 +28,11 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from ..arch import Adapter, ungrouped_config
+from ..model.arch import Adapter, ungrouped_config
 from ..tableio import assert_finite
-from ..device import exact_numerics
+from ..model.device import exact_numerics
 from ..guards import GuardError
-from ..interventions import attention_maps, intervene, zero
+from ..model.interventions import attention_maps, intervene, zero
 
 
 class KVGroupError(GuardError):

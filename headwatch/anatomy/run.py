@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..arch import Adapter
-from ..models import load_prepared
+from ..model.arch import Adapter
+from ..model.load import load_prepared
 from ..settings.anatomy import HeadAddress, KVControl
 from .configs import params_table, reference_entry, studied_entry, survey_table, sweep_entries
 from .kvgroups import all_maps, kv_group_cuts, kv_similarity, ungrouped_control

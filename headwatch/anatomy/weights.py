@@ -7,7 +7,7 @@ tensor, with their parameter counts.
 
 :func:`weight_check` recomputes that head's attention map from the raw
 weights — input norm (LayerNorm or RMSNorm, Gemma's 1 + w, none for OLMo 2),
-q/k projections with biases, then :mod:`headwatch.recompute`: QK-norm, rotary
+q/k projections with biases, then :mod:`headwatch.model.recompute`: QK-norm, rotary
 embedding (partial, rotate-half or GPT-J's interleaved pairs, the layer's
 base), scale, soft-capping, causal mask and sliding window, softmax — in
 float64 from the hidden state entering the layer, and compares it with the map
@@ -20,12 +20,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..arch import Adapter
+from ..model.arch import Adapter
 from ..tableio import assert_finite
-from ..device import exact_numerics, numerics
+from ..model.device import exact_numerics, numerics
 from ..guards import GuardError
-from ..interventions import capture, intervene
-from ..recompute import norm, pattern, rules
+from ..model.interventions import capture, intervene
+from ..model.recompute import norm, pattern, rules
 
 
 class WeightCheckError(GuardError):
@@ -104,7 +104,7 @@ def _project(adapter: Adapter, module: nn.Module, sl: slice, x: torch.Tensor) ->
 def hand_map(adapter: Adapter, layer: int, head: int, hidden: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """The head's attention map [T, T] in float64 from the layer's input hidden state [T, W]:
     the input norm and every head's q/k projections by hand from the stored weights, then
-    the family's rules (:func:`headwatch.recompute.pattern`: QK-norm, rotary, scale,
+    the family's rules (:func:`headwatch.model.recompute.pattern`: QK-norm, rotary, scale,
     soft-cap, window)."""
     x = hidden.detach().double().cpu()
     n = adapter.input_norm_params(layer)

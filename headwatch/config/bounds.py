@@ -13,13 +13,13 @@ margin over the protocol's own sizes.
   length, for a list or a mapping its number of entries. A bound's name is the key's path,
   ``*`` standing for any mapping key and ``[]`` for any list item
   (``sweep.sweeps.*.train.batch``).
-* **Model files**: :data:`headwatch.arch.FIELD_BOUNDS`, the family facts, bounds each shape
+* **Model files**: :data:`headwatch.model.arch.FIELD_BOUNDS`, the family facts, bounds each shape
   number read from a ``config.json`` or a GGUF header, named ``model_file.<field>``.
 
 A user who means a larger value raises that bound on purpose, and only that one, with the
 top-level config key ``raise_bounds: {<name>: <new bound>}`` (a name of :func:`bound_table`;
 ``raise_bounds`` is checked like every key). Nothing else raises a bound. The table is
-printed by ``python -m headwatch.config --bounds`` (the README's Security section holds it).
+printed by ``python -m headwatch.config --bounds`` (docs/security.md holds it).
 
 Memory is bounded separately, by estimate (:mod:`.memory`); it cannot be raised.
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import difflib
 
-from ..sources.limits import RAISE, limit, model_file_bounds, refusal
+from ..model.sources.limits import RAISE, limit, model_file_bounds, refusal
 
 BOUND = "x-bound"
 
@@ -58,7 +58,7 @@ _TABLES: dict = {}
 
 def bound_table(schema: dict) -> dict[str, dict]:
     """Every bound of the schema: ``{name: {"max": N, "why": ...}}``, with the model files'
-    bounds (:data:`headwatch.arch.FIELD_BOUNDS`) as ``model_file.<field>`` (once per schema
+    bounds (:data:`headwatch.model.arch.FIELD_BOUNDS`) as ``model_file.<field>`` (once per schema
     object: :func:`headwatch.config.load_schema` parses each schema file once)."""
     key = id(schema)
     if key not in _TABLES or _TABLES[key][0] is not schema:
@@ -96,7 +96,7 @@ def raise_errors(config: dict, table: dict) -> list[str]:
     for name, value in raised.items():
         if name not in table:
             near = difflib.get_close_matches(str(name), list(table), n=1, cutoff=0.6)
-            hint = f"did you mean {near[0]!r}?" if near else "the bounds are listed in the README, Security"
+            hint = f"did you mean {near[0]!r}?" if near else "the bounds are listed in docs/security.md"
             out.append(f"{RAISE}: {name!r} is not the name of a bound; {hint}")
         elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             out.append(f"{RAISE}.{name}: {value!r} is not a bound (a positive integer)")
@@ -146,7 +146,7 @@ def bound_errors(config: dict, schema: dict) -> list[str]:
 
 
 def bounds_markdown(schema: dict) -> str:
-    """The README's table of bounds (``python -m headwatch.config --bounds``)."""
+    """docs/security.md's table of bounds (``python -m headwatch.config --bounds``)."""
     rows = ["| bound (`raise_bounds` name) | at most | why |", "|---|---|---|"]
     for name, b in bound_table(schema).items():
         rows.append(f"| `{name}` | {b['max']:,} | {' '.join(b['why'].split())} |")

@@ -5,19 +5,19 @@ Each stage's own checks are its settings module's (:mod:`headwatch.settings`): t
 (:func:`~headwatch.settings.anatomy.anatomy_errors`, :func:`~headwatch.settings.anatomy.shape_errors`),
 activation patching's names and templates (:func:`~headwatch.settings.patching.patching_errors`), the ablation's counts (:class:`AblationSettings`);
 this module runs them with the checks of tokens, lengths and heads that read a studied model's
-facts (:mod:`headwatch.sources`)."""
+facts (:mod:`headwatch.model.sources`)."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from ..sequences import single_token
+from ..scores.sequences import single_token
 from ..settings.ablation import AblationSettings
 from ..settings.anatomy import anatomy_errors, shape_errors
 from ..settings.circuits import circuits_errors
 from ..settings.patching import patching_errors
 from ..settings.sweep import check_sweeps
-from ..sources import ConfigError, Located, ModelFacts, ModelNotFoundError, family_error, model_facts
+from ..model.sources import ConfigError, Located, ModelFacts, ModelNotFoundError, family_error, model_facts
 from .devices import cuda_available, dtype_errors
 from .memory import model_estimates, sweep_estimates
 

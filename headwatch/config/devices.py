@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ..sources import ConfigError, fingerprint
+from ..model.sources import ConfigError, fingerprint
 
 
 def needs_device(config: dict) -> bool:

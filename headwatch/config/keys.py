@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from jsonschema import Draft202012Validator
 
-from ..sources import ConfigError, key_errors
+from ..model.sources import ConfigError, key_errors
 from .bounds import bound_errors, resolve_ref
 
 
@@ -59,7 +59,7 @@ def load_schema(path) -> dict:
 def check_keys(config: dict, schema_path) -> None:
     """Refuse keys the schema does not know, then names, text and devices that its described
     definitions refuse (:func:`schema_errors`), model keys that are folders of results/
-    (:func:`headwatch.sources.key_errors`) and counts and sizes above their bounds
+    (:func:`headwatch.model.sources.key_errors`) and counts and sizes above their bounds
     (:func:`headwatch.config.bounds.bound_errors`). Run before the schema itself, whose
     messages would not say in words which key was meant."""
     schema = load_schema(schema_path)

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..sources import CACHE_DIR, ConfigError, Located, fingerprint, locate, offline, source_errors
+from ..model.sources import CACHE_DIR, ConfigError, Located, fingerprint, locate, offline, source_errors
 from .checks import model_errors, run_checks
 from .devices import cuda_available, cuda_probe, needs_device
 from .keys import check_keys

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from .. import markup
-from ..arch import context_length, head_label, shape_of
+from ..model.arch import context_length, head_label, shape_of
 from ..markup import display_token
 from ..names import BYTES_PER_NUMBER, SCORES
 
@@ -168,7 +168,7 @@ def model_shape(folder, dtype: str = "float32") -> dict:
 
 
 def config_shape(cfg, dtype: str = "float32") -> dict:
-    """:func:`headwatch.arch.shape_of` plus the context length and bytes per number of ``dtype``."""
+    """:func:`headwatch.model.arch.shape_of` plus the context length and bytes per number of ``dtype``."""
     s = shape_of(cfg)
     context = context_length(cfg)
     if dtype not in BYTES_PER_NUMBER:

@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..arch import head_label
-from ..names import SCORES
+from ..model.arch import head_label
+from ..names import SCORES, top_rows
 from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure
 
 
 def map_of(maps: pd.DataFrame, phrase: str, layer: int, head: int) -> np.ndarray:
     """One head's stored map as a dense [T, T] array (zeros above the diagonal): the inverse of
-    :func:`headwatch.attention.maps_table`, kept here so that the figure jobs need not import torch."""
+    :func:`headwatch.scores.attention.maps_table`, kept here so that the figure jobs need not import torch."""
     m = maps[(maps.phrase == phrase) & (maps.layer == layer) & (maps["head"] == head)]
     T = int(m["row"].max()) + 1
     A = np.zeros((T, T), dtype=np.float32)
@@ -78,7 +78,7 @@ def ranked_scores(scores: pd.DataFrame, label_top: int = 5):
     """The four scores, every head sorted from highest to lowest; the top heads labelled."""
     fig, axes = figure(TWO_COLUMNS, 4.8, nrows=2, ncols=2)
     for ax, name, colour in zip(axes.flat, SCORES, PALETTE):
-        ranked = scores.sort_values(name, ascending=False).reset_index(drop=True)
+        ranked = top_rows(scores, name, len(scores)).reset_index(drop=True)
         ax.bar(np.arange(len(ranked)), ranked[name], width=1.0, color=colour)
         top = "\n".join(f"{head_label(int(r.layer), int(r.head))}  {getattr(r, name):.3f}"
                         for r in ranked.head(label_top).itertuples())
@@ -96,7 +96,7 @@ def sink_vs_induction(scores: pd.DataFrame, label_top: int = 5):
     """Each head as a point: attention to token 0 against induction score, coloured by layer."""
     fig, ax = figure(ONE_COLUMN, ONE_COLUMN * 0.9)
     pts = ax.scatter(scores.sink, scores.induction, c=scores.layer, cmap=SEQUENTIAL, s=8)
-    top = scores.sort_values("induction", ascending=False).head(label_top)
+    top = top_rows(scores, "induction", label_top)
     for i, r in enumerate(top.itertuples()):  # alternate sides so neighbours do not collide
         ax.annotate(head_label(int(r.layer), int(r.head)), (r.sink, r.induction), fontsize=6,
                     xytext=(4, 0) if i % 2 == 0 else (-4, 0), ha="left" if i % 2 == 0 else "right",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..arch import head_label
-from ..names import SCORES
+from ..model.arch import head_label
+from ..names import SCORES, top_rows
 from .style import DIVERGING, TWO_COLUMNS, figure
 
 
@@ -30,7 +30,7 @@ def _fmt(x) -> str:
 
 
 def _baseline(note: dict) -> str:
-    if "pairs" in note:        # a researcher's pairs file (headwatch/pairs.py): its lengths, not its path
+    if "pairs" in note:        # a researcher's pairs file (headwatch/patching/pairs.py): its lengths, not its path
         lengths = note["lengths"]
         return (f"{note['prompts']} prompt pairs of {lengths[0]}–{lengths[-1]} tokens: logit difference "
                 f"answer − distractor clean {note['clean_logit_diff']:.3f}, corrupted {note['corrupted_logit_diff']:.3f}")
@@ -100,7 +100,7 @@ def top_heads_table(heads: pd.DataFrame, scores: pd.DataFrame, note: dict):
     ranks) beside them: do the heads that carry the name look like induction or previous-token
     heads?"""
     k = int(note["top10"])
-    top = heads.sort_values(["score", "layer", "head"], ascending=[False, True, True], kind="mergesort").head(k)
+    top = top_rows(heads, "score", k)
     merged = top.merge(scores, on=["layer", "head"], how="left", validate="one_to_one")
     if merged[list(SCORES)].isna().any().any():
         raise ValueError("scores.parquet lacks a head of the patching table")

@@ -15,17 +15,19 @@ matplotlib's registry of scales, and every figure passes through :func:`save`.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")
+if "ipykernel" not in sys.modules:   # figures are files (Agg); in a notebook, the kernel's inline backend draws them
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import LogFormatter
 
 from ..markup import MATPLOTLIB
 from ..tableio import read_parquet
-from ..workflow import log_to
+from ..jobs import log_to
 
 # Okabe–Ito: distinguishable with every common colour-vision deficiency.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]

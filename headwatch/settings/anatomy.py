@@ -93,7 +93,7 @@ def anatomy_errors(config: dict, workdir=".") -> list[str]:
 
 def shape_errors(config: dict, facts) -> list[str]:
     """The anatomy's settings against one studied model's shape (``facts``:
-    :class:`headwatch.sources.ModelFacts`): the dissected head and the ungrouped control's layers."""
+    :class:`headwatch.model.sources.ModelFacts`): the dissected head and the ungrouped control's layers."""
     if not config.get("anatomy"):
         return []
     a = AnatomySettings.from_config(config["anatomy"])

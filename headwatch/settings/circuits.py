@@ -23,7 +23,10 @@ class CircuitsError(ValueError):
 
 
 def _heads(value) -> tuple[tuple[int, int], ...] | None:
-    return None if value is None else tuple((int(h["layer"]), int(h["head"])) for h in value)
+    """Heads as the config names them (``{layer, head}`` mappings) or as pairs, as ``(layer, head)``."""
+    if value is None:
+        return None
+    return tuple((int(h["layer"]), int(h["head"])) if isinstance(h, dict) else (int(h[0]), int(h[1])) for h in value)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ is defined per pair).
 
 The file is data from outside: its path must lie inside the project directory (after symlinks
 are resolved), unless it is absolute and ``patching.pairs_outside_project`` is true
-(:func:`pairs_path`); it is read by :func:`headwatch.sources.files.read_text`, as a model's files are: a regular
+(:func:`pairs_path`); it is read by :func:`headwatch.model.sources.files.read_text`, as a model's files are: a regular
 file of at most 64 MiB (``CAPS["pairs file"]``; a FIFO or a device is refused before a byte is read), decoded
 as UTF-8 and parsed by Python's ``csv`` or ``json`` module (:func:`read_pairs`). Every error
 names the file and the row (its line), and a tokenizer's error the model too
@@ -28,7 +28,7 @@ import io
 import json
 from pathlib import Path
 
-from ..sequences import single_token
+from ..scores.sequences import single_token
 
 COLUMNS = ("clean", "corrupted", "answer", "distractor")
 FORMATS = {".csv": "CSV", ".jsonl": "JSON Lines"}
@@ -98,11 +98,11 @@ def read_pairs(path: str | Path, max_rows: int = MAX_ROWS) -> list[dict]:
     """The rows of a pairs file: ``{line, clean, corrupted, answer, distractor}`` each (``line``:
     where the row starts in the file, 1 = the first line). :class:`PairsError` naming the file
     and the line for anything but a regular UTF-8 file of at most the bytes
-    :data:`headwatch.sources.files.CAPS` allows a ``"pairs file"`` with
+    :data:`headwatch.model.sources.files.CAPS` allows a ``"pairs file"`` with
     every column, texts that are not strings or are empty (blank), or more than ``max_rows``
     rows or none."""
-    from ..sources.errors import ModelFileError
-    from ..sources.files import read_text
+    from ..model.sources.errors import ModelFileError
+    from ..model.sources.files import read_text
 
     path = Path(path)
     name = str(path)

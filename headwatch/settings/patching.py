@@ -16,7 +16,7 @@ the templates, :mod:`headwatch.settings.pairs`) the file's and its rows'. The pr
 depends on the source (:func:`prompt_keys`).
 
 Like every settings module, it imports only the standard library (and
-:func:`headwatch.sequences.single_token`, whose module imports nothing else at its top), so
+:func:`headwatch.scores.sequences.single_token`, whose module imports nothing else at its top), so
 that the pre-job checks read it without torch.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import string
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..sequences import single_token
+from ..scores.sequences import single_token
 from . import Settings
 from .pairs import PairsError, pair_errors, pairs_path, read_pairs
 
@@ -142,7 +142,7 @@ def layout(tokenizer, template: str, names: Sequence[str]) -> tuple[list[int], l
 # ------------------------------------------------------------------ the pre-job checks
 def patching_errors(config: dict, facts, workdir=".") -> list[str]:
     """Every check of ``patching:`` before any job, for one studied model (``facts``: the model's
-    ``key``, ``tokenizer`` and ``shape``, :class:`headwatch.sources.ModelFacts`): every name is one
+    ``key``, ``tokenizer`` and ``shape``, :class:`headwatch.model.sources.ModelFacts`): every name is one
     token with its space; every template holds its slots (:func:`template_errors`) and gives the
     same number of tokens with its slots at the same positions, within the model's context. The
     model-independent checks (the templates' slots, ``phrase``, ``guard_prompts``) are reported

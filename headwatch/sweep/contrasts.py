@@ -37,8 +37,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..settings.sweep import (CHAR, CONTRASTS, BootstrapSettings, StudySettings, contrast_arms,
-                              shares_data_order, study_arm)
+from ..settings.sweep import (CHAR, CONTRASTS, BootstrapSettings, StudySettings, contrast_arms, shares_data_order,
+                              study_arm)
 from ..tableio import assert_finite
 from .course import mean_interval
 from .summary import SummaryError, relabelling_p

@@ -40,10 +40,10 @@ import torch
 from torch.nn import functional as F
 
 from .. import paths
-from ..ablation import run_topk
-from ..arch import Adapter
+from ..ablation.experiments import run_topk
+from ..model.arch import Adapter
 from ..charlm.corpus import eval_offsets
-from ..scores import induction_scores, prose_scores, scores_table
+from ..scores.heads import induction_scores, prose_scores, scores_table
 from ..settings.ablation import AblationSettings
 from ..settings.sweep import PROBE_KEYS, HeadsSettings, positions_error
 from ..tableio import read_note, read_parquet
@@ -148,7 +148,7 @@ def cut_table(model, scores: dict[str, torch.Tensor], cfg: HeadsSettings | dict,
     ``ablation.seed``); loss per character on copy 1 and copy 2 of ``sweep.heads.cut_sequences``
     repeated random sequences (T = context // 2; stream :data:`CUT_STREAM`, so not the probe's;
     ``cfg``: the cut's part of ``sweep.heads``). The §5a code itself
-    (:func:`headwatch.ablation.run_topk`, its guards included) with top_n = k = 1.
+    (:func:`headwatch.ablation.experiments.run_topk`, its guards included) with top_n = k = 1.
     Returns (table, note, guard record)."""
     h = HeadsSettings.of(cfg).need("seed", "cut_sequences")
     adapter = Adapter(model)

@@ -57,14 +57,14 @@ import pandas as pd
 import torch
 from torch.nn import functional as F
 
-from ..arch import Adapter
+from ..model.arch import Adapter
 from ..charlm.corpus import batch_offsets, eval_offsets
 from ..charlm.model import CharLM
 from ..charlm.spec import OPTIONS, TRAINING_OPTIONS, ModelSpec
 from ..charlm.tokenizer import bits_per_char, sha256
 from ..settings.sweep import PRECISIONS, HeadsSettings, TrainSettings
 from ..tableio import NonFiniteError, assert_finite, file_sha256, read_note, verify_sha256
-from ..workflow import keep_attempt_log
+from ..jobs import keep_attempt_log
 from .heads import heads_frame, in_context_score, make_probe, probe_scores, records
 
 log = logging.getLogger("headwatch.sweep")
@@ -269,7 +269,7 @@ def load_checkpoint(path: Path, fp: str, device) -> tuple[dict | None, list[dict
 
 
 def _log_file() -> Path | None:
-    """The file the root logger writes to (the rule's log under headwatch.workflow.log_to)."""
+    """The file the root logger writes to (the rule's log under headwatch.jobs.log_to)."""
     for handler in logging.getLogger().handlers:
         stream = getattr(handler, "stream", None)
         name = getattr(stream, "name", None) or getattr(handler, "baseFilename", None)
@@ -585,7 +585,7 @@ def load_trained(path, device="cpu", sha256: str | None = None) -> tuple[CharLM,
     """A trained sweep model saved by :func:`save_trained` (``model.pt``), in eval mode, and its
     record (vocab, info, ...), read only if the file's SHA-256 is ``sha256`` (default: the one its
     run recorded, ``model_sha256`` in the note of ``metrics.parquet`` beside it), and then as
-    tensors and plain data only. (Studied models load with :func:`headwatch.models.load_model`.)"""
+    tensors and plain data only. (Studied models load with :func:`headwatch.model.load.load_model`.)"""
     path = Path(path)
     record = f"the argument sha256 of load_trained({str(path)!r})"
     if sha256 is None:

@@ -1,0 +1,75 @@
+"""docs/benchmarks.md, written from the benchmark records (benchmarks/records/*.json).
+
+Every timing and ratio headwatch states lives in a record with the machine it was measured on,
+the load, the command and the commit; this page is written from them and never typed, so that a
+figure cannot lose its machine on the way. A record is one JSON object: ``title``, ``method`` (how
+it is measured), ``rows`` (each ``what, figures, machine, load, command, commit, date`` and where
+the figure comes from, ``source``), in the order given by ``ORDER`` (others after, by name).
+
+    .venv/bin/python benchmarks/page.py            # writes docs/benchmarks.md
+    .venv/bin/python benchmarks/page.py --check    # exit 1 if the page differs from the records
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "benchmarks" / "records"
+PAGE = ROOT / "docs" / "benchmarks.md"
+ORDER = ("peers", "targets", "induction", "edges", "ablation", "patching", "circuits")
+COLUMNS = ("what", "figures", "machine", "load", "command", "commit", "date")
+
+
+def cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def records() -> list[tuple[str, dict]]:
+    found = {p.stem: json.loads(p.read_text()) for p in sorted(RECORDS.glob("*.json"))}
+    names = [n for n in ORDER if n in found] + sorted(n for n in found if n not in ORDER)
+    return [(n, found[n]) for n in names]
+
+
+def page() -> str:
+    out = ["# Benchmarks", "",
+           "Every timing and ratio of headwatch, each with the machine, the load and the command that measured it. "
+           "Written by `benchmarks/page.py` from the records in `benchmarks/records/` — edit a record, or run the "
+           "benchmark again, never this page. Times from different machines or days are not comparable: the 2-core "
+           "machines these ran on differ about 2× between CPU kinds and by a third from day to day on one kind; "
+           "compare ratios measured in one run.", ""]
+    for name, rec in records():
+        out += [f"## {rec['title']}", "", rec["method"], ""]
+        if rec.get("table"):                  # a record that carries its own table (one run's rows)
+            out += [rec["table"].rstrip(), ""]
+        rows = rec.get("rows", [])
+        if rows:
+            out += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+            out += ["| " + " | ".join(cell(r.get(c, "")) if c != "command" else f"`{cell(r.get(c, ''))}`"
+                                      for c in COLUMNS) + " |" for r in rows]
+            out.append("")
+            sources = sorted({r["source"] for r in rows if r.get("source")})
+            out += [f"Source: {s}." for s in sources] + ([""] if sources else [])
+        out.append(f"Record: `benchmarks/records/{name}.json`.")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if docs/benchmarks.md is not what the records give")
+    args = ap.parse_args(argv)
+    text = page()
+    if args.check:
+        same = PAGE.exists() and PAGE.read_text() == text
+        print("docs/benchmarks.md is" + (" " if same else " NOT ") + "the records' page")
+        return 0 if same else 1
+    PAGE.write_text(text)
+    print(f"wrote {PAGE.relative_to(ROOT)} from {len(records())} records")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

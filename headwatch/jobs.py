@@ -1,0 +1,201 @@
+"""Glue between Snakemake scripts and the library: logging to the rule's log, the workflow's files.
+
+Every script runs its work inside :func:`log_to`, which
+
+* sends stderr and ``logging`` to the rule's log and caps torch's threads;
+* ends the log with one ``resources:`` line — the device the job used (CUDA
+  when the process touched it), its peak GPU memory (torch's allocator: tensors
+  and reserved), its peak resident memory and its wall time —, also when the
+  job fails; :func:`read_resources` reads it back;
+* keeps the log of a failed attempt (an exception, Ctrl-C, or a SIGTERM, e.g. a
+  cluster's preemption) under a second name, ``<log>.attempt-<n>.log`` (a hard
+  link, so later lines reach both names), because Snakemake removes the rule's
+  log before it reruns the job. A job that links its attempt's log itself at the
+  start (training, which must survive a SIGKILL too) is left alone.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import resource
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+log = logging.getLogger("headwatch.jobs")
+
+MIB = 2 ** 20
+#: The last line :func:`log_to` writes to a rule's log (after the timestamp and logger name).
+RESOURCES = "resources:"
+#: What a run of the workflow reads beside the library: the Snakefile and what it includes or reads
+#: (environment.yml: the rules' conda environment).
+WORKFLOW_FILES = ("Snakefile", "rules", "scripts", "config", "report", "environment.yml")
+
+
+def copy_workflow(root: str | Path, dest: str | Path) -> Path:
+    """The workflow's files (:data:`WORKFLOW_FILES`) of the repository ``root`` copied into ``dest``
+    (created; files there are replaced, ``results/`` and ``.snakemake/`` left as they are)."""
+    root, dest = Path(root), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_FILES:
+        src = root / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, dirs_exist_ok=True)
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def resources(wall_s: float | None = None) -> dict:
+    """The process's device (``cuda:<i>`` when it initialised CUDA, else ``cpu``), the GPU's name and
+    its peak memory held by torch (MiB: ``max_memory_allocated`` / ``max_memory_reserved``, since the
+    start or the last reset of the peak statistics), the peak resident set (MiB, ``ru_maxrss``)."""
+    rec: dict = dict(device="cpu")
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        i = torch.cuda.current_device()
+        rec.update(device=f"cuda:{i}", gpu=torch.cuda.get_device_name(i),
+                   peak_gpu_allocated_mib=round(torch.cuda.max_memory_allocated(i) / MIB, 1),
+                   peak_gpu_reserved_mib=round(torch.cuda.max_memory_reserved(i) / MIB, 1))
+    rec["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
+    if wall_s is not None:
+        rec["wall_s"] = round(wall_s, 3)
+    return rec
+
+
+def format_resources(rec: dict) -> str:
+    """``resources: key=value ...`` (values with spaces quoted)."""
+    return " ".join([RESOURCES] + [f'{k}="{v}"' if " " in str(v) else f"{k}={v}" for k, v in rec.items()])
+
+
+_FIELD = re.compile(r'(\w+)=("[^"]*"|\S+)')
+
+
+def read_resources(text: str) -> dict | None:
+    """The last ``resources:`` record of a log's text (numbers as floats), or None."""
+    lines = [ln for ln in text.splitlines() if f" {RESOURCES} " in f" {ln} "]
+    if not lines:
+        return None
+    out = {}
+    for key, value in _FIELD.findall(lines[-1].split(RESOURCES, 1)[1]):
+        value = value.strip('"')
+        try:
+            out[key] = float(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _attempt_number(path: Path) -> int:
+    tail = path.stem.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def keep_attempt_log(log_file: str | Path | None, copy: bool = True) -> tuple[Path | None, list[str]]:
+    """Give this attempt's log a second name ``<log>.attempt-<n>.log`` (n = one more than the
+    attempts kept so far), because Snakemake removes a rule's log before it reruns the job: a hard
+    link (it holds everything written to the log later, even if the process is killed), else,
+    with ``copy``, a copy of the log as it is now. When one of the kept names already is this
+    file (a job that kept its log at its start: training, which must survive a SIGKILL), that
+    name is the attempt's and nothing is added. Returns the attempt's name (None when there is no
+    log or it cannot be kept) and the names kept by the earlier attempts, which did not finish
+    (both written to the log)."""
+    if log_file is None:
+        return None, []
+    log_file = Path(log_file)
+    kept = sorted(log_file.parent.glob(f"{log_file.stem}.attempt-*.log"), key=_attempt_number)
+    for p in kept:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(p, log_file):
+                return p, [str(q) for q in kept if q != p]
+    link = log_file.with_name(f"{log_file.stem}.attempt-{1 + max(map(_attempt_number, kept), default=0)}.log")
+    try:
+        os.link(log_file, link)
+    except OSError as err:
+        try:
+            if not copy:
+                raise
+            shutil.copyfile(log_file, link)
+        except OSError:
+            log.warning("cannot keep this attempt's log as %s (%s)", link, err)
+            link = None
+    if kept:
+        log.warning("logs of earlier attempts that did not finish: %s", [str(p) for p in kept])
+    return link, [str(p) for p in kept]
+
+
+class Terminated(SystemExit):
+    """SIGTERM, turned into an exception so that the log records the failure and is kept."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """While inside, SIGTERM raises :class:`Terminated` (exit status 143) in the main thread, where
+    the default action would end the process without a word in the log."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stamp(fh, logger: str, message: str) -> None:
+    fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {logger} {message}\n")
+
+
+@contextlib.contextmanager
+def log_to(path, threads: int | None = None):
+    """Send stderr and ``logging`` (progress) to a rule's log file.
+
+    ``threads`` (the rule's ``threads``) caps torch's intra-op threads, so that
+    jobs Snakemake runs side by side do not oversubscribe the cores.
+    An exception is written to the log with its traceback, the log is kept as
+    ``<log>.attempt-<n>.log`` (:func:`keep_attempt_log`), and the exception is
+    re-raised so the rule fails. The log always ends with the ``resources:`` line.
+    """
+    t0 = time.perf_counter()
+    if threads:
+        import torch     # here: the table-only jobs (no threads) start without it (tests/test_workflow.py)
+
+        torch.set_num_threads(threads)
+    with open(path, "a", buffering=1) as fh:
+        old = sys.stderr
+        sys.stderr = fh
+        logging.basicConfig(stream=fh, level=logging.INFO, force=True,
+                            format="%(asctime)s %(name)s %(message)s")
+        try:
+            with _sigterm_raises():
+                yield logging.getLogger("headwatch")
+        except SystemExit as done:
+            if done.code not in (None, 0):
+                _failed(fh, path)
+            raise
+        except BaseException:
+            _failed(fh, path)
+            raise
+        finally:
+            _stamp(fh, "headwatch.jobs", format_resources(resources(time.perf_counter() - t0)))
+            sys.stderr = old
+
+
+def _failed(fh, path) -> None:
+    """The traceback, then the attempt's log kept under a second name."""
+    traceback.print_exc(file=fh)
+    kept, _ = keep_attempt_log(path)
+    _stamp(fh, "headwatch.jobs", f"this attempt failed; its log is kept as {kept} (Snakemake removes "
+           "the rule's log before it reruns the job)" if kept else
+           "this attempt failed; its log could not be kept under a second name")

@@ -1,0 +1,187 @@
+"""Loading models: from a GGUF inside a wheel, a hub id, or a folder.
+
+The workflow prepares every studied model once (``prepare_model``) into a
+safetensors folder under ``results/models/{model}/``; every later rule loads
+that folder with :func:`load_prepared`, which logs dtype and device, runs one
+forward pass and refuses NaN/inf logits (:func:`assert_forward_finite`).
+
+Where a model comes from (a GGUF in a wheel, a folder, a hub id) is resolved
+by :mod:`headwatch.model.sources`, which the pre-job checks use without importing
+torch; preparation writes into a temporary folder and renames it, so a failed
+preparation leaves the earlier prepared folder as it was.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .arch import Adapter
+from .device import pick_device
+from ..names import BYTES_PER_NUMBER
+from ..paths import PREPARED_RECORD
+from .sources import ModelFileError, ModelNotFoundError, one_line, source_of
+from ..tableio import assert_finite, write_json
+
+log = logging.getLogger("headwatch.model.load")
+
+DTYPES = {name: getattr(torch, name) for name in BYTES_PER_NUMBER}    # the config's dtype → torch's
+
+
+class LoadedModel(NamedTuple):
+    """A loaded model as every stage reads it: the ``nn.Module`` (in eval mode), its tokenizer
+    (None for a module handed over without one) and its :class:`~headwatch.model.arch.Adapter`.
+    A tuple, so ``model, tokenizer, adapter = load_model(...)`` unpacks it."""
+    model: torch.nn.Module
+    tokenizer: object
+    adapter: Adapter
+
+
+class HalfOnCPUError(ValueError):
+    """float16 requested on a CPU: logits overflow to NaN while maps look plausible."""
+
+
+def _not_found(src: str, err: Exception) -> ModelNotFoundError:
+    return ModelNotFoundError(
+        f"cannot load model {src!r}: not a local folder and not in the Hugging Face cache "
+        f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}). Put the weights in the "
+        f"cache (huggingface-cli download {src}) or point `source:` at a folder. ({err})")
+
+
+def load_tokenizer(model_cfg: dict, prepared: str | Path | None = None):
+    """The model's tokenizer, from the prepared folder when it exists (fast)."""
+    if prepared is not None and (Path(prepared) / PREPARED_RECORD).exists():
+        return AutoTokenizer.from_pretrained(prepared)
+    src, kw = source_of(model_cfg)
+    try:
+        return AutoTokenizer.from_pretrained(src, **kw)
+    except OSError as err:
+        raise _not_found(src, err) from err
+
+
+def assert_forward_finite(model, what: str = "forward pass") -> torch.Tensor:
+    """One forward pass on a fixed short input; NaN/inf logits stop everything."""
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    ids = (torch.arange(16, device=device) * 7919 % max(vocab - 1, 1)).unsqueeze(0)
+    with torch.no_grad():
+        logits = model(ids).logits
+    return assert_finite(logits, f"{what}: logits ({model.dtype} on {device.type})")
+
+
+def refuse_half_on_cpu(dtype: torch.dtype, device: torch.device, what: str = "dtype") -> None:
+    """float16 on a CPU is refused (protocol §1); bfloat16 (float32's range) is only warned about."""
+    if device.type != "cpu":
+        return
+    if dtype == torch.float16:
+        raise HalfOnCPUError(f"{what}: float16 on the CPU overflows to NaN/inf while attention maps "
+                             "still look plausible (protocol §1); use float32 (or bfloat16), or a GPU")
+    if dtype == torch.bfloat16:
+        log.warning("%s on CPU: 8 bits of mantissa; the finite-logits assertion stops the rule on NaN/inf "
+                    "(protocol §1)", dtype)
+
+
+def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
+    """Load a configured model once and save it as a safetensors folder.
+
+    GGUF weights are dequantized to float32 by transformers; its quantizer
+    record is cleared so that ``save_pretrained`` accepts the model.
+    """
+    out_dir = Path(out_dir)
+    src, kw = source_of(model_cfg)
+    t0 = time.time()
+    log.info("loading %s %s", src, kw)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32,
+                                                     attn_implementation="eager", **kw)
+    except OSError as err:
+        raise _not_found(src, err) from err
+    except Exception as err:    # transformers refuses a config or a shape in many ways: re-raised as ours
+        where = f"file {kw['gguf_file']}" if kw.get("gguf_file") else "its config.json"
+        raise ModelFileError(f"transformers cannot load model {src!r} ({where}): {one_line(err)}") from err
+    tokenizer = load_tokenizer(model_cfg)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    Adapter(model)  # refuse an architecture without an adapter before saving anything
+    assert_forward_finite(model, f"prepare {src}")
+    probe = tokenizer("a").input_ids
+    record = dict(source=src, source_kwargs={k: str(v) for k, v in kw.items()},
+                  saved_dtype="float32", seconds=round(time.time() - t0, 2),
+                  tokenizer_adds_bos=bool(tokenizer.bos_token_id is not None
+                                          and probe[:1] == [tokenizer.bos_token_id]),
+                  **Adapter(model).describe())
+    tmp = out_dir.with_name(f".{out_dir.name}.preparing-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(record, tmp / PREPARED_RECORD)
+        _replace_folder(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("prepared %s in %.1f s: %s", src, record["seconds"], record)
+    return record
+
+
+def _replace_folder(new: Path, target: Path) -> None:
+    """Put the finished folder ``new`` in place of ``target`` by renames: until the last step
+    ``target`` is the earlier prepared model, untouched."""
+    old = target.with_name(f".{target.name}.replaced-{os.getpid()}")
+    if target.exists():
+        os.replace(target, old)
+    try:
+        os.replace(new, target)
+    except OSError:
+        if old.exists():
+            os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_prepared(folder: str | Path, dtype: str = "float32", device: str = "auto") -> LoadedModel:
+    """(model, tokenizer, adapter) from a prepared folder, checked and in eval mode."""
+    folder = Path(folder)
+    if not (folder / "config.json").exists():
+        raise ModelNotFoundError(f"{folder} holds no prepared model (run the models_prepare rule)")
+    dev = pick_device(device)
+    torch_dtype = DTYPES[dtype]
+    refuse_half_on_cpu(torch_dtype, dev, f"load {folder} as {dtype} on {dev.type}")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype,
+                                                 attn_implementation="eager").to(dev).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    log.info("loaded %s: dtype=%s device=%s", folder, model.dtype, dev)
+    assert_forward_finite(model, f"load {folder}")
+    return LoadedModel(model, tokenizer, Adapter(model))
+
+
+def load_model(source, dtype: str = "float32", device: str = "auto") -> LoadedModel:
+    """A :class:`LoadedModel` from a loaded ``nn.Module``, a folder (prepared by the workflow, or any
+    local Hugging Face folder with config.json), a model's entry of the config (``{"gguf": {package,
+    file}}`` or ``{"source": ...}``) or a hub id read from the local cache. float16 on a CPU is
+    refused before any weight is read, as at every load (:func:`refuse_half_on_cpu`); the model runs
+    one forward pass whose logits must be finite (:func:`assert_forward_finite`)."""
+    if isinstance(source, torch.nn.Module):
+        return LoadedModel(source, None, Adapter(source))
+    if not isinstance(source, dict) and Path(source, "config.json").exists():
+        return load_prepared(source, dtype, device)
+    dev = pick_device(device)
+    model_cfg = source if isinstance(source, dict) else {"source": str(source)}
+    src, kw = source_of(model_cfg)
+    refuse_half_on_cpu(DTYPES[dtype], dev, f"load {src} as {dtype} on {dev.type}")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype], attn_implementation="eager", **kw)
+    except OSError as err:
+        raise _not_found(src, err) from err
+    if kw.get("gguf_file"):      # dequantized to float32 by transformers; forget the quantizer, as prepare_model
+        model.hf_quantizer = None
+    tok = load_tokenizer(model_cfg)
+    model = model.to(dev).eval()
+    assert_forward_finite(model, f"load {src}")
+    return LoadedModel(model, tok, Adapter(model))

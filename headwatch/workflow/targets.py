@@ -1,0 +1,255 @@
+"""What the workflow makes: the targets of ``rule all``, stage by stage, and the inputs that
+exist only when some rule of the DAG makes them (the explorer's optional tables, the
+report's table pages).
+
+Every function takes the validated config; those that depend on the DAG take
+``producible(path) -> bool`` (does some rule write this path?), which the rules
+answer from Snakemake's own rule list. Paths come from :mod:`headwatch.paths`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import paths
+from ..names import SCORES
+from ..scores.sequences import SETS
+from ..settings.sweep import SummarySettings, active_sweeps, course_sweeps
+from ..sweep import plan
+
+ABLATION_EXPERIMENTS = ("topk", "circuit", "attribution")
+"""The ablation rules' experiments (protocol §5a–c); each writes a guard record."""
+ABLATION_TABLES = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary", "pairs")
+PATCHING_TABLES = ("prompts", "heads", "resid", "positions")
+"""The activation-patching tables (protocol §5d); the rule also writes a guard record."""
+PATCHING_FIGURES = ("heads", "resid", "top_heads")
+PATCHING_GROUP_TABLES = ("kv_groups", "positions_all")
+"""The key/value group sweep's and the cached per-position sweep's tables (protocol §5d), each with
+its own guard record (``kv_groups_guards``, ``positions_all_guards``)."""
+PATCHING_GROUP_FIGURES = ("kv_groups", "positions_all")
+CIRCUITS_TABLES = ("paths",)
+"""The path-patching tables (protocol §5e); the rule also writes a guard record."""
+CIRCUITS_FIGURES = ("paths",)
+ANATOMY_TABLES = ("survey", "params_by_block", "rotary", "kv_cache", "attention_cells")
+MODEL_ANATOMY_FILES = ("head_slices.json", "weight_check.json", "kv_groups.parquet", "kv_similarity.parquet")
+SWEEP_TABLES = ("summary", "contrast", "finals", "curves")
+HEAD_FIGURES = ("scores_ranked", "sink_vs_induction")
+ABLATION_FIGURES = ("topk", "circuit", "pairs")
+ANATOMY_FIGURES = ("params_by_block", "rotary_clocks", "kv_cache")
+SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "contrast": "contrast",
+                 "curves": "training_curves"}
+"""The sweep's figures by output key (rule figures_sweep) and file stem."""
+SWEEP_HEADS_FIGURES = {"formation": "heads_formation", "finals": "heads_finals", "grid": "heads_grid"}
+"""The figures of the heads the split sweep's models grow (protocol §7b; rule figures_sweep_heads)."""
+SWEEP_COURSE_FIGURES = ("events", "gaps")
+"""The figures of a sweep's course (rule figures_sweep_course): ``course_{sweep}_{key}``."""
+EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
+EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid", "patching_kv_groups": "kv_groups"}
+"""The explorer's patching inputs by key (report_explorer) and table name."""
+EXPLORER_CIRCUITS = {"circuits_paths": "paths"}
+"""The explorer's path-patching input by key (report_explorer) and table name."""
+EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
+
+PARTS = ("models", "sweep")
+"""What the default target may make (config ``default_target``): ``models`` = every stage on the
+studied models (sequences, attention, scores, cuts, anatomy, their figures, the explorer and
+their table pages); ``sweep`` = the training sweep, its studies, figures and table pages."""
+
+Producible = Callable[[str], bool]
+
+
+def figure_pair(make, *args) -> list[str]:
+    """Both files (PDF, PNG) of one figure: ``make(*args, ext)`` for each extension."""
+    return [make(*args, ext) for ext in paths.EXTENSIONS]
+
+
+def models(config: dict) -> list[str]:
+    return list(config["models_studied"])
+
+
+def sequences(config: dict) -> list[str]:
+    return [paths.sequence_table(m, s) for m in models(config) for s in SETS]
+
+
+def attention(config: dict) -> list[str]:
+    return [p for m in models(config) for p in (paths.attention_table(m, "maps"),
+                                                paths.attention_table(m, "tokens"), paths.predictions(m))]
+
+
+def scores(config: dict) -> list[str]:
+    return [paths.scores(m) for m in models(config)]
+
+
+def ablation(config: dict) -> list[str]:
+    return [p for m in models(config)
+            for p in [paths.ablation_table(m, t) for t in ABLATION_TABLES] + [paths.guards(m)]]
+
+
+def paper_page(model: str) -> list[str]:
+    """What the results page's section on one studied model reads (benchmarks/gpu/paper_tables.py),
+    the targets its run asks for: the model's scores, every ablation table (5a with both cut
+    methods, 5b, 5c) and their merged guard record, its anatomy files (the weight check's and
+    the key-group cuts' guards), and its activation-patching tables and guard record. Their sequences
+    and prepared model come with them."""
+    return ([paths.scores(model)] + [paths.ablation_table(model, t) for t in ABLATION_TABLES]
+            + [paths.guards(model)] + [paths.model_anatomy(model, f) for f in MODEL_ANATOMY_FILES]
+            + [paths.patching_table(model, t) for t in PATCHING_TABLES] + [paths.patching_guards(model)])
+
+
+def patching(config: dict) -> list[str]:
+    return [p for m in models(config)
+            for p in [paths.patching_table(m, t) for t in PATCHING_TABLES] + [paths.patching_guards(m)]
+            + [paths.patching_table(m, t) for t in PATCHING_GROUP_TABLES]
+            + [paths.patching_guards(m, f"{t}_guards") for t in PATCHING_GROUP_TABLES]]
+
+
+def circuits(config: dict) -> list[str]:
+    """Path patching's tables and guard record per studied model (§5e), the known circuit's table (§5f)."""
+    return [p for m in models(config)
+            for p in [paths.circuits_table(m, t) for t in CIRCUITS_TABLES] + [paths.circuits_guards(m)]] + [
+        paths.known_circuit_table()]
+
+
+def rule_guard_records(model: str) -> list[str]:
+    """The guard records one model's rules write, each holding its guards by name: each ablation
+    rule's, activation patching's (the head sweep's, the key/value groups', the cached sweep's) and
+    path patching's."""
+    return ([paths.guard_record(model, e) for e in ABLATION_EXPERIMENTS] + [paths.patching_guards(model)]
+            + [paths.patching_guards(model, f"{t}_guards") for t in PATCHING_GROUP_TABLES]
+            + [paths.circuits_guards(model)])
+
+
+def guard_records(config: dict) -> list[str]:
+    """Every guard record of the studied models (read through headwatch.tableio.read_record):
+    each rule's (:func:`rule_guard_records`) and the ablation rules' merge."""
+    return [p for m in models(config) for p in rule_guard_records(m) + [paths.guards(m)]]
+
+
+def anatomy(config: dict) -> list[str]:
+    return ([paths.anatomy_table(t) for t in ANATOMY_TABLES]
+            + [paths.model_anatomy(m, f) for m in models(config) for f in MODEL_ANATOMY_FILES])
+
+
+def summarized(config: dict) -> bool:
+    """Whether the sweep's summary and the heads study are made: both sweeps it compares
+    (``sweep.summary``: the split sweep and the capacity sweep) are planned. An overlay that
+    skips them (config/laptop_long.yaml) trains and reads only its own sweeps."""
+    planned, summary = active_sweeps(config["sweep"]), SummarySettings.from_config(config["sweep"]["summary"])
+    return summary.split_sweep in planned and summary.capacity.sweep in planned
+
+
+def sweep(config: dict) -> list[str]:
+    """Every training job's outputs (each once, under its owner), the summaries (when their sweeps
+    are planned), each study's tables, each course's tables."""
+    s = config["sweep"]
+    return ([paths.run_output(r, f) for r in plan.train_jobs(s)
+             for f in ("metrics.parquet", "model.pt", "heads.parquet")]
+            + ([paths.sweep_table(t) for t in SWEEP_TABLES]
+               + [paths.sweep_heads_table(t) for t in paths.SWEEP_HEADS_TABLES] if summarized(config) else [])
+            + [paths.study_table(n, t) for n in plan.studies(s) for t in paths.STUDY_TABLES]
+            + [paths.course_table(n, t) for n in course_sweeps(s) for t in paths.COURSE_TABLES])
+
+
+def figures(config: dict) -> list[str]:
+    """Every figure of the default target's parts."""
+    return ((model_figures(config) if "models" in parts(config) else [])
+            + (sweep_figures(config) if "sweep" in parts(config) else []))
+
+
+def sweep_figures(config: dict) -> list[str]:
+    return ([f for stem in (*SWEEP_FIGURES.values(), *SWEEP_HEADS_FIGURES.values())
+             for f in figure_pair(paths.sweep_figure, stem)] if summarized(config) else []) + (
+        [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")]
+        + [f for n in course_sweeps(config["sweep"]) for key in SWEEP_COURSE_FIGURES
+           for f in figure_pair(paths.course_figure, n, key)])
+
+
+def model_figures(config: dict) -> list[str]:
+    out = []
+    for m in models(config):
+        out += [f for phrase in config["phrases"] for f in figure_pair(paths.head_figure, m, f"grid_{phrase}")]
+        out += [f for score in SCORES for f in figure_pair(paths.head_figure, m, f"head_{score}")]
+        out += [f for name in HEAD_FIGURES for f in figure_pair(paths.head_figure, m, name)]
+    out += [f for name in ANATOMY_FIGURES for f in figure_pair(paths.anatomy_figure, name)]
+    out += [f for m in models(config) for f in figure_pair(paths.model_anatomy_figure, m, "kv_cut_matrix")]
+    for m in models(config):
+        out += [f for name in ABLATION_FIGURES for f in figure_pair(paths.ablation_figure, m, name)]
+        out += [f for phrase in config["phrases"]
+                for f in figure_pair(paths.ablation_figure, m, f"attribution_{phrase}")]
+        out += [f for name in PATCHING_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
+        out += [f for name in PATCHING_GROUP_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
+        out += [f for name in CIRCUITS_FIGURES for f in figure_pair(paths.circuits_figure, m, name)]
+    return out
+
+
+def unmade_tables(config: dict, producible: Producible) -> list[str]:
+    """Each entry of ``report.tables`` whose table no rule of the workflow makes, named by its
+    key (a misspelled name would otherwise leave the report without its page, in silence):
+    a per-model table for any studied model, a shared one under ``results/``."""
+    tables, errors = config["report"]["tables"], []
+    for i, name in enumerate(tables["per_model"]):
+        missing = [paths.table(m, name) for m in models(config) if not producible(paths.table(m, name))]
+        if missing:
+            errors.append(f"report.tables.per_model[{i}] = {name!r}: no rule of the workflow makes {missing[0]}")
+    for i, name in enumerate(tables["shared"]):
+        if not producible(paths.table(*name.split("/", 1))):
+            errors.append(f"report.tables.shared[{i}] = {name!r}: no rule of the workflow makes "
+                          f"{paths.table(*name.split('/', 1))}")
+    return errors
+
+
+def report_tables(config: dict, producible: Producible) -> list[str]:
+    """The key tables of ``report.tables`` and every planned study's summary and contrasts, as HTML
+    pages, each only when some rule of the workflow makes its table (the Snakefile refuses an entry
+    no rule makes before any job: :func:`unmade_tables`; a workflow built without a stage
+    leaves its pages out) and its part is in the default target (a shared table under
+    ``sweep/`` is the sweep's)."""
+    tables, wanted = config["report"]["tables"], parts(config)
+    found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)] if "models" in wanted else []
+    found += [paths.table(*t.split("/", 1)) for t in tables["shared"]
+              if ("sweep" if t.split("/", 1)[0] == "sweep" else "models") in wanted
+              and (t.split("/", 1)[0] != "sweep" or summarized(config))]
+    found += [paths.study_table(n, t) for n in plan.studies(config["sweep"])
+              for t in ("summary", "contrasts")] if "sweep" in wanted else []
+    return [paths.page_of(t) for t in found if producible(t)]
+
+
+def report(config: dict, producible: Producible) -> list[str]:
+    explorers = [paths.explorer(m) for m in models(config)] if "models" in parts(config) else []
+    return explorers + report_tables(config, producible)
+
+
+def parts(config: dict) -> list[str]:
+    """The parts of the workflow the default target makes (config ``default_target``, :data:`PARTS`)."""
+    return list(config["default_target"])
+
+
+def all_targets(config: dict, producible: Producible) -> list[str]:
+    """Everything ``rule all`` asks for: the parts in ``default_target``."""
+    wanted = parts(config)
+    models_part = (sequences(config) + attention(config) + scores(config) + ablation(config)
+                   + patching(config) + circuits(config) + anatomy(config)) if "models" in wanted else []
+    return (models_part + (sweep(config) if "sweep" in wanted else []) + figures(config)
+            + report(config, producible))
+
+
+def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
+    """The explorer page's inputs: the spine tables always; the ablation, patching, path-patching
+    and sweep tables whenever a rule of the workflow makes them (so a workflow without those
+    stages still builds a page, without their sections)."""
+    inputs = dict(model=paths.prepared(model), maps=paths.attention_table(model, "maps"),
+                  tokens=paths.attention_table(model, "tokens"), predictions=paths.predictions(model),
+                  scores=paths.scores(model),
+                  references=[paths.reference_config(r) for r in config["report"]["explorer"]["rotary_references"]])
+    for name in EXPLORER_ABLATION:
+        if producible(paths.ablation_table(model, name)):
+            inputs[name] = paths.ablation_table(model, name)
+    for key, name in EXPLORER_PATCHING.items():
+        if producible(paths.patching_table(model, name)):
+            inputs[key] = paths.patching_table(model, name)
+    for key, name in EXPLORER_CIRCUITS.items():
+        if producible(paths.circuits_table(model, name)):
+            inputs[key] = paths.circuits_table(model, name)
+    for key, name in EXPLORER_SWEEP.items():
+        if producible(paths.sweep_table(name)) and summarized(config):
+            inputs[key] = paths.sweep_table(name)
+    return inputs
