@@ -6,6 +6,7 @@
 #                to answer the head-split question on 2 CPU cores in under an hour; timed
 #   make laptop-more  the sweep studies at laptop scale, timed
 #   make laptop-long  1, 4 and 32 heads at width 256 trained 4x longer than make laptop, timed
+#   make induction  the induction sweep only (both arms, both tasks and their controls), timed
 #   make run     the paper-scale protocol (use a GPU: --resources gpu=1 runs one model job at a time)
 #   make test    ruff, then the test suite (unit tests + an end-to-end run of the DAG on tiny models)
 #   make report  Snakemake's HTML report of the figures and key tables of the last run
@@ -28,7 +29,7 @@ CHECK_YAML := $(BIN)/python -m headwatch.config
 # Nothing is downloaded from a model hub at run time; set HF_HUB_OFFLINE=0 to allow it.
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: run quick quick-more laptop laptop-more laptop-long test report clean-results venv FORCE
+.PHONY: run quick quick-more laptop laptop-more laptop-long induction test report clean-results venv FORCE
 
 # ------------------------------------------------------------------ installation
 # Every pin is in requirements.txt, torch's too; the torch line below reads it from there.
@@ -131,6 +132,15 @@ test: venv browser slurm-deps
 laptop-long: venv
 	$(CHECK_YAML) config/laptop.yaml config/laptop_long.yaml
 	$(TIMED) laptop-long -- $(SNAKEMAKE) --configfile config/laptop.yaml config/laptop_long.yaml
+
+# The induction sweep (config/induction.yaml over config/config.yaml; protocol §7c): which heads form,
+# when, and how the number of heads changes it, on repeated random tokens and in-context Markov
+# chains and their controls, at a fixed width and at a fixed head size, every seed; its sizes were
+# chosen to fit 30 minutes on 2 CPU cores. Timed into results/timing/induction.json, which
+# benchmarks/induction_tables.py reads to write docs/results/induction.md.
+induction: venv
+	$(CHECK_YAML) config/induction.yaml
+	$(TIMED) induction -- $(SNAKEMAKE) --configfile config/induction.yaml
 
 # The GPU check (benchmarks/gpu/README.md): on a GPU machine, the paper-scale DAG on a
 # SmolLM2-shaped model with random weights plus the real sweep and studies, with

@@ -34,6 +34,7 @@ include: "rules/patching.smk"
 include: "rules/circuits.smk"
 include: "rules/anatomy.smk"
 include: "rules/sweep.smk"
+include: "rules/induction.smk"
 include: "rules/figures.smk"
 include: "rules/report.smk"
 

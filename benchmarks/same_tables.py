@@ -9,8 +9,10 @@ before the change, one after):
 
 Columns and note keys that hold a measurement of the run itself — wall-clock seconds, tokens
 per second, memory — differ from run to run whatever the code; they are listed apart
-(``--timing``) and do not count against identity. Exit status 0 when every table is identical
-but for those, 1 otherwise.
+(``--timing``) and do not count against identity. So does a trained model's ``model_sha256``
+when the two ``model.pt`` files beside the tables hold the same weights and differ only in such
+a measurement (the file records the run's peak memory). Exit status 0 when every table is
+identical but for those, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -62,6 +64,21 @@ def flat(d, prefix=""):
     return out
 
 
+def same_model(a: Path, b: Path) -> bool:
+    """Whether two trained models hold the same weights and the same record but for measurements
+    of their runs (``model.pt``: :func:`headwatch.sweep.train.save_trained`)."""
+    import torch
+
+    x, y = (torch.load(p, weights_only=True) for p in (a, b))
+    if set(x) != set(y) or set(x["state_dict"]) != set(y["state_dict"]):
+        return False
+    if not all(torch.equal(x["state_dict"][k], y["state_dict"][k]) for k in x["state_dict"]):
+        return False
+    plain = lambda rec: {k: v for k, v in flat({k: v for k, v in rec.items() if k != "state_dict"}).items()
+                         if not TIMING.search(k)}
+    return plain(x) == plain(y)
+
+
 def compare(before: Path, after: Path) -> dict:
     tables = sorted(p.relative_to(before) for p in before.rglob("*.parquet"))
     made = {p.relative_to(after) for p in after.rglob("*.parquet")}
@@ -74,8 +91,13 @@ def compare(before: Path, after: Path) -> dict:
         differ, only = same_frame(a, b)
         na, nb = flat(read_note(before / rel)), flat(read_note(after / rel))
         notes = sorted(k for k in set(na) | set(nb) if repr(na.get(k)) != repr(nb.get(k)))
-        real = [c for c in differ if not TIMING.search(c)] + only + [f"note:{k}" for k in notes if not TIMING.search(k)]
-        timing = [c for c in differ if TIMING.search(c)] + [f"note:{k}" for k in notes if TIMING.search(k)]
+        if "model_sha256" in notes and (before / rel).with_name("model.pt").exists() and same_model(
+                (before / rel).with_name("model.pt"), (after / rel).with_name("model.pt")):
+            notes = [k if k != "model_sha256" else "model_sha256 (same weights; the file records the run's memory)"
+                     for k in notes]
+        measured = lambda k: TIMING.search(k) or k.startswith("model_sha256 (same weights")
+        real = [c for c in differ if not TIMING.search(c)] + only + [f"note:{k}" for k in notes if not measured(k)]
+        timing = [c for c in differ if TIMING.search(c)] + [f"note:{k}" for k in notes if measured(k)]
         entry = (str(rel), real, timing)
         (report["different"] if real else report["timing_only"] if timing else report["identical"]).append(entry)
     return report

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 RESULTS = "results"
 FIGURES = "figures"
-SHARED_FOLDERS = ("anatomy", "benchmarks", "logs", "models", "sweep", "tables")
+SHARED_FOLDERS = ("anatomy", "benchmarks", "induction", "logs", "models", "sweep", "tables")
 """The folders of results/ (and figures/) that belong to no model: no model key may take these names."""
 EXTENSIONS = ("pdf", "png")          # every figure is written twice: for papers and for screens
 PREPARED_RECORD = "prepared.json"
@@ -178,6 +178,23 @@ def sweep_vocab(vocab: str, part: str) -> str:
     return _join(RESULTS, "sweep", "corpus", "vocab", vocab, VOCAB_FILES[part])
 
 
+# ------------------------------------------------------------------ the induction sweep (§7c)
+INDUCTION_RUN_FILES = ("curves", "records", "edges")
+"""What one training job of the induction sweep writes (one task, one shape, every seed)."""
+INDUCTION_TABLES = ("runs", "curves", "heads", "summary", "contrasts", "controls")
+"""The induction sweep's tables (rule induction_summary, :mod:`headwatch.induction.analysis`)."""
+
+
+def induction_run(task: str, shape: str, name: str) -> str:
+    """``results/induction/{task}/{shape}/{name}.parquet``: one of :data:`INDUCTION_RUN_FILES`."""
+    return _join(RESULTS, "induction", task, shape, f"{name}.parquet")
+
+
+def induction_table(name: str) -> str:
+    """One of :data:`INDUCTION_TABLES`: ``results/induction/{name}.parquet``."""
+    return _join(RESULTS, "induction", f"{name}.parquet")
+
+
 # ------------------------------------------------------------------ report
 def explorer(model: str) -> str:
     return _join(RESULTS, model, "explorer.html")
@@ -244,6 +261,11 @@ def course_figure(sweep: str, key: str, ext: str) -> str:
     ``figures/sweep/course/{sweep}/{key}.{ext}`` — the sweep's name a folder of its own, so that the
     longest file name stays the name plus what every other figure adds."""
     return _join(FIGURES, "sweep", "course", sweep, f"{key}.{ext}")
+
+
+def induction_figure(name: str, ext: str) -> str:
+    """``figures/induction/{name}.{ext}`` (:data:`headwatch.workflow.targets.INDUCTION_FIGURES`)."""
+    return _join(FIGURES, "induction", f"{name}.{ext}")
 
 
 # ------------------------------------------------------------------ logs and time/memory records

@@ -9,7 +9,8 @@ from headwatch.workflow import gpu_shares, targets
 from headwatch.config import ConfigError, check_config as _check_config, check_devices as _check_devices, model_entry
 from headwatch.names import SAFE_NAME, SCORES
 from headwatch.scores.sequences import SETS, set_params
-from headwatch.settings.sweep import course_sweeps, train_of
+from headwatch.settings import induction as induction_settings
+from headwatch.settings.sweep import course_sweeps
 from headwatch.sweep import plan as sweep_plan
 from headwatch.tableio import broken_records
 
@@ -165,12 +166,11 @@ def sweep_course_inputs(wildcards):
 
 
 def sweep_course_params(wildcards):
-    """Exactly what one sweep's course reads: its runs and their warm-up, its reference, the margin,
-    the formation threshold and the bootstrap."""
+    """Exactly what one sweep's course reads: its reference, the margin, the formation threshold and
+    the bootstrap (its runs are sweep_course_runs)."""
     s = config["sweep"]
     return dict(reference=sweep_course_sweeps()[wildcards.sweep], margin=s["course"]["margin"],
-                threshold=s["heads"]["threshold"], bootstrap=s["summary"]["bootstrap"],
-                warmup=train_of(s, wildcards.sweep)["warmup"])
+                threshold=s["heads"]["threshold"], bootstrap=s["summary"]["bootstrap"])
 
 
 def sweep_studies():
@@ -205,3 +205,36 @@ def explorer_inputs(wildcards):
 
 def all_targets():
     return targets.all_targets(config, report_producible)
+
+
+# ------------------------------------------------------------------ the induction sweep (§7c)
+INDUCTION_TASKS = induction_settings.TASK_NAMES
+
+
+def _induction():
+    return induction_settings.InductionSettings.from_config(config["induction"])
+
+
+def induction_job_params(wildcards):
+    """Exactly the slice of `induction:` one training job (a task and a shape, every seed) reads."""
+    return induction_settings.job_params(config["induction"], wildcards.task, wildcards.shape)
+
+
+def induction_priority(wildcards):
+    """The longest jobs first, so that the cores stay busy to the end: a job's cost grows with the
+    model's width and its heads (measured: benchmarks/induction_pilot.py)."""
+    job = induction_job_params(wildcards)
+    return job["width"] + 4 * job["heads"]
+
+
+def induction_summary_inputs(wildcards):
+    return {f"{task}/{shape}/{name}": paths.induction_run(task, shape, name)
+            for task, shape in induction_settings.jobs(_induction()) for name in paths.INDUCTION_RUN_FILES}
+
+
+def induction_summary_params():
+    """What the summary reads of `induction:`: its arms, the jobs it reads, the threshold and the margin."""
+    s = config["induction"]
+    return dict(arms=s["arms"], run=s["run"], shapes=s["shapes"], seeds=s["seeds"], threshold=s["threshold"],
+                margin=s["margin"])
+

@@ -114,7 +114,8 @@ def test_every_shipped_config_is_within_its_bounds():
     from headwatch.config import check_keys
 
     base = config_yaml()
-    for files in (["quick.yaml"], ["quick.yaml", "quick_more.yaml"], ["laptop.yaml"], ["laptop.yaml", "laptop_more.yaml"]):
+    for files in (["quick.yaml"], ["quick.yaml", "quick_more.yaml"], ["laptop.yaml"], ["laptop.yaml", "laptop_more.yaml"],
+                  ["induction.yaml"]):
         config = base
         for name in files:
             config = deep_merge(config, yaml.safe_load((ROOT / "config" / name).read_text()) or {})

@@ -25,28 +25,61 @@ def curve(leave: int | None, plateau: float = 2.52, start: float = 3.4, slope: f
 
 def test_a_run_arrives_on_its_plateau_after_the_early_fall_and_leaves_it_by_the_margin():
     loss = curve(leave=210)
-    ev = course.plateau_events(STEPS, loss, warmup=30, margin=0.05)
+    ev = course.plateau_events(STEPS, loss, margin=0.05, start=np.log(64))
     # Not at step 30 or 60: the early fall (3.4 -> 2.6) is still more than the margin per evaluation.
     assert ev["plateau_step"] == 90 and ev["plateau_loss"] == pytest.approx(loss[2])
     first_below = STEPS[2 + np.flatnonzero(loss[2:] <= loss[2] - 0.05)[0]]
     assert ev["leave_step"] == first_below and 210 < ev["leave_step"] <= 270
     # A larger margin: the arrival may come earlier (a larger fall per evaluation counts as flat),
     # the leaving is still the first evaluation that far below the level.
-    wide = course.plateau_events(STEPS, loss, 30, 0.1)
+    wide = course.plateau_events(STEPS, loss, 0.1, np.log(64))
     i, j = (list(STEPS).index(wide[k]) for k in ("plateau_step", "leave_step"))
     assert loss[j] <= wide["plateau_loss"] - 0.1 < loss[j - 1] and i < j and wide["leave_step"] >= ev["leave_step"]
-    # The warm-up: no arrival before it, even where the curve is already flat.
-    assert course.plateau_events(STEPS, loss, warmup=150, margin=0.05)["plateau_step"] == 150
+    assert course.plateau_events(STEPS, loss, 0.05) == ev           # the start unknown: the same here
+
+
+#: The 1-head runs of the laptop-long sweep (evaluations every 60 steps, warm-up 120; `make laptop-long`'s
+#: metrics): seed 1 on its plateau at its first evaluation, leaving it from step 120 on; seed 0 passing
+#: it between steps 60 and 180, its fall slowest from 120 to 180 (0.059, between 0.084 and 0.092).
+LONG_STEPS = np.arange(60, 900, 60)
+LONG_H1 = np.array([2.6307, 2.5899, 2.5169, 2.4065, 2.2962, 2.2188, 2.1640, 2.1304, 2.0970, 2.0649, 2.0164,
+                    2.0080, 1.9790, 1.9539])
+LONG_H1_SEED0 = np.array([2.6477, 2.5637, 2.5045, 2.4133, 2.3032, 2.2164, 2.1654, 2.1412, 2.0955, 2.0623, 2.0321,
+                          1.9999, 1.9852, 1.9727])
+
+
+def test_a_run_already_on_its_plateau_at_its_first_evaluation_is_read_there_not_at_a_later_slow_stretch():
+    """The rule with the warm-up gate and the margin alone took these runs' first slow stretch after the
+    warm-up (2.16 at step 420) for their plateau; the runs sat on the common plateau (~2.6) at their
+    first evaluations and left it at step 180, before the 4- and 32-head runs (protocol §7b)."""
+    ev = course.plateau_events(LONG_STEPS, LONG_H1, 0.05, start=np.log(64))
+    assert ev == dict(plateau_step=60, plateau_loss=pytest.approx(2.6307), leave_step=180)
+    # passed between two evaluations: read at its flattest evaluation, where the fall speeds up again
+    ev = course.plateau_events(LONG_STEPS, LONG_H1_SEED0, 0.05, start=np.log(64))
+    assert ev == dict(plateau_step=120, plateau_loss=pytest.approx(2.5637), leave_step=180)
+    # Without the untrained model's loss the first evaluation cannot be the arrival, and the rule falls
+    # back on the later slow stretch: so the course passes each run's ln V.
+    assert course.plateau_events(LONG_STEPS, LONG_H1, 0.05)["plateau_step"] == 420
+
+
+def test_a_slow_start_in_the_warm_up_is_not_the_plateau():
+    """While the learning rate warms up the loss may fall slowly, then faster: that start is no
+    plateau (its fall speeds up next); the flat stretch after the fast fall is."""
+    steps = np.arange(0, 420, 20)
+    loss = 2.5 + 0.97 / (1 + np.exp((steps - 120) / 8.0))        # 3.47 flat at first, falls fast at ~120, flat
+    ev = course.plateau_events(steps, loss, 0.05, start=3.47)
+    assert ev["plateau_step"] >= 140 and ev["plateau_loss"] == pytest.approx(2.5, abs=0.1)
+    assert ev["leave_step"] is None
 
 
 def test_a_run_that_never_leaves_and_one_with_no_plateau():
-    never = course.plateau_events(STEPS, curve(leave=None), warmup=30, margin=0.05)
+    never = course.plateau_events(STEPS, curve(leave=None), margin=0.05, start=np.log(64))
     assert never["plateau_step"] == 90 and never["leave_step"] is None
     steep = 4.0 - 0.004 * STEPS                   # falls 0.12 per evaluation throughout: never flat
-    assert course.plateau_events(STEPS, steep, 30, 0.05) == dict(plateau_step=None, plateau_loss=None,
-                                                                 leave_step=None)
+    assert course.plateau_events(STEPS, steep, 0.05, np.log(64)) == dict(plateau_step=None, plateau_loss=None,
+                                                                         leave_step=None)
     with pytest.raises(ValueError, match="increasing"):
-        course.plateau_events(STEPS[::-1], steep, 30, 0.05)
+        course.plateau_events(STEPS[::-1], steep, 0.05)
 
 
 def records(prev_by_step: dict[int, list[float]]) -> pd.DataFrame:
@@ -58,12 +91,12 @@ def records(prev_by_step: dict[int, list[float]]) -> pd.DataFrame:
 def test_the_previous_token_head_forms_when_the_best_head_reaches_the_threshold():
     heads = records({int(s): [0.04, min(0.9, 0.002 * max(0, s - 150))] for s in STEPS})
     metrics = pd.DataFrame(dict(step=STEPS, val_loss=curve(leave=210)))
-    ev = course.run_events(metrics, heads, warmup=30, margin=0.05, threshold=0.3)
+    ev = course.run_events(metrics, heads, margin=0.05, threshold=0.3, start=np.log(64))
     assert ev["prev_step"] == 300                         # 0.002 × (300 − 150) = 0.3
     assert ev["lag"] == ev["prev_step"] - ev["leave_step"]
     assert ev["prev_at_leave"] == pytest.approx(0.002 * (ev["leave_step"] - 150))
     weak = records({int(s): [0.04, 0.1] for s in STEPS})
-    ev = course.run_events(metrics, weak, 30, 0.05, 0.3)
+    ev = course.run_events(metrics, weak, 0.05, 0.3, np.log(64))
     assert ev["prev_step"] is None and ev["lag"] is None
 
 
@@ -96,8 +129,7 @@ def sweep_curves() -> list[dict]:
 
 
 def test_the_verdicts_of_a_gap_that_holds_one_that_narrows_and_one_that_flips():
-    tables = course.course(sweep_curves(), "w256-h1", {s: 30 for s in ("w256-h1", "w256-h4", "w256-h8", "w256-h32")},
-                           margin=0.05, threshold=0.3, bootstrap=BOOT)
+    tables = course.course(sweep_curves(), "w256-h1", margin=0.05, threshold=0.3, bootstrap=BOOT)
     v = tables["verdicts"].set_index("arm", drop=False)
     assert v.loc["w256-h4", "verdict"] == "holds"
     assert v.loc["w256-h8", "verdict"] == "narrows" and v.loc["w256-h8", "peak_step"] == 300
@@ -140,7 +172,7 @@ def test_a_gap_needs_the_same_seeds_in_both_arms():
     runs = sweep_curves()
     runs = [r for r in runs if not (r["shape"] == "w256-h4" and r["seed"] == 4)]
     with pytest.raises(SummaryError, match="share their seeds"):
-        course.course(runs, "w256-h1", {s: 30 for s in ("w256-h1", "w256-h4", "w256-h8", "w256-h32")}, 0.05, 0.3, BOOT)
+        course.course(runs, "w256-h1", 0.05, 0.3, BOOT)
 
 
 def test_course_settings_are_checked_before_any_job():

@@ -15,6 +15,7 @@ from ..scores.sequences import single_token
 from ..settings.ablation import AblationSettings
 from ..settings.anatomy import anatomy_errors, shape_errors
 from ..settings.circuits import circuits_errors
+from ..settings.induction import induction_errors
 from ..settings.patching import patching_errors
 from ..settings.sweep import check_sweeps
 from ..model.sources import ConfigError, Located, ModelFacts, ModelNotFoundError, family_error, model_facts
@@ -159,7 +160,7 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
     """(errors, warnings, memory estimates) of every check that reads the studied models; the
     estimates (:mod:`.memory`) are compared with this machine's memory by the caller."""
     swept = sweep_errors(config)
-    errors = swept + anatomy_errors(config, workdir) + report_errors(config, workdir) + dtype_errors(config, cuda)
+    errors = swept + induction_errors(config) + anatomy_errors(config, workdir) + report_errors(config, workdir) + dtype_errors(config, cuda)
     warnings = []
     estimates = sweep_estimates(config["sweep"]) if "sweep" in config and not swept else []
     for loc in located:

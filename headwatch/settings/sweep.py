@@ -299,14 +299,13 @@ class TrainingJob(Settings):
 @dataclass(frozen=True)
 class CourseJob(Settings):
     """One sweep's course (its rule's params, ``rules/common.smk: sweep_course_params``): the
-    reference shape, the margin, the formation threshold, the bootstrap and the warm-up."""
+    reference shape, the margin, the formation threshold and the bootstrap."""
     WHERE = "the course's params"
 
     reference: str
     margin: float
     threshold: float
     bootstrap: BootstrapSettings
-    warmup: int
 
     @classmethod
     def from_config(cls, cfg: dict) -> "CourseJob":

@@ -5,11 +5,17 @@ arm's gap to a reference arm moves from evaluation to evaluation.
 For every planned sweep named in ``sweep.course.sweeps`` (with its reference arm):
 
 * **Leaving the plateau** (:func:`plateau_events`, per run, from its validation curve). The
-  early fall from ln V ends at the *arrival*: the first evaluation at or after the warm-up
-  whose loss falls by less than ``margin`` to the next evaluation. The *plateau level* is the
-  loss at the arrival; the run *leaves the plateau* at the first later evaluation whose loss
-  lies ``margin`` or more below that level (<NA> if it never does; all <NA> if the curve never
-  flattens: no plateau).
+  early fall from ln V ends at the *arrival*: the first evaluation into which the curve has
+  slowed — the fall into it (into the first evaluation: from ln V, the untrained model's loss) at
+  least as large as the fall from it to the next — and from which it falls by less than
+  ``margin``, or by less than it falls next (by a tenth of the margin: the fall speeds up again, the
+  flattest point of a plateau that the evaluations pass within two intervals). Not a start that is slow because the
+  learning rate is still warming up (nothing slowed into it), and not, where a run is on its
+  plateau at its first evaluations or passes it between two, a later slow stretch below it (the
+  warm-up gate and the margin alone of the first rule read the 1-head runs of the laptop-long sweep
+  so: protocol §7b). The *plateau level* is the loss at the arrival; the run *leaves the plateau*
+  at the first later evaluation whose loss lies ``margin`` or more below that level (<NA> if it
+  never does; all <NA> if the curve never flattens: no plateau).
 * **The previous-token head forms** (:func:`formation_step` on ``prev``)
   at the first evaluation at which the best head's ``prev`` score reaches ``sweep.heads.threshold``
   (the induction formation step's threshold and reasoning, §7b).
@@ -65,30 +71,35 @@ def formation_step(heads: pd.DataFrame, threshold: float, score: str = "inductio
     return None if formed.empty else int(formed.index[0])
 
 
-def plateau_events(steps, losses, warmup: int, margin: float) -> dict:
+def plateau_events(steps, losses, margin: float, start: float | None = None) -> dict:
     """Where one run's validation curve arrives on its plateau, the plateau level, and where it
-    leaves it (module docstring); each None when it does not happen."""
+    leaves it (module docstring); each None when it does not happen. ``start``: the loss before the
+    first evaluation (ln V: the untrained model predicts uniformly); None: unknown, and the first
+    evaluation cannot be the arrival."""
     steps = np.asarray(steps, dtype=np.int64)
     losses = np.asarray(losses, dtype=float)
     if len(steps) != len(losses) or np.any(np.diff(steps) <= 0):
         raise ValueError("plateau_events needs one loss per evaluation step, steps increasing")
     none = dict(plateau_step=None, plateau_loss=None, leave_step=None)
-    after = np.flatnonzero((steps >= warmup)[:-1] & (losses[:-1] - losses[1:] < margin))
-    if not len(after):
+    falls = losses[:-1] - losses[1:]                                   # evaluation i -> i + 1
+    into = np.concatenate([[-np.inf if start is None else start - losses[0]], falls[:-1]])[:len(falls)]
+    speeds_up = np.concatenate([falls[1:] > falls[:-1] + margin / 10, [False]])   # the next fall is larger
+    arrivals = np.flatnonzero((into >= falls) & ((falls < margin) | speeds_up))
+    if not len(arrivals):
         return none
-    i = int(after[0])
+    i = int(arrivals[0])
     level = float(losses[i])
     below = np.flatnonzero(losses[i + 1:] <= level - margin)
     return dict(plateau_step=int(steps[i]), plateau_loss=level,
                 leave_step=int(steps[i + 1 + below[0]]) if len(below) else None)
 
 
-def run_events(metrics: pd.DataFrame, records: pd.DataFrame, warmup: int, margin: float,
-               threshold: float) -> dict:
+def run_events(metrics: pd.DataFrame, records: pd.DataFrame, margin: float, threshold: float,
+               start: float | None = None) -> dict:
     """One run's plateau, leaving and previous-token formation steps, the best previous-token
-    score when it leaves, and their lag (formation − leaving)."""
+    score when it leaves, and their lag (formation − leaving); ``start``: ln V of its vocabulary."""
     m = metrics.sort_values("step")
-    ev = plateau_events(m["step"], m["val_loss"], warmup, margin)
+    ev = plateau_events(m["step"], m["val_loss"], margin, start)
     prev = formation_step(records, threshold, "prev")
     best_prev = records.groupby("step")["prev"].max()
     leave = ev["leave_step"]
@@ -101,11 +112,11 @@ INT_EVENTS = ("plateau_step", "leave_step", "prev_step", "lag")
 FLOAT_EVENTS = ("plateau_loss", "prev_at_leave")
 
 
-def events_table(runs: list[dict], warmup: dict, margin: float, threshold: float) -> pd.DataFrame:
-    """One row per run (``runs``: dicts with :data:`RUN_KEYS`, ``metrics`` and ``records``;
-    ``warmup``: {shape: warm-up steps}); a missing event is <NA>."""
+def events_table(runs: list[dict], margin: float, threshold: float) -> pd.DataFrame:
+    """One row per run (``runs``: dicts with :data:`RUN_KEYS`, ``metrics``, ``records`` and, where
+    known, ``start``: ln V of its vocabulary); a missing event is <NA>."""
     rows = [dict({k: r[k] for k in RUN_KEYS},
-                 **run_events(r["metrics"], r["records"], warmup[r["shape"]], margin, threshold)) for r in runs]
+                 **run_events(r["metrics"], r["records"], margin, threshold, r.get("start"))) for r in runs]
     out = pd.DataFrame(rows)
     for col in INT_EVENTS:
         out[col] = out[col].astype("Int64")
@@ -157,14 +168,25 @@ def event_summary(events: pd.DataFrame, bootstrap: BootstrapSettings | dict) -> 
     for keys, g in events.groupby(["sweep", "shape", "width", "heads"], sort=False):
         row = dict(zip(("sweep", "shape", "width", "heads"), keys), seeds=len(g),
                    left=int(g["leave_step"].notna().sum()), formed=int(g["prev_step"].notna().sum()))
-        for col in ("plateau_loss", "leave_step", "prev_step", "lag"):
-            row[f"{col}_mean"], row[f"{col}_lo"], row[f"{col}_hi"] = mean_interval(g[col].tolist(), bootstrap)
-        rows.append(row)
+        rows.append(with_intervals(row, g, ("plateau_loss", "leave_step", "prev_step", "lag"), bootstrap))
+    return interval_frame(rows, ["sweep", "width", "heads"])
+
+
+def with_intervals(row: dict, runs: pd.DataFrame, columns, bootstrap: dict) -> dict:
+    """``row`` with each of ``columns``' mean over ``runs`` and its interval (:func:`mean_interval`) as
+    ``<column>_mean``, ``_lo`` and ``_hi``."""
+    for col in columns:
+        row[f"{col}_mean"], row[f"{col}_lo"], row[f"{col}_hi"] = mean_interval(runs[col].tolist(), bootstrap)
+    return row
+
+
+def interval_frame(rows: list[dict], order: list[str]) -> pd.DataFrame:
+    """The rows of :func:`with_intervals` as a table (the intervals nullable floats), sorted by ``order``."""
     out = pd.DataFrame(rows)
     for col in out.columns:
         if col.endswith(("_mean", "_lo", "_hi")):
             out[col] = out[col].astype("Float64")
-    return out.sort_values(["sweep", "width", "heads"], ignore_index=True)
+    return out.sort_values(order, ignore_index=True)
 
 
 # ------------------------------------------------------------------ gaps and their verdicts
@@ -273,13 +295,13 @@ def gaps(curves: pd.DataFrame, reference: str, bootstrap: BootstrapSettings | di
     return pd.DataFrame(rows), out
 
 
-def course(runs: list[dict], reference: str, warmup: dict, margin: float, threshold: float,
+def course(runs: list[dict], reference: str, margin: float, threshold: float,
            bootstrap: BootstrapSettings | dict) -> dict[str, pd.DataFrame]:
     """Every table of one sweep's course (:data:`headwatch.paths.COURSE_TABLES`): every run's
     validation loss and best previous-token score at every evaluation (``curves``), its events, their
     summary per shape, the gaps and their verdicts."""
     bootstrap = BootstrapSettings.of(bootstrap)
-    events = events_table(runs, warmup, margin, threshold)
+    events = events_table(runs, margin, threshold)
     curves = pd.concat([r["metrics"][["step", "val_loss"]].merge(
         r["records"].groupby("step", as_index=False)["prev"].max().rename(columns={"prev": "best_prev"}),
         on="step", how="left", validate="1:1").assign(**{k: r[k] for k in RUN_KEYS}) for r in runs],

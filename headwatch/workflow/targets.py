@@ -13,6 +13,8 @@ from typing import Callable
 from .. import paths
 from ..names import SCORES
 from ..scores.sequences import SETS
+from ..settings.induction import InductionSettings
+from ..settings.induction import jobs as induction_jobs
 from ..settings.sweep import SummarySettings, active_sweeps, course_sweeps
 from ..sweep import plan
 
@@ -41,6 +43,9 @@ SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "contrast":
 SWEEP_HEADS_FIGURES = {"formation": "heads_formation", "finals": "heads_finals", "grid": "heads_grid"}
 """The figures of the heads the split sweep's models grow (protocol §7b; rule figures_sweep_heads)."""
 SWEEP_COURSE_FIGURES = ("events", "gaps")
+INDUCTION_FIGURES = ("curves", "phase", "heads")
+"""The induction sweep's figures (rule figures_induction, protocol §7c): the loss on the predictable part
+against step per shape, the phase-change step against heads per arm, the induction heads at the end."""
 """The figures of a sweep's course (rule figures_sweep_course): ``course_{sweep}_{key}``."""
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
 EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid", "patching_kv_groups": "kv_groups"}
@@ -49,10 +54,11 @@ EXPLORER_CIRCUITS = {"circuits_paths": "paths"}
 """The explorer's path-patching input by key (report_explorer) and table name."""
 EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
 
-PARTS = ("models", "sweep")
+PARTS = ("models", "sweep", "induction")
 """What the default target may make (config ``default_target``): ``models`` = every stage on the
 studied models (sequences, attention, scores, cuts, anatomy, their figures, the explorer and
-their table pages); ``sweep`` = the training sweep, its studies, figures and table pages."""
+their table pages); ``sweep`` = the training sweep, its studies, figures and table pages;
+``induction`` = the induction sweep (protocol §7c), its tables, figures and table pages."""
 
 Producible = Callable[[str], bool]
 
@@ -149,10 +155,19 @@ def sweep(config: dict) -> list[str]:
             + [paths.course_table(n, t) for n in course_sweeps(s) for t in paths.COURSE_TABLES])
 
 
+def induction(config: dict) -> list[str]:
+    """Every training job's tables and the summary's (protocol §7c)."""
+    s = InductionSettings.from_config(config["induction"])
+    return ([paths.induction_run(task, shape, name) for task, shape in induction_jobs(s)
+             for name in paths.INDUCTION_RUN_FILES] + [paths.induction_table(n) for n in paths.INDUCTION_TABLES])
+
+
 def figures(config: dict) -> list[str]:
     """Every figure of the default target's parts."""
     return ((model_figures(config) if "models" in parts(config) else [])
-            + (sweep_figures(config) if "sweep" in parts(config) else []))
+            + (sweep_figures(config) if "sweep" in parts(config) else [])
+            + ([f for key in INDUCTION_FIGURES for f in figure_pair(paths.induction_figure, key)]
+               if "induction" in parts(config) else []))
 
 
 def sweep_figures(config: dict) -> list[str]:
@@ -206,11 +221,15 @@ def report_tables(config: dict, producible: Producible) -> list[str]:
     tables, wanted = config["report"]["tables"], parts(config)
     found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)] if "models" in wanted else []
     found += [paths.table(*t.split("/", 1)) for t in tables["shared"]
-              if ("sweep" if t.split("/", 1)[0] == "sweep" else "models") in wanted
-              and (t.split("/", 1)[0] != "sweep" or summarized(config))]
+              if _part_of(t.split("/", 1)[0]) in wanted and (t.split("/", 1)[0] != "sweep" or summarized(config))]
     found += [paths.study_table(n, t) for n in plan.studies(config["sweep"])
               for t in ("summary", "contrasts")] if "sweep" in wanted else []
     return [paths.page_of(t) for t in found if producible(t)]
+
+
+def _part_of(scope: str) -> str:
+    """The part of the workflow a shared table's scope belongs to."""
+    return scope if scope in ("sweep", "induction") else "models"
 
 
 def report(config: dict, producible: Producible) -> list[str]:
@@ -228,8 +247,8 @@ def all_targets(config: dict, producible: Producible) -> list[str]:
     wanted = parts(config)
     models_part = (sequences(config) + attention(config) + scores(config) + ablation(config)
                    + patching(config) + circuits(config) + anatomy(config)) if "models" in wanted else []
-    return (models_part + (sweep(config) if "sweep" in wanted else []) + figures(config)
-            + report(config, producible))
+    return (models_part + (sweep(config) if "sweep" in wanted else [])
+            + (induction(config) if "induction" in wanted else []) + figures(config) + report(config, producible))
 
 
 def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:

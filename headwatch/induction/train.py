@@ -1,0 +1,257 @@
+"""Training one model of the induction sweep on its task, evaluated as it learns (protocol §7c).
+
+The model is the sweep's :class:`~headwatch.charlm.model.CharLM` with two layers and rotary
+positions (§5f says why rotary). Every step draws a fresh batch of the task's rows
+(:mod:`headwatch.induction.tasks`, stream ``[seed, task, step]``: no row is seen twice), AdamW with
+a linear warm-up and cosine decay (:func:`headwatch.sweep.train.lr_at`). At ``evaluations`` evenly
+spaced steps (the first at step 0, before any update), on fixed evaluation rows of the task
+(stream ``[seed, task, EVAL]``):
+
+* ``loss``: the mean next-token loss over the predictable positions (nats), and ``reference`` the
+  mean loss of the task's best predictor on the same positions (the Bayes-optimal in-context
+  bigram for ``markov``, the chain's own for its control, ``ln V`` where nothing is better), and
+  ``gap`` = loss − reference;
+* every head's ``prev`` (§4's cells, ``A[r, r−1]``) and ``induction`` score on the task's **probe**
+  — the evaluation rows of the task itself, for the task and for its control alike, so that an
+  induction head would show on both —: the attention each row puts on the successors of the
+  earlier occurrences of its token, ``Σ_{s < r, x_s = x_r} A[r, s + 1]``, over the probe's
+  predictable rows. On repeated distinct tokens this is §4's induction cell ``A[r, r − T + 1]``
+  itself (the earlier copy is the only earlier occurrence); on a Markov chain it is the
+  statistical induction head's pattern (Edelman et al. 2024).
+
+At the end (:func:`edge_effects`), path patching (§5e) from the layer-0 head with the highest
+``prev`` into the layer-1 head with the highest ``induction``, through that head's query, key and
+value, on clean prompts ``a + a[:-1]`` of the task's vocabulary against corrupted ``b + a[:-1]``
+(§5f's prompts and metric): the circuit's edge runs through the key.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..charlm.model import CharLM
+from ..charlm.spec import ModelSpec
+from ..model.arch import Adapter
+from ..model.interventions import attention_maps
+from ..scores.heads import prev_cells
+from ..settings.induction import InductionSettings, TaskSettings, shape_of, task_of
+from ..sweep.train import lr_at
+from . import tasks
+
+EVAL_STREAM, PROBE_STREAM = 1_000_001, 1_000_002
+"""The random streams of the evaluation rows and the path-patching prompts (a training step's is its
+number, below both)."""
+
+
+def vocab_of(task: str, t: TaskSettings) -> int:
+    """The task's vocabulary size: ``vocab`` random tokens, or the chain's ``states``."""
+    return t.vocab if task.startswith("repeat") else t.states
+
+
+def rows(task: str, t: TaskSettings, context: int, n: int, seed, run_seed: int) -> tasks.Batch:
+    """``n`` rows of ``task`` drawn by ``seed`` (the run's ``run_seed`` fixes the control's chain)."""
+    if task in ("repeat", "repeat_control"):
+        return tasks.repeat_rows(n, context, t.vocab, t.half, seed, repeat=task == "repeat")
+    if task in ("markov", "markov_control"):
+        return tasks.markov_rows(n, context, t.states, t.alpha, seed,
+                                 fixed_seed=run_seed if task == "markov_control" else None)
+    raise ValueError(f"unknown task {task!r}; known: {list(tasks.ALL_TASKS)}")
+
+
+def successor_mask(ids: torch.Tensor, rows_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cols ``[n, T, T]``: 1 at ``[r, s + 1]`` for every ``s < r`` with ``ids[s] = ids[r]``; keep ``[n, T]``:
+    the rows of ``rows_mask`` (bool) with at least one earlier occurrence of their token)."""
+    n, T = ids.shape
+    same = ids.unsqueeze(2) == ids.unsqueeze(1)                               # [n, r, s]
+    earlier = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril(-1)   # s < r
+    cols = torch.zeros(n, T, T)
+    cols[:, :, 1:] = (same & earlier)[:, :, :-1].float()                       # mark column s + 1
+    return cols, rows_mask & (same & earlier).any(dim=2)
+
+
+def successor_cells(A: torch.Tensor, cols: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Each kept row's attention on the successors of the earlier occurrences of its token,
+    ``Σ_{s < r, ids[s] = ids[r]} A[..., r, s + 1]`` (:func:`successor_mask`): ``[rows, layers, heads]``."""
+    cells = (A * cols[:, None, None]).sum(dim=-1)                              # [n, L, H, r]
+    return cells.permute(0, 3, 1, 2)[keep]
+
+
+def uniform_induction(probe: tasks.Batch) -> float:
+    """The ``induction`` score of a head that attends uniformly to every position it may see, on the
+    probe's rows: the level an induction head must rise above (one successor cell on repeated
+    distinct tokens, about 1/(r + 1); several on a Markov chain, whose tokens recur)."""
+    ids = torch.as_tensor(probe.ids[:, :-1])
+    T = ids.shape[1]
+    A = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1).unsqueeze(1)
+    cols, keep = successor_mask(ids, torch.as_tensor(probe.predictable))
+    return float(successor_cells(A.expand(len(ids), 1, 1, T, T), cols, keep).mean())
+
+
+@torch.no_grad()
+def head_scores(model: CharLM, probe: tasks.Batch, adapter: Adapter, mask=None) -> dict[str, np.ndarray]:
+    """Every head's ``prev`` and ``induction`` score on the probe rows ([layers, heads] each); ``mask``:
+    the probe's :func:`successor_mask`, when made once for many calls."""
+    ids = torch.as_tensor(probe.ids[:, :-1])
+    cols, keep = mask if mask is not None else successor_mask(ids, torch.as_tensor(probe.predictable))
+    A = attention_maps(model, ids, adapter)                                     # [n, L, H, T, T]
+    prev = prev_cells(A).mean(dim=(0, 3))
+    induction = successor_cells(A, cols, keep).mean(dim=0)
+    return dict(prev=prev.numpy(), induction=induction.numpy())
+
+
+@torch.no_grad()
+def predictable_loss(model: CharLM, batch: tasks.Batch) -> float:
+    """The mean next-token loss over the batch's predictable positions (nats)."""
+    ids = torch.as_tensor(batch.ids)
+    logits = model(ids[:, :-1]).float()
+    losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+    return float(losses[torch.as_tensor(batch.predictable)].mean())
+
+
+@dataclass
+class Run:
+    """One trained model: its evaluations (one row per step), its heads' scores at every
+    evaluation (one row per step and head), its final edge effects and its seconds."""
+    curve: pd.DataFrame
+    heads: pd.DataFrame
+    edges: dict
+    seconds: float
+    params: int
+
+
+def train_run(task: str, width: int, heads: int, seed: int, s: InductionSettings) -> Run:
+    """Train the model of ``width`` and ``heads`` on ``task`` with ``seed`` (module docstring)."""
+    t = s.task(task_of(task))
+    vocab = vocab_of(task, t)
+    spec = ModelSpec(vocab_size=vocab, width=width, heads=heads, layers=2, context=s.context, rotary=True,
+                     ffn_mult=s.ffn_mult)
+    torch.manual_seed(seed)
+    model = CharLM(spec)
+    adapter = Adapter(model)
+    task_id = tasks.ALL_TASKS.index(task)
+    evaluation = rows(task_of(task), t, s.context, s.eval_rows, [seed, task_id, EVAL_STREAM], seed)
+    own = evaluation if task_of(task) == task else rows(task, t, s.context, s.eval_rows,
+                                                            [seed, task_id, EVAL_STREAM], seed)
+    reference = float(evaluation.reference[evaluation.predictable].mean())
+    unigram = float(evaluation.unigram[evaluation.predictable].mean())
+    uniform = uniform_induction(evaluation)
+    mask = successor_mask(torch.as_tensor(evaluation.ids[:, :-1]), torch.as_tensor(evaluation.predictable))
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([dict(params=decay, weight_decay=s.weight_decay), dict(params=rest, weight_decay=0.0)],
+                            lr=s.lr, betas=(0.9, 0.95))
+    at = set(eval_steps(s.steps, s.evaluations))
+    curve, records = [], []
+    t0 = time.process_time()
+
+    def evaluate(step: int, train_loss: float):
+        model.eval()
+        loss = predictable_loss(model, evaluation)
+        own_loss = loss if own is evaluation else predictable_loss(model, own)
+        sc = head_scores(model, evaluation, adapter, mask)
+        model.train()
+        curve.append(dict(step=step, loss=loss, reference=reference, unigram=unigram, gap=loss - reference,
+                          own_loss=own_loss, train_loss=train_loss, best_prev=float(sc["prev"].max()),
+                          best_induction=float(sc["induction"].max()),
+                          best_induction_excess=float(sc["induction"].max()) - uniform))
+        for l in range(spec.layers):
+            for h in range(spec.heads):
+                records.append(dict(step=step, layer=l, head=h, prev=float(sc["prev"][l, h]),
+                                    induction=float(sc["induction"][l, h]),
+                                    induction_excess=float(sc["induction"][l, h]) - uniform))
+
+    def batch_at(step: int) -> torch.Tensor:
+        return torch.as_tensor(rows(task, t, s.context, s.batch, [seed, task_id, step], seed).ids)
+
+    def batch_loss(ids: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(model(ids[:, :-1]).reshape(-1, vocab), ids[:, 1:].reshape(-1))
+
+    model.train()
+    if 0 in at:                  # the untrained model; its training loss on the first batch, before any update
+        with torch.no_grad():
+            evaluate(0, float(batch_loss(batch_at(0))))
+    for step in range(s.steps):
+        ids = batch_at(step)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, s.lr, s.min_lr, s.warmup, s.steps)
+        loss = batch_loss(ids)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step + 1 in at:
+            evaluate(step + 1, float(loss.detach()))
+    model.eval()
+    edges = edge_effects(model, adapter, pd.DataFrame(records), t, task, seed, s)
+    return Run(pd.DataFrame(curve), pd.DataFrame(records), edges, time.process_time() - t0,
+               sum(p.numel() for p in model.parameters()))
+
+
+def eval_steps(steps: int, evaluations: int) -> list[int]:
+    """``evaluations`` steps evenly spaced from 0 to ``steps`` (both included), distinct."""
+    return sorted({int(round(x)) for x in np.linspace(0, steps, evaluations)})
+
+
+def edge_effects(model: CharLM, adapter: Adapter, records: pd.DataFrame, t: TaskSettings, task: str, seed: int,
+                 s: InductionSettings) -> dict:
+    """Path patching (§5e) from the layer-0 head of the highest final ``prev`` into the layer-1 head
+    of the highest final ``induction``, through its q, k and v: each edge's effect (patched −
+    corrupted mean logit difference, correct − other token) on §5f's prompts in the task's vocabulary."""
+    from ..circuits.known import induction_prompts
+    from ..circuits.path_patching import Edge, PathPatcher
+    from ..patching.patcher import Patcher
+
+    last = records[records.step == records.step.max()]
+    sender = last[last.layer == 0].sort_values(["prev", "head"], ascending=[False, True]).iloc[0]
+    receiver = last[last.layer == 1].sort_values(["induction", "head"], ascending=[False, True]).iloc[0]
+    vocab = vocab_of(task, t)
+    half = min(t.half[1] if task.startswith("repeat") else s.context // 2, vocab, s.context // 2)
+    clean, corrupted, correct, other = induction_prompts(vocab, s.edge_prompts, half, seed + PROBE_STREAM)
+    patcher = Patcher(model, adapter, clean, corrupted, correct, other, batch=s.edge_prompts, extra_sites=("mlp_out",))
+    pp = PathPatcher(patcher)
+    sh, rh = (int(sender["layer"]), int(sender["head"])), (int(receiver["layer"]), int(receiver["head"]))
+    edges = [Edge(*sh, *rh, x) for x in ("q", "k", "v")]
+    ld = pp.run(edges).double().mean(dim=1).numpy()
+    effects = {f"edge_{e.input}": float(v - patcher.corrupted_mean) for e, v in zip(edges, ld)}
+    return dict(sender=f"L{sh[0]}H{sh[1]}", receiver=f"L{rh[0]}H{rh[1]}", clean_ld=float(patcher.clean_mean),
+                corrupted_ld=float(patcher.corrupted_mean), **effects,
+                key_strongest=bool(abs(effects["edge_k"]) > max(abs(effects["edge_q"]), abs(effects["edge_v"]))))
+
+
+def train_job(job: dict, log=None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+    """Rule induction_train: one shape on one task (or its control), every seed of the job's params
+    (:func:`headwatch.settings.induction.job_params`): (curves, every head's records, edges — each
+    labelled with its seed —, the note)."""
+    task, width, heads = job["task"], int(job["width"]), int(job["heads"])
+    settings = InductionSettings.from_config(dict({k: job[k] for k in job if k not in ("task", "width", "heads",
+                                                                                       "task_settings")},
+                                                  tasks={task_of(task): job["task_settings"]}, run=[task]))
+    curves, records, edges, seconds = [], [], [], {}
+    for seed in settings.seeds:
+        r = train_run(task, width, heads, int(seed), settings)
+        curves.append(r.curve.assign(seed=int(seed)))
+        records.append(r.heads.assign(seed=int(seed)))
+        edges.append(dict(seed=int(seed), params=r.params, seconds=round(r.seconds, 2), **r.edges))
+        seconds[int(seed)] = round(r.seconds, 2)
+        if log is not None:
+            c = r.curve
+            log.info("%s %s seed %d: %.1f CPU s; loss on the predictable part %.3f -> %.3f (unordered %.3f, best "
+                     "%.3f); best induction %.3f above uniform; key edge %+.3f", task, shape_of(width, heads), seed,
+                     r.seconds, c.loss.iloc[0], c.loss.iloc[-1], c.unigram.iloc[-1], c.reference.iloc[-1],
+                     c.best_induction_excess.iloc[-1], r.edges["edge_k"])
+    note = dict(job=job, model=dict(width=width, heads=heads, layers=2, context=settings.context, rotary=True,
+                                    ffn_mult=settings.ffn_mult),
+                seconds=seconds, seconds_note="CPU seconds of each seed's training, evaluations and path patching",
+                loss="mean next-token loss (nats) over the predictable positions of the task's evaluation rows "
+                     "(the task's, for its control too); reference: its best predictor's; unigram: the best "
+                     "predictor's without the context's order",
+                induction="attention on the successors of the earlier occurrences of each row's token (§4's "
+                          "induction cell on repeated distinct tokens); induction_excess: minus uniform attention's")
+    order = ["seed", "step"]
+    curves = pd.concat(curves, ignore_index=True)
+    records = pd.concat(records, ignore_index=True)
+    return (curves[order + [c for c in curves.columns if c not in order]],
+            records[order + [c for c in records.columns if c not in order]], pd.DataFrame(edges), note)
