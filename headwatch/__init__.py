@@ -13,6 +13,8 @@ the same functions::
     prompts = hw.prompt_pairs(m, pairs)          # your clean/corrupted pairs (a DataFrame or a file)
     heads = hw.patch_heads(m, prompts)           # every head patched clean -> corrupted
     paths = hw.path_patching(m, prompts, heads)  # head -> head paths into the top heads
+    edges = hw.edge_scores(m, prompts)           # every edge of the graph: EAP, EAP-IG
+    curves = hw.edge_faithfulness(m, prompts, edges)   # circuits of MIB's sizes, how faithful
     hw.guards_of(heads)                          # the guards the numbers passed
 
 Every function returns a pandas DataFrame with the columns of the workflow's table of the same
@@ -28,7 +30,8 @@ The library, by stage (each package mirrors a file of ``rules/``; docs/architect
     ablation    cutting heads, the experiments of §5, their guards
     patching    activation patching: prompts and pairs, the patcher, every position, key/value
                 groups, attribution patching (AtP, AtP*), the guards of §5d–§5e
-    circuits    path patching between heads (§5e), the circuit known before looking (§5f)
+    circuits    path patching between heads (§5e), the circuit known before looking (§5f), the
+                edge graph, its attribution (EAP, EAP-IG) and circuits' faithfulness (§5g)
     anatomy     configs, parameters by block, rotary, KV cache, weights by hand (§6)
     charlm      the sweep's character-level model, its corpus and tokenizers (§7)
     sweep       the training sweep: plan, training, the heads it grows, summaries, studies, course
@@ -48,7 +51,7 @@ __version__ = "0.1.0"
 
 __all__ = ["load_config", "load_model", "token_set", "attention_maps", "head_scores", "cut_heads", "cut_circuit",
            "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups", "attribution",
-           "path_patching", "guards_of", "top_heads"]
+           "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads"]
 
 
 def __getattr__(name: str):

@@ -27,7 +27,7 @@ from .names import top_heads
 
 __all__ = ["load_config", "load_model", "token_set", "attention_maps", "head_scores", "cut_heads", "cut_circuit",
            "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups", "attribution",
-           "path_patching", "guards_of", "top_heads"]
+           "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads"]
 
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: its ``config/`` holds the protocol's settings."""
@@ -366,6 +366,46 @@ def path_patching(m, prompts: pd.DataFrame, heads: pd.DataFrame, settings=None, 
     return _done(table, note, guards)
 
 
+def edge_scores(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.DataFrame:
+    """Every edge of the model's graph scored (``edge, sender, receiver``, both ends' kind, layer and
+    unit, ``eap``, ``eap_ig``): embeddings, heads and feed-forward networks send; each head's query,
+    each key/value group's key and value, each feed-forward input and the logits receive. A score is
+    the first-order estimate of how much the logit difference falls when that one edge is patched
+    to the corrupted run. ``attrs["tables"]["nodes"]``: every node's attribution (AtP).
+
+    >>> edges = hw.edge_scores(m, prompts)
+    >>> edges.nlargest(10, "eap_ig")[["sender", "receiver", "eap_ig"]]
+    """
+    from .circuits.faithfulness import run_scores
+    from .settings.edges import EdgesSettings
+
+    s = _settings(EdgesSettings, "edges", settings, overrides)
+    table, nodes, note = run_scores(m.model, m.adapter, _prompts(m, prompts), s)
+    return _done(table, note, nodes=nodes)
+
+
+def edge_faithfulness(m, prompts: pd.DataFrame, edges: pd.DataFrame, settings=None, **overrides) -> pd.DataFrame:
+    """Circuits of the MIB benchmark's sizes from each method's scores (``edges``: :func:`edge_scores`),
+    AtP's node circuits and random circuits of the same sizes, each run with every edge outside it
+    patched to the corrupted run: one row per circuit (``method, ranking, draw, fraction, edges,
+    kept, metric, faithfulness``); ``attrs["tables"]["areas"]``: CPR and CMD per method; the guards
+    of exact patching ran.
+
+    >>> curves = hw.edge_faithfulness(m, prompts, edges)
+    >>> curves.attrs["tables"]["areas"]
+    """
+    from .circuits.faithfulness import run_faithfulness
+    from .settings.edges import EdgesSettings
+
+    s = _settings(EdgesSettings, "edges", settings, overrides)
+    nodes = edges.attrs.get("tables", {}).get("nodes")
+    if nodes is None:
+        raise ValueError("headwatch.edge_faithfulness: edges carries no node table (attrs['tables']['nodes']): "
+                         "pass the table hw.edge_scores returned")
+    curves, areas, note, guards = run_faithfulness(m.model, m.adapter, _prompts(m, prompts), edges, nodes, s)
+    return _done(curves, note, guards, areas=areas)
+
+
 # ------------------------------------------------------------------ guards
 def guards_of(table: pd.DataFrame) -> pd.DataFrame:
     """The guards a table's computation ran, one row each (``guard, compared, n_cases,
@@ -378,8 +418,8 @@ def guards_of(table: pd.DataFrame) -> pd.DataFrame:
     record = table.attrs.get("guards")
     if record is None:
         raise ValueError("headwatch.guards_of: this table carries no guard record (attrs['guards']); the tables of "
-                         "cut_heads, cut_circuit, cut_each_head, patch_heads, patch_positions, patch_kv_groups and "
-                         "path_patching do")
+                         "cut_heads, cut_circuit, cut_each_head, patch_heads, patch_positions, patch_kv_groups, "
+                         "path_patching and edge_faithfulness do")
     columns = ["guard", "compared", "n_cases", "max_abs_diff", "identical", "tolerance", "passed"]
     return pd.DataFrame([{c: g.get(c) for c in columns} for g in guard_records(record)], columns=columns)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 RESULTS = "results"
 FIGURES = "figures"
-SHARED_FOLDERS = ("anatomy", "benchmarks", "induction", "logs", "models", "sweep", "tables")
+SHARED_FOLDERS = ("anatomy", "benchmarks", "circuits", "induction", "logs", "models", "sweep", "tables")
 """The folders of results/ (and figures/) that belong to no model: no model key may take these names."""
 EXTENSIONS = ("pdf", "png")          # every figure is written twice: for papers and for screens
 PREPARED_RECORD = "prepared.json"
@@ -92,6 +92,42 @@ def known_circuit_table() -> str:
 
 def circuits_figure(model: str, name: str, ext: str) -> str:
     return _join(FIGURES, model, "circuits", f"{name}.{ext}")
+
+
+KNOWN_MODELS = ("repeated", "control")
+"""The known circuit's two trained models (§5f): the one that grows the circuit and its control."""
+
+
+def known_model(name: str) -> str:
+    """One of the known circuit's trained models (:data:`KNOWN_MODELS`), saved by rule circuits_known."""
+    return _join(RESULTS, "circuits", "known", f"{name}.pt")
+
+
+# ------------------------------------------------------------------ edge circuits (§5g)
+EDGES_TABLES = ("scores", "nodes", "faithfulness", "areas", "circuit", "agreement")
+"""A studied model's edge-circuit tables: every edge's scores, every node's, the faithfulness curves,
+their areas (CPR, CMD), the best small circuit and the agreement with path patching."""
+KNOWN_EDGES_TABLES = ("known_edges", "known_edge_curves")
+"""The known circuit read edge by edge (§5f, §5g): the claims and the faithfulness curves."""
+
+
+def edges_table(model: str, name: str) -> str:
+    """One of :data:`EDGES_TABLES`: ``results/{model}/edges/{name}.parquet``."""
+    return _join(RESULTS, model, "edges", f"{name}.parquet")
+
+
+def edges_guards(model: str) -> str:
+    """The faithfulness runs' guard record."""
+    return _join(RESULTS, model, "edges", "guards.json")
+
+
+def known_edges_table(name: str) -> str:
+    """One of :data:`KNOWN_EDGES_TABLES`: ``results/circuits/{name}.parquet``."""
+    return _join(RESULTS, "circuits", f"{name}.parquet")
+
+
+def edges_figure(model: str, name: str, ext: str) -> str:
+    return _join(FIGURES, model, "edges", f"{name}.{ext}")
 
 
 # ------------------------------------------------------------------ anatomy

@@ -100,6 +100,8 @@ def write_parquet(df: pd.DataFrame, path, what: str | None = None, note: dict | 
     import pyarrow.parquet as pq
 
     assert_finite(df, what or str(path))
+    df = df.copy(deep=False)
+    df.attrs = {}           # the API's companions (note, guards, tables) are written by the caller, not here
     table = pa.Table.from_pandas(df, preserve_index=False)
     meta = dict(table.schema.metadata or {})
     if note:

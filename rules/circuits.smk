@@ -36,7 +36,8 @@ rule circuits_paths:
 # would wait on launches for models this small): no gpu resource, one thread.
 rule circuits_known:
     output:
-        paths.known_circuit_table(),
+        table=paths.known_circuit_table(),
+        **{name: paths.known_model(name) for name in paths.KNOWN_MODELS},
     params:
         known=config["circuits"]["known"],
         patching={key: config["patching"][key] for key in ("batch",)},

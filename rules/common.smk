@@ -34,7 +34,13 @@ def check_config(config):
     jobs need is compared with this machine's only where they run here: a cluster's jobs run
     on its nodes (as for devices, below)."""
     local = workflow.local_exec and not workflow.remote_exec
-    _check_config(config, workdir=Path(workflow.basedir), **({} if local else dict(meminfo=None)))
+    verdict = _check_config(config, workdir=Path(workflow.basedir), **({} if local else dict(meminfo=None)))
+    FAMILIES.update(verdict.families)
+
+
+FAMILIES = {}
+"""Each studied model's model_type, from the pre-job checks: a family without an edge graph gets no
+edge circuits (headwatch/workflow/targets.py: edge_models)."""
 
 
 def check_records():
@@ -200,11 +206,11 @@ def report_producible(path):
 
 
 def explorer_inputs(wildcards):
-    return targets.explorer_inputs(wildcards.model, config, report_producible)
+    return targets.explorer_inputs(wildcards.model, config, report_producible, FAMILIES)
 
 
 def all_targets():
-    return targets.all_targets(config, report_producible)
+    return targets.all_targets(config, report_producible, FAMILIES)
 
 
 # ------------------------------------------------------------------ the induction sweep (§7c)
@@ -238,3 +244,9 @@ def induction_summary_params():
     return dict(arms=s["arms"], run=s["run"], shapes=s["shapes"], seeds=s["seeds"], threshold=s["threshold"],
                 margin=s["margin"])
 
+
+
+# ------------------------------------------------------------------ edge circuits (§5g)
+def edges_slice(*keys):
+    """The part of config["edges"] a job depends on (its params, so that only stale jobs rerun)."""
+    return {key: config["edges"][key] for key in keys}

@@ -65,5 +65,6 @@ rule figures_scores:
 include: "figures_anatomy.smk"
 include: "figures_ablation.smk"
 include: "figures_patching.smk"
+include: "figures_edges.smk"
 include: "figures_sweep.smk"
 include: "figures_induction.smk"

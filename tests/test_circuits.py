@@ -290,7 +290,7 @@ def test_the_known_circuit_forms_and_every_method_recovers_it(known):
     induction heads in layer 1 (their attention says so); the head whose exact patch restores the
     most is an induction head, each estimate has one in its top 2, and path patching finds
     previous-token head -> that induction head's key above every other edge into it."""
-    table, note = known
+    table, note, _ = known
     mine = table[table["model"] == "repeated"].set_index("method")
     assert list(mine.index) == KNOWN_METHODS
     assert mine["recovered"].all(), mine
@@ -308,7 +308,7 @@ def test_the_known_circuit_forms_and_every_method_recovers_it(known):
 def test_on_the_control_no_claim_holds(known):
     """Trained on sequences that never repeat, the same model has nothing to copy: no head
     attends as the circuit would, no effect reaches min_effect, and no claim holds."""
-    table, note = known
+    table, note, _ = known
     control = table[table["model"] == "control: never repeated"].set_index("method")
     assert list(control.index) == KNOWN_METHODS
     assert not control["recovered"].any(), control
@@ -326,3 +326,27 @@ def test_path_patching_needs_the_patchers_own_mlp_out():
     assert PathPatcher(p).mlp_out is p.acts["corrupted"]["mlp_out"]
     with pytest.raises(CircuitsError, match="extra_sites"):
         PathPatcher(Patcher(model, p.adapter, p.clean, p.corrupted, p.io, p.s, 16))
+
+
+def test_the_known_circuit_read_edge_by_edge(known):
+    """The same two models read edge by edge (§5g): on the repeated model the smallest faithful
+    circuit of the exact single-edge ranking holds a previous-token head -> induction key edge and is
+    under half the graph; EAP's and EAP-IG's hold it too (however large); the control has no
+    faithful circuit at all (its clean - corrupted gap is below min_effect)."""
+    from headwatch.circuits.faithfulness import EXACT, run_known_edges
+    from headwatch.circuits.known import KNOWN_NAMES
+    from headwatch.settings.edges import EdgesSettings
+
+    _, _, models = known
+    edges = EdgesSettings.from_config(CONFIG["edges"])
+    claims, curves, note = run_known_edges({KNOWN_NAMES[k]: (m, Adapter(m)) for k, m in models.items()}, KNOWN,
+                                           edges)
+    mine = claims[claims["model"] == "repeated"].set_index("method")
+    assert list(mine.index) == [EXACT, *edges.methods]
+    assert mine["recovered"].all() and mine["prev_to_key"].all(), mine
+    assert mine.loc[EXACT, "smallest_faithful"] < mine.loc[EXACT, "edges"] / 2
+    assert mine.loc[EXACT, "faithfulness"] >= edges.faithful and mine.loc[EXACT, "gap"] >= KNOWN["min_effect"]
+    control = claims[claims["model"] != "repeated"]
+    assert control["recovered"].all() and control["smallest_faithful"].isna().all(), control
+    assert set(curves["model"]) == set(KNOWN_NAMES.values())
+    assert note["repeated"]["previous_token_heads"] and not note["control: never repeated"]["induction_heads"]

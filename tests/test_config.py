@@ -69,6 +69,10 @@ def workdir(tmp_path_factory):
     (lambda c: c["phrases"]["names"].update(expected=" Maryland-upon-Thames"),
      "phrases.names.expected = ' Maryland-upon-Thames' is split by the tokenizer"),
     (lambda c: c["attention"].update(quantum="fine"), "quantum"),
+    (lambda c: c["edges"].update(fractions=[0.1, 0.05, 1.0]), "edges.fractions: [0.1, 0.05, 1.0] is not strictly "
+                                                             "increasing"),
+    (lambda c: c["edges"].update(random_draws=3), "random_draws"),
+    (lambda c: c["edges"].update(methods=["eap", "acdc"]), "acdc"),
 ])
 def test_snakemake_stops_before_any_job(workdir, tiny_model_dir, change, message):
     import copy
@@ -217,3 +221,15 @@ def test_a_rotary_reference_without_its_config_is_named(tmp_path):
     shutil.copytree(ROOT / "config", tmp_path / "config")
     assert report_errors(config, tmp_path) == [
         "report.explorer.rotary_references[1]: 'gpt-17' has no reference config config/models/gpt-17.json"]
+
+
+def test_edge_circuit_settings_a_schema_cannot_check_are_named():
+    from headwatch.settings.edges import edges_errors
+
+    config = base()
+    assert edges_errors(config) == []
+    bad = dict(config, edges=dict(config["edges"], fractions=[0.01, 0.5], methods=["eap", "eap"], prompts=65))
+    errors = edges_errors(bad)
+    assert "edges.fractions: the last size must be 1 (every edge: the full model); got 0.5" in errors
+    assert "edges.methods: ['eap', 'eap'] names a method twice" in errors
+    assert "edges.prompts: 65 is more than the 64 prompts activation patching makes (patching.n)" in errors

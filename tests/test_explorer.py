@@ -497,6 +497,49 @@ def test_the_path_patching_panel_draws_and_lists_the_edges_of_a_hand_made_table(
     assert not [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
 
 
+def _edge_circuit():
+    """A hand-made smallest faithful circuit of the tiny model (edges/circuit.parquet's columns, one role
+    markup, shown as text), its note and the areas table."""
+    circuit = pd.DataFrame([
+        dict(sender="input", receiver="L0H1 q", score=0.2, sender_role="", receiver_role=HOSTILE, sender_kind="input",
+             sender_layer=-1, receiver_kind="q", receiver_layer=0),
+        dict(sender="L0H1", receiver="L2G0 k", score=-0.9, sender_role="§5d: patching rank 1", receiver_role="",
+             sender_kind="head", sender_layer=0, receiver_kind="k", receiver_layer=2),
+        dict(sender="L2H0", receiver="logits", score=0.5, sender_role="", receiver_role="", sender_kind="head",
+             sender_layer=2, receiver_kind="logits", receiver_layer=3)])
+    note = dict(method="eap-ig", ranking="signed", threshold=0.8, found=True, fraction=0.02, edges=3, kept=3,
+                faithfulness=0.91)
+    areas = pd.DataFrame([dict(method="eap", draw=-1, cpr=0.3, cmd=0.4), dict(method="eap-ig", draw=-1, cpr=0.9,
+                                                                              cmd=0.1)])
+    return circuit, note, areas
+
+
+def test_the_edge_circuit_panel_lists_the_circuit_strongest_first_and_its_areas(browser, tiny_tables, tmp_path):
+    from headwatch.explorer.build import edges_payload
+
+    circuit, note, areas = _edge_circuit()
+    got = edges_payload(circuit, note, areas, 3)
+    assert [r[0] for r in got["circuit"]["rows"]] == ["L0H1", "L2H0", "input"] and got["summary"]["kept"] == 3
+    with pytest.raises(ExplorerDataError, match="a layer outside the model's 3"):
+        edges_payload(circuit.assign(sender_layer=[5, 0, 2]), note, areas, 3)
+    with pytest.raises(ExplorerDataError, match=r"lacks \['cmd'\]"):
+        edges_payload(circuit, note, areas.drop(columns="cmd"), 3)
+    t = tiny_tables
+    out = tmp_path / "edges.html"
+    build_explorer(t["maps"], t["tokens"], t["scores"], model="tiny-llama", shape=t["shape"], quantum=256,
+                   edges_circuit=circuit, edges_note=note, edges_areas=areas, out=out)
+    d, by = browser, "css selector"
+    _open(d, out)
+    assert d.find_element(by, "#edges-section").is_displayed()
+    rows = d.find_elements(by, "#edges-circuit-data tbody tr")
+    assert [[c.text for c in r.find_elements(by, "td")[:2]] for r in rows] == \
+        [["L0H1", "L2G0 k"], ["L2H0", "logits"], ["input", "L0H1 q"]]
+    assert HOSTILE in d.find_element(by, "#edges-section").text and not d.find_elements(by, "#edges-section img")
+    assert len(d.find_elements(by, "#edges-areas-data tbody tr")) == 2
+    assert "faithfulness 0.91" in d.find_element(by, "#edges-line").text
+    assert not [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+
+
 def test_page_without_optional_tables_omits_their_sections(browser, tiny_tables, tmp_path):
     t = tiny_tables
     out = tmp_path / "bare.html"
@@ -507,6 +550,7 @@ def test_page_without_optional_tables_omits_their_sections(browser, tiny_tables,
     assert not browser.find_element(by, "#ablation-section").is_displayed()
     assert not browser.find_element(by, "#sweep-section").is_displayed()
     assert not browser.find_element(by, "#circuits-section").is_displayed()
+    assert not browser.find_element(by, "#edges-section").is_displayed()
     assert browser.find_element(by, "#rotary-none").is_displayed()
     assert len(browser.find_elements(by, "#grid canvas.head-cell")) == t["layers"] * t["heads"]
     assert [a.text for a in browser.find_elements(by, "#toc a")] == \

@@ -76,6 +76,9 @@ ABSURD = [
     ("patching.kv_prompts", 10**9, "patching.kv_prompts: 1,000,000,000 is above its bound 4,096"),
     ("patching.positions_all_heads", 10**9,
      "patching.positions_all_heads: 1,000,000,000 is above its bound 65,536"),
+    ("edges.ig_steps", 10**9, "edges.ig_steps: 1,000,000,000 is above its bound 1,000"),
+    ("edges.batch", 10**9, "edges.batch: 1,000,000,000 is above its bound 8,192"),
+    ("edges.random_draws", 10**9, "edges.random_draws: 1,000,000,000 is above its bound 1,000"),
 ]
 
 

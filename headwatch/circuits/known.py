@@ -202,20 +202,26 @@ def train_known(known: dict, repeat: bool, model: dict = KNOWN_MODEL, training: 
     return trained.eval()
 
 
+KNOWN_NAMES = {"repeated": "repeated", "control": "control: never repeated"}
+"""The two models by file name (:data:`headwatch.paths.KNOWN_MODELS`) and by the name the tables give them."""
+
+
 def run_known(known: dict, batch: int):
     """Rule circuits_known: (one row per model and claim — what it names, its value, whether it
-    holds —, the note)."""
+    holds —, the note, the two trained models by file name: :data:`KNOWN_NAMES`)."""
     from ..model.arch import Adapter
+    models = {}
     rows, note = [], dict(model=KNOWN_MODEL, train=dict(KNOWN_TRAIN, steps=known["steps"]), known=dict(known),
                           sequences=KNOWN_SEQUENCES)
     clean, corrupted, correct, other = induction_prompts(known["vocab"], known["prompts"], known["half"][1],
                                                          known["seed"] + 1)
-    for repeat, name in ((True, "repeated"), (False, "control: never repeated")):
+    for repeat, (file, name) in zip((True, False), KNOWN_NAMES.items()):
         t0 = time.perf_counter()
         model = train_known(known, repeat)
+        models[file] = model
         seconds = time.perf_counter() - t0
         table, n = known_circuit(model, Adapter(model), clean, corrupted, correct, other, known["min_effect"],
                                  known["min_attention"], batch)
         rows.append(table.assign(model=name))
         note[name] = dict(n, training_seconds=round(seconds, 1))
-    return pd.concat(rows, ignore_index=True)[KNOWN_COLUMNS], note
+    return pd.concat(rows, ignore_index=True)[KNOWN_COLUMNS], note, models

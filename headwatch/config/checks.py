@@ -15,10 +15,12 @@ from ..scores.sequences import single_token
 from ..settings.ablation import AblationSettings
 from ..settings.anatomy import anatomy_errors, shape_errors
 from ..settings.circuits import circuits_errors
+from ..settings.edges import edges_errors
 from ..settings.induction import induction_errors
 from ..settings.patching import patching_errors
 from ..settings.sweep import check_sweeps
 from ..model.sources import ConfigError, Located, ModelFacts, ModelNotFoundError, family_error, model_facts
+from ..model.arch import all_families
 from .devices import cuda_available, dtype_errors
 from .memory import model_estimates, sweep_estimates
 
@@ -156,12 +158,22 @@ def ablation_errors(config: dict, total: int, desc: str) -> list[str]:
     return out
 
 
+def edge_graph_warning(config: dict, facts) -> str | None:
+    """Why a studied model gets no edge circuits (protocol §5g: its family has no edge graph), or None."""
+    family = all_families().get(facts.shape.get("model_type"))
+    if family is None or not family.no_edges or "models" not in config.get("default_target", ["models"]):
+        return None
+    return f"models.{facts.key} ({family.name}): no edge circuits (protocol §5g): {family.no_edges}"
+
+
 def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_available):
-    """(errors, warnings, memory estimates) of every check that reads the studied models; the
-    estimates (:mod:`.memory`) are compared with this machine's memory by the caller."""
+    """(errors, warnings, memory estimates, each studied model's ``model_type``) of every check that
+    reads the studied models; the estimates (:mod:`.memory`) are compared with this machine's memory
+    by the caller, the families decide which models get edge circuits."""
     swept = sweep_errors(config)
-    errors = swept + induction_errors(config) + anatomy_errors(config, workdir) + report_errors(config, workdir) + dtype_errors(config, cuda)
-    warnings = []
+    errors = (swept + induction_errors(config) + edges_errors(config) + anatomy_errors(config, workdir)
+              + report_errors(config, workdir) + dtype_errors(config, cuda))
+    warnings, families = [], {}
     estimates = sweep_estimates(config["sweep"]) if "sweep" in config and not swept else []
     for loc in located:
         try:
@@ -169,11 +181,14 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
         except (ModelNotFoundError, ConfigError) as err:
             errors.append(str(err))
             continue
+        families[loc.key] = facts.shape.get("model_type")
+        no_edges = edge_graph_warning(config, facts)
         errs, warns = token_errors(config, facts)
+        warns = warns + ([no_edges] if no_edges else [])
         model = (errs + length_errors(config, facts) + head_errors(config, facts) + patching_errors(config, facts, workdir)
                  + circuits_errors(config, facts))
         errors += model
         warnings += warns
         if not model:
             estimates += model_estimates(config, facts, workdir)
-    return errors, warnings, estimates
+    return errors, warnings, estimates, families

@@ -73,7 +73,8 @@ def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
                  cuda=cuda_available, stream=None, meminfo=read_meminfo) -> list[str]:
     """Every check that can be done before any job; raise :class:`ConfigError` listing them all.
 
-    Returns the warnings (also printed to ``stream``). A passing verdict is cached in
+    Returns the warnings (also printed to ``stream``) as a :class:`Verdict`, with each studied model's
+    ``model_type``. A passing verdict is cached in
     ``<workdir>/.snakemake/headwatch/checks/`` (``cache=False``: always run) with the memory
     its jobs need (:mod:`.memory`), compared on every call with ``meminfo()`` (this machine's
     ``/proc/meminfo``; None: not compared, said in a note; ``meminfo=None``: not compared, for
@@ -111,12 +112,13 @@ def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
         if schema.exists():
             check_keys(config, schema)
         t0 = time.perf_counter()
-        errors, warnings, estimates = run_checks(config, located, workdir, cuda)
+        errors, warnings, estimates, families = run_checks(config, located, workdir, cuda)
         if errors:
             for w in warnings:
                 print(f"{WARNING_PREFIX} {w}", file=stream)
             raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
-        record = dict(warnings=warnings, estimates=estimates, seconds=round(time.perf_counter() - t0, 3))
+        record = dict(warnings=warnings, estimates=estimates, families=families,
+                      seconds=round(time.perf_counter() - t0, 3))
         if cache:
             # keyed again: a tokenizer converted just now is one of the files
             _cache_write(folder, verdict_key(config, located, workdir), record)
@@ -132,4 +134,13 @@ def check_config(config: dict, workdir: str | Path = ".", cache: bool = True,
         warnings += over
     for w in warnings:
         print(f"{WARNING_PREFIX} {w}", file=stream)
-    return warnings
+    return Verdict(warnings, record.get("families", {}))
+
+
+class Verdict(list):
+    """The warnings of a passing verdict, and ``families``: each studied model's ``model_type`` (the
+    targets leave edge circuits out for a family without an edge graph)."""
+
+    def __init__(self, warnings, families: dict):
+        super().__init__(warnings)
+        self.families = dict(families)

@@ -295,6 +295,32 @@ def circuits_payload(paths: pd.DataFrame, note: dict, layers: int, heads: int) -
                 summary={k: _plain(note[k]) for k in CIRCUITS_SUMMARY})
 
 
+EDGE_COLUMNS = ("sender", "receiver", "score", "sender_role", "receiver_role", "sender_kind", "sender_layer",
+                "receiver_kind", "receiver_layer")
+"""The best small circuit's columns the edge-circuit panel lists (edges/circuit.parquet)."""
+EDGE_SUMMARY = ("method", "threshold", "found")
+AREA_COLUMNS = ("method", "draw", "cpr", "cmd")
+
+
+def edges_payload(circuit: pd.DataFrame, note: dict, areas: pd.DataFrame, layers: int) -> dict:
+    """The edge-circuit panel (§5g): the smallest faithful circuit's edges, strongest first, the
+    note's summary (method, threshold, size, faithfulness) and every method's CPR and CMD. Raises
+    when a column or note entry is missing, or an edge's layers lie outside the model."""
+    missing = ([c for c in EDGE_COLUMNS if c not in circuit.columns] + [k for k in EDGE_SUMMARY if k not in note]
+               + [c for c in AREA_COLUMNS if c not in areas.columns])
+    if missing:
+        raise ExplorerDataError(f"edges/circuit.parquet, its note or edges/areas.parquet lacks {missing}")
+    for r in circuit.itertuples():
+        if not (-1 <= int(r.sender_layer) < layers and 0 <= int(r.receiver_layer) <= layers):
+            raise ExplorerDataError(f"edges/circuit, edge {r.sender!r} -> {r.receiver!r}: a layer outside the "
+                                    f"model's {layers}")
+    order = circuit["score"].abs().sort_values(ascending=False, kind="mergesort").index
+    summary = {k: _plain(note.get(k)) for k in ("method", "threshold", "found", "fraction", "edges", "kept",
+                                               "faithfulness", "best")}
+    return dict(circuit=records(circuit.loc[order, list(EDGE_COLUMNS)]), summary=summary,
+                areas=records(areas[list(AREA_COLUMNS)]))
+
+
 def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
                      shape: dict, quantum: int, predictions: pd.DataFrame | None = None,
                      topk: pd.DataFrame | None = None, circuit_scores: pd.DataFrame | None = None,
@@ -304,6 +330,8 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
                      patching_heads: pd.DataFrame | None = None, patching_resid: pd.DataFrame | None = None,
                      patching_note: dict | None = None, patching_kv_groups: pd.DataFrame | None = None,
                      circuits_paths: pd.DataFrame | None = None, circuits_note: dict | None = None,
+                     edges_circuit: pd.DataFrame | None = None, edges_note: dict | None = None,
+                     edges_areas: pd.DataFrame | None = None,
                      rotary: list[dict] | None = None, rotary_distance: int = 1000,
                      sources: dict | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict (see the module doc for the map encoding)."""
@@ -389,6 +417,10 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
         if circuits_note is None:
             raise ExplorerDataError("circuits: the edge table and its note come together")
         payload["circuits"] = circuits_payload(circuits_paths, circuits_note, L, H)
+    if edges_circuit is not None:
+        if edges_note is None or edges_areas is None:
+            raise ExplorerDataError("edges: the circuit table, its note and the areas table come together")
+        payload["edges"] = edges_payload(edges_circuit, edges_note, edges_areas, L)
     if sweep_summary is not None:
         payload["sweep"] = dict(summary=records(sweep_summary))
         if sweep_contrast is not None:
@@ -420,7 +452,8 @@ def build_explorer(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFram
     ``optional``: predictions, topk, circuit_scores, circuit_loss, attribution,
     attribution_summary, patching_heads, patching_resid (with ``patching_note``, the
     heads table's note), patching_kv_groups (the key/value group sweep), circuits_paths (path
-    patching's edges, with ``circuits_note``, its note), sweep_summary, sweep_contrast (DataFrames;
+    patching's edges, with ``circuits_note``, its note), edges_circuit (the smallest faithful edge
+    circuit, with ``edges_note``, its note, and ``edges_areas``, every method's CPR and CMD), sweep_summary, sweep_contrast (DataFrames;
     a section is omitted when its table is None), rotary (list of {label, base}),
     rotary_distance, sources ({name: path} shown in the page's footer).
     """

@@ -790,6 +790,26 @@
       shown.length + ' edges with |score| ≥ ' + fmtNum(threshold) + ', strongest first (circuits/paths.parquet)');
   }
 
+  // ------------------------------------------------------------ edge circuits
+  // The smallest circuit whose faithfulness reaches edges.faithful (edges/circuit.parquet, strongest
+  // edge first, with the roles §5d–§5e give its heads) and every method's CPR and CMD (edges/areas.parquet).
+  function renderEdges() {
+    const G = D.edges;
+    if (!G) return;
+    $('edges-section').hidden = false;
+    const m = G.summary;
+    $('edges-line').textContent = m.found
+      ? m.method + ': the smallest circuit of the benchmark\'s sizes whose faithfulness reaches ' + fmtNum(m.threshold) +
+        ' (edges.faithful) is the top ' + m.edges + ' edges by score (' + fmtNum(m.fraction) + ' of every edge), ' +
+        m.kept + ' after pruning, faithfulness ' + fmtNum(m.faithfulness) + '. Every edge outside it is patched to ' +
+        'the corrupted run.'
+      : m.method + ': no circuit of the benchmark\'s sizes reaches faithfulness ' + fmtNum(m.threshold) +
+        ' (edges.faithful; the best: ' + fmtNum(m.best) + ').';
+    table('edges-circuit-table', G.circuit, G.circuit.rows.length + ' edges, strongest first (edges/circuit.parquet)');
+    table('edges-areas-table', G.areas, 'CPR (area under faithfulness, signed ranking) and CMD (area under ' +
+      '|1 − faithfulness|, absolute ranking) per method; random: per draw, mean and range (edges/areas.parquet)');
+  }
+
   // ------------------------------------------------------------ sweep
   function renderSweep() {
     const W = D.sweep;
@@ -978,6 +998,7 @@
   renderAblation();
   renderPatching();
   renderCircuits();
+  renderEdges();
   renderSweep();
   buildRotary();
   buildKv();

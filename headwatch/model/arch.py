@@ -140,6 +140,17 @@ class Family:
     # The heads must divide the width even where the config gives head_dim (transformers'
     # config of the family refuses another shape); without head_dim every family needs it.
     heads_divide_width: bool = False
+    # The edge graph (headwatch.circuits.edges): the norm in front of the feed-forward network (a
+    # path inside a block), the final norm (a path from the top-level model), and whether the
+    # feed-forward network reads the block's input beside attention ("" = after it, as most do;
+    # "always" = GPT-J; else the config key that says so: GPT-NeoX's use_parallel_residual).
+    mlp_norm: str = "post_attention_layernorm"
+    final_norm: str = "model.norm"
+    parallel: str = ""
+    # Why the edge graph cannot be built ("" = it can): a norm between a block's attention or
+    # feed-forward output and the residual stream makes a head's output no term of the sum a later
+    # receiver reads.
+    no_edges: str = ""
 
     @property
     def gguf_arch(self) -> str:
@@ -170,39 +181,44 @@ def _llama_like(name: str, **kw) -> Family:
 _QK_NORMS = ("self_attn.q_norm", "self_attn.k_norm")
 _LAYER_TYPES = ("layer_types", "sliding_attention")
 _POST_FFN = {"mlp_out": "post_feedforward_layernorm"}   # the norm between the MLP and the residual
+_POST_NORMS = ("a norm after attention and after the feed-forward network, before the residual stream "
+               "(post-norms): a head's output is not a term of the sum a later receiver reads")
 _GEMMA = dict(norm_offset=1.0, scale_by="query_pre_attn_scalar", softcap="attn_logit_softcapping",
-              window="sliding_window", window_layers=_LAYER_TYPES, heads_divide_width=True, site_paths=_POST_FFN)
+              window="sliding_window", window_layers=_LAYER_TYPES, heads_divide_width=True, site_paths=_POST_FFN,
+              mlp_norm="pre_feedforward_layernorm", no_edges=_POST_NORMS)
 
 FAMILIES = {f.name: f for f in (
     Family("gpt_neox", "gpt_neox.layers", "attention", "attention.dense", ("attention.query_key_value",),
            "input_layernorm", "LayerNorm", fused_layout="per_head", gguf="gptneox",
-           heads_divide_width=True),
+           heads_divide_width=True, final_norm="gpt_neox.final_layer_norm", parallel="use_parallel_residual"),
     _llama_like("llama", heads_divide_width=True),
     _llama_like("qwen2", window="sliding_window", window_layers=_LAYER_TYPES),
     Family("gpt2", "transformer.h", "attn", "attn.c_proj", ("attn.c_attn",), "ln_1", "LayerNorm",
            fused_layout="qkv", conv1d=True, position="absolute",
-           scale_switches=("scale_attn_weights", "scale_attn_by_inverse_layer_idx")),
+           scale_switches=("scale_attn_weights", "scale_attn_by_inverse_layer_idx"), mlp_norm="ln_2",
+           final_norm="transformer.ln_f"),
     _llama_like("gemma2", **_GEMMA),
     _llama_like("gemma3_text", **{**_GEMMA, "softcap": ""}, qk_norm="head", qk_norm_paths=_QK_NORMS,
                 gguf="gemma3"),
     _llama_like("qwen3", qk_norm="head", qk_norm_paths=_QK_NORMS, window="sliding_window",
                 window_layers=_LAYER_TYPES),
     _llama_like("olmo2", input_norm="", qk_norm="projection", qk_norm_paths=_QK_NORMS,
-                site_paths={"q": "self_attn.q_norm", "k": "self_attn.k_norm", **_POST_FFN}),
+                site_paths={"q": "self_attn.q_norm", "k": "self_attn.k_norm", **_POST_FFN}, mlp_norm="",
+                no_edges=_POST_NORMS),
     _llama_like("phi3", qkv=("self_attn.qkv_proj",), fused_layout="qkv", window="sliding_window"),
     _llama_like("mistral", window="sliding_window"),
     Family("gptj", "transformer.h", "attn", "attn.out_proj", ("attn.q_proj", "attn.k_proj", "attn.v_proj"),
            "ln_1", "LayerNorm", block_tuple=True, rotary_layout="interleaved", rotary_dims_key="rotary_dim",
-           rotary_base=10000.0),
+           rotary_base=10000.0, mlp_norm="ln_1", final_norm="transformer.ln_f", parallel="always"),
     Family("gpt_neo", "transformer.h", "attn.attention", "attn.attention.out_proj",
            ("attn.attention.q_proj", "attn.attention.k_proj", "attn.attention.v_proj"), "ln_1",
            "LayerNorm", block_tuple=True, position="absolute", scale_by="", window="window_size",
-           window_layers=("attention_layers", "local")),
+           window_layers=("attention_layers", "local"), mlp_norm="ln_2", final_norm="transformer.ln_f"),
 )}
 """The transformers families, by ``config.model_type``."""
 
 _CHARLM = Family("charlm", "blocks", "attn", "attn.o", ("attn.q", "attn.k", "attn.v"), "ln1", "LayerNorm",
-                 mlp="ffn", pattern="recompute", position="absolute",
+                 mlp="ffn", pattern="recompute", position="absolute", mlp_norm="ln2", final_norm="ln_f",
                  model_class="headwatch.charlm.model.CharLM",
                  shape_attrs=dict(layers="layers", heads="heads", kv_heads="kv_heads", width="width",
                                   head_dim="head_dim", rotary_dims="rotary_dims", rotary_base="rotary_base"),
@@ -593,6 +609,21 @@ class Adapter:
     def mlp(self, layer: int) -> nn.Module:
         """The feed-forward network of a block."""
         return _get(self.blocks[layer], self.family.mlp)
+
+    def mlp_norm(self, layer: int) -> nn.Module:
+        """The norm in front of a block's feed-forward network (:attr:`Family.mlp_norm`)."""
+        return _get(self.blocks[layer], self.family.mlp_norm)
+
+    def final_norm(self) -> nn.Module:
+        """The norm in front of the unembedding (:attr:`Family.final_norm`)."""
+        return _get(self.model, self.family.final_norm)
+
+    @property
+    def parallel(self) -> bool:
+        """Whether each feed-forward network reads its block's input beside attention (GPT-J; GPT-NeoX
+        by its config) rather than the stream after attention."""
+        p = self.family.parallel
+        return p == "always" or (bool(p) and bool(_attr(self.config, p, False)))
 
     def attention_projections(self, layer: int) -> list[nn.Module]:
         """The distinct q/k/v (or fused QKV) and output projection modules of a layer."""

@@ -630,8 +630,8 @@ def in_float64(adapter: Adapter):
         if x.dtype != torch.float64:
             return out
         exact = norm_formula(x, adapter.norm_params(module))
-        worst = float((exact - out).abs().max()) if out.numel() else 0.0
-        if worst > NORM_FORMULA_RTOL * max(float(exact.abs().max()), 1.0):
+        worst = float((exact - out).detach().abs().max()) if out.numel() else 0.0
+        if worst > NORM_FORMULA_RTOL * max(float(exact.detach().abs().max()), 1.0):
             raise InterventionError(f"{type(module).__name__}: its output and the float64 formula of the "
                                     f"family's {adapter.family.norm} differ by {worst:g}; the formula is not "
                                     "this module's")

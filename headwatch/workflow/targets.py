@@ -31,6 +31,9 @@ PATCHING_GROUP_FIGURES = ("kv_groups", "positions_all")
 CIRCUITS_TABLES = ("paths",)
 """The path-patching tables (protocol §5e); the rule also writes a guard record."""
 CIRCUITS_FIGURES = ("paths",)
+EDGES_FIGURES = ("faithfulness", "circuit")
+"""A studied model's edge-circuit figures (rule figures_edges): the faithfulness curves with the random
+band, and the best small circuit drawn by layer."""
 ANATOMY_TABLES = ("survey", "params_by_block", "rotary", "kv_cache", "attention_cells")
 MODEL_ANATOMY_FILES = ("head_slices.json", "weight_check.json", "kv_groups.parquet", "kv_similarity.parquet")
 SWEEP_TABLES = ("summary", "contrast", "finals", "curves")
@@ -52,6 +55,8 @@ EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid", "patc
 """The explorer's patching inputs by key (report_explorer) and table name."""
 EXPLORER_CIRCUITS = {"circuits_paths": "paths"}
 """The explorer's path-patching input by key (report_explorer) and table name."""
+EXPLORER_EDGES = {"edges_circuit": "circuit", "edges_areas": "areas"}
+"""The explorer's edge-circuit inputs by key (report_explorer) and table name."""
 EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
 
 PARTS = ("models", "sweep", "induction")
@@ -115,6 +120,25 @@ def circuits(config: dict) -> list[str]:
         paths.known_circuit_table()]
 
 
+def edge_models(config: dict, families: dict | None = None) -> list[str]:
+    """The studied models whose family has an edge graph (``families``: each model's ``model_type``,
+    from the pre-job checks; a family with post-norms has none, and the checks say so; None: every
+    studied model)."""
+    from ..model.arch import all_families
+
+    known = all_families()
+    return [m for m in models(config)
+            if families is None or not getattr(known.get(families.get(m)), "no_edges", "")]
+
+
+def edges(config: dict, families: dict | None = None) -> list[str]:
+    """Each edge-capable studied model's edge tables and guard record (§5g), and the known circuit
+    read edge by edge."""
+    return [p for m in edge_models(config, families)
+            for p in [paths.edges_table(m, t) for t in paths.EDGES_TABLES] + [paths.edges_guards(m)]] + [
+        paths.known_edges_table(t) for t in paths.KNOWN_EDGES_TABLES]
+
+
 def rule_guard_records(model: str) -> list[str]:
     """The guard records one model's rules write, each holding its guards by name: each ablation
     rule's, activation patching's (the head sweep's, the key/value groups', the cached sweep's) and
@@ -162,9 +186,9 @@ def induction(config: dict) -> list[str]:
              for name in paths.INDUCTION_RUN_FILES] + [paths.induction_table(n) for n in paths.INDUCTION_TABLES])
 
 
-def figures(config: dict) -> list[str]:
+def figures(config: dict, families: dict | None = None) -> list[str]:
     """Every figure of the default target's parts."""
-    return ((model_figures(config) if "models" in parts(config) else [])
+    return ((model_figures(config, families) if "models" in parts(config) else [])
             + (sweep_figures(config) if "sweep" in parts(config) else [])
             + ([f for key in INDUCTION_FIGURES for f in figure_pair(paths.induction_figure, key)]
                if "induction" in parts(config) else []))
@@ -178,8 +202,9 @@ def sweep_figures(config: dict) -> list[str]:
            for f in figure_pair(paths.course_figure, n, key)])
 
 
-def model_figures(config: dict) -> list[str]:
-    out = []
+def model_figures(config: dict, families: dict | None = None) -> list[str]:
+    out = [f for m in edge_models(config, families) for name in EDGES_FIGURES
+           for f in figure_pair(paths.edges_figure, m, name)]
     for m in models(config):
         out += [f for phrase in config["phrases"] for f in figure_pair(paths.head_figure, m, f"grid_{phrase}")]
         out += [f for score in SCORES for f in figure_pair(paths.head_figure, m, f"head_{score}")]
@@ -212,14 +237,16 @@ def unmade_tables(config: dict, producible: Producible) -> list[str]:
     return errors
 
 
-def report_tables(config: dict, producible: Producible) -> list[str]:
+def report_tables(config: dict, producible: Producible, families: dict | None = None) -> list[str]:
     """The key tables of ``report.tables`` and every planned study's summary and contrasts, as HTML
     pages, each only when some rule of the workflow makes its table (the Snakefile refuses an entry
     no rule makes before any job: :func:`unmade_tables`; a workflow built without a stage
     leaves its pages out) and its part is in the default target (a shared table under
     ``sweep/`` is the sweep's)."""
     tables, wanted = config["report"]["tables"], parts(config)
-    found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)] if "models" in wanted else []
+    edged = edge_models(config, families)
+    found = [paths.table(m, t) for t in tables["per_model"] for m in models(config)
+             if not t.startswith("edges/") or m in edged] if "models" in wanted else []
     found += [paths.table(*t.split("/", 1)) for t in tables["shared"]
               if _part_of(t.split("/", 1)[0]) in wanted and (t.split("/", 1)[0] != "sweep" or summarized(config))]
     found += [paths.study_table(n, t) for n in plan.studies(config["sweep"])
@@ -232,9 +259,9 @@ def _part_of(scope: str) -> str:
     return scope if scope in ("sweep", "induction") else "models"
 
 
-def report(config: dict, producible: Producible) -> list[str]:
+def report(config: dict, producible: Producible, families: dict | None = None) -> list[str]:
     explorers = [paths.explorer(m) for m in models(config)] if "models" in parts(config) else []
-    return explorers + report_tables(config, producible)
+    return explorers + report_tables(config, producible, families)
 
 
 def parts(config: dict) -> list[str]:
@@ -242,16 +269,19 @@ def parts(config: dict) -> list[str]:
     return list(config["default_target"])
 
 
-def all_targets(config: dict, producible: Producible) -> list[str]:
-    """Everything ``rule all`` asks for: the parts in ``default_target``."""
+def all_targets(config: dict, producible: Producible, families: dict | None = None) -> list[str]:
+    """Everything ``rule all`` asks for: the parts in ``default_target`` (``families``: each studied
+    model's ``model_type``, so that models without an edge graph get no edge circuits)."""
     wanted = parts(config)
     models_part = (sequences(config) + attention(config) + scores(config) + ablation(config)
-                   + patching(config) + circuits(config) + anatomy(config)) if "models" in wanted else []
+                   + patching(config) + circuits(config) + edges(config, families)
+                   + anatomy(config)) if "models" in wanted else []
     return (models_part + (sweep(config) if "sweep" in wanted else [])
-            + (induction(config) if "induction" in wanted else []) + figures(config) + report(config, producible))
+            + (induction(config) if "induction" in wanted else []) + figures(config, families)
+            + report(config, producible, families))
 
 
-def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
+def explorer_inputs(model: str, config: dict, producible: Producible, families: dict | None = None) -> dict:
     """The explorer page's inputs: the spine tables always; the ablation, patching, path-patching
     and sweep tables whenever a rule of the workflow makes them (so a workflow without those
     stages still builds a page, without their sections)."""
@@ -268,6 +298,9 @@ def explorer_inputs(model: str, config: dict, producible: Producible) -> dict:
     for key, name in EXPLORER_CIRCUITS.items():
         if producible(paths.circuits_table(model, name)):
             inputs[key] = paths.circuits_table(model, name)
+    for key, name in EXPLORER_EDGES.items():
+        if producible(paths.edges_table(model, name)) and model in edge_models(config, families):
+            inputs[key] = paths.edges_table(model, name)
     for key, name in EXPLORER_SWEEP.items():
         if producible(paths.sweep_table(name)) and summarized(config):
             inputs[key] = paths.sweep_table(name)

@@ -1,0 +1,388 @@
+"""Edges run: every receiver of the edge graph fed its own input (protocol §5g).
+
+A receiver reads the residual stream, the sum of every earlier sender's output
+(:mod:`headwatch.circuits.graph`). :class:`EdgeRun` hooks a forward pass so that each
+receiver reads its own copy of the stream:
+
+    input_r = x_r − Σ_s w[row, s, r] · (out_s − base_s)  (+ p_r)
+
+with ``x_r`` the stream the model computed at the receiver, ``out_s`` each sender's output in
+this run and ``base_s`` its output in a reference run (the corrupted prompts). ``w`` is 1 for
+an edge patched and 0 for one kept, one matrix per batch row: many circuits in one batch. The
+query / key / value receivers of a layer are then computed unit by unit from their own input
+(the layer's input norm and the projection's rows of that unit), the feed-forward network from
+its norm of its input, the logits from the final norm of theirs. With ``probe`` each receiver's
+input also gets a zero tensor ``p_r`` in the autograd graph: the gradient of a metric with
+respect to it is the gradient at that receiver's input, the factor of edge attribution.
+
+* :func:`sender_outputs`: every sender's output of a plain forward pass ``[S, rows, T, width]``;
+* :func:`edge_attribution`: EAP and EAP-IG scores of every edge;
+* :func:`patched_metric`: the metric with every edge outside each circuit patched — exact
+  patching, batched over circuits × prompts.
+
+A patched edge carries the sender's output of the corrupted run into that one receiver; the
+sender itself, and every other receiver, keep what this run gives them.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..model.arch import padded_inputs
+from ..model.interventions import intervene, replace
+from ..settings.edges import METHODS
+from .graph import EdgeGraph
+
+log = logging.getLogger("headwatch.circuits.edges")
+
+
+
+def _linear_rows(adapter, module: nn.Module, slices: list[slice]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights ``[units, width, d]`` and biases ``[units, d]`` (or None) that produce each of
+    ``slices`` of a projection's output."""
+    ws, bs = [], []
+    for sl in slices:
+        rows = adapter.projection_rows(module, sl)
+        w = rows[0] if adapter.family.conv1d else rows[0].t()
+        ws.append(w)
+        bs.append(rows[1] if len(rows) > 1 else None)
+    bias = None if bs[0] is None else torch.stack(bs)
+    return torch.stack(ws), bias
+
+
+def _first(args, kwargs):
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_first(args, kwargs, new):
+    """A forward pre-hook's (args, kwargs) with the hidden state replaced by ``new``."""
+    if args:
+        return (new, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": new}
+
+
+def _norm(adapter, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module``'s norm of ``x`` without its hooks; in float64 by the family's formula where the
+    module itself would round through float32 (transformers' RMSNorms: as
+    :func:`headwatch.model.interventions.in_float64` runs them)."""
+    if x.dtype == torch.float64 and adapter.family.norm == "RMSNorm":
+        from ..model.recompute import norm as formula
+
+        return formula(x, adapter.norm_params(module))
+    return module.forward(x)
+
+
+class EdgeRun:
+    """The hooks of one forward pass over ``rows`` (module doc), as a context manager.
+
+    ``record``: keep every sender's output (:attr:`outputs`, ``[S, rows, T, width]``).
+    ``weights`` (``[rows, S, R]``, 1 = patched) with ``base`` (``[S, prompts, T, width]``, the
+    reference run's outputs; row ``i`` reads prompt ``i % prompts``): patch. ``probe``: give every
+    receiver a zero input term in the autograd graph (:attr:`probes`, ``[R, rows, T, width]``)."""
+
+    def __init__(self, adapter, graph: EdgeGraph, *, record: bool = False, weights: torch.Tensor | None = None,
+                 base: torch.Tensor | None = None, probe: bool = False):
+        if (weights is None) != (base is None):
+            raise ValueError("patching needs both the weights and the base run's outputs")
+        self.a, self.g = adapter, graph
+        self.record, self.weights, self.base, self.probe = record, weights, base, probe
+        self.rewire = weights is not None or probe
+        S, R = len(graph.senders), len(graph.receivers)
+        self.S, self.R = S, R
+        snd, rcv = graph.senders, graph.receivers
+        self.s_head = {l: int(np.flatnonzero((snd.kind == "head") & (snd.layer == l))[0]) for l in range(graph.layers)}
+        self.s_mlp = {l: int(np.flatnonzero((snd.kind == "mlp") & (snd.layer == l))[0]) for l in range(graph.layers)}
+        self.r_qkv = {l: np.flatnonzero(rcv.kind.isin(["q", "k", "v"]).to_numpy() & (rcv.layer == l).to_numpy())
+                      for l in range(graph.layers)}
+        self.r_mlp = {l: int(np.flatnonzero((rcv.kind == "mlp") & (rcv.layer == l))[0]) for l in range(graph.layers)}
+        self.prefix = graph.prefix
+        self.handles: list = []
+        self.outputs = self.delta = self.probes = None
+        self.x: dict = {}
+        self.normed: dict = {}
+        self._units: dict = {}
+
+    def _groups(self) -> list[np.ndarray]:
+        """The receivers fed at once, in receiver order: each layer's queries, keys and values, its
+        feed-forward network; the logits."""
+        groups = []
+        for l in range(self.g.layers):
+            groups += [self.r_qkv[l], np.array([self.r_mlp[l]])]
+        groups.append(np.array([self.R - 1]))
+        self._group_of = {int(r[0]): i for i, r in enumerate(groups)}
+        return groups
+
+    # ---- per-layer layout of the q/k/v receivers: (module, [(receiver, site, slice)])
+    def _qkv_units(self, layer: int):
+        if layer not in self._units:
+            a, rcv = self.a, self.g.receivers
+            by_module: dict[int, tuple[nn.Module, list]] = {}
+            for i, r in enumerate(self.r_qkv[layer]):
+                kind, unit = rcv.kind.iat[r], int(rcv.unit.iat[r])
+                module = a.site_module(kind, layer)
+                by_module.setdefault(id(module), (module, []))[1].append((i, a.site_slice(kind, unit)))
+            self._units[layer] = [(m, units, *_linear_rows(a, m, [sl for _, sl in units]))
+                                  for m, units in by_module.values()]
+        return self._units[layer]
+
+    # ---- the bookkeeping of senders
+    def _allocate(self, x: torch.Tensor) -> None:
+        n, T, d = x.shape
+        if self.record:
+            self.outputs = x.new_zeros(self.S, n, T, d)
+        if self.weights is not None:
+            self.delta = x.new_zeros(n, self.S, T * d)
+            self.w = self.weights.to(x.device, x.dtype)
+        if self.probe:       # one leaf per group of receivers fed at once: a slice of one leaf would
+            # make each slice's gradient a zero-filled tensor of the whole (every receiver) first
+            self.probes = [x.new_zeros(len(r), n, T, d, requires_grad=True) for r in self._groups()]
+
+    def _sent(self, s0: int, out: torch.Tensor) -> None:
+        """Senders ``s0 …`` output ``out`` ``[units, rows, T, width]`` in this run."""
+        if self.record:
+            self.outputs[s0:s0 + len(out)] = out.detach()
+        if self.weights is not None:
+            base = self.base[s0:s0 + len(out)]                                   # [u, prompts, T, d]
+            u, n, T, d = out.shape
+            diff = out.detach().view(u, n // base.shape[1], base.shape[1], T, d) - base[:, None]
+            self.delta[:, s0:s0 + u] = diff.reshape(u, n, T * d).transpose(0, 1)
+
+    def _inputs(self, x: torch.Tensor, receivers: np.ndarray) -> torch.Tensor:
+        """Each of ``receivers`` (contiguous indices, all reading the same prefix of senders) fed
+        from the stream ``x`` ``[rows, T, width]``: ``[units, rows, T, width]``."""
+        r0, r1 = int(receivers[0]), int(receivers[-1]) + 1
+        out = x.unsqueeze(0).expand(r1 - r0, *x.shape)
+        if self.weights is not None:
+            k = int(self.prefix[r0])
+            n, T, d = x.shape
+            patch = torch.bmm(self.w[:, :k, r0:r1].transpose(1, 2), self.delta[:, :k])   # [rows, units, T·d]
+            out = out - patch.transpose(0, 1).reshape(r1 - r0, n, T, d)
+        if self.probe:
+            out = out + self.probes[self._group_of[r0]]
+        return out
+
+    # ---- hooks
+    def _input_norm_pre(self, layer: int, also_mlp: bool):
+        def hook(module, args, kwargs):
+            x = _first(args, kwargs)
+            if layer == 0:
+                self._allocate(x)
+                self._sent(0, x.unsqueeze(0))
+            if also_mlp and self.rewire:
+                self.x[("mid", layer)] = x
+            if self.rewire:
+                self.normed[layer] = _norm(self.a, module, self._inputs(x, self.r_qkv[layer]))
+        return hook
+
+    def _mlp_norm_pre(self, layer: int):
+        def hook(module, args, kwargs):
+            if self.rewire:
+                self.x[("mid", layer)] = _first(args, kwargs)
+        return hook
+
+    def _projection(self, layer: int, entry, last: bool):
+        module, units, w, b = entry
+
+        def hook(mod, args, output):
+            if not self.rewire:
+                return None
+            xs = self.normed[layer][[i for i, _ in units]]                      # [u, rows, T, width]
+            if last:
+                del self.normed[layer]
+            y = torch.matmul(xs.flatten(1, 2), w.to(xs.dtype))                   # [u, rows·T, d]
+            if b is not None:
+                y = y + b.to(xs.dtype)[:, None]
+            out = output.clone()
+            n, T = output.shape[:2]
+            for j, (_, sl) in enumerate(units):
+                out[..., sl] = y[j].view(n, T, -1)
+            return out
+        return hook
+
+    def _out_proj_pre(self, layer: int):
+        a = self.a
+        H, hd = a.n_heads, a.head_dim
+        weight = a.out_proj(layer).weight
+        wo = (weight.view(H, hd, -1) if a.family.conv1d else weight.t().reshape(H, hd, -1))   # [H, hd, width]
+
+        def hook(module, args, kwargs):
+            z = _first(args, kwargs)
+            n, T, _ = z.shape
+            per_head = torch.einsum("nthe,hed->hntd", z.view(n, T, H, hd), wo.to(z.dtype))
+            self._sent(self.s_head[layer], per_head)
+        return hook
+
+    def _mlp_pre(self, layer: int):
+        norm = self.a.mlp_norm(layer)
+
+        def hook(module, args, kwargs):
+            if not self.rewire:
+                return None
+            x = self.x.pop(("mid", layer))
+            return _with_first(args, kwargs, _norm(self.a, norm, self._inputs(x, np.array([self.r_mlp[layer]]))[0]))
+        return hook
+
+    def _mlp_out(self, layer: int):
+        def hook(module, args, output):
+            out = output[0] if isinstance(output, tuple) else output
+            self._sent(self.s_mlp[layer], out.unsqueeze(0))
+        return hook
+
+    def _final_pre(self):
+        last = len(self.g.receivers) - 1
+
+        def hook(module, args, kwargs):
+            if not self.rewire:
+                return None
+            return _with_first(args, kwargs, self._inputs(_first(args, kwargs), np.array([last]))[0])
+        return hook
+
+    def __enter__(self) -> "EdgeRun":
+        a = self.a
+        try:
+            for l in range(a.n_layers):
+                norm, mlp_norm = a.input_norm(l), a.mlp_norm(l)
+                shared = norm is mlp_norm
+                self.handles.append(norm.register_forward_pre_hook(self._input_norm_pre(l, shared), with_kwargs=True))
+                if not shared:
+                    self.handles.append(mlp_norm.register_forward_pre_hook(self._mlp_norm_pre(l), with_kwargs=True))
+                entries = self._qkv_units(l)
+                for j, entry in enumerate(entries):
+                    self.handles.append(entry[0].register_forward_hook(self._projection(l, entry, j == len(entries) - 1)))
+                self.handles.append(a.out_proj(l).register_forward_pre_hook(self._out_proj_pre(l), with_kwargs=True))
+                mlp = a.mlp(l)
+                self.handles.append(mlp.register_forward_pre_hook(self._mlp_pre(l), with_kwargs=True))
+                self.handles.append(mlp.register_forward_hook(self._mlp_out(l)))
+            self.handles.append(a.final_norm().register_forward_pre_hook(self._final_pre(), with_kwargs=True))
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        self.x.clear()
+        self.normed.clear()
+
+
+# ------------------------------------------------------------------ the forward passes
+def last_logits(adapter, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The logits of the last position ``[rows, vocab]``."""
+    if adapter.family.has_config:
+        return adapter.model(input_ids=ids, use_cache=False, logits_to_keep=1, **padded_inputs(mask)).logits[:, -1]
+    return adapter.logits(ids, keep=1, mask=mask)[:, -1]
+
+
+def logit_diff(logits: torch.Tensor, good: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    """``logits[i, good[i]] − logits[i, bad[i]]`` (float32 or wider)."""
+    rows = torch.arange(len(logits), device=logits.device)
+    x = logits if logits.dtype == torch.float64 else logits.float()
+    return x[rows, good.to(x.device)] - x[rows, bad.to(x.device)]
+
+
+@torch.no_grad()
+def sender_outputs(adapter, graph: EdgeGraph, ids: torch.Tensor, mask=None,
+                   embeddings: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(every sender's output ``[S, rows, T, width]``, the last position's logits) of a plain
+    forward pass (``embeddings``: the first block's input given instead of the model's own)."""
+    edits = [] if embeddings is None else [replace("resid_in", 0, embeddings)]
+    with intervene(adapter, edits), EdgeRun(adapter, graph, record=True) as run:
+        logits = last_logits(adapter, ids, mask)
+    return run.outputs, logits
+
+
+def _rows(x: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
+    return None if x is None else x[sl]
+
+
+def edge_attribution(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: torch.Tensor, good: torch.Tensor,
+                     bad: torch.Tensor, method: str = "eap", steps: int = 5, batch: int = 16, mask=None,
+                     progress: Callable[[str], None] | None = None) -> dict:
+    """Every edge's attribution score (``[edges]`` float64, in the graph's edge order): the clean −
+    corrupted difference of the sender's output times the gradient of the mean metric (logit
+    difference ``good − bad`` at the last position) at the receiver's input, summed over positions
+    — the first-order estimate of how much the metric falls when that one edge is patched to the
+    corrupted run. ``eap``: the gradient at the clean run; ``eap-ig``: its mean over ``steps``
+    runs whose embeddings go from the corrupted prompts' to the clean ones' (``k / steps``, ``k =
+    0 … steps − 1``: MIB's EAP-IG-inputs). Also each sender's node score (the sum of its edges':
+    attribution patching of the node) and the seconds of each pass. ``batch`` prompts a pass."""
+    if method not in METHODS:
+        raise ValueError(f"unknown edge attribution method {method!r}; known: {list(METHODS)}")
+    if method == "eap-ig" and steps < 1:
+        raise ValueError(f"eap-ig needs at least 1 interpolation step; got {steps}")
+    S, R, N = len(graph.senders), len(graph.receivers), len(clean)
+    dense = torch.zeros(S, R, dtype=torch.float64)
+    alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
+    seconds = {"outputs": 0.0, "gradients": 0.0}
+    for start in range(0, N, batch):
+        sl = slice(start, min(start + batch, N))
+        m = _rows(mask, sl)
+        t0 = time.perf_counter()
+        out_clean, _ = sender_outputs(adapter, graph, clean[sl], m)
+        out_corr, _ = sender_outputs(adapter, graph, corrupted[sl], m)
+        diff = (out_clean - out_corr).flatten(1)                                   # [S, rows·T·width]
+        seconds["outputs"] += time.perf_counter() - t0
+        for alpha in alphas:
+            t0 = time.perf_counter()
+            emb = None if alpha == 1.0 else out_corr[0] + alpha * (out_clean[0] - out_corr[0])
+            edits = [] if emb is None else [replace("resid_in", 0, emb)]
+            with torch.enable_grad(), intervene(adapter, edits), EdgeRun(adapter, graph, probe=True) as run:
+                metric = logit_diff(last_logits(adapter, clean[sl], m), good[sl], bad[sl]).sum()
+                grad = torch.cat(torch.autograd.grad(metric, run.probes))              # [R, rows, T, width]
+            dense += (diff @ grad.flatten(1).t().to(diff.dtype)).double()
+            seconds["gradients"] += time.perf_counter() - t0
+        if progress:
+            progress(f"{method}: prompts {sl.stop}/{N}")
+    dense /= N * len(alphas)
+    scores = dense[torch.as_tensor(graph.sender), torch.as_tensor(graph.receiver)].numpy()
+    return dict(scores=scores, nodes=dense.sum(dim=1).numpy(), seconds=seconds, steps=len(alphas))
+
+
+def circuit_weights(graph: EdgeGraph, circuits: np.ndarray) -> torch.Tensor:
+    """``[circuits, S, R]``: 1 where an edge is patched (outside the circuit), 0 where it is kept (and
+    on pairs that are no edge: a receiver never reads a later sender)."""
+    circuits = np.asarray(circuits, dtype=bool)
+    w = torch.zeros(len(circuits), len(graph.senders), len(graph.receivers))
+    s, r = torch.as_tensor(graph.sender), torch.as_tensor(graph.receiver)
+    for c, keep in enumerate(circuits):
+        w[c, s, r] = torch.as_tensor(~keep, dtype=w.dtype)
+    return w
+
+
+@torch.no_grad()
+def patched_metric(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: torch.Tensor, good: torch.Tensor,
+                   bad: torch.Tensor, circuits: np.ndarray, batch: int = 64, mask=None,
+                   weights: torch.Tensor | None = None, progress: Callable[[str], None] | None = None) -> torch.Tensor:
+    """The metric of every prompt ``[circuits, prompts]`` with every edge outside each circuit
+    (bool ``[circuits, edges]``) patched to the corrupted run; or, with ``weights`` (``[circuits, S,
+    R]``, any numbers), each edge's sender difference scaled by its weight. Rows of one pass:
+    circuits × prompts, about ``batch``."""
+    w_all = circuit_weights(graph, circuits) if weights is None else weights
+    C, N = len(w_all), len(clean)
+    out = torch.empty(C, N, dtype=torch.float64)
+    per = max(1, min(N, batch))
+    done = 0
+    for start in range(0, N, per):
+        sl = slice(start, min(start + per, N))
+        p = sl.stop - sl.start
+        m = _rows(mask, sl)
+        base, _ = sender_outputs(adapter, graph, corrupted[sl], m)
+        step = max(1, batch // p)
+        for c0 in range(0, C, step):
+            c1 = min(C, c0 + step)
+            w = w_all[c0:c1].repeat_interleave(p, dim=0)                          # rows: circuit-major
+            rep = lambda t: None if t is None else t[sl].repeat(c1 - c0, *([1] * (t.ndim - 1)))
+            with EdgeRun(adapter, graph, weights=w, base=base):
+                logits = last_logits(adapter, rep(clean), rep(mask))
+            out[c0:c1, sl] = logit_diff(logits, rep(good), rep(bad)).double().view(c1 - c0, p).cpu()
+            done += (c1 - c0) * p
+            if progress:
+                progress(f"faithfulness: {done}/{C * N} circuit-prompt runs")
+    return out
