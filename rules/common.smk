@@ -120,6 +120,12 @@ def sweep_job_params(wildcards):
     return sweep_plan.job_params(config["sweep"], wildcards.sweep, wildcards.shape, int(wildcards.seed))
 
 
+def sweep_priority(wildcards):
+    """The longest training jobs first (their expected cost, headwatch/sweep/plan.py: job_priority), so
+    that both cores stay busy to the end instead of a long job running alone at the end."""
+    return sweep_plan.job_priority(config["sweep"], wildcards.sweep, wildcards.shape, int(wildcards.seed))
+
+
 def sweep_summary_runs():
     return sweep_plan.runs(config["sweep"], studies=False)
 
@@ -227,10 +233,9 @@ def induction_job_params(wildcards):
 
 
 def induction_priority(wildcards):
-    """The longest jobs first, so that the cores stay busy to the end: a job's cost grows with the
-    model's width and its heads (measured: benchmarks/induction_pilot.py)."""
-    job = induction_job_params(wildcards)
-    return job["width"] + 4 * job["heads"]
+    """The longest jobs first, so that the cores stay busy to the end: the job's multiply-adds
+    (headwatch/settings/induction.py: job_macs), in units of 10^8."""
+    return int(round(induction_settings.job_macs(config["induction"], wildcards.task, wildcards.shape) / 1e8))
 
 
 def induction_summary_inputs(wildcards):

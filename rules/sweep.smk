@@ -76,6 +76,7 @@ rule sweep_train:
     params:
         job=sweep_job_params,
     threads: config["sweep"]["threads"]
+    priority: sweep_priority
     resources:
         gpu=GPU_TRAIN_JOB,
     log:

@@ -8,6 +8,7 @@ import yaml
 from headwatch.settings.sweep import active_sweeps, check_sweeps, slug, train_of
 from headwatch.sweep.plan import SLUG, corpus_inputs, job_params, owner, runs, studies, study_runs, train_jobs
 from conftest import ROOT
+from workflow import deep_merge
 
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
 
@@ -222,3 +223,39 @@ def test_the_sweeps_settings_are_typed_and_refuse_what_they_do_not_know():
     cfg = copy.deepcopy(CONFIG)
     del cfg["train"]["warmup"]
     assert "sweep.sweeps.width.train: missing ['warmup'] (give them in sweep.train" in "\n".join(check_sweeps(cfg))
+
+
+def test_training_jobs_start_longest_first():
+    """The priorities order laptop-long's jobs by their expected cost: every 32-head job before every
+    1-head one at the same width and steps, the 128-wide before the 256-wide ones; a job's cost is its
+    steps' and evaluations' multiply-adds."""
+    import yaml
+
+    from headwatch.charlm.spec import ModelSpec
+    from headwatch.sweep.plan import NOMINAL_CHARS, job_macs, job_priority, train_jobs
+
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    for name in ("laptop.yaml", "laptop_long.yaml"):
+        cfg = deep_merge(cfg, yaml.safe_load((ROOT / "config" / name).read_text()))
+    s = cfg["sweep"]
+    prio = {(r["sweep"], r["shape"], r["seed"]): job_priority(s, r["sweep"], r["shape"], r["seed"])
+            for r in train_jobs(s)}
+    by_shape = {shape: p for (_, shape, _), p in prio.items()}
+    assert by_shape["w256-h32"] > by_shape["w256-h4"] > by_shape["w256-h1"] > 0
+    sweep, shape, seed = next(k for k in prio if k[1] == "w256-h1")
+    t = train_of(s, sweep)
+    spec = ModelSpec.from_settings(NOMINAL_CHARS, dict(width=256, heads=1, **s["model"]))
+    assert spec.step_macs(8) == 3 * 8 * spec.context * spec.token_macs()
+    training = t["steps"] * spec.step_macs(t["batch"])
+    assert training < job_macs(s, sweep, shape, seed) < 1.2 * training          # the evaluations on top
+
+
+def test_list_scheduling_by_hand():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("schedule", ROOT / "benchmarks" / "schedule.py")
+    schedule = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(schedule)
+    jobs = [1, 1, 1, 1, 4]
+    assert schedule.makespan(sorted(jobs, reverse=True), 2) == 4          # the long one first, the rest beside it
+    assert schedule.makespan(sorted(jobs), 2) == 6                        # the long one last, alone at the end

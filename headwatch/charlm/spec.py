@@ -128,6 +128,22 @@ class ModelSpec:
                 out[k] = v
         return out
 
+    def token_macs(self, context: int | None = None) -> float:
+        """Multiply-adds of one forward pass per token, the weight products and attention's own: every
+        active weight matrix once (attention's projections, the routed FFN, the unembedding; not the
+        embeddings, a lookup) and, at ``context`` tokens (default: the spec's), each head's query-key
+        and weight-value products over the earlier positions (context / 2 on average, causal)."""
+        p = self.param_counts()
+        T = self.context if context is None else context
+        scores = self.layers * self.heads * self.head_dim * T         # q·k and weights·v: 2 x T / 2 positions
+        return float(p["attention"] + p["ffn_active"] + p["head"] + scores)
+
+    def step_macs(self, batch: int, context: int | None = None) -> float:
+        """Multiply-adds of one training step of ``batch`` rows: the forward pass and the backward's
+        two (the gradient of each product's input and of its weight), 3 x the forward's."""
+        T = self.context if context is None else context
+        return 3.0 * batch * T * self.token_macs(T)
+
     @classmethod
     def from_settings(cls, vocab_size: int, settings: dict) -> "ModelSpec":
         """The spec of a sweep job's model settings (``headwatch.settings.sweep.model_of``: width,

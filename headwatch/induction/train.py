@@ -34,22 +34,16 @@ import pandas as pd
 import torch
 
 from ..charlm.model import CharLM
-from ..charlm.spec import ModelSpec
 from ..model.arch import Adapter
 from ..model.interventions import attention_maps
 from ..scores.heads import prev_cells
-from ..settings.induction import InductionSettings, TaskSettings, shape_of, task_of
+from ..settings.induction import InductionSettings, TaskSettings, model_spec, shape_of, task_of, vocab_of
 from ..sweep.train import lr_at
 from . import tasks
 
 EVAL_STREAM, PROBE_STREAM = 1_000_001, 1_000_002
 """The random streams of the evaluation rows and the path-patching prompts (a training step's is its
 number, below both)."""
-
-
-def vocab_of(task: str, t: TaskSettings) -> int:
-    """The task's vocabulary size: ``vocab`` random tokens, or the chain's ``states``."""
-    return t.vocab if task.startswith("repeat") else t.states
 
 
 def rows(task: str, t: TaskSettings, context: int, n: int, seed, run_seed: int) -> tasks.Batch:
@@ -126,9 +120,8 @@ class Run:
 def train_run(task: str, width: int, heads: int, seed: int, s: InductionSettings) -> Run:
     """Train the model of ``width`` and ``heads`` on ``task`` with ``seed`` (module docstring)."""
     t = s.task(task_of(task))
-    vocab = vocab_of(task, t)
-    spec = ModelSpec(vocab_size=vocab, width=width, heads=heads, layers=2, context=s.context, rotary=True,
-                     ffn_mult=s.ffn_mult)
+    spec = model_spec(task, width, heads, s)
+    vocab = spec.vocab_size
     torch.manual_seed(seed)
     model = CharLM(spec)
     adapter = Adapter(model)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import Settings, read_fields
+from ..charlm.spec import ModelSpec
 
 ARMS = ("width", "head_size")
 """The two arms: heads at a fixed width (head size width ÷ heads), heads at a fixed head size
@@ -109,6 +110,30 @@ TASK_NAMES = ("repeat", "markov", "repeat_control", "markov_control")
 TRAIN_KEYS = ("context", "ffn_mult", "steps", "batch", "lr", "min_lr", "warmup", "weight_decay", "evaluations",
               "eval_rows", "edge_prompts", "seeds")
 """The keys a training job reads besides its task's settings (its params: nothing else reruns it)."""
+
+
+LAYERS = 2
+"""Every model of the induction sweep has two layers (a previous-token head, then an induction head)."""
+
+
+def vocab_of(task: str, t: "TaskSettings") -> int:
+    """The task's vocabulary size: ``vocab`` random tokens, or the chain's ``states``."""
+    return t.vocab if task.startswith("repeat") else t.states
+
+
+def model_spec(task: str, width: int, heads: int, s: "InductionSettings") -> ModelSpec:
+    """The model a job trains: the sweep's character model, two layers, rotary positions (§5f says why)."""
+    return ModelSpec(vocab_size=vocab_of(task, s.task(task_of(task))), width=width, heads=heads, layers=LAYERS,
+                     context=s.context, rotary=True, ffn_mult=s.ffn_mult)
+
+
+def job_macs(cfg: dict, task: str, shape: str) -> float:
+    """Multiply-adds of one training job, every seed: its steps (forward and backward) and its
+    evaluations (``eval_rows`` rows, forward only; the head scores' maps left out)."""
+    job, s = job_params(cfg, task, shape), InductionSettings.from_config(cfg)
+    spec = model_spec(task, job["width"], job["heads"], s)
+    per_seed = s.steps * spec.step_macs(s.batch) + s.evaluations * s.eval_rows * s.context * spec.token_macs()
+    return len(s.seeds) * per_seed
 
 
 def shape_of(width: int, heads: int) -> str:

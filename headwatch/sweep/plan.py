@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import re
 
-from ..charlm.vocab import VOCAB_PATTERN
+from ..charlm.vocab import VOCAB_PATTERN, parse_vocab_name
 from ..settings.sweep import CHAR, HeadsSettings, active_sweeps, model_of, slug, train_of, vocab_of
 
 SLUG = re.compile(r"^w(\d+)-h(\d+)(?:-l(\d+))?(?:-d(\d+))?(?:-kv(\d+))?"
@@ -131,6 +131,37 @@ def job_params(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> dict:
     if vocab_of(entry) != CHAR or read_by_vocab_study(sweep_cfg, shape, seed, job["train"]):
         job["val_full"] = True
     return job
+
+
+NOMINAL_CHARS = 65
+"""The characters of a corpus the plan has not read (tiny Shakespeare's 65): a job's cost is planned
+before the corpus exists; the vocabulary's share of it is small."""
+HEAD_OVERHEAD = 150
+"""A step's time grows with the heads beyond their multiply-adds (per-head kernels: measured on 2 AMD
+EPYC cores, ms per step at width 256, batch 8 × 128: 371 at 1 head, 451 at 32; benchmarks/laptop_pilot.py):
+the cost model's factor is 1 + heads / HEAD_OVERHEAD (1.21 at 32)."""
+
+
+def job_macs(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> float:
+    """Multiply-adds of one training job: its steps (forward and backward) and its evaluations
+    (``eval_batches`` × batch windows, forward only, every ``eval_every`` steps and at the end)."""
+    from ..charlm.spec import ModelSpec
+
+    job = job_params(sweep_cfg, sweep, shape, seed)
+    vocab = parse_vocab_name(job["vocab"])[1] if "vocab" in job else NOMINAL_CHARS
+    spec = ModelSpec.from_settings(vocab, job["model"])
+    t = job["train"]
+    evaluations = t["steps"] // t["eval_every"] + 1
+    return t["steps"] * spec.step_macs(t["batch"]) + evaluations * t["eval_batches"] * t["batch"] * spec.context \
+        * spec.token_macs()
+
+
+def job_priority(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> int:
+    """The training job's Snakemake priority: its expected cost (:func:`job_macs` × the heads' overhead,
+    in units of 10^9 multiply-adds), so that the longest jobs start first and the cores stay busy to the
+    end (a long job started last runs alone)."""
+    heads = job_params(sweep_cfg, sweep, shape, seed)["model"]["heads"]
+    return int(round(job_macs(sweep_cfg, sweep, shape, seed) * (1 + heads / HEAD_OVERHEAD) / 1e9))
 
 
 def read_by_vocab_study(sweep_cfg: dict, shape: str, seed: int, train: dict) -> bool:

@@ -167,11 +167,32 @@ def machine() -> dict:
                 memory_gib=round(int(mem) / 2**20, 1))
 
 
+def matmul_rate(seconds: float = 2.0, n: int = 1024) -> float:
+    """float32 multiply-adds per second this machine does now: the best of ``n`` × ``n`` matrix
+    products repeated for about ``seconds``, on every core this process may use — the rate against
+    which a run's work sets its floor (its multiply-adds over this rate)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        best, end = float("inf"), time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - t0)
+        return n ** 3 / best
+    finally:
+        torch.set_num_threads(threads)
+
+
 def timed(name: str, command: list[str], root=".") -> int:
     """Run ``command`` (in ``root``) and add one attempt to :func:`headwatch.paths.timed_run` (``name``):
     its wall time, the CPU time of every process it ran and waited for (user + system), the load
-    average before and after (1, 5, 15 min), the machine, the commit and the files under the result
-    inputs that differed from it. A run stopped and started again (Snakemake resumes it) adds an
+    average before and after (1, 5, 15 min), the float32 matmul rate before and after
+    (:func:`matmul_rate`), the machine, the commit and the files under the result inputs that
+    differed from it. A run stopped and started again (Snakemake resumes it) adds an
     attempt to the same record, so the record holds the whole run's time until ``results/`` is
     cleaned. Returns the command's exit status (the attempt is recorded either way)."""
     root = Path(root)
@@ -179,6 +200,7 @@ def timed(name: str, command: list[str], root=".") -> int:
         commit, dirty = require_clean_tree(root), None
     except DirtyTreeError as err:
         commit, dirty = None, str(err)
+    rate_before = matmul_rate()
     before, load_before = resource.getrusage(resource.RUSAGE_CHILDREN), os.getloadavg()
     start, t0 = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
     proc = subprocess.Popen(command, cwd=root)
@@ -191,7 +213,8 @@ def timed(name: str, command: list[str], root=".") -> int:
     attempt = dict(command=shlex.join(command), started=start,
                    ended=datetime.now().isoformat(timespec="seconds"), wall_s=round(wall, 1),
                    cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
-                   load_before=list(load_before), load_after=list(os.getloadavg()), exit_status=status,
+                   load_before=list(load_before), load_after=list(os.getloadavg()),
+                   matmul_macs_per_s=[round(rate_before), round(matmul_rate())], exit_status=status,
                    commit=commit, dirty=dirty, python=sys.version.split()[0], **machine())
     out = root / paths.timed_run(name)
     record = json.loads(out.read_text()) if out.exists() else dict(name=name, attempts=[])
