@@ -49,6 +49,11 @@ def interval(row, col: str, spec: str = ".0f") -> str:
     return f"{m:{spec}} ({lo:{spec}}–{hi:{spec}})"
 
 
+def share(row, col: str) -> str:
+    """k of n seeds, with the share's exact 95 % interval."""
+    return f"{row[col]} of {row['seeds']} ({row[f'{col}_lo']:.0%}–{row[f'{col}_hi']:.0%})"
+
+
 def shape_table(summary: pd.DataFrame, task: str, arms: dict) -> str:
     s = summary[summary.task == task].sort_values(["width", "heads"])
     rows = []
@@ -56,9 +61,9 @@ def shape_table(summary: pd.DataFrame, task: str, arms: dict) -> str:
         r = r._asdict()
         member = ", ".join(a for a, shapes in arms.items() if r["shape"] in shapes)
         rows.append({"shape": r["shape"], "arm": member, "heads": r["heads"], "head size": r["head_size"],
-                     "seeds": r["seeds"], "changed phase": f"{r['changed']} of {r['seeds']}",
+                     "seeds": r["seeds"], "changed phase": share(r, "changed"),
                      "phase-change step": interval(r, "phase_step"),
-                     "induction head formed": f"{r['formed']} of {r['seeds']}",
+                     "induction head formed": share(r, "formed"),
                      "forms at step": interval(r, "induction_step"), "lag (steps)": interval(r, "lag", "+.0f"),
                      "induction heads at the end": interval(r, "induction_heads", ".1f"),
                      "circuit": f"{r['circuits']} of {r['seeds']}",
@@ -77,12 +82,20 @@ def contrast_lines(contrasts: pd.DataFrame, task: str) -> list[str]:
         rows = [{"more − fewer heads": f"{p.more} − {p.fewer}", "seeds (both changed)": p.paired_seeds,
                  "difference in the phase-change step": "—" if pd.isna(p.diff) else f"{p.diff:+.0f}",
                  "95 % interval": "—" if pd.isna(p.diff_lo) else f"{p.diff_lo:+.0f} to {p.diff_hi:+.0f}",
-                 "verdict": p.verdict} for p in pairs.itertuples()]
+                 "verdict": p.verdict,
+                 "changed phase (fewer, more)": f"{p.changed_fewer} of {p.seeds_fewer}, {p.changed_more} of {p.seeds_more}",
+                 "Fisher's exact p": "—" if pd.isna(p.whether_p) else f"{p.whether_p:.3f}",
+                 "whether": p.whether} for p in pairs.itertuples()]
         whole = a[a.kind == "arm"].iloc[0]
-        out += [f"**Heads {ARM_NAMES[arm]}** — the arm's verdict: **{whole.verdict}**"
+        enough = pairs[pairs.verdict != "too few runs"]
+        read = (f"over the {len(enough)} of {len(pairs)} pairs with enough runs "
+                f"({', '.join(f'{p.more} − {p.fewer}' for p in enough.itertuples())}): **{whole.verdict_enough}**"
+                if 0 < len(enough) < len(pairs) else "")
+        out += [f"**Heads {ARM_NAMES[arm]}** — the arm's verdict as fixed before the data: **{whole.verdict}**"
                 + ("" if pd.isna(whole["diff"]) else
                    f"; from {whole.fewer} to {whole.more} the phase change moves by {whole['diff']:+.0f} steps "
-                   f"({whole.diff_lo:+.0f} to {whole.diff_hi:+.0f}, {whole.paired_seeds} seeds paired)") + ".", "",
+                   f"({whole.diff_lo:+.0f} to {whole.diff_hi:+.0f}, {whole.paired_seeds} seeds paired)")
+                + (f"; read {read}" if read else "") + ".", "",
                 md_table(pd.DataFrame(rows)), ""]
     return out
 
@@ -97,8 +110,15 @@ def reading(summary: pd.DataFrame, contrasts: pd.DataFrame, task: str, arms: dic
         formed = [f"{k} {int(r.formed)}/{int(r.seeds)}" for k, r in rows.iterrows()]
         whole = contrasts[(contrasts.task == task) & (contrasts.arm == arm) & (contrasts.kind == "arm")]
         verdict = whole["verdict"].iloc[0] if len(whole) else "not measured"
+        pairs = contrasts[(contrasts.task == task) & (contrasts.arm == arm) & (contrasts.kind == "pair")]
+        moved = [f"{p.more} − {p.fewer} (p = {p.whether_p:.3f})" for p in pairs.itertuples() if p.whether == "resolved"]
+        whether = ("whether a run changes phase differs, resolved, between " + ", ".join(moved) if moved else
+                   "no adjacent pair differs resolvedly in whether its runs change phase")
+        enough = whole["verdict_enough"].iloc[0] if len(whole) else None
         lines.append(f"- Heads {ARM_NAMES[arm]}: runs that changed phase — {', '.join(changed)}; that grew an "
-                     f"induction head — {', '.join(formed)}. The phase-change step against heads: **{verdict}**.")
+                     f"induction head — {', '.join(formed)}. The phase-change step against heads: **{verdict}** as "
+                     "fixed before the data" + (f", **{enough}** over the pairs with enough runs"
+                                                if enough and enough != verdict else "") + f"; {whether}.")
     return lines
 
 

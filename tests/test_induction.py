@@ -139,6 +139,23 @@ def test_the_contrasts_of_an_arm_and_their_verdicts():
     censored = runs_with({"w64-h1": [100, 120, 110], "w64-h2": [200, None, None], "w64-h4": [None, None, None]})
     cc = analysis.contrasts(censored, s).query("arm == 'width'")
     assert list(cc.verdict) == ["too few runs", "too few runs", "too few runs"]
+    # whether runs change phase: w64-h1 3 of 3 against w64-h4 0 of 3 — Fisher's exact p = 2 / C(6, 3) = 0.1
+    arm = cc[cc.kind == "arm"].iloc[0]
+    assert (arm.changed_fewer, arm.seeds_fewer, arm.changed_more, arm.seeds_more) == (3, 3, 0, 3)
+    assert arm.whether_p == pytest.approx(0.1) and arm.whether == "not resolved"
+    # the reading over the pairs with enough runs: the rising pairs stay, a last censored shape is left out
+    tail = runs_with({"w64-h1": [100, 120, 110], "w64-h2": [200, 210, 190], "w64-h4": [300, None, None]})
+    t = analysis.contrasts(tail, s).query("arm == 'width' and kind == 'arm'").iloc[0]
+    assert (t.verdict, t.verdict_enough, t.pairs_enough) == ("too few runs", "increasing", 1)
+
+
+def test_the_share_of_seeds_and_fishers_exact_test_by_hand():
+    assert analysis.whether_p(0, 5, 5, 5) == pytest.approx(2 / 252)            # 2 / C(10, 5): only the two extremes
+    assert analysis.whether_p(1, 5, 5, 5) == pytest.approx(12 / 252)  # x = 5 and x = 1 changed of 6: 6 / 252 each
+    lo, hi = analysis.share_interval(5, 5)
+    assert hi == 1 and lo == pytest.approx(0.025 ** (1 / 5))                    # Clopper–Pearson: (α/2)^(1/n)
+    lo, hi = analysis.share_interval(0, 5)
+    assert lo == 0 and hi == pytest.approx(1 - 0.025 ** (1 / 5))
 
 
 def test_the_control_check_can_fail():

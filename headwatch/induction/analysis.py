@@ -27,6 +27,13 @@ size —, each with its interval and a verdict. Tables only, no torch.
   *decreasing* when every pair is resolved the same way, *not monotone* when resolved pairs
   disagree, *not resolved* otherwise; *too few runs* where a pair has fewer than 2 seeds that
   changed phase.
+* **Whether** (added after the first full run, whose arms all read *too few runs* because some
+  shapes rarely or never change phase — a finding in itself that the rule above cannot state): per
+  shape, the share of seeds that changed phase and that formed an induction head with its exact
+  (Clopper–Pearson) 95 % interval; per adjacent pair, Fisher's exact two-sided test of the two
+  shares of seeds that changed phase (*resolved* at p < 0.05); and the arm's verdict read over only
+  the pairs with enough runs (``verdict_enough``, with how many pairs it reads), beside the verdict
+  fixed before the data, which stays.
 * **The control** (:func:`control_check`): each control's runs must show no phase change and no
   induction head: the check can fail, and says which runs made it fail.
 """
@@ -99,28 +106,53 @@ def summary(runs: pd.DataFrame, s: InductionSettings) -> pd.DataFrame:
     induction heads at the end and the final loss and gap."""
     rows = []
     for (task, shape, width, heads), g in runs.groupby(["task", "shape", "width", "heads"], sort=False):
+        changed, formed = int(g["phase_step"].notna().sum()), int(g["induction_step"].notna().sum())
         row = dict(task=task, shape=shape, width=width, heads=heads, head_size=width // heads, seeds=len(g),
-                   changed=int(g["phase_step"].notna().sum()), formed=int(g["induction_step"].notna().sum()),
-                   circuits=int(g["circuit"].sum()))
+                   changed=changed, formed=formed, circuits=int(g["circuit"].sum()))
+        for name, k in (("changed", changed), ("formed", formed)):
+            row[f"{name}_lo"], row[f"{name}_hi"] = share_interval(k, len(g))
         rows.append(with_intervals(row, g, ("phase_step", "induction_step", "lag", "induction_heads", "final_loss",
                                             "final_gap"), s.bootstrap))
     return interval_frame(rows, ["task", "width", "heads"])
 
 
+def share_interval(k: int, n: int) -> tuple[float, float]:
+    """The exact (Clopper–Pearson) 95 % interval of a share of ``k`` in ``n``."""
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = binomtest(k, n).proportion_ci(0.95, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def whether_p(changed_fewer: int, n_fewer: int, changed_more: int, n_more: int) -> float:
+    """Fisher's exact two-sided p of two shares of seeds that changed phase."""
+    from scipy.stats import fisher_exact
+
+    return float(fisher_exact([[changed_more, n_more - changed_more],
+                               [changed_fewer, n_fewer - changed_fewer]]).pvalue)
+
+
 def pair_contrast(runs: pd.DataFrame, task: str, fewer: str, more: str, s: InductionSettings) -> dict:
     """``more`` − ``fewer`` heads: the phase-change step's difference, paired by seed, over the seeds
-    where both changed phase."""
+    where both changed phase; and the two shares of seeds that changed phase, with Fisher's p."""
     step = runs[runs.task == task].pivot(index="seed", columns="shape", values="phase_step")
     both = step[[fewer, more]].dropna() if {fewer, more} <= set(step.columns) else pd.DataFrame()
     diff = (both[more] - both[fewer]).astype(float).tolist() if len(both) else []
     mean, lo, hi = mean_interval(diff, s.bootstrap) if len(diff) >= 2 else (None, None, None)
     verdict = ("too few runs" if len(diff) < 2 else "resolved" if (lo > 0 or hi < 0) else "not resolved")
-    return dict(fewer=fewer, more=more, paired_seeds=len(diff), diff=mean, diff_lo=lo, diff_hi=hi, verdict=verdict)
+    counts = {x: (int(step[x].notna().sum()), int(len(step[x]))) if x in step.columns else (0, 0) for x in (fewer, more)}
+    (cf, nf), (cm, nm) = counts[fewer], counts[more]
+    p = whether_p(cf, nf, cm, nm) if nf and nm else float("nan")
+    return dict(fewer=fewer, more=more, paired_seeds=len(diff), diff=mean, diff_lo=lo, diff_hi=hi, verdict=verdict,
+                changed_fewer=cf, changed_more=cm, seeds_fewer=nf, seeds_more=nm, whether_p=p,
+                whether=("resolved" if p < 0.05 else "not resolved") if p == p else "too few runs")
 
 
 def arm_verdict(pairs: list[dict]) -> str:
     """An arm's verdict from its adjacent pairs (module docstring)."""
-    if any(p["verdict"] == "too few runs" for p in pairs):
+    if not pairs or any(p["verdict"] == "too few runs" for p in pairs):
         return "too few runs"
     signs = {int(np.sign(p["diff"])) for p in pairs if p["verdict"] == "resolved"}
     if len(signs) > 1:
@@ -143,11 +175,18 @@ def contrasts(runs: pd.DataFrame, s: InductionSettings) -> pd.DataFrame:
             pairs = [pair_contrast(runs, task, a, b, s) for a, b in zip(shapes, shapes[1:])]
             rows += [dict(task=task, arm=arm, kind="pair", **p) for p in pairs]
             ends = pair_contrast(runs, task, shapes[0], shapes[-1], s)
-            rows.append(dict(task=task, arm=arm, kind="arm", **dict(ends, verdict=arm_verdict(pairs))))
+            enough = [p for p in pairs if p["verdict"] != "too few runs"]
+            rows.append(dict(task=task, arm=arm, kind="arm", **dict(
+                ends, verdict=arm_verdict(pairs), verdict_enough=arm_verdict(enough), pairs_enough=len(enough),
+                enough_from=enough[0]["fewer"] if enough else None, enough_to=enough[-1]["more"] if enough else None)))
     out = pd.DataFrame(rows, columns=["task", "arm", "kind", "fewer", "more", "paired_seeds", "diff", "diff_lo",
-                                      "diff_hi", "verdict"])
-    for col in ("diff", "diff_lo", "diff_hi"):
+                                      "diff_hi", "verdict", "changed_fewer", "seeds_fewer", "changed_more",
+                                      "seeds_more", "whether_p", "whether", "verdict_enough", "pairs_enough",
+                                      "enough_from", "enough_to"])
+    for col in ("diff", "diff_lo", "diff_hi", "whether_p"):
         out[col] = out[col].astype("Float64")
+    for col in ("pairs_enough",):
+        out[col] = out[col].astype("Int64")
     return out
 
 
