@@ -32,10 +32,8 @@ thread count (``--threads``) and other load: compare ratios measured in the same
 scale: on an unloaded 2-core machine with 2 threads, the 1,080 cuts took 220–260 s in
 TransformerLens 4.3's loop and 23–24 s on the batched path.
 
-TransformerLens is an optional benchmark dependency, never a runtime one. Install it in
-the same resolve as the project's pins so that none of them moves:
-
-    .venv/bin/pip install -r requirements.txt transformer-lens==4.3.0
+TransformerLens is a test-only dependency, never a runtime one (pinned in requirements.txt,
+installed by `make venv`).
 """
 from __future__ import annotations
 
@@ -108,7 +106,7 @@ def transformer_lens_bridge(folder, tokenizer, dtype: str, device):
         from transformer_lens.model_bridge import TransformerBridge
     except ImportError as err:
         raise SystemExit(f"TransformerLens {version('transformer-lens')} has no TransformerBridge; this "
-                         "benchmark needs 4.x: pip install -r requirements.txt transformer-lens==4.3.0") from err
+                         "benchmark needs 4.x: make venv installs requirements.txt's pin") from err
     hf_model, _, _ = load_prepared(folder, dtype, device.type)
     bridge = TransformerBridge.boot_transformers(str(folder), hf_model=hf_model, tokenizer=tokenizer,
                                                  device=device.type, dtype=hf_model.dtype)
@@ -212,8 +210,8 @@ def main(argv=None):
         try:
             import transformer_lens  # noqa: F401
         except ImportError:
-            print("(iii) TransformerLens is not installed, so its loop is not timed (optional: "
-                  "pip install -r requirements.txt transformer-lens==4.3.0)")
+            print("(iii) TransformerLens is not installed, so its loop is not timed (make venv installs "
+                  "requirements.txt's pin)")
         else:
             bridge, version = transformer_lens_bridge(args.model, tokenizer, "float32", device)
             worst, identical = compare_bridge_logits(bridge, model, phrases, device, args.tl_logit_tolerance)

@@ -73,8 +73,11 @@ def phase(name: str, n: int, threads: int) -> dict:
         t0 = time.perf_counter()
         curves = hw.edge_faithfulness(m, prompts, scores, edges)
         note = curves.attrs["note"]
+        areas = curves.attrs["tables"]["areas"]
         out.update(seconds=round(time.perf_counter() - t0, 2), circuits=note["distinct_circuits"],
-                   rows_per_second=note["rows_per_second"], patched_seconds=note["seconds"])
+                   rows_per_second=note["rows_per_second"], patched_seconds=note["seconds"],
+                   areas={r.method: [round(float(r.cpr), 3), round(float(r.cmd), 3)]
+                          for r in areas.itertuples() if r.draw == -1})
     out["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
     return out
 

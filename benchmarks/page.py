@@ -8,6 +8,9 @@ the figure comes from, ``source``), in the order given by ``ORDER`` (others afte
 
     .venv/bin/python benchmarks/page.py            # writes docs/benchmarks.md
     .venv/bin/python benchmarks/page.py --check    # exit 1 if the page differs from the records
+
+The README quotes the peers' ratios only (never a time): the lines between its markers
+``<!-- peers: ... -->`` and ``<!-- /peers -->`` are written here too, from the same record.
 """
 from __future__ import annotations
 
@@ -57,17 +60,53 @@ def page() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+README = ROOT / "README.md"
+START, END = "<!-- peers: written by benchmarks/page.py from benchmarks/records/peers.json -->", "<!-- /peers -->"
+
+
+def readme_lines() -> list[str]:
+    """The README's lines on the peers: per task, each peer's wall time as a multiple of headwatch's
+    (medians of one run)."""
+    path = RECORDS / "peers.json"
+    if not path.exists():
+        return ["How headwatch's speed compares with TransformerLens and nnsight: not yet measured "
+                "(`benchmarks/peers.py --record`)."]
+    run = json.loads(path.read_text())["run"]
+    out = [f"Against its peers on SmolLM2-135M, in one run on {run['before']['cores']} CPU cores (medians of "
+           f"{run['rounds']} interleaved rounds, each peer's numbers checked equal to headwatch's first; the table, "
+           "machine and command: `docs/benchmarks.md`):", ""]
+    names = {"transformer_lens": "TransformerLens", "nnsight": "nnsight"}
+    for t in run["tasks"]:
+        peers = [f"{names.get(r['peer'], r['peer'])} {r['ratio']:.1f}×" for r in t["rows"] if r["peer"] != "headwatch"]
+        if peers:
+            out.append(f"- {t['what']}: {', '.join(peers)} headwatch's wall time")
+    return out
+
+
+def readme(text: str) -> str:
+    """``text`` (the README) with its peers block written from the record."""
+    if START not in text or END not in text:
+        raise SystemExit(f"README.md has no block between '{START}' and '{END}'")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return head + START + "\n" + "\n".join(readme_lines()) + "\n" + END + tail
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/benchmarks.md is not what the records give")
     args = ap.parse_args(argv)
     text = page()
+    quoted = readme(README.read_text())
     if args.check:
         same = PAGE.exists() and PAGE.read_text() == text
         print("docs/benchmarks.md is" + (" " if same else " NOT ") + "the records' page")
-        return 0 if same else 1
+        same_readme = README.read_text() == quoted
+        print("README.md's peers block is" + (" " if same_readme else " NOT ") + "the record's")
+        return 0 if same and same_readme else 1
     PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)} from {len(records())} records")
+    README.write_text(quoted)
+    print(f"wrote {PAGE.relative_to(ROOT)} from {len(records())} records, and README.md's peers block")
     return 0
 
 

@@ -61,9 +61,8 @@ time, the multiply-adds of (b) and (c)
 (:func:`headwatch.patching.positions.multiply_adds`) and their ratio, the measured (b)/(c) against
 0.8 × that ratio, and (a)/(c) against 3×; the three must agree within ``--tolerance``.
 
-TransformerLens is an optional benchmark dependency, never a runtime one:
-
-    .venv/bin/pip install -r requirements.txt transformer-lens==4.3.0
+TransformerLens is a test-only dependency, never a runtime one (pinned in requirements.txt,
+installed by `make venv`).
 """
 from __future__ import annotations
 
@@ -249,7 +248,7 @@ def main(argv=None):
         import transformer_lens  # noqa: F401
     except ImportError:
         raise SystemExit("TransformerLens is not installed; this benchmark compares with it "
-                         "(optional: pip install -r requirements.txt transformer-lens==4.3.0)") from None
+                         "(make venv installs requirements.txt's pin)") from None
     model, tokenizer, adapter = load_prepared(args.model, "float32", args.device)
     device = next(model.parameters()).device
     prompts, note = prompt_set(tokenizer, settings)
