@@ -144,10 +144,10 @@ def pair_contrast(runs: pd.DataFrame, task: str, fewer: str, more: str, s: Induc
     verdict = ("too few runs" if len(diff) < 2 else "resolved" if (lo > 0 or hi < 0) else "not resolved")
     counts = {x: (int(step[x].notna().sum()), int(len(step[x]))) if x in step.columns else (0, 0) for x in (fewer, more)}
     (cf, nf), (cm, nm) = counts[fewer], counts[more]
-    p = whether_p(cf, nf, cm, nm) if nf and nm else float("nan")
+    p = whether_p(cf, nf, cm, nm) if nf and nm else None
     return dict(fewer=fewer, more=more, paired_seeds=len(diff), diff=mean, diff_lo=lo, diff_hi=hi, verdict=verdict,
                 changed_fewer=cf, changed_more=cm, seeds_fewer=nf, seeds_more=nm, whether_p=p,
-                whether=("resolved" if p < 0.05 else "not resolved") if p == p else "too few runs")
+                whether="too few runs" if p is None else "resolved" if p < 0.05 else "not resolved")
 
 
 def arm_verdict(pairs: list[dict]) -> str:
@@ -177,12 +177,10 @@ def contrasts(runs: pd.DataFrame, s: InductionSettings) -> pd.DataFrame:
             ends = pair_contrast(runs, task, shapes[0], shapes[-1], s)
             enough = [p for p in pairs if p["verdict"] != "too few runs"]
             rows.append(dict(task=task, arm=arm, kind="arm", **dict(
-                ends, verdict=arm_verdict(pairs), verdict_enough=arm_verdict(enough), pairs_enough=len(enough),
-                enough_from=enough[0]["fewer"] if enough else None, enough_to=enough[-1]["more"] if enough else None)))
+                ends, verdict=arm_verdict(pairs), verdict_enough=arm_verdict(enough), pairs_enough=len(enough))))
     out = pd.DataFrame(rows, columns=["task", "arm", "kind", "fewer", "more", "paired_seeds", "diff", "diff_lo",
                                       "diff_hi", "verdict", "changed_fewer", "seeds_fewer", "changed_more",
-                                      "seeds_more", "whether_p", "whether", "verdict_enough", "pairs_enough",
-                                      "enough_from", "enough_to"])
+                                      "seeds_more", "whether_p", "whether", "verdict_enough", "pairs_enough"])
     for col in ("diff", "diff_lo", "diff_hi", "whether_p"):
         out[col] = out[col].astype("Float64")
     for col in ("pairs_enough",):
