@@ -416,4 +416,7 @@ def run_known_edges(models: dict, known: dict, edges: EdgesSettings, progress=lo
                               induction_heads=[f"L{l}H{h}" for l, h in induction])
             progress(f"known circuit, {name}: read by {', '.join(edges.methods)}")
     curves = pd.concat(curves, ignore_index=True)
-    return pd.DataFrame(rows)[KNOWN_COLUMNS], curves[["model", *[c for c in curves.columns if c != "model"]]], note
+    table = pd.DataFrame(rows)[KNOWN_COLUMNS]
+    table["smallest_faithful"] = table["smallest_faithful"].astype("Int64")     # none: missing, not NaN
+    table["faithfulness"] = pd.to_numeric(table["faithfulness"]).astype("Float64")
+    return table, curves[["model", *[c for c in curves.columns if c != "model"]]], note
