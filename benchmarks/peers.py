@@ -144,6 +144,10 @@ def compare(task: Task, results: dict) -> dict:
         got = np.asarray(got, dtype=np.float64)
         if got.shape != ref.shape:
             raise SystemExit(f"{task.name}: {name} returned shape {got.shape}, headwatch {ref.shape}")
+        missing = np.isnan(got) != np.isnan(ref)
+        if missing.any():
+            raise SystemExit(f"{task.name}: {name} leaves {int(missing.sum())} of {got.size} values missing where "
+                             "headwatch has them, or the other way round: not the same numbers")
         diff = float(np.nanmax(np.abs(got - ref))) if got.size else 0.0
         if not diff <= task.tolerance:
             raise SystemExit(f"{task.name}: {name} differs from headwatch by {diff:g} > {task.tolerance:g} "
@@ -277,7 +281,6 @@ def task_cuts(st: Setup) -> Task:
     from ablation import batched, transformer_lens_loop
 
     heads = pick(st.adapter.heads(), st.form["heads"])
-    d = st.adapter.head_dim
 
     def headwatch():
         return batched(st.model, st.adapter, st.phrases, heads, 64).numpy()
@@ -293,7 +296,7 @@ def task_cuts(st: Setup) -> Task:
             for l, h in heads:
                 with st.nns.trace(ids):
                     z = layers[l].self_attn.o_proj.input
-                    z[:, :, h * d:(h + 1) * d] = 0
+                    z[:, :, _z_slice(st, h)] = 0
                     logits = st.nns.output.logits.save()
                 out.append(torch.softmax(logits[0, -1].float(), -1)[expected].item())
         return np.array(out)
