@@ -27,8 +27,9 @@ torch.set_num_threads(1)
 FIRST = ("test_workflow.py", "test_sweep_workflow.py", "test_gpu_check.py", "test_slurm.py",
          "test_families_workflow.py", "test_bad_inputs.py", "test_hostile.py")
 #: Modules that read another module's run, so go to its worker as one unit: the sweep's tests read
-#: the whole tiny DAG's run (``dag_run``), which trains the sweep, instead of training it again.
-SHARED_RUNS = {"test_sweep_workflow.py": "test_workflow.py"}
+#: the whole tiny DAG's run (``dag_run``), which trains the sweep, instead of training it again, and
+#: the device tests set their run on the emulated GPU beside it.
+SHARED_RUNS = {"test_sweep_workflow.py": "test_workflow.py", "test_device.py": "test_workflow.py"}
 
 
 def pytest_collection_modifyitems(items):

@@ -5,12 +5,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from headwatch.model.arch import (SITES, Adapter, HeadAddressError, all_families, families_markdown, sites_markdown,
+from headwatch.model.arch import (SITES, WHOLE_SITES, Adapter, HeadAddressError, all_families, families_markdown, sites_markdown,
                                   sites_table)
 from headwatch.ablation.cut import BatchedCuts, cut_heads, head_means, loop_cuts
 from headwatch.ablation.guards import MEAN_BIAS_RTOL, hook_vs_mean_bias, hook_vs_reference, restore
 from headwatch.guards import GuardError, batched_vs_loop
-from headwatch.model.interventions import (InterventionError, attention_maps, capture, full_logits, hooks_on,
+from headwatch.model.interventions import (Edit, InterventionError, attention_maps, call, capture, full_logits, hooks_on,
                                            intervene, maps_and_logits, replace, replaced_by_bias, scale, skip,
                                            stop_grad, zero, zeroed_weights)
 from tiny import ALL_FAMILIES, CHARLM_VARIANTS, CONFIGS, FAMILIES, random_ids, tiny_model
@@ -48,7 +48,7 @@ def _value(a, site, rows, T, gen):
     if site == "pattern":
         p = torch.rand(rows, T, T, generator=gen).tril()
         return p / p.sum(-1, keepdim=True)
-    width = a.width if site in ("mlp_out", "resid", "resid_in") else a.head_dim
+    width = a.width if site in WHOLE_SITES else a.head_dim
     return torch.randn(rows, T, width, generator=gen)
 
 
@@ -91,7 +91,7 @@ def test_capture_changes_nothing_and_has_the_site_shape(tiny, site):
         logits = full_logits(model, ids, adapter=a)
     assert torch.equal(logits, intact)
     want = {"z": a.n_heads * a.head_dim, "q": a.n_heads * a.head_dim, "k": a.n_kv_heads * a.head_dim,
-            "v": a.n_kv_heads * a.head_dim, "mlp_out": a.width, "resid": a.width, "resid_in": a.width}
+            "v": a.n_kv_heads * a.head_dim, **{w: a.width for w in WHOLE_SITES}}
     got = cap.one((site, 1, None))
     assert got.shape == ((2, a.n_heads, 9, 9) if site == "pattern" else (2, 9, want[site]))
     assert hooks_on(model) == 0
@@ -140,7 +140,7 @@ def test_zero_hook_equals_zeroed_weights_exactly(tiny, site):
 
 def test_whole_block_sites_have_no_weight_reference(tiny):
     model, a = tiny
-    for site in ("mlp_out", "resid", "resid_in"):
+    for site in WHOLE_SITES:
         with pytest.raises((InterventionError, HeadAddressError)):
             with zeroed_weights(a, [(site, 0, 0)]):
                 pass
@@ -368,6 +368,47 @@ def test_stop_grad_keeps_the_values_and_passes_the_gradient_along_the_stream_onl
 
 
 # ------------------------------------------------------------------ refusals
+@pytest.mark.parametrize("site", [s for s in SITES if s != "pattern"])
+def test_call_reads_a_site_and_its_answer_replaces_it(tiny, site):
+    """A call sees the site's whole tensor (for q, k and v the projection's output, whose units'
+    slices a capture records), changes nothing when it returns None, and what it returns is the
+    site's tensor from then on (as a replace of the units by the same values)."""
+    model, a = tiny
+    ids = random_ids(2, 9, seed=3)
+    intact = full_logits(model, ids, adapter=a)
+    seen = []
+    with torch.no_grad(), intervene(a, [capture(site, 1), call(site, 1, lambda x: seen.append(x.clone()))]) as cap:
+        logits = full_logits(model, ids, adapter=a)
+    units = [a.site_slice(site, u) for u in range(a.site_units(site))] if site in ("q", "k", "v") else [slice(None)]
+    own = torch.cat([seen[0][..., sl] for sl in units], dim=-1)
+    assert torch.equal(logits, intact) and torch.equal(own, cap.one((site, 1, None)))
+    # a change no norm undoes (nor softmax, on keys): each of the units' features scaled by its own factor
+    factor = torch.ones(seen[0].shape[-1])
+    for sl in units:
+        factor[sl] = 1.3 + torch.sin(torch.arange(seen[0].shape[-1], dtype=torch.float32))[sl]
+    with torch.no_grad(), intervene(a, [call(site, 1, lambda x: x * factor)]):
+        changed = full_logits(model, ids, adapter=a)
+    with torch.no_grad(), intervene(a, [replace(site, 1, own * torch.cat([factor[sl] for sl in units]))]):
+        replaced = full_logits(model, ids, adapter=a)
+    assert torch.equal(changed, replaced)
+    assert (changed - intact).abs().max() > 1e-4
+    with pytest.raises(InterventionError, match="returned"):
+        with torch.no_grad(), intervene(a, [call(site, 1, lambda x: x[:, :-1])]):
+            full_logits(model, ids, adapter=a)
+    assert hooks_on(model) == 0
+
+
+def test_a_call_takes_a_function_of_a_whole_site(tiny):
+    model, a = tiny
+    bad = [call("pattern", 0, lambda x: None), Edit("z", 0, "call", 1, lambda x: None),
+           Edit("z", 0, "call", None, 3.0)]
+    for e in bad:
+        with pytest.raises(InterventionError, match="call takes a function"):
+            with intervene(a, [e]):
+                pass
+    assert hooks_on(model) == 0
+
+
 def test_bad_edits_are_refused_before_anything_is_registered(tiny):
     model, a = tiny
     bad = [([zero("attn", 0, 0)], HeadAddressError, "unknown site"),

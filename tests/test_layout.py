@@ -97,3 +97,11 @@ def test_imports_run_down_the_library_map():
 def test_the_warm_starts_live_with_the_tests():
     assert not (LIB / "warmstart.py").exists() and not (LIB / "warmstart_site").exists()
     assert (ROOT / "tests" / "warmstart.py").exists()
+
+
+def test_one_layer_registers_hooks():
+    """Every hook headwatch puts on a model is registered by headwatch/model/interventions.py: device,
+    dtype and removal are handled there once (the edge graph's rewiring included)."""
+    hooks = re.compile(r"\.register_(forward|forward_pre|full_backward|full_backward_pre)_hook\(|\.register_hook\(")
+    where = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "headwatch").rglob("*.py") if hooks.search(p.read_text()))
+    assert where == ["headwatch/model/interventions.py"]

@@ -185,6 +185,11 @@ def run_job(request: dict, fds: tuple[int, ...]) -> None:
     os.environ.update(request["env"])
     sys.argv = list(request["argv"])
     sys.path[0] = str(Path(sys.argv[0]).absolute().parent)
+    if os.environ.get("HEADWATCH_ELSEWHERE") == "1":        # tests/elsewhere.py: the job on a device
+        sys.path.append(str(Path(__file__).parent))
+        import elsewhere
+
+        elsewhere.install()
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 

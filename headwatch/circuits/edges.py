@@ -1,8 +1,9 @@
 """Edges run: every receiver of the edge graph fed its own input (protocol §5g).
 
 A receiver reads the residual stream, the sum of every earlier sender's output
-(:mod:`headwatch.circuits.graph`). :class:`EdgeRun` hooks a forward pass so that each
-receiver reads its own copy of the stream:
+(:mod:`headwatch.circuits.graph`). :class:`EdgeRun` edits a forward pass — through the one
+intervention layer, :func:`~headwatch.model.interventions.call` at the sites each receiver reads —
+so that each receiver reads its own copy of the stream:
 
     input_r = x_r − Σ_s w[row, s, r] · (out_s − base_s)  (+ p_r)
 
@@ -33,8 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..model.arch import padded_inputs
-from ..model.interventions import intervene, replace
+from ..model.interventions import call, intervene, replace
 from ..settings.edges import METHODS
 from .graph import EdgeGraph
 
@@ -55,17 +55,6 @@ def _linear_rows(adapter, module: nn.Module, slices: list[slice]) -> tuple[torch
     return torch.stack(ws), bias
 
 
-def _first(args, kwargs):
-    return args[0] if args else kwargs["hidden_states"]
-
-
-def _with_first(args, kwargs, new):
-    """A forward pre-hook's (args, kwargs) with the hidden state replaced by ``new``."""
-    if args:
-        return (new, *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": new}
-
-
 def _norm(adapter, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``module``'s norm of ``x`` without its hooks; in float64 by the family's formula where the
     module itself would round through float32 (transformers' RMSNorms: as
@@ -78,20 +67,24 @@ def _norm(adapter, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 class EdgeRun:
-    """The hooks of one forward pass over ``rows`` (module doc), as a context manager.
+    """The edits of one forward pass over ``rows`` (module doc), as a context manager: every one a
+    :func:`~headwatch.model.interventions.call` at a site, applied by
+    :func:`~headwatch.model.interventions.intervene` (which registers and removes the hooks).
 
     ``record``: keep every sender's output (:attr:`outputs`, ``[S, rows, T, width]``).
     ``weights`` (``[rows, S, R]``, 1 = patched) with ``base`` (``[S, prompts, T, width]``, the
     reference run's outputs; row ``i`` reads prompt ``i % prompts``): patch. ``probe``: give every
-    receiver a zero input term in the autograd graph (:attr:`probes`, ``[R, rows, T, width]``)."""
+    receiver a zero input term in the autograd graph (:attr:`probes`, ``[R, rows, T, width]``).
+    ``edits``: further edits applied in the same pass, before these (a replaced embedding)."""
 
     def __init__(self, adapter, graph: EdgeGraph, *, record: bool = False, weights: torch.Tensor | None = None,
-                 base: torch.Tensor | None = None, probe: bool = False):
+                 base: torch.Tensor | None = None, probe: bool = False, edits: list | None = None):
         if (weights is None) != (base is None):
             raise ValueError("patching needs both the weights and the base run's outputs")
         self.a, self.g = adapter, graph
         self.record, self.weights, self.base, self.probe = record, weights, base, probe
         self.rewire = weights is not None or probe
+        self.before = list(edits or [])
         S, R = len(graph.senders), len(graph.receivers)
         self.S, self.R = S, R
         snd, rcv = graph.senders, graph.receivers
@@ -101,11 +94,11 @@ class EdgeRun:
                       for l in range(graph.layers)}
         self.r_mlp = {l: int(np.flatnonzero((rcv.kind == "mlp") & (rcv.layer == l))[0]) for l in range(graph.layers)}
         self.prefix = graph.prefix
-        self.handles: list = []
         self.outputs = self.delta = self.probes = None
-        self.x: dict = {}
+        self.mid: dict = {}
         self.normed: dict = {}
         self._units: dict = {}
+        self._scope = None
 
     def _groups(self) -> list[np.ndarray]:
         """The receivers fed at once, in receiver order: each layer's queries, keys and values, its
@@ -117,18 +110,16 @@ class EdgeRun:
         self._group_of = {int(r[0]): i for i, r in enumerate(groups)}
         return groups
 
-    # ---- per-layer layout of the q/k/v receivers: (module, [(receiver, site, slice)])
-    def _qkv_units(self, layer: int):
-        if layer not in self._units:
+    # ---- per layer and site, the q/k/v receivers: ([(index among the layer's q/k/v receivers, slice)], w, b)
+    def _site_units(self, layer: int, site: str):
+        key = (layer, site)
+        if key not in self._units:
             a, rcv = self.a, self.g.receivers
-            by_module: dict[int, tuple[nn.Module, list]] = {}
-            for i, r in enumerate(self.r_qkv[layer]):
-                kind, unit = rcv.kind.iat[r], int(rcv.unit.iat[r])
-                module = a.site_module(kind, layer)
-                by_module.setdefault(id(module), (module, []))[1].append((i, a.site_slice(kind, unit)))
-            self._units[layer] = [(m, units, *_linear_rows(a, m, [sl for _, sl in units]))
-                                  for m, units in by_module.values()]
-        return self._units[layer]
+            units = [(i, a.site_slice(site, int(rcv.unit.iat[r]))) for i, r in enumerate(self.r_qkv[layer])
+                     if rcv.kind.iat[r] == site]
+            w, b = _linear_rows(a, a.site_module(site, layer), [sl for _, sl in units]) if units else (None, None)
+            self._units[key] = (units, w, b)
+        return self._units[key]
 
     # ---- the bookkeeping of senders
     def _allocate(self, x: torch.Tensor) -> None:
@@ -166,34 +157,26 @@ class EdgeRun:
             out = out + self.probes[self._group_of[r0]]
         return out
 
-    # ---- hooks
-    def _input_norm_pre(self, layer: int, also_mlp: bool):
-        def hook(module, args, kwargs):
-            x = _first(args, kwargs)
+    # ---- what each site does
+    def _block_in(self, layer: int):
+        """The block's input: the embeddings' output (layer 0); each query / key / value receiver's
+        own input, normed as the block's input norm does."""
+        norm = self.a.input_norm(layer)
+
+        def fn(x):
             if layer == 0:
                 self._allocate(x)
                 self._sent(0, x.unsqueeze(0))
-            if also_mlp and self.rewire:
-                self.x[("mid", layer)] = x
             if self.rewire:
-                self.normed[layer] = _norm(self.a, module, self._inputs(x, self.r_qkv[layer]))
-        return hook
+                self.normed[layer] = _norm(self.a, norm, self._inputs(x, self.r_qkv[layer]))
+        return fn
 
-    def _mlp_norm_pre(self, layer: int):
-        def hook(module, args, kwargs):
-            if self.rewire:
-                self.x[("mid", layer)] = _first(args, kwargs)
-        return hook
+    def _projection(self, layer: int, site: str):
+        """The q, k or v projection's output with each receiver's slice computed from its own input."""
+        units, w, b = self._site_units(layer, site)
 
-    def _projection(self, layer: int, entry, last: bool):
-        module, units, w, b = entry
-
-        def hook(mod, args, output):
-            if not self.rewire:
-                return None
+        def fn(output):
             xs = self.normed[layer][[i for i, _ in units]]                      # [u, rows, T, width]
-            if last:
-                del self.normed[layer]
             y = torch.matmul(xs.flatten(1, 2), w.to(xs.dtype))                   # [u, rows·T, d]
             if b is not None:
                 y = y + b.to(xs.dtype)[:, None]
@@ -202,81 +185,77 @@ class EdgeRun:
             for j, (_, sl) in enumerate(units):
                 out[..., sl] = y[j].view(n, T, -1)
             return out
-        return hook
+        return fn
 
-    def _out_proj_pre(self, layer: int):
+    def _heads_out(self, layer: int):
+        """Each head's output: its share of the output projection, from ``z``."""
         a = self.a
         H, hd = a.n_heads, a.head_dim
         weight = a.out_proj(layer).weight
         wo = (weight.view(H, hd, -1) if a.family.conv1d else weight.t().reshape(H, hd, -1))   # [H, hd, width]
 
-        def hook(module, args, kwargs):
-            z = _first(args, kwargs)
+        def fn(z):
+            self.normed.pop(layer, None)
             n, T, _ = z.shape
-            per_head = torch.einsum("nthe,hed->hntd", z.view(n, T, H, hd), wo.to(z.dtype))
-            self._sent(self.s_head[layer], per_head)
-        return hook
+            self._sent(self.s_head[layer], torch.einsum("nthe,hed->hntd", z.view(n, T, H, hd), wo.to(z.dtype)))
+        return fn
 
-    def _mlp_pre(self, layer: int):
+    def _mid(self, layer: int):
+        def fn(x):
+            self.mid[layer] = x
+        return fn
+
+    def _mlp_in(self, layer: int):
+        """The feed-forward network's input: its receiver's own stream, normed as its norm does."""
         norm = self.a.mlp_norm(layer)
 
-        def hook(module, args, kwargs):
-            if not self.rewire:
-                return None
-            x = self.x.pop(("mid", layer))
-            return _with_first(args, kwargs, _norm(self.a, norm, self._inputs(x, np.array([self.r_mlp[layer]]))[0]))
-        return hook
+        def fn(_):
+            x = self.mid.pop(layer)
+            return _norm(self.a, norm, self._inputs(x, np.array([self.r_mlp[layer]]))[0])
+        return fn
 
     def _mlp_out(self, layer: int):
-        def hook(module, args, output):
-            out = output[0] if isinstance(output, tuple) else output
+        def fn(out):
             self._sent(self.s_mlp[layer], out.unsqueeze(0))
-        return hook
+        return fn
 
-    def _final_pre(self):
-        last = len(self.g.receivers) - 1
+    def _final(self, x):
+        """The last block's output as the final norm reads it: the logits receiver's own stream."""
+        return self._inputs(x, np.array([self.R - 1]))[0]
 
-        def hook(module, args, kwargs):
-            if not self.rewire:
-                return None
-            return _with_first(args, kwargs, self._inputs(_first(args, kwargs), np.array([last]))[0])
-        return hook
+    def edits(self) -> list:
+        """The pass's edits, in the order of the forward pass."""
+        out = list(self.before)
+        for l in range(self.a.n_layers):
+            out.append(call("resid_in", l, self._block_in(l)))
+            if self.rewire:
+                out += [call(site, l, self._projection(l, site)) for site in ("q", "k", "v")
+                        if self._site_units(l, site)[0]]
+            out.append(call("z", l, self._heads_out(l)))
+            if self.rewire:
+                out += [call("resid_mid", l, self._mid(l)), call("mlp_in", l, self._mlp_in(l))]
+            out.append(call("mlp_out", l, self._mlp_out(l)))
+        if self.rewire:
+            out.append(call("resid", self.a.n_layers - 1, self._final))
+        return out
 
     def __enter__(self) -> "EdgeRun":
-        a = self.a
-        try:
-            for l in range(a.n_layers):
-                norm, mlp_norm = a.input_norm(l), a.mlp_norm(l)
-                shared = norm is mlp_norm
-                self.handles.append(norm.register_forward_pre_hook(self._input_norm_pre(l, shared), with_kwargs=True))
-                if not shared:
-                    self.handles.append(mlp_norm.register_forward_pre_hook(self._mlp_norm_pre(l), with_kwargs=True))
-                entries = self._qkv_units(l)
-                for j, entry in enumerate(entries):
-                    self.handles.append(entry[0].register_forward_hook(self._projection(l, entry, j == len(entries) - 1)))
-                self.handles.append(a.out_proj(l).register_forward_pre_hook(self._out_proj_pre(l), with_kwargs=True))
-                mlp = a.mlp(l)
-                self.handles.append(mlp.register_forward_pre_hook(self._mlp_pre(l), with_kwargs=True))
-                self.handles.append(mlp.register_forward_hook(self._mlp_out(l)))
-            self.handles.append(a.final_norm().register_forward_pre_hook(self._final_pre(), with_kwargs=True))
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
+        self._scope = intervene(self.a, self.edits())
+        self._scope.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles.clear()
-        self.x.clear()
-        self.normed.clear()
+        try:
+            self._scope.__exit__(*exc)
+        finally:
+            self.mid.clear()
+            self.normed.clear()
 
 
 # ------------------------------------------------------------------ the forward passes
 def last_logits(adapter, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """The logits of the last position ``[rows, vocab]``."""
-    if adapter.family.has_config:
-        return adapter.model(input_ids=ids, use_cache=False, logits_to_keep=1, **padded_inputs(mask)).logits[:, -1]
+    """The logits of the last position ``[rows, vocab]`` (``ids`` and ``mask`` anywhere: the adapter
+    puts them on the model's device)."""
     return adapter.logits(ids, keep=1, mask=mask)[:, -1]
 
 
@@ -293,7 +272,7 @@ def sender_outputs(adapter, graph: EdgeGraph, ids: torch.Tensor, mask=None,
     """(every sender's output ``[S, rows, T, width]``, the last position's logits) of a plain
     forward pass (``embeddings``: the first block's input given instead of the model's own)."""
     edits = [] if embeddings is None else [replace("resid_in", 0, embeddings)]
-    with intervene(adapter, edits), EdgeRun(adapter, graph, record=True) as run:
+    with EdgeRun(adapter, graph, record=True, edits=edits) as run:
         logits = last_logits(adapter, ids, mask)
     return run.outputs, logits
 
@@ -318,7 +297,7 @@ def edge_attribution(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: 
     if method == "eap-ig" and steps < 1:
         raise ValueError(f"eap-ig needs at least 1 interpolation step; got {steps}")
     S, R, N = len(graph.senders), len(graph.receivers), len(clean)
-    dense = torch.zeros(S, R, dtype=torch.float64)
+    dense = torch.zeros(S, R, dtype=torch.float64, device=adapter.device)
     alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
     seconds = {"outputs": 0.0, "gradients": 0.0}
     for start in range(0, N, batch):
@@ -333,14 +312,14 @@ def edge_attribution(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: 
             t0 = time.perf_counter()
             emb = None if alpha == 1.0 else out_corr[0] + alpha * (out_clean[0] - out_corr[0])
             edits = [] if emb is None else [replace("resid_in", 0, emb)]
-            with torch.enable_grad(), intervene(adapter, edits), EdgeRun(adapter, graph, probe=True) as run:
+            with torch.enable_grad(), EdgeRun(adapter, graph, probe=True, edits=edits) as run:
                 metric = logit_diff(last_logits(adapter, clean[sl], m), good[sl], bad[sl]).sum()
                 grad = torch.cat(torch.autograd.grad(metric, run.probes))              # [R, rows, T, width]
             dense += (diff @ grad.flatten(1).t().to(diff.dtype)).double()
             seconds["gradients"] += time.perf_counter() - t0
         if progress:
             progress(f"{method}: prompts {sl.stop}/{N}")
-    dense /= N * len(alphas)
+    dense = dense.cpu() / (N * len(alphas))
     scores = dense[torch.as_tensor(graph.sender), torch.as_tensor(graph.receiver)].numpy()
     return dict(scores=scores, nodes=dense.sum(dim=1).numpy(), seconds=seconds, steps=len(alphas))
 

@@ -30,6 +30,10 @@ the attributes that hold its shape.
   ``[batch, T, width]``: its output, after the post-feed-forward norm where the
   family has one (Gemma 2/3, OLMo 2: ``Family.site_paths``).
 * ``resid`` — a block's output ``[batch, T, width]``; ``resid_in`` — its input.
+* ``resid_mid`` — the stream the feed-forward network's norm reads ``[batch, T, width]``: the
+  stream after attention, or the block's input where the feed-forward network runs beside attention
+  (GPT-J, GPT-NeoX's parallel blocks); the network's own input where it has no norm (OLMo 2).
+* ``mlp_in`` — the feed-forward network's input ``[batch, T, width]``, after its norm.
 
 :func:`sites_table` lists the module each site hooks, per family
 (:func:`sites_markdown` and :func:`families_markdown` are the tables of
@@ -244,7 +248,11 @@ SITES = {
     "mlp_out": "the feed-forward network's output [batch, T, width], after any post-feed-forward norm",
     "resid": "a block's output [batch, T, width]",
     "resid_in": "a block's input [batch, T, width]",
+    "resid_mid": "the stream the feed-forward network's norm reads [batch, T, width]",
+    "mlp_in": "the feed-forward network's input [batch, T, width], after its norm",
 }
+WHOLE_SITES = ("mlp_out", "resid", "resid_in", "resid_mid", "mlp_in")
+"""Sites that are one ``[batch, T, width]`` tensor, without units."""
 
 
 def _get(module: nn.Module, dotted: str) -> nn.Module:
@@ -640,8 +648,10 @@ class Adapter:
     # ---- sites ---------------------------------------------------------------
     def site_units(self, site: str) -> int:
         """How many units a site has in one layer: heads, key/value groups, or 0 (a whole tensor)."""
+        if require_site(site) in WHOLE_SITES:
+            return 0
         return {"z": self.n_heads, "q": self.n_heads, "pattern": self.n_heads, "k": self.n_kv_heads,
-                "v": self.n_kv_heads, "mlp_out": 0, "resid": 0, "resid_in": 0}[require_site(site)]
+                "v": self.n_kv_heads}[site]
 
     def require_unit(self, site: str, layer: int, unit: int | None) -> None:
         """HeadAddressError unless ``unit`` of ``site`` exists in ``layer`` (None = the whole site)."""
@@ -659,7 +669,8 @@ class Adapter:
                                        f"got unit {unit}")
 
     def site_module(self, site: str, layer: int) -> nn.Module:
-        """The module whose input (z, resid_in) or output (q, k, v, pattern, mlp_out, resid) is the site."""
+        """The module whose input (z, resid_in, resid_mid, mlp_in) or output (q, k, v, pattern, mlp_out,
+        resid) is the site."""
         path = self.site_path(site)
         return _get(self.blocks[layer], path) if path else self.blocks[layer]
 
@@ -744,10 +755,23 @@ class Adapter:
         return window_of(self.config, layer, self.family) if self.config is not None else None
 
     # ---- calling the model -----------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters are: every tensor a forward pass reads is put there."""
+        return next(self.model.parameters()).device
+
+    def _placed(self, ids: torch.Tensor, mask: torch.Tensor | None) -> tuple:
+        """``ids`` and ``mask`` on the model's device (a host tensor handed to a model on a GPU
+        stops the job there: the one place that moves them)."""
+        device = self.device
+        return ids.to(device), (None if mask is None else mask.to(device))
+
     def logits(self, ids: torch.Tensor, keep: int | torch.Tensor = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
         """The model's logits for ``ids`` ``[B, T]``; ``keep`` as transformers' ``logits_to_keep``
         (0 = every position, n = the last n, a 1-D tensor = those positions); ``mask`` (``[B, T]``,
-        1 = a token, 0 = left padding) with the position ids it implies (:func:`padded_inputs`)."""
+        1 = a token, 0 = left padding) with the position ids it implies (:func:`padded_inputs`).
+        ``ids`` and ``mask`` may be anywhere: they are put on the model's device."""
+        ids, mask = self._placed(ids, mask)
         if self.family.has_config:
             return self.model(input_ids=ids, use_cache=False, logits_to_keep=keep, **padded_inputs(mask)).logits
         if mask is not None:
@@ -762,6 +786,7 @@ class Adapter:
     def run_body(self, ids: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Run the blocks on ``ids`` (without the vocabulary projection where the family allows);
         ``mask`` as :meth:`logits`."""
+        ids, mask = self._placed(ids, mask)
         if self.family.has_config:
             self.model.base_model(input_ids=ids, use_cache=False, **padded_inputs(mask))
         else:
@@ -788,7 +813,8 @@ def padded_positions(mask):
 def _site_paths(f: Family) -> dict[str, str]:
     """Each site's module path inside a block ("" = the block itself)."""
     q, k, v = f.qkv_paths
-    return {**dict(z=f.out_proj, q=q, k=k, v=v, pattern=f.attention, mlp_out=f.mlp, resid="", resid_in=""),
+    return {**dict(z=f.out_proj, q=q, k=k, v=v, pattern=f.attention, mlp_out=f.mlp, resid="", resid_in="",
+                   resid_mid=f.mlp_norm or f.mlp, mlp_in=f.mlp),
             **f.site_paths}
 
 
@@ -808,7 +834,7 @@ def sites_table(families: Iterable[str] = ()) -> list[dict]:
         paths = _site_paths(f)
         q, k, _ = f.qkv_paths
         hooked = dict(z="input", q="output", k="output", v="output", mlp_out="output", resid="output",
-                      resid_in="input",
+                      resid_in="input", resid_mid="input", mlp_in="input",
                       pattern="output: its weights" if f.pattern == "weights"
                       else f"recomputed from {q} and {k}")
         for site in SITES:
@@ -824,7 +850,7 @@ def sites_markdown() -> str:
     by = {}
     for r in sites_table():
         by.setdefault(r["family"], {"blocks": r["blocks"]})[r["site"]] = r
-    cols = ("z", "q", "k", "v", "pattern", "mlp_out")
+    cols = ("z", "q", "k", "v", "pattern", "resid_mid", "mlp_in", "mlp_out")
 
     def cell(r):
         if r["site"] == "pattern" and r["hooked"].startswith("recomputed"):

@@ -9,12 +9,14 @@ says which module each one is, per family):
 * ``k`` / ``v`` — a key/value group's slice of the key / value projection output;
 * ``pattern`` — a head's attention weights ``[batch, T, T]``;
 * ``mlp_out`` — what a block's feed-forward network adds to the residual stream ``[batch, T, width]``;
-* ``resid`` / ``resid_in`` — a block's output / input ``[batch, T, width]``.
+* ``resid`` / ``resid_in`` — a block's output / input ``[batch, T, width]``;
+* ``resid_mid`` — the stream the feed-forward network's norm reads; ``mlp_in`` — the network's input
+  after that norm ``[batch, T, width]``.
 
 An :class:`Edit` names a site, a layer, a unit (a head for ``z``, ``q`` and
 ``pattern``, a group for ``k`` and ``v``; ``None`` = the whole site) and an op,
 made with :func:`zero`, :func:`scale`, :func:`replace`, :func:`capture`,
-:func:`skip` or :func:`stop_grad`. It applies to every row of the batch or, with ``rows`` (bool
+:func:`skip`, :func:`stop_grad` or :func:`call`. It applies to every row of the batch or, with ``rows`` (bool
 ``[batch]``), to those rows only; a replacement may carry its own values per
 row (a leading batch dimension). Edits of one site apply in the order listed;
 a capture sees the edits listed before it. A capture is detached, except one
@@ -52,6 +54,12 @@ How each site is reached:
 * ``mlp_out``: a forward hook on the feed-forward network, or on the norm after
   it where the family has one (Gemma 2/3, OLMo 2).
 * ``resid``: a forward hook on the block; ``resid_in``: a forward pre-hook.
+* ``resid_mid``: a forward pre-hook on the norm in front of the feed-forward network (on the
+  network itself where there is none); ``mlp_in``: a forward pre-hook on the network.
+* ``call`` (any site but ``pattern``, the whole site): a function of the site's tensor, run in
+  every forward pass; what it returns replaces the tensor (None keeps it). For computations that
+  read one site to rewrite another in the same pass — the edge graph's rewiring
+  (:mod:`headwatch.circuits.edges`) — without registering hooks of their own.
 * ``skip`` (``resid`` only): block ``layer`` outputs the given value and
   blocks ``0 .. layer`` are not run — their forward is stood in for while
   inside; nothing may edit or read those layers.
@@ -88,10 +96,12 @@ from .recompute import pattern as recomputed_pattern
 from .recompute import split_heads
 
 __all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero", "scale", "replace", "capture",
-           "skip", "stop_grad", "intervene", "attention_maps", "maps_and_logits", "full_logits", "at_least_float32",
+           "skip", "stop_grad", "call", "intervene", "attention_maps", "maps_and_logits", "full_logits", "at_least_float32",
            "zeroed_weights", "replaced_by_bias", "hooks_on"]
 
-OPS = ("zero", "scale", "replace", "capture", "skip", "stop_grad")
+_SIDE = {"z": "in", "q": "out", "k": "out", "v": "out", "mlp_out": "out", "resid_mid": "in_kw", "mlp_in": "in_kw"}
+"""Which side of its module each site is (a pre-hook on the input, a hook on the output)."""
+OPS = ("zero", "scale", "replace", "capture", "skip", "stop_grad", "call")
 GRAD_SITES = ("z", "resid", "resid_in", "q", "k", "v")
 """Sites whose module's whole input or output tensor a capture can keep with its gradient (for
 ``q``, ``k`` and ``v`` the projection's whole output, fused with the others in some families: the
@@ -109,7 +119,7 @@ class Edit:
     layer: int
     op: str
     unit: int | None = None
-    value: Any = None                     # scale: the factor; replace / skip: the new values
+    value: Any = None                     # scale: the factor; replace / skip: the new values; call: the function
     rows: torch.Tensor | None = None      # bool [batch]: the rows it applies to (None = all)
     key: Hashable = None                  # capture: where its tensors go
     grad: bool = False                    # capture: keep the tensor in the autograd graph
@@ -152,6 +162,13 @@ def stop_grad(layer: int) -> Edit:
     """Block ``layer``'s output unchanged, its gradient passed to the block's input along the
     residual stream only: nothing the block adds to the stream passes a gradient back."""
     return Edit("resid", int(layer), "stop_grad")
+
+
+def call(site: str, layer: int, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> Edit:
+    """``fn(x)`` on the whole site's tensor ``x`` in every forward pass (the projection's whole output
+    for ``q``, ``k`` and ``v``, fused or not): a tensor it returns replaces ``x`` (same shape; ``x``
+    itself is not to be changed in place), None keeps it. Not at ``pattern``."""
+    return Edit(site, int(layer), "call", None, fn)
 
 
 class _ResidualOnly(torch.autograd.Function):
@@ -199,6 +216,9 @@ def _require_edit(adapter: Adapter, e: Edit) -> None:
         raise InterventionError(f"{e.where()}: the scale factor must be a number or a tensor")
     if e.op in ("replace", "skip") and not isinstance(e.value, (int, float, torch.Tensor)):
         raise InterventionError(f"{e.where()}: the replacement must be a number or a tensor")
+    if e.op == "call" and (e.site == "pattern" or e.unit is not None or e.rows is not None or not callable(e.value)):
+        raise InterventionError(f"{e.where()}: call takes a function of a whole site's tensor (no unit, every "
+                                "row; not the pattern)")
     if e.op in ("zero", "capture", "stop_grad") and e.value is not None:
         raise InterventionError(f"{e.where()} takes no value")
     if e.op == "stop_grad" and (e.site != "resid" or e.unit is not None or e.rows is not None):
@@ -312,7 +332,11 @@ class _Plan:
 
     def _add(self, e: Edit) -> None:
         a, L = self.a, e.layer
-        if e.site in ("q", "k", "v", "z"):
+        if e.op == "call":
+            module, side = (a.block(L), "out") if e.site == "resid" else (a.block(L), "in_kw") \
+                if e.site == "resid_in" else (a.site_module(e.site, L), _SIDE[e.site])
+            self._hook(module, side).append(("call", e.site, e, None))
+        elif e.site in ("q", "k", "v", "z"):
             actions = self._hook(a.site_module(e.site, L), "in" if e.site == "z" else "out")
             if self._constant(e):
                 # Consecutive zero / constant replace edits of distinct units: one where() in all.
@@ -343,6 +367,8 @@ class _Plan:
             self._hook(a.block(L), "out").append(("stop_grad", L, e, None))
         elif e.site == "resid":
             self._hook(a.block(L), "out").append(("whole", "resid", e, None))
+        elif e.site in ("resid_mid", "mlp_in"):
+            self._hook(a.site_module(e.site, L), "in_kw").append(("whole", e.site, e, None))
         else:
             self._hook(a.block(L), "in_kw").append(("whole", "resid_in", e, None))
 
@@ -457,6 +483,14 @@ class _Plan:
                 continue
             if kind == "run":
                 x, cloned = self._run_of(x, what, e, extra), True       # a new tensor
+                continue
+            if kind == "call":
+                y = e.value(x)
+                if y is not None:
+                    if y.shape != x.shape:
+                        raise InterventionError(f"{e.where()}: the function returned {tuple(y.shape)} for the "
+                                                f"site's {tuple(x.shape)}")
+                    x, cloned = y, True
                 continue
             if kind == "stop_grad":                                      # a new tensor, the same numbers
                 x, cloned = _ResidualOnly.apply(x, self.stash[what]["resid_in"]), True

@@ -1,0 +1,135 @@
+"""Every tensor made where the model is: the public functions and every rule script run on a device
+that is not the host (tests/elsewhere.py emulates one on the CPU), so that a tensor left on the host
+stops the test here as it stops the job on a GPU — the first GPU run's edges_scores did
+(``index_select``: input ids on the CPU, the model on cuda:0)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+import headwatch as hw
+from elsewhere import DEVICE, ENV, DeviceMixingError, elsewhere, on_device
+from tiny import random_ids, tiny_model
+from warmstart import SITE_DIR
+
+#: A tiny model has 3 layers × 4 heads: the cut's targeted set and its random pool made to fit.
+TINY_CUT = dict(top_n=3, k=[1, 2, 3], random_draws=2, guard_sequences=1)
+
+
+def test_a_host_tensor_handed_to_a_model_on_the_device_is_caught():
+    """The emulation can fail: host ids into a model on the device raise as CUDA does (the first GPU
+    run's error), ids moved there give the CPU's numbers exactly; a number (a 0-d host tensor) and a
+    host index are allowed, as on CUDA; ``.numpy()`` of a device tensor is refused."""
+    model = tiny_model("llama").eval()
+    ids = random_ids(2, 9)
+    available = torch.cuda.is_available
+    with torch.no_grad():
+        want = model(input_ids=ids, use_cache=False).logits
+    with elsewhere(), torch.no_grad():
+        model.to("cuda")                                      # CUDA as asked for: the emulated device
+        assert on_device(next(model.parameters())) and next(model.parameters()).device == DEVICE
+        with pytest.raises(DeviceMixingError, match="at least two devices"):
+            model(input_ids=ids, use_cache=False)
+        got = model(input_ids=ids.to(DEVICE), use_cache=False).logits
+        assert on_device(got) and torch.equal(got.cpu(), want)
+        x = torch.ones(3, device=DEVICE)
+        assert torch.equal((x * torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
+        assert torch.equal(x[[0, 2]].cpu(), torch.ones(2)) and x.sum().item() == 3.0
+        with pytest.raises(DeviceMixingError):
+            torch.index_select(x, 0, torch.tensor([0, 1]))
+        with pytest.raises(TypeError, match="Use Tensor.cpu"):
+            x.numpy()
+        model.cpu()
+    assert torch.cuda.is_available is available                                   # restored on exit
+
+
+def _run_every_function(model_dir) -> dict[str, pd.DataFrame]:
+    """Every public function of ``hw`` on a tiny model (``device`` auto: the emulated GPU inside
+    :func:`elsewhere`, the CPU outside)."""
+    m = hw.load_model(model_dir)
+    cfg = hw.load_config("config/quick.yaml")
+    out = {}
+    sets = {name: hw.token_set(m, name, cfg) for name in ("induction", "prose", "phrases", "eval", "circuit")}
+    out["token_set"] = sets["induction"]
+    out["attention_maps"] = hw.attention_maps(m, sets["phrases"], 100, 3)
+    out["head_scores"] = scores = hw.head_scores(m, sets["induction"], sets["prose"], 4)
+    out["top_heads"] = pd.DataFrame(hw.top_heads(scores, "induction", 2), columns=["layer", "head"])
+    cut = dict(cfg["ablation"], **TINY_CUT)
+    out["cut_heads"] = hw.cut_heads(m, scores, sets["eval"], settings=cut)
+    out["cut_circuit"] = hw.cut_circuit(m, scores, sets["circuit"], sets["eval"], settings=cut)
+    out["cut_each_head"] = hw.cut_each_head(m, sets["phrases"], sets["prose"], sets["eval"], settings=cut)
+    patching = dict(cfg["patching"], n=4, guard_prompts=2, top_k=2)
+    out["prompt_pairs"] = prompts = hw.prompt_pairs(m, settings=patching)
+    out["patch_heads"] = heads = hw.patch_heads(m, prompts, sets["phrases"], patching)
+    out["patch_positions"] = hw.patch_positions(m, prompts, heads, patching, positions_all_heads=2)
+    out["patch_kv_groups"] = hw.patch_kv_groups(m, prompts, patching)
+    out["attribution"] = hw.attribution(m, prompts, top_k=3)
+    out["path_patching"] = hw.path_patching(m, prompts, heads, patching=patching, receivers_top_k=1)
+    out["edge_scores"] = edges = hw.edge_scores(m, prompts)
+    out["edge_faithfulness"] = hw.edge_faithfulness(m, prompts, edges, random_draws=2)
+    out["guards_of"] = hw.guards_of(heads)
+    out["load_config"] = pd.DataFrame([{"n": cfg["patching"]["n"]}])
+    out["load_model"] = pd.DataFrame([{"device": str(next(m.model.parameters()).device)}])
+    return out
+
+
+#: Columns that time or size a run: not results.
+RUN_OWN = {"seconds", "forward_passes", "backward_passes"}
+
+
+def test_every_public_function_keeps_its_tensors_on_the_models_device(tiny_model_dir):
+    """Each function of ``hw.__all__`` runs on a model on the device (none hands the model a host
+    tensor), and its table equals the CPU's within float32 rounding: where a computation runs
+    changes no number. (Not bit for bit: torch splits some operations of a tensor subclass into
+    other kernels — ``linear`` into a transpose and a product — so sums may round in another order.)"""
+    with elsewhere():
+        on = _run_every_function(tiny_model_dir)
+    assert set(on) == set(hw.__all__), "every public function is run on the device"
+    assert on["load_model"].device.iloc[0] == str(DEVICE)
+    off = _run_every_function(tiny_model_dir)
+    assert off["load_model"].device.iloc[0] == "cpu"
+    for name in hw.__all__:
+        if name == "load_model":
+            continue
+        a, b = on[name], off[name]
+        keep = [c for c in a.columns if c not in RUN_OWN]
+        pd.testing.assert_frame_equal(a[keep], b[keep], check_exact=False, rtol=1e-5, atol=1e-6, obj=name)
+
+
+# ------------------------------------------------------------------ every rule script
+def test_every_rule_script_runs_on_the_device(dag_run, tmp_path):
+    """The whole tiny DAG (every rule, the sweep's and induction's training included) with every job
+    on the device (``device: auto`` picks the emulated GPU), and its tables equal the CPU run's
+    within float32 rounding."""
+    from workflow import job_env, make_workdir
+
+    workdir, configfile, _ = dag_run
+    here = make_workdir(tmp_path / "device")
+    shutil.copy(configfile, here / configfile.name)
+    env = dict(job_env(), **{ENV: "1"})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR), env.get("PYTHONPATH")) if p)
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", configfile.name, "--cores", "2",
+                             "--resources", "gpu=1"], cwd=here, env=env, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    logs = list((here / "results" / "logs").rglob("*.log"))
+    placed = [p for p in logs if "device=cuda" in p.read_text() or "device cuda" in p.read_text()]
+    assert len(placed) >= 10, "the model jobs ran on the (emulated) GPU"
+    for rel in DEVICE_TABLES:
+        for on in sorted((here / "results").glob(rel)):
+            off = workdir / on.relative_to(here)
+            a, b = pd.read_parquet(on), pd.read_parquet(off)
+            keep = [c for c in a.columns if not any(w in c for w in ("seconds", "tokens_per_s", "memory"))]
+            pd.testing.assert_frame_equal(a[keep], b[keep], check_exact=False, rtol=1e-5, atol=1e-6,
+                                          obj=str(on.relative_to(here)))
+
+#: Tables of the model rules compared between the device run and the CPU run.
+DEVICE_TABLES = ("tiny-llama/scores.parquet", "tiny-llama/ablation/topk.parquet", "tiny-llama/patching/heads.parquet",
+                 "tiny-llama/edges/scores.parquet", "tiny-llama/circuits/paths.parquet",
+                 "sweep/heads_split/*/seed0/metrics.parquet", "induction/markov/*/curves.parquet")
+
