@@ -160,6 +160,25 @@ def sweep_run(sweep: str, shape: str, seed, file: str) -> str:
     return _join(RESULTS, "sweep", sweep, shape, f"seed{seed}", file)
 
 
+def sweep_stack(sweep: str, stack: str) -> str:
+    """A training job's folder: every model of one stack (:func:`headwatch.sweep.plan.stacks`), each
+    run's files under ``{shape}/seed{seed}/`` (rule sweep_run gives each its own place)."""
+    return _join(RESULTS, "sweep", sweep, "stacks", stack)
+
+
+def sweep_stack_checkpoint(sweep: str, stack: str) -> str:
+    """A stack's checkpoint while it trains: beside its folder, not in it (Snakemake clears an
+    output folder before its job runs; a checkpoint must outlive an interrupted job)."""
+    return _join(RESULTS, "sweep", sweep, "stacks", f"{stack}.checkpoint.pt")
+
+
+SWEEP_RUN_FILES = ("metrics.parquet", "model.pt", "heads.parquet")
+"""What a trained run leaves, in its stack's folder and in its own (:func:`sweep_run`)."""
+FILE_RULES = ("sweep_run",)
+"""Rules whose jobs only give a run its own files (hard links to its stack's): no model, no Python,
+so no resources line in their logs."""
+
+
 def run_output(run: dict, file: str) -> str:
     """``file`` of a planned run (:func:`headwatch.sweep.plan.runs`), in the folder of the
     sweep that trains it (its owner)."""

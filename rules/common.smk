@@ -106,24 +106,31 @@ def sweep_corpus_inputs(wildcards):
 
 
 def sweep_train_inputs(wildcards):
-    """The ids a training job reads: the corpus's characters, or its vocabulary's files (rule
-    sweep_vocab)."""
-    vocab = sweep_plan.job_vocab(config["sweep"], wildcards.sweep, wildcards.shape)
+    """The ids a stack's training job reads: the corpus's characters, or its vocabulary's files (rule
+    sweep_vocab); a stack's models read one vocabulary."""
+    run = sweep_plan.stack_runs(config["sweep"], wildcards.sweep, wildcards.stack)[0]
+    vocab = sweep_plan.job_vocab(config["sweep"], wildcards.sweep, run["shape"])
     if vocab == sweep_plan.CHAR:
         return dict(ids=paths.sweep_corpus("ids"), meta=paths.sweep_corpus("meta"))
     return {part: paths.sweep_vocab(vocab, part) for part in paths.VOCAB_FILES}
 
 
-def sweep_job_params(wildcards):
-    """Exactly the slice of config one training job depends on; raises for a run another sweep
-    owns (it is read from there, never retrained)."""
-    return sweep_plan.job_params(config["sweep"], wildcards.sweep, wildcards.shape, int(wildcards.seed))
+def sweep_stack_params(wildcards):
+    """Exactly the slice of config one stack's training job depends on (each member's)."""
+    return sweep_plan.stack_params(config["sweep"], wildcards.sweep, wildcards.stack)
 
 
 def sweep_priority(wildcards):
-    """The longest training jobs first (their expected cost, headwatch/sweep/plan.py: job_priority), so
+    """The longest training jobs first (their expected cost, headwatch/sweep/plan.py: stack_priority), so
     that both cores stay busy to the end instead of a long job running alone at the end."""
-    return sweep_plan.job_priority(config["sweep"], wildcards.sweep, wildcards.shape, int(wildcards.seed))
+    return sweep_plan.stack_priority(config["sweep"], wildcards.sweep, wildcards.stack)
+
+
+def sweep_run_stack(wildcards):
+    """The folder of the stack that trains a run; raises for a run another sweep owns (it is read
+    from there, never retrained)."""
+    return paths.sweep_stack(wildcards.sweep, sweep_plan.stack_of(config["sweep"], wildcards.sweep,
+                                                                  wildcards.shape, int(wildcards.seed)))
 
 
 def sweep_summary_runs():

@@ -1,14 +1,18 @@
-# Stage "sweep" (protocol §7): corpus -> one training job per (sweep, shape, seed) -> summary.
+# Stage "sweep" (protocol §7): corpus -> one training job per stack of runs -> each run's files -> summary.
 #
 # Sweeps are data (config `sweep.sweeps`); what is trained where is planned by
-# headwatch/sweep/plan.py. A configuration listed by several sweeps with the same
-# seed and identical training settings is trained ONCE, under the first sweep that
-# lists it (its owner); the summary reads it from the owner's folder. With
-# different settings each sweep trains its own. Each training job's params are
-# only its own slice of config (its width/heads and options, seed, its sweep's
+# headwatch/sweep/plan.py. A training job trains a stack: the runs of one sweep whose models have
+# the same parameter shapes (every head count of one width, the seeds of a shape; at most
+# `sweep.stack` of them), in one process and one optimizer step (headwatch/charlm/stack.py), each
+# model as it would train alone; rule sweep_run then gives each run its own files (hard links).
+# A configuration listed by several sweeps with the same seed and identical training settings is
+# trained ONCE, under the first sweep that lists it (its owner); the summary reads it from the
+# owner's folder. With different settings each sweep trains its own. A stack job's params are
+# only its members' slices of config (each one's width/heads and options, seed, its sweep's
 # training settings (headwatch/settings/sweep.py: train_of, the scale's sweep.train with its own
 # `train:` over it), the shared `model`, precision; not the device, which says where, not what):
-# editing one sweep reruns that sweep's jobs and the summary, nothing else.
+# editing one sweep reruns that sweep's stacks and the summary, nothing else; adding a seed or a
+# shape reruns the stack it joins.
 #
 # Studies: a sweep with a `study` block (experts | depth | kv | vocab) is summarized on
 # its own (rule sweep_study) after checking its invariant, instead of joining
@@ -66,6 +70,32 @@ rule sweep_train:
     input:
         unpack(sweep_train_inputs),
     output:
+        directory(paths.sweep_stack("{sweep}", "{stack}")),
+    wildcard_constraints:
+        sweep="|".join(config["sweep"]["sweeps"]),
+        stack=sweep_plan.STACK_PATTERN,
+    params:
+        job=sweep_stack_params,
+    threads: config["sweep"]["threads"]
+    priority: sweep_priority
+    resources:
+        gpu=GPU_TRAIN_JOB,
+    log:
+        paths.log("sweep_train", "{sweep}", "{stack}"),
+    benchmark:
+        paths.benchmark("sweep_train", "{sweep}", "{stack}")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/sweep_train.py"
+
+
+# Each run's own files, from the folder of the stack that trained it (hard links: no copy; touched, so
+# that they are newer than the stack that made them).
+rule sweep_run:
+    input:
+        stack=sweep_run_stack,
+    output:
         metrics=paths.sweep_run("{sweep}", "{shape}", "{seed}", "metrics.parquet"),
         model=paths.sweep_run("{sweep}", "{shape}", "{seed}", "model.pt"),
         heads=paths.sweep_run("{sweep}", "{shape}", "{seed}", "heads.parquet"),
@@ -73,20 +103,18 @@ rule sweep_train:
         sweep="|".join(config["sweep"]["sweeps"]),
         shape=sweep_plan.SLUG_PATTERN,
         seed=r"\d+",
-    params:
-        job=sweep_job_params,
-    threads: config["sweep"]["threads"]
-    priority: sweep_priority
-    resources:
-        gpu=GPU_TRAIN_JOB,
+    localrule: True
     log:
-        paths.log("sweep_train", "{sweep}", "{shape}", "seed{seed}"),
+        paths.log("sweep_run", "{sweep}", "{shape}", "seed{seed}"),
     benchmark:
-        paths.benchmark("sweep_train", "{sweep}", "{shape}", "seed{seed}")
+        paths.benchmark("sweep_run", "{sweep}", "{shape}", "seed{seed}")
     conda:
         "../environment.yml"
-    script:
-        "../scripts/sweep_train.py"
+    params:
+        source=lambda w, input: f"{input.stack}/{w.shape}/seed{w.seed}",
+    shell:
+        "(for f in metrics.parquet model.pt heads.parquet; do d=$(dirname {output.metrics:q})/$f; "
+        "ln -f {params.source:q}/$f $d || cp {params.source:q}/$f $d; touch $d; done) > {log:q} 2>&1"
 
 
 rule sweep_heads_cut:

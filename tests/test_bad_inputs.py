@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from headwatch import paths
+
 from headwatch.charlm.corpus import build_corpus
 from headwatch.sweep.train import Interrupted, train
 from headwatch.tableio import read_note, read_parquet
@@ -296,14 +298,15 @@ def test_a_truncated_checkpoint_no_longer_blocks_the_training_job(tree, tmp_path
     workdir = tmp_path / "tree"
     shutil.copytree(tree[0], workdir, symlinks=True)
     run = workdir / "results/sweep/heads_split/w16-h1/seed0"
-    run.mkdir(parents=True)
-    (run / "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated by a full disk")
+    ckpt = workdir / paths.sweep_stack_checkpoint("heads_split", "w16-l2")      # the stack that trains it
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"PK\x03\x04 truncated by a full disk")
     target = str((run / "metrics.parquet").relative_to(workdir))
     result = snakemake(workdir, target, "--configfile", str(workdir / "tiny.yaml"))
     assert result.returncode == 0, result.stderr[-3000:]
-    aside = run / "checkpoint.pt.corrupt"
-    assert aside.exists() and not (run / "checkpoint.pt").exists()
-    log = (workdir / "results/logs/sweep_train/heads_split/w16-h1/seed0.log").read_text()
+    aside = ckpt.with_name(ckpt.name + ".corrupt")
+    assert aside.exists() and not ckpt.exists()
+    log = (workdir / "results/logs/sweep_train/heads_split/w16-l2.log").read_text()
     assert f"moved aside to {aside.relative_to(workdir)}" in log, log[-2000:]
     note = read_note(run / "metrics.parquet")
     assert note["resumed_from"] == 0 and note["checkpoints_moved_aside"][0]["moved_to"].endswith(

@@ -120,16 +120,20 @@ def test_every_rule_script_runs_on_the_device(dag_run, tmp_path):
     logs = list((here / "results" / "logs").rglob("*.log"))
     placed = [p for p in logs if "device=cuda" in p.read_text() or "device cuda" in p.read_text()]
     assert len(placed) >= 10, "the model jobs ran on the (emulated) GPU"
-    for rel in DEVICE_TABLES:
+    for rel, rtol in DEVICE_TABLES.items():
         for on in sorted((here / "results").glob(rel)):
             off = workdir / on.relative_to(here)
             a, b = pd.read_parquet(on), pd.read_parquet(off)
             keep = [c for c in a.columns if not any(w in c for w in ("seconds", "tokens_per_s", "memory"))]
-            pd.testing.assert_frame_equal(a[keep], b[keep], check_exact=False, rtol=1e-5, atol=1e-6,
+            pd.testing.assert_frame_equal(a[keep], b[keep], check_exact=False, rtol=rtol, atol=rtol,
                                           obj=str(on.relative_to(here)))
 
-#: Tables of the model rules compared between the device run and the CPU run.
-DEVICE_TABLES = ("tiny-llama/scores.parquet", "tiny-llama/ablation/topk.parquet", "tiny-llama/patching/heads.parquet",
-                 "tiny-llama/edges/scores.parquet", "tiny-llama/circuits/paths.parquet",
-                 "sweep/heads_split/*/seed0/metrics.parquet", "induction/markov/*/curves.parquet")
+#: Tables compared between the device run and the CPU run, with their relative tolerance: float32
+#: rounding for the model rules; training carries a rounding difference on through its steps (up to
+#: ~1e-4 relative after the tiny runs' steps, 2e-4 absolute on scores near 0), so its tables are
+#: compared more loosely.
+DEVICE_TABLES = {"tiny-llama/scores.parquet": 1e-5, "tiny-llama/ablation/topk.parquet": 1e-5,
+                 "tiny-llama/patching/heads.parquet": 1e-5, "tiny-llama/edges/scores.parquet": 1e-5,
+                 "tiny-llama/circuits/paths.parquet": 1e-5, "sweep/heads_split/*/seed0/metrics.parquet": 1e-3,
+                 "induction/markov/*/curves.parquet": 1e-3}
 

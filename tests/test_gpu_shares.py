@@ -51,7 +51,7 @@ def touch(tmp_path_factory, tiny_model_dir):
 
     def run(jobs_per_gpu: int, *extra: str):
         workdir = make_workdir(tmp_path_factory.mktemp(f"shares{jobs_per_gpu}"))
-        config = deep_merge(base, {"sweep": {"jobs_per_gpu": jobs_per_gpu}})
+        config = deep_merge(base, {"sweep": {"jobs_per_gpu": jobs_per_gpu, "stack": 1}})   # a job per run
         cmd = [sys.executable, "-m", "snakemake", *TARGETS, "--touch", "--verbose", "--cores", "8",
                "--configfile", str(write_config(workdir, config)), *extra, "--resources", "gpu=1"]
         result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=600,

@@ -11,8 +11,9 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from headwatch.charlm.corpus import batch_offsets, build_corpus, eval_offsets
+from headwatch.charlm.stack import StackedCharLM, clip_per_model
 from headwatch.settings.sweep import TrainSettings
-from headwatch.sweep.train import (Interrupted, load_trained, lr_at, make_model, make_optimizer, save_trained, train,
+from headwatch.sweep.train import (Interrupted, load_trained, lr_at, make_model, member_losses, save_trained, train,
                                    windows)
 
 TRAIN = dict(steps=10, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
@@ -29,25 +30,29 @@ def corpus():
 
 def host_loop(ids, meta, model_cfg, seed, train_cfg):
     """The loop as it was: each step's loss read on the host (``.item()``) and summed in
-    Python, every evaluation batch likewise. Returns (model, metrics)."""
+    Python, every evaluation batch likewise — on a stack of one model, as the trainer trains it
+    (that a stack trains as CharLM alone does is tests/test_stack.py's). Returns (model, metrics)."""
     settings = TrainSettings.from_config(train_cfg)
     s = settings.as_dict()
     context, n_train = model_cfg["context"], meta["n_train"]
     data = torch.as_tensor(ids.astype(np.int64))
     train_ids, val_ids = data[:n_train], data[n_train:]
     val_offsets = eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context)
-    model = make_model(meta["vocab_size"], model_cfg, seed)
-    opt = make_optimizer(model, settings, torch.device("cpu"))
+    stack = StackedCharLM([make_model(meta["vocab_size"], model_cfg, seed)])
+    model = stack.member(0)
+    decay, rest = stack.decay_groups()
+    opt = torch.optim.AdamW([dict(params=decay, weight_decay=s["weight_decay"]), dict(params=rest, weight_decay=0.0)],
+                            lr=s["lr"], betas=tuple(s["betas"]), fused=True)
     balance = float(model_cfg.get("balance", 0.0))
     rows, loss_sum, loss_n = [], 0.0, 0
     for step in range(s["steps"]):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, s["lr"], s["min_lr"], s["warmup"], s["steps"])
         x, y = windows(train_ids, batch_offsets(seed, step, n_train, s["batch"], context), context)
-        loss = F.cross_entropy(model(x).float().flatten(0, 1), y.flatten())
+        loss = member_losses(stack(x[None]), y[None])[0]
         opt.zero_grad(set_to_none=True)
-        (loss + balance * torch.stack(model.balance_losses).mean() if balance else loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
+        (loss + balance * torch.stack(stack.balance_losses).mean() if balance else loss).backward()
+        clip_per_model(list(stack.parameters()), s["grad_clip"])
         opt.step()
         loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
         if (step + 1) % s["eval_every"] == 0 or step + 1 == s["steps"]:

@@ -5,6 +5,7 @@ jobs, adding a vocabulary size schedules only its tokenizer and its models, and 
 grid entry stops before any job."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -51,14 +52,14 @@ def planned_wildcards(result, rule_name: str) -> list[str]:
 
 
 def planned_runs(result) -> set[tuple[str, str, int]]:
-    """(sweep, shape, seed) of every sweep_train job in a dry run's listing."""
+    """(sweep, shape, seed) of every run whose files a dry run plans (rule sweep_run: from its stack)."""
     out, rule = set(), None
     for line in (result.stdout + result.stderr).splitlines():
         line = line.strip()
         if line.startswith("rule "):
             rule = line[5:].rstrip(":")
         m = re.match(r"wildcards: sweep=(\w+), shape=([\w-]+), seed=(\d+)", line)
-        if m and rule == "sweep_train":
+        if m and rule == "sweep_run":
             out.add((m.group(1), m.group(2), int(m.group(3))))
     return out
 
@@ -215,17 +216,44 @@ def test_changing_one_sweeps_steps_reruns_only_that_sweep(sweep_run):
     # width's own w8-h1, plus w16-h2: its settings now differ from heads_split's, so
     # the width sweep trains its own copy; nothing of heads_split, no new corpus.
     assert planned_runs(result) == {("width", c, s) for c in ("w8-h1", "w16-h2") for s in (0, 1)}
-    # §7b: each retrained model's cut, the heads study and its figures
-    assert planned_jobs(result) == {"sweep_train": 4, "sweep_summary": 1, "figures_sweep": 1,
+    # two stacks (w8, and w16 for width's own w16-h2); §7b: each retrained model's cut, the heads
+    # study and its figures
+    assert planned_jobs(result) == {"sweep_train": 2, "sweep_run": 4, "sweep_summary": 1, "figures_sweep": 1,
                                     "sweep_heads_cut": 4, "sweep_heads": 1, "figures_sweep_heads": 1}
 
+    # A shape added to heads_split joins its stack (every width-16 model): the stack's job runs again,
+    # and takes the runs it finished before as they are (test_a_shape_that_joins_a_stack_...)
     changed = deep_merge(config, {"sweep": {"sweeps": {"heads_split": {"grid": [
         {"width": 16, "heads": 1}, {"width": 16, "heads": 2}, {"width": 16, "heads": 4}]}}}})
     result = smk(workdir, write_config(workdir, changed, "split_grid.yaml"), "-n")
-    assert planned_runs(result) == {("heads_split", "w16-h4", 0), ("heads_split", "w16-h4", 1)}
-    assert planned_jobs(result) == {"sweep_train": 2, "sweep_summary": 1, "figures_sweep": 1,
-                                    "sweep_heads_cut": 2, "sweep_heads": 1, "figures_sweep_heads": 1,
-                                    "sweep_course": 1, "figures_sweep_course": 1}
+    assert planned_runs(result) == {("heads_split", f"w16-h{h}", s) for h in (1, 2, 4) for s in (0, 1)}
+    # (the experts and vocab studies read heads_split's w16-h2: their tables are made again from it)
+    assert planned_jobs(result) == {"sweep_train": 1, "sweep_run": 6, "sweep_summary": 1, "figures_sweep": 1,
+                                    "sweep_heads_cut": 6, "sweep_heads": 1, "figures_sweep_heads": 1,
+                                    "sweep_course": 1, "figures_sweep_course": 1, "sweep_study": 2,
+                                    "figures_sweep_study": 2}
+
+
+def test_a_shape_that_joins_a_stack_trains_alone_and_the_others_are_taken_as_they_are(sweep_run, tmp_path):
+    """Adding w16-h4 to heads_split reruns its stack's job, which trains w16-h4 only: the runs it
+    finished before are taken as they are (the same model files, bit for bit), and the new shape's
+    runs are there."""
+    workdir, config, _ = sweep_run
+    copy = tmp_path / "copy"
+    shutil.copytree(workdir, copy, symlinks=True)
+    before = {s: (copy / f"results/sweep/heads_split/w16-h1/seed{s}/model.pt").read_bytes() for s in (0, 1)}
+    changed = deep_merge(config, {"sweep": {"sweeps": {"heads_split": {"grid": [
+        {"width": 16, "heads": 1}, {"width": 16, "heads": 2}, {"width": 16, "heads": 4}]}}}})
+    target = [f"results/sweep/heads_split/w16-h{h}/seed{s}/metrics.parquet" for h in (1, 2, 4) for s in (0, 1)]
+    result = smk(copy, write_config(copy, changed, "split_grid.yaml"), targets=target)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = (copy / "results/logs/sweep_train/heads_split/w16-l2.log").read_text()
+    assert log.count("taken as it is") == 4 and "w16-h4" in log
+    for s in (0, 1):
+        assert (copy / f"results/sweep/heads_split/w16-h1/seed{s}/model.pt").read_bytes() == before[s]
+        assert (copy / f"results/sweep/heads_split/w16-h4/seed{s}/metrics.parquet").is_file()
+    again = smk(copy, write_config(copy, changed, "split_grid.yaml"), "-n", targets=target)
+    assert planned_jobs(again) == {}, again.stdout[-2000:]
 
 
 def test_adding_a_vocabulary_size_schedules_only_its_tokenizer_and_models(sweep_run):
@@ -236,7 +264,7 @@ def test_adding_a_vocabulary_size_schedules_only_its_tokenizer_and_models(sweep_
     assert result.returncode == 0, result.stderr[-2000:]
     assert planned_wildcards(result, "sweep_vocab") == ["wildcards: vocab=bpe320"]
     assert planned_runs(result) == {("vocab", "w16-h2-vbpe320", 0), ("vocab", "w16-h2-vbpe320", 1)}
-    assert planned_jobs(result) == {"sweep_vocab": 1, "sweep_train": 2, "sweep_study": 1,
+    assert planned_jobs(result) == {"sweep_vocab": 1, "sweep_train": 1, "sweep_run": 2, "sweep_study": 1,
                                     "figures_sweep_study": 1}
 
 

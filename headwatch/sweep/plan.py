@@ -47,6 +47,9 @@ torch (nor pandas): Snakemake reads it on every parse.
 """
 from __future__ import annotations
 
+import copy
+import functools
+import json
 import re
 
 from ..charlm.vocab import VOCAB_PATTERN, parse_vocab_name
@@ -109,6 +112,98 @@ def runs(sweep_cfg: dict, studies: bool | None = None) -> list[dict]:
 def train_jobs(sweep_cfg: dict) -> list[dict]:
     """The runs that are trained (each once), i.e. those whose owner is their own sweep."""
     return [r for r in runs(sweep_cfg) if r["trained_under"] == r["sweep"]]
+
+
+STACK_PATTERN = rf"w\d+-l\d+(-a\d+)?(-kv\d+)?(-e\d+x\d+)?(-v({VOCAB_PATTERN}))?(-\d+)?"
+"""A stack's name (:func:`stacks`): the parameter shapes its models share, and its part when split."""
+STACK = 16
+"""Models a stack holds at most when ``sweep.stack`` is not given."""
+
+
+def stack_signature(model: dict, vocab: str) -> str:
+    """The parameter shapes of a grid entry's model, as a name: ``w{width}-l{layers}``, the attention's
+    inner width (``-a``) and key/value width (``-kv``) where they differ from the width, the experts
+    and their width (``-e{E}x{X}``), the vocabulary (``-v``). Entries of one sweep with the same
+    signature can train in one stack (:class:`headwatch.charlm.stack.StackedCharLM`): e.g. every head
+    count of one width."""
+    from ..charlm.spec import ModelSpec
+
+    spec = ModelSpec.from_settings(2, model)
+    inner, kv = spec.heads * spec.head_dim, spec.kv_groups * spec.head_dim
+    name = f"w{spec.width}-l{spec.layers}"
+    name += f"-a{inner}" if inner != spec.width else ""
+    name += f"-kv{kv}" if kv != inner else ""
+    name += f"-e{spec.experts}x{spec.expert_hidden}" if spec.experts else ""
+    return name + (f"-v{vocab}" if vocab != CHAR else "")
+
+
+def chunks(items: list, most: int) -> list[list]:
+    """``items`` in order, split into the fewest parts of at most ``most``, as equal as they can be."""
+    n = -(-len(items) // most)
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for k in range(n):
+        end = start + size + (k < extra)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def stacks(sweep_cfg: dict) -> list[dict]:
+    """The training jobs (read once per sweep config: Snakemake asks for each job's stack): every trained run (:func:`train_jobs`) in one stack with the runs of its
+    sweep whose models have the same parameter shapes and read the same vocabulary
+    (:func:`stack_signature`), at most ``sweep.stack`` models a stack (split into equal parts where
+    there are more: ``{signature}-{k}``). Each: ``sweep``, ``stack`` (its name) and ``runs``
+    (``[{"shape", "seed"}]``, grid order, then seeds). A stack is its sweep's alone: editing one sweep
+    reruns its stacks only."""
+    return copy.deepcopy(_stacks(json.dumps(sweep_cfg, default=str)))      # in config order: owners are the first
+
+
+@functools.lru_cache(maxsize=8)
+def _stacks(key: str) -> list[dict]:
+    sweep_cfg = json.loads(key)
+    most = int(sweep_cfg.get("stack") or STACK)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in train_jobs(sweep_cfg):
+        entry = entry_of(sweep_cfg, r["sweep"], r["shape"])
+        sig = stack_signature(model_of(sweep_cfg, entry), vocab_of(entry))
+        groups.setdefault((r["sweep"], sig), []).append(dict(shape=r["shape"], seed=r["seed"]))
+    out = []
+    for (sweep, sig), members in groups.items():
+        parts = chunks(members, most)
+        for k, part in enumerate(parts, 1):
+            out.append(dict(sweep=sweep, stack=sig if len(parts) == 1 else f"{sig}-{k}", runs=part))
+    return out
+
+
+def stack_of(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> str:
+    """The stack whose job trains (sweep, shape, seed)."""
+    for st in stacks(sweep_cfg):
+        if st["sweep"] == sweep and dict(shape=shape, seed=seed) in st["runs"]:
+            return st["stack"]
+    raise KeyError(f"{sweep}/{shape}/seed{seed} is trained by no stack of sweep {sweep!r} (it is read from "
+                   f"the sweep that trains it: {owner(sweep_cfg, sweep, shape, seed)!r})")
+
+
+def stack_runs(sweep_cfg: dict, sweep: str, stack: str) -> list[dict]:
+    """The runs of one stack (``[{"shape", "seed"}]``)."""
+    for st in stacks(sweep_cfg):
+        if (st["sweep"], st["stack"]) == (sweep, stack):
+            return st["runs"]
+    raise KeyError(f"sweep {sweep!r} has no stack {stack!r}; its stacks: "
+                   f"{[st['stack'] for st in stacks(sweep_cfg) if st['sweep'] == sweep]}")
+
+
+def stack_params(sweep_cfg: dict, sweep: str, stack: str) -> dict:
+    """Exactly the slice of config one stack's job depends on: each member's :func:`job_params`
+    with its shape (``members``). Adding a seed or a shape to a stack reruns that stack."""
+    return dict(members=[dict(shape=r["shape"], **job_params(sweep_cfg, sweep, r["shape"], r["seed"]))
+                         for r in stack_runs(sweep_cfg, sweep, stack)])
+
+
+def stack_priority(sweep_cfg: dict, sweep: str, stack: str) -> int:
+    """A stack job's Snakemake priority: the sum of its runs' (:func:`job_priority`)."""
+    return sum(job_priority(sweep_cfg, sweep, r["shape"], r["seed"]) for r in stack_runs(sweep_cfg, sweep, stack))
 
 
 def job_params(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> dict:

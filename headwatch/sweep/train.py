@@ -58,8 +58,10 @@ import torch
 from torch.nn import functional as F
 
 from ..model.arch import Adapter
+from ..model.interventions import at_least_float32
 from ..charlm.corpus import batch_offsets, eval_offsets
 from ..charlm.model import CharLM
+from ..charlm.stack import StackedCharLM, clip_per_model
 from ..charlm.spec import OPTIONS, TRAINING_OPTIONS, ModelSpec
 from ..charlm.tokenizer import bits_per_char, sha256
 from ..settings.sweep import PRECISIONS, HeadsSettings, TrainSettings
@@ -166,7 +168,7 @@ def evaluate(model, ids: torch.Tensor, offsets, batch: int, context: int, amp) -
         x, y = windows(ids, offsets[i:i + batch], context)
         with amp:
             logits = model(x)
-        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").double()
+        total += F.cross_entropy(at_least_float32(logits).flatten(0, 1), y.flatten(), reduction="sum").double()
     model.train(was)
     return total.item() / (len(offsets) * context)
 
@@ -303,7 +305,28 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: Tr
           checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
           precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None,
           full_eval: bool = True, heads: HeadsSettings | dict | None = None, compile: bool = False):
-    """Train one model; return (model, metrics DataFrame, info dict, heads DataFrame).
+    """Train one model; return (model, metrics DataFrame, info dict, heads DataFrame): a stack of one
+    (:func:`train_stack`, whose arguments these are)."""
+    return train_stack(ids, meta, [dict(model=model_cfg, seed=seed)], train_cfg, checkpoint, device, precision,
+                       stop_after, lengths, full_eval, heads, compile)[0]
+
+
+def train_stack(ids: np.ndarray, meta: dict, members: list[dict], train_cfg: TrainSettings | dict,
+                checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
+                precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None,
+                full_eval: bool = True, heads: HeadsSettings | dict | None = None,
+                compile: bool = False) -> list[tuple]:
+    """Train several models in one process and one optimizer step, their weights stacked
+    (:class:`~headwatch.charlm.stack.StackedCharLM`); return, per member, (model, metrics DataFrame,
+    info dict, heads DataFrame) — what training it alone returns, equal to float rounding.
+
+    ``members``: ``[{"model": model settings, "seed": seed}, …]`` (and ``val_full``: this member's
+    ``full_eval``, where it differs from the stack's) whose parameters have the same
+    shapes (:func:`headwatch.charlm.stack.stack_key`): the seeds of a shape, or the head counts of one
+    width. Each trains on its own seed's windows (data order), with its own balancing weight, its
+    own gradient clipping and its own metrics; they share the training settings, the step, the
+    evaluation windows and the clock (``tokens_per_s`` of a member: its tokens over the stack's
+    seconds; the info's ``stack`` says how many models shared them).
 
     ``ids``/``meta``: the corpus's character ids (:func:`headwatch.charlm.corpus.load_ids`) or a
     vocabulary's (:func:`headwatch.charlm.tokenizer.load_split_ids`, with ``lengths`` =
@@ -313,8 +336,9 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: Tr
 
     ``checkpoint``: file to resume from and to save to every ``checkpoint_every``
     steps (it and the one before it are removed at the end; unreadable ones are
-    moved aside, see :func:`load_checkpoint`). ``stop_after``: raise
-    :class:`Interrupted` right after the checkpoint of that step (to test resuming).
+    moved aside, see :func:`load_checkpoint`); it holds the whole stack, and is resumed only by
+    the same members with the same settings. ``stop_after``: raise :class:`Interrupted` right
+    after the checkpoint of that step (to test resuming).
 
     ``heads``: the ``sweep.heads`` settings (:class:`HeadsSettings` or its mapping; protocol §7b): at
     every evaluation step every head's scores on a fixed probe (:mod:`headwatch.sweep.heads`) are
@@ -328,7 +352,7 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: Tr
     eager). The info records both: ``precision_requested``, ``precision`` (what was computed),
     ``precision_fallback`` (why they differ, or None) and ``compiled``.
     """
-    run = _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision, lengths, heads, compile)
+    run = _setup(ids, meta, members, train_cfg, checkpoint, device, precision, lengths, heads, compile)
     s = run.s
     for step in range(run.first, s.steps):
         _step(run, step)
@@ -340,31 +364,35 @@ def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: Tr
             _evaluation(run, done)
         if run.ckpt and done % s.checkpoint_every == 0 and done < s.steps:
             _checkpoint(run, done, stop_after)
-    return _finish(run, ids, meta, model_cfg, lengths, full_eval)
+    return _finish(run, ids, meta, lengths, full_eval)
 
 
 @dataclass
 class _Run:
-    """One training run's settings, data, model, optimizer and running state (``state``: what a
-    checkpoint keeps, plain data; the loss accumulators live on the device)."""
+    """One stack's settings, data, models and optimizer, and its running state (``state``: what a
+    checkpoint keeps, plain data, one entry per member where the members differ; the loss
+    accumulators live on the device)."""
 
     s: TrainSettings
-    seed: int
+    members: list[dict]
+    seeds: list[int]
     device: torch.device
     precision: str                # the precision computed in (the one asked for is in the fingerprint)
     precision_requested: str
     fallback: str | None          # why they differ
     compiled: bool
-    forward: object               # the model, or its torch.compile wrapper (training steps only)
-    spec: ModelSpec
+    forward: object               # the stack, or its torch.compile wrapper (training steps only)
+    specs: list[ModelSpec]
     amp: object
     record: dict
     train_ids: torch.Tensor
     val_ids: torch.Tensor
     val_offsets: torch.Tensor
-    model: CharLM
+    stack: StackedCharLM
+    views: list[CharLM]           # each member as a CharLM reading the stack's weights (evaluations)
     opt: torch.optim.Optimizer
-    params: int
+    params: list[int]
+    fps: list[str]
     fp: str
     state: dict
     ckpt: Path | None
@@ -372,26 +400,42 @@ class _Run:
     recovered: list
     attempt_log: Path | None
     earlier_logs: list
-    balance: float
+    balance: torch.Tensor         # [M] each member's weight of its balancing loss (0 = none)
+    balanced: bool                # whether any member has one (known on the host)
     first: int
-    offsets: torch.Tensor
-    loss_sum: torch.Tensor
-    bad_step: torch.Tensor
-    bad_value: torch.Tensor
+    offsets: torch.Tensor         # [steps, M, batch]
+    loss_sum: torch.Tensor        # [M]
+    bad_step: torch.Tensor        # [M]
+    bad_value: torch.Tensor       # [M]
     probe: object = None          # headwatch.sweep.heads.Probe when the heads are recorded
-    adapter: object = None
+    adapters: list | None = None
     clock: float | None = None
 
+    @property
+    def M(self) -> int:
+        return len(self.members)
 
-def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision, lengths, heads,
-           compile=False) -> _Run:
-    """Settings, data on the device, model and optimizer, resumed from the newest matching
+
+def member_fingerprint(meta: dict, model_cfg: dict, seed: int, s: TrainSettings, precision: str,
+                       heads: HeadsSettings | None, compile: bool) -> str:
+    """What defines one member's run (its checkpoint's part): model, seed, training, precision asked,
+    corpus, vocabulary, the heads' probe, compilation."""
+    return fingerprint(model=model_cfg, seed=seed, train=s.as_dict(), precision=precision,
+                       corpus=meta.get("sha256"), vocab=meta["vocab_size"], **({"heads": heads.probe()} if heads else {}),
+                       **({"compile": True} if compile else {}))
+
+
+def _setup(ids, meta, members, train_cfg, checkpoint, device, precision, lengths, heads, compile=False) -> _Run:
+    """Settings, data on the device, the stack and its optimizer, resumed from the newest matching
     checkpoint if there is one; every step's windows on the device."""
+    if not members:
+        raise ValueError("train_stack needs at least one member")
     s = TrainSettings.of(train_cfg)
     heads = HeadsSettings.of(heads) if heads else None
     device = torch.device(device)
-    spec = ModelSpec.from_settings(meta["vocab_size"], model_cfg)
-    context = spec.context
+    specs = [ModelSpec.from_settings(meta["vocab_size"], m["model"]) for m in members]
+    seeds = [int(m["seed"]) for m in members]
+    context = specs[0].context
     n_train = meta["n_train"]
     record = validation_record(np.asarray(ids[n_train:]), meta, lengths)   # before any step: fail early
     data = torch.as_tensor(ids.astype(np.int64), device=device)
@@ -406,157 +450,206 @@ def _setup(ids, meta, model_cfg, seed, train_cfg, checkpoint, device, precision,
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    model = make_model(meta["vocab_size"], model_cfg, seed).to(device)
-    opt = make_optimizer(model, s, device)
-    params = sum(p.numel() for p in model.parameters())
-    fp = fingerprint(model=model_cfg, seed=seed, train=s.as_dict(), precision=requested,
-                     corpus=meta.get("sha256"), vocab=meta["vocab_size"], **({"heads": heads.probe()} if heads else {}),
-                     **({"compile": True} if compile else {}))
-    state = dict(step=0, rows=[], loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0, heads=[])
-    probe = adapter = None
-    if heads:
-        probe = make_probe(ids[n_train:], meta["vocab_size"], context, heads).to(device)
-        adapter = Adapter(model)
+    stack = StackedCharLM([make_model(meta["vocab_size"], m["model"], seed) for m, seed in zip(members, seeds)])
+    stack = stack.to(device)
+    decay, no_decay = stack.decay_groups()
+    opt = torch.optim.AdamW([dict(params=decay, weight_decay=s.weight_decay), dict(params=no_decay, weight_decay=0.0)],
+                            lr=s.lr, betas=tuple(s.betas), fused=True)
+    params = [spec.param_counts()["total"] for spec in specs]
+    fps = [member_fingerprint(meta, m["model"], seed, s, requested, heads, compile) for m, seed in zip(members, seeds)]
+    fp = fps[0] if len(fps) == 1 else fingerprint(stack=fps)
+    M = len(members)
+    state = dict(step=0, rows=[[] for _ in range(M)], loss_sum=[0.0] * M, loss_n=0, tokens=0, seconds=0.0,
+                 heads=[[] for _ in range(M)])
     resumed_from = 0
     ckpt = Path(checkpoint) if checkpoint else None
     saved, recovered = load_checkpoint(ckpt, fp, device) if ckpt else (None, [])
     attempt_log, earlier_logs = keep_attempt_log(_log_file(), copy=False) if ckpt else (None, [])
     if saved is not None:
-        model.load_state_dict(saved["model"])
+        stack.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         torch.set_rng_state(saved["rng"])
         state = saved["state"]
         resumed_from = state["step"]
-    log.info("model %s seed %d: %d parameters, device %s, precision %s%s, threads %d%s",
-             spec.to_dict(), seed, params, device, precision,
-             f" (asked: {requested})" if precision != requested else "", torch.get_num_threads(),
-             ", training steps compiled (torch.compile)" if compile else "")
+    views = [stack.member(i) for i in range(M)]
+    probe = adapters = None
+    if heads:
+        probe = make_probe(ids[n_train:], meta["vocab_size"], context, heads).to(device)
+        adapters = [Adapter(v) for v in views]
+    for m, spec, seed, n in zip(members, specs, seeds, params):
+        log.info("model %s seed %d: %d parameters, device %s, precision %s%s, threads %d%s",
+                 spec.to_dict(), seed, n, device, precision,
+                 f" (asked: {requested})" if precision != requested else "", torch.get_num_threads(),
+                 ", training steps compiled (torch.compile)" if compile else "")
+    if M > 1:
+        log.info("%d models trained in one stack: one optimizer step trains them all", M)
 
-    # Weight of the load-balancing loss (mean of the expert layers' E·Σ f_i·P_i); 0 = none.
-    balance = float(model_cfg.get("balance", TRAINING_OPTIONS["balance"]))
-    if balance and not spec.experts:
-        raise ValueError(f"balance {balance} needs experts (model {spec.to_dict()})")
-    model.train()
+    # Weight of each member's load-balancing loss (mean of its expert layers' E·Σ f_i·P_i); 0 = none.
+    balance = [float(m["model"].get("balance", TRAINING_OPTIONS["balance"])) for m in members]
+    for b, spec in zip(balance, specs):
+        if b and not spec.experts:
+            raise ValueError(f"balance {b} needs experts (model {spec.to_dict()})")
+    stack.train()
     first = state["step"]
     # No host synchronisation inside a step: every step's windows are on the device before
-    # the first step; each step's loss is added on the device (in float64: bit for bit the
+    # the first step; each step's losses are added on the device (in float64: bit for bit the
     # sum of the float32 values in Python) with the first non-finite one, and they are read
-    # on the host only where a metrics row or a checkpoint is written. The clip norm and the
-    # balancing loss are never read.
-    offsets = torch.as_tensor(np.array([batch_offsets(seed, k, n_train, s.batch, context)
+    # on the host only where a metrics row or a checkpoint is written. The clip norms and the
+    # balancing losses are never read.
+    offsets = torch.as_tensor(np.array([[batch_offsets(seed, k, n_train, s.batch, context) for seed in seeds]
                                         for k in range(first, s.steps)], dtype=np.int64)
-                              .reshape(-1, s.batch), device=device)
-    return _Run(s=s, seed=seed, device=device, precision=precision, precision_requested=requested,
-                fallback=fallback, compiled=bool(compile), forward=torch.compile(model) if compile else model,
-                spec=spec, amp=amp, record=record,
-                train_ids=train_ids, val_ids=val_ids, val_offsets=val_offsets, model=model, opt=opt,
-                params=params, fp=fp, state=state, ckpt=ckpt, resumed_from=resumed_from, recovered=recovered,
-                attempt_log=attempt_log, earlier_logs=earlier_logs, balance=balance, first=first,
-                offsets=offsets, loss_sum=torch.tensor(state["loss_sum"], dtype=torch.float64, device=device),
-                bad_step=torch.tensor(-1, device=device), bad_value=torch.tensor(0.0, device=device),
-                probe=probe, adapter=adapter)
+                              .reshape(-1, M, s.batch), device=device)
+    return _Run(s=s, members=members, seeds=seeds, device=device, precision=precision, precision_requested=requested,
+                fallback=fallback, compiled=bool(compile), forward=torch.compile(stack) if compile else stack,
+                specs=specs, amp=amp, record=record, train_ids=train_ids, val_ids=val_ids, val_offsets=val_offsets,
+                stack=stack, views=views, opt=opt, params=params, fps=fps, fp=fp, state=state, ckpt=ckpt,
+                resumed_from=resumed_from, recovered=recovered, attempt_log=attempt_log, earlier_logs=earlier_logs,
+                balance=torch.tensor(balance, device=device), balanced=any(balance), first=first, offsets=offsets,
+                loss_sum=torch.tensor(state["loss_sum"], dtype=torch.float64, device=device),
+                bad_step=torch.full((M,), -1, device=device), bad_value=torch.zeros(M, device=device),
+                probe=probe, adapters=adapters)
+
+
+def member_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each model's mean next-token loss ``[M]`` from the stack's logits ``[M, B, T, V]`` (float32 or
+    wider), as ``F.cross_entropy``'s mean of each model's own."""
+    M = len(logits)
+    each = F.cross_entropy(at_least_float32(logits).flatten(0, 2), targets.flatten(), reduction="none")
+    return each.view(M, -1).mean(dim=1)
 
 
 def _step(run: _Run, step: int) -> None:
-    """One optimizer step (0-based ``step``): its loss added on the device, never read here."""
-    s, model, opt = run.s, run.model, run.opt
+    """One optimizer step of every member (0-based ``step``): their losses added on the device,
+    never read here."""
+    s, stack, opt = run.s, run.stack, run.opt
     run.clock = time.perf_counter() if run.clock is None else run.clock
     for g in opt.param_groups:
         g["lr"] = lr_at(step, s.lr, s.min_lr, s.warmup, s.steps)
-    x, y = windows(run.train_ids, run.offsets[step - run.first], run.spec.context)
+    x, y = windows(run.train_ids, run.offsets[step - run.first].flatten(), run.specs[0].context)
+    x, y = x.view(run.M, s.batch, -1), y.view(run.M, s.batch, -1)
     with run.amp:
         logits = run.forward(x)
-    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    losses = member_losses(logits, y)
     opt.zero_grad(set_to_none=True)
-    if run.balance:   # the reported train loss stays the cross-entropy alone
-        (loss + run.balance * torch.stack(model.balance_losses).mean()).backward()
-    else:
-        loss.backward()
+    total = losses.sum()            # each model's parameters get their own loss's gradient only
+    if run.balanced:   # the reported train loss stays the cross-entropy alone
+        total = total + (run.balance * torch.stack(stack.balance_losses).mean(dim=0)).sum()
+    total.backward()
     if s.grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+        clip_per_model(list(stack.parameters()), s.grad_clip)
     opt.step()
-    loss = loss.detach()
-    run.loss_sum += loss.double()
-    fresh = (run.bad_step < 0) & ~torch.isfinite(loss)
-    run.bad_step, run.bad_value = torch.where(fresh, step, run.bad_step), torch.where(fresh, loss, run.bad_value)
+    losses = losses.detach()
+    run.loss_sum += losses.double()
+    fresh = (run.bad_step < 0) & ~torch.isfinite(losses)
+    run.bad_step = torch.where(fresh, step, run.bad_step)
+    run.bad_value = torch.where(fresh, losses, run.bad_value)
     run.state["loss_n"] += 1
-    run.state["tokens"] += s.batch * run.spec.context
+    run.state["tokens"] += s.batch * run.specs[0].context
     run.state["step"] = step + 1
 
 
 def _to_host(run: _Run, step: int) -> None:
-    """Read the loss sum into ``state`` and stop the clock; raise on a non-finite loss."""
+    """Read the loss sums into ``state`` and stop the clock; raise on a non-finite loss."""
     if run.device.type == "cuda":
         torch.cuda.synchronize(run.device)
     run.state["seconds"] += time.perf_counter() - run.clock
     run.clock = None
-    run.state["loss_sum"] = run.loss_sum.item()
-    if not math.isfinite(run.state["loss_sum"]):
-        raise NonFiniteError(f"training loss is {run.bad_value.item()} at step {run.bad_step.item()} (model "
-                             f"{run.spec.to_dict()}, seed {run.seed}; read at step {step}); lower the learning "
-                             "rate or use float32")
+    run.state["loss_sum"] = run.loss_sum.tolist()
+    bad = [i for i, v in enumerate(run.state["loss_sum"]) if not math.isfinite(v)]
+    if bad:
+        i = bad[0]
+        raise NonFiniteError(f"training loss is {run.bad_value[i].item()} at step {int(run.bad_step[i])} (model "
+                             f"{run.specs[i].to_dict()}, seed {run.seeds[i]}; read at step {step}); lower the "
+                             "learning rate or use float32")
+
+
+@torch.no_grad()
+def evaluate_stack(stack: StackedCharLM, ids: torch.Tensor, offsets, batch: int, context: int, amp) -> list[float]:
+    """Each model's mean loss per character over the same windows at ``offsets`` (:func:`evaluate`,
+    for every model of the stack at once)."""
+    was = stack.training
+    stack.eval()
+    offsets = torch.as_tensor(offsets, device=ids.device)
+    total = torch.zeros(stack.M, dtype=torch.float64, device=ids.device)
+    for i in range(0, len(offsets), batch):
+        x, y = windows(ids, offsets[i:i + batch], context)
+        with amp:
+            logits = stack(x.expand(stack.M, *x.shape))
+        total += torch.stack([F.cross_entropy(at_least_float32(logits[m]).flatten(0, 1), y.flatten(),
+                                              reduction="sum") for m in range(stack.M)]).double()
+    stack.train(was)
+    return (total / (len(offsets) * context)).tolist()
 
 
 def _evaluation(run: _Run, done: int) -> None:
-    """The metrics row of step ``done`` (validation loss; with a probe, the in-context score and
-    every head's scores, §7b); the training loss and clock start again."""
+    """Every member's metrics row of step ``done`` (validation loss; with a probe, the in-context
+    score and every head's scores, §7b); the training loss and clock start again."""
     s, state = run.s, run.state
-    val = evaluate(run.model, run.val_ids, run.val_offsets, s.batch, run.spec.context, run.amp)
-    row = dict(step=done, train_loss=state["loss_sum"] / state["loss_n"], val_loss=val,
-               tokens_per_s=state["tokens"] / max(state["seconds"], 1e-9))
-    if run.probe is not None:    # §7b: every head's scores and the in-context score, on the fixed probe
-        with run.amp:
-            row["in_context"] = in_context_score(run.model, run.probe)
-            state["heads"] += records(done, probe_scores(run.model, run.probe, run.adapter))
-    assert_finite(list(row.values()), f"metrics at step {done}")
-    state["rows"].append(row)
-    log.info("step %d: train %.4f val %.4f (%.0f tokens/s)", done, row["train_loss"], val, row["tokens_per_s"])
-    state.update(loss_sum=0.0, loss_n=0, tokens=0, seconds=0.0)
+    vals = evaluate_stack(run.stack, run.val_ids, run.val_offsets, s.batch, run.specs[0].context, run.amp)
+    for i, val in enumerate(vals):
+        row = dict(step=done, train_loss=state["loss_sum"][i] / state["loss_n"], val_loss=val,
+                   tokens_per_s=state["tokens"] / max(state["seconds"], 1e-9))
+        if run.probe is not None:    # §7b: every head's scores and the in-context score, on the fixed probe
+            with run.amp:
+                row["in_context"] = in_context_score(run.views[i], run.probe)
+                state["heads"][i] += records(done, probe_scores(run.views[i], run.probe, run.adapters[i]))
+        assert_finite(list(row.values()), f"metrics at step {done} (seed {run.seeds[i]})")
+        state["rows"][i].append(row)
+        log.info("step %d%s: train %.4f val %.4f (%.0f tokens/s)", done,
+                 f" {run.specs[i].to_dict()} seed {run.seeds[i]}" if run.M > 1 else "", row["train_loss"], val,
+                 row["tokens_per_s"])
+    state.update(loss_sum=[0.0] * run.M, loss_n=0, tokens=0, seconds=0.0)
     run.loss_sum.zero_()
 
 
 def _checkpoint(run: _Run, done: int, stop_after: int | None) -> None:
     """Write the checkpoint of step ``done``; raise :class:`Interrupted` if asked to stop there."""
-    _save_atomic(dict(fingerprint=run.fp, model=run.model.state_dict(), optimizer=run.opt.state_dict(),
+    _save_atomic(dict(fingerprint=run.fp, model=run.stack.state_dict(), optimizer=run.opt.state_dict(),
                       rng=torch.get_rng_state(), state=run.state), run.ckpt)
     if stop_after is not None and done >= stop_after:
         raise Interrupted(f"stopped after the checkpoint of step {done}")
 
 
-def _finish(run: _Run, ids, meta: dict, model_cfg: dict, lengths, full_eval: bool):
-    """The run's tables and info (the whole validation split scored if asked); checkpoints and
-    this attempt's extra log name removed."""
+def _finish(run: _Run, ids, meta: dict, lengths, full_eval: bool) -> list[tuple]:
+    """Each member's model, tables and info (the whole validation split scored if asked); the
+    checkpoints and this attempt's extra log name removed."""
     s, record, amp = run.s, run.record, run.amp
-    metrics = pd.DataFrame(run.state["rows"], columns=["step", "train_loss", "val_loss", "tokens_per_s"]
-                           + (["in_context"] if run.probe is not None else []))
-    full = None
-    if full_eval:
-        full = bits_per_char(run.model, np.asarray(ids[meta["n_train"]:]), record["lengths"],
-                             batch=FULL_EVAL_BATCH, amp=amp)
-        if full["val_chars"] != record["val_chars"]:
-            raise RuntimeError(f"the validation ids hold {full['val_chars']} characters, their record says "
-                               f"{record['val_chars']}")
-        full["val_sha256"] = record["val_sha256"]
-        log.info("whole validation split: %.4f bits/char (%d tokens, %d characters, %.1f characters per "
-                 "window)", full["bits_per_char"], full["val_tokens"], full["val_chars"], full["chars_per_window"])
-    info = dict(params=run.params, fingerprint=run.fp, resumed_from=run.resumed_from, device=str(run.device),
-                precision=run.precision, precision_requested=run.precision_requested,
-                precision_fallback=run.fallback, compiled=run.compiled, threads=torch.get_num_threads(),
-                final_val_loss=float(metrics["val_loss"].iloc[-1]), val_full=full,
-                vocab=meta["vocab"] if lengths is not None else "char", vocab_size=meta["vocab_size"],
-                train_chars_per_token=record["train_chars_per_token"], **peak_memory(run.device))
-    if set(model_cfg) & {*OPTIONS, *TRAINING_OPTIONS}:   # study options: record what the studies read
-        parts = run.spec.param_counts()
-        info.update(params_active=parts["total_active"],
-                    non_embedding=parts["non_embedding"], balance=run.balance,
-                    expert_shares=expert_shares(run.model, run.val_ids, run.val_offsets, s.batch,
-                                                run.spec.context, amp))
+    out = []
+    for i, (member, spec, view) in enumerate(zip(run.members, run.specs, run.views)):
+        metrics = pd.DataFrame(run.state["rows"][i], columns=["step", "train_loss", "val_loss", "tokens_per_s"]
+                               + (["in_context"] if run.probe is not None else []))
+        full = None
+        if member.get("val_full", full_eval):
+            full = bits_per_char(view, np.asarray(ids[meta["n_train"]:]), record["lengths"],
+                                 batch=FULL_EVAL_BATCH, amp=amp)
+            if full["val_chars"] != record["val_chars"]:
+                raise RuntimeError(f"the validation ids hold {full['val_chars']} characters, their record says "
+                                   f"{record['val_chars']}")
+            full["val_sha256"] = record["val_sha256"]
+            log.info("whole validation split: %.4f bits/char (%d tokens, %d characters, %.1f characters per "
+                     "window)", full["bits_per_char"], full["val_tokens"], full["val_chars"], full["chars_per_window"])
+        info = dict(params=run.params[i], fingerprint=run.fps[i], resumed_from=run.resumed_from,
+                    device=str(run.device), precision=run.precision, precision_requested=run.precision_requested,
+                    precision_fallback=run.fallback, compiled=run.compiled, threads=torch.get_num_threads(),
+                    final_val_loss=float(metrics["val_loss"].iloc[-1]), val_full=full,
+                    vocab=meta["vocab"] if lengths is not None else "char", vocab_size=meta["vocab_size"],
+                    train_chars_per_token=record["train_chars_per_token"], **peak_memory(run.device))
+        if run.M > 1:        # the models that shared this one's steps and clock
+            info["stack"] = dict(models=run.M, member=i, fingerprint=run.fp)
+        model_cfg = member["model"]
+        if set(model_cfg) & {*OPTIONS, *TRAINING_OPTIONS}:   # study options: record what the studies read
+            parts = spec.param_counts()
+            info.update(params_active=parts["total_active"], non_embedding=parts["non_embedding"],
+                        balance=float(run.balance[i]),
+                        expert_shares=expert_shares(view, run.val_ids, run.val_offsets, s.batch, spec.context, amp))
+        if run.ckpt:
+            info.update(checkpoints_moved_aside=run.recovered, earlier_attempt_logs=run.earlier_logs)
+        out.append((run.stack.copy_of(i), metrics, info, heads_frame(run.state["heads"][i])))
     if run.ckpt:
-        info.update(checkpoints_moved_aside=run.recovered, earlier_attempt_logs=run.earlier_logs)
         remove_checkpoints(run.ckpt)
     if run.attempt_log is not None:    # this attempt succeeded: the rule's log is its log
         run.attempt_log.unlink(missing_ok=True)
-    return run.model, metrics, info, heads_frame(run.state.get("heads", []))
+    return out
 
 
 def save_trained(model: CharLM, path, meta: dict, info: dict, extra: dict | None = None) -> str:
@@ -575,6 +668,25 @@ def _plain(x):
     if hasattr(x, "tolist"):
         return x.tolist()
     raise TypeError(f"{type(x).__name__} in a model's record is not plain data")
+
+
+def finished_run(folder, fp: str) -> bool:
+    """Whether ``folder`` holds a finished run of fingerprint ``fp`` (:func:`member_fingerprint`):
+    its metrics, heads and model, the model's SHA-256 the one its metrics recorded. A stack that a
+    run joins (a seed or a shape added beside it) takes such a run as it is instead of training it
+    again: what a run computes does not depend on the models beside it (tests/test_stack.py)."""
+    from ..tableio import read_note
+
+    folder = Path(folder)
+    files = [folder / f for f in ("metrics.parquet", "heads.parquet", "model.pt")]
+    if not all(f.is_file() for f in files):
+        return False
+    try:
+        note = read_note(files[0])
+    except Exception:  # noqa: BLE001 -- a table that cannot be read is not a finished run
+        return False
+    return note.get("fingerprint") == fp and bool(note.get("model_sha256")) \
+        and file_sha256(files[2]) == note["model_sha256"]
 
 
 RUN_RECORD = "metrics.parquet"

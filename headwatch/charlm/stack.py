@@ -1,0 +1,219 @@
+"""Many character models in one: their weights stacked on a leading model axis, trained in one step.
+
+A sweep trains dozens of small models; one at a time, each step of each is a few small matrix
+products, and the per-step overhead (Python, kernel launches) dominates — on 2 CPU cores and, far
+more, on a GPU. :class:`StackedCharLM` holds M models of :class:`~headwatch.charlm.model.CharLM`
+whose parameters have the same shapes (:func:`stack_key`: width, layers, context, the feed-forward
+and attention inner widths, experts, vocabulary) — the seeds of a shape, or the head counts of one
+width, whose q/k/v/o matrices are the same size whatever the split — as one module: each of
+CharLM's parameters becomes one tensor ``[M, *shape]`` under the same name, every weight product
+one batched product over the models. Input ``[M, batch, T]``, logits ``[M, batch, T, vocab]``.
+
+Per model it computes what CharLM computes, operation for operation (the products batched; a
+LayerNorm's scale and shift applied per model): a model trained in a stack takes the steps it
+takes alone, equal to float rounding (``tests/test_stack.py``: float64, the same seeds, every
+loss within 1e-9 of training each model alone with CharLM). Where the models differ —
+
+* the number of heads (or key/value heads, or rotary positions): attention runs once per such
+  group of models, each with its own split of the same q/k/v products;
+* experts: a model's expert layers run the routing of :func:`~headwatch.charlm.model.route_experts`
+  on its own slice, model by model (routing is data-dependent: each model sorts its own tokens),
+  each model's balancing loss and counts kept (:attr:`balance_losses`, :attr:`expert_counts`);
+
+Gradients stay per model: the loss of a stack is the sum of its models' losses, so each model's
+parameters get exactly their own model's gradient (the others' terms do not depend on them).
+
+:meth:`member` gives model ``i`` as a CharLM whose parameters are views of the stack's (no copy:
+it reads the weights as they are now, for evaluations through the intervention layer's hooks);
+:meth:`copy_of` gives an independent CharLM (to save).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .model import CharLM, route_experts
+from .spec import ROTARY_BASE, ModelSpec
+
+
+def stack_key(spec: ModelSpec) -> tuple:
+    """What must be equal for two models to share a stack: every parameter's shape (and the
+    positions' kind). The number of heads, key/value heads and top-k may differ."""
+    return (spec.vocab_size, spec.width, spec.layers, spec.context, spec.ffn_mult, spec.heads * spec.head_dim,
+            spec.kv_groups * spec.head_dim, spec.experts, spec.expert_hidden, spec.rotary)
+
+
+def _turns(T: int, dims: int, device, dtype) -> torch.Tensor:
+    """``e^{i·position·frequency}`` ``[T, dims/2]`` (complex) of :func:`headwatch.model.recompute.apply_rotary`
+    (rotate-half pairs over ``dims``, base :data:`ROTARY_BASE`), its angles made in float64 as it
+    makes them, on ``device``."""
+    inv = 1.0 / (ROTARY_BASE ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims))
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    real = torch.complex64 if dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.complex128
+    return torch.polar(torch.ones_like(ang), ang).to(device=device, dtype=real)
+
+
+def _rotated(x: torch.Tensor, turns: torch.Tensor) -> torch.Tensor:
+    """``x`` ``[…, T, d]`` turned as apply_rotary turns it — pair (j, j + d/2) by its angle: the
+    complex number ``x_j + i·x_{j+d/2}`` times its turn — returned with each pair's two numbers
+    side by side (``[…, T, d]`` in the order j, j + d/2, j + 1, …). Queries and keys both so
+    reordered give the same dot products: attention reads them in that order."""
+    h = x.shape[-1] // 2
+    pairs = x.unflatten(-1, (2, h)).transpose(-1, -2).float() if x.dtype != torch.float64 \
+        else x.unflatten(-1, (2, h)).transpose(-1, -2)
+    turned = torch.view_as_real(torch.view_as_complex(pairs.contiguous()) * turns)
+    return turned.flatten(-2).to(x.dtype)
+
+
+class StackedCharLM(nn.Module):
+    """M character models with their parameters stacked (module doc). ``StackedCharLM(models)``
+    stacks built CharLMs (their weights copied: a model initialised alone with its seed starts the
+    stack where it would start alone)."""
+
+    def __init__(self, models: list[CharLM]):
+        super().__init__()
+        if not models:
+            raise ValueError("a stack needs at least one model")
+        keys = {stack_key(m.spec) for m in models}
+        if len(keys) > 1:
+            raise ValueError(f"models whose parameters differ in shape cannot share a stack: {sorted(keys)}")
+        self.specs = [m.spec for m in models]
+        self.names = [n for n, _ in models[0].named_parameters()]
+        with torch.no_grad():
+            self.weights = nn.ParameterDict(OrderedDict(
+                (n.replace(".", "__"), nn.Parameter(torch.stack([dict(m.named_parameters())[n].detach()
+                                                                 for m in models]).clone()))
+                for n in self.names))
+        spec = self.specs[0]
+        self.M, self.V, self.D, self.L, self.T = len(models), spec.vocab_size, spec.width, spec.layers, spec.context
+        self.experts = spec.experts
+        # models with the same attention split, computed together: {(heads, kv_heads, head_dim, rotary): [i…]}
+        groups: dict[tuple, list[int]] = {}
+        for i, s in enumerate(self.specs):
+            groups.setdefault((s.heads, s.kv_groups, s.head_dim, s.rotary_dims), []).append(i)
+        self.groups = list(groups.items())
+        self.balance_losses: list[torch.Tensor] = []      # per expert layer: [M] of the last forward
+        self.expert_counts: torch.Tensor | None = None     # [M, layers, experts] of the last forward
+        self._tables: dict = {}
+
+    def p(self, name: str) -> torch.Tensor:
+        """The stacked parameter of CharLM's ``name`` (``[M, *shape]``)."""
+        return self.weights[name.replace(".", "__")]
+
+    # ---- the forward pass
+    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        w, b = self.p(f"{name}.weight"), self.p(f"{name}.bias")
+        return torch.addcmul(b[:, None, None], F.layer_norm(x, (self.D,)), w[:, None, None])
+
+    def _linear(self, x: torch.Tensor, name: str, bias: bool = False) -> torch.Tensor:
+        """``x`` ``[M, B, T, in]`` times each model's ``name`` weight (nn.Linear's ``[out, in]``)."""
+        M, B, T, _ = x.shape
+        y = torch.matmul(x.reshape(M, B * T, -1), self.p(f"{name}.weight").transpose(1, 2))
+        if bias:
+            y = y + self.p(f"{name}.bias")[:, None]
+        return y.view(M, B, T, -1)
+
+    def _attention(self, h: torch.Tensor, l: int) -> torch.Tensor:
+        M, B, T, _ = h.shape
+        pre = f"blocks.{l}.attn"
+        q, k, v = (self._linear(h, f"{pre}.{x}") for x in ("q", "k", "v"))
+        parts = []
+        for (heads, kv, d, rot), members in self.groups:
+            sel = (lambda t: t) if len(members) == M else (lambda t, i=members: t[i])
+            n = len(members)
+            split = lambda t, h_: sel(t).reshape(n * B, T, h_, d).transpose(1, 2)
+            qg, kg, vg = split(q, heads), split(k, kv), split(v, kv)
+            if rot:
+                if rot != d:
+                    raise NotImplementedError("rotary positions on part of a head")
+                key = (T, rot, qg.device, qg.dtype)
+                if key not in self._tables:
+                    self._tables[key] = _turns(T, rot, qg.device, qg.dtype)
+                qg, kg = _rotated(qg, self._tables[key]), _rotated(kg, self._tables[key])
+            if kv != heads:
+                kg, vg = kg.repeat_interleave(heads // kv, dim=1), vg.repeat_interleave(heads // kv, dim=1)
+            y = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)
+            parts.append((members, y.transpose(1, 2).reshape(n, B, T, heads * d)))
+        if len(parts) == 1:
+            y = parts[0][1]
+        else:
+            order = torch.tensor([i for members, _ in parts for i in members], device=h.device)
+            y = torch.cat([p for _, p in parts]).index_select(0, torch.argsort(order))
+        return self._linear(y, f"{pre}.o")
+
+    def _ffn(self, h: torch.Tensor, l: int) -> torch.Tensor:
+        pre = f"blocks.{l}.ffn"
+        if not self.experts:
+            return self._linear(F.gelu(self._linear(h, f"{pre}.0", bias=True)), f"{pre}.2", bias=True)
+        outs, balance, counts = [], [], []
+        for i, spec in enumerate(self.specs):
+            out, bal, cnt = route_experts(h[i], self.p(f"{pre}.router.weight")[i], self.p(f"{pre}.w1")[i],
+                                          self.p(f"{pre}.b1")[i], self.p(f"{pre}.w2")[i], self.p(f"{pre}.b2")[i],
+                                          spec.experts, spec.routed)
+            outs.append(out)
+            balance.append(bal)
+            counts.append(cnt)
+        self.balance_losses.append(torch.stack(balance))
+        self._counts.append(torch.stack(counts))
+        return torch.stack(outs)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits ``[M, B, T, vocab]`` of every model for its own rows ``idx`` ``[M, B, T]``."""
+        M, B, T = idx.shape
+        if M != self.M:
+            raise ValueError(f"the stack holds {self.M} models; the input has {M} (a leading model axis)")
+        if T > self.T:
+            raise ValueError(f"sequence of {T} tokens is longer than the context {self.T}")
+        self.balance_losses, self._counts = [], []
+        tok = self.p("tok.weight")
+        offset = (torch.arange(M, device=idx.device) * self.V).view(M, 1, 1)
+        x = F.embedding(idx + offset, tok.reshape(M * self.V, self.D))            # each model's own rows
+        if "pos.weight" in self.names:
+            x = x + self.p("pos.weight")[:, None, :T]
+        for l in range(self.L):
+            x = x + self._attention(self._norm(x, f"blocks.{l}.ln1"), l)
+            x = x + self._ffn(self._norm(x, f"blocks.{l}.ln2"), l)
+        if self.experts:
+            self.expert_counts = torch.stack(self._counts, dim=1).detach()
+        return self._linear(self._norm(x, "ln_f"), "head")
+
+    # ---- the models one by one
+    def member(self, i: int) -> CharLM:
+        """Model ``i`` as a CharLM whose parameters are views of the stack's (the weights as they are
+        now, for evaluations; no gradient reaches the stack through it)."""
+        with torch.device("meta"):
+            model = CharLM(self.specs[i])
+        for name in self.names:
+            owner, _, leaf = name.rpartition(".")
+            module = model.get_submodule(owner) if owner else model
+            module._parameters[leaf] = nn.Parameter(self.p(name).detach()[i], requires_grad=False)
+        return model.eval()
+
+    def copy_of(self, i: int) -> CharLM:
+        """Model ``i`` as an independent CharLM (its weights copied), in eval mode."""
+        with torch.device("meta"):
+            model = CharLM(self.specs[i])
+        model = model.to_empty(device=self.p("tok.weight").device)
+        model.load_state_dict({n: self.p(n).detach()[i].clone() for n in self.names})
+        return model.eval()
+
+    def decay_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        """(parameters weight decay applies to, the others): CharLM's matrices and embeddings (2-d
+        per model), not its biases and LayerNorms."""
+        decay = [p for p in self.weights.values() if p.dim() >= 3]
+        return decay, [p for p in self.weights.values() if p.dim() < 3]
+
+
+def clip_per_model(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Each model's gradients scaled as ``torch.nn.utils.clip_grad_norm_`` scales one model's (its
+    global norm over every parameter, the factor ``max_norm / (norm + 1e-6)`` capped at 1), for
+    stacked parameters ``[M, …]``; returns the norms ``[M]``."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
+    return norms

@@ -1,0 +1,155 @@
+"""Many models per step (headwatch.charlm.stack, headwatch.sweep.train.train_stack): a stack computes
+each model's forward pass and gradient, and training a stack equals training each model alone —
+in float64, the same seeds, every step's loss within 1e-9 of a plain loop over one CharLM
+written here apart from the trainer."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from headwatch.charlm.corpus import batch_offsets, build_corpus, eval_offsets
+from headwatch.charlm.model import CharLM
+from headwatch.charlm.spec import ModelSpec
+from headwatch.charlm.stack import StackedCharLM, clip_per_model, stack_key
+from headwatch.sweep.train import lr_at, train_stack
+
+TRAIN = dict(steps=6, batch=3, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, betas=[0.9, 0.99], grad_clip=0.5,
+             eval_every=1, eval_batches=2, checkpoint_every=100)
+V = 23
+
+
+@pytest.fixture
+def float64():
+    was = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(was)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    c = build_corpus(plays=["tragedies/macbeth"], target_chars=12_000)
+    return c.ids(), c.meta()
+
+
+def built(specs, seeds):
+    out = []
+    for spec, seed in zip(specs, seeds):
+        torch.manual_seed(seed)
+        out.append(CharLM(spec))
+    return out
+
+
+STACKS = {
+    "seeds": [ModelSpec(V, 16, 2, layers=2, context=8)] * 3,
+    "heads": [ModelSpec(V, 16, h, layers=2, context=8) for h in (1, 2, 4, 8)],
+    "kv": [ModelSpec(V, 16, 4, layers=2, context=8, kv_heads=2), ModelSpec(V, 16, 2, layers=2, context=8, kv_heads=1,
+                                                                            head_size=8)],
+    "rotary": [ModelSpec(V, 16, h, layers=2, context=8, rotary=True) for h in (1, 2, 4)],
+    "experts": [ModelSpec(V, 16, 2, layers=2, context=8, experts=4, top_k=k, expert_width=8) for k in (1, 2)],
+}
+
+
+@pytest.mark.parametrize("kind", list(STACKS))
+def test_a_stack_computes_each_models_logits_and_gradients(kind, float64):
+    specs = STACKS[kind]
+    models = built(specs, range(len(specs)))
+    stack = StackedCharLM(models)
+    idx = torch.randint(0, V, (len(specs), 3, 8), generator=torch.Generator().manual_seed(1))
+    out = stack(idx)
+    sum(F.cross_entropy(out[i].flatten(0, 1), idx[i].flatten()) for i in range(len(specs))).backward()
+    for i, model in enumerate(models):
+        alone = model(idx[i])
+        assert (out[i] - alone).abs().max() <= 1e-12
+        F.cross_entropy(alone.flatten(0, 1), idx[i].flatten()).backward()
+        for name, p in model.named_parameters():
+            assert (stack.p(name).grad[i] - p.grad).abs().max() <= 1e-12, name
+        assert torch.equal(stack.member(i)(idx[i]), stack.copy_of(i)(idx[i]))
+
+
+def test_models_whose_parameters_differ_in_shape_share_no_stack():
+    a, b = ModelSpec(V, 16, 2), ModelSpec(V, 32, 2)
+    assert stack_key(ModelSpec(V, 16, 1)) == stack_key(ModelSpec(V, 16, 8)) != stack_key(a := ModelSpec(V, 16, 2, kv_heads=1))
+    with pytest.raises(ValueError, match="differ in shape"):
+        StackedCharLM(built([a, b], [0, 1]))
+    with pytest.raises(ValueError, match="holds 2 models"):
+        StackedCharLM(built([a, a], [0, 1]))(torch.zeros(3, 1, 4, dtype=torch.long))
+
+
+def test_clipping_per_model_is_clip_grad_norm_of_each(float64):
+    models = built([ModelSpec(V, 16, 2, layers=1, context=8)] * 3, [0, 1, 2])
+    stack = StackedCharLM(models)
+    idx = torch.randint(0, V, (3, 2, 8), generator=torch.Generator().manual_seed(2))
+    out = stack(idx)
+    (out[0].sum() * 10 + out[1].sum() * 1e-4 + (out[2] ** 2).sum()).backward()      # one clipped, one not
+    norms = clip_per_model(list(stack.parameters()), 1.0)
+    for i, (model, scale) in enumerate(zip(models, (10, 1e-4, None))):
+        o = model(idx[i])
+        (o.sum() * scale if scale else (o ** 2).sum()).backward()
+        want = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        assert math.isclose(float(norms[i]), float(want), rel_tol=1e-12)
+        for name, p in model.named_parameters():
+            assert (stack.p(name).grad[i] - p.grad).abs().max() <= 1e-12
+    assert norms[0] > 1 > norms[1]
+
+
+def alone(ids, meta, model_cfg, seed, t):
+    """One model trained by a plain loop (CharLM, torch's AdamW and clip_grad_norm_): each step's
+    training loss and each step's validation loss, and the model."""
+    context, n_train = model_cfg["context"], meta["n_train"]
+    data = torch.as_tensor(ids.astype(np.int64))
+    train_ids, val_ids = data[:n_train], data[n_train:]
+    spec = ModelSpec.from_settings(meta["vocab_size"], model_cfg)
+    torch.manual_seed(seed)
+    model = CharLM(spec)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([dict(params=decay, weight_decay=t["weight_decay"]), dict(params=rest, weight_decay=0.0)],
+                            lr=t["lr"], betas=tuple(t["betas"]))
+    balance = model_cfg.get("balance", 0.0)
+    val = eval_offsets(len(val_ids), t["eval_batches"] * t["batch"], context)
+    cut = lambda d, offs: d[torch.as_tensor(offs)[:, None] + torch.arange(context + 1)]
+    train_losses, val_losses = [], []
+    for step in range(t["steps"]):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, t["lr"], t["min_lr"], t["warmup"], t["steps"])
+        w = cut(train_ids, batch_offsets(seed, step, n_train, t["batch"], context))
+        loss = F.cross_entropy(model(w[:, :-1]).flatten(0, 1), w[:, 1:].flatten())
+        opt.zero_grad()
+        (loss + balance * torch.stack(model.balance_losses).mean() if balance else loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
+        opt.step()
+        train_losses.append(loss.item())
+        with torch.no_grad():
+            v = cut(val_ids, val)
+            val_losses.append(F.cross_entropy(model(v[:, :-1]).flatten(0, 1), v[:, 1:].flatten()).item())
+    return train_losses, val_losses, model
+
+
+MEMBERS = {
+    "seeds and heads": [dict(model=dict(width=16, heads=h, layers=2, context=8), seed=s)
+                        for h in (1, 4) for s in (0, 1)],
+    "experts, balanced or not": [dict(model=dict(width=16, heads=2, layers=1, context=8, experts=4, top_k=2,
+                                                 balance=b), seed=s) for b, s in ((0.01, 0), (0.0, 1), (0.1, 2))],
+}
+
+
+@pytest.mark.parametrize("kind", list(MEMBERS))
+def test_training_a_stack_equals_training_each_model_alone(corpus, kind, float64):
+    ids, meta = corpus
+    members = MEMBERS[kind]
+    together = train_stack(ids, meta, members, TRAIN, full_eval=False)
+    assert len(together) == len(members)
+    for m, (model, metrics, info, _) in zip(members, together):
+        train_losses, val_losses, ref = alone(ids, meta, m["model"], m["seed"], TRAIN)
+        assert metrics["step"].tolist() == list(range(1, TRAIN["steps"] + 1))
+        assert np.abs(metrics["train_loss"].to_numpy() - train_losses).max() <= 1e-9
+        assert np.abs(metrics["val_loss"].to_numpy() - val_losses).max() <= 1e-9
+        for name, p in ref.named_parameters():
+            assert (dict(model.named_parameters())[name] - p).abs().max() <= 1e-9, name
+        assert info["stack"]["models"] == len(members)
+        assert train_losses[-1] < train_losses[0]
+    finals = [m[1]["val_loss"].iloc[-1] for m in together]
+    assert len(set(finals)) == len(finals)            # the members are different models
