@@ -155,14 +155,17 @@ gpu-check:
 	bash benchmarks/gpu/check.sh $(GPU_CHECK_ARGS)
 
 # Where PyPI is reachable: the wheels a bare GPU machine (Python 3.12, x86-64) lacks, into
-# benchmarks/gpu/wheels/ (git-ignored; copy it there with the repository). connection-pool
-# publishes no wheel, so its pure-Python one is built here first.
+# benchmarks/gpu/wheels/ (git-ignored; copy it there with the repository). Every pin is resolved
+# first (benchmarks/gpu/wheels.py: a wheel the machine takes, and the folder with the repository
+# under 60 MiB); connection-pool publishes no wheel, so its pure-Python one is built here; the
+# folder's size is checked again once downloaded.
 GPU_WHEELS := benchmarks/gpu/wheels
 gpu-wheels:
+	$(PYTHON) benchmarks/gpu/wheels.py
 	$(PYTHON) -m pip wheel --quiet --no-deps -w $(GPU_WHEELS) connection-pool==0.0.3
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
 	    --platform manylinux2014_x86_64 --find-links $(GPU_WHEELS) -d $(GPU_WHEELS) -r benchmarks/gpu/wheels.txt
-	@ls $(GPU_WHEELS)/*.whl | wc -l | xargs echo "wheels:"; du -sh $(GPU_WHEELS)
+	$(PYTHON) benchmarks/gpu/wheels.py --folder
 
 # Snakemake's own report of every figure (declared with report(...) in rules/*.smk),
 # the key tables and the explorer pages, for the outputs of the last run. Every run

@@ -105,14 +105,19 @@ def machine_lines(attempts: list[dict], name: str) -> list[str]:
 
 
 def job_times(root: Path, finals: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration: mean wall and CPU seconds of its training jobs (Snakemake's benchmark records)."""
+    """Per configuration: mean wall and CPU seconds of training one run, each run's share of its stack's
+    training job (Snakemake's benchmark record of the job over the runs its folder holds; a run a
+    stack took as it was, finished by an earlier job, counts as one of its runs)."""
     rows = []
     for r in finals.drop_duplicates(["trained_under", "shape", "seed"]).itertuples():
-        tsv = root / paths.benchmark("sweep_train", r.trained_under, r.shape, f"seed{r.seed}")
-        if tsv.exists():
-            t = pd.read_csv(tsv, sep="\t").iloc[-1]
-            rows.append(dict(shape=r.shape, trained_under=r.trained_under, job_wall_s=float(t["s"]),
-                             job_cpu_s=float(t["cpu_time"])))
+        for folder in sorted((root / paths.sweep_stack(r.trained_under, "x")).parent.glob(f"*/{r.shape}/seed{r.seed}")):
+            stack = folder.parent.parent
+            tsv = root / paths.benchmark("sweep_train", r.trained_under, stack.name)
+            if tsv.exists():
+                t = pd.read_csv(tsv, sep="\t").iloc[-1]
+                n = len(list(stack.glob("*/seed*")))
+                rows.append(dict(shape=r.shape, trained_under=r.trained_under, job_wall_s=float(t["s"]) / n,
+                                 job_cpu_s=float(t["cpu_time"]) / n))
     if not rows:
         return pd.DataFrame(columns=["shape", "trained_under", "job_wall_s", "job_cpu_s"])
     return pd.DataFrame(rows).groupby(["trained_under", "shape"], as_index=False).mean()
@@ -497,8 +502,8 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
                                                                    per_config["val_loss_std"])]
     per_config = per_config[["sweep", "shape", "width", "heads", "head_size", "params", "seeds", "steps",
                              "val_loss", "job_wall_s", "job_cpu_s"]].rename(
-        columns={"val_loss": "validation loss (mean ± std)", "job_wall_s": "wall s per job",
-                 "job_cpu_s": "CPU s per job"})
+        columns={"val_loss": "validation loss (mean ± std)", "job_wall_s": "wall s per run",
+                 "job_cpu_s": "CPU s per run"})
     contrast = pd.DataFrame([dict(quantity=q, estimate=c[k], **{f"{pct} low": c[f"{k}_lo"],
                                                                f"{pct} high": c[f"{k}_hi"]})
                              for q, k in (("spread (worst − best mean)", "spread"),

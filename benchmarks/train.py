@@ -81,7 +81,8 @@ sys.path.insert(0, str(ROOT))
 from headwatch.charlm.model import CharLM  # noqa: E402
 from headwatch.charlm.spec import ModelSpec  # noqa: E402
 from headwatch.settings.sweep import BootstrapSettings, CorpusSettings, TrainSettings  # noqa: E402
-from headwatch.sweep.train import bf16_supported, make_optimizer  # noqa: E402
+from headwatch.charlm.stack import StackedCharLM, clip_per_model  # noqa: E402
+from headwatch.sweep.train import bf16_supported, member_losses  # noqa: E402
 
 VOCAB = 65   # the size of the Shakespeare character vocabulary
 
@@ -129,32 +130,37 @@ def arm_options(arm: str) -> tuple[dict, float]:
 
 
 def make_step(args, variant: str, arm: str = "dense"):
-    """One full training step of the sweep's model (as headwatch.sweep.train runs it)."""
+    """One full training step of the sweep's model as headwatch.sweep.train runs it: ``--stack`` M
+    models (different seeds) stacked and trained in one step (StackedCharLM, each model's loss and
+    clipping, fused AdamW); M = 1 is one model."""
     device = torch.device(args.device)
     options, balance = arm_options(arm)
-    torch.manual_seed(0)
-    model = CharLM(ModelSpec(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
-                             **options)).to(device)
-    s = TrainSettings(steps=1, batch=args.batch, lr=1e-3, min_lr=1e-4, warmup=0, weight_decay=0.1,
-                      eval_every=1, eval_batches=1, checkpoint_every=1)
-    opt = make_optimizer(model, s, device)
+    models = []
+    for seed in range(args.stack):
+        torch.manual_seed(seed)
+        models.append(CharLM(ModelSpec(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
+                                       **options)))
+    stack = StackedCharLM(models).to(device)
+    decay, rest = stack.decay_groups()
+    opt = torch.optim.AdamW([dict(params=decay, weight_decay=0.1), dict(params=rest, weight_decay=0.0)], lr=1e-3,
+                            fused=True)
     if variant == "cudagraphs" and device.type != "cuda":
         raise RuntimeError("CUDA graphs need a CUDA device")
-    fwd = model if variant in ("eager", "bf16") else torch.compile(
-        model, mode="reduce-overhead" if variant == "cudagraphs" else None)
+    fwd = stack if variant in ("eager", "bf16") else torch.compile(
+        stack, mode="reduce-overhead" if variant == "cudagraphs" else None)
     amp = (torch.autocast(device.type, dtype=torch.bfloat16) if variant.startswith("bf16")
            else torch.autocast(device.type, enabled=False))
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, VOCAB, (args.batch, args.context), generator=g).to(device)
-    y = torch.randint(0, VOCAB, (args.batch, args.context), generator=g).to(device)
+    x = torch.randint(0, VOCAB, (args.stack, args.batch, args.context), generator=g).to(device)
+    y = torch.randint(0, VOCAB, (args.stack, args.batch, args.context), generator=g).to(device)
 
     def step():
         with amp:      # as headwatch.sweep.train: the logits in float32 for the loss
             logits = fwd(x)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        loss = member_losses(logits, y).sum()
         opt.zero_grad(set_to_none=True)
-        (loss + balance * torch.stack(model.balance_losses).mean() if balance else loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        (loss + balance * torch.stack(stack.balance_losses).mean(dim=0).sum() if balance else loss).backward()
+        clip_per_model(list(stack.parameters()), 1.0)
         opt.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -408,6 +414,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (matmul rate, timed steps)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--variants", default="eager,compile", help=f"from {','.join(VARIANTS)}")
+    ap.add_argument("--stack", type=int, default=1, help="models trained in one step, stacked (the sweep's stacks)")
     ap.add_argument("--json", help="write the figures here (as they come)")
     ap.add_argument("--arms", help="compare memory and time of these arms instead, e.g. dense,e8k2,e16k1")
     ap.add_argument("--device", default="cpu")
@@ -453,18 +460,19 @@ def main(argv=None):
         return
 
     f = flops_per_step(args.width, args.heads, args.layers, args.context, args.batch)
-    total = f["dense"] + f["attention"]
+    total = (f["dense"] + f["attention"]) * args.stack
     params = ModelSpec(VOCAB, args.width, args.heads, layers=args.layers,
                        context=args.context).param_counts()["total"]
     bf16 = bf16_supported(torch.device(args.device))
     print(f"model: width {args.width}, heads {args.heads}, layers {args.layers}, "
-          f"{params:,} parameters ({f['p_matmul']:,} in matmuls); batch {args.batch} x context "
-          f"{args.context} = {args.batch * args.context:,} tokens/step; torch {torch.__version__}, "
+          f"{params:,} parameters ({f['p_matmul']:,} in matmuls); {args.stack} model(s) a step, each batch "
+          f"{args.batch} x context {args.context} = {args.stack * args.batch * args.context:,} tokens/step; "
+          f"torch {torch.__version__}, "
           f"device {args.device}, {args.threads} thread(s); bfloat16 matmuls: "
           + ("yes" if bf16 else "NO (torch's reference kernels: the sweep trains bf16 runs in float32 here)"),
           flush=True)
     record = dict(device=args.device, torch=torch.__version__, width=args.width, heads=args.heads,
-                  layers=args.layers, batch=args.batch, context=args.context, params=params,
+                  layers=args.layers, batch=args.batch, context=args.context, params=params, stack=args.stack,
                   flops_per_step=total, variants={}, failed={}, matmul_rates=[], bf16_matmul_rates=[])
     # The bf16 yardstick, where the device multiplies bfloat16 (torch's reference loop elsewhere:
     # seconds per matmul, and no yardstick of the hardware).
@@ -477,7 +485,7 @@ def main(argv=None):
                 best = min(t)
                 rates = record["bf16_matmul_rates" if v.startswith("bf16") else "matmul_rates"]
                 record["variants"][v] = dict(best_s=best, median_s=sorted(t)[len(t) // 2], steps=len(t),
-                                             tokens_per_s=args.batch * args.context / best,
+                                             tokens_per_s=args.stack * args.batch * args.context / best,
                                              gflops=total / best / 1e9, warmup_s=warm[v],
                                              of_matmul=total / best / max(rates) if rates else None)
         if args.json:                   # whole or not at all: a reader never sees half a file
@@ -516,8 +524,8 @@ def main(argv=None):
     print(f"bfloat16 matmul rate: best {max(b16) / 1e9:.1f} GFLOP/s, median {sorted(b16)[len(b16) // 2] / 1e9:.1f} "
           f"({len(b16)} measurements; the bf16 variants' 'of matmul')" if b16 else
           "bfloat16 matmul rate: not measured (no bf16 variant, or no bfloat16 matmuls on this device)")
-    print(f"counted FLOPs/step: {total / 1e9:.2f} G = 6·P·tokens {f['dense'] / 1e9:.2f} G "
-          f"+ attention {f['attention'] / 1e9:.2f} G")
+    print(f"counted FLOPs/step: {total / 1e9:.2f} G = ({args.stack} model(s)) x (6·P·tokens {f['dense'] / 1e9:.2f} G "
+          f"+ attention {f['attention'] / 1e9:.2f} G)")
     print()
     print("\n".join(step_table(record)))
     if args.layout:

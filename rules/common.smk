@@ -24,9 +24,10 @@ wildcard_constraints:
     set="|".join(SETS),
 
 # The gpu resource, counted in shares (headwatch/workflow/gpu_shares.py): a job that runs a model
-# asks for a whole GPU (GPU_JOB shares), a training job for one share, so that
-# sweep.jobs_per_gpu training jobs run beside each other on one GPU.
-GPU_JOB, GPU_TRAIN_JOB = gpu_shares.share_gpus(workflow, config["sweep"]["jobs_per_gpu"])
+# asks for GPU_JOB shares, a training job for GPU_TRAIN_JOB, so that model_jobs_per_gpu model jobs,
+# or sweep.jobs_per_gpu training jobs, run beside each other on one GPU.
+GPU_JOB, GPU_TRAIN_JOB = gpu_shares.share_gpus(workflow, config["sweep"]["jobs_per_gpu"],
+                                               config["model_jobs_per_gpu"])
 
 
 def check_config(config):

@@ -144,11 +144,30 @@ def test_the_training_step_is_timed_on_the_sweeps_plain_model_and_printed_from_i
     assert record["batch"] == tiny_cfg["train"]["batch"]
     eager = record["variants"]["eager"]
     assert eager["steps"] == 2 and eager["best_s"] <= eager["median_s"]
-    assert eager["tokens_per_s"] == pytest.approx(record["batch"] * record["context"] / eager["best_s"])
+    paper = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
+    assert record["stack"] == tiny_cfg.get("stack", paper["stack"])      # a stack as the sweep trains them
+    assert eager["tokens_per_s"] == pytest.approx(record["stack"] * record["batch"] * record["context"]
+                                                  / eager["best_s"])
     lines = tiny["stdout"].split("== training step", 1)[1].splitlines()
     row = next(line.split() for line in lines if line.startswith("eager"))
     assert row[1] == f"{eager['best_s']:.4f}" and row[3] == f"{eager['tokens_per_s']:,.0f}"
     assert json.loads((tiny["out"] / "report.json").read_text())["training_step"]["variants"] == record["variants"]
+
+
+def test_a_check_of_the_bench_phase_alone_reports(tmp_path):
+    """Only the training step timed: no results folder exists, and the report still says what ran
+    (the first GPU run's report stopped with FileNotFoundError there)."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    env.pop("OUT", None)
+    result = subprocess.run(["bash", str(GPU / "check.sh"), "--cpu-tiny", "--workdir", str(tmp_path / "run"),
+                             "--out", str(tmp_path / "out"), "--cores", "2", "--phases", check.BENCH,
+                             "--time-limit", "600", "--no-install", "--set", "sweep.stack=2"], env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not (tmp_path / "run" / "results").exists()
+    assert "no guard record yet" in result.stdout and "== finished" in result.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["training_step"]["stack"] == 2 and report["guards"] == [] and report["jobs"] == 0
 
 
 def test_the_training_step_keeps_what_it_measured_when_cut_short(tmp_path):

@@ -24,9 +24,14 @@ def test_the_gpu_is_counted_in_shares():
     assert shares(2, 4) == (8, 4, 1)
     assert shares(4, 1) == (4, 1, 1)          # one model job per GPU, as without sharing
     assert shares(None, 3) == (None, 1, 1)    # no limit given (or a cluster's own): nothing to count
+    assert shares(1, 8, 4) == (8, 2, 1)       # eight training jobs, or four model jobs, or a mix
+    assert shares(1, 3, 2) == (6, 3, 2)       # the least common multiple: three training or two model jobs
+    assert shares(1, 1, 4) == (4, 1, 4)
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="sweep.jobs_per_gpu"):
             shares(1, bad)
+        with pytest.raises(ValueError, match="model_jobs_per_gpu"):
+            shares(1, 2, bad)
 
 
 def rounds(output: str) -> list[list[tuple[str, int]]]:
@@ -49,9 +54,10 @@ def rounds(output: str) -> list[list[tuple[str, int]]]:
 def touch(tmp_path_factory, tiny_model_dir):
     base = tiny_config(tiny_model_dir)
 
-    def run(jobs_per_gpu: int, *extra: str):
+    def run(jobs_per_gpu: int, *extra: str, model_jobs: int = 1):
         workdir = make_workdir(tmp_path_factory.mktemp(f"shares{jobs_per_gpu}"))
-        config = deep_merge(base, {"sweep": {"jobs_per_gpu": jobs_per_gpu, "stack": 1}})   # a job per run
+        config = deep_merge(base, {"sweep": {"jobs_per_gpu": jobs_per_gpu, "stack": 1},   # a job per run
+                                   "model_jobs_per_gpu": model_jobs})
         cmd = [sys.executable, "-m", "snakemake", *TARGETS, "--touch", "--verbose", "--cores", "8",
                "--configfile", str(write_config(workdir, config)), *extra, "--resources", "gpu=1"]
         result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=600,
@@ -83,3 +89,14 @@ def test_without_sharing_one_model_job_at_a_time(touch, jobs_per_gpu, extra):
     assert all(sum(gpu > 0 for _, gpu in r) <= 1 for r in picked)
     assert {gpu for r in picked for rule, gpu in r if rule in GPU_RULES} == {1}
     assert sum(rule == "sweep_train" for r in picked for rule, _ in r) > 1
+
+
+def test_model_jobs_share_the_gpu_when_asked(touch):
+    """model_jobs_per_gpu: 2 with sweep.jobs_per_gpu: 2 — two shares; two model jobs, or two training
+    jobs, run beside each other."""
+    text, picked = touch(2, model_jobs=2)
+    assert "Resources before job selection: {'gpu': 2," in text
+    asked = {rule: gpu for r in picked for rule, gpu in r if rule in GPU_RULES}
+    assert asked == {"attention_maps": 1, "scores_heads": 1, "sweep_train": 1}
+    assert all(sum(gpu for _, gpu in r) <= 2 for r in picked)
+    assert any(sum(gpu > 0 for _, gpu in r) == 2 for r in picked)             # two at once

