@@ -74,7 +74,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch.nn import functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
