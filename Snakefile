@@ -9,6 +9,7 @@ min_version("9.0")
 # A YAML error in config/config.yaml is named with its line and column here (Snakemake's
 # own message names neither; a --configfile is read before this file runs: docs/troubleshooting.md).
 from headwatch.config import check_keys, check_yaml
+from headwatch.workflow.outputs import keep_previous_outputs
 
 check_yaml("config/config.yaml")
 
@@ -40,6 +41,10 @@ include: "rules/figures.smk"
 include: "rules/report.smk"
 
 check_report_tables()  # every rule is read: a report table no rule makes is named before any job
+
+# A failed rerun loses nothing: each job's previous outputs are kept aside while it runs and put
+# back if it fails (headwatch/workflow/outputs.py).
+keep_previous_outputs(workflow)
 
 
 rule all:

@@ -45,24 +45,9 @@ def load_config(*overlays: str | Path, base: str | Path | None = None) -> dict:
     >>> cfg["patching"]["n"]
     8
     """
-    import yaml
-    from snakemake.utils import update_config, validate
+    from .config import load
 
-    from .config import check_keys, check_yaml
-
-    base = Path(base) if base is not None else ROOT / "config" / "config.yaml"
-    files = [base, *(Path(o) if Path(o).is_absolute() or Path(o).exists() else ROOT / o for o in overlays)]
-    config: dict = {}
-    for f in files:
-        if not f.exists():
-            raise FileNotFoundError(f"headwatch.load_config: {f} does not exist (the protocol's settings are "
-                                    "config/config.yaml of a headwatch checkout; pass base= where it lies elsewhere)")
-        check_yaml(str(f))
-        update_config(config, yaml.safe_load(f.read_text()) or {})
-    schema = str(base.parent / "schema.yaml")
-    check_keys(config, schema)
-    validate(config, schema)
-    return config
+    return load(*overlays, base=base)
 
 
 def load_model(source: str | Path | dict | object = BUNDLED, dtype: str | None = None, device: str = "auto"):
@@ -91,11 +76,51 @@ def load_model(source: str | Path | dict | object = BUNDLED, dtype: str | None =
 
 
 def _settings(cls, section: str, settings, overrides: dict, config: dict | None = None):
-    """The stage's settings: ``settings`` (a mapping or the object) or the protocol's section, with
-    ``overrides`` replacing single keys."""
-    value = settings if settings is not None else (config or load_config())[section]
-    s = cls.of(value)
-    return dataclasses.replace(s, **overrides) if overrides else s
+    """The stage's settings: ``settings`` (a mapping or the object; a rule passes its slice) or the
+    protocol's section, with ``overrides`` replacing single keys — checked, before any model pass, as
+    the workflow checks a config (:func:`headwatch.config.checked_section`: keys, finite numbers,
+    bounds, the schema, the stage's own checks), each error naming the argument as given."""
+    from .config import checked_section
+
+    given = None if settings is None else settings if isinstance(settings, dict) else _plain(dataclasses.asdict(settings))
+    given = None if given is None else _config_form(given)
+    return cls.of(checked_section(section, given, _config_form(overrides), _caller(), config))
+
+
+HEAD_LISTS = ("receivers", "senders")
+"""Settings that name heads: a notebook may give ``(layer, head)`` pairs, the config's form is
+``{layer: …, head: …}``."""
+
+
+def _config_form(values: dict) -> dict:
+    """``values`` as the config writes them: ``(layer, head)`` pairs of :data:`HEAD_LISTS` as mappings."""
+    out = dict(values)
+    for key in HEAD_LISTS:
+        if isinstance(out.get(key), (list, tuple)):
+            out[key] = [dict(layer=h[0], head=h[1]) if isinstance(h, (list, tuple)) and len(h) == 2 else h
+                        for h in out[key]]
+    return out
+
+
+def _plain(value):
+    """A settings object's fields as config values: tuples as lists, unset (None) fields left out."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _caller() -> str:
+    """``hw.<name>`` of the public function this call came through."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in __all__ and frame.f_globals.get("__name__") == __name__:
+            return f"hw.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return "headwatch"
 
 
 class Tables(dict):

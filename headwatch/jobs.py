@@ -157,17 +157,48 @@ def _stamp(fh, logger: str, message: str) -> None:
     fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {logger} {message}\n")
 
 
+_RUN: dict = {}
+
+
+def clear_outputs(outputs) -> None:
+    """Remove a job's outputs as it starts. Snakemake keeps them aside until the job ends
+    (:mod:`headwatch.workflow.outputs`: back if it fails), and leaves them in place meanwhile; removed
+    here, an output the job then fails to write is missing — Snakemake names it — never the
+    previous run's file standing as this run's."""
+    for out in outputs:
+        path = Path(str(out))
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def run_config() -> dict | None:
+    """The config of the Snakemake run this process is a job of (set by :func:`log_to`), else None:
+    what :func:`headwatch.config.checked_section` checks a public function's settings against
+    instead of the checkout's config/config.yaml — the run's overlays and ``raise_bounds`` included."""
+    return _RUN.get("config")
+
+
 @contextlib.contextmanager
 def log_to(path, threads: int | None = None):
     """Send stderr and ``logging`` (progress) to a rule's log file.
 
     ``threads`` (the rule's ``threads``) caps torch's intra-op threads, so that
-    jobs Snakemake runs side by side do not oversubscribe the cores.
+    jobs Snakemake runs side by side do not oversubscribe the cores. In a Snakemake script, the
+    run's config becomes the one the public functions check their settings against
+    (:func:`run_config`: its raised bounds too), and the job's previous outputs are removed
+    (:func:`clear_outputs`: Snakemake holds a copy until the job ends).
     An exception is written to the log with its traceback, the log is kept as
     ``<log>.attempt-<n>.log`` (:func:`keep_attempt_log`), and the exception is
     re-raised so the rule fails. The log always ends with the ``resources:`` line.
     """
     t0 = time.perf_counter()
+    job = getattr(sys.modules.get("__main__"), "snakemake", None)     # the object Snakemake gives a script
+    if job is not None and isinstance(getattr(job, "config", None), dict):
+        _RUN["config"] = job.config     # the public functions check their settings against the run's config
+    if job is not None:
+        clear_outputs(getattr(job, "output", []))
     if threads:
         import torch     # here: the table-only jobs (no threads) start without it (tests/test_workflow.py)
 

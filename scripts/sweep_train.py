@@ -21,6 +21,7 @@ from headwatch.settings.sweep import SweepSettings, TrainingJob
 from headwatch.sweep.train import finished_run, member_fingerprint, save_trained, train_stack
 from headwatch.tableio import write_parquet
 from headwatch.jobs import log_to
+from headwatch.workflow.outputs import fresh_folder
 
 with log_to(snakemake.log[0]) as log:
     sm = snakemake
@@ -42,8 +43,7 @@ with log_to(snakemake.log[0]) as log:
         lengths = token_lengths(load_vocab(vocab_dir)[0])
     else:
         (ids, meta), lengths = load_ids(sm.input.ids, sm.input.meta), None
-    out = Path(sm.output[0])
-    out.mkdir(parents=True, exist_ok=True)
+    out = fresh_folder(sm.output[0])      # its previous contents are kept aside by Snakemake until this job ends
     todo = []
     for shape, job in zip(shapes, jobs):
         own = Path(paths.sweep_run(sweep, shape, job.seed, "metrics.parquet")).parent

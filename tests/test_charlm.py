@@ -251,8 +251,11 @@ def test_configured_play_list_gives_about_1_1_million_characters():
 def test_any_text_file_can_be_the_corpus(tmp_path):
     text = tmp_path / "book.txt"
     text.write_text("".join(f"Paragraph {i}, caf\u00e9 \u2014 line.\nSecond line.\n\n" for i in range(100)))
-    c = build_corpus(source=str(text), target_chars=1500)
+    c = build_corpus(source="book.txt", target_chars=1500, workdir=tmp_path)       # inside the project
     assert c.text.startswith("Paragraph 0, cafe -- line.\nSecond line.\n\n") and c.text.endswith("\n\n")
     assert len(c.text) <= 1500 and c.text.isascii() and c.sources == [dict(name="book.txt", chars=len(c.text))]
-    with pytest.raises(FileNotFoundError, match="sweep.corpus.source"):
-        build_corpus(source=str(tmp_path / "missing.txt"))
+    assert build_corpus(source=str(text), target_chars=1500, outside=True).text == c.text    # allowed outside
+    with pytest.raises(ValueError, match="sweep.corpus.source = .*outside the project directory"):
+        build_corpus(source=str(text), target_chars=1500)
+    with pytest.raises(ValueError, match="sweep.corpus.source = 'missing.txt'.*cannot be read"):
+        build_corpus(source="missing.txt", workdir=tmp_path)

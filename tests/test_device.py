@@ -72,7 +72,7 @@ def _run_every_function(model_dir) -> dict[str, pd.DataFrame]:
     out["attribution"] = hw.attribution(m, prompts, top_k=3)
     out["path_patching"] = hw.path_patching(m, prompts, heads, patching=patching, receivers_top_k=1)
     out["edge_scores"] = edges = hw.edge_scores(m, prompts)
-    out["edge_faithfulness"] = hw.edge_faithfulness(m, prompts, edges, random_draws=2)
+    out["edge_faithfulness"] = hw.edge_faithfulness(m, prompts, edges, random_draws=5)
     out["guards_of"] = hw.guards_of(heads)
     out["load_config"] = pd.DataFrame([{"n": cfg["patching"]["n"]}])
     out["load_model"] = pd.DataFrame([{"device": str(next(m.model.parameters()).device)}])

@@ -432,8 +432,8 @@ def test_a_device_change_costs_nothing_and_a_failing_model_job_only_its_own_outp
     """`device: cuda` on this CPU machine is refused when the run starts, before any job (it
     once passed the checks, the job failed and Snakemake removed its finished outputs; 12 jobs
     reran after `auto` was set back, because the device was a param of every model rule).
-    Changing the device reruns nothing; a model job that fails on setup costs its own outputs
-    and nothing else."""
+    Changing the device reruns nothing; a model job that fails on setup costs nothing: its
+    previous outputs are put back (headwatch/workflow/outputs.py)."""
     from test_bad_inputs import snapshot
 
     workdir = tmp_path / "tree"
@@ -452,15 +452,18 @@ def test_a_device_change_costs_nothing_and_a_failing_model_job_only_its_own_outp
 
     weights = workdir / "results/models/tiny-llama/model.safetensors"
     good = weights.read_bytes()
+    scores = (workdir / SCORES_TARGET).read_bytes()
     weights.write_bytes(good[: len(good) // 2])                      # the model cannot be loaded
     failed = run("auto", SCORES_TARGET, "--forcerun", "scores_heads")
     assert failed.returncode != 0
+    assert "Restored previous version of results/tiny-llama/scores.parquet" in failed.stdout + failed.stderr
     after = snapshot(workdir)
     lost = {k for k in before if k not in after}
-    assert lost == {SCORES_TARGET}, lost
+    assert lost == set(), lost
+    assert (workdir / SCORES_TARGET).read_bytes() == scores                 # the same table, copied back
     changed = {k for k, v in after.items() if before.get(k) != v}
     assert all(k.startswith(("results/logs/scores_heads", "results/benchmarks/scores_heads", "results/run_config"))
-               or k == "results/models/tiny-llama/model.safetensors" for k in changed), changed
+               or k in ("results/models/tiny-llama/model.safetensors", SCORES_TARGET) for k in changed), changed
 
 
 def test_an_absurd_size_is_refused_before_any_job_and_costs_no_finished_output(scores_tree, tmp_path):
@@ -522,7 +525,8 @@ BROKEN = "models:\n  m: {source: x\nphrases:\n  a: 1\n"          # an unclosed f
 
 
 def test_a_yaml_error_names_the_file_line_and_column(tmp_path):
-    from headwatch.config import main, yaml_errors
+    from headwatch.config import yaml_errors
+    from headwatch.config.verdict import main
 
     path = tmp_path / "my.yaml"
     path.write_text(BROKEN)

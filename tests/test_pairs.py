@@ -237,7 +237,10 @@ def test_a_pairs_file_outside_the_project_or_not_a_file_is_refused(tmp_path):
     (project / "link.csv").symlink_to(elsewhere / "pairs.csv")
     with pytest.raises(PairsError, match="outside the project directory"):
         pairs_path("link.csv", project)
-    with pytest.raises(PairsError, match="suffix"):
+    (project / "passwd.csv").symlink_to("/etc/passwd")           # a name that looks right, leading elsewhere
+    with pytest.raises(PairsError, match="leads to /etc/passwd, outside the project directory"):
+        pairs_path("passwd.csv", project)
+    with pytest.raises(PairsError, match="must end in one of"):
         pairs_path("pairs.txt", project)
     os.mkfifo(project / "fifo.csv")
     with pytest.raises(PairsError, match="FIFO"):

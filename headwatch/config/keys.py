@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import sys
 from pathlib import Path
 
 import yaml
@@ -13,6 +12,7 @@ from jsonschema import Draft202012Validator
 
 from ..model.sources import ConfigError, key_errors
 from .bounds import bound_errors, resolve_ref
+from .values import finite_errors, relation_errors
 
 
 # ------------------------------------------------------------------ unknown keys
@@ -57,17 +57,23 @@ def load_schema(path) -> dict:
 
 
 def check_keys(config: dict, schema_path) -> None:
-    """Refuse keys the schema does not know, then names, text and devices that its described
-    definitions refuse (:func:`schema_errors`), model keys that are folders of results/
-    (:func:`headwatch.model.sources.key_errors`) and counts and sizes above their bounds
-    (:func:`headwatch.config.bounds.bound_errors`). Run before the schema itself, whose
+    """Refuse keys the schema does not know, then numbers that are not finite
+    (:func:`headwatch.config.values.finite_errors`), then names, text, seeds and devices that its
+    described definitions refuse (:func:`schema_errors`), model keys that are folders of results/
+    (:func:`headwatch.model.sources.key_errors`), counts and sizes above their bounds
+    (:func:`headwatch.config.bounds.bound_errors`) and keys that do not fit together
+    (:func:`headwatch.config.values.relation_errors`). Run before the schema itself, whose
     messages would not say in words which key was meant."""
     schema = load_schema(schema_path)
     errors = unknown_keys(config, schema)
     if errors:
         raise ConfigError("invalid config (a misspelled key would be silently ignored):\n  "
                           + "\n  ".join(errors))
-    errors = schema_errors(config, schema) + key_errors(config) + bound_errors(config, schema)
+    errors = finite_errors(config)            # before any comparison: NaN passes every one
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    errors = (schema_errors(config, schema) + key_errors(config) + bound_errors(config, schema)
+              + relation_errors(config))
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
 
@@ -138,12 +144,3 @@ def check_yaml(*paths) -> None:
     errors = [e for p in paths if Path(p).exists() for e in yaml_errors(p)]
     if errors:
         raise ConfigError("invalid config file:\n  " + "\n  ".join(errors))
-
-
-def main(argv=None) -> int:
-    """``python -m headwatch.config FILE...``: each config file's YAML errors with file, line and
-    column (what to run when Snakemake says only "Config file is not valid JSON or YAML")."""
-    errors = [e for p in (sys.argv[1:] if argv is None else argv) for e in yaml_errors(p)]
-    for e in errors:
-        print(e, file=sys.stderr)
-    return 1 if errors else 0

@@ -76,11 +76,66 @@ def model_estimates(config: dict, facts, workdir: str | Path = ".") -> list[dict
                                       "every layer's z and block input of the clean and the corrupted run)",
                         dict(weights=weights, activations=2 * n * length * L * (H * D + W) * F32,
                              logits=p["batch"] * V * F32)))
+    if config.get("edges"):
+        out += edge_estimates(config["edges"], shape, key, weights, n, length)
     layers = AnatomySettings.from_config(config["anatomy"]).need("kv_control").kv_control.layers
     control = model_params(dict(shape, layers=layers, kv_heads=H))
     out.append(estimate("anatomy.kv_control.layers", f"model {key}'s ungrouped control (kv_control.layers = {layers})",
                         dict(weights=control * F32)))
     return out
+
+
+def edge_graph_size(shape: dict) -> tuple[int, int]:
+    """(senders, receivers) of a model's edge graph (:mod:`headwatch.circuits.graph`): the embeddings,
+    every head and every feed-forward network send; every head's query, every key/value group's key
+    and value, every feed-forward network and the logits receive."""
+    L, H = shape["layers"], shape["heads"]
+    K = shape.get("kv_heads") or H
+    return 1 + L * (H + 1), L * (H + 2 * K + 1) + 1
+
+
+def edge_estimates(edges: dict, shape: dict, key: str, weights: int, prompts: int, length: int) -> list[dict]:
+    """The edge circuits' two kinds of pass (:mod:`headwatch.circuits.edges`): an attribution pass
+    holds every sender's output of the clean and the corrupted run and every receiver's gradient
+    for ``edges.score_batch`` prompts; a patched pass holds, for ``edges.batch`` circuit × prompt rows,
+    every sender's difference from the corrupted run and each row's edge weights."""
+    S, R = edge_graph_size(shape)
+    W, T = shape["width"], length
+    b = min(edges["score_batch"], edges.get("prompts") or prompts)
+    rows = edges["batch"]
+    return [estimate("edges.score_batch", f"model {key}'s edge attribution ({b} prompts of {T} tokens a pass, "
+                                          f"{S} senders, {R} receivers)",
+                     dict(weights=weights, **{"senders' outputs": 2 * S * b * T * W * F32,
+                                              "receivers' gradients": R * b * T * W * F32})),
+            estimate("edges.batch", f"model {key}'s patched circuits ({rows} circuit × prompt rows of {T} tokens a "
+                                    "pass)",
+                     dict(weights=weights, **{"senders' differences": rows * S * T * W * F32,
+                                              "edge weights": rows * S * R * F32}))]
+
+
+def induction_estimates(config: dict) -> list[dict]:
+    """The induction sweep's largest training job: every seed's model stacked (weights, gradients and
+    Adam's moments), a step's logits and block inputs, and an evaluation's attention maps."""
+    from ..settings.induction import LAYERS, InductionSettings, shapes
+
+    cfg = config.get("induction")
+    if not cfg:
+        return []
+    s = InductionSettings.from_config(cfg)
+    M, B, C, n = len(s.seeds), s.batch, s.context, s.eval_rows
+    V = max([t.vocab or t.states or 0 for t in s.tasks.values()] or [0])
+    best = None
+    for shape, width, heads in shapes(s):
+        if width > (1 << 20):      # past any bound: the bound's own error names it
+            continue
+        params = V * width * 2 + LAYERS * (4 * width * width + 2 * s.ffn_mult * width * width)
+        e = estimate("induction.seeds", f"training {shape} of the induction sweep ({M} seeds in one stack, batch "
+                                        f"{B} of {C} tokens; {n} evaluation rows)",
+                     {"weights, gradients and Adam's moments": 4 * M * params * F32,
+                      "logits and block inputs": M * B * C * (V + LAYERS * width * (4 + 2 * s.ffn_mult)) * F32,
+                      "attention maps": n * LAYERS * heads * C * C * F32})
+        best = e if best is None or e["bytes"] > best["bytes"] else best
+    return [best] if best else []
 
 
 def sweep_estimates(sweep_cfg: dict) -> list[dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..model.sources import CACHE_DIR, ConfigError, Located, fingerprint, locate, offline, source_errors
 from .checks import model_errors, run_checks
 from .devices import cuda_available, cuda_probe, needs_device
-from .keys import check_keys
+from .keys import check_keys, load_schema
 from .memory import memory_errors, read_meminfo
 
 CACHE_KEEP = 32              # verdicts kept (one per config × files × code)
@@ -144,3 +144,119 @@ class Verdict(list):
     def __init__(self, warnings, families: dict):
         super().__init__(warnings)
         self.families = dict(families)
+
+
+# ------------------------------------------------------------------ one config, read and checked
+ROOT = Path(__file__).resolve().parents[2]
+"""The checkout whose ``config/config.yaml`` is the protocol's configuration."""
+
+
+def load(*overlays, base=None) -> dict:
+    """The workflow's configuration: ``config/config.yaml`` (or ``base``) with ``overlays`` merged over
+    it key by key, as ``snakemake --configfile`` merges them, its keys, numbers and bounds checked
+    (:func:`headwatch.config.keys.check_keys`) and completed by ``config/schema.yaml``'s defaults —
+    what every rule reads. An overlay that is the base itself is read once."""
+    import yaml
+    from snakemake.utils import update_config, validate
+
+    from .keys import check_yaml
+
+    base = Path(base) if base is not None else ROOT / "config" / "config.yaml"
+    files = [base] + [f for f in (Path(o) if Path(o).is_absolute() or Path(o).exists() else ROOT / o
+                                  for o in overlays) if f.resolve() != base.resolve()]
+    config: dict = {}
+    for f in files:
+        if not f.exists():
+            raise ConfigError(f"{f} does not exist (the protocol's settings are config/config.yaml of a headwatch "
+                              "checkout; an overlay is a file of its own)")
+        check_yaml(str(f))
+        update_config(config, yaml.safe_load(f.read_text()) or {})
+    schema = base.parent / "schema.yaml"
+    check_keys(config, schema)
+    errors = schema_messages(config, load_schema(schema))
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    validate(config, str(schema))            # the schema's defaults filled in, as the Snakefile does
+    return config
+
+
+def schema_messages(config: dict, schema: dict) -> list[str]:
+    """Every error of the JSON schema's own validation, each as ``key: what is wrong`` (Snakemake's
+    message names the first only, and not its key)."""
+    from jsonschema import Draft202012Validator
+
+    out = []
+    for err in sorted(Draft202012Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
+        out.append(f"{where or 'top level'}: {err.message}")
+    return out
+
+
+def main(argv=None) -> int:
+    """``python -m headwatch.config [FILE...]``: the config that ``snakemake --configfile FILE...``
+    would run, read and checked as the workflow checks it before any job (config/config.yaml with
+    each file merged over it; YAML errors with file, line and column, unknown keys, numbers, bounds,
+    the schema, every stage's checks, the models' files, memory): the errors on stderr and exit status
+    1, or the warnings and 0."""
+    files = sys.argv[1:] if argv is None else argv
+    try:
+        config = load(*files)
+        check_config(config, workdir=ROOT)
+    except ConfigError as err:
+        print(str(err), file=sys.stderr)
+        return 1
+    print(f"headwatch: the config of {' + '.join(['config/config.yaml', *files])} passes every check before a job")
+    return 0
+
+
+def section_errors(config: dict, section: str) -> list[str]:
+    """Every check of one section of a whole config that needs no model: its keys, numbers and
+    bounds (:func:`headwatch.config.keys.check_keys`'s), the schema's, and the stage's own
+    (:func:`headwatch.settings.edges.edges_errors`, the induction sweep's, the relations). What a
+    public function's settings pass through before any model pass (:func:`checked_section`)."""
+    from ..settings.edges import edges_errors
+    from ..settings.induction import induction_errors
+    from .bounds import bound_errors
+    from .keys import schema_errors, unknown_keys
+    from .values import finite_errors, relation_errors
+
+    schema = load_schema(ROOT / "config" / "schema.yaml")
+    mine = lambda errors: [e for e in errors if e.split(":", 1)[0].split(".")[0].split("[")[0] == section]
+    errors = mine(unknown_keys(config, schema)) or mine(finite_errors(config))
+    if errors:
+        return errors
+    errors = mine(schema_errors(config, schema) + bound_errors(config, schema) + relation_errors(config)
+                  + schema_messages(config, schema))
+    if errors:
+        return errors
+    stage = {"edges": edges_errors, "induction": induction_errors}.get(section)
+    return mine(stage(config)) if stage else []
+
+
+def checked_section(section: str, given: dict | None, overrides: dict, function: str,
+                    config: dict | None = None) -> dict:
+    """A public function's settings of ``section``: the protocol's (``config``, default
+    :func:`load`), ``given`` (a mapping: a rule's slice, or the caller's) over them, each override
+    over those, every check of :func:`section_errors` run on the result. An error names the argument
+    as the caller gave it (``hw.edge_scores: score_batch=-1 (edges.score_batch): …``); returns the
+    section's mapping with ``given`` and the overrides in it (what the settings object is built from)."""
+    import copy
+
+    from ..jobs import run_config
+
+    config = copy.deepcopy(config if config is not None else run_config() or load())
+    given = dict(given or {})
+    section_cfg = {**(config.get(section) or {}), **given, **overrides}
+    config[section] = section_cfg
+    errors = section_errors(config, section)
+    if errors:
+        said = []
+        for e in errors:
+            key = e.split(":", 1)[0]
+            arg = next((k for k in overrides if key == f"{section}.{k}" or key.startswith((f"{section}.{k}.",
+                                                                                          f"{section}.{k}["))), None)
+            if arg is not None:                 # the caller's own words: the argument as given
+                e = f"{arg}={overrides[arg]!r} ({key}):{e.split(':', 1)[1]}"
+            said.append(e)
+        raise ConfigError(f"{function}: " + "; ".join(said))
+    return {**given, **overrides} if given else section_cfg

@@ -15,6 +15,9 @@ METHODS = ("eap", "eap-ig")
 """The edge attribution methods: EAP and EAP-IG (MIB's EAP-IG-inputs)."""
 MIB_FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 """The MIB benchmark's circuit sizes, as fractions of every edge."""
+MAX_CIRCUITS = 20_000
+"""Circuits of the faithfulness curves at most (sizes × (random draws + each method's two rankings + the
+node baseline's two)): each is a patched run of every prompt; 180 times the protocol's 110."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ def edges_errors(config: dict) -> list[str]:
         errors.append(f"edges.fractions: the last size must be 1 (every edge: the full model); got {f[-1]}")
     if len(set(e.methods or ())) != len(e.methods or ()):
         errors.append(f"edges.methods: {list(e.methods)} names a method twice")
+    circuits = len(f) * (2 * len(e.methods or ()) + 2 + (e.random_draws or 0))
+    if circuits > MAX_CIRCUITS:
+        errors.append(f"edges.fractions × edges.random_draws: {len(f)} sizes × ({e.random_draws} random draws + "
+                      f"{2 * len(e.methods or ()) + 2} ranked circuits) make {circuits:,} circuits, each run on every "
+                      f"prompt; at most {MAX_CIRCUITS:,} (the protocol's: {len(MIB_FRACTIONS) * 11})")
     n = (config.get("patching") or {}).get("n")
     if e.prompts is not None and n is not None and not (config.get("patching") or {}).get("pairs") and e.prompts > n:
         errors.append(f"edges.prompts: {e.prompts} is more than the {n} prompts activation patching makes "

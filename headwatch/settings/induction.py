@@ -114,6 +114,8 @@ TRAIN_KEYS = ("context", "ffn_mult", "steps", "batch", "lr", "min_lr", "warmup",
 
 LAYERS = 2
 """Every model of the induction sweep has two layers (a previous-token head, then an induction head)."""
+MAX_WIDTH = 8192
+"""The widest model a training job builds: config/schema.yaml's bound of a sweep grid entry's width."""
 
 
 def vocab_of(task: str, t: "TaskSettings") -> int:
@@ -211,6 +213,16 @@ def induction_errors(config: dict) -> list[str]:
         elif arm.width is not None:
             errors += [f"induction.arms.{name}.heads: {h} heads do not divide width {arm.width}"
                        for h in arm.heads if arm.width % h]
+        if (arm.width is None) != (arm.head_size is None):
+            for width, heads in arm.shapes():
+                size = arm.head_size if arm.head_size is not None else width // heads
+                if width > MAX_WIDTH:
+                    errors.append(f"induction.arms.{name}: {heads} heads of size {size} make a width of {width:,}, "
+                                  f"past the widest model a training job may build ({MAX_WIDTH:,}, as "
+                                  "sweep.sweeps.*.grid[].width)")
+                elif size % 2 and (arm.head_size is not None or not arm.width % heads):
+                    errors.append(f"induction.arms.{name}: {heads} heads of width {width} are of size {size}, "
+                                  "odd; rotary positions turn pairs of dimensions, so a head's size is even")
     known = {shape_of(w, h) for arm in s.arms.values() for w, h in arm.shapes()}
     errors += [f"induction.shapes[{i}] = {k!r}: not a shape of the arms ({sorted(known)})"
                for i, k in enumerate(s.shapes or ()) if k not in known]

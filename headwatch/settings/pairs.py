@@ -45,18 +45,15 @@ def pairs_path(value: str, workdir: str | Path = ".", outside: bool = False) -> 
     """The pairs file ``value`` (relative to the project directory ``workdir``), resolved; a
     :class:`PairsError` when it lies outside the project directory, unless ``value`` is absolute
     and ``outside`` (``patching.pairs_outside_project``) allows it."""
-    root = Path(workdir).resolve()
-    given = Path(value)
-    path = (given if given.is_absolute() else root / given).resolve()
-    if path.suffix.lower() not in FORMATS:
-        raise PairsError(f"patching.pairs = {value!r}: the file's suffix must be one of {sorted(FORMATS)} "
-                         "(CSV with a header line, or JSON Lines)")
-    if not path.is_relative_to(root):
-        if not (given.is_absolute() and outside):
-            raise PairsError(f"patching.pairs = {value!r} resolves to {path}, outside the project directory "
-                             f"{root}; copy the file into the project, or give its absolute path and set "
-                             "patching.pairs_outside_project: true")
-    return path
+    from ..model.sources.errors import ModelFileError
+    from ..model.sources.files import project_file
+
+    try:
+        return project_file(value, "patching.pairs", workdir, outside, "patching.pairs_outside_project",
+                            tuple(FORMATS))
+    except ModelFileError as err:
+        raise PairsError(f"{err} (CSV with a header line, or JSON Lines)" if "must end in" in str(err)
+                         else str(err)) from err
 
 
 def _rows_csv(text: str, name: str):
@@ -139,6 +136,9 @@ def pair_errors(rows: list[dict], tokenizer, name: str, model: str, context: int
                 ids[col] = single_token(tokenizer, r[col], f"{where}: {col}")
             except ValueError as err:
                 errors.append(f"{err} (model {model})")
+        if r["clean"] == r["corrupted"]:
+            errors.append(f"{where}: the clean and the corrupted prompt are the same text (model {model}); patching "
+                          "one run into the other changes nothing, and every score would divide by a gap of 0")
         if len(ids) == 2 and ids["answer"] == ids["distractor"]:
             errors.append(f"{where}: the answer and the distractor are the same token {r['answer']!r} (model {model}); "
                           "their logit difference would be 0")

