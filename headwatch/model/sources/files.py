@@ -63,27 +63,26 @@ def project_file(value: str, key: str, workdir, outside: bool = False, outside_k
                              f"file into the project, or {allow}")
     if suffixes is not None and given.suffix.lower() not in suffixes:
         raise ModelFileError(f"{key} = {value!r}: the file's name must end in one of {sorted(suffixes)}")
+    _require_regular(path, f"{key} = {value!r}: ")
+    return path
+
+
+def _require_regular(path: Path, said: str = "") -> None:
+    """ModelFileError (``said`` first) unless ``path`` (a symlink followed) is a regular file."""
     try:
         st = os.stat(path)
     except OSError as err:
-        raise ModelFileError(f"{key} = {value!r}: {path} cannot be read ({err.strerror or err})") from err
+        raise ModelFileError(f"{said}{path} cannot be read ({err.strerror or err})") from err
     if not stat.S_ISREG(st.st_mode):
-        raise ModelFileError(f"{key} = {value!r}: {path} is {_kind(st.st_mode)}, not a regular file; it is read as "
-                             "data, never from a pipe, a device or a folder")
-    return path
+        raise ModelFileError(f"{said}{path} is {_kind(st.st_mode)}, not a regular file; it is read as data, never "
+                             "from a pipe, a device or a folder")
 
 
 def open_regular(path) -> int:
     """A descriptor of ``path`` opened for reading, refused unless it is a regular file (a
     symlink is followed: the Hugging Face cache links to its blobs)."""
     path = Path(path)
-    try:
-        st = os.stat(path)
-    except OSError as err:
-        raise ModelFileError(f"{path} cannot be read ({err.strerror or err})") from err
-    if not stat.S_ISREG(st.st_mode):
-        raise ModelFileError(f"{path} is {_kind(st.st_mode)}, not a regular file; a model's files are "
-                             "read as data, never from a pipe or a device")
+    _require_regular(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as err:
