@@ -526,6 +526,16 @@ def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
     again = write_page(checkout, "--model", check.MODEL_KEY, "--gpu", str(tiny["out"]), "--out", str(page))
     assert again.returncode == 0, again.stderr[-3000:]
     assert model_part in page.read_text() and page.read_text().count(paper_tables.GPU_HEADING) == 1
+    # a check resumed by running it again: each run's folder, in order; the phases of each, one commit
+    report = json.loads((tiny["out"] / "report.json").read_text())
+    twice = write_page(checkout, "--model", check.MODEL_KEY, "--gpu", str(tiny["out"]), str(tiny["out"]),
+                       "--out", str(page))
+    assert twice.returncode == 0, twice.stderr[-3000:]
+    text = page.read_text()
+    assert "Run 1 of 2: at " in text and "Run 2 of 2: at " in text
+    for run in (1, 2):
+        for phase in report["steps"]["phases"]:
+            assert f"| {run} | {phase['phase']} | " in text
     fresh = write_page(checkout, "--gpu", str(tiny["out"]), "--out", str(tmp_path / "none.md"))
     assert fresh.returncode != 0 and "give --smollm2" in fresh.stderr
 
@@ -608,3 +618,19 @@ def test_the_patching_section_is_written_from_the_tables(tmp_path):
     assert "| 0 | -1 | −1 ␣to | 0.500 |" in text and "| 1 | -2 | −2 \\*x\\* | 0.875 |" in text
     assert "| L0H1 | 1 | -2 | −2 \\*x\\* | 0.625 |" in text
     assert f"results/{model}/patching/heads.parquet" in paper_tables.run_command(model).split()
+
+
+def test_the_report_keeps_every_figure_exact_and_names_its_commit(tiny):
+    """report.json holds a guard's figure as the record has it (pandas' to_json would keep 10 decimal
+    places: 7.8e-15 read 0, as if exact) and the tree the check ran (its commit, whether clean)."""
+    frame = pd.DataFrame(dict(max_abs_diff=[7.771561172376096e-15, float("nan")], cases=[37, 2],
+                              identical=[False, None]))
+    assert check.records(frame) == [dict(max_abs_diff=7.771561172376096e-15, cases=37, identical=False),
+                                    dict(max_abs_diff=None, cases=2, identical=None)]
+    report = json.loads((tiny["out"] / "report.json").read_text())
+    records = {(g["source"], g["guard"]): g["max_abs_diff"] for g in report["guards"]}
+    for g in check.guards(tiny["workdir"] / check.RESULTS):
+        assert records[(g["source"], g["guard"])] == g["max_abs_diff"]
+    tree = report["steps"]["tree"]
+    assert set(tree) == {"commit", "clean", "why"}
+    assert tree["commit"] is None or re.fullmatch(r"[0-9a-f]{40}", tree["commit"])

@@ -617,6 +617,33 @@ def guards(results: Path) -> list[dict]:
     return rows
 
 
+def tree_record(root: Path) -> dict:
+    """The commit of the tree this check runs (``commit``, or None where it is not a git checkout: a copy
+    without ``.git``) and whether its result inputs equal that commit (``clean``; None when unknown), as
+    :func:`headwatch.workflow.provenance.require_clean_tree` judges it: ``paper_tables.py`` names it."""
+    from headwatch.workflow.provenance import DirtyTreeError, NotACheckoutError, require_clean_tree
+
+    try:
+        return dict(commit=require_clean_tree(root), clean=True, why=None)
+    except NotACheckoutError as err:
+        return dict(commit=None, clean=None, why=str(err))
+    except DirtyTreeError as err:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+        return dict(commit=head.stdout.strip() or None, clean=False, why=str(err))
+
+
+def records(df) -> list[dict]:
+    """A table's rows as JSON-ready dicts, every float exact (``DataFrame.to_json`` keeps 10 decimal
+    places: a guard's 7.8e-15 would read 0, as if exact), missing values None."""
+    import pandas as pd
+
+    def plain(v):
+        if not isinstance(v, (list, tuple, dict, str)) and pd.isna(v):
+            return None
+        return v.item() if hasattr(v, "item") else v
+    return [{k: plain(v) for k, v in row.items()} for row in df.astype(object).to_dict(orient="records")]
+
+
 def table_text(df, floats: str = ".4g") -> str:
     return df.to_string(index=False, float_format=lambda v: format(v, floats), na_rep="-")
 
@@ -740,8 +767,8 @@ def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
     else:
         say("no guard record yet")
     return dict(jobs=len(jobs), jobs_on_cuda=n_cuda, jobs_this_run=n_this,
-                rules=json.loads(rules.to_json(orient="records")) if len(rules) else [],
-                guards=json.loads(g.to_json(orient="records")) if len(g) else [],
+                rules=records(rules) if len(rules) else [],
+                guards=records(g) if len(g) else [],
                 sweep_phase_wall_s=walls["sweep"], studies_phase_wall_s=walls["studies"],
                 training_step=json.loads((args.workdir / BENCH_RECORD).read_text())
                 if (args.workdir / BENCH_RECORD).exists() else None,
@@ -815,6 +842,9 @@ def main(argv=None) -> int:
             f"({elapsed() - t:.1f} s); versions {got['versions']}")
     steps["machine"] = machine(args)
     say(f"   machine: {steps['machine']}")
+    steps["tree"] = tree_record(ROOT)
+    say(f"   tree: commit {steps['tree']['commit'] or 'unknown'}, "
+        + {True: "clean", False: "with changes", None: "not a git checkout"}[steps["tree"]["clean"]])
 
     t = elapsed()
     model = build_model(args)

@@ -11,11 +11,14 @@ Two sources, each optional:
   model's targets); its record ``DIR/timing/paper-<model>.json`` names the commit that
   computed it, which the section names with that command. Without ``--smollm2`` that
   section of the page ``--out`` is kept as it is (it names the commit that made it).
-* ``--gpu DIR``: what the GPU check wrote under ``$OUT`` (benchmarks/gpu/README.md; its
-  ``report.json`` and the archive ``run.tar.gz`` of its tables, read here): the
-  GPU, every rule's wall time and peak GPU memory, the sweep's 24 models at 2000 steps
-  (loss per configuration, the contrast) and the studies' tables. Without it those
-  sections say they are not yet measured and how to measure them.
+* ``--gpu DIR [DIR …]``: what the GPU check wrote under ``$OUT`` (benchmarks/gpu/README.md; its
+  ``report.json`` and the archive ``run.tar.gz`` of its tables, read here) — for a check resumed by
+  running it again, each run's folder in the order they ran (the tables come from the last run's
+  archive, which holds the runs before it; the phases from each): the GPU, each run's commit (its
+  report names it; ``--gpu-commit`` for an older report that does not), its phases, every rule's
+  wall time and peak GPU memory, every guard's figures read again from the guard records, the
+  sweep's 24 models at 2000 steps (loss per configuration, the contrast) and the studies' tables.
+  Without it those sections say they are not yet measured and how to measure them.
 
     eval "$(.venv/bin/python benchmarks/gpu/paper_tables.py --run-command)"   # the SmolLM2 run, timed
     .venv/bin/python benchmarks/gpu/paper_tables.py --smollm2 results --gpu <check's $OUT> \\
@@ -54,7 +57,7 @@ from headwatch.tableio import read_note, read_parquet, read_record
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from check import ARCHIVE, guards, under, unpack_out  # noqa: E402  (the check's own reading of its records)
+from check import ARCHIVE, RESULTS, guards, under, unpack_out  # noqa: E402  (the check's own reading of its records)
 
 PYTHON = ".venv/bin/python"
 SCRIPT = "benchmarks/gpu/paper_tables.py"
@@ -69,6 +72,8 @@ NOT_MEASURED = ("**Not yet measured** (needs a GPU). On a machine with one: `mak
 
 
 def fmt(x, spec: str = ".4g") -> str:
+    if getattr(x, "ndim", None) == 0 and hasattr(x, "item"):     # a numpy scalar: its Python number
+        x = x.item()
     if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
         return "–"
     if isinstance(x, bool):
@@ -292,25 +297,58 @@ def patching_section(results: Path, model: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ the GPU check's output
-def gpu_sections(gpu: Path | None, paper: dict) -> list[str]:
+def gpu_sections(gpus: list[Path], paper: dict, commit: str | None = None) -> list[str]:
+    """The GPU sections from the output folders of one GPU check (``gpus``: its runs in the order they
+    ran, a resumed check's each; none: not yet measured). ``commit``: the commit the check ran at,
+    where its reports do not name it (an older check)."""
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:     # the archive, unpacked
-        return _gpu_sections(gpu, paper, Path(tmp))
+        return _gpu_sections(list(gpus or []), paper, Path(tmp), commit)
 
 
-def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
+def _reports(gpus: list[Path]) -> list[dict]:
+    for gpu in gpus:
+        missing = [f for f in ("report.json", ARCHIVE) if not (gpu / f).exists()]
+        if missing:
+            raise SystemExit(f"--gpu {gpu}: no {' or '.join(missing)} (what the GPU check writes under its --out)")
+    return [json.loads((gpu / "report.json").read_text()) for gpu in gpus]
+
+
+def check_runs(reports: list[dict], commit: str | None) -> tuple[list[str], pd.DataFrame]:
+    """(lines naming each run of the check, its commit and how it ended; one row per phase of each run)."""
+    lines, rows = [], []
+    for i, r in enumerate(reports, 1):
+        tree = r["steps"].get("tree") or {}
+        if tree.get("commit"):
+            at = f"commit `{tree['commit'][:7]}`" + (" (a clean tree)" if tree.get("clean")
+                                                     else " with uncommitted changes" if tree.get("clean") is False
+                                                     else "")
+        elif commit:
+            at = f"commit `{commit[:7]}` (given with --gpu-commit: this run's report does not name it)"
+        else:
+            at = "a commit its report does not name"
+        lines.append(f"Run {i} of {len(reports)}: at {at}; "
+                     f"{'stopped at its time limit' if r['stopped'] else 'finished'} after {fmt(r['wall_s'])} s"
+                     + (f"; failed: {', '.join(r['failed_rules'])}" if r.get("failed_rules") else "") + ".")
+        for ph in r["steps"].get("phases", []):
+            rows.append(dict(run=i, phase=ph["phase"], wall_s=None if ph.get("skipped") else ph.get("wall_s"),
+                             exit=ph.get("returncode"),
+                             ended=(f"not started ({ph['skipped']})" if ph.get("skipped")
+                                    else f"stopped ({ph['stopped']})" if ph.get("stopped") else "done")))
+    table = pd.DataFrame(rows, columns=["run", "phase", "wall_s", "exit", "ended"])
+    return lines, table.astype({"exit": "Int64", "wall_s": "float64"})
+
+
+def _gpu_sections(gpus: list[Path], paper: dict, tmp: Path, commit: str | None) -> list[str]:
     out = [GPU_HEADING, "",
            f"The head-count sweep's {paper['plain']} training runs ({paper['seeds']} seeds per configuration) at "
            f"{paper['steps']} steps of {paper['batch']} × {paper['context']} characters, and the studies' "
            f"{paper['studies']} more, on the Shakespeare corpus of config/config.yaml. Paper scale."]
-    report = json.loads((gpu / "report.json").read_text()) if gpu and (gpu / "report.json").exists() else None
-    run = None
-    if gpu and (gpu / ARCHIVE).exists():
-        run = unpack_out(gpu, tmp)
-    elif gpu:
-        raise SystemExit(f"--gpu {gpu}: no {ARCHIVE} (the GPU check's archive of its tables) in it")
+    reports = _reports(gpus)
+    # The last run's archive holds every table of the check so far: a rerun resumes in the same folder.
+    run = unpack_out(gpus[-1], tmp) if gpus else None
     summary, contrast = (run / paths.sweep_table(name) if run else None for name in ("summary", "contrast"))
     studies_dir = run / Path(paths.study_table("any")).parent if run else None
-    if report is None or not summary.exists():
+    if run is None or not summary.exists():
         out += ["", NOT_MEASURED]
     else:
         summ = read_parquet(summary)
@@ -329,32 +367,41 @@ def _gpu_sections(gpu: Path | None, paper: dict, tmp: Path) -> list[str]:
     for p in studies:
         out += [f"### {markdown(p.stem)}", md_table(read_parquet(p))]
     out += ["## GPU, timings and guards of the GPU check", ""]
-    if report is None:
+    if not reports:
         out += [NOT_MEASURED]
+        return out
+    report = reports[-1]
+    lines, phases = check_runs(reports, commit)
+    walls = {part: phases[(phases.phase.str.split("+").apply(lambda ps, p=part: p in ps)) & phases.wall_s.notna()]
+             for part in ("sweep", "studies")}
+    mach = report["steps"]["machine"]
+    out += [f"GPU: {markdown(mach.get('gpu'))} ({mach.get('gpu_memory_gib', '–')} GiB; nvidia-smi: "
+            f"{markdown(mach.get('nvidia_smi', '–'))}); torch {mach.get('torch')}, CUDA {mach.get('cuda_build')}, "
+            f"{mach.get('cores')} CPU cores. The studied model there is SmolLM2-shaped with random "
+            "weights: its timings are real, its scores are not.",
+            *lines,
+            md_table(phases, ".1f"),
+            f"Jobs on CUDA: {report['jobs_on_cuda']} of {report['jobs']}; wall time of the sweep phase "
+            f"(its training runs and summary) {fmt(walls['sweep'].wall_s.sum() if len(walls['sweep']) else None)} s, "
+            f"of the studies phase {fmt(walls['studies'].wall_s.sum() if len(walls['studies']) else None)} s"
+            + (" (over several runs)" if max(len(w) for w in walls.values()) > 1 else "") + ".",
+            md_table(pd.DataFrame(report["rules"]), ".1f"),
+            # every guard's figures read again from the records themselves (exact: a report's JSON may round)
+            md_table(pd.DataFrame(guards(run / RESULTS)), ".3g")]
+    step = next((r["training_step"] for r in reversed(reports)
+                 if r.get("training_step") and r["training_step"].get("variants")), None)
+    out += ["### One training step of the sweep's model: eager, torch.compile, CUDA graphs", ""]
+    if not step:
+        out += ["Not measured in that check (its `bench` phase did not run)."]
     else:
-        mach = report["steps"]["machine"]
-        out += [f"GPU: {markdown(mach.get('gpu'))} ({mach.get('gpu_memory_gib', '–')} GiB; nvidia-smi: "
-                f"{markdown(mach.get('nvidia_smi', '–'))}); torch {mach.get('torch')}, CUDA {mach.get('cuda_build')}, "
-                f"{mach.get('cores')} CPU cores. The studied model there is SmolLM2-shaped with random "
-                "weights: its timings are real, its scores are not.",
-                f"Jobs on CUDA: {report['jobs_on_cuda']} of {report['jobs']}; wall time of the sweep phase "
-                f"(its training runs and summary) {fmt(report['sweep_phase_wall_s'])} s, of the studies phase "
-                f"{fmt(report.get('studies_phase_wall_s'))} s; the check "
-                f"{'stopped at its time limit' if report['stopped'] else 'finished'} after {fmt(report['wall_s'])} s.",
-                md_table(pd.DataFrame(report["rules"]), ".1f"),
-                md_table(pd.DataFrame(report["guards"]), ".3g")]
-        step = report.get("training_step")
-        out += ["### One training step of the sweep's model: eager, torch.compile, CUDA graphs", ""]
-        if not step or not step.get("variants"):
-            out += ["Not measured in that check (its `bench` phase did not run)."]
-        else:
-            rate = max(step["matmul_rates"], default=float("nan"))
-            out += [f"Width {step['width']}, {step['heads']} heads, {step['layers']} layers ({step['params']:,} "
-                    f"parameters), batch {step['batch']} × context {step['context']}, float32; "
-                    f"`benchmarks/train.py` on {step['device']} (float32 matmul rate {fmt(rate / 1e9, '.0f')} "
-                    f"GFLOP/s){'' if step.get('finished') else '; cut short: what it measured'}.",
-                    md_table(pd.DataFrame([dict(variant=v, **x) for v, x in step["variants"].items()]), ".4g")]
-            out += [f"{v}: failed ({why})." for v, why in step.get("failed", {}).items()]
+        rate = max(step["matmul_rates"], default=float("nan"))
+        stacked = int(step.get("stack") or 1)
+        out += [f"Width {step['width']}, {step['heads']} heads, {step['layers']} layers ({step['params']:,} "
+                f"parameters), {stacked} model(s) stacked a step, each batch {step['batch']} × context "
+                f"{step['context']}; `benchmarks/train.py` on {step['device']} (float32 matmul rate "
+                f"{fmt(rate / 1e9, '.0f')} GFLOP/s){'' if step.get('finished') else '; cut short: what it measured'}.",
+                md_table(pd.DataFrame([dict(variant=v, **x) for v, x in step["variants"].items()]), ".4g")]
+        out += [f"{v}: failed ({why})." for v, why in step.get("failed", {}).items()]
     return out
 
 
@@ -364,7 +411,12 @@ def main(argv=None) -> None:
                     help="a results/ folder with the paper-scale SmolLM2 (default: keep that section of --out "
                          "as it is, e.g. to add a GPU check's output alone)")
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--gpu", type=Path, default=None, help="the GPU check's output folder ($OUT)")
+    ap.add_argument("--gpu", type=Path, nargs="+", default=[],
+                    help="the GPU check's output folder ($OUT); a check resumed by running it again: each run's, "
+                         "in the order they ran (the tables are read from the last)")
+    ap.add_argument("--gpu-commit", default=None,
+                    help="the commit the check ran at, where its reports do not name it (a check older than "
+                         "the tree record)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "paper-scale.md")
     ap.add_argument("--run-command", action="store_true",
                     help="print the command that computes the --model's results (timed, from a clean tree: "
@@ -397,7 +449,7 @@ def main(argv=None) -> None:
             "Everything else headwatch has published so far (`make quick`, config/quick.yaml) is CPU scale: "
             f"{qs['induction']} induction, {qs['eval']} eval and {qs['circuit']} "
             f"circuit sequences; sweeps of {qf['steps']} steps of {qf['batch']} × {qf['context']} characters."]
-    text = "\n\n".join(head + model_part + gpu_sections(args.gpu, pf)) + "\n"
+    text = "\n\n".join(head + model_part + gpu_sections(args.gpu, pf, args.gpu_commit)) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(re.sub(r"\n{3,}", "\n\n", text))
     print(f"wrote {args.out}")
