@@ -352,7 +352,12 @@ def _gpu_sections(gpus: list[Path], paper: dict, tmp: Path, commit: str | None) 
         out += ["", NOT_MEASURED]
     else:
         summ = read_parquet(summary)
-        out += ["### Validation loss per configuration (nats per character, mean ± std over seeds)",
+        notes = [read_note(m) for m in sorted(run.glob(f"{RESULTS}/sweep/*/*/seed*/metrics.parquet"))]
+        made = pd.DataFrame([dict(precision=n.get("precision"), device=n.get("device")) for n in notes])
+        made = made.value_counts(dropna=False).reset_index(name="runs") if len(made) else made
+        out += ["Each training run's metrics note names the precision it computed in and its device "
+                "(bf16: mixed precision, float32 weights and optimizer):", md_table(made),
+                "### Validation loss per configuration (nats per character, mean ± std over seeds)",
                 md_table(summ[["sweep", "shape", "width", "heads", "head_size", "params", "seeds", "steps",
                                "val_loss_mean", "val_loss_std"]], ".4f", val_loss_std=".2g"),
                 "### The contrast: head split against seed noise and against width",
