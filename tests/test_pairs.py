@@ -37,8 +37,8 @@ def _prompts(lengths=LENGTHS, per=2):
         corrupted = clean.clone()
         corrupted[[1, n - 3]] = random_ids(1, 2, seed=40 + i)[0]
         rows.append(dict(prompt=i, line=i + 2, clean_ids=clean.tolist(), corrupted_ids=corrupted.tolist(),
-                         tokens=[f"t{x}" for x in clean.tolist()], io_id=int(random_ids(1, 1, seed=70 + i)[0, 0]),
-                         s_id=int(random_ids(1, 1, seed=90 + i)[0, 0])))
+                         tokens=[f"t{x}" for x in clean.tolist()], answer_id=int(random_ids(1, 1, seed=70 + i)[0, 0]),
+                         distractor_id=int(random_ids(1, 1, seed=90 + i)[0, 0])))
     return pd.DataFrame(rows)
 
 
@@ -75,6 +75,21 @@ def test_the_padding_guard_fires_without_position_ids(monkeypatch):
         guards.padded_vs_alone(p, [0, 4], 1e-5)
     with pytest.raises(guards.GuardError, match="nothing is padded"):
         guards.padded_vs_alone(_patcher(tiny_model("gpt2"), _prompts((9,))), [0], 1e-5)
+
+
+def test_the_padding_bound_follows_the_logits_scale():
+    """Rounding grows with the logits: the bound is the tolerance times the largest |logit| (at least 1),
+    so a model whose logits are 10^4 times larger passes as the model itself does, and the record says
+    the scale it used; the missing position ids still fail by far more than that bound."""
+    model = tiny_model("gpt2")
+    p = _patcher(model)
+    plain = guards.padded_vs_alone(p, [0, 4], 1e-5)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1e4)
+    loud = guards.padded_vs_alone(_patcher(model), [0, 4], 1e-5)
+    assert loud["passed"] and loud["max_abs_logit"] > 1e3 * max(1.0, plain["max_abs_logit"])
+    assert loud["tolerance"] == pytest.approx(1e-5 * loud["max_abs_logit"]) and loud["rtol"] == 1e-5
+    assert loud["max_abs_diff"] > 1e-5 or loud["identical"]    # past an absolute bound unless it rounds alike
 
 
 def test_the_metric_is_each_prompts_last_token_and_a_patch_is_the_same_padded_or_alone():
@@ -160,7 +175,7 @@ def test_a_pairs_file_of_three_lengths_is_the_prompt_set(smollm2_tokenizer, tmp_
     assert len(table) == 3 and list(table.line) == ([2, 3, 4] if kind == "csv" else [1, 2, 3])
     assert len(set(table.clean_ids.map(len))) == 3 and (table.clean_ids.map(len) == table.corrupted_ids.map(len)).all()
     assert note["lengths"] == sorted(table.clean_ids.map(len)) and note["rows"] == 3
-    assert [smollm2_tokenizer.decode([i]) for i in table.io_id] == [" Mary", " Mary", " Sarah"]
+    assert [smollm2_tokenizer.decode([i]) for i in table.answer_id] == [" Mary", " Mary", " Sarah"]
     import hashlib
     assert note["pairs_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     mask = prompt_mask(table)
