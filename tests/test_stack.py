@@ -153,3 +153,45 @@ def test_training_a_stack_equals_training_each_model_alone(corpus, kind, float64
         assert train_losses[-1] < train_losses[0]
     finals = [m[1]["val_loss"].iloc[-1] for m in together]
     assert len(set(finals)) == len(finals)            # the members are different models
+
+
+def test_a_member_trained_on_in_a_smaller_stack_takes_its_own_steps(float64):
+    """Three models stacked, trained 4 steps; then two of them, in the other order, as their own stack
+    (StackedCharLM.subset, the optimizer's moments carried), 3 steps more: each ends as that model
+    trained alone for 7 steps (float64, every weight within 1e-9), and the stack dropped to one model
+    too; a member left out stops where it was."""
+    specs = [ModelSpec(V, 16, h, layers=2, context=8, rotary=True) for h in (1, 2, 4)]
+    seeds = [5, 6, 7]
+    g = torch.Generator().manual_seed(0)
+    batches = torch.randint(0, V, (7, 3, 2, 9), generator=g)          # [step, model, batch, T + 1]
+
+    def step(model, opt, ids):
+        opt.zero_grad(set_to_none=True)
+        logits = model(ids[..., :-1])
+        F.cross_entropy(logits.reshape(-1, V), ids[..., 1:].reshape(-1), reduction="none") \
+            .view(ids.shape[0], -1).mean(dim=1).sum().backward() if logits.dim() == 4 else \
+            F.cross_entropy(logits.reshape(-1, V), ids[..., 1:].reshape(-1)).backward()
+        opt.step()
+
+    stack = StackedCharLM(built(specs, seeds))
+    opt = torch.optim.AdamW(stack.parameters(), lr=1e-2, weight_decay=0.1)
+    for k in range(4):
+        step(stack, opt, batches[k])
+    before = stack.copy_of(1)
+    keep = [2, 0]
+    small, opt_small = stack.subset(keep, opt)
+    for k in range(4, 7):
+        step(small, opt_small, batches[k, keep])
+    one, opt_one = small.subset([1], opt_small)                    # model 0, alone in a stack of one
+    for i, member in enumerate(keep):
+        ref = built([specs[member]], [seeds[member]])[0]
+        ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
+        for k in range(7):
+            step(ref, ref_opt, batches[k, member])
+        got = small.copy_of(i)
+        for name, p in ref.named_parameters():
+            assert (dict(got.named_parameters())[name] - p).abs().max() <= 1e-9, (member, name)
+    assert all(torch.equal(a, b) for a, b in zip(one.copy_of(0).parameters(), small.copy_of(1).parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(stack.copy_of(1).parameters(), before.parameters()))
+    with pytest.raises(ValueError, match="members"):
+        stack.subset([3])

@@ -200,6 +200,49 @@ class StackedCharLM(nn.Module):
         model.load_state_dict({n: self.p(n).detach()[i].clone() for n in self.names})
         return model.eval()
 
+    def subset(self, keep: list[int], opt: torch.optim.Optimizer | None = None):
+        """The stack of the members ``keep`` (indices, in that order), their weights as they are now; with
+        ``opt`` (an optimizer over this stack's parameters, whose per-parameter state holds tensors with
+        the model axis first, as AdamW's moments), also a copy of it over the new stack's parameters,
+        each member's state carried over: ``(stack, optimizer)``. A member trained on in the smaller
+        stack takes the steps it would take in the larger one (or alone): its parameters, gradients
+        and optimizer state never mix with another's. The training of a sweep whose runs stop at
+        different steps drops the finished ones this way."""
+        keep = [int(i) for i in keep]
+        if not keep or not all(0 <= i < self.M for i in keep):
+            raise ValueError(f"subset: members {keep} of a stack of {self.M}")
+        index = torch.tensor(keep, device=self.p("tok.weight").device)
+        new = StackedCharLM.__new__(StackedCharLM)
+        nn.Module.__init__(new)
+        new.specs, new.names = [self.specs[i] for i in keep], list(self.names)
+        new.weights = nn.ParameterDict(OrderedDict(
+            (k, nn.Parameter(v.detach().index_select(0, index).clone(), requires_grad=v.requires_grad))
+            for k, v in self.weights.items()))
+        new.M, new.V, new.D, new.L, new.T, new.experts = len(keep), self.V, self.D, self.L, self.T, self.experts
+        groups: dict[tuple, list[int]] = {}
+        for i, s in enumerate(new.specs):
+            groups.setdefault((s.heads, s.kv_groups, s.head_dim, s.rotary_dims), []).append(i)
+        new.groups, new.balance_losses, new.expert_counts, new._tables = list(groups.items()), [], None, dict(self._tables)
+        new.train(self.training)
+        if opt is None:
+            return new, None
+        old_of = {id(p): k for k, p in self.weights.items()}
+        new_of = {k: p for k, p in new.weights.items()}
+        groups_new = []
+        for g in opt.param_groups:
+            groups_new.append(dict({k: v for k, v in g.items() if k != "params"},
+                                   params=[new_of[old_of[id(p)]] for p in g["params"]]))
+        opt_new = type(opt)(groups_new)     # every group carries its own settings (lr, betas, fused …)
+        for g_old, g_new in zip(opt.param_groups, opt_new.param_groups):
+            for p_old, p_new in zip(g_old["params"], g_new["params"]):
+                state = opt.state.get(p_old)
+                if state:
+                    opt_new.state[p_new] = {k: (v.index_select(0, index).clone()
+                                                if torch.is_tensor(v) and v.dim() and v.shape[0] == self.M else
+                                                v.clone() if torch.is_tensor(v) else v)
+                                            for k, v in state.items()}
+        return new, opt_new
+
     def decay_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
         """(parameters weight decay applies to, the others): CharLM's matrices and embeddings (2-d
         per model), not its biases and LayerNorms."""
