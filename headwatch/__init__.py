@@ -1,9 +1,9 @@
 """headwatch: open up the attention heads of a causal language model.
 
-Measure what every head does, cut heads against a random control that could annul the claim,
-patch activations and paths between heads on prompt pairs of your own — from a notebook with
-the functions below, or for a whole model with the Snakemake workflow (README.md), which calls
-the same functions::
+Measure what every head does, cut heads beside randomly chosen ones for comparison, patch
+activations and paths between heads on prompt pairs of your own — from a notebook with the
+functions below, or for a whole model with the Snakemake workflow (README.md), which calls the
+same functions::
 
     import headwatch as hw
 
@@ -12,10 +12,12 @@ the same functions::
     cuts = hw.cut_heads(m, scores)               # top induction heads cut, beside random heads
     prompts = hw.prompt_pairs(m, pairs)          # your clean/corrupted pairs (a DataFrame or a file)
     heads = hw.patch_heads(m, prompts)           # every head patched clean -> corrupted
+    hw.plot_heads(heads)                         # a matplotlib Figure (hw.plot_scores, plot_cuts, ...)
     paths = hw.path_patching(m, prompts, heads)  # head -> head paths into the top heads
     edges = hw.edge_scores(m, prompts)           # every edge of the graph: EAP, EAP-IG
     curves = hw.edge_faithfulness(m, prompts, edges)   # circuits of MIB's sizes, how faithful
-    hw.guards_of(heads)                          # the guards the numbers passed
+    hw.guards_of(heads)                          # the checks the numbers passed
+    mine = hw.sequences(m, ["your own text"])    # your text as the tables the scores read
 
 Every function returns a pandas DataFrame with the columns of the workflow's table of the same
 name (docs/api.md); notes, guard records and companion tables ride on its ``attrs``.
@@ -49,9 +51,10 @@ use (the Snakefile imports this package on every parse).
 """
 __version__ = "0.1.0"
 
-__all__ = ["load_config", "load_model", "token_set", "attention_maps", "head_scores", "cut_heads", "cut_circuit",
-           "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups", "attribution",
-           "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads"]
+__all__ = ["load_config", "load_model", "token_set", "sequences", "attention_maps", "head_scores", "cut_heads",
+           "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
+           "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
+           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "set_progress", "GuardError"]
 
 
 def __getattr__(name: str):

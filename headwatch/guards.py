@@ -48,7 +48,14 @@ __all__ = ["GuardError", "Compared", "compare", "GuardRecords", "batched_vs_loop
 
 
 class GuardError(InterventionError):
-    """A guard failed: the measurement is not what it claims to be; the rule stops."""
+    """What a failed guard raises: two ways of computing one result disagreed, so the result is not
+    what it claims to be, and no table is returned (a workflow rule stops).
+
+    >>> try:
+    ...     heads = hw.patch_heads(m, prompts)
+    ... except hw.GuardError as err:
+    ...     print(err)
+    """
 
 
 Compared = torch.Tensor | Sequence[torch.Tensor]

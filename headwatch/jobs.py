@@ -1,4 +1,5 @@
-"""Glue between Snakemake scripts and the library: logging to the rule's log, the workflow's files.
+"""Glue between Snakemake scripts and the library: logging to the rule's log, the workflow's files,
+and the progress a long computation shows (:func:`progress`).
 
 Every script runs its work inside :func:`log_to`, which
 
@@ -158,6 +159,72 @@ def _stamp(fh, logger: str, message: str) -> None:
 
 
 _RUN: dict = {}
+_PROGRESS = {"on": os.environ.get("HEADWATCH_PROGRESS", "1") != "0"}
+
+
+def set_progress(on: bool) -> None:
+    """Show progress bars (``True``, the default) or not — the one switch for every long call
+    (``patch_heads``, ``cut_heads``, ``path_patching``, ``edge_attribution``, ``head_scores`` …);
+    ``HEADWATCH_PROGRESS=0`` in the environment starts with them off. A workflow job never shows
+    bars: it logs its progress.
+
+    >>> import headwatch as hw
+    >>> hw.set_progress(False)     # quiet, e.g. for a notebook that is executed as a test
+    >>> hw.set_progress(True)
+    """
+    _PROGRESS["on"] = bool(on)
+
+
+def progress(iterable=None, total: int | None = None, desc: str = "", unit: str = "it"):
+    """``iterable`` with a progress bar (``tqdm.auto``: a widget in a notebook, a line in a terminal)
+    when progress is on (:func:`set_progress`) and this is not a workflow job (a job logs lines
+    instead: its log is a file); else ``iterable`` itself. Short passes show no bar (``mininterval``:
+    the first after a second)."""
+    if not _PROGRESS["on"] or "config" in _RUN:
+        return iterable if iterable is not None else _Quiet()
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit=unit, mininterval=1.0, delay=2.0, leave=False)
+
+
+@contextlib.contextmanager
+def library_progress():
+    """transformers' own progress bars (loading weights, converting a GGUF) follow :func:`set_progress`
+    while inside: off while progress is off or in a workflow job, as they were after."""
+    if _PROGRESS["on"] and "config" not in _RUN:
+        yield
+        return
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf     # its GGUF converter calls tqdm itself
+    from transformers.utils import logging as hf_logging
+
+    was, bar = hf_logging.is_progress_bar_enabled(), gguf.tqdm
+    hf_logging.disable_progress_bar()
+    gguf.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf.tqdm = bar
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+class _Quiet:
+    """What :func:`progress` gives without an iterable when progress is off: ``update`` and ``close``
+    that do nothing (and a context manager)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
 
 
 def clear_outputs(outputs) -> None:

@@ -14,7 +14,8 @@ def top_rows(table, column: str, n: int):
 
 
 def top_heads(table, column: str, n: int) -> list[tuple[int, int]]:
-    """The heads of :func:`top_rows` as plain ``(layer, head)`` ints.
+    """The ``n`` heads with the highest ``column`` in ``table`` (ties: lower layer, then lower head
+    first), as ``(layer, head)`` pairs.
 
     >>> hw.top_heads(scores, "induction", 3)        # SmolLM2-135M at the protocol's sizes
     [(18, 6), (17, 3), (17, 4)]

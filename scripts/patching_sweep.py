@@ -13,7 +13,8 @@ settings = PatchingSettings.from_config(p.patching)   # the rule's slice of patc
 device = snakemake.config["device"]   # not a param: where a job runs (rules/common.smk)
 with log_to(snakemake.log[0], snakemake.threads):
     m = hw.load_model(Path(i.model).parent, p.dtype, device)
-    heads = hw.patch_heads(m, read_parquet(i.prompts), read_parquet(i.phrases), settings)
+    heads = hw.patch_heads(m, read_parquet(i.prompts), settings, resid=True, positions=True,
+                           phrases=read_parquet(i.phrases))
     note = dict(heads.attrs["note"], **source_note(read_note(i.prompts)))   # the templates, or the pairs file and its SHA-256
     write_record(heads.attrs["guards"], o.guards)
     write_parquet(heads, o.heads, note=note)

@@ -531,7 +531,7 @@ def test_a_figures_axis_shows_a_reordering_token_as_its_escape():
     from headwatch.patching.prompts import position_labels
 
     prompts = pd.DataFrame({"tokens": [["A", " x\u202e"], ["A", " y\u200b"]], "clean_ids": [[1, 2], [1, 3]],
-                            "corrupted_ids": [[1, 2], [1, 3]], "io_id": [9, 9], "s_id": [8, 8]})
+                            "corrupted_ids": [[1, 2], [1, 3]], "answer_id": [9, 9], "distractor_id": [8, 8]})
     labels = position_labels(prompts)
     assert labels == ["A", "␣x\\u202e/␣y\\u200b"], labels
 

@@ -156,10 +156,10 @@ def test_prompts_are_abba_and_baba_with_a_corrupted_abc_twin(smollm2_tokenizer):
         assert (a, b, c) == ((r.io, r.s, r.s) if r.order == "ABBA" else (r.s, r.io, r.s))
         assert len(set(r.corrupted_names)) == 3 and not {r.io, r.s} & set(r.corrupted_names)
         assert len(r.clean_ids) == len(r.corrupted_ids) == note["length"]
-        assert [r.io_id] == tok(" " + r.io, add_special_tokens=False).input_ids
+        assert [r.answer_id] == tok(" " + r.io, add_special_tokens=False).input_ids
         at = note["slot_positions"]
-        assert [r.clean_ids[at[k]] for k in "ABC"] == [r.io_id, r.s_id, r.s_id] if r.order == "ABBA" else \
-            [r.s_id, r.io_id, r.s_id]
+        assert [r.clean_ids[at[k]] for k in "ABC"] == [r.answer_id, r.distractor_id, r.distractor_id] if r.order == "ABBA" else \
+            [r.distractor_id, r.answer_id, r.distractor_id]
         assert tok.decode(list(r.clean_ids)) == r.clean_text
     labels = position_labels(table)
     assert [labels[note["slot_positions"][k]] for k in "ABC"] == ["{A}", "{B}", "{C}"]

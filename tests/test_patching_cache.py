@@ -110,7 +110,7 @@ def test_the_rule_patches_the_top_heads_at_every_position():
     a = Adapter(model)
     clean, corrupted, io, s = patching_prompts(n=4)
     prompts = pd.DataFrame(dict(clean_ids=list(clean.numpy()), corrupted_ids=list(corrupted.numpy()),
-                                io_id=io.numpy(), s_id=s.numpy(), tokens=[[f"t{i}" for i in range(10)]] * 4))
+                                answer_id=io.numpy(), distractor_id=s.numpy(), tokens=[[f"t{i}" for i in range(10)]] * 4))
     heads = pd.DataFrame([(l, h) for l, h in a.heads()], columns=["layer", "head"])
     heads["score"] = [0.1 * ((7 * i) % 12) for i in range(12)]
     heads["score_rank"] = heads["score"].rank(ascending=False, method="min").astype(int)

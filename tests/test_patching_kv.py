@@ -127,7 +127,7 @@ def test_the_rule_writes_one_row_per_layer_group_and_site():
     model = tiny_model("olmo2")
     clean, corrupted, io, s = patching_prompts(n=6)
     prompts = pd.DataFrame(dict(clean_ids=list(clean.numpy()), corrupted_ids=list(corrupted.numpy()),
-                                io_id=io.numpy(), s_id=s.numpy()))
+                                answer_id=io.numpy(), distractor_id=s.numpy()))
     settings = PatchingSettings(batch=16, tolerance=1e-5, guard_prompts=2, kv_prompts=4)
     table, note, record = run_kv_patching(model, Adapter(model), prompts, settings)
     assert len(table) == 3 * 2 * 2 and note["prompts"] == 4 and note["group_size"] == 2

@@ -120,7 +120,7 @@ def test_a_dataframe_of_pairs_gives_the_prompts_a_pairs_file_gives(tiny_model_di
     assert from_file.attrs["note"]["pairs_sha256"] and "pairs_sha256" not in from_frame.attrs["note"]
     with pytest.raises(ValueError, match="lacks the column"):
         hw.prompt_pairs(m, pairs.drop(columns="distractor"))
-    with pytest.raises(ValueError, match="row 2: answer is ''"):
+    with pytest.raises(ValueError, match=r"hw.prompt_pairs: pairs, row 1, column 'answer': '' is not a non-empty text"):
         hw.prompt_pairs(m, pairs.assign(answer=[" Mary", ""]))
 
 
@@ -144,11 +144,14 @@ def test_the_api_gives_the_rules_tables(tiny_model_dir):
     pd.testing.assert_frame_equal(scores, want)
     settings = dict(cfg["patching"], n=4, guard_prompts=2, top_k=2)
     prompts = hw.prompt_pairs(m, settings=settings)
-    heads = hw.patch_heads(m, prompts, hw.token_set(m, "phrases", cfg), settings)
+    heads = hw.patch_heads(m, prompts, settings, resid=True, positions=True, phrases=hw.token_set(m, "phrases", cfg))
     table, resid, positions, _, guards = run_patching(m.model, m.adapter, prompts, hw.token_set(m, "phrases", cfg),
                                                       PatchingSettings.from_config(settings))
     pd.testing.assert_frame_equal(heads, table)
     pd.testing.assert_frame_equal(heads.attrs["tables"]["resid"], resid)
+    alone = hw.patch_heads(m, prompts, settings)           # heads only, what a notebook asks for first
+    pd.testing.assert_frame_equal(alone, table)
+    assert "tables" not in alone.attrs and "names_phrase" not in alone.attrs["note"]
     record = hw.guards_of(heads)
     assert list(record.guard) == [g["guard"] for g in guard_records(guards)] and record.passed.all()
     with pytest.raises(ValueError, match="carries no guard record"):

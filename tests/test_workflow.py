@@ -200,7 +200,7 @@ def test_the_explorer_shows_the_patching_panel(run, browser):  # noqa: F811 -- t
     assert readout.text.startswith("L1 H2: score ")
     assert len(browser.find_elements(by, "#patching-resid .patch-cell")) == 3 * len(labels)
     assert [t.get_attribute("textContent") for t in browser.find_elements(by, "#patching-resid .tok")] == labels
-    assert "prompts; logit difference IO − S: clean" in browser.find_element(by, "#patching-line").text
+    assert "prompts; logit difference answer − distractor: clean" in browser.find_element(by, "#patching-line").text
     kv = browser.find_elements(by, "#patching-kv-data tbody tr")         # the top 10 of 12 key/value groups
     assert len(kv) == 10 and kv[0].find_elements(by, "td")[3].text.startswith("L")
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], json.dumps(browser.get_log("browser"))

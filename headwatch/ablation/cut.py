@@ -37,6 +37,7 @@ import torch
 
 from ..model.arch import Adapter, Head, HeadAddressError
 from ..model.interventions import Edit, capture, full_logits, intervene, replace, skip, zero, zeroed_weights
+from ..jobs import progress
 
 log = logging.getLogger("headwatch.ablation.cut")
 
@@ -298,7 +299,8 @@ class BatchedCuts:
         masks_dev, seq_dev, order_dev = (t.to(self.device) for t in (masks, seq_index, order))
         parts = []
         keep = self.positions if self.positions is not None else 0
-        for i, j in plan_chunks(earliest[order].tolist(), L, self.batch, self.overhead):
+        for i, j in progress(plan_chunks(earliest[order].tolist(), L, self.batch, self.overhead), desc="cuts",
+                             unit="pass"):
             rows = order[i:j]
             start = int(earliest[rows].min())
             sidx = seq_dev[order_dev[i:j]]

@@ -37,6 +37,7 @@ from torch import nn
 from ..model.interventions import call, intervene, replace
 from ..settings.edges import METHODS
 from .graph import EdgeGraph
+from ..jobs import progress as progress_bar
 
 log = logging.getLogger("headwatch.circuits.edges")
 
@@ -300,7 +301,7 @@ def edge_attribution(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: 
     dense = torch.zeros(S, R, dtype=torch.float64, device=adapter.device)
     alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
     seconds = {"outputs": 0.0, "gradients": 0.0}
-    for start in range(0, N, batch):
+    for start in progress_bar(range(0, N, batch), desc=f"{method}: edges", unit="batch"):
         sl = slice(start, min(start + batch, N))
         m = _rows(mask, sl)
         t0 = time.perf_counter()
@@ -348,6 +349,7 @@ def patched_metric(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: to
     out = torch.empty(C, N, dtype=torch.float64)
     per = max(1, min(N, batch))
     done = 0
+    bar = progress_bar(total=C * N, desc=f"{C} circuits × {N} prompts", unit="run")
     for start in range(0, N, per):
         sl = slice(start, min(start + per, N))
         p = sl.stop - sl.start
@@ -362,6 +364,7 @@ def patched_metric(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: to
                 logits = last_logits(adapter, rep(clean), rep(mask))
             out[c0:c1, sl] = logit_diff(logits, rep(good), rep(bad)).double().view(c1 - c0, p).cpu()
             done += (c1 - c0) * p
+            bar.update((c1 - c0) * p)
             if progress:
                 progress(f"faithfulness: {done}/{C * N} circuit-prompt runs")
     return out

@@ -50,6 +50,7 @@ from ..patching.pairs import one_length
 from ..patching.patcher import Patcher, logit_diff, prompt_tensors
 from ..settings.circuits import INPUTS, CircuitsError, CircuitsSettings
 from ..settings.patching import PatchingSettings
+from ..jobs import progress
 
 log = logging.getLogger("headwatch.circuits.path_patching")
 
@@ -194,7 +195,8 @@ class PathPatcher:
         order = torch.argsort(layer, stable=True)
         out = torch.full((len(edges), k), float("nan"))
         column = {int(x): j for j, x in enumerate(prompts)}
-        for i, j in plan_chunks(layer[order].tolist(), self.adapter.n_layers, p.batch, p.overhead):
+        for i, j in progress(plan_chunks(layer[order].tolist(), self.adapter.n_layers, p.batch, p.overhead),
+                             desc=f"{len(edges)} paths", unit="pass"):
             rows = order[i:j]
             which, sidx = sender_of[rows], prompt_of[rows].to(self.device)
             wanted = [r for r, pairs in into.items() if set(s for _, s in pairs) & set(which.tolist())]
@@ -301,7 +303,7 @@ def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, setti
     checked = list(dict.fromkeys(checked))
     records.add(batched_vs_loop(
         [(asdict(e), ld[edges.index(e), sample], x) for e, x in zip(checked, pp.loop(checked, sample))],
-        patching.tolerance, "path-patched logit difference IO - S of every guard prompt: the batched passes vs "
+        patching.tolerance, "path-patched logit difference answer − distractor of every guard prompt: the batched passes vs "
         "one edge per pair of forward passes", prompts=len(sample)))
     threshold = settings.edge_threshold
     kept = table[table["score"].abs() >= threshold]

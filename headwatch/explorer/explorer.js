@@ -646,7 +646,7 @@
     const m = P.summary;
     let vmax = 1e-9;
     score.concat(est, P.resid.score).forEach(function (x) { vmax = Math.max(vmax, Math.abs(x)); });
-    $('patching-line').textContent = m.prompts + ' prompts; logit difference IO − S: clean ' + fmtNum(m.clean_logit_diff) +
+    $('patching-line').textContent = m.prompts + ' prompts; logit difference answer − distractor: clean ' + fmtNum(m.clean_logit_diff) +
       ', corrupted ' + fmtNum(m.corrupted_logit_diff) + '; score = (patched − corrupted) / (clean − corrupted). ' + m.names_phrase +
       '. Estimate vs exact: Pearson ' + fmtNum(m.estimate_pearson) + ', Spearman ' + fmtNum(m.estimate_spearman) +
       ', top-' + m.top10 + ' overlap ' + m.estimate_top10_overlap + '/' + m.top10 + '; exact sweep ' + fmtNum(m.exact_seconds) +

@@ -8,12 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .style import DIVERGING, ONE_COLUMN, PALETTE, TWO_COLUMNS, figure
+from .style import DIVERGING, ONE_COLUMN, PALETTE, TWO_COLUMNS, figure, styled
 
 
 METHOD_TITLES = {"zero": "zero cut (z = 0)", "mean": "mean cut (z = eval-set mean)"}
 
 
+@styled
 def topk_curves(topk: pd.DataFrame):
     """Loss per token vs heads cut, targeted vs random (min–max band), copy 1 beside copy 2;
     one row of panels per cut method (the table's order: the configured method first)."""
@@ -51,6 +52,7 @@ def _topk_panels(axes, t: pd.DataFrame, method: str, titles: bool) -> None:
     axes[0].set_ylabel(f"{method}\nloss per token (nats)")
 
 
+@styled
 def circuit_bars(scores: pd.DataFrame):
     """Induction score of the top heads: intact, previous-token head cut, largest random shift."""
     s = scores.sort_values("rank")
@@ -73,6 +75,7 @@ def circuit_bars(scores: pd.DataFrame):
     return fig
 
 
+@styled
 def attribution_heatmap(attribution: pd.DataFrame, phrase: str):
     """Drop in probability (points) for each head cut alone: layers × heads, layer 0 on top."""
     a = attribution[attribution.phrase == phrase]
@@ -96,6 +99,7 @@ def attribution_heatmap(attribution: pd.DataFrame, phrase: str):
     return fig
 
 
+@styled
 def pairs_bars(pairs: pd.DataFrame):
     """Non-additivity: drop(A) + drop(B) against drop(A and B together), per phrase."""
     p = pairs.reset_index(drop=True)

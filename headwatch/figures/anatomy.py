@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm
 
-from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure
+from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure, styled
 
 BLOCK_ORDER = ["input_embeddings", "position_embeddings", "attention", "ffn", "norms",
                "output_embeddings", "other"]
@@ -33,6 +33,7 @@ def _compact(n: float) -> str:
     return f"{n / 1e6:.1f}M"
 
 
+@styled
 def params_by_block(table: pd.DataFrame):
     """Stacked shares of each block, one bar per model; the total printed beside it."""
     ok = table[table["block"] != "error"]
@@ -63,6 +64,7 @@ def params_by_block(table: pd.DataFrame):
     return fig
 
 
+@styled
 def rotary_clocks(table: pd.DataFrame, models: list[str], per_row: int = 16):
     """One dial per rotated pair: where its hand stands after ``distance`` tokens.
 
@@ -105,6 +107,7 @@ def rotary_clocks(table: pd.DataFrame, models: list[str], per_row: int = 16):
     return fig
 
 
+@styled
 def kv_cache(table: pd.DataFrame, dtype: str = "float16"):
     """KV cache per token in KiB, as built (key sharing) and without sharing, per model."""
     t = table[table["dtype"] == dtype]
@@ -133,6 +136,7 @@ def _wrap(text: str, width: int = 48) -> str:
     return "\n".join(textwrap.wrap(text, width))
 
 
+@styled
 def kv_cut_matrix(table: pd.DataFrame):
     """Max |Δattention| of every head of the cut layer (columns) for every cut key slice (rows).
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.patches import FancyArrowPatch
 
-from .style import PALETTE, TWO_COLUMNS, figure
+from .style import PALETTE, TWO_COLUMNS, figure, styled
 
 INPUT_COLOURS = {"q": PALETTE[0], "k": PALETTE[1], "v": PALETTE[2]}
 
 
+@styled
 def edge_graph(paths: pd.DataFrame, note: dict):
     """Heads as points (layer across, head up); each edge with |score| ≥ the note's
     ``edge_threshold`` an arrow from sender to receiver, its colour the receiver's input, its

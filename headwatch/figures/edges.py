@@ -14,13 +14,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .style import PALETTE, TWO_COLUMNS, figure
+from .style import PALETTE, TWO_COLUMNS, figure, styled
 
 RANDOM = "random"
 RANKING_TITLES = {"signed": "signed ranking: area under f = CPR (higher is better)",
                   "absolute": "absolute ranking: area under |1 − f| = CMD (lower is better)"}
 
 
+@styled
 def faithfulness_curves(curves: pd.DataFrame, areas: pd.DataFrame, note: dict):
     """Two panels (signed, absolute ranking): each method's faithfulness at each size (a fraction
     of every edge, log axis), the random circuits' band and mean in grey, 0 and 1 marked."""
@@ -54,6 +55,22 @@ def faithfulness_curves(curves: pd.DataFrame, areas: pd.DataFrame, note: dict):
     return fig
 
 
+@styled
+def top_edges(edges: pd.DataFrame, n: int = 20):
+    """The ``n`` edges of the highest score by each method (a panel a method), bars from zero, the
+    edge's sender → receiver beside its bar."""
+    methods = [c for c in ("eap", "eap_ig") if c in edges.columns]
+    fig, axes = figure(TWO_COLUMNS, 0.16 * n + 1.2, ncols=len(methods), layout="constrained", squeeze=False)
+    for ax, method, colour in zip(axes[0], methods, PALETTE):
+        top = edges.reindex(edges[method].sort_values(ascending=False).index).head(n)[::-1]
+        ax.barh(range(len(top)), top[method], color=colour)
+        ax.set_yticks(range(len(top)), [f"{s} → {r}" for s, r in zip(top["sender"], top["receiver"])], fontsize=6)
+        ax.axvline(0, color="0.3", linewidth=0.5)
+        ax.set_xlabel(f"{method.replace('_', '-').upper()} score (the logit difference an edge carries, first order)")
+        ax.set_title(f"the {len(top)} strongest of {len(edges):,} edges", fontsize=7)
+    return fig
+
+
 def _position(kind: str, layer: int, unit: int, heads: int, layers: int, group: int) -> tuple[float, float]:
     """(x, y) of a sender or receiver: layer up, head across; a feed-forward network right of the
     heads, the embeddings below, the logits above; a key or value group between its heads."""
@@ -71,6 +88,7 @@ def _position(kind: str, layer: int, unit: int, heads: int, layers: int, group: 
 RECEIVER_COLOURS = {"q": PALETTE[0], "k": PALETTE[1], "v": PALETTE[2], "mlp": PALETTE[3], "logits": PALETTE[4]}
 
 
+@styled
 def circuit_by_layer(circuit: pd.DataFrame, note: dict, graph: dict):
     """The circuit's edges from sender to receiver (its colour the receiver's kind, its width the
     score, dashed when negative), heads as points by layer and head."""

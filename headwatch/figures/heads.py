@@ -6,7 +6,7 @@ import pandas as pd
 
 from ..model.arch import head_label
 from ..names import SCORES, top_rows
-from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure
+from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure, styled
 
 
 def map_of(maps: pd.DataFrame, phrase: str, layer: int, head: int) -> np.ndarray:
@@ -37,6 +37,7 @@ def mosaic(maps: pd.DataFrame, phrase: str) -> tuple[np.ndarray, int, int, int]:
     return img, L, H, T
 
 
+@styled
 def grid(maps: pd.DataFrame, phrase: str):
     """Small multiples of every head's map on one phrase (layers × heads, layer 0 on top)."""
     img, L, H, T = mosaic(maps, phrase)
@@ -56,6 +57,7 @@ def grid(maps: pd.DataFrame, phrase: str):
     return fig
 
 
+@styled
 def head_map(maps: pd.DataFrame, tokens: pd.DataFrame, phrase: str, layer: int, head: int,
              title: str = ""):
     """One head enlarged, with the phrase's tokens written on both axes."""
@@ -74,6 +76,7 @@ def head_map(maps: pd.DataFrame, tokens: pd.DataFrame, phrase: str, layer: int, 
     return fig
 
 
+@styled
 def ranked_scores(scores: pd.DataFrame, label_top: int = 5):
     """The four scores, every head sorted from highest to lowest; the top heads labelled."""
     fig, axes = figure(TWO_COLUMNS, 4.8, nrows=2, ncols=2)
@@ -92,6 +95,7 @@ def ranked_scores(scores: pd.DataFrame, label_top: int = 5):
     return fig
 
 
+@styled
 def sink_vs_induction(scores: pd.DataFrame, label_top: int = 5):
     """Each head as a point: attention to token 0 against induction score, coloured by layer."""
     fig, ax = figure(ONE_COLUMN, ONE_COLUMN * 0.9)

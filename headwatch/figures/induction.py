@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..settings.induction import ARMS
-from .style import PALETTE, SEQUENTIAL, TWO_COLUMNS, figure
+from .style import PALETTE, SEQUENTIAL, TWO_COLUMNS, figure, styled
 
 TASK_TITLES = {"repeat": "repeated random tokens", "markov": "in-context Markov chains"}
 ARM_TITLES = {"width": "heads at a fixed width", "head_size": "heads at a fixed head size"}
@@ -18,6 +18,7 @@ def _tasks(table: pd.DataFrame) -> list[str]:
     return [t for t in TASK_TITLES if t in set(table["task"])]
 
 
+@styled
 def loss_curves(curves: pd.DataFrame, runs: pd.DataFrame, margin: float):
     """Per task (rows) and whether a control (columns): the loss on the predictable part against
     step, one line per shape (mean over seeds, the band its min-max), the best predictor's and the
@@ -58,6 +59,7 @@ def loss_curves(curves: pd.DataFrame, runs: pd.DataFrame, margin: float):
     return fig
 
 
+@styled
 def phase_steps(runs: pd.DataFrame, summary: pd.DataFrame, contrasts: pd.DataFrame, arms: dict, steps: int):
     """Per task (rows) and arm (columns): the phase-change step against heads (log 2), each seed a
     point (a cross at the top, the run's last step ``steps``, for a run that never changed phase), the
@@ -102,6 +104,7 @@ def phase_steps(runs: pd.DataFrame, summary: pd.DataFrame, contrasts: pd.DataFra
     return fig
 
 
+@styled
 def final_heads(heads: pd.DataFrame, runs: pd.DataFrame, threshold: float):
     """Per task (rows of panels) and shape (columns): each seed's layer-1 heads (rows: seeds,
     columns: heads) coloured by their final induction score above uniform attention's; a dot on

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..model.arch import head_label
 from ..names import SCORES, top_rows
-from .style import DIVERGING, TWO_COLUMNS, figure
+from .style import DIVERGING, TWO_COLUMNS, figure, styled
 
 
 def _grid(table: pd.DataFrame, rows: str, cols: str, value: str) -> np.ndarray:
@@ -34,10 +34,11 @@ def _baseline(note: dict) -> str:
         lengths = note["lengths"]
         return (f"{note['prompts']} prompt pairs of {lengths[0]}–{lengths[-1]} tokens: logit difference "
                 f"answer − distractor clean {note['clean_logit_diff']:.3f}, corrupted {note['corrupted_logit_diff']:.3f}")
-    return (f"{note['prompts']} prompts: logit difference IO − S clean {note['clean_logit_diff']:.3f}, "
+    return (f"{note['prompts']} prompts: logit difference answer − distractor clean {note['clean_logit_diff']:.3f}, "
             f"corrupted {note['corrupted_logit_diff']:.3f}")
 
 
+@styled
 def heads_maps(heads: pd.DataFrame, note: dict):
     """Every head's score, exact (z patched over every position) beside the attribution-patching
     estimate: layers × heads (layer 0 on top), one diverging scale centred on 0 for both."""
@@ -63,6 +64,7 @@ def heads_maps(heads: pd.DataFrame, note: dict):
     return fig
 
 
+@styled
 def resid_map(resid: pd.DataFrame, positions: pd.DataFrame, note: dict):
     """The residual stream (each block's input) patched at one layer and position, layers ×
     positions, and below it the top heads' z patched at one position; the tokens on the axis
@@ -95,6 +97,7 @@ def resid_map(resid: pd.DataFrame, positions: pd.DataFrame, note: dict):
     return fig
 
 
+@styled
 def top_heads_table(heads: pd.DataFrame, scores: pd.DataFrame, note: dict):
     """The top heads by patching score as a table, with their estimate and their §4 scores (and
     ranks) beside them: do the heads that carry the name look like induction or previous-token

@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 
 from .patching import _baseline, _grid, _limit
-from .style import DIVERGING, TWO_COLUMNS, figure
+from .style import DIVERGING, TWO_COLUMNS, figure, styled
 
 
+@styled
 def kv_groups_map(kv: pd.DataFrame, note: dict):
     """The key groups' and the value groups' scores, layers × groups (layer 0 on top), side by
     side on one diverging scale centred on 0."""
@@ -31,6 +32,7 @@ def kv_groups_map(kv: pd.DataFrame, note: dict):
     return fig
 
 
+@styled
 def positions_all_map(table: pd.DataFrame, note: dict):
     """Each patched head's z at one position, heads (layer-major) × positions, the tokens on the
     axis; the heads chosen and the sweep's cost from the note."""

@@ -14,13 +14,15 @@ matplotlib's registry of scales, and every figure passes through :func:`save`.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import sys
 from pathlib import Path
 
 import matplotlib
 
-if "ipykernel" not in sys.modules:   # figures are files (Agg); in a notebook, the kernel's inline backend draws them
+if getattr(sys.modules.get("__main__"), "snakemake", None) is not None:   # a workflow job: figures are files
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import LogFormatter
@@ -37,7 +39,7 @@ DIVERGING = "RdBu_r"     # signed changes (drops in probability)
 ONE_COLUMN = 3.5         # inches, a journal single column
 TWO_COLUMNS = 7.2        # inches, full page width
 
-plt.rcParams.update({
+STYLE = {
     "pdf.fonttype": 42, "ps.fonttype": 42,       # embed TrueType fonts in the PDF
     "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8,
     "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7,
@@ -45,7 +47,28 @@ plt.rcParams.update({
     "axes.spines.top": False, "axes.spines.right": False,
     "figure.dpi": 100, "savefig.dpi": 200, "savefig.bbox": "tight",
     **MATPLOTLIB,        # text from the config (phrases, tokens, names) is drawn as written, never as $math$
-})
+}
+"""The house style: applied only while a figure is drawn or saved (:func:`house_style`), never to
+matplotlib's global settings — importing headwatch changes nothing of a user's own plots."""
+
+
+@contextlib.contextmanager
+def house_style():
+    """Matplotlib's settings of :data:`STYLE` while inside, the caller's own back on exit."""
+    with plt.rc_context(STYLE):
+        yield
+
+
+def styled(draw):
+    """A drawing function run in the house style (:func:`house_style`), its figure's log axes labelled
+    in plain text (:func:`plain_log_ticks`), so that a plain ``fig.savefig`` saves it as drawn."""
+    @functools.wraps(draw)
+    def run(*args, **kwargs):
+        with house_style():
+            fig = draw(*args, **kwargs)
+            plain_log_ticks(fig)
+        return fig
+    return run
 
 SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
@@ -98,8 +121,9 @@ def save(fig, pdf_path, png_path=None) -> None:
     png_path = Path(png_path) if png_path else pdf_path.with_suffix(".png")
     pdf_path.parent.mkdir(parents=True, exist_ok=True)
     plain_log_ticks(fig)
-    fig.savefig(pdf_path)
-    fig.savefig(png_path)
+    with house_style():
+        fig.savefig(pdf_path)
+        fig.savefig(png_path)
     plt.close(fig)
 
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ..sweep.contrasts import VERDICTS, better
 from ..sweep.summary import split_verdict, width_verdict
-from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure
+from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure, styled
 
 
 def _count(n: int) -> str:
@@ -36,6 +36,7 @@ def _loss_against(summary: pd.DataFrame, finals: pd.DataFrame, sweep: str, x: st
     return fig, ax, s
 
 
+@styled
 def loss_vs_heads(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Series):
     """Split sweep: final validation loss against the number of heads at fixed width."""
     fig, ax, _ = _loss_against(summary, finals, contrast["split_sweep"], "heads", PALETTE[0],
@@ -55,6 +56,7 @@ def _interval(c: pd.Series, name: str, spec: str) -> str:
     return f"{100 * c['level']:g} %: {c[name + '_lo']:{spec}}–{c[name + '_hi']:{spec}}"
 
 
+@styled
 def loss_vs_width(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Series):
     """Capacity sweep: final validation loss against the width."""
     fig, ax, s = _loss_against(summary, finals, contrast["capacity_sweep"], "width", PALETTE[1],
@@ -75,6 +77,7 @@ def _interval_row(ax, y: float, c: pd.Series, name: str, color: str) -> None:
     ax.plot(c[name], y, "o", ms=4, color=color)
 
 
+@styled
 def contrast_intervals(finals: pd.DataFrame, contrast: pd.Series):
     """The contrast with its intervals: left, the differences in loss (spread, the best and the
     worst split paired by seed with each seed's difference, the width gain) against 0; right, the
@@ -113,6 +116,7 @@ def contrast_intervals(finals: pd.DataFrame, contrast: pd.Series):
     return fig
 
 
+@styled
 def training_curves(curves: pd.DataFrame):
     """Validation (solid) and training (dashed) loss against step, mean over seeds; one panel per sweep."""
     sweeps = list(dict.fromkeys(curves["sweep"]))
@@ -267,6 +271,7 @@ def contrast_panel(ax, contrasts: pd.DataFrame) -> None:
     ax.set_xlabel("bits per character, arm − reference (> 0: the arm is worse)")
 
 
+@styled
 def study_figure(kind: str, summary: pd.DataFrame, finals: pd.DataFrame, contrasts: pd.DataFrame):
     """A study's figure: its kind's panels above its contrasts (:func:`contrast_panel`), the bars
     and verdicts read from its contrasts table, and a title that counts the verdicts."""
@@ -293,6 +298,7 @@ def _head_counts(df: pd.DataFrame, sweep: str) -> list[int]:
     return sorted(int(h) for h in df.loc[df["sweep"] == sweep, "heads"].unique())
 
 
+@styled
 def heads_formation(curves: pd.DataFrame, sweep: str, threshold: float):
     """The best head's induction score (random and text probes) against the step, one line per
     head count (mean over seeds, band = min–max over seeds), the validation loss below on the
@@ -324,6 +330,7 @@ def heads_formation(curves: pd.DataFrame, sweep: str, threshold: float):
     return fig
 
 
+@styled
 def heads_finals(summary: pd.DataFrame, per_run: pd.DataFrame, sweep: str, threshold: float):
     """Final best scores (mean ± std over seeds, single seeds as faint points) and the formation
     step against the number of heads."""
@@ -359,6 +366,7 @@ def heads_finals(summary: pd.DataFrame, per_run: pd.DataFrame, sweep: str, thres
     return fig
 
 
+@styled
 def heads_grid(grid: pd.DataFrame, sweep: str):
     """Every head's final scores (layers × heads) of one seed's model per head count, one row of
     panels per score."""
@@ -401,6 +409,7 @@ def _event_band(ax, s, col: str, color, y: float) -> None:
             solid_capstyle="butt")
 
 
+@styled
 def course_events(curves: pd.DataFrame, events: pd.DataFrame, summary: pd.DataFrame, sweep: str, threshold: float):
     """Validation loss (top) and the best head's previous-token score (bottom) against the step,
     one line per shape (mean over seeds, band min–max); dashed: each shape's mean step of leaving
@@ -439,6 +448,7 @@ def course_events(curves: pd.DataFrame, events: pd.DataFrame, summary: pd.DataFr
     return fig
 
 
+@styled
 def course_gaps(gaps: pd.DataFrame, verdicts: pd.DataFrame, sweep: str):
     """Each arm's validation loss minus the reference arm's against the step (mean over seeds,
     paired; band: the bootstrap interval at every step), its peak and, where it flips, its crossover

@@ -61,19 +61,24 @@ def phrase_probabilities(model, adapter, phrases, phrase: str) -> dict:
 
 
 # ------------------------------------------------------------------ the rule
-def run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
-    """Rule patching_sweep: (heads, resid, positions tables, their note, the guard record).
+def run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, resid: bool = True,
+                 positions: bool = True):
+    """Rule patching_sweep: (heads, resid, positions tables, their note, the guard record); ``resid``
+    and ``positions`` False leave out the residual stream's sweep (every block's input at every
+    position) and the top heads at one position at a time (their tables then None), what a notebook
+    asks for first. ``phrases`` None: no names phrase in the note.
 
     ``settings``: of the ``patching`` config slice, it reads top_k, batch, tolerance, guard_prompts, phrase.
     Every guard of :mod:`headwatch.guards` runs (under :func:`headwatch.model.device.exact_numerics`);
     a failure raises before anything is returned.
     """
     with exact_numerics():
-        return _run_patching(model, adapter, prompts, phrases, settings)
+        return _run_patching(model, adapter, prompts, phrases, settings, resid, positions)
 
 
-def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
-    settings.need("top_k", "batch", "tolerance", "guard_prompts", "phrase")
+def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, do_resid: bool = True,
+                  do_positions: bool = True):
+    settings.need("top_k", "batch", "tolerance", "guard_prompts", *(("phrase",) if phrases is not None else ()))
     batch, k = settings.batch, settings.top_k
     clean, corrupted, io, s = prompt_tensors(prompts)
     mask = prompt_mask(prompts)                      # None unless the prompts differ in length (pairs)
@@ -110,10 +115,10 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
     records.add(guards.clean_to_clean(patcher, sample, list(dict.fromkeys(heads_one_per_layer(adapter) + top))))
 
     t0 = time.perf_counter()
-    resid = resid_patches(adapter, patcher.length)
-    resid_ld = patcher.run(resid)
-    where = position_patches(top, patcher.length)
-    where_ld = patcher.run(where)
+    resid = resid_patches(adapter, patcher.length) if do_resid else []
+    resid_ld = patcher.run(resid) if resid else None
+    where = position_patches(top, patcher.length) if do_positions else []
+    where_ld = patcher.run(where) if where else None
     log.info("%d residual patches (layer × position) and %d top-head × position patches in %.1f s",
              len(resid), len(where), time.perf_counter() - t0)
     # The batched sweep vs one patch per forward pass: one head per layer and the top heads
@@ -123,12 +128,12 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
     slot = int((clean != corrupted).any(dim=0).nonzero()[0, 0])         # the first name's position
     probe = ([(heads, head_ld, heads.index(Patch("z", l, h))) for l, h in probe_heads]
              + [(resid, resid_ld, resid.index(Patch("resid_in", l, None, p)))
-                for l in range(adapter.n_layers) for p in sorted({slot, patcher.length - 1})]
-             + [(where, where_ld, i) for i in range(patcher.length)])
+                for l in range(adapter.n_layers) for p in sorted({slot, patcher.length - 1}) if resid]
+             + [(where, where_ld, i) for i in range(patcher.length) if where])
     patches = [ps[i] for ps, _, i in probe]
     records.add(batched_vs_loop(
         patcher.against_loop(patches, torch.stack([ld[i, sample] for _, ld, i in probe]), sample),
-        settings.tolerance, "logit difference IO - S of every guard prompt: the batched sweep vs one patch "
+        settings.tolerance, "logit difference answer − distractor of every guard prompt: the batched sweep vs one patch "
         "per forward pass", prompts=len(sample)))
 
     top10 = min(10, len(table))
@@ -141,6 +146,8 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
                                     head_rank=[rank_of[(p.layer, p.unit)] for p in where],
                                     position=[p.position for p in where], token=[labels[p.position] for p in where]))
     for tab, ps, ld in ((resid_table, resid, resid_ld), (where_table, where, where_ld)):
+        if not ps:
+            continue
         if not from_end:
             tab["logit_diff"] = ld.double().mean(dim=1).numpy()
             tab["score"] = patcher.score(tab["logit_diff"].to_numpy())
@@ -151,12 +158,12 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
             tab["position"] -= patcher.length
             for col in by_position:
                 tab[col] = by_position[col].to_numpy()
-    names = phrase_probabilities(model, adapter, phrases, settings.phrase)
+    names = phrase_probabilities(model, adapter, phrases, settings.phrase) if phrases is not None else None
     note = dict(TASK_NOTE, prompts=len(prompts), length=patcher.length, position_labels=labels,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,
-                names_phrase=f"{names['phrase']}: p(IO = {names['io']!r}) = {names['p_io']:.4g}, "
-                             f"p(S = {names['s']!r}) = {names['p_s']:.4g} at its last position",
-                names_phrase_p_io=names["p_io"], names_phrase_p_s=names["p_s"],
+                **(dict(names_phrase=f"{names['phrase']}: p(IO = {names['io']!r}) = {names['p_io']:.4g}, "
+                                     f"p(S = {names['s']!r}) = {names['p_s']:.4g} at its last position",
+                        names_phrase_p_io=names["p_io"], names_phrase_p_s=names["p_s"]) if names else {}),
                 estimate="attribution patching: corrupted + sum over prompts, positions and the head's slice "
                          "of d(metric)/dz (corrupted run) x (z clean - z corrupted); one forward and one "
                          "backward pass per batch of prompts",
@@ -171,4 +178,5 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings):
     log.info("patching: clean %.4f, corrupted %.4f; top heads %s; estimate pearson %s, top-10 overlap %d/%d; "
              "exact %.1f s, estimate %.2f s", patcher.clean_mean, patcher.corrupted_mean, note["top_heads"],
              note.get("estimate_pearson"), overlap, top10, t_exact, t_estimate)
-    return table, resid_table, where_table, note, records.record(model)
+    return (table, resid_table if do_resid else None, where_table if do_positions else None, note,
+            records.record(model))

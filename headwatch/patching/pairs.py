@@ -3,9 +3,9 @@ pairs file, and what prompts of different lengths change in the sweep.
 
 **Prompts** (:func:`pair_prompt_set`). Every row of the file ``patching.pairs`` (read and checked
 by :mod:`headwatch.settings.pairs`, before any job too) is one prompt: its clean and corrupted
-text tokenized as they are, the answer's and the distractor's ids in the columns ``io_id`` and
-``s_id`` that the template prompts use for IO and S (the metric is ``logit(answer) −
-logit(distractor)`` at the last token). Rows may differ in length; the two prompts of a row may
+text tokenized as they are, the answer's and the distractor's ids in the columns ``answer_id`` and
+``distractor_id`` (on the template prompts: the IO and the S name's), the metric ``logit(answer) −
+logit(distractor)`` at the last token. Rows may differ in length; the two prompts of a row may
 not. The note records the file as given, its SHA-256 and the lengths.
 
 **Padding.** :func:`headwatch.patching.patcher.prompt_tensors` pads prompts of different lengths on the
@@ -53,7 +53,7 @@ PAIRS_NOTE = dict(
 
 def pair_prompt_set(tokenizer, settings: PatchingSettings, workdir=".", model: str = "?") -> tuple[pd.DataFrame, dict]:
     """``prompts.parquet`` of a pairs file: one row per row of the file — ``prompt, line, answer,
-    distractor, io_id, s_id, clean_text, corrupted_text, clean_ids, corrupted_ids, tokens`` (the
+    distractor, answer_id, distractor_id, clean_text, corrupted_text, clean_ids, corrupted_ids, tokens`` (the
     clean prompt's tokens) — and its note. Raises :class:`PatchingError` naming the file and the
     line where a row does not fit this tokenizer (the pre-job checks find these first)."""
     settings.need("pairs", "pairs_outside_project")
@@ -64,22 +64,20 @@ def pair_prompt_set(tokenizer, settings: PatchingSettings, workdir=".", model: s
 
 def frame_pairs(frame: pd.DataFrame, name: str = "the pairs table") -> list[dict]:
     """The rows of a DataFrame of prompt pairs (the columns of a pairs file, :data:`COLUMNS`) as
-    :func:`headwatch.settings.pairs.read_pairs` gives a file's: ``line`` is the row's number (1 = the first)."""
-    missing = [c for c in COLUMNS if c not in frame.columns]
-    if missing:
-        raise PatchingError(f"{name}: lacks the column(s) {missing}; the columns are {list(COLUMNS)}")
-    rows = []
-    for line, r in enumerate(frame[list(COLUMNS)].itertuples(index=False), start=1):
-        for col, value in zip(COLUMNS, r):
-            if not isinstance(value, str) or not value.strip():
-                raise PatchingError(f"{name}, row {line}: {col} is {value!r}, not a non-empty text")
-        rows.append(dict(line=line, **dict(zip(COLUMNS, r))))
-    if not rows:
-        raise PatchingError(f"{name}: no rows; each row is a prompt pair {list(COLUMNS)}")
-    return rows
+    :func:`headwatch.settings.pairs.read_pairs` gives a file's: ``line`` is the row's number (1 = the
+    first), ``where`` its index label as errors name it (``row 0``), after the table's own check
+    (:func:`headwatch.settings.tables.check_table`: the columns, did you mean, non-empty texts)."""
+    from ..settings.tables import TableError, check_table
+
+    try:
+        check_table(frame, "pairs", "hw.prompt_pairs", name)
+    except TableError as err:
+        raise PatchingError(str(err)) from None
+    return [dict(line=line, where=f"row {label!r}", **dict(zip(COLUMNS, r)))
+            for line, (label, r) in enumerate(zip(frame.index, frame[list(COLUMNS)].itertuples(index=False)), start=1)]
 
 
-def pairs_table(tokenizer, rows: list[dict], name: str, model: str = "?", given: str | None = None,
+def pairs_table(tokenizer, rows: list[dict], name: str, model: str | None = None, given: str | None = None,
                 sha256: str | None = None) -> tuple[pd.DataFrame, dict]:
     """The prompts table and its note of prompt pairs ``rows`` (a file's, :func:`read_pairs`, or a
     DataFrame's, :func:`frame_pairs`); ``name`` names them in errors, ``given`` and ``sha256`` the
@@ -91,8 +89,8 @@ def pairs_table(tokenizer, rows: list[dict], name: str, model: str = "?", given:
     for i, r in enumerate(rows):
         clean_ids, corrupted_ids = (list(tokenizer(r[c]).input_ids) for c in ("clean", "corrupted"))
         out.append(dict(prompt=i, line=r["line"], answer=r["answer"], distractor=r["distractor"],
-                        io_id=tokenizer(r["answer"], add_special_tokens=False).input_ids[0],
-                        s_id=tokenizer(r["distractor"], add_special_tokens=False).input_ids[0],
+                        answer_id=tokenizer(r["answer"], add_special_tokens=False).input_ids[0],
+                        distractor_id=tokenizer(r["distractor"], add_special_tokens=False).input_ids[0],
                         clean_text=r["clean"], corrupted_text=r["corrupted"], clean_ids=clean_ids,
                         corrupted_ids=corrupted_ids, tokens=token_strings(tokenizer, clean_ids)))
     table = pd.DataFrame(out)

@@ -18,6 +18,7 @@ from ..ablation.cut import plan_chunks
 from ..model.arch import padded_inputs
 from ..model.interventions import capture, intervene, replace, skip
 from ..settings.patching import PatchingError
+from ..jobs import progress
 
 
 # ------------------------------------------------------------------ patches
@@ -64,8 +65,8 @@ def prompt_tensors(prompts):
         T = int(lengths.max())
         stack = lambda col: torch.tensor(np.stack([np.concatenate([np.full(T - len(x), PAD_ID), x])
                                                    for x in prompts[col]]), dtype=torch.long)
-    return (stack("clean_ids"), stack("corrupted_ids"), torch.tensor(prompts["io_id"].to_numpy()),
-            torch.tensor(prompts["s_id"].to_numpy()))
+    return (stack("clean_ids"), stack("corrupted_ids"), torch.tensor(prompts["answer_id"].to_numpy()),
+            torch.tensor(prompts["distractor_id"].to_numpy()))
 
 
 PAD_ID = 0
@@ -206,7 +207,8 @@ class Patcher:
         order = torch.argsort(layer, stable=True)
         out = torch.empty(len(order), dtype=torch.float32, device=self.device)
         with torch.no_grad():
-            for i, j in plan_chunks(layer[order].tolist(), self.adapter.n_layers, self.batch, self.overhead):
+            for i, j in progress(plan_chunks(layer[order].tolist(), self.adapter.n_layers, self.batch, self.overhead),
+                                 desc=f"{len(patches)} patches × {k} prompts", unit="pass"):
                 rows = order[i:j]
                 which, sidx = patch_of[rows], prompt_of[rows].to(self.device)
                 edits = self._edits(patches, which, sidx)

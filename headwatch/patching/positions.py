@@ -212,7 +212,7 @@ def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingS
     records = GuardRecords()
     records.add(batched_vs_loop(
         patcher.against_loop(probe, torch.stack([ld[index[p], sample] for p in probe]), sample),
-        settings.tolerance, "logit difference IO - S of every guard prompt: a head's z patched at one position "
+        settings.tolerance, "logit difference answer − distractor of every guard prompt: a head's z patched at one position "
         "through the corrupted run's key/value cache vs one patch per forward pass (every block, no cache)",
         prompts=len(sample)))
 

@@ -48,7 +48,7 @@ def draw_prompts(settings: PatchingSettings) -> list[dict]:
 
 
 def prompt_set(tokenizer, settings: PatchingSettings):
-    """``prompts.parquet``: one row per prompt — ``prompt, template, order, io, s, io_id, s_id,
+    """``prompts.parquet``: one row per prompt — ``prompt, template, order, io, s, answer_id, distractor_id,
     clean_names, corrupted_names, clean_text, corrupted_text, clean_ids, corrupted_ids, tokens``
     (the clean prompt's tokens) — and its note (slot positions, the templates). Raises
     :class:`PatchingError` if a prompt's length or slots differ from the first's."""
@@ -66,9 +66,9 @@ def prompt_set(tokenizer, settings: PatchingSettings):
                 raise PatchingError(f"prompt {r['prompt']} ({what}, template {r['template']}): {len(ids)} tokens "
                                     f"with names at {sl}; the first prompt has {shape[0]} with names at "
                                     f"{shape[1]}")
-        r.update(io_id=single_token(tokenizer, " " + r["io"], "IO"), s_id=single_token(tokenizer, " " + r["s"], "S"),
+        r.update(answer_id=single_token(tokenizer, " " + r["io"], "IO"), distractor_id=single_token(tokenizer, " " + r["s"], "S"),
                  clean_ids=clean_ids, corrupted_ids=corrupted_ids, tokens=token_strings(tokenizer, clean_ids))
-    columns = ["prompt", "template", "order", "io", "s", "io_id", "s_id", "clean_names", "corrupted_names",
+    columns = ["prompt", "template", "order", "io", "s", "answer_id", "distractor_id", "clean_names", "corrupted_names",
                "clean_text", "corrupted_text", "clean_ids", "corrupted_ids", "tokens"]
     note = dict(TASK_NOTE, length=shape[0], slot_positions=dict(zip(SLOTS, shape[1])), templates=templates,
                 draw=f"prompt i: template (i // 2) mod {len(templates)}, ABBA for even i and BABA "
@@ -84,7 +84,7 @@ def position_labels(prompts) -> list[str]:
     tokens = np.array([list(t) for t in prompts["tokens"]], dtype=object)
     ids = np.array([list(x) for x in prompts["clean_ids"]])
     corrupted = np.array([list(x) for x in prompts["corrupted_ids"]])
-    names = {int(x) for col in ("io_id", "s_id") for x in prompts[col]}
+    names = {int(x) for col in ("answer_id", "distractor_id") for x in prompts[col]}
     out = []
     for p in range(tokens.shape[1]):
         seen = list(dict.fromkeys(tokens[:, p]))

@@ -24,6 +24,7 @@ import torch
 
 from ..model.interventions import attention_maps  # the maps every score reads (also importable from here)
 from ..names import SCORES  # the four scores, in the order of every table and figure
+from ..jobs import progress
 
 log = logging.getLogger("headwatch.scores")
 
@@ -64,7 +65,7 @@ class _Mean:
 
 
 def _batches(ids: torch.Tensor, batch: int):
-    for start in range(0, len(ids), batch):
+    for start in progress(range(0, len(ids), batch), desc="scores", unit="batch"):
         yield ids[start:start + batch]
 
 

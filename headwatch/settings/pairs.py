@@ -128,25 +128,26 @@ def pair_errors(rows: list[dict], tokenizer, name: str, model: str, context: int
     """Each row's tokens for one model: the answer and the distractor one token each (and not the
     same), the clean and corrupted prompts of the same number of tokens, within the context."""
     errors = []
+    of = "" if model is None else f" (model {model})"
     for r in rows:
-        where = f"{name}, line {r['line']}"
+        where = f"{name}, {r.get('where') or 'line ' + str(r['line'])}"
         ids = {}
         for col in ("answer", "distractor"):
             try:
                 ids[col] = single_token(tokenizer, r[col], f"{where}: {col}")
             except ValueError as err:
-                errors.append(f"{err} (model {model})")
+                errors.append(f"{err}{of}")
         if r["clean"] == r["corrupted"]:
-            errors.append(f"{where}: the clean and the corrupted prompt are the same text (model {model}); patching "
+            errors.append(f"{where}: the clean and the corrupted prompt are the same text{of}; patching "
                           "one run into the other changes nothing, and every score would divide by a gap of 0")
         if len(ids) == 2 and ids["answer"] == ids["distractor"]:
-            errors.append(f"{where}: the answer and the distractor are the same token {r['answer']!r} (model {model}); "
+            errors.append(f"{where}: the answer and the distractor are the same token {r['answer']!r}{of}; "
                           "their logit difference would be 0")
         n = {col: len(tokenizer(r[col]).input_ids) for col in ("clean", "corrupted")}
         if n["clean"] != n["corrupted"]:
             errors.append(f"{where}: the clean prompt gives {n['clean']} tokens and the corrupted one "
-                          f"{n['corrupted']} (model {model}); the two prompts of a pair must give the same number "
+                          f"{n['corrupted']}{of}; the two prompts of a pair must give the same number "
                           "of tokens (a head is patched over every position of its pair)")
         if context and max(n.values()) > context:
-            errors.append(f"{where}: {max(n.values())} tokens, longer than the context of model {model} ({context})")
+            errors.append(f"{where}: {max(n.values())} tokens, longer than the context{of} ({context})")
     return errors
