@@ -236,7 +236,7 @@ def sweep_vocab(vocab: str, part: str) -> str:
 # ------------------------------------------------------------------ the induction sweep (§7c)
 INDUCTION_RUN_FILES = ("curves", "records", "edges")
 """What one training job of the induction sweep writes (one task, one shape, every seed)."""
-INDUCTION_TABLES = ("runs", "curves", "heads", "summary", "contrasts", "controls")
+INDUCTION_TABLES = ("runs", "curves", "heads", "summary", "survival", "regression", "controls")
 """The induction sweep's tables (rule induction_summary, :mod:`headwatch.induction.analysis`)."""
 
 

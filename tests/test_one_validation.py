@@ -97,10 +97,10 @@ def test_the_checker_refuses_what_the_workflow_refuses(tmp_path, capsys):
     before a job: exit 1 for an unknown key, a fraction of 1.5, an odd induction head size."""
     cases = {"unknown.yaml": ({"patching": {"top_kk": 3}}, "did you mean `top_k`?"),
              "fraction.yaml": ({"edges": {"fractions": [0.5, 1.5]}}, "edges.fractions[1]: 1.5 is greater than"),
-             "odd.yaml": ({"induction": {"arms": {"head_size": {"head_size": 7, "heads": [1, 2]}}}},
-                          "of size 7, odd"),
-             "wide.yaml": ({"induction": {"arms": {"head_size": {"head_size": 1024, "heads": [256]}}}},
-                           "make a width of 262,144, past the widest model"),
+             "odd.yaml": ({"induction": {"grid": {"head_size": [7], "heads": [1, 2], "max_width": 64}}},
+                          "induction.grid.head_size: 7 is odd"),
+             "wide.yaml": ({"induction": {"grid": {"head_size": [1024], "heads": [256], "max_width": 8192}}},
+                           "no cell of head_size [1024] x heads [256] is within max_width = 8192"),
              "circuits.yaml": ({"edges": {"fractions": [i / 1000 for i in range(1, 1001)], "random_draws": 1000}},
                                "circuits, each run on every prompt"),
              "nan.yaml": ({"edges": {"tolerance": float("nan")}}, "edges.tolerance: nan is not a finite number")}

@@ -122,7 +122,7 @@ def induction_estimates(config: dict) -> list[dict]:
     if not cfg:
         return []
     s = InductionSettings.from_config(cfg)
-    M, B, C, n = len(s.seeds), s.batch, s.context, s.eval_rows
+    M, B, C, n = max(len(s.seeds), len(s.control_seeds)), s.batch, s.context, s.eval_rows
     V = max([t.vocab or t.states or 0 for t in s.tasks.values()] or [0])
     best = None
     for shape, width, heads in shapes(s):

@@ -3,8 +3,8 @@
 The model is the sweep's :class:`~headwatch.charlm.model.CharLM` with two layers and rotary
 positions (§5f says why rotary). Every step draws a fresh batch of the task's rows
 (:mod:`headwatch.induction.tasks`, stream ``[seed, task, step]``: no row is seen twice), AdamW with
-a linear warm-up and cosine decay (:func:`headwatch.sweep.train.lr_at`). At ``evaluations`` evenly
-spaced steps (the first at step 0, before any update), on fixed evaluation rows of the task
+a linear warm-up and cosine decay to the cap ``steps`` (:func:`headwatch.sweep.train.lr_at`). At
+step 0 (before any update) and every ``eval_every`` steps, on fixed evaluation rows of the task
 (stream ``[seed, task, EVAL]``):
 
 * ``loss``: the mean next-token loss over the predictable positions (nats), and ``reference`` the
@@ -19,7 +19,9 @@ spaced steps (the first at step 0, before any update), on fixed evaluation rows 
   itself (the earlier copy is the only earlier occurrence); on a Markov chain it is the
   statistical induction head's pattern (Edelman et al. 2024).
 
-At the end (:func:`edge_effects`), path patching (§5e) from the layer-0 head with the highest
+A run stops ``settle`` steps after the evaluation at which it has both changed phase and grown an
+induction head (protocol §7c's events), else at the cap ``steps``, where an event it has not had is
+censored: every run is counted, the slowest too. At its end (:func:`edge_effects`), path patching (§5e) from the layer-0 head with the highest
 ``prev`` into the layer-1 head with the highest ``induction``, through that head's query, key and
 value, on clean prompts ``a + a[:-1]`` of the task's vocabulary against corrupted ``b + a[:-1]``
 (§5f's prompts and metric): the circuit's edge runs through the key.
@@ -111,12 +113,16 @@ def predictable_loss(model: CharLM, batch: tasks.Batch) -> float:
 @dataclass
 class Run:
     """One trained model: its evaluations (one row per step), its heads' scores at every
-    evaluation (one row per step and head), its final edge effects and its seconds."""
+    evaluation (one row per step and head), its final edge effects, its CPU seconds (its share of
+    its stack's), its parameters, the step it stopped at and why (``events``: it changed phase and
+    grew an induction head ``settle`` steps before; ``cap``: it reached ``steps``)."""
     curve: pd.DataFrame
     heads: pd.DataFrame
     edges: dict
     seconds: float
     params: int
+    stop_step: int = 0
+    stop_reason: str = "cap"
 
 
 def train_run(task: str, width: int, heads: int, seed: int, s: InductionSettings) -> Run:
@@ -129,20 +135,25 @@ def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings, d
                progress=None) -> list[Run]:
     """Train the model of ``width`` and ``heads`` on ``task`` once per seed, every seed in one stack
     (:class:`~headwatch.charlm.stack.StackedCharLM`: one optimizer step trains them all, each as it
-    would train alone), each on its own rows; evaluated and patched model by model (module
-    docstring). ``progress(step)``: called after each step."""
+    would train alone), each on its own rows; evaluated every ``eval_every`` steps model by model
+    (module docstring). A run stops ``settle`` steps after the evaluation at which it has both
+    changed phase and grown an induction head (:func:`headwatch.induction.analysis.run_events`, the
+    summary's own definitions), else at the cap (``steps``; a control's ``control_steps``): it leaves the stack there
+    (:meth:`~headwatch.charlm.stack.StackedCharLM.subset`) and the others train on, each still as
+    alone. ``progress(step)``: called after each step."""
+    from .analysis import run_events
+
     t = s.task(task_of(task))
     spec = model_spec(task, width, heads, s)
     vocab = spec.vocab_size
     device = torch.device(device)
     seeds = [int(x) for x in seeds]
+    cap = s.steps_of(task)
     models = []
     for seed in seeds:
         torch.manual_seed(seed)
         models.append(CharLM(spec))
     stack = StackedCharLM(models).to(device)
-    views = [stack.member(i) for i in range(len(seeds))]
-    adapters = [Adapter(v) for v in views]
     task_id = tasks.ALL_TASKS.index(task)
     per = []
     for seed in seeds:
@@ -155,20 +166,30 @@ def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings, d
                         uniform=uniform_induction(evaluation),
                         mask=successor_mask(torch.as_tensor(evaluation.ids[:, :-1]),
                                             torch.as_tensor(evaluation.predictable)),
-                        curve=[], records=[]))
+                        curve=[], records=[], seconds=0.0, stop_at=None, final=None))
     decay, rest = stack.decay_groups()
     opt = torch.optim.AdamW([dict(params=decay, weight_decay=s.weight_decay), dict(params=rest, weight_decay=0.0)],
                             lr=s.lr, betas=(0.9, 0.95), fused=True)
-    at = set(eval_steps(s.steps, s.evaluations))
-    t0 = time.process_time()
+    live = list(range(len(seeds)))          # the members still training, in the stack's order
+    views = [stack.member(j) for j in range(len(live))]
+    adapters = [Adapter(v) for v in views]
+    clock = [time.process_time()]
+
+    def charge():
+        """The CPU seconds since the last charge, shared by the members that trained in them."""
+        now = time.process_time()
+        for i in live:
+            per[i]["seconds"] += (now - clock[0]) / len(live)
+        clock[0] = now
 
     def evaluate(step: int, train_losses: list[float]):
-        for view, adapter, p, train_loss in zip(views, adapters, per, train_losses):
+        for j, i in enumerate(live):
+            view, adapter, p = views[j], adapters[j], per[i]
             loss = predictable_loss(view, p["evaluation"])
             own_loss = loss if p["own"] is p["evaluation"] else predictable_loss(view, p["own"])
             sc = head_scores(view, p["evaluation"], adapter, p["mask"])
             p["curve"].append(dict(step=step, loss=loss, reference=p["reference"], unigram=p["unigram"],
-                                   gap=loss - p["reference"], own_loss=own_loss, train_loss=train_loss,
+                                   gap=loss - p["reference"], own_loss=own_loss, train_loss=train_losses[j],
                                    best_prev=float(sc["prev"].max()), best_induction=float(sc["induction"].max()),
                                    best_induction_excess=float(sc["induction"].max()) - p["uniform"]))
             for l in range(spec.layers):
@@ -176,46 +197,59 @@ def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings, d
                     p["records"].append(dict(step=step, layer=l, head=h, prev=float(sc["prev"][l, h]),
                                              induction=float(sc["induction"][l, h]),
                                              induction_excess=float(sc["induction"][l, h]) - p["uniform"]))
+            if p["stop_at"] is None:
+                ev = run_events(pd.DataFrame(p["curve"]), pd.DataFrame(p["records"]), s.threshold, s.margin)
+                if ev["phase_step"] is not None and ev["induction_step"] is not None:
+                    p["stop_at"] = step + s.settle
 
     def batch_at(step: int) -> torch.Tensor:
-        return torch.as_tensor(np.stack([rows(task, t, s.context, s.batch, [seed, task_id, step], seed).ids
-                                         for seed in seeds]), device=device)
+        return torch.as_tensor(np.stack([rows(task, t, s.context, s.batch, [seeds[i], task_id, step], seeds[i]).ids
+                                         for i in live]), device=device)
 
     def batch_losses(ids: torch.Tensor) -> torch.Tensor:
         logits = stack(ids[..., :-1])
         return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[..., 1:].reshape(-1),
-                                                 reduction="none").view(len(seeds), -1).mean(dim=1)
+                                                 reduction="none").view(len(live), -1).mean(dim=1)
 
     stack.train()
-    if 0 in at:                  # the untrained models; their training loss on the first batch, before any update
-        with torch.no_grad():
-            evaluate(0, batch_losses(batch_at(0)).tolist())
-    for step in range(s.steps):
+    with torch.no_grad():        # the untrained models; their training loss on the first batch, before any update
+        evaluate(0, batch_losses(batch_at(0)).tolist())
+    for step in range(cap):
         ids = batch_at(step)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, s.lr, s.min_lr, s.warmup, s.steps)
+            g["lr"] = lr_at(step, s.lr, s.min_lr, s.warmup, cap)
         losses = batch_losses(ids)
         opt.zero_grad(set_to_none=True)
         losses.sum().backward()      # each model's parameters get their own loss's gradient only
         opt.step()
-        if step + 1 in at:
-            evaluate(step + 1, losses.detach().tolist())
+        done = step + 1
+        if done % s.eval_every == 0 or done == cap:
+            evaluate(done, losses.detach().tolist())
+            charge()
+            leaving = [j for j, i in enumerate(live) if done == cap
+                       or (per[i]["stop_at"] is not None and done >= per[i]["stop_at"])]
+            for j in leaving:
+                i = live[j]
+                per[i]["final"] = (stack.copy_of(j), done, "events" if per[i]["stop_at"] is not None else "cap")
+            if leaving:
+                staying = [j for j in range(len(live)) if j not in leaving]
+                live = [live[j] for j in staying]
+                if not live:
+                    break
+                stack, opt = stack.subset(staying, opt)
+                views = [stack.member(j) for j in range(len(live))]
+                adapters = [Adapter(v) for v in views]
         if progress is not None:
-            progress(step + 1)
-    seconds = (time.process_time() - t0) / len(seeds)
+            progress(done)
     out = []
-    for i, (seed, p) in enumerate(zip(seeds, per)):
-        model = stack.copy_of(i)
+    for seed, p in zip(seeds, per):
+        model, stop, reason = p["final"]
         adapter = Adapter(model)
         records = pd.DataFrame(p["records"])
         edges = edge_effects(model, adapter, records, t, task, seed, s)
-        out.append(Run(pd.DataFrame(p["curve"]), records, edges, seconds, sum(x.numel() for x in model.parameters())))
+        out.append(Run(pd.DataFrame(p["curve"]), records, edges, p["seconds"],
+                       sum(x.numel() for x in model.parameters()), stop, reason))
     return out
-
-
-def eval_steps(steps: int, evaluations: int) -> list[int]:
-    """``evaluations`` steps evenly spaced from 0 to ``steps`` (both included), distinct."""
-    return sorted({int(round(x)) for x in np.linspace(0, steps, evaluations)})
 
 
 def edge_effects(model: CharLM, adapter: Adapter, records: pd.DataFrame, t: TaskSettings, task: str, seed: int,
@@ -248,27 +282,32 @@ def train_job(job: dict, log=None, device=None) -> tuple[pd.DataFrame, pd.DataFr
     """Rule induction_train: one shape on one task (or its control), every seed of the job's params
     (:func:`headwatch.settings.induction.job_params`) in one stack: (curves, every head's records,
     edges — each labelled with its seed —, the note)."""
-    task, width, heads = job["task"], int(job["width"]), int(job["heads"])
+    task, width, heads, seeds = job["task"], int(job["width"]), int(job["heads"]), [int(x) for x in job["seeds"]]
     settings = InductionSettings.from_config(dict({k: job[k] for k in job if k not in ("task", "width", "heads",
-                                                                                       "task_settings")},
-                                                  tasks={task_of(task): job["task_settings"]}, run=[task]))
+                                                                                       "task_settings", "seeds")},
+                                                  tasks={task_of(task): job["task_settings"]}, run=[task],
+                                                  seeds=seeds, control_seeds=seeds))
     curves, records, edges, seconds = [], [], [], {}
-    trained = train_runs(task, width, heads, settings.seeds, settings, device=device or "cpu")
-    for seed, r in zip(settings.seeds, trained):
-        curves.append(r.curve.assign(seed=int(seed)))
-        records.append(r.heads.assign(seed=int(seed)))
-        edges.append(dict(seed=int(seed), params=r.params, seconds=round(r.seconds, 2), **r.edges))
-        seconds[int(seed)] = round(r.seconds, 2)
+    trained = train_runs(task, width, heads, seeds, settings, device=device or "cpu")
+    for seed, r in zip(seeds, trained):
+        curves.append(r.curve.assign(seed=seed))
+        records.append(r.heads.assign(seed=seed))
+        edges.append(dict(seed=seed, params=r.params, seconds=round(r.seconds, 2), stop_step=r.stop_step,
+                          stop_reason=r.stop_reason, **r.edges))
+        seconds[seed] = round(r.seconds, 2)
         if log is not None:
             c = r.curve
-            log.info("%s %s seed %d: %.1f CPU s; loss on the predictable part %.3f -> %.3f (unordered %.3f, best "
-                     "%.3f); best induction %.3f above uniform; key edge %+.3f", task, shape_of(width, heads), seed,
-                     r.seconds, c.loss.iloc[0], c.loss.iloc[-1], c.unigram.iloc[-1], c.reference.iloc[-1],
-                     c.best_induction_excess.iloc[-1], r.edges["edge_k"])
+            log.info("%s %s seed %d: stopped at step %d (%s), %.1f CPU s; loss on the predictable part %.3f -> %.3f "
+                     "(unordered %.3f, best %.3f); best induction %.3f above uniform; key edge %+.3f", task,
+                     shape_of(width, heads), seed, r.stop_step, r.stop_reason, r.seconds, c.loss.iloc[0],
+                     c.loss.iloc[-1], c.unigram.iloc[-1], c.reference.iloc[-1], c.best_induction_excess.iloc[-1],
+                     r.edges["edge_k"])
     note = dict(job=job, model=dict(width=width, heads=heads, layers=2, context=settings.context, rotary=True,
                                     ffn_mult=settings.ffn_mult),
-                seconds=seconds, seconds_note="CPU seconds of the stack's training and evaluations over its seeds, "
-                "a seed's share (the seeds train in one stack)",
+                seconds=seconds, seconds_note="CPU seconds of the stack's training and evaluations, each interval "
+                "shared by the seeds that trained in it (the seeds train in one stack until each stops)",
+                stop="a run stops `settle` steps after it has both changed phase and grown an induction head "
+                     "(stop_reason events), else at the cap `steps` (cap), where an event it has not had is censored",
                 loss="mean next-token loss (nats) over the predictable positions of the task's evaluation rows "
                      "(the task's, for its control too); reference: its best predictor's; unigram: the best "
                      "predictor's without the context's order",

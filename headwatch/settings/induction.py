@@ -10,10 +10,6 @@ from dataclasses import dataclass, field
 from . import Settings, read_fields
 from ..charlm.spec import ModelSpec
 
-ARMS = ("width", "head_size")
-"""The two arms: heads at a fixed width (head size width ÷ heads), heads at a fixed head size
-(width heads × head size)."""
-
 
 @dataclass(frozen=True)
 class TaskSettings(Settings):
@@ -36,25 +32,24 @@ class TaskSettings(Settings):
 
 
 @dataclass(frozen=True)
-class ArmSettings(Settings):
-    """``induction.arms.<arm>``: the heads per layer, at a fixed ``width`` or a fixed ``head_size``."""
-    WHERE = "induction.arms"
+class GridSettings(Settings):
+    """``induction.grid``: every model of ``heads`` heads of ``head_size`` dimensions each whose width
+    (heads × head size) is at most ``max_width`` — head count and head size told apart, both varied."""
+    WHERE = "induction.grid"
 
+    head_size: tuple[int, ...]
     heads: tuple[int, ...]
-    width: int | None = None
-    head_size: int | None = None
+    max_width: int
 
     def __post_init__(self):
-        object.__setattr__(self, "heads", tuple(int(h) for h in self.heads))
-        for name in ("width", "head_size"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, int(getattr(self, name)))
+        object.__setattr__(self, "head_size", tuple(int(x) for x in self.head_size))
+        object.__setattr__(self, "heads", tuple(int(x) for x in self.heads))
+        object.__setattr__(self, "max_width", int(self.max_width))
 
-    def shapes(self) -> list[tuple[int, int]]:
-        """(width, heads) of each model of the arm."""
-        if self.width is not None:
-            return [(self.width, h) for h in self.heads]
-        return [(h * self.head_size, h) for h in self.heads]
+    def cells(self) -> list[tuple[int, int]]:
+        """(width, heads) of every cell within the width budget: smallest head size first, fewest heads
+        first within it."""
+        return [(d * h, h) for d in self.head_size for h in self.heads if d * h <= self.max_width]
 
 
 @dataclass(frozen=True)
@@ -63,19 +58,22 @@ class InductionSettings(Settings):
     WHERE = "induction"
 
     tasks: dict = field(default_factory=dict)      # task -> TaskSettings (repeat, markov)
-    arms: dict = field(default_factory=dict)       # arm -> ArmSettings
-    seeds: tuple[int, ...] = ()
+    grid: GridSettings | dict | None = None        # head size x heads within a width budget
+    seeds: tuple[int, ...] = ()                     # the tasks' runs
+    control_seeds: tuple[int, ...] = ()             # the controls' runs
     run: tuple[str, ...] = ()                      # the tasks (and controls) this scale trains
-    shapes: tuple[str, ...] | None = None          # this scale's shapes (None: every arm's)
+    shapes: tuple[str, ...] | None = None          # this scale's shapes (None: every cell of the grid)
     context: int = 32
     ffn_mult: int = 4
-    steps: int = 1000
+    steps: int = 1000                               # the cap: a run still on the plateau here is censored
+    control_steps: int = 1000                       # the controls' cap (each trains to it: no event expected)
+    settle: int = 64                                # steps trained on after both events, then it stops
     batch: int = 64
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup: int = 50
     weight_decay: float = 0.0
-    evaluations: int = 41
+    eval_every: int = 16
     eval_rows: int = 128
     edge_prompts: int = 32
     threshold: float = 0.3                          # an induction (previous-token) head: score at least this
@@ -84,19 +82,29 @@ class InductionSettings(Settings):
 
     def __post_init__(self):
         object.__setattr__(self, "tasks", {k: TaskSettings.of(v) for k, v in dict(self.tasks).items()})
-        object.__setattr__(self, "arms", {k: ArmSettings.of(v) for k, v in dict(self.arms).items()})
+        if self.grid is not None:
+            object.__setattr__(self, "grid", GridSettings.of(self.grid))
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+        object.__setattr__(self, "control_seeds", tuple(int(s) for s in self.control_seeds))
         object.__setattr__(self, "run", tuple(str(t) for t in self.run))
         if self.shapes is not None:
             object.__setattr__(self, "shapes", tuple(str(s) for s in self.shapes))
-        for name, kind in (("context", int), ("ffn_mult", int), ("steps", int), ("batch", int), ("lr", float),
-                           ("min_lr", float), ("warmup", int), ("weight_decay", float), ("evaluations", int),
+        for name, kind in (("context", int), ("ffn_mult", int), ("steps", int), ("control_steps", int), ("settle", int), ("batch", int),
+                           ("lr", float), ("min_lr", float), ("warmup", int), ("weight_decay", float), ("eval_every", int),
                            ("eval_rows", int), ("edge_prompts", int), ("threshold", float), ("margin", float)):
             object.__setattr__(self, name, kind(getattr(self, name)))
 
     @classmethod
     def from_config(cls, cfg: dict) -> "InductionSettings":
         return cls(**read_fields(cls, cfg, cls.WHERE, required=()))
+
+    def seeds_of(self, task: str) -> tuple[int, ...]:
+        """The seeds a task trains: ``seeds`` for a task, ``control_seeds`` for a control."""
+        return self.control_seeds if task.endswith("_control") else self.seeds
+
+    def steps_of(self, task: str) -> int:
+        """The cap a task trains to: ``steps`` for a task, ``control_steps`` for a control."""
+        return self.control_steps if task.endswith("_control") else self.steps
 
     def task(self, name: str) -> TaskSettings:
         if name not in self.tasks:
@@ -107,9 +115,10 @@ class InductionSettings(Settings):
 # ------------------------------------------------------------------ the jobs
 TASK_NAMES = ("repeat", "markov", "repeat_control", "markov_control")
 """Every task a scale may train (:mod:`headwatch.induction.tasks`: two tasks and their controls)."""
-TRAIN_KEYS = ("context", "ffn_mult", "steps", "batch", "lr", "min_lr", "warmup", "weight_decay", "evaluations",
-              "eval_rows", "edge_prompts", "seeds")
-"""The keys a training job reads besides its task's settings (its params: nothing else reruns it)."""
+TRAIN_KEYS = ("context", "ffn_mult", "steps", "control_steps", "settle", "batch", "lr", "min_lr", "warmup", "weight_decay",
+              "eval_every", "eval_rows", "edge_prompts", "threshold", "margin")
+"""The keys a training job reads besides its task's settings and its seeds (its params: nothing else
+reruns it). The threshold and the margin are the events a run stops on."""
 
 
 LAYERS = 2
@@ -134,8 +143,15 @@ def job_macs(cfg: dict, task: str, shape: str) -> float:
     evaluations (``eval_rows`` rows, forward only; the head scores' maps left out)."""
     job, s = job_params(cfg, task, shape), InductionSettings.from_config(cfg)
     spec = model_spec(task, job["width"], job["heads"], s)
-    per_seed = s.steps * spec.step_macs(s.batch) + s.evaluations * s.eval_rows * s.context * spec.token_macs()
-    return len(s.seeds) * per_seed
+    steps = s.steps_of(task)
+    per_seed = steps * spec.step_macs(s.batch) + len(eval_steps(steps, s.eval_every)) * s.eval_rows * s.context \
+        * spec.token_macs()
+    return len(s.seeds_of(task)) * per_seed
+
+
+def eval_steps(steps: int, every: int) -> list[int]:
+    """The evaluation steps of a run trained to ``steps``: 0, every ``every`` steps, and ``steps``."""
+    return sorted({*range(0, steps + 1, every), steps})
 
 
 def shape_of(width: int, heads: int) -> str:
@@ -149,19 +165,15 @@ def task_of(task: str) -> str:
 
 
 def shapes(s: InductionSettings) -> list[tuple[str, int, int]]:
-    """(shape, width, heads) of every model this scale trains: each arm's, once each (the arms may
-    share one), fewest heads first within an arm; only those ``shapes`` names, when it names any."""
-    out = {}
-    for arm in s.arms.values():
-        for width, heads in arm.shapes():
-            out.setdefault(shape_of(width, heads), (width, heads))
-    chosen = [(k, w, h) for k, (w, h) in out.items() if s.shapes is None or k in s.shapes]
-    return chosen
+    """(shape, width, heads) of every model this scale trains: the grid's cells (smallest head size
+    first, fewest heads first within it); only those ``shapes`` names, when it names any."""
+    cells = s.grid.cells() if s.grid is not None else []
+    return [(shape_of(w, h), w, h) for w, h in cells if s.shapes is None or shape_of(w, h) in s.shapes]
 
 
 def jobs(s: InductionSettings) -> list[tuple[str, str]]:
     """(task, shape) of every training job: the tasks of ``run`` × the shapes."""
-    return [(task, shape) for task in s.run for shape, _, _ in shapes(s)]
+    return [(task, shape) for task in s.run if s.seeds_of(task) for shape, _, _ in shapes(s)]
 
 
 def job_params(cfg: dict, task: str, shape: str) -> dict:
@@ -174,14 +186,15 @@ def job_params(cfg: dict, task: str, shape: str) -> dict:
         raise ValueError(f"induction: no job {task}/{shape} at this scale (run: {list(s.run)}; shapes: "
                          f"{[k for k, _, _ in shapes(s)]})")
     return dict(task=task, width=match[0][0], heads=match[0][1], task_settings=dict(cfg["tasks"][task_of(task)]),
-                **{k: cfg[k] for k in TRAIN_KEYS})
+                seeds=list(s.seeds_of(task)), **{k: cfg[k] for k in TRAIN_KEYS})
 
 
 def induction_errors(config: dict) -> list[str]:
     """The induction sweep's checks before any job, each naming its key: every task run is known and
     has its task's settings; a segment fits the vocabulary (its tokens are distinct) and a repeated
-    segment the context; the chain's states; each arm's heads divide its width; the shapes named
-    are the arms'; at least two evaluations; the threshold and margin positive."""
+    segment the context; the chain's states; the grid's head sizes even, its cells within the widest
+    model, the shapes named its cells; the evaluation interval within the cap; seeds for what runs;
+    the threshold and margin positive."""
     cfg = config.get("induction")
     if not cfg:
         return []
@@ -205,34 +218,35 @@ def induction_errors(config: dict) -> list[str]:
     m = s.tasks.get("markov")
     if m is not None and (m.states is None or m.alpha is None or m.states < 2 or m.alpha <= 0):
         errors.append("induction.tasks.markov: needs states >= 2 and alpha > 0")
-    for name, arm in s.arms.items():
-        if name not in ARMS:
-            errors.append(f"induction.arms.{name}: the arms are {list(ARMS)}")
-        if (arm.width is None) == (arm.head_size is None):
-            errors.append(f"induction.arms.{name}: give exactly one of width and head_size")
-        elif arm.width is not None:
-            errors += [f"induction.arms.{name}.heads: {h} heads do not divide width {arm.width}"
-                       for h in arm.heads if arm.width % h]
-        if (arm.width is None) != (arm.head_size is None):
-            for width, heads in arm.shapes():
-                size = arm.head_size if arm.head_size is not None else width // heads
-                if width > MAX_WIDTH:
-                    errors.append(f"induction.arms.{name}: {heads} heads of size {size} make a width of {width:,}, "
-                                  f"past the widest model a training job may build ({MAX_WIDTH:,}, as "
-                                  "sweep.sweeps.*.grid[].width)")
-                elif size % 2 and (arm.head_size is not None or not arm.width % heads):
-                    errors.append(f"induction.arms.{name}: {heads} heads of width {width} are of size {size}, "
-                                  "odd; rotary positions turn pairs of dimensions, so a head's size is even")
-    known = {shape_of(w, h) for arm in s.arms.values() for w, h in arm.shapes()}
-    errors += [f"induction.shapes[{i}] = {k!r}: not a shape of the arms ({sorted(known)})"
+    g = s.grid
+    if g is None:
+        errors.append("induction.grid: give head_size, heads and max_width")
+    else:
+        for d in g.head_size:
+            if d % 2:
+                errors.append(f"induction.grid.head_size: {d} is odd; rotary positions turn pairs of dimensions, "
+                              "so a head's size is even")
+        if g.max_width > MAX_WIDTH:
+            errors.append(f"induction.grid.max_width = {g.max_width:,}: past the widest model a training job may "
+                          f"build ({MAX_WIDTH:,}, as sweep.sweeps.*.grid[].width)")
+        if not g.cells():
+            errors.append(f"induction.grid: no cell of head_size {list(g.head_size)} x heads {list(g.heads)} is "
+                          f"within max_width = {g.max_width}")
+    known = {shape_of(w, h) for w, h in (g.cells() if g is not None else [])}
+    errors += [f"induction.shapes[{i}] = {k!r}: not a cell of the grid ({sorted(known)})"
                for i, k in enumerate(s.shapes or ()) if k not in known]
-    if s.evaluations < 2:
-        errors.append(f"induction.evaluations = {s.evaluations}: at least 2 (the first at step 0)")
+    if s.eval_every < 1 or s.eval_every > min(s.steps, s.control_steps):
+        errors.append(f"induction.eval_every = {s.eval_every}: within 1 .. steps = {s.steps} and control_steps = "
+                      f"{s.control_steps}")
+    if s.settle < 0:
+        errors.append(f"induction.settle = {s.settle}: 0 or more steps")
     if not 0 <= s.warmup <= s.steps:
         errors.append(f"induction.warmup = {s.warmup}: within 0 .. steps = {s.steps}")
     if not 0 < s.threshold < 1 or s.margin <= 0:
         errors.append(f"induction.threshold = {s.threshold} must lie in (0, 1) and induction.margin = {s.margin} "
                       "above 0")
-    if not s.seeds:
-        errors.append("induction.seeds: at least one seed")
+    if not s.seeds and any(not t.endswith("_control") for t in s.run):
+        errors.append("induction.seeds: at least one seed for the tasks of induction.run")
+    if not s.control_seeds and any(t.endswith("_control") for t in s.run):
+        errors.append("induction.control_seeds: at least one seed for the controls of induction.run")
     return errors
