@@ -6,8 +6,8 @@ computed, none typed.
 
 It reads, under ``--root`` (the checkout the run was made in): the run's timing record
 (``results/timing/induction.json``: wall and CPU time, machine, load, commit), the induction sweep's
-tables (``results/induction/{runs,summary,contrasts,controls}.parquet``) and its figures, which it
-copies next to the page (``docs/results/induction/``). Refused (nothing written): a checkout whose
+tables (``results/induction/{runs,summary,regression,controls}.parquet``, a training job's note for
+the batch and context), and its figures, which it copies next to the page (``docs/results/induction/``). Refused (nothing written): a checkout whose
 result inputs differ from its commit, a run made from such a tree or at a commit whose result
 inputs differ from this one's, a run that failed.
 """
@@ -29,9 +29,8 @@ from laptop_tables import machine_lines  # noqa: E402  (the laptop page's accoun
 from paper_tables import fmt, md_table  # noqa: E402
 
 from headwatch import paths  # noqa: E402
-from headwatch.induction.analysis import arm_shapes  # noqa: E402
+from headwatch.induction.analysis import QUESTIONS  # noqa: E402
 from headwatch.induction.tasks import CONTROLS  # noqa: E402
-from headwatch.settings.induction import InductionSettings  # noqa: E402
 from headwatch.tableio import read_note, read_parquet  # noqa: E402
 from headwatch.workflow import targets  # noqa: E402
 from headwatch.workflow.provenance import page_header, require_clean_tree, run_attempts  # noqa: E402
@@ -39,7 +38,25 @@ from headwatch.workflow.provenance import page_header, require_clean_tree, run_a
 COMMAND = "make induction && .venv/bin/python benchmarks/induction_tables.py"
 RECORD = "induction"
 TASK_NAMES = {"repeat": "Repeated random tokens", "markov": "In-context Markov chains"}
-ARM_NAMES = {"width": "at a fixed width", "head_size": "at a fixed head size"}
+EVENT_NAMES = {"phase": "phase change", "induction": "first induction head"}
+COVARIATE_NAMES = {"log2_heads": "more heads (at a fixed head size)", "log2_head_size": "larger heads (at a fixed head count)",
+                   "fixed_width": "more, smaller heads (at a fixed width: twice the heads, half the size)"}
+AOYAMA_T = 10 ** 5.7
+"""Aoyama, Wilcox and Schneider (2025), "Predicting the Emergence of Induction Heads in Language Model
+Pretraining" (arXiv 2511.16893): their fit of the tokens seen when induction heads emerge, N = T·√(B·C)
+with B the batch size and C the context, and T about 10^5.7, on language-model pretraining."""
+
+
+def share(k, n, lo, hi) -> str:
+    """k of n runs, with the share's exact 95 % interval."""
+    return f"{k} of {n} ({lo:.0%}–{hi:.0%})"
+
+
+def median(row, event: str) -> str:
+    m, lo, hi = row[f"{event}_median"], row[f"{event}_median_lo"], row[f"{event}_median_hi"]
+    if pd.isna(m):
+        return f"not reached by {row['cap']}"
+    return f"{m:.0f} ({lo:.0f}–{'not reached' if pd.isna(hi) else f'{hi:.0f}'})"
 
 
 def interval(row, col: str, spec: str = ".0f") -> str:
@@ -49,77 +66,83 @@ def interval(row, col: str, spec: str = ".0f") -> str:
     return f"{m:{spec}} ({lo:{spec}}–{hi:{spec}})"
 
 
-def share(row, col: str) -> str:
-    """k of n seeds, with the share's exact 95 % interval."""
-    return f"{row[col]} of {row['seeds']} ({row[f'{col}_lo']:.0%}–{row[f'{col}_hi']:.0%})"
-
-
-def shape_table(summary: pd.DataFrame, task: str, arms: dict) -> str:
-    s = summary[summary.task == task].sort_values(["width", "heads"])
+def cell_table(summary: pd.DataFrame, task: str) -> str:
     rows = []
-    for r in s.itertuples(index=False):
-        r = r._asdict()
-        member = ", ".join(a for a, shapes in arms.items() if r["shape"] in shapes)
-        rows.append({"shape": r["shape"], "arm": member, "heads": r["heads"], "head size": r["head_size"],
-                     "seeds": r["seeds"], "changed phase": share(r, "changed"),
-                     "phase-change step": interval(r, "phase_step"),
-                     "induction head formed": share(r, "formed"),
-                     "forms at step": interval(r, "induction_step"), "lag (steps)": interval(r, "lag", "+.0f"),
+    for r in summary[summary.task == task].to_dict("records"):
+        rows.append({"head size": r["head_size"], "heads": r["heads"], "width": r["width"], "runs": r["runs"],
+                     "changed phase": share(r["changed"], r["runs"], r["changed_lo"], r["changed_hi"]),
+                     "median step to it (95 %)": median(r, "phase"),
+                     "grew an induction head": share(r["formed"], r["runs"], r["formed_lo"], r["formed_hi"]),
+                     "median step to it (95 %) ": median(r, "induction"),
+                     "stopped on the events / at the cap": f"{r['by_events']} / {r['capped']}",
+                     "circuit at the end": f"{r['circuits']} of {r['runs']}",
                      "induction heads at the end": interval(r, "induction_heads", ".1f"),
-                     "circuit": f"{r['circuits']} of {r['seeds']}",
                      "final loss − best (nats)": interval(r, "final_gap", ".3f")})
     return md_table(pd.DataFrame(rows))
 
 
-def contrast_lines(contrasts: pd.DataFrame, task: str) -> list[str]:
+def regression_table(regression: pd.DataFrame, task: str) -> str:
+    rows = []
+    for r in regression[regression.task == task].itertuples():
+        rows.append({"event": EVENT_NAMES[r.event], "per doubling of": COVARIATE_NAMES[r.covariate],
+                     "hazard ratio (95 %)": (f"{r.hr:.2f} ({r.hr_lo:.2f}–{r.hr_hi:.2f})" if r.estimable
+                                             else f"— ({r.why})"),
+                     "p": "—" if pd.isna(r.p) or not r.estimable else f"{r.p:.2g}",
+                     "proportional hazards (Schoenfeld p)": "—" if pd.isna(r.ph_p) else
+                     f"{'hold' if r.ph_holds else 'do not hold'} ({r.ph_p:.2g})",
+                     "runs (events)": f"{r.runs} ({r.events})", "verdict": f"**{r.verdict}**"})
+    return md_table(pd.DataFrame(rows))
+
+
+def answer_lines(regression: pd.DataFrame, task: str) -> list[str]:
+    """The two questions, answered in sentences read from the regression table."""
     out = []
-    c = contrasts[contrasts.task == task]
-    for arm in ("width", "head_size"):
-        a = c[c.arm == arm]
-        if a.empty:
-            continue
-        pairs = a[a.kind == "pair"]
-        rows = [{"more − fewer heads": f"{p.more} − {p.fewer}", "seeds (both changed)": p.paired_seeds,
-                 "difference in the phase-change step": "—" if pd.isna(p.diff) else f"{p.diff:+.0f}",
-                 "95 % interval": "—" if pd.isna(p.diff_lo) else f"{p.diff_lo:+.0f} to {p.diff_hi:+.0f}",
-                 "verdict": p.verdict,
-                 "changed phase (fewer, more)": f"{p.changed_fewer} of {p.seeds_fewer}, {p.changed_more} of {p.seeds_more}",
-                 "Fisher's exact p": "—" if pd.isna(p.whether_p) else f"{p.whether_p:.3f}",
-                 "whether": p.whether} for p in pairs.itertuples()]
-        whole = a[a.kind == "arm"].iloc[0]
-        enough = pairs[pairs.verdict != "too few runs"]
-        read = (f"over the {len(enough)} of {len(pairs)} pairs with enough runs "
-                f"({', '.join(f'{p.more} − {p.fewer}' for p in enough.itertuples())}): **{whole.verdict_enough}**"
-                if 0 < len(enough) < len(pairs) else "")
-        out += [f"**Heads {ARM_NAMES[arm]}** — the arm's verdict as fixed before the data: **{whole.verdict}**"
-                + ("" if pd.isna(whole["diff"]) else
-                   f"; from {whole.fewer} to {whole.more} the phase change moves by {whole['diff']:+.0f} steps "
-                   f"({whole.diff_lo:+.0f} to {whole.diff_hi:+.0f}, {whole.paired_seeds} seeds paired)")
-                + (f"; read {read}" if read else "") + ".", "",
-                md_table(pd.DataFrame(rows)), ""]
+    for covariate, (sooner, later) in QUESTIONS.items():
+        parts = []
+        for r in regression[(regression.task == task) & (regression.covariate == covariate)].itertuples():
+            said = (f"hazard ratio {r.hr:.2f} per doubling ({r.hr_lo:.2f}–{r.hr_hi:.2f})" if r.estimable else r.why)
+            caveat = "" if r.ph_holds is not False else "; the hazards are not proportional, so the ratio is an average over the run"
+            parts.append(f"to the {EVENT_NAMES[r.event]}: **{r.verdict}** ({said}{caveat})")
+        out.append(f"- {COVARIATE_NAMES[covariate][0].upper()}{COVARIATE_NAMES[covariate][1:]} — " + "; ".join(parts) + ".")
     return out
 
 
-def reading(summary: pd.DataFrame, contrasts: pd.DataFrame, task: str, arms: dict) -> list[str]:
-    """What the task's tables say, in sentences computed from them."""
-    s = summary[summary.task == task]
-    lines = []
-    for arm, shapes in arms.items():
-        rows = s.set_index("shape").reindex([x for x in shapes if x in set(s["shape"])])
-        changed = [f"{k} {int(r.changed)}/{int(r.seeds)}" for k, r in rows.iterrows()]
-        formed = [f"{k} {int(r.formed)}/{int(r.seeds)}" for k, r in rows.iterrows()]
-        whole = contrasts[(contrasts.task == task) & (contrasts.arm == arm) & (contrasts.kind == "arm")]
-        verdict = whole["verdict"].iloc[0] if len(whole) else "not measured"
-        pairs = contrasts[(contrasts.task == task) & (contrasts.arm == arm) & (contrasts.kind == "pair")]
-        moved = [f"{p.more} − {p.fewer} (p = {p.whether_p:.3f})" for p in pairs.itertuples() if p.whether == "resolved"]
-        whether = ("whether a run changes phase differs, resolved, between " + ", ".join(moved) if moved else
-                   "no adjacent pair differs resolvedly in whether its runs change phase")
-        enough = whole["verdict_enough"].iloc[0] if len(whole) else None
-        lines.append(f"- Heads {ARM_NAMES[arm]}: runs that changed phase — {', '.join(changed)}; that grew an "
-                     f"induction head — {', '.join(formed)}. The phase-change step against heads: **{verdict}** as "
-                     "fixed before the data" + (f", **{enough}** over the pairs with enough runs"
-                                                if enough and enough != verdict else "") + f"; {whether}.")
+def stage_lines(runs: pd.DataFrame) -> list[str]:
+    """Edelman et al.'s stages on the chains, measured from every markov run that changed phase."""
+    m = runs[(runs.task == "markov") & runs["phase_step"].notna()]
+    if m.empty:
+        return ["No run changed phase on the chains: their stages cannot be read."]
+    counts = m["stage"].fillna("no plateau before it").value_counts()
+    at = m[m["stage"] == "unigram"]
+    gap = at["plateau_gap"].astype(float)
+    said = ", ".join(f"{int(v)} {k if k == 'no plateau before it' else f'at the {k} level'}" for k, v in counts.items())
+    lines = [f"Of the {len(m)} runs that changed phase on the chains: {said}."]
+    if len(at):
+        lines.append(f"The {len(at)} unigram plateaus lie {gap.mean():+.3f} nats from the in-context unigram reference "
+                     f"on average (from {gap.min():+.3f} to {gap.max():+.3f}), and last "
+                     f"{(at['leave_step'].astype(float) - at['plateau_step'].astype(float)).median():.0f} steps "
+                     "(median, plateau to leaving) before the drop to the bigram level.")
     return lines
+
+
+def onset_lines(summary: pd.DataFrame, batch: int, context: int) -> list[str]:
+    """Each task's fastest cell's median phase change in tokens, beside Aoyama et al.'s law."""
+    predicted = AOYAMA_T * (batch * context) ** 0.5
+    rows = []
+    for task in [t for t in TASK_NAMES if t in set(summary.task)]:
+        s = summary[(summary.task == task) & summary["phase_median"].notna()]
+        if s.empty:
+            continue
+        fastest = s.sort_values("phase_median").iloc[0]
+        slowest = s.sort_values("phase_median").iloc[-1]
+        for label, r in (("fastest", fastest), ("slowest with a median", slowest)):
+            tokens = float(r["phase_median"]) * batch * context
+            rows.append({"task": TASK_NAMES[task], "cell": f"{r['shape']} ({label})",
+                         "median phase change (steps)": f"{r['phase_median']:.0f}",
+                         "tokens (steps × batch × context)": f"{tokens:,.0f}",
+                         "Aoyama et al.'s N = T·√(B·C)": f"{predicted:,.0f}",
+                         "ours ÷ theirs": f"{tokens / predicted:.3g}"})
+    return [md_table(pd.DataFrame(rows))] if rows else ["No cell changed phase: no onset to compare."]
 
 
 def control_lines(controls: pd.DataFrame) -> list[str]:
@@ -133,32 +156,56 @@ def control_lines(controls: pd.DataFrame) -> list[str]:
 
 def page(root: Path, commit: str) -> tuple[str, list[tuple[Path, str]]]:
     attempts = run_attempts(root, root / paths.timed_run(RECORD), commit)
-    t = {n: read_parquet(root / paths.induction_table(n)) for n in ("runs", "summary", "contrasts", "controls")}
+    t = {n: read_parquet(root / paths.induction_table(n)) for n in ("runs", "summary", "regression", "controls")}
     note = read_note(root / paths.induction_table("runs"))
-    arms = arm_shapes(InductionSettings.from_config(dict(arms=note["arms"])))
-    curves = read_parquet(root / paths.induction_table("curves"))
-    steps = int(curves["step"].max())
-    seeds = sorted(t["runs"]["seed"].unique())
-    out = [page_header(commit, COMMAND), "", "# Which heads form, when, and how the number of heads changes it",
+    runs = t["runs"]
+    task_runs, control_runs = runs[~runs.task.str.endswith("_control")], runs[runs.task.str.endswith("_control")]
+    first = read_note(root / paths.induction_run(runs.task.iloc[0], runs["shape"].iloc[0], "curves"))["job"]
+    batch, context, cap, settle = int(first["batch"]), int(first["context"]), int(first["steps"]), int(first["settle"])
+    grid = note["grid"]
+    cells = runs[["shape", "head_size", "heads"]].drop_duplicates()
+    seeds = sorted(task_runs["seed"].unique())
+    cseeds = sorted(control_runs["seed"].unique())
+    out = [page_header(commit, COMMAND), "", "# Head count or head size? Induction on a grid of both, every run counted",
            "", "Protocol §7c. Two-layer models with rotary positions, trained on tasks where predicting from the "
-           "context is the only way down, every shape of two arms — heads at a fixed width and heads at a fixed "
-           f"head size —, {len(seeds)} seeds each ({', '.join(map(str, seeds))}), {steps} steps; each task's "
-           "control trains the same models on sequences with nothing to read from the context.", "",
-           *machine_lines(attempts, RECORD), "",
+           f"context is the only way down, on every cell of a grid — heads {', '.join(map(str, grid['heads']))} × "
+           f"head size {', '.join(map(str, grid['head_size']))} where the width (their product) is at most "
+           f"{grid['max_width']}: {len(cells)} cells —, {len(seeds)} seeds a cell on each task "
+           f"({', '.join(map(str, seeds))}) and {len(cseeds)} on each control ({', '.join(map(str, cseeds))}): "
+           f"{len(runs)} runs. A run trains until {settle} steps after it has both changed phase and grown an "
+           f"induction head, or to the cap of {cap} steps; a run without an event by its end is **censored** there — "
+           "counted, never dropped.", "", *machine_lines(attempts, RECORD), "",
            f"A run **changes phase** at the first evaluation whose loss on the predictable part lies "
            f"{fmt(note['margin'])} nats below the best predictor's without the context's order; it **grows an "
            f"induction head** at the first evaluation at which a head's induction score lies {fmt(note['threshold'])} "
-           "above uniform attention's; the **lag** is formation − phase change, per run; it holds the **circuit** "
-           "when it ends with a previous-token head in layer 0, an induction head in layer 1, and path patching's "
-           "strongest edge between them through the key. Means over the seeds that have the event, with 95 % "
-           f"percentile bootstrap intervals over seeds ({note['bootstrap']['resamples']:,} resamples). "
-           "From `results/induction/`.", ""]
-    for task in [x for x in TASK_NAMES if x in set(t["runs"].task)]:
-        out += [f"## {TASK_NAMES[task]}", "", shape_table(t["summary"], task, arms), "", *contrast_lines(t["contrasts"], task),
-                *reading(t["summary"], t["contrasts"], task, arms), ""]
-    out += ["## The controls", "", "The same models trained on sequences with nothing to read from the context "
-            "(segments that never repeat; one fixed chain), scored on their task's rows: no phase change and no "
-            "induction head may appear.", "", *control_lines(t["controls"]), ""]
+           "above uniform attention's; it holds the **circuit** when it ends with a previous-token head in layer 0, an "
+           "induction head in layer 1, and path patching's strongest edge between them through the key. Per cell, "
+           "the Kaplan–Meier median step to each event with its 95 % interval (read off the log-log band; *not "
+           "reached*: past the runs' last steps). The questions fixed before the run are answered by one Cox "
+           "regression per task and event on log2 heads and log2 head size together (statsmodels, Efron's ties): "
+           "the hazard ratio per doubling of each with the other held, above 1 sooner, with its 95 % interval — "
+           "*resolved* when the interval excludes 1 — and the proportional-hazards check (Schoenfeld residuals "
+           "against the rank of the event step). From `results/induction/`.", ""]
+    for task in [x for x in TASK_NAMES if x in set(task_runs.task)]:
+        out += [f"## {TASK_NAMES[task]}", "", "**The answer** (verdicts fixed before the run):", "",
+                *answer_lines(t["regression"], task), "", regression_table(t["regression"], task), "",
+                cell_table(t["summary"], task), ""]
+    out += ["## The stages of the chains (Edelman et al. 2024)", "",
+            "Edelman et al. (2024, *The Evolution of Statistical Induction Heads: In-Context Learning Markov "
+            "Chains*) describe models trained on in-context chains passing from uniform prediction to an "
+            "in-context unigram plateau before they drop to the bigram. Measured here from each run's own curve: "
+            "the plateau §7b's rule finds before the phase change, and which of three levels it lies nearest — "
+            "the untrained model's loss (uniform), the in-context unigram reference, the bigram (best) reference.",
+            "", *stage_lines(runs), "",
+            "## The onset in tokens (Aoyama et al. 2025)", "",
+            "Aoyama, Wilcox and Schneider (2025, *Predicting the Emergence of Induction Heads in Language Model "
+            "Pretraining*) fit the tokens a language model has seen when its induction heads emerge as "
+            f"N = T·√(B·C), T about 10^5.7, with B the batch and C the context (here {batch} and {context}), and "
+            "find it does not depend on the model's size. Beside it, the median phase change of each task's "
+            "fastest and slowest cell (with a median), in tokens:", "", *onset_lines(t["summary"], batch, context), "",
+            "## The controls", "", "The same models trained on sequences with nothing to read from the context "
+            "(segments that never repeat; one fixed chain), scored on their task's rows, each to the cap: no phase "
+            "change and no induction head may appear.", "", *control_lines(t["controls"]), ""]
     figures = []
     for key in targets.INDUCTION_FIGURES:
         src = root / paths.induction_figure(key, "png")

@@ -252,10 +252,10 @@ def induction_summary_inputs(wildcards):
 
 
 def induction_summary_params():
-    """What the summary reads of `induction:`: its arms, the jobs it reads, the threshold and the margin."""
+    """What the summary reads of `induction:`: its grid, the jobs it reads, the threshold and the margin."""
     s = config["induction"]
-    return dict(arms=s["arms"], run=s["run"], shapes=s["shapes"], seeds=s["seeds"], threshold=s["threshold"],
-                margin=s["margin"])
+    return dict(grid=s["grid"], run=s["run"], shapes=s["shapes"], seeds=s["seeds"], control_seeds=s["control_seeds"],
+                threshold=s["threshold"], margin=s["margin"])
 
 
 

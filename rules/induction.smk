@@ -1,8 +1,8 @@
-# Stage "induction" (protocol §7c): which heads form, when, and how the number of heads changes it,
-# on tasks where predicting from the context is the only way down. One training job per task and
-# shape (every seed in one process: the jobs are short, and a job's start costs seconds of imports),
+# Stage "induction" (protocol §7c): which heads form, when, and how the number and the size of heads
+# change it, on tasks where predicting from the context is the only way down. One training job per
+# task and cell of the grid (every seed in one stack, each run stopping on its events or at the cap),
 # its params exactly its slice of `induction:` (headwatch/settings/induction.py: job_params); then
-# one summary that reads every run: events, intervals over seeds, the contrasts and the controls.
+# one summary that reads every run: events, Kaplan-Meier curves, the regression and the controls.
 
 
 rule induction_train:

@@ -1,9 +1,10 @@
-"""Rule induction_summary: every run's phase change, heads and circuit; per shape their means with
-intervals over seeds; the contrasts fixed before the data and the controls (protocol §7c)."""
+"""Rule induction_summary: every run's events, where it stopped and its circuit; per cell of the grid
+the Kaplan-Meier curves and medians of the time to each event; the regression on heads and head size
+and its verdicts fixed before the run; the controls (protocol §7c)."""
 from dataclasses import asdict
 
 from headwatch import paths
-from headwatch.induction.analysis import summarize
+from headwatch.induction.analysis import COVARIATES, summarize
 from headwatch.jobs import log_to
 from headwatch.settings.induction import InductionSettings, jobs, shapes
 from headwatch.settings.sweep import BootstrapSettings
@@ -19,16 +20,20 @@ with log_to(snakemake.log[0]) as log:
     bootstrap = asdict(BootstrapSettings.of(p.bootstrap))
     tables = summarize(runs, s, p.plateau_margin, bootstrap)
     note = dict(threshold=s.threshold, margin=s.margin, plateau_margin=p.plateau_margin, bootstrap=bootstrap,
-                arms={k: asdict(v) for k, v in s.arms.items()},
+                grid=asdict(s.grid), covariates=list(COVARIATES),
                 phase="the first evaluation whose loss on the predictable part lies `margin` below the unordered "
                       "reference (the best predictor without the context's order)",
                 formation="the first evaluation whose best head's induction score lies `threshold` above uniform "
                           "attention's (prev: whose best prev score reaches `threshold`)",
-                contrast="more - fewer heads of an arm: the phase-change step, paired by seed over the seeds where "
-                         "both changed phase, mean with its percentile bootstrap interval")
+                censoring="a run without an event when it stopped (at the cap, or a control) is censored at its "
+                          "last step: counted, not dropped",
+                regression="Cox proportional hazards (statsmodels PHReg, Efron's ties) of each event on log2 heads "
+                           "and log2 head size together, per task: hazard ratios per doubling with 95 % intervals; "
+                           "ph_p: Schoenfeld residuals against the rank of the event step")
     for name in paths.INDUCTION_TABLES:
         write_parquet(tables[name], snakemake.output[name], note=note)
-    log.info("per shape:\n%s", tables["summary"][["task", "shape", "seeds", "changed", "formed", "circuits",
-                                                  "phase_step_mean"]].to_string())
-    log.info("contrasts:\n%s", tables["contrasts"].to_string())
+    log.info("per cell:\n%s", tables["summary"][["task", "shape", "runs", "changed", "formed", "capped",
+                                                  "phase_median", "induction_median"]].to_string())
+    log.info("regression:\n%s", tables["regression"][["task", "event", "covariate", "hr", "hr_lo", "hr_hi",
+                                                        "ph_p", "verdict"]].to_string())
     log.info("controls:\n%s", tables["controls"].to_string())

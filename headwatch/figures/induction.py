@@ -1,116 +1,114 @@
-"""Figures of the induction sweep (protocol §7c), drawn from its tables only: the loss on the
-predictable part against step for each shape, the phase-change step against heads for both arms
-with intervals, and which heads are induction heads at the end, per seed. Every label (shapes,
-heads, references, thresholds, counts) is read from the tables."""
+"""Figures of the induction sweep (protocol §7c), drawn from its tables only: every run's loss on the
+predictable part against step, per task and head size; the Kaplan–Meier curves of the time to each
+event per cell of the grid, with the regression's verdicts; and which heads are induction heads at
+the end, per seed. Every label (cells, heads, references, thresholds, counts, verdicts) is read from
+the tables."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from ..settings.induction import ARMS
 from .style import PALETTE, SEQUENTIAL, TWO_COLUMNS, figure, styled
 
 TASK_TITLES = {"repeat": "repeated random tokens", "markov": "in-context Markov chains"}
-ARM_TITLES = {"width": "heads at a fixed width", "head_size": "heads at a fixed head size"}
+EVENT_TITLES = {"phase": "phase change", "induction": "first induction head"}
 
 
 def _tasks(table: pd.DataFrame) -> list[str]:
     return [t for t in TASK_TITLES if t in set(table["task"])]
 
 
+def _heads_colours(heads) -> dict:
+    return {h: PALETTE[i % len(PALETTE)] for i, h in enumerate(sorted(set(heads)))}
+
+
 @styled
 def loss_curves(curves: pd.DataFrame, runs: pd.DataFrame, margin: float):
-    """Per task (rows) and whether a control (columns): the loss on the predictable part against
-    step, one line per shape (mean over seeds, the band its min-max), the best predictor's and the
-    unordered references, and the phase-change level (the unordered reference − margin)."""
-    tasks = _tasks(runs)
-    kinds = [k for k in ("task", "control") if (k == "task" and tasks) or any(runs.task.str.endswith("_control"))]
-    fig, axes = figure(TWO_COLUMNS, 2.4 * len(tasks), nrows=len(tasks), ncols=len(kinds), squeeze=False,
-                       sharex=True)
-    shapes = list(dict.fromkeys(runs.sort_values(["width", "heads"])["shape"]))
-    colour = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(shapes)}
-    for r, task in enumerate(tasks):
-        for c, kind in enumerate(kinds):
-            name = task if kind == "task" else f"{task}_control"
+    """Per task and control (rows) and head size (columns): every run's loss on the predictable part
+    against step until it stopped, coloured by its heads; the best predictor's and the unordered
+    references and the phase-change level (the unordered reference − margin)."""
+    names = [n for t in _tasks(runs) for n in (t, f"{t}_control") if n in set(runs["task"])]
+    sizes = sorted(set(runs["head_size"]))
+    colour = _heads_colours(runs["heads"])
+    fig, axes = figure(TWO_COLUMNS, 1.8 * len(names) + 0.5, nrows=len(names), ncols=len(sizes), squeeze=False,
+                       sharex=True, sharey="row")
+    for r, name in enumerate(names):
+        for c, size in enumerate(sizes):
             ax = axes[r][c]
-            sub = curves[curves.task == name]
-            if sub.empty:
-                ax.set_visible(False)
-                continue
-            for shape in shapes:
-                g = sub[sub["shape"] == shape].groupby("step")["loss"]
-                if not len(g):
-                    continue
-                ax.plot(g.mean().index, g.mean(), color=colour[shape], lw=1, label=shape)
-                ax.fill_between(g.mean().index, g.min(), g.max(), color=colour[shape], alpha=0.15, lw=0)
-            ref, uni = sub["reference"].mean(), sub["unigram"].mean()
-            ax.axhline(ref, color="black", lw=0.8, ls=":", label=f"best predictor {ref:.2f}")
-            ax.axhline(uni, color="grey", lw=0.8, ls="--", label=f"without the order {uni:.2f}")
-            ax.axhline(uni - margin, color="grey", lw=0.8, ls="-.", label=f"phase change {uni - margin:.2f}")
-            seeds = sub["seed"].nunique()
-            ax.set_title(f"{TASK_TITLES[task]}{' — control' if kind == 'control' else ''} ({seeds} seeds)")
-            ax.set_ylabel("loss on the predictable part (nats)")
-            if r == len(tasks) - 1:
+            sub = curves[(curves.task == name) & (curves.head_size == size)]
+            for (heads, _seed), g in sub.groupby(["heads", "seed"]):
+                ax.plot(g["step"], g["loss"], color=colour[heads], lw=0.6, alpha=0.7)
+            if not sub.empty:
+                ref, uni = sub["reference"].mean(), sub["unigram"].mean()
+                ax.axhline(ref, color="black", lw=0.8, ls=":")
+                ax.axhline(uni, color="grey", lw=0.8, ls="--")
+                ax.axhline(uni - margin, color="grey", lw=0.8, ls="-.")
+            if r == 0:
+                ax.set_title(f"head size {size}")
+            if c == 0:
+                kind = " (control)" if name.endswith("_control") else ""
+                ax.set_ylabel(f"{TASK_TITLES[name.removesuffix('_control')]}{kind}\nloss (nats)")
+            if r == len(names) - 1:
                 ax.set_xlabel("step")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=min(6, len(labels)),
+    handles = [axes[0][0].plot([], [], color=colour[h], lw=1.2, label=f"{h} heads")[0] for h in sorted(colour)]
+    handles += [axes[0][0].plot([], [], color=k, ls=ls, lw=0.8, label=label)[0] for k, ls, label in (
+        ("black", ":", "best predictor"), ("grey", "--", "best without the order"),
+        ("grey", "-.", f"phase change ({margin:g} below it)"))]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=min(5, len(handles)),
                frameon=False)
     fig.tight_layout()
     return fig
 
 
 @styled
-def phase_steps(runs: pd.DataFrame, summary: pd.DataFrame, contrasts: pd.DataFrame, arms: dict, steps: int):
-    """Per task (rows) and arm (columns): the phase-change step against heads (log 2), each seed a
-    point (a cross at the top, the run's last step ``steps``, for a run that never changed phase), the
-    mean over the seeds that changed with its interval; the arm's verdict in the title."""
-    tasks = _tasks(runs)
-    arm_names = [a for a in ARMS if a in arms]
-    fig, axes = figure(TWO_COLUMNS, 2.4 * len(tasks), nrows=len(tasks), ncols=len(arm_names), squeeze=False,
-                       sharey="row")
-    top = int(steps)
-    for r, task in enumerate(tasks):
-        for c, arm in enumerate(arm_names):
+def survival_curves(survival: pd.DataFrame, summary: pd.DataFrame, regression: pd.DataFrame):
+    """Per task and event (rows) and head size (columns): the Kaplan–Meier share of runs still without
+    the event against step, one curve per head count with its 95 % band, a cross where a run was
+    censored; the regression's verdicts for the row in its first panel's title."""
+    rows = [(t, e) for t in _tasks(survival) for e in EVENT_TITLES if ((survival.task == t) & (survival.event == e)).any()]
+    sizes = sorted(set(survival["head_size"]))
+    colour = _heads_colours(survival["heads"])
+    fig, axes = figure(TWO_COLUMNS, 1.9 * len(rows) + 0.5, nrows=len(rows), ncols=len(sizes), squeeze=False,
+                       sharex=True, sharey=True)
+    for r, (task, event) in enumerate(rows):
+        verdicts = regression[(regression.task == task) & (regression.event == event)]
+        said = "; ".join(f"{v.verdict} (HR {v.hr:.2f}, {v.hr_lo:.2f}–{v.hr_hi:.2f})" if v.estimable else v.verdict
+                         for v in verdicts.itertuples())
+        for c, size in enumerate(sizes):
             ax = axes[r][c]
-            shapes = arms[arm]
-            rows = summary[(summary.task == task) & summary["shape"].isin(shapes)].set_index("shape").loc[
-                [x for x in shapes if x in set(summary[summary.task == task]["shape"])]]
-            x = rows["heads"].to_numpy()
-            for shape, h in zip(rows.index, x):
-                runs_of = runs[(runs.task == task) & (runs["shape"] == shape)]
-                changed = runs_of["phase_step"].dropna().astype(float)
-                ax.scatter(np.full(len(changed), h), changed, s=8, color=PALETTE[c], alpha=0.5, lw=0)
-                never = len(runs_of) - len(changed)
-                if never:
-                    ax.scatter([h], [top], marker="x", s=14, color="black")
-                    ax.annotate(f"{never} never", (h, top), fontsize=6, xytext=(0, 4), textcoords="offset points",
-                                ha="center")
-            m = rows["phase_step_mean"].astype(float).to_numpy()
-            lo, hi = rows["phase_step_lo"].astype(float).to_numpy(), rows["phase_step_hi"].astype(float).to_numpy()
-            ok = ~np.isnan(m)
-            ax.errorbar(x[ok], m[ok], yerr=[m[ok] - lo[ok], hi[ok] - m[ok]], color=PALETTE[c], lw=1.2, marker="o",
-                        ms=3, capsize=2)
-            v = contrasts[(contrasts.task == task) & (contrasts.arm == arm) & (contrasts.kind == "arm")]
-            verdict = v["verdict"].iloc[0] if len(v) else "—"
-            fixed = f"width {rows['width'].iloc[0]}" if arm == "width" and len(rows) else (
-                f"head size {rows['head_size'].iloc[0]}" if len(rows) else "")
-            ax.set_title(f"{TASK_TITLES[task]}: {ARM_TITLES[arm]} ({fixed})\nphase-change step against heads: {verdict}")
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(x, [str(int(h)) for h in x])
-            ax.set_xlabel("heads per layer")
-            ax.set_ylabel("phase-change step")
-            ax.set_ylim(0, top * 1.12)
+            sub = survival[(survival.task == task) & (survival.event == event) & (survival.head_size == size)]
+            for heads, g in sub.groupby("heads"):
+                ax.step(g["step"], g["survival"], where="post", color=colour[heads], lw=1.1)
+                ax.fill_between(g["step"], g["lo"], g["hi"].fillna(g["survival"]), step="post", color=colour[heads],
+                                alpha=0.12, lw=0)
+                s = summary[(summary.task == task) & (summary.head_size == size) & (summary.heads == heads)]
+                censored = int(s["runs"].iloc[0] - s["changed" if event == "phase" else "formed"].iloc[0]) if len(s) else 0
+                if censored:
+                    ax.plot([g["step"].iloc[-1]], [g["survival"].iloc[-1]], "x", color=colour[heads], ms=4)
+            ax.set_ylim(-0.03, 1.03)
+            if r == 0:
+                ax.set_title(f"head size {size}")
+            if c == 0:
+                ax.set_ylabel(f"{TASK_TITLES[task]}:\nstill before the {EVENT_TITLES[event]}")
+                ax.annotate(said, (0, 1.0), xycoords="axes fraction", xytext=(2, -2), textcoords="offset points",
+                            fontsize=5, va="top")
+            if r == len(rows) - 1:
+                ax.set_xlabel("step")
+    handles = [axes[0][0].plot([], [], color=colour[h], lw=1.2, label=f"{h} heads")[0] for h in sorted(colour)]
+    handles.append(axes[0][0].plot([], [], "x", color="black", ms=4, label="censored runs (no event by their end)")[0])
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=min(6, len(handles)),
+               frameon=False)
     fig.tight_layout()
     return fig
 
 
 @styled
 def final_heads(heads: pd.DataFrame, runs: pd.DataFrame, threshold: float):
-    """Per task (rows of panels) and shape (columns): each seed's layer-1 heads (rows: seeds,
+    """Per task (rows of panels) and cell (columns): each seed's layer-1 heads (rows: seeds,
     columns: heads) coloured by their final induction score above uniform attention's; a dot on
     every induction head (at least ``threshold`` above)."""
     tasks = _tasks(runs)
-    shapes = list(dict.fromkeys(runs.sort_values(["width", "heads"])["shape"]))
+    shapes = list(dict.fromkeys(runs.sort_values(["head_size", "heads"])["shape"]))
     fig, axes = figure(TWO_COLUMNS, 1.4 * len(tasks) + 0.6, nrows=len(tasks), ncols=len(shapes), squeeze=False)
     image = None
     for r, task in enumerate(tasks):
@@ -128,7 +126,7 @@ def final_heads(heads: pd.DataFrame, runs: pd.DataFrame, threshold: float):
                           [str(x) if x % 4 == 0 else "" for x in grid.columns], fontsize=5)
             ax.set_yticks(range(grid.shape[0]), [str(s) for s in grid.index], fontsize=5)
             if r == 0:
-                ax.set_title(shape, fontsize=7)
+                ax.set_title(shape, fontsize=6)
             if c == 0:
                 ax.set_ylabel(f"{task}\nseed", fontsize=7)
             if r == len(tasks) - 1:

@@ -46,10 +46,10 @@ SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "contrast":
 SWEEP_HEADS_FIGURES = {"formation": "heads_formation", "finals": "heads_finals", "grid": "heads_grid"}
 """The figures of the heads the split sweep's models grow (protocol §7b; rule figures_sweep_heads)."""
 SWEEP_COURSE_FIGURES = ("events", "gaps")
-INDUCTION_FIGURES = ("curves", "phase", "heads")
-"""The induction sweep's figures (rule figures_induction, protocol §7c): the loss on the predictable part
-against step per shape, the phase-change step against heads per arm, the induction heads at the end."""
 """The figures of a sweep's course (rule figures_sweep_course): ``course_{sweep}_{key}``."""
+INDUCTION_FIGURES = ("curves", "survival", "heads")
+"""The induction sweep's figures (rule figures_induction, protocol §7c): every run's loss on the predictable
+part against step, the Kaplan–Meier curves of the time to each event per cell, the induction heads at the end."""
 EXPLORER_ABLATION = ("topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary")
 EXPLORER_PATCHING = {"patching_heads": "heads", "patching_resid": "resid", "patching_kv_groups": "kv_groups"}
 """The explorer's patching inputs by key (report_explorer) and table name."""
