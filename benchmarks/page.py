@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "records"
 PAGE = ROOT / "docs" / "benchmarks.md"
-ORDER = ("peers", "targets", "induction", "edges", "ablation", "patching", "circuits")
+ORDER = ("peers", "targets", "gpu", "induction", "edges", "ablation", "patching", "circuits")
 COLUMNS = ("what", "figures", "machine", "load", "command", "commit", "date")
 
 
