@@ -56,7 +56,7 @@ def median(row, event: str) -> str:
     m, lo, hi = row[f"{event}_median"], row[f"{event}_median_lo"], row[f"{event}_median_hi"]
     if pd.isna(m):
         return f"not reached by {row['cap']}"
-    return f"{m:.0f} ({lo:.0f}–{'not reached' if pd.isna(hi) else f'{hi:.0f}'})"
+    return f"{m:.0f} ({lo:.0f}–{'no upper bound' if pd.isna(hi) else f'{hi:.0f}'})"
 
 
 def interval(row, col: str, spec: str = ".0f") -> str:
@@ -185,7 +185,9 @@ def page(root: Path, commit: str) -> tuple[str, list[tuple[Path, str]]]:
            "regression per task and event on log2 heads and log2 head size together (statsmodels, Efron's ties): "
            "the hazard ratio per doubling of each with the other held, above 1 sooner, with its 95 % interval — "
            "*resolved* when the interval excludes 1 — and the proportional-hazards check (Schoenfeld residuals "
-           "against the rank of the event step). From `results/induction/`.", ""]
+           "against the rank of the event step). From `results/induction/`. An earlier sweep at a fixed width of 64 "
+           "(more heads, later) could not tell head count from head size and left out the runs that had not changed "
+           "phase: protocol §7c keeps its finding, and says what was fixed before this run.", ""]
     for task in [x for x in TASK_NAMES if x in set(task_runs.task)]:
         out += [f"## {TASK_NAMES[task]}", "", "**The answer** (verdicts fixed before the run):", "",
                 *answer_lines(t["regression"], task), "", regression_table(t["regression"], task), "",

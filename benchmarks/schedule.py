@@ -8,8 +8,9 @@ wall time (its benchmark file, ``results/benchmarks/<rule>/…tsv``) this prints
 on ``--cores`` cores when started longest first (what the priorities ask), shortest first (the order
 in which a long job starts last and runs alone: what an unprioritized run can fall into, as the earlier
 laptop-long run's last 32-head job did for 26 minutes), and the lower bound max(longest job, total /
-cores); and the run's floor: the multiply-adds of its training jobs (steps and evaluations) over the
-float32 matmul rate its timing record measured before the run, with the run's wall time as a multiple.
+cores); and the run's floor: the multiply-adds of its training jobs (steps and evaluations; for the
+induction sweep, whose runs stop at their events, the steps each run trained) over the float32 matmul
+rate its timing record measured before the run, with the run's wall time as a multiple.
 
     .venv/bin/python benchmarks/schedule.py --root /path/to/checkout --target laptop-long
     .venv/bin/python benchmarks/schedule.py --root /path/to/checkout --target induction
@@ -49,13 +50,22 @@ def durations(root: Path, rule: str) -> dict[str, float]:
     return out
 
 
-def work_macs(target: str) -> float:
+def work_macs(target: str, root: Path = ROOT) -> float:
+    """The multiply-adds of the target's training. The induction sweep's runs stop at their events: each
+    run's own steps, from the run's ``runs`` table (``stop_step``), where the run has written it."""
     import headwatch as hw
+    from headwatch import paths
     from headwatch.settings import induction as ind
     from headwatch.sweep import plan
 
     cfg = hw.load_config(*[f"config/{o}" for o in OVERLAYS[target]])
     if target == "induction":
+        runs = root / paths.induction_table("runs")
+        if runs.exists():
+            import pandas as pd
+
+            t = pd.read_parquet(runs, columns=["task", "shape", "stop_step"])
+            return sum(ind.run_macs(cfg["induction"], r.task, r.shape, int(r.stop_step)) for r in t.itertuples())
         return sum(ind.job_macs(cfg["induction"], task, shape)
                    for task, shape in ind.jobs(ind.InductionSettings.from_config(cfg["induction"])))
     return sum(plan.job_macs(cfg["sweep"], r["sweep"], r["shape"], r["seed"]) for r in plan.train_jobs(cfg["sweep"]))
@@ -87,7 +97,7 @@ def main(argv=None) -> int:
     wall = sum(a["wall_s"] for a in attempts)
     cpu = sum(a["cpu_s"] for a in attempts)
     rates = [a["matmul_macs_per_s"] for a in attempts if a.get("matmul_macs_per_s")]
-    macs = work_macs(args.target)
+    macs = work_macs(args.target, root)
     if rates:
         floor = macs / rates[0][0]                 # the rate is of every core at once
         lines.append(f"the run: {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU; its training's {macs / 1e12:.1f} T "

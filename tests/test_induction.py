@@ -123,14 +123,18 @@ def test_the_phase_change_is_where_the_loss_passes_below_the_unordered_reference
 def test_kaplan_meier_and_its_median_by_hand():
     """Six runs, two censored (one at a step where another has its event): S(t) = Π (1 − d/n) by hand,
     the median where S first reaches 1/2, its interval where the band's curves do (the upper one
-    never: not reached), and a cell with no event stays at 1 to its last step."""
+    never: not reached), the upper bound kept where S reaches 0 (undefined there in log-log), and a
+    cell with no event stays at 1 to its last step."""
     c = survival.km_curve([16, 32, 32, 48, 64, 80], [True, True, False, True, False, True])
     assert c["step"].tolist() == [0, 16, 32, 48, 64, 80]
     expected = [1, 5 / 6, 5 / 6 * 4 / 5, 5 / 6 * 4 / 5 * 2 / 3, 5 / 6 * 4 / 5 * 2 / 3, 0]
     assert c["survival"].tolist() == pytest.approx(expected)
     assert c["at_risk"].tolist() == [6, 6, 5, 3, 2, 1] and c["events"].tolist() == [0, 1, 1, 1, 0, 1]
-    assert (c["lo"] <= c["survival"]).all() and (c["hi"].dropna() >= c["survival"][c["hi"].notna()]).all()
+    assert (c["lo"] <= c["survival"]).all() and (c["hi"] >= c["survival"]).all() and c["hi"].notna().all()
+    assert c["hi"].iloc[-1] == c["hi"].iloc[-2] and c["lo"].iloc[-1] == 0      # at S = 0: the band's last upper bound
     assert survival.km_median(c) == (48, 16, None)
+    every = survival.km_curve([16, 32, 48, 64], [True] * 4)                    # every run has the event: a table writes it
+    assert every["survival"].iloc[-1] == 0 and every[["lo", "hi"]].notna().all().all()
     flat = survival.km_curve([100, 100, 100], [False, False, False])
     assert flat["survival"].tolist() == [1, 1] and flat["step"].tolist() == [0, 100]
     assert survival.km_median(flat) == (None, None, None)

@@ -79,7 +79,7 @@ def survival_curves(survival: pd.DataFrame, summary: pd.DataFrame, regression: p
             sub = survival[(survival.task == task) & (survival.event == event) & (survival.head_size == size)]
             for heads, g in sub.groupby("heads"):
                 ax.step(g["step"], g["survival"], where="post", color=colour[heads], lw=1.1)
-                ax.fill_between(g["step"], g["lo"], g["hi"].fillna(g["survival"]), step="post", color=colour[heads],
+                ax.fill_between(g["step"], g["lo"], g["hi"], step="post", color=colour[heads],
                                 alpha=0.12, lw=0)
                 s = summary[(summary.task == task) & (summary.head_size == size) & (summary.heads == heads)]
                 censored = int(s["runs"].iloc[0] - s["changed" if event == "phase" else "formed"].iloc[0]) if len(s) else 0

@@ -5,7 +5,7 @@ statsmodels', none written here.
 
 * :func:`km_curve` — the Kaplan–Meier estimate of the share of runs still without the event at each
   step, with its pointwise 95 % interval (``scipy.stats.ecdf`` on ``CensoredData``, the log-log
-  interval: within 0 and 1);
+  interval: within 0 and 1; where the share reaches 0 its upper bound is the previous step's);
 * :func:`km_median` — the median step to the event and its interval, read off that band (the steps
   where the lower and the upper curve first reach one half; *not reached* past the last step seen);
 * :func:`cox` — the Cox proportional-hazards regression of the event on several covariates together
@@ -33,7 +33,8 @@ standard error above 1)."""
 def km_curve(times, observed, level: float = LEVEL) -> pd.DataFrame:
     """``step, survival, lo, hi, at_risk, events``: the Kaplan–Meier share still without the event just
     after each step where the estimate moves (from step 0, survival 1), with its pointwise interval
-    (log-log; where the share is 0 its upper bound is undefined, NaN); ``times`` the step of each run's
+    (log-log; where the share reaches 0 that interval's upper bound is undefined and the previous step's
+    is kept: the band does not narrow at the last event); ``times`` the step of each run's
     event or of its censoring, ``observed`` whether the event happened. With no event at all the share
     stays 1 to the last step."""
     from scipy.stats import CensoredData, ecdf
@@ -52,7 +53,7 @@ def km_curve(times, observed, level: float = LEVEL) -> pd.DataFrame:
             ci = res.sf.confidence_interval(level, method="log-log")
         for q, p, lo, hi in zip(res.sf.quantiles, res.sf.probabilities, ci.low.probabilities, ci.high.probabilities):
             rows.append(dict(step=float(q), survival=float(p), lo=0.0 if p == 0 else float(lo),
-                             hi=float(hi), at_risk=int((times >= q).sum()),
+                             hi=rows[-1]["hi"] if p == 0 else float(hi), at_risk=int((times >= q).sum()),
                              events=int(((times == q) & observed).sum())))
     last = float(times.max())
     if rows[-1]["step"] < last:

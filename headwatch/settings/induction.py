@@ -139,14 +139,19 @@ def model_spec(task: str, width: int, heads: int, s: "InductionSettings") -> Mod
 
 
 def job_macs(cfg: dict, task: str, shape: str) -> float:
-    """Multiply-adds of one training job, every seed: its steps (forward and backward) and its
+    """Multiply-adds of one training job, every seed trained to the cap (what a job may cost, before
+    any run; :func:`run_macs` gives a run's once it is known where it stopped)."""
+    s = InductionSettings.from_config(cfg)
+    return len(s.seeds_of(task)) * run_macs(cfg, task, shape, s.steps_of(task))
+
+
+def run_macs(cfg: dict, task: str, shape: str, steps: int) -> float:
+    """Multiply-adds of one run trained ``steps`` steps: its steps (forward and backward) and its
     evaluations (``eval_rows`` rows, forward only; the head scores' maps left out)."""
     job, s = job_params(cfg, task, shape), InductionSettings.from_config(cfg)
     spec = model_spec(task, job["width"], job["heads"], s)
-    steps = s.steps_of(task)
-    per_seed = steps * spec.step_macs(s.batch) + len(eval_steps(steps, s.eval_every)) * s.eval_rows * s.context \
+    return steps * spec.step_macs(s.batch) + len(eval_steps(steps, s.eval_every)) * s.eval_rows * s.context \
         * spec.token_macs()
-    return len(s.seeds_of(task)) * per_seed
 
 
 def eval_steps(steps: int, every: int) -> list[int]:
