@@ -90,7 +90,7 @@ def regression_table(regression: pd.DataFrame, task: str) -> str:
                      "p": "—" if pd.isna(r.p) or not r.estimable else f"{r.p:.2g}",
                      "proportional hazards (Schoenfeld p)": "—" if pd.isna(r.ph_p) else
                      f"{'hold' if r.ph_holds else 'do not hold'} ({r.ph_p:.2g})",
-                     "runs (events)": f"{r.runs} ({r.events})", "verdict": f"**{r.verdict}**"})
+                     "runs (events)": f"{r.runs} ({r.events})", "verdict": r.verdict})
     return md_table(pd.DataFrame(rows))
 
 
@@ -101,7 +101,7 @@ def answer_lines(regression: pd.DataFrame, task: str) -> list[str]:
         parts = []
         for r in regression[(regression.task == task) & (regression.covariate == covariate)].itertuples():
             said = (f"hazard ratio {r.hr:.2f} per doubling ({r.hr_lo:.2f}–{r.hr_hi:.2f})" if r.estimable else r.why)
-            caveat = "" if r.ph_holds is not False else "; the hazards are not proportional, so the ratio is an average over the run"
+            caveat = "" if pd.isna(r.ph_holds) or bool(r.ph_holds) else "; the hazards are not proportional, so the ratio is an average over the run"
             parts.append(f"to the {EVENT_NAMES[r.event]}: **{r.verdict}** ({said}{caveat})")
         out.append(f"- {COVARIATE_NAMES[covariate][0].upper()}{COVARIATE_NAMES[covariate][1:]} — " + "; ".join(parts) + ".")
     return out
@@ -181,11 +181,15 @@ def page(root: Path, commit: str) -> tuple[str, list[tuple[Path, str]]]:
            "above uniform attention's; it holds the **circuit** when it ends with a previous-token head in layer 0, an "
            "induction head in layer 1, and path patching's strongest edge between them through the key. Per cell, "
            "the Kaplan–Meier median step to each event with its 95 % interval (read off the log-log band; *not "
-           "reached*: past the runs' last steps). The questions fixed before the run are answered by one Cox "
+           "reached*: past the runs' last steps; *no upper bound*: the band's upper curve stays above one half to "
+           "the cell's last event, as it does for four runs that all have the event — the table's shares say how "
+           "many had it). The questions fixed before the run are answered by one Cox "
            "regression per task and event on log2 heads and log2 head size together (statsmodels, Efron's ties): "
            "the hazard ratio per doubling of each with the other held, above 1 sooner, with its 95 % interval — "
            "*resolved* when the interval excludes 1 — and the proportional-hazards check (Schoenfeld residuals "
-           "against the rank of the event step). From `results/induction/`. An earlier sweep at a fixed width of 64 "
+           "against the rank of the event step); it reads each covariate as one ratio per doubling over the whole "
+           "grid, so where the cells show an effect that is not monotone (the cell tables), the ratio is a summary "
+           "of it, not a law. From `results/induction/`. An earlier sweep at a fixed width of 64 "
            "(more heads, later) could not tell head count from head size and left out the runs that had not changed "
            "phase: protocol §7c keeps its finding, and says what was fixed before this run.", ""]
     for task in [x for x in TASK_NAMES if x in set(task_runs.task)]:

@@ -6,8 +6,8 @@ from headwatch.tableio import read_parquet
 
 with log_to(snakemake.log[0]):
     sm = snakemake
-    t = {name: read_parquet(sm.input[name]) for name in ("runs", "curves", "heads", "summary", "survival", "regression")}
+    t = {name: read_parquet(sm.input[name]) for name in ("runs", "curves", "heads", "summary", "survival")}
     save(loss_curves(t["curves"], t["runs"], sm.params.margin), sm.output.curves_pdf, sm.output.curves_png)
-    save(survival_curves(t["survival"], t["summary"], t["regression"]), sm.output.survival_pdf,
+    save(survival_curves(t["survival"], t["summary"]), sm.output.survival_pdf,
          sm.output.survival_png)
     save(final_heads(t["heads"], t["runs"], sm.params.threshold), sm.output.heads_pdf, sm.output.heads_png)

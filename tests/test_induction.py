@@ -326,6 +326,12 @@ def test_the_page_says_what_the_tables_hold():
     lines = "\n".join(page.answer_lines(reg, "repeat"))
     assert f"**{r.verdict}** (hazard ratio {r.hr:.2f} per doubling ({r.hr_lo:.2f}–{r.hr_hi:.2f})" in lines
     assert f"| {r.hr:.2f} ({r.hr_lo:.2f}–{r.hr_hi:.2f}) |" in page.regression_table(reg, "repeat")
+    caveat = "the hazards are not proportional"
+    held = reg.assign(ph_holds=pd.array([True] * len(reg), dtype="boolean"))
+    broken = reg.assign(ph_holds=pd.array([False] * len(reg), dtype="boolean"), ph_p=0.01)
+    assert caveat not in "\n".join(page.answer_lines(held, "repeat"))
+    assert caveat in "\n".join(page.answer_lines(broken, "repeat"))
+    assert "do not hold" in page.regression_table(broken, "repeat") and "**" not in page.regression_table(reg, "repeat")
     s = InductionSettings.from_config(dict(SETTINGS, bootstrap=dict(resamples=200, seed=0, level=0.95)))
     summ = analysis.summary(runs, s)
     fastest = summ.sort_values("phase_median").iloc[0]

@@ -50,7 +50,7 @@ def loss_curves(curves: pd.DataFrame, runs: pd.DataFrame, margin: float):
                 ax.set_ylabel(f"{TASK_TITLES[name.removesuffix('_control')]}{kind}\nloss (nats)")
             if r == len(names) - 1:
                 ax.set_xlabel("step")
-    handles = [axes[0][0].plot([], [], color=colour[h], lw=1.2, label=f"{h} heads")[0] for h in sorted(colour)]
+    handles = [axes[0][0].plot([], [], color=colour[h], lw=1.2, label=f"{h} head{'' if h == 1 else 's'}")[0] for h in sorted(colour)]
     handles += [axes[0][0].plot([], [], color=k, ls=ls, lw=0.8, label=label)[0] for k, ls, label in (
         ("black", ":", "best predictor"), ("grey", "--", "best without the order"),
         ("grey", "-.", f"phase change ({margin:g} below it)"))]
@@ -61,19 +61,17 @@ def loss_curves(curves: pd.DataFrame, runs: pd.DataFrame, margin: float):
 
 
 @styled
-def survival_curves(survival: pd.DataFrame, summary: pd.DataFrame, regression: pd.DataFrame):
+def survival_curves(survival: pd.DataFrame, summary: pd.DataFrame):
     """Per task and event (rows) and head size (columns): the Kaplan–Meier share of runs still without
     the event against step, one curve per head count with its 95 % band, a cross where a run was
-    censored; the regression's verdicts for the row in its first panel's title."""
+    censored. The regression's verdicts are a table's (the page's, beside the figure): in a panel
+    they would cover the curves."""
     rows = [(t, e) for t in _tasks(survival) for e in EVENT_TITLES if ((survival.task == t) & (survival.event == e)).any()]
     sizes = sorted(set(survival["head_size"]))
     colour = _heads_colours(survival["heads"])
     fig, axes = figure(TWO_COLUMNS, 1.9 * len(rows) + 0.5, nrows=len(rows), ncols=len(sizes), squeeze=False,
                        sharex=True, sharey=True)
     for r, (task, event) in enumerate(rows):
-        verdicts = regression[(regression.task == task) & (regression.event == event)]
-        said = "; ".join(f"{v.verdict} (HR {v.hr:.2f}, {v.hr_lo:.2f}–{v.hr_hi:.2f})" if v.estimable else v.verdict
-                         for v in verdicts.itertuples())
         for c, size in enumerate(sizes):
             ax = axes[r][c]
             sub = survival[(survival.task == task) & (survival.event == event) & (survival.head_size == size)]
@@ -89,15 +87,14 @@ def survival_curves(survival: pd.DataFrame, summary: pd.DataFrame, regression: p
             if r == 0:
                 ax.set_title(f"head size {size}")
             if c == 0:
-                ax.set_ylabel(f"{TASK_TITLES[task]}:\nstill before the {EVENT_TITLES[event]}")
-                ax.annotate(said, (0, 1.0), xycoords="axes fraction", xytext=(2, -2), textcoords="offset points",
-                            fontsize=5, va="top")
+                ax.set_ylabel(f"{TASK_TITLES[task]}:\n{EVENT_TITLES[event]}", fontsize=7)
             if r == len(rows) - 1:
                 ax.set_xlabel("step")
-    handles = [axes[0][0].plot([], [], color=colour[h], lw=1.2, label=f"{h} heads")[0] for h in sorted(colour)]
+    handles = [axes[0][0].plot([], [], color=colour[h], lw=1.2, label=f"{h} head{'' if h == 1 else 's'}")[0] for h in sorted(colour)]
     handles.append(axes[0][0].plot([], [], "x", color="black", ms=4, label="censored runs (no event by their end)")[0])
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=min(6, len(handles)),
                frameon=False)
+    fig.supylabel("share of runs still without the event")
     fig.tight_layout()
     return fig
 
