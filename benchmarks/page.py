@@ -26,6 +26,20 @@ ORDER = ("peers", "targets", "gpu", "induction", "edges", "ablation", "patching"
 COLUMNS = ("what", "figures", "machine", "load", "command", "commit", "date")
 
 
+def add_row(record: str, row: dict) -> Path:
+    """Put ``row`` first in ``benchmarks/records/<record>.json``, replacing a row of the same ``what``
+    and ``date`` (a benchmark rerun the same day replaces its own row, never another's)."""
+    missing = [c for c in COLUMNS if not row.get(c)]
+    if missing:
+        raise SystemExit(f"a benchmark row needs {', '.join(missing)}")
+    path = RECORDS / f"{record}.json"
+    rec = json.loads(path.read_text())
+    rec["rows"] = [r for r in rec["rows"] if not (r["what"] == row["what"] and r.get("date") == row["date"])]
+    rec["rows"].insert(0, row)
+    path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
 def cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 

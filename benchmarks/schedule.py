@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+from page import add_row  # noqa: E402  (the records' one writer)
 
 OVERLAYS = {"laptop": ["laptop.yaml"], "laptop-more": ["laptop.yaml", "laptop_more.yaml"],
             "laptop-long": ["laptop.yaml", "laptop_long.yaml"], "induction": ["induction.yaml"],
@@ -114,11 +115,7 @@ def main(argv=None) -> int:
                    load=f"load average {a['load_before'][0]:.2f} before, {attempts[-1]['load_after'][0]:.2f} after",
                    command=f"make {args.target}; .venv/bin/python benchmarks/schedule.py --root . --target "
                            f"{args.target} --record", commit=a["commit"] or "a dirty tree", date=a["started"][:10])
-        path = ROOT / "benchmarks" / "records" / "targets.json"
-        rec = json.loads(path.read_text())
-        rec["rows"] = [r for r in rec["rows"] if not (r["what"] == row["what"] and r.get("date") == row["date"])]
-        rec["rows"].insert(0, row)
-        path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
+        path = add_row("targets", row)
         print(f"added to {path.relative_to(ROOT)}")
     return 0
 

@@ -3,6 +3,8 @@ records: a timing typed into either, or a record changed without writing the pag
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -10,3 +12,48 @@ def test_the_benchmarks_page_and_the_readme_block_are_the_records():
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "page.py"), "--check"], capture_output=True,
                          text=True, cwd=ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_first_pair_benchmark_runs_the_readmes_block_to_its_first_figure(tmp_path):
+    """benchmarks/first_pair.py times the README's own lines (a README that changes its example
+    changes what is timed), stopping at the first figure, with a mark after the model has loaded;
+    a README whose block draws nothing is refused."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import first_pair
+
+    lines = first_pair.readme_block(ROOT / "README.md")
+    assert lines[0] == "import headwatch as hw" and "hw.plot_" in lines[-1]
+    assert sum("hw.plot_" in x for x in lines) == 1 and any("hw.patch_heads(" in x for x in lines)
+    code = first_pair.program(lines)
+    assert code.index("load_model(") < code.index(first_pair.MARK) < code.index("hw.patch_heads(")
+    compile(code, "first_pair", "exec")
+    bare = tmp_path / "README.md"
+    bare.write_text("## From a notebook\n\n```python\nimport headwatch as hw\n```\n")
+    with pytest.raises(SystemExit, match="draws no figure"):
+        first_pair.readme_block(bare)
+
+
+def test_timed_measures_a_command_in_a_clean_checkout_and_refuses_a_dirty_one(tmp_path):
+    """benchmarks/timed.py times what it runs (a command that sleeps shows its wall time, one that
+    burns CPU its CPU time), passes a failure's exit status on, and refuses to time a tree with
+    uncommitted changes (its figure would name a commit that is not what ran)."""
+    git = dict(cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run(["git", "init", "-q"], **git)
+    (tmp_path / "a.txt").write_text("a\n")
+    subprocess.run(["git", "add", "a.txt"], **git)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"], **git)
+    timed = [sys.executable, str(ROOT / "benchmarks" / "timed.py"), "--what", "w", "--"]
+    burn = "import time; time.sleep(1.2); t = time.process_time()\nwhile time.process_time() - t < 1.2: pass"
+    run = subprocess.run(timed + [sys.executable, "-c", burn], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    wall = run.stdout.split("w: ", 1)[1]
+    minutes, seconds = int(wall.split(" min ")[0]), float(wall.split(" min ")[1].split(" s wall")[0])
+    assert 60 * minutes + seconds >= 2
+    user, system = wall.split("(")[1].split(" s user + ")
+    assert int(user) + int(system.split(" s system")[0]) >= 1
+    failed = subprocess.run(timed + [sys.executable, "-c", "raise SystemExit(3)"], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert failed.returncode == 3 and "FAILED (exit 3)" in failed.stdout
+    (tmp_path / "a.txt").write_text("b\n")
+    dirty = subprocess.run(timed + ["true"], cwd=tmp_path, capture_output=True, text=True)
+    assert dirty.returncode == 1 and "uncommitted changes" in dirty.stderr
