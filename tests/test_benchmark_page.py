@@ -54,6 +54,13 @@ def test_timed_measures_a_command_in_a_clean_checkout_and_refuses_a_dirty_one(tm
     failed = subprocess.run(timed + [sys.executable, "-c", "raise SystemExit(3)"], cwd=tmp_path,
                             capture_output=True, text=True)
     assert failed.returncode == 3 and "FAILED (exit 3)" in failed.stdout
+    records = tmp_path / "benchmarks" / "records"
+    records.mkdir(parents=True)
+    (records / "targets.json").write_text("{}\n")
+    subprocess.run(["git", "add", "benchmarks"], **git)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "r"], **git)
+    (records / "targets.json").write_text('{"rows": []}\n')          # a record just written is no change
+    assert subprocess.run(timed + ["true"], cwd=tmp_path, capture_output=True).returncode == 0
     (tmp_path / "a.txt").write_text("b\n")
     dirty = subprocess.run(timed + ["true"], cwd=tmp_path, capture_output=True, text=True)
     assert dirty.returncode == 1 and "uncommitted changes" in dirty.stderr
