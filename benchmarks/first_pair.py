@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from page import add_row  # noqa: E402  (the records' one writer)
+from timed import clean_commit  # noqa: E402  (a clean tree but the records just written)
 MARK = "__first_pair_loaded__"
 
 
@@ -61,9 +62,9 @@ def main(argv=None) -> int:
     ap.add_argument("--setup-seconds", type=float, help="make venv's wall time in the same fresh clone")
     ap.add_argument("--record", action="store_true", help="add the row to benchmarks/records/targets.json")
     args = ap.parse_args(argv)
-    from headwatch.workflow.provenance import require_clean_tree
     from headwatch.workflow.run_record import machine
 
+    commit = clean_commit(ROOT) if args.record else None     # refused before the minute it takes, not after
     lines = readme_block(ROOT / "README.md")
     with tempfile.TemporaryDirectory() as cwd:                    # the figure lands there, not in the checkout
         load_before = os.getloadavg()[0]
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
         row = dict(what="a new user's first own patched pair with its figure (README)", figures=figures_text,
                    machine=f"{m['usable_cores']} {m['cpu_model']} cores", load=f"load average {load_before:.2f} before",
                    command="time make venv; .venv/bin/python benchmarks/first_pair.py --setup-seconds S --record",
-                   commit=require_clean_tree(ROOT), date=date.today().isoformat())
+                   commit=commit, date=date.today().isoformat())
         path = add_row("targets", row)
         print(f"added to {path.relative_to(ROOT)}")
     return 0
