@@ -17,6 +17,7 @@ import torch
 from headwatch.induction import analysis, survival, tasks
 from headwatch.induction.train import successor_cells, successor_mask, train_run, uniform_induction
 from headwatch.scores.heads import induction_cells
+from headwatch.tableio import assert_finite
 from headwatch.settings.induction import InductionSettings, induction_errors, job_params, jobs, shapes
 
 SETTINGS = dict(tasks=dict(repeat=dict(vocab=32, half=[4, 12]), markov=dict(states=8, alpha=0.1)),
@@ -227,6 +228,19 @@ def test_the_regression_answers_both_questions_and_counts_every_run():
     assert pd.isna(m.loc[1, "phase_median"]) and m.loc[2, "phase_median"] == 48
     curves = analysis.km_curves(never)
     assert set(curves.event) == {"phase", "induction"} and curves[curves.heads == 1]["survival"].eq(1).all()
+
+
+def test_one_width_makes_heads_and_head_size_move_together_and_nothing_is_estimated():
+    """Every run of one width (make quick's slice: width 64 with 1, 4 and 8 heads): log2 heads + log2
+    head size is constant, so the regression cannot tell them apart — every row not estimable, saying
+    why, and the table writable (no infinite bound from a NaN standard error: make quick's summary
+    refused the table it wrote)."""
+    runs = runs_from({(1, 64): [96, 112, None], (4, 16): [160, 176, 208], (8, 8): [240, None, 304]})
+    reg = analysis.regression(runs)
+    assert not reg["estimable"].any() and reg["why"].str.contains("move together").all()
+    assert reg["verdict"].eq("not estimable").all() and reg["hr_lo"].isna().all()
+    assert_finite(reg, "the regression table")
+    assert math.isnan(survival._exp(math.nan)) and survival._exp(710.0) == math.inf
 
 
 def test_the_stage_is_the_level_a_plateau_lies_nearest():

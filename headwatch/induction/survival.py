@@ -14,7 +14,9 @@ statsmodels', none written here.
   each covariate's Schoenfeld residuals against the rank of the event step (Pearson), whose p below
   0.05 says the ratio changes over the run and the estimate is an average of it. A fit that does not
   converge, or whose ratio runs off to 0 or infinity (every event on one side of a covariate:
-  *separation*), is reported as not estimable rather than as a number.
+  *separation*), or whose covariates move together (every run of one width: log2 heads and log2
+  head size sum to a constant, so neither is told apart from the other), is reported as not estimable
+  rather than as a number.
 """
 from __future__ import annotations
 
@@ -90,9 +92,11 @@ def cox(table: pd.DataFrame, covariates: list[str], time: str = "time", event: s
     empty = [dict(base, covariate=c, coef=math.nan, se=math.nan, hr=math.nan, hr_lo=math.nan, hr_hi=math.nan,
                   p=math.nan, ph_p=math.nan, estimable=False) for c in names]
     flat = [c for c, col in zip(covariates, X.T) if np.ptp(col) == 0]
-    if d.sum() < len(covariates) + 1 or flat:
-        why = (f"{int(d.sum())} events for {len(covariates)} covariates" if not flat else
-               f"{', '.join(flat)} does not vary")
+    together = not flat and np.linalg.matrix_rank(X - X.mean(axis=0)) < len(covariates)
+    if d.sum() < len(covariates) + 1 or flat or together:
+        why = (f"{', '.join(flat)} does not vary" if flat else
+               f"{' and '.join(covariates)} move together (one is a function of the others): neither is told "
+               "apart" if together else f"{int(d.sum())} events for {len(covariates)} covariates")
         return pd.DataFrame([dict(r, why=why) for r in empty])
     import warnings
 
@@ -132,7 +136,9 @@ def cox(table: pd.DataFrame, covariates: list[str], time: str = "time", event: s
 
 
 def _exp(x: float) -> float:
-    """e^x, infinite past float's range (a separated fit's bound)."""
+    """e^x, infinite past float's range (a separated fit's bound); NaN stays NaN (missing, not infinite)."""
+    if math.isnan(x):
+        return math.nan
     return math.exp(x) if x < 709 else math.inf
 
 
