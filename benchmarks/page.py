@@ -28,7 +28,9 @@ COLUMNS = ("what", "figures", "machine", "load", "command", "commit", "date")
 
 def add_row(record: str, row: dict) -> Path:
     """Put ``row`` first in ``benchmarks/records/<record>.json``, replacing a row of the same ``what``
-    and ``date`` (a benchmark rerun the same day replaces its own row, never another's)."""
+    and ``date`` (a benchmark rerun the same day replaces its own row, never another's), and write the
+    page again from the records (so that the record and the page never differ, in a clone where one
+    target is timed after another)."""
     missing = [c for c in COLUMNS if not row.get(c)]
     if missing:
         raise SystemExit(f"a benchmark row needs {', '.join(missing)}")
@@ -37,6 +39,7 @@ def add_row(record: str, row: dict) -> Path:
     rec["rows"] = [r for r in rec["rows"] if not (r["what"] == row["what"] and r.get("date") == row["date"])]
     rec["rows"].insert(0, row)
     path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
+    PAGE.write_text(page())
     return path
 
 

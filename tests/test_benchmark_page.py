@@ -64,3 +64,26 @@ def test_timed_measures_a_command_in_a_clean_checkout_and_refuses_a_dirty_one(tm
     (tmp_path / "a.txt").write_text("b\n")
     dirty = subprocess.run(timed + ["true"], cwd=tmp_path, capture_output=True, text=True)
     assert dirty.returncode == 1 and "uncommitted changes" in dirty.stderr
+
+
+def test_a_new_row_replaces_its_own_days_row_only_and_the_page_follows(tmp_path, monkeypatch):
+    """add_row puts the row first, replaces the row of the same name and day (not another day's, not
+    another name's), refuses a row without its machine, and writes the page from the records at once."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import page
+
+    monkeypatch.setattr(page, "RECORDS", tmp_path)
+    monkeypatch.setattr(page, "PAGE", tmp_path / "benchmarks.md")
+    (tmp_path / "targets.json").write_text('{"title": "T", "method": "m", "rows": []}\n')
+    row = dict(what="make x", figures="1 min", machine="2 cores", load="idle", command="make x", commit="abc",
+               date="2026-12-05")
+    page.add_row("targets", dict(row, date="2026-12-04"))
+    page.add_row("targets", dict(row, what="make y"))
+    page.add_row("targets", row)
+    page.add_row("targets", dict(row, figures="2 min"))
+    rows = page.records()[0][1]["rows"]
+    assert [(r["what"], r["date"], r["figures"]) for r in rows] == [
+        ("make x", "2026-12-05", "2 min"), ("make y", "2026-12-05", "1 min"), ("make x", "2026-12-04", "1 min")]
+    assert "| make x | 2 min |" in (tmp_path / "benchmarks.md").read_text()
+    with pytest.raises(SystemExit, match="machine"):
+        page.add_row("targets", dict(row, machine=""))
