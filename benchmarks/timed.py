@@ -41,9 +41,11 @@ def cpu_model() -> str:
 
 def clean_commit(root: Path) -> str:
     """The short commit of ``root``'s checkout; refuses a tree with uncommitted changes to tracked files
-    (but the records, which a benchmark run the moment before may have just written)."""
+    (but the records and the page written from them, which a benchmark run the moment before may have
+    just written)."""
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                            ":!benchmarks/records"], cwd=root,
+                            ":!benchmarks/records", ":!docs/benchmarks.md"],
+                           cwd=root,
                            capture_output=True, text=True, check=True).stdout.strip()
     if dirty:
         raise SystemExit(f"the checkout has uncommitted changes; commit them first:\n{dirty}")

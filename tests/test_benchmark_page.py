@@ -57,9 +57,12 @@ def test_timed_measures_a_command_in_a_clean_checkout_and_refuses_a_dirty_one(tm
     records = tmp_path / "benchmarks" / "records"
     records.mkdir(parents=True)
     (records / "targets.json").write_text("{}\n")
-    subprocess.run(["git", "add", "benchmarks"], **git)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "benchmarks.md").write_text("")
+    subprocess.run(["git", "add", "benchmarks", "docs"], **git)
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "r"], **git)
-    (records / "targets.json").write_text('{"rows": []}\n')          # a record just written is no change
+    (records / "targets.json").write_text('{"rows": []}\n')          # a record just written is no change,
+    (tmp_path / "docs" / "benchmarks.md").write_text("# B\n")           # nor the page written from it
     assert subprocess.run(timed + ["true"], cwd=tmp_path, capture_output=True).returncode == 0
     (tmp_path / "a.txt").write_text("b\n")
     dirty = subprocess.run(timed + ["true"], cwd=tmp_path, capture_output=True, text=True)
