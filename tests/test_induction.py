@@ -17,8 +17,8 @@ import torch
 from headwatch.induction import analysis, survival, tasks
 from headwatch.induction.train import successor_cells, successor_mask, train_run, uniform_induction
 from headwatch.scores.heads import induction_cells
-from headwatch.tableio import assert_finite
 from headwatch.settings.induction import InductionSettings, induction_errors, job_params, jobs, shapes
+from headwatch.tableio import assert_finite
 
 SETTINGS = dict(tasks=dict(repeat=dict(vocab=32, half=[4, 12]), markov=dict(states=8, alpha=0.1)),
                 grid=dict(head_size=[8, 16, 64], heads=[1, 2, 4, 8], max_width=64),
