@@ -233,3 +233,16 @@ def test_dispatch_calls_no_op_whose_output_size_depends_on_the_data():
     assert "_grouped_mm" in a.ops and not a.ops & sync_ops, a.ops & sync_ops
     ref, _ = _allocated(8, 64, loop_reference, k=2)
     assert ref.ops & sync_ops == {"nonzero"}      # the check sees what the loop did
+
+
+def test_dispatch_gradients_sum_without_indexings_accumulating_kernels():
+    # Indexing's gradient sums by index_put (on a GPU one warp adds a row's copies one after
+    # another: an expert's bias is copied to thousands of rows) and index_select's by index_add
+    # (atomics, in no fixed order). The dispatch's gathers sum their gradients by a gather and a
+    # fixed-order sum, and by one matmul for the biases: neither kernel is called.
+    accumulating = {"index_put", "index_put_", "_index_put_impl_", "index_add", "index_add_"}
+    for k in (1, 2, 3):
+        a, _ = _allocated(8, 64, Experts.forward, k=k)
+        assert not a.ops & accumulating, (k, a.ops & accumulating)
+    ref, _ = _allocated(8, 64, loop_reference, k=2)
+    assert ref.ops & accumulating          # the check sees them where they are called

@@ -161,6 +161,46 @@ def _route(x2: torch.Tensor, router: torch.Tensor, top_k: int):
     return probs, chosen, weight
 
 
+class _Rows(torch.autograd.Function):
+    """``x.index_select(0, index)`` where every row of ``x`` is taken ``k`` times, as rows
+    ``inverse.view(-1, k)`` of the result: the gradient is a gather by ``inverse`` and a sum over
+    each row's ``k`` copies — parallel and in a fixed order. (Indexing's own gradient sums by
+    ``index_put``, whose GPU kernel adds up a row's copies one after another in a single warp,
+    and ``index_select``'s by atomics, in no fixed order.) ``k = 1``: a permutation."""
+
+    @staticmethod
+    def forward(ctx, x, index, inverse, k):
+        ctx.save_for_backward(inverse)
+        ctx.k = k
+        return x.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inverse,) = ctx.saved_tensors
+        rows = grad.index_select(0, inverse)
+        return rows.view(-1, ctx.k, *grad.shape[1:]).sum(1), None, None, None
+
+
+class _SortedRows(torch.autograd.Function):
+    """``b.index_select(0, expert)`` for ascending ``expert`` ids (each expert's bias on each of
+    its rows, thousands of times over): the gradient is one matmul, one-hot(expert)ᵀ · grad, so
+    each expert's rows are summed by a GEMM (in a fixed order; on a GPU in parallel, where
+    indexing's gradient sums thousands of copies of one row one after another)."""
+
+    @staticmethod
+    def forward(ctx, b, expert):
+        ctx.save_for_backward(expert)
+        ctx.experts = b.shape[0]
+        return b.index_select(0, expert)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (expert,) = ctx.saved_tensors
+        # the one-hot by comparison (F.one_hot reads its ids' range on the host off a GPU)
+        one_hot = expert.unsqueeze(0) == torch.arange(ctx.experts, device=expert.device).unsqueeze(1)
+        return one_hot.to(grad.dtype) @ grad, None
+
+
 def route_experts(x: torch.Tensor, router: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
                   b2: torch.Tensor, experts: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """An expert layer of these weights on ``x`` (…, width): (its output, the balancing loss, the
@@ -187,13 +227,13 @@ def route_experts(x: torch.Tensor, router: torch.Tensor, w1: torch.Tensor, b1: t
             else None)
     mm = lambda a, w: grouped_matmul(a if cast is None else a.to(cast),
                                      w if cast is None else w.to(cast), ends)
-    # Gathers by indexing (its gradient is summed by index_put, deterministic on a GPU as well,
-    # where index_select's gradient would add rows by atomics in no fixed order).
-    h = F.gelu(mm(x2[order // k], w1) + b1[expert])
-    y = mm(h, w2) + b2[expert]
-    y = y * weight.flatten()[order].unsqueeze(1).to(y.dtype)
+    # Every gather's gradient is a gather and a fixed-order sum (_Rows, _SortedRows): deterministic
+    # on a GPU too, and without indexing's gradient kernels (a row's copies summed serially).
     back = torch.empty_like(order).scatter_(0, order, torch.arange(n * k, device=x.device))
-    out = y.index_select(0, back).view(n, k, -1).sum(1)
+    h = F.gelu(mm(_Rows.apply(x2, order // k, back, k), w1) + _SortedRows.apply(b1, expert))
+    y = mm(h, w2) + _SortedRows.apply(b2, expert)
+    y = y * _Rows.apply(weight.flatten(), order, back, 1).unsqueeze(1).to(y.dtype)
+    out = _Rows.apply(y, back, order, 1).view(n, k, -1).sum(1)
     return out.to(x2.dtype).view(shape), balance_loss(probs, chosen, experts, counts), counts
 
 
