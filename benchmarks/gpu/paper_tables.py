@@ -407,6 +407,35 @@ def _gpu_sections(gpus: list[Path], paper: dict, tmp: Path, commit: str | None) 
                 f"{fmt(rate / 1e9, '.0f')} GFLOP/s){'' if step.get('finished') else '; cut short: what it measured'}.",
                 md_table(pd.DataFrame([dict(variant=v, **x) for v, x in step["variants"].items()]), ".4g")]
         out += [f"{v}: failed ({why})." for v, why in step.get("failed", {}).items()]
+    return out + experts_arms_section(reports)
+
+
+def experts_arms_section(reports: list[dict]) -> list[str]:
+    """The ``arms`` phase's table (the last run's record that holds an arm): each arm's step against
+    the dense model's, its host synchronisations, and the costliest kernels of each arm's step."""
+    rec = next((r["experts_arms"] for r in reversed(reports)
+                if r.get("experts_arms") and r["experts_arms"].get("rows")), None)
+    out = ["### A training step of the studies' experts arms beside the dense model", ""]
+    if not rec:
+        return out + ["Not measured in that check (its `arms` phase did not run)."]
+    rows = pd.DataFrame(rec["rows"])
+    dense = rows[rows.arm == "dense"].set_index("variant").best_s
+    rows["vs_dense"] = rows.best_s / rows.variant.map(dense)
+    rows["params"] = rows.arm.map(rec["params"])
+    cols = [c for c in ("arm", "variant", "params", "best_s", "median_s", "tokens_per_s", "vs_dense",
+                        "host_syncs_per_step", "cuda_peak_mb") if c in rows]
+    kernels = pd.DataFrame([dict(arm=r["arm"], variant=r["variant"], rank=i + 1, kernel=o["op"][:80],
+                                 ms_per_step=o["ms_per_step"], share=o["share"], calls_per_step=o["calls_per_step"])
+                            for r in rec["rows"] for i, o in enumerate((r.get("profile") or {}).get("ops", []))])
+    out += [f"Width {rec['width']}, {rec['heads']} heads, {rec['layers']} layers, {rec['stack']} models stacked a "
+            f"step (a study's seeds), each batch {rec['batch']} × context {rec['context']}; "
+            f"`benchmarks/train.py --arms` on {rec['device']}, each arm in its own process, {rec['warmup']} warm-up "
+            f"and {rec['steps']} timed steps; host synchronisations as torch's sync debug mode counts them in one "
+            "step" + ("" if rec.get("finished") else "; cut short: the arms it measured") + ".",
+            md_table(rows[cols], ".4g", vs_dense=".2f")]
+    if len(kernels):
+        out += ["Where each arm's step spends its time on the device (torch.profiler, the costliest kernels; "
+                "share of all kernel time):", md_table(kernels, ".3g", share=".1%")]
     return out
 
 
