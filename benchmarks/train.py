@@ -207,9 +207,10 @@ def host_syncs(work, device: torch.device) -> int | None:
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
-def top_ops(step, device: torch.device, n: int, steps: int = 2) -> dict:
+def top_ops(step, device: torch.device, n: int, steps: int = 2, among: tuple[str, ...] = ()) -> dict:
     """torch.profiler over ``steps`` steps: the ``n`` costliest entries by their own time on the
-    device (CUDA: the kernels; CPU: the operators' own CPU time), each per step with its share."""
+    device (CUDA: the kernels; CPU: the operators' own CPU time), each per step with its share,
+    and the share of all time that the entries named in ``among`` took."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -223,6 +224,7 @@ def top_ops(step, device: torch.device, n: int, steps: int = 2) -> dict:
     total = sum(own(e) for e in events)
     rows = sorted(events, key=own, reverse=True)[:n]
     return dict(clock="device" if cuda else "cpu", ms_per_step=total / 1e3 / steps,
+                among_share=sum(own(e) for e in events if e.key in among) / total,
                 ops=[dict(op=e.key, ms_per_step=own(e) / 1e3 / steps, share=own(e) / total,
                           calls_per_step=e.count / steps) for e in rows])
 
@@ -354,26 +356,18 @@ MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_dot_product_fl
 
 
 def profile(args, variant: str, steps: int = 3) -> list[str]:
-    """torch.profiler over ``steps`` training steps of ``variant``: the costliest operators by
-    their own CPU time, and the share of the matmuls and attention kernels (:data:`MATMULS`)."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
+    """torch.profiler over ``steps`` training steps of ``variant`` (:func:`top_ops`): the costliest
+    operators by their own CPU time, and the share of the matmuls and attention kernels
+    (:data:`MATMULS`)."""
     step = make_step(args, variant)
     for _ in range(args.warmup):
         step()
-    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
-            step()
-    events = prof.key_averages()
-    total = sum(e.self_cpu_time_total for e in events)
-    matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMULS)
-    rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:14]
-    return ([f"profile of {variant}, {steps} steps: {total / 1e3 / steps:.0f} ms of operator CPU time per step; "
-             f"matmuls and attention kernels {matmul / total:.0%}, everything else {1 - matmul / total:.0%}",
+    prof = top_ops(step, torch.device("cpu"), 14, steps, among=MATMULS)
+    return ([f"profile of {variant}, {steps} steps: {prof['ms_per_step']:.0f} ms of operator CPU time per step; "
+             f"matmuls and attention kernels {prof['among_share']:.0%}, everything else {1 - prof['among_share']:.0%}",
              f"{'operator':<58}{'ms/step':>9}{'share':>8}{'calls/step':>12}"]
-            + [f"{e.key[:57]:<58}{e.self_cpu_time_total / 1e3 / steps:>9.1f}{e.self_cpu_time_total / total:>8.1%}"
-               f"{e.count / steps:>12.0f}" for e in rows])
+            + [f"{o['op'][:57]:<58}{o['ms_per_step']:>9.1f}{o['share']:>8.1%}{o['calls_per_step']:>12.0f}"
+               for o in prof["ops"]])
 
 
 def laptop_run() -> tuple[CorpusSettings, dict, TrainSettings, list[int]]:

@@ -509,20 +509,26 @@ def bench(args, config: dict, budget: float) -> dict:
     return rec
 
 
+def train_module():
+    """benchmarks/train.py, imported: its tables are the ones it prints itself."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    import train
+
+    return train
+
+
 def bench_lines(workdir: Path) -> list[str]:
     """The training-step table, from the bench record (empty when there is none)."""
     path = workdir / BENCH_RECORD
     if not path.exists():
         return []
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from train import step_table   # benchmarks/train.py: the table it prints itself
-
     r = json.loads(path.read_text())
     return [f"model: width {r['width']}, heads {r['heads']}, layers {r['layers']}, {r['params']:,} parameters; "
             f"{r.get('stack', 1)} model(s) stacked a step, each batch {r['batch']} x context {r['context']}; "
             f"device {r['device']}, torch {r['torch']}; float32 "
             f"matmul rate {_fmt(max(r['matmul_rates'], default=float('nan')) / 1e9, '.1f')} GFLOP/s"
-            + ("" if r.get("finished") else " (cut short: what it measured)")] + step_table(r)
+            + ("" if r.get("finished") else " (cut short: what it measured)")] + train_module().step_table(r)
 
 
 def experts_arms(config: dict) -> tuple[list[str], int]:
@@ -579,10 +585,7 @@ def arms_lines(workdir: Path) -> list[str]:
     r = json.loads(path.read_text())
     if not r["rows"]:
         return []
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from train import arms_table   # benchmarks/train.py: the table it prints itself
-
-    return arms_table(r)
+    return train_module().arms_table(r)
 
 
 # ------------------------------------------------------------------ 5. the report
