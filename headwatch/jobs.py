@@ -164,7 +164,7 @@ _PROGRESS = {"on": os.environ.get("HEADWATCH_PROGRESS", "1") != "0"}
 
 def set_progress(on: bool) -> None:
     """Show progress bars (``True``, the default) or not — the one switch for every long call
-    (``patch_heads``, ``cut_heads``, ``path_patching``, ``edge_attribution``, ``head_scores`` …);
+    (``hw.patch_heads``, ``hw.cut_heads``, ``hw.path_patching``, ``hw.edge_scores``, ``hw.head_scores`` …);
     ``HEADWATCH_PROGRESS=0`` in the environment starts with them off. A workflow job never shows
     bars: it logs its progress.
 

@@ -1,5 +1,6 @@
 """Names that the library and the workflow's rules share, importable without torch or
 pandas (Snakemake reads them on every parse of the Snakefile)."""
+import difflib
 
 #: The four head scores (protocol §4), in the order of every table, figure and page.
 SCORES = ("sink", "prev", "self", "induction")
@@ -45,3 +46,26 @@ def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, bytes_per_number: 
     (:meth:`headwatch.charlm.spec.ModelSpec.kv_cache_bytes_per_token`) call it; the explorer's
     calculator computes it in the page (tests/test_explorer.py holds it to a case by hand)."""
     return 2 * layers * kv_heads * head_dim * bytes_per_number
+
+
+def nearest(given, valid, cutoff: float = 0.6) -> str | None:
+    """The word of ``valid`` that ``given`` most likely misspells, or None: case ignored (``SmolLM2-135M``
+    is ``smollm2-135m``), the closest by :mod:`difflib`'s ratio at least ``cutoff``, else the one valid word
+    that holds ``given`` or is held by it (3 characters at least)."""
+    words = {str(v).lower(): str(v) for v in valid}
+    text = str(given).lower()
+    close = difflib.get_close_matches(text, list(words), n=1, cutoff=cutoff)
+    if close:
+        return words[close[0]]
+    holding = [w for w in words if len(text) >= 3 and (text in w or w in text)]
+    return words[holding[0]] if len(holding) == 1 else None
+
+
+def did_you_mean(given, valid, cutoff: float = 0.6, code: bool = False) -> str:
+    """``did you mean 'right'?`` (``code``: `` `right` ``, a config key), naming the valid word ``given``
+    most likely misspells (:func:`nearest`), or ``""``: the one hint of every error that meets a
+    misspelt name (a config key, a bound, a table's column, a model key, a folder)."""
+    right = nearest(given, valid, cutoff)
+    if right is None:
+        return ""
+    return f"did you mean `{right}`?" if code else f"did you mean {right!r}?"

@@ -109,13 +109,14 @@ def test_own_text_in_gives_the_tables_the_scores_read(m):
 
 @pytest.mark.parametrize("call, said", [
     (lambda m, s: hw.head_scores(m, s["rep"].rename(columns={"half_length": "half_len"}), s["prose"]),
-     "hw.head_scores: induction lacks the column 'half_length' (did you mean 'half_len'?); its columns are"),
+     "hw.head_scores: induction lacks the column 'half_length' (it has 'half_len': did you mean 'half_length'?); "
+     "its columns are"),
     (lambda m, s: hw.head_scores(m, s["rep"], [1, 2]),
      "hw.head_scores: prose is a list, not a pandas DataFrame"),
     (lambda m, s: hw.cut_heads(m, s["scores"].drop(columns="induction")),
      "hw.cut_heads: scores lacks the column 'induction'"),
     (lambda m, s: hw.prompt_pairs(m, PAIRS.rename(columns={"distractor": "distracter"})),
-     "hw.prompt_pairs: pairs lacks the column 'distractor' (did you mean 'distracter'?)"),
+     "hw.prompt_pairs: pairs lacks the column 'distractor' (it has 'distracter': did you mean 'distractor'?)"),
     (lambda m, s: hw.prompt_pairs(m, PAIRS.assign(answer=[" Mary", ""])),
      "hw.prompt_pairs: pairs, row 'second', column 'answer': '' is not a non-empty text"),
     (lambda m, s: hw.prompt_pairs(m, PAIRS.assign(answer=[" Mary", " Annabellarina"])),
@@ -126,7 +127,13 @@ def test_own_text_in_gives_the_tables_the_scores_read(m):
      "hw.patch_heads: topk=3 (patching.topk): unknown key 'topk' under `patching`; did you mean `top_k`?"),
     (lambda m, s: hw.plot_heads(s["scores"]), "hw.plot_heads: heads lacks the column 'score'"),
     (lambda m, s: hw.load_model("smollm2"), "did you mean 'smollm2-135m'?"),
-    (lambda m, s: hw.load_model("SmolLM2-135M"), "did you mean 'smollm2-135m'?"),
+    (lambda m, s: hw.load_model("SmolLM"), "did you mean 'smollm2-135m'?"),
+    (lambda m, s: hw.prompt_pairs(m, PAIRS.rename(columns={"answer": "anwser"})),
+     "hw.prompt_pairs: pairs lacks the column 'answer' (it has 'anwser': did you mean 'answer'?)"),
+    (lambda m, s: hw.patch_heads(m, PAIRS.assign(answer=[" Mary", " Annabellarina"])),
+     "hw.patch_heads: prompts, row 'second': answer"),
+    (lambda m, s: hw.patch_heads(m, PAIRS.assign(corrupted=PAIRS.corrupted.str.replace("Kate and Mark", "Kate"))),
+     "hw.patch_heads: prompts, row 'second': the clean prompt gives"),
 ])
 def test_every_wrong_input_gets_one_line_in_the_callers_words(m, call, said):
     s = {"prose": hw.sequences(m, ["The cat sat."]), "rep": hw.sequences(m, ["a b c d e f"], repeat=True)}
@@ -156,3 +163,136 @@ def test_guard_error_and_the_public_names_have_plain_docstrings_with_an_example(
 
     help_text.write(pydoc.render_doc(hw.top_heads, renderer=pydoc.plaintext))
     assert "top_rows" not in help_text.getvalue()
+
+
+# ------------------------------------------------------------------ the notebook's items
+def test_progress_in_a_kernel_is_a_widget_and_importing_warns_of_nothing():
+    """ipywidgets is pinned (requirements.txt): in a Jupyter kernel tqdm.auto is the widget, and importing
+    headwatch and showing a bar warns of nothing (no `TqdmWarning: IProgress not found`, which a kernel
+    without ipywidgets printed on import, falling back to text)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    code = ("import warnings\nwith warnings.catch_warnings(record=True) as seen:\n    warnings.simplefilter('always')\n"
+            "    import headwatch as hw\n    from headwatch.jobs import progress\n    hw.set_progress(True)\n"
+            "    bar = progress(range(3), desc='x')\n    list(bar)\n"
+            "print(sum('IProgress' in str(w.message) for w in seen), "
+            "[c.__module__ for c in type(bar).__mro__].count('tqdm.notebook'))")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    outputs = nb.cells[0].outputs
+    assert [f"{o.ename}: {o.evalue}" for o in outputs if o.output_type == "error"] == []
+    printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert printed.split() == ["0", "1"], printed          # no IProgress warning; a tqdm.notebook bar: the widget
+
+
+def test_model_keys_are_matched_without_case_and_a_near_miss_answers_at_once_without_a_network(monkeypatch):
+    """The README's spelling is the bundled model's key; a name that is no key, folder or hub id is refused
+    in under a second with the key it most likely means, with no network (a connection would fail here), and
+    HF_HUB_OFFLINE unset; a hub id that is not cached is refused at once where HF_HUB_OFFLINE says offline."""
+    import socket
+    import time
+
+    from headwatch.config.calls import model_source
+
+    models = hw.load_config()["models"]
+    for spelling in ("SmolLM2-135M", "smollm2-135m", "SMOLLM2-135M"):
+        assert model_source(spelling, models) == ({"gguf": models["smollm2-135m"]["gguf"]},
+                                                  models["smollm2-135m"].get("dtype"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(socket.socket, "connect", lambda *a: pytest.fail(f"a network call: {a}"))
+    for given, near in (("smollm", "smollm2-135m"), ("pythia", "pythia-160m-deduped"), ("SmolLM2", "smollm2-135m")):
+        t0 = time.perf_counter()
+        with pytest.raises(hw.ModelNotFoundError) as err:
+            hw.load_model(given)
+        assert time.perf_counter() - t0 < 1.0
+        assert str(err.value).startswith(f"hw.load_model: source={given!r} is not a model key") \
+            and str(err.value).endswith(f"did you mean {near!r}?"), str(err.value)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(hw.ModelNotFoundError, match=r"hw.load_model: source='someone/no-such-model': this hub id is "
+                                                    r"not in this machine's Hugging Face cache, and HF_HUB_OFFLINE=1"):
+        hw.load_model("someone/no-such-model")
+
+
+def test_did_you_mean_names_the_right_word():
+    """The one hint (headwatch.names.did_you_mean) names the valid word, never the caller's typo: a table's
+    column, a config key, a bound, a set's name."""
+    from headwatch.config import ConfigError, check_keys
+    from headwatch.names import did_you_mean
+    from headwatch.settings.tables import TableError, check_table
+
+    assert did_you_mean("anwser", ["answer", "clean"]) == "did you mean 'answer'?"
+    assert did_you_mean("SmolLM2-135M", ["smollm2-135m"]) == "did you mean 'smollm2-135m'?"
+    assert did_you_mean("top_kk", ["top_k"], code=True) == "did you mean `top_k`?" and did_you_mean("zzz", ["a"]) == ""
+    with pytest.raises(TableError, match=r"lacks the column 'answer' \(it has 'anwser': did you mean 'answer'\?\)"):
+        check_table(PAIRS.rename(columns={"answer": "anwser"}), "pairs", "hw.prompt_pairs", "pairs")
+    config = hw.load_config()
+    config["patching"]["top_kk"] = 3
+    with pytest.raises(ConfigError, match="did you mean `top_k`"):
+        check_keys(config, "config/schema.yaml")
+    with pytest.raises(ConfigError, match=r"hw.token_set: name='inductoin' is not one of .*did you mean 'induction'\?"):
+        hw.token_set(None, "inductoin")
+
+
+def test_the_library_errors_are_exported_from_hw_from_one_module():
+    """hw.ConfigError, hw.TableError, … are the classes the library raises, listed in one place
+    (headwatch.api.ERRORS) and read from their modules on first use."""
+    import importlib
+
+    import headwatch.api as api
+
+    assert set(api.ERRORS) <= set(hw.__all__) and "GuardError" in api.ERRORS
+    for name, module in api.ERRORS.items():
+        cls = getattr(hw, name)
+        assert cls is getattr(importlib.import_module(module), name) and issubclass(cls, Exception)
+    assert issubclass(hw.ModelFileError, hw.ConfigError)
+    from headwatch.model.load import HalfOnCPUError
+
+    assert issubclass(HalfOnCPUError, hw.ConfigError)
+
+
+def _resolves(ref: str, owner: str) -> bool:
+    """Whether a docstring's reference (``head_scores``, ``~headwatch.guards.GuardError``) names something."""
+    import importlib
+
+    import headwatch.api as api
+
+    ref = ref.lstrip("~")
+    if "." not in ref:
+        return ref in hw.__all__ or hasattr(api, ref) or hasattr(importlib.import_module(owner), ref)
+    parts = ref.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            if not hasattr(obj, part):
+                return False
+            obj = getattr(obj, part)
+        return True
+    return False
+
+
+def test_every_hw_name_in_a_docstring_the_readme_and_the_api_page_exists():
+    """Every ``hw.<name>`` in the library's code and docstrings, the README and docs/api.md is a public name
+    (``hw.plot_*``: a prefix of some); every reference of a public docstring (:func:`…`) names something
+    (set_progress's once named ``edge_attribution``, which never existed)."""
+    import inspect
+    from pathlib import Path
+
+    import headwatch.api as api
+
+    root = Path(__file__).resolve().parents[1]
+    names = set(hw.__all__) | set(dir(hw))
+    missing = []
+    for path in [*sorted((root / "headwatch").rglob("*.py")), root / "README.md", root / "docs" / "api.md"]:
+        for name, star in re.findall(r"(?<![\w.])hw\.([A-Za-z_]\w*)(\*?)", path.read_text()):
+            if not (any(n.startswith(name) for n in names) if star else name in names):
+                missing.append(f"{path.relative_to(root)}: hw.{name}{star}")
+    assert missing == []
+    for name, obj in [*((n, getattr(hw, n)) for n in hw.__all__), ("headwatch.api", api), ("headwatch", hw)]:
+        owner = getattr(obj, "__module__", None) or obj.__name__
+        for ref in re.findall(r":(?:func|class|mod|data|meth):`([^`]+)`", inspect.getdoc(obj) or ""):
+            assert _resolves(ref, owner), f"{name}'s docstring names {ref}, which does not exist"
+    assert "hw.edge_scores" in hw.set_progress.__doc__ and "edge_attribution" not in hw.set_progress.__doc__

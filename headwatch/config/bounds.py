@@ -25,8 +25,7 @@ Memory is bounded separately, by estimate (:mod:`.memory`); it cannot be raised.
 """
 from __future__ import annotations
 
-import difflib
-
+from ..names import did_you_mean
 from ..model.sources.limits import RAISE, limit, model_file_bounds, refusal
 
 BOUND = "x-bound"
@@ -95,8 +94,7 @@ def raise_errors(config: dict, table: dict) -> list[str]:
     out = []
     for name, value in raised.items():
         if name not in table:
-            near = difflib.get_close_matches(str(name), list(table), n=1, cutoff=0.6)
-            hint = f"did you mean {near[0]!r}?" if near else "the bounds are listed in docs/security.md"
+            hint = did_you_mean(name, table) or "the bounds are listed in docs/security.md"
             out.append(f"{RAISE}: {name!r} is not the name of a bound; {hint}")
         elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             out.append(f"{RAISE}.{name}: {value!r} is not a bound (a positive integer)")

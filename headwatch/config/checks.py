@@ -17,7 +17,7 @@ from ..settings.anatomy import anatomy_errors, shape_errors
 from ..settings.circuits import circuits_errors
 from ..settings.edges import edges_errors
 from ..settings.induction import induction_errors
-from ..settings.patching import patching_errors
+from ..settings.patching import PatchingSettings, head_count_errors, patching_errors
 from ..settings.sweep import check_sweeps
 from ..model.sources import ConfigError, Located, ModelFacts, ModelNotFoundError, family_error, model_facts
 from ..model.arch import all_families
@@ -174,6 +174,27 @@ def ablation_errors(config: dict, total: int, desc: str) -> list[str]:
     if total < 2:
         out.append(f"ablation: attribution compares the two costliest heads; {desc}")
     return out
+
+
+def call_errors(section: str, config: dict, facts: ModelFacts) -> list[str]:
+    """The checks of one section that read a studied model, run on the model a public function was
+    handed (``facts``: :func:`headwatch.config.calls.loaded_facts`): the ablation's counts within its heads,
+    the heads path patching names within it, patching's counts of heads. The checks that read the
+    workflow's prompts (templates, a pairs file) are the prompt tables' own (:mod:`headwatch.settings.tables`);
+    the attention's predictions at most the model's vocabulary."""
+    layers, heads = facts.shape["layers"], facts.shape["heads"]
+    if section == "ablation":
+        return ablation_errors(config, layers * heads, f"model {facts.key} has {layers} layers × {heads} heads "
+                                                       f"= {layers * heads}")
+    if section == "circuits":
+        return circuits_errors(dict(config, models_studied=[facts.key]), facts)
+    if section == "patching":
+        return head_count_errors(PatchingSettings.from_config(config["patching"]), facts)
+    if section == "attention":
+        top, vocab = config["attention"]["top_predictions"], facts.shape.get("vocab")
+        return [f"attention.top_predictions = {top}: model {facts.key} has {vocab} tokens"] if vocab and top > vocab \
+            else []
+    return []
 
 
 def edge_graph_warning(config: dict, facts) -> str | None:

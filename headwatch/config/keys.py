@@ -3,7 +3,6 @@ values its described definitions refuse (said in words), model keys that are fol
 results/, and config files that YAML cannot read (with file, line and column)."""
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from ..model.sources import ConfigError, key_errors
+from ..names import did_you_mean
 from .bounds import bound_errors, resolve_ref
 from .values import finite_errors, relation_errors
 
@@ -31,8 +31,7 @@ def unknown_keys(config, schema: dict, root: dict | None = None, path: str = "")
                 out += unknown_keys(value, props[key], root, where)
             elif extra is False:
                 valid = sorted(props)
-                near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
-                hint = f"did you mean `{near[0]}`?" if near else f"valid keys here: {valid}"
+                hint = did_you_mean(key, valid, code=True) or f"valid keys here: {valid}"
                 place = f"under `{path}`" if path else "at the top level"
                 out.append(f"{where}: unknown key {str(key)!r} {place}; {hint}")
             elif isinstance(extra, dict):
@@ -99,6 +98,19 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
             what = "the key" if "propertyNames" in e.absolute_schema_path else "the value"
             out.append(f"{where or 'top level'}: {what} {value!r} {' '.join(e.schema['description'].split())}")
     return out
+
+
+def definition_error(name: str, value, schema_path=None) -> str | None:
+    """``value`` against the schema's described definition ``name`` (a device, a safe name, a seed):
+    ``the value X <its description>``, or None where it is one (a public function's argument held to
+    the config's own definition)."""
+    from ..settings.tables import shown
+    from .verdict import ROOT
+
+    schema = load_schema(schema_path or ROOT / "config" / "schema.yaml")
+    definition = schema["definitions"][name]
+    valid = Draft202012Validator({**definition, "definitions": schema["definitions"]}).is_valid(value)
+    return None if valid else f"the value {shown(value)} {' '.join(definition['description'].split())}"
 
 
 def model_entry(config: dict, model: str) -> dict:

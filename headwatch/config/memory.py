@@ -41,9 +41,36 @@ def model_params(shape: dict) -> int | None:
     return (shape.get("vocab") or 0) * W + L * per_layer
 
 
-def estimate(key: str, what: str, parts: dict[str, int]) -> dict:
-    """One estimate: the key that drives it, what it is, its parts in bytes and their sum."""
-    return dict(key=key, what=what, parts={k: int(v) for k, v in parts.items()}, bytes=int(sum(parts.values())))
+def estimate(key: str, what: str, parts: dict[str, int], change: str = "lower it") -> dict:
+    """One estimate: the key (or a public function's argument) that drives it, what it is, its parts in
+    bytes and their sum, and what to change when it is refused."""
+    return dict(key=key, what=what, parts={k: int(v) for k, v in parts.items()}, bytes=int(sum(parts.values())),
+                change=change)
+
+
+def maps_estimate(key: str, what: str, rows: int, T: int, shape: dict, weights: int, change: str = "lower it",
+                  **more: int) -> dict:
+    """A pass that returns every head's attention maps beside the logits (the scores, the attention maps):
+    ``rows`` sequences of ``T`` tokens, their logits and every layer's maps at once (the capture returns
+    ``[rows, layers, heads, T, T]``), and ``more`` parts (a table made of them)."""
+    V, L, H = shape.get("vocab") or 0, shape["layers"], shape["heads"]
+    return estimate(key, what, dict(weights=weights, logits=rows * T * V * F32, attention=rows * L * H * T * T * F32,
+                                    **more), change)
+
+
+def logits_estimate(key: str, what: str, rows: int, T: int, shape: dict, weights: int, change: str = "lower it") -> dict:
+    """A pass that keeps its logits (the cuts' losses): ``rows`` of ``T`` tokens."""
+    return estimate(key, what, dict(weights=weights, logits=rows * T * (shape.get("vocab") or 0) * F32), change)
+
+
+def patching_estimate(key: str, what: str, prompts: int, length: int, batch: int, shape: dict, weights: int,
+                      change: str = "lower it") -> dict:
+    """Activation patching: every layer's z and block input of the clean and the corrupted run of
+    ``prompts`` prompts of ``length`` tokens, and a batch's last-position logits."""
+    L, H, W = shape["layers"], shape["heads"], shape["width"]
+    D = shape.get("head_dim") or W // H
+    return estimate(key, what, dict(weights=weights, activations=2 * prompts * length * L * (H * D + W) * F32,
+                                    logits=batch * (shape.get("vocab") or 0) * F32), change)
 
 
 def model_estimates(config: dict, facts, workdir: str | Path = ".") -> list[dict]:
@@ -53,17 +80,16 @@ def model_estimates(config: dict, facts, workdir: str | Path = ".") -> list[dict
     params = model_params(shape)
     if params is None:
         return []
-    V, L, H, W = shape.get("vocab") or 0, shape["layers"], shape["heads"], shape["width"]
-    D = shape.get("head_dim") or W // H
+    H = shape["heads"]
     weights = params * BYTES_PER_NUMBER.get(config["models"][key].get("dtype", "float32"), F32)
     T = 2 * config["sequences"]["half_length"] + 1
     out = [estimate(f"models.{key}", f"model {key}'s preparation (float32 weights)", dict(weights=params * F32))]
     b = config["attention"]["batch"]
-    out.append(estimate("attention.batch", f"model {key}'s attention maps ({b} sequences of {T} tokens a pass)",
-                        dict(weights=weights, logits=b * T * V * F32, attention=b * H * T * T * F32)))
+    out.append(maps_estimate("attention.batch", f"model {key}'s attention maps ({b} sequences of {T} tokens a pass)",
+                             b, T, shape, weights))
     b = AblationSettings.from_config(config["ablation"]).batch
-    out.append(estimate("ablation.batch", f"model {key}'s cuts ({b} rows of {T} tokens a pass)",
-                        dict(weights=weights, logits=b * T * V * F32)))
+    out.append(logits_estimate("ablation.batch", f"model {key}'s cuts ({b} rows of {T} tokens a pass)", b, T, shape,
+                               weights))
     p = config["patching"]
     names = list(p["names"]) + ["A", "B", "C"]
     if p.get("pairs"):         # every row a prompt, padded to the longest (checked before this estimate)
@@ -72,10 +98,9 @@ def model_estimates(config: dict, facts, workdir: str | Path = ".") -> list[dict
     else:
         n = p["n"]
         length = len(facts.tokenizer(p["templates"][0].format(A=names[0], B=names[1], C=names[2])).input_ids)
-    out.append(estimate("patching.n", f"model {key}'s activation patching ({n} prompts of {length} tokens, "
-                                      "every layer's z and block input of the clean and the corrupted run)",
-                        dict(weights=weights, activations=2 * n * length * L * (H * D + W) * F32,
-                             logits=p["batch"] * V * F32)))
+    out.append(patching_estimate("patching.n", f"model {key}'s activation patching ({n} prompts of {length} tokens, "
+                                               "every layer's z and block input of the clean and the corrupted run)",
+                                 n, length, p["batch"], shape, weights))
     if config.get("edges"):
         out += edge_estimates(config["edges"], shape, key, weights, n, length)
     layers = AnatomySettings.from_config(config["anatomy"]).need("kv_control").kv_control.layers
@@ -196,7 +221,7 @@ def memory_errors(estimates: list[dict], meminfo: dict) -> tuple[list[str], list
     """(refusals, warnings): estimates above ``MemTotal``; those above ``MemAvailable``."""
     total, available = meminfo["MemTotal"], meminfo.get("MemAvailable")
     errors = [f"{_said(e)}, more than this machine's memory ({_gib(total)}, MemTotal in /proc/meminfo); "
-              "lower it" for e in estimates if e["bytes"] > total]
+              f"{e.get('change', 'lower it')}" for e in estimates if e["bytes"] > total]
     warnings = [f"{_said(e)}, more than the {_gib(available)} free now (MemAvailable in /proc/meminfo)"
                 for e in estimates if available is not None and available < e["bytes"] <= total]
     return errors, warnings

@@ -156,6 +156,8 @@ def load(*overlays, base=None) -> dict:
     it key by key, as ``snakemake --configfile`` merges them, its keys, numbers and bounds checked
     (:func:`headwatch.config.keys.check_keys`) and completed by ``config/schema.yaml``'s defaults —
     what every rule reads. An overlay that is the base itself is read once."""
+    import copy
+
     import yaml
     from snakemake.utils import update_config, validate
 
@@ -164,20 +166,30 @@ def load(*overlays, base=None) -> dict:
     base = Path(base) if base is not None else ROOT / "config" / "config.yaml"
     files = [base] + [f for f in (Path(o) if Path(o).is_absolute() or Path(o).exists() else ROOT / o
                                   for o in overlays) if f.resolve() != base.resolve()]
-    config: dict = {}
     for f in files:
         if not f.exists():
             raise ConfigError(f"{f} does not exist (the protocol's settings are config/config.yaml of a headwatch "
                               "checkout; an overlay is a file of its own)")
-        check_yaml(str(f))
-        update_config(config, yaml.safe_load(f.read_text()) or {})
     schema = base.parent / "schema.yaml"
-    check_keys(config, schema)
-    errors = schema_messages(config, load_schema(schema))
-    if errors:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
-    validate(config, str(schema))            # the schema's defaults filled in, as the Snakefile does
-    return config
+    key = tuple((str(f.resolve()), f.stat().st_mtime_ns, f.stat().st_size) for f in [*files, schema])
+    if key not in _LOADED:
+        config: dict = {}
+        for f in files:
+            check_yaml(str(f))
+            update_config(config, yaml.load(f.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {})
+        check_keys(config, schema)
+        errors = schema_messages(config, load_schema(schema))
+        if errors:
+            raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+        validate(config, str(schema))            # the schema's defaults filled in, as the Snakefile does
+        _LOADED.clear()                          # the newest only: a checkout's config, read once per version
+        _LOADED[key] = config
+    return copy.deepcopy(_LOADED[key])
+
+
+_LOADED: dict = {}
+"""The config :func:`load` read last, by its files' paths, sizes and times (a public function reads the
+protocol's settings on every call: parsed and checked once per version of the files, a copy handed out)."""
 
 
 def schema_messages(config: dict, schema: dict) -> list[str]:
@@ -234,29 +246,42 @@ def section_errors(config: dict, section: str) -> list[str]:
 
 
 def checked_section(section: str, given: dict | None, overrides: dict, function: str,
-                    config: dict | None = None) -> dict:
+                    config: dict | None = None, facts=None, names: dict | None = None) -> dict:
     """A public function's settings of ``section``: the protocol's (``config``, default
     :func:`load`), ``given`` (a mapping: a rule's slice, or the caller's) over them, each override
-    over those, every check of :func:`section_errors` run on the result. An error names the argument
-    as the caller gave it (``hw.edge_scores: score_batch=-1 (edges.score_batch): …``); returns the
+    over those, every check of :func:`section_errors` run on the result, and, with ``facts`` (the
+    model in hand: :func:`headwatch.config.calls.loaded_facts`), the section's checks against it
+    (:func:`headwatch.config.checks.call_errors`). An error names the argument as the caller gave it
+    (``hw.edge_scores: score_batch=-1 (edges.score_batch): …``; ``names``: an argument's own name
+    where it is not the key's, ``{"top_predictions": "top"}``) with the value as given; returns the
     section's mapping with ``given`` and the overrides in it (what the settings object is built from)."""
     import copy
+    import re
 
     from ..jobs import run_config
+    from ..settings.tables import shown
+    from .checks import call_errors
 
     config = copy.deepcopy(config if config is not None else run_config() or load())
     given = dict(given or {})
-    section_cfg = {**(config.get(section) or {}), **given, **overrides}
+    mapping = isinstance(config.get(section), dict)         # a list section (prose) is given whole
+    section_cfg = {**(config.get(section) or {}), **given, **overrides} if mapping else overrides[section]
     config[section] = section_cfg
     errors = section_errors(config, section)
+    if not errors and facts is not None:
+        errors = call_errors(section, config, facts)
     if errors:
-        said = []
+        said, names = [], names or {}
         for e in errors:
-            key = e.split(":", 1)[0]
-            arg = next((k for k in overrides if key == f"{section}.{k}" or key.startswith((f"{section}.{k}.",
-                                                                                          f"{section}.{k}["))), None)
+            head, _, rest = e.partition(":")
+            key = re.match(r"[\w.\[\]*-]*", head).group(0)
+            arg = next((k for k in overrides
+                        if key == (f"{section}.{k}" if mapping else section)
+                        or key.startswith((f"{section}.{k}.", f"{section}.{k}[") if mapping else f"{section}[")), None)
             if arg is not None:                 # the caller's own words: the argument as given
-                e = f"{arg}={overrides[arg]!r} ({key}):{e.split(':', 1)[1]}"
+                e = f"{names.get(arg, arg)}={shown(overrides[arg])} ({head.strip()}):{rest}"
             said.append(e)
         raise ConfigError(f"{function}: " + "; ".join(said))
+    if not mapping:
+        return section_cfg
     return {**given, **overrides} if given else section_cfg

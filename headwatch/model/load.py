@@ -26,7 +26,7 @@ from .arch import Adapter
 from .device import pick_device
 from ..names import BYTES_PER_NUMBER
 from ..paths import PREPARED_RECORD
-from .sources import ModelFileError, ModelNotFoundError, one_line, source_of
+from .sources import ConfigError, ModelFileError, ModelNotFoundError, one_line, source_of
 from ..tableio import assert_finite, write_json
 
 log = logging.getLogger("headwatch.model.load")
@@ -43,8 +43,9 @@ class LoadedModel(NamedTuple):
     adapter: Adapter
 
 
-class HalfOnCPUError(ValueError):
-    """float16 requested on a CPU: logits overflow to NaN while maps look plausible."""
+class HalfOnCPUError(ConfigError):
+    """float16 requested on a CPU: logits overflow to NaN while maps look plausible (a setting that cannot
+    work: a :class:`ConfigError`, as the workflow's check of ``dtype`` raises)."""
 
 
 def _not_found(src: str, err: Exception) -> ModelNotFoundError:

@@ -62,27 +62,32 @@ def pair_prompt_set(tokenizer, settings: PatchingSettings, workdir=".", model: s
                        hashlib.sha256(Path(path).read_bytes()).hexdigest())
 
 
-def frame_pairs(frame: pd.DataFrame, name: str = "the pairs table") -> list[dict]:
+def frame_pairs(frame: pd.DataFrame, name: str = "the pairs table", function: str = "hw.prompt_pairs") -> list[dict]:
     """The rows of a DataFrame of prompt pairs (the columns of a pairs file, :data:`COLUMNS`) as
     :func:`headwatch.settings.pairs.read_pairs` gives a file's: ``line`` is the row's number (1 = the
     first), ``where`` its index label as errors name it (``row 0``), after the table's own check
-    (:func:`headwatch.settings.tables.check_table`: the columns, did you mean, non-empty texts)."""
+    (:func:`headwatch.settings.tables.check_table`: the columns, did you mean, non-empty texts; at most a
+    pairs file's rows, :data:`headwatch.settings.pairs.MAX_ROWS`), naming ``function`` and ``name``."""
+    from ..settings.pairs import MAX_ROWS
     from ..settings.tables import TableError, check_table
 
     try:
-        check_table(frame, "pairs", "hw.prompt_pairs", name)
+        check_table(frame, "pairs", function, name)
     except TableError as err:
         raise PatchingError(str(err)) from None
+    if len(frame) > MAX_ROWS:
+        raise PatchingError(f"{function}: {name} holds {len(frame):,} rows, more than {MAX_ROWS} (patching.n's bound: "
+                            "the activations of every prompt are kept)")
     return [dict(line=line, where=f"row {label!r}", **dict(zip(COLUMNS, r)))
             for line, (label, r) in enumerate(zip(frame.index, frame[list(COLUMNS)].itertuples(index=False)), start=1)]
 
 
 def pairs_table(tokenizer, rows: list[dict], name: str, model: str | None = None, given: str | None = None,
-                sha256: str | None = None) -> tuple[pd.DataFrame, dict]:
+                sha256: str | None = None, context: int | None = None) -> tuple[pd.DataFrame, dict]:
     """The prompts table and its note of prompt pairs ``rows`` (a file's, :func:`read_pairs`, or a
     DataFrame's, :func:`frame_pairs`); ``name`` names them in errors, ``given`` and ``sha256`` the
-    file in the note."""
-    errors = pair_errors(rows, tokenizer, name, model)
+    file in the note; a prompt longer than ``context`` (the model's) is refused."""
+    errors = pair_errors(rows, tokenizer, name, model, context)
     if errors:
         raise PatchingError("; ".join(errors))
     out = []

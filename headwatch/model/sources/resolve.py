@@ -5,7 +5,6 @@ source, else the source; nothing loaded). Used by the pre-job checks (:mod:`head
 and by the loader (:mod:`headwatch.model.load`)."""
 from __future__ import annotations
 
-import difflib
 import hashlib
 import importlib.util
 import os
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import paths
+from ...names import nearest
 from ...paths import PREPARED_RECORD
 from .errors import ConfigError, ModelFileError, ModelNotFoundError
 from .files import open_regular, read_json
@@ -98,36 +98,43 @@ def source_errors(key: str, model_cfg: dict) -> list[str]:
             return [f"{where}.gguf: {err}"]
         return []
     src = model_cfg["source"]
+    why = folder_error(src)
+    if why is None and not Path(src).exists() and not looks_like_path(src) and hub_file(src, "config.json") is None:
+        # Never a network request before any job: offline or not, the checks read a hub model's
+        # config.json and tokenizer from the cache (a fetch without a network retried for 29 s).
+        why = (f"{src!r} is not a local folder and not in the Hugging Face cache "
+               f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}); the checks read a hub "
+               f"model's config.json and tokenizer from the cache before any job: put it in the cache "
+               f"where a network is (huggingface-cli download {src}), or point `source:` at a folder")
+    return [] if why is None else [f"{where}.source: {why}"]
+
+
+def folder_error(src: str) -> str | None:
+    """What is wrong with ``src`` as a local model folder, read without loading anything (None: a folder
+    with ``config.json``, weights and a tokenizer, or a name that is no path and may be a hub id): a file,
+    a folder without one of the three, a path that is not there (with the nearest name beside it)."""
     path = Path(src)
     if path.exists():
         if not path.is_dir():
-            return [f"{where}.source: {src!r} is a file; a local source is a model folder "
-                    "(config.json, weights, tokenizer)"]
+            return f"{src!r} is a file; a local source is a model folder (config.json, weights, tokenizer)"
         if not (path / "config.json").exists():
-            return [f"{where}.source: the folder {src!r} holds no config.json; a local source is a "
-                    "model folder (config.json, weights, tokenizer), as save_pretrained writes it"]
+            return (f"the folder {src!r} holds no config.json; a local source is a model folder (config.json, "
+                    "weights, tokenizer), as save_pretrained writes it")
         if not any(any(path.glob(pattern)) for pattern in WEIGHT_FILES):
-            return [f"{where}.source: the folder {src!r} holds no weights ({', '.join(WEIGHT_FILES)}); "
-                    "a local source is a model folder as save_pretrained writes it"]
+            return (f"the folder {src!r} holds no weights ({', '.join(WEIGHT_FILES)}); a local source is a model "
+                    "folder as save_pretrained writes it")
         if not any((path / name).exists() for name in ("tokenizer.json", "vocab.json", "tokenizer.model")):
-            return [f"{where}.source: the folder {src!r} holds no tokenizer (tokenizer.json, vocab.json or "
-                    "tokenizer.model); save it there with the model (tokenizer.save_pretrained)"]
-        return []
+            return (f"the folder {src!r} holds no tokenizer (tokenizer.json, vocab.json or tokenizer.model); save it "
+                    "there with the model (tokenizer.save_pretrained)")
+        return None
     if looks_like_path(src):
         hint = ""
         if path.parent.is_dir():
-            near = difflib.get_close_matches(path.name, [p.name for p in path.parent.iterdir()], n=1)
+            near = nearest(path.name, [p.name for p in path.parent.iterdir()])
             if near:
-                hint = f"; did you mean {str(path.parent / near[0])!r}?"
-        return [f"{where}.source: no folder {src!r} on this machine{hint}"]
-    if hub_file(src, "config.json") is None:
-        # Never a network request before any job: offline or not, the checks read a hub model's
-        # config.json and tokenizer from the cache (a fetch without a network retried for 29 s).
-        return [f"{where}.source: {src!r} is not a local folder and not in the Hugging Face cache "
-                f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}); the checks read a hub "
-                f"model's config.json and tokenizer from the cache before any job: put it in the cache "
-                f"where a network is (huggingface-cli download {src}), or point `source:` at a folder"]
-    return []
+                hint = f"; did you mean {str(path.parent / near)!r}?"
+        return f"no folder {src!r} on this machine{hint}"
+    return None
 
 
 # ------------------------------------------------------------------ where each model's facts come from

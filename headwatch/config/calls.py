@@ -1,0 +1,142 @@
+"""The checks of a public function's call that read the model it was handed (:mod:`headwatch.api`), before
+any model pass: the checks the workflow makes of a studied model's files before any job, made on the model
+in hand.
+
+* :func:`loaded_shape`, :func:`loaded_facts` — the loaded model's shape and facts, as
+  :func:`headwatch.model.sources.model_facts` reads a studied model's from its files (what
+  :func:`headwatch.config.checked_section` and :func:`headwatch.settings.tables.check_table` hold a call's
+  settings and tables to: heads, token ids and lengths within the model);
+* :func:`memory_refusal` — the memory a call needs, estimated as the jobs' are (:mod:`.memory`, each a
+  lower bound) and refused above this machine's, naming the estimate and the argument to change.
+
+Reads a loaded model's attributes only: importing it imports neither torch nor transformers.
+"""
+from __future__ import annotations
+
+from ..model.arch import context_length, vocab_size
+from ..model.sources import ConfigError, ModelFacts
+from . import memory
+
+
+def loaded_shape(m) -> dict:
+    """The shape of a loaded model (:class:`~headwatch.model.load.LoadedModel`) in the words of a studied
+    model's facts: ``layers, heads, kv_heads, width, head_dim, vocab`` (the ids its embedding and its tokenizer
+    both have), ``context``, ``model_type``, and ``weights``: the bytes of its parameters."""
+    a = m.adapter
+    vocab = [v for v in (vocab_size(a.config) if a.config is not None else None,
+                         len(m.tokenizer) if getattr(m, "tokenizer", None) is not None else None) if v]
+    return dict(model_type=a.family.name, layers=a.n_layers, heads=a.n_heads, kv_heads=a.n_kv_heads, width=a.width,
+                head_dim=a.head_dim, vocab=min(vocab) if vocab else None,
+                context=context_length(a.config) if a.config is not None else None,
+                weights=sum(p.numel() * p.element_size() for p in m.model.parameters()))
+
+
+def loaded_facts(m) -> ModelFacts:
+    """:class:`~headwatch.model.sources.ModelFacts` of a loaded model, named by its folder's or hub id's last
+    part (the checks say ``model <name> has …``)."""
+    a = m.adapter
+    name = str(getattr(a.config, "_name_or_path", "") or "").rstrip("/").split("/")[-1] or a.family.name
+    return ModelFacts(name, "loaded", getattr(m, "tokenizer", None), loaded_shape(m), f"the loaded model {name}")
+
+
+def memory_refusal(function: str, estimates: list[dict], meminfo=None) -> None:
+    """Refuse a call whose estimate (:func:`headwatch.config.memory.estimate`, the key an argument of the
+    call) is above this machine's memory (``meminfo()``, default ``/proc/meminfo``; not compared where there
+    is none), in one line naming the function, the estimate and the argument to change."""
+    info = (meminfo or memory.read_meminfo)()
+    if info is None:
+        return
+    errors, _ = memory.memory_errors(estimates, info)
+    if errors:
+        raise ConfigError(f"{function}: " + "; ".join(errors))
+
+
+def model_source(source, models: dict):
+    """(what :func:`headwatch.model.load.load_model` reads, the config's dtype for it) of the ``source`` a
+    caller names, refused before anything is loaded and without a network: a key of the config's ``models``
+    matched without case (``SmolLM2-135M``); a folder — not a model (no ``config.json``, weights or tokenizer),
+    a ``config.json`` that is not JSON, a shape no model can have or a family headwatch has no adapter for,
+    each naming the file (:func:`headwatch.model.sources.facts.read_shape`); a hub id (``owner/name``, the
+    only names the hub is asked for), refused at once where it is not in this machine's cache and
+    ``HF_HUB_OFFLINE`` says there is no network; anything else refused with the key it most likely means."""
+    from pathlib import Path
+
+    from ..model.sources import (Located, ModelFileError, ModelNotFoundError, family_error, folder_error, hub_file,
+                                 offline, read_shape)
+    from ..names import did_you_mean
+    from ..settings.tables import shown
+
+    if isinstance(source, dict):
+        return {k: v for k, v in source.items() if k != "dtype"}, source.get("dtype")
+    if not isinstance(source, (str, Path)):
+        if callable(getattr(source, "parameters", None)):        # a loaded nn.Module
+            return source, None
+        raise ConfigError(f"source={shown(source)} is a {type(source).__name__}: give a model key, a folder, a hub "
+                          "id or a loaded nn.Module")
+    text, path = str(source), Path(source)
+    keys = {str(k).lower(): k for k in models}
+    if not path.exists() and text.lower() in keys:
+        entry = models[keys[text.lower()]]
+        return {k: v for k, v in entry.items() if k != "dtype"}, entry.get("dtype")
+    hub = text.count("/") == 1 and not text.startswith((".", "/", "~")) and not path.exists() \
+        and not Path(text.split("/")[0]).is_dir()
+    if not path.exists() and not hub and not any(c in text for c in "/\\~") and not text.startswith("."):
+        hint = did_you_mean(text, models, cutoff=0.4)
+        raise ModelNotFoundError(f"source={text!r} is not a model key (config key `models`: {sorted(models)}), a "
+                                 f"folder here, nor a hub id (owner/name){'; ' + hint if hint else ''}")
+    if hub:
+        cached = hub_file(text, "config.json")
+        if cached is None:
+            if offline():
+                raise ModelNotFoundError(f"source={text!r}: this hub id is not in this machine's Hugging Face cache, "
+                                         "and HF_HUB_OFFLINE=1 allows no download; download it where a network is "
+                                         f"(huggingface-cli download {text}), or give a folder")
+            return text, None                    # the hub is asked for it (transformers downloads it)
+        folder = cached.parent
+    else:
+        why = folder_error(text)
+        if why is not None:
+            raise (ModelNotFoundError if not path.exists() else ModelFileError)(f"source={text!r}: {why}")
+        folder = path
+    shape, where = read_shape(Located("source", "folder", folder, folder), {})
+    bad = family_error(ModelFacts("source", "folder", None, shape, where))
+    if bad:
+        raise ModelFileError(f"{where}: {bad.split(': ', 1)[1]}")
+    return text, None
+
+
+def device_refusal(device) -> None:
+    """Refuse a device that is none of the config's (``auto``, ``cpu``, ``cuda``, ``cuda:N``), or a CUDA device
+    this machine lacks (:func:`headwatch.config.devices.device_errors`, the workflow's check when a local run
+    starts), before any weight is read."""
+    from .devices import device_errors
+    from .keys import definition_error
+
+    from ..settings.tables import shown
+
+    why = definition_error("device", device)
+    if why is not None:
+        raise ConfigError(f"device={shown(device)} {why.removeprefix(f'the value {shown(device)} ')}")
+    errors = device_errors({"device": device})
+    if errors:                                   # "device: 'cuda', but torch finds no CUDA GPU …"
+        raise ConfigError(f"device={errors[0].split(': ', 1)[1]}")
+
+
+def config_errors(config, sections: tuple[str, ...], facts=None) -> list[str]:
+    """A whole config a caller hands a public function (``config=``), checked as the workflow checks one
+    before any job: the ``sections`` the function reads (:func:`headwatch.config.section_errors`) and, with
+    ``facts`` (the model in hand), what they ask of its tokenizer and context
+    (:func:`headwatch.config.checks.token_errors`, :func:`~headwatch.config.checks.length_errors`)."""
+    from ..settings.tables import shown
+    from .checks import length_errors, token_errors
+    from .verdict import section_errors
+
+    if not isinstance(config, dict):
+        return [f"config={shown(config)} is not a config (hw.load_config() reads one)"]
+    missing = [s for s in sections if s not in config]
+    if missing:
+        return [f"config lacks the section(s) {missing} (hw.load_config() gives every section)"]
+    errors = [e for s in sections for e in section_errors(config, s)]
+    if not errors and facts is not None and facts.tokenizer is not None:
+        errors = token_errors(config, facts)[0] + length_errors(config, facts)
+    return [f"config: {e}" for e in errors]
