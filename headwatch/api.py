@@ -140,9 +140,9 @@ def load_model(source: str | Path | dict | object = BUNDLED, dtype: str | None =
     from .config.calls import device_refusal, model_source
     from .names import BYTES_PER_NUMBER
 
-    source, configured = model_source(source, load_config()["models"])
+    source, configured = model_source(source, lambda: load_config()["models"])
     dtype = _value(dtype, tuple(BYTES_PER_NUMBER), "dtype") if dtype is not None else configured
-    device_refusal(device)
+    device_refusal(device, dtype)
     from .model.load import load_model as load      # transformers: a second or more to import, a refusal none
 
     with jobs.library_progress():
@@ -169,7 +169,7 @@ def _settings(cls, section: str, settings, overrides: dict, config: dict | None 
     given = None if settings is None else settings if isinstance(settings, dict) else _plain(dataclasses.asdict(settings))
     given = None if given is None else _config_form(given)
     checked = checked_section(section, given, _config_form(overrides), _caller(), config,
-                              None if m is None else loaded_facts(_model(m)), names)
+                              None if m is None else loaded_facts(_model(m)), names, overrides, argument)
     return checked if cls is None else cls.of(checked)
 
 
@@ -209,7 +209,7 @@ class Tables(dict):
 def _model(m, tokenizer_alone: bool = False):
     """``m`` checked as a loaded model (:func:`load_model`; ``tokenizer_alone``: or a tokenizer, where the
     function reads only that), returned."""
-    if hasattr(m, "adapter") and hasattr(m, "model") or tokenizer_alone and callable(getattr(m, "encode", None)):
+    if hasattr(m, "adapter") and hasattr(m, "model") or tokenizer_alone and callable(m) and hasattr(m, "decode"):
         return m
     from .config import ConfigError
     from .settings.tables import shown

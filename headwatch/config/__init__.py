@@ -49,7 +49,10 @@ so that the checks never do when the verdict is cached. One job a module:
 * :mod:`.devices` — CUDA devices and float16 on a CPU;
 * :mod:`.checks` — the checks that read the config and each studied model's facts, and each
   stage's own;
-* :mod:`.verdict` — :func:`check_config` and its cached verdict.
+* :mod:`.verdict` — :func:`check_config` and its cached verdict; :func:`checked_section`, a public
+  function's settings checked by the same checks;
+* :mod:`.calls` — the same checks on a public function's call: the loaded model's shape and facts, its
+  source and device before loading, a config handed over, the memory a call needs.
 
 Every public name is importable from ``headwatch.config``; :class:`ConfigError`, the error of
 every check, is :mod:`headwatch.model.sources`'s (the lowest room that raises it).

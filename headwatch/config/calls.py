@@ -51,10 +51,11 @@ def memory_refusal(function: str, estimates: list[dict], meminfo=None) -> None:
         raise ConfigError(f"{function}: " + "; ".join(errors))
 
 
-def model_source(source, models: dict):
+def model_source(source, models):
     """(what :func:`headwatch.model.load.load_model` reads, the config's dtype for it) of the ``source`` a
     caller names, refused before anything is loaded and without a network: a key of the config's ``models``
-    matched without case (``SmolLM2-135M``); a folder — not a model (no ``config.json``, weights or tokenizer),
+    (``models``: the mapping, or a function that reads it, called only for a name that is no path) matched
+    without case (``SmolLM2-135M``); a folder — not a model (no ``config.json``, weights or tokenizer),
     a ``config.json`` that is not JSON, a shape no model can have or a family headwatch has no adapter for,
     each naming the file (:func:`headwatch.model.sources.facts.read_shape`); a hub id (``owner/name``, the
     only names the hub is asked for), refused at once where it is not in this machine's cache and
@@ -74,8 +75,10 @@ def model_source(source, models: dict):
         raise ConfigError(f"source={shown(source)} is a {type(source).__name__}: give a model key, a folder, a hub "
                           "id or a loaded nn.Module")
     text, path = str(source), Path(source)
-    keys = {str(k).lower(): k for k in models}
-    if not path.exists() and text.lower() in keys:
+    if not path.exists():
+        models = models() if callable(models) else models
+    keys = {} if path.exists() else {str(k).lower(): k for k in models}
+    if text.lower() in keys:
         entry = models[keys[text.lower()]]
         return {k: v for k, v in entry.items() if k != "dtype"}, entry.get("dtype")
     hub = text.count("/") == 1 and not text.startswith((".", "/", "~")) and not path.exists() \
@@ -98,18 +101,22 @@ def model_source(source, models: dict):
         if why is not None:
             raise (ModelNotFoundError if not path.exists() else ModelFileError)(f"source={text!r}: {why}")
         folder = path
-    shape, where = read_shape(Located("source", "folder", folder, folder), {})
+    try:
+        shape, where = read_shape(Located("source", "folder", folder, folder), {})
+    except ModelFileError as err:            # its message names the file and the parser's words: not its traceback
+        raise ModelFileError(str(err)) from None
     bad = family_error(ModelFacts("source", "folder", None, shape, where))
     if bad:
         raise ModelFileError(f"{where}: {bad.split(': ', 1)[1]}")
     return text, None
 
 
-def device_refusal(device) -> None:
-    """Refuse a device that is none of the config's (``auto``, ``cpu``, ``cuda``, ``cuda:N``), or a CUDA device
+def device_refusal(device, dtype: str | None = None) -> None:
+    """Refuse a device that is none of the config's (``auto``, ``cpu``, ``cuda``, ``cuda:N``), a CUDA device
     this machine lacks (:func:`headwatch.config.devices.device_errors`, the workflow's check when a local run
-    starts), before any weight is read."""
-    from .devices import device_errors
+    starts), or float16 on the CPU (:func:`headwatch.config.devices.dtype_errors`' reason), before any weight
+    is read."""
+    from .devices import cuda_available, device_errors
     from .keys import definition_error
 
     from ..settings.tables import shown
@@ -120,6 +127,10 @@ def device_refusal(device) -> None:
     errors = device_errors({"device": device})
     if errors:                                   # "device: 'cuda', but torch finds no CUDA GPU …"
         raise ConfigError(f"device={errors[0].split(': ', 1)[1]}")
+    if dtype == "float16" and (device.startswith("cpu") or device == "auto" and not cuda_available()):
+        raise ConfigError(f"dtype='float16' on the CPU (device={device!r}{', no CUDA GPU here' * (device == 'auto')}) "
+                          "overflows to NaN/inf while attention maps still look plausible (protocol §1); use float32 "
+                          "(or bfloat16), or a GPU")
 
 
 def config_errors(config, sections: tuple[str, ...], facts=None) -> list[str]:

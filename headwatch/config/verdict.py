@@ -246,15 +246,18 @@ def section_errors(config: dict, section: str) -> list[str]:
 
 
 def checked_section(section: str, given: dict | None, overrides: dict, function: str,
-                    config: dict | None = None, facts=None, names: dict | None = None) -> dict:
+                    config: dict | None = None, facts=None, names: dict | None = None,
+                    as_given: dict | None = None, given_as: str = "settings") -> dict:
     """A public function's settings of ``section``: the protocol's (``config``, default
     :func:`load`), ``given`` (a mapping: a rule's slice, or the caller's) over them, each override
     over those, every check of :func:`section_errors` run on the result, and, with ``facts`` (the
     model in hand: :func:`headwatch.config.calls.loaded_facts`), the section's checks against it
     (:func:`headwatch.config.checks.call_errors`). An error names the argument as the caller gave it
     (``hw.edge_scores: score_batch=-1 (edges.score_batch): …``; ``names``: an argument's own name
-    where it is not the key's, ``{"top_predictions": "top"}``) with the value as given; returns the
-    section's mapping with ``given`` and the overrides in it (what the settings object is built from)."""
+    where it is not the key's, ``{"top_predictions": "top"}``) with the value as given (``as_given``: the
+    overrides as the caller wrote them, where they were put in the config's form), or, for a key of
+    ``given``, the argument that handed it over (``given_as``); returns the section's mapping with ``given``
+    and the overrides in it (what the settings object is built from)."""
     import copy
     import re
 
@@ -279,7 +282,9 @@ def checked_section(section: str, given: dict | None, overrides: dict, function:
                         if key == (f"{section}.{k}" if mapping else section)
                         or key.startswith((f"{section}.{k}.", f"{section}.{k}[") if mapping else f"{section}[")), None)
             if arg is not None:                 # the caller's own words: the argument as given
-                e = f"{names.get(arg, arg)}={shown(overrides[arg])} ({head.strip()}):{rest}"
+                e = f"{names.get(arg, arg)}={shown((as_given or overrides).get(arg, overrides[arg]))} ({head.strip()}):{rest}"
+            elif given and key.startswith(section):
+                e = f"{given_as} ({head.strip()}):{rest}"
             said.append(e)
         raise ConfigError(f"{function}: " + "; ".join(said))
     if not mapping:

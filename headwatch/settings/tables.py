@@ -135,7 +135,7 @@ def _kind_error(value, kind, limits: dict) -> str | None:
     if kind == "text":
         return None if isinstance(value, str) and value.strip() else f"{shown(value)} is not a non-empty text"
     if kind == "flag":
-        return None if isinstance(value, bool) or type(value).__name__ == "bool_" else f"{shown(value)} is not True or False"
+        return None if type(value).__name__ in ("bool", "bool_") else f"{shown(value)} is not True or False"
     if kind in ("number", "fraction", "share"):
         if not (isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))):
             return f"{shown(value)} is not a finite number"

@@ -1,0 +1,499 @@
+"""Every public function, handed what it cannot use, refuses it — generated from ``hw.__all__``.
+
+:data:`HOSTILE` holds each public function's hostile cases, one entry a function: a bad keyword, setting,
+argument or table, and the words its refusal must hold. The test is made from ``hw.__all__`` (the errors
+excepted), so that a function added there without an entry fails it. Every case must be refused:
+
+* with one of the library's errors (``hw.ConfigError``, ``hw.TableError``, …: :data:`headwatch.api.ERRORS`),
+  raised by headwatch's own code, no dependency's exception chained to it (a notebook shows no library's
+  traceback);
+* in one line that starts ``hw.<function>: `` and names the argument as the call gave it;
+* in under a second, before any model pass (a hook on the tiny model counts its forward passes) and before
+  anything is drawn (a figure made fails the case), printing nothing.
+
+The tables are made by hand, of the kinds the functions return, on a tiny Llama (3 layers × 4 heads, 2
+key/value heads, SmolLM2's tokenizer, a context of 256); a case changes one thing of one.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import headwatch as hw
+import headwatch.api as api
+from headwatch.settings.tables import TABLES
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIRS = pd.DataFrame(dict(clean=["When Mary and John went to the shop, John gave a drink to"],
+                          corrupted=["When Alice and Bob went to the shop, Tom gave a drink to"],
+                          answer=[" Mary"], distractor=[" John"]))
+
+
+@dataclass
+class Case:
+    """A call of the function with ``args`` and ``kwargs`` (each a value, or a function of the context
+    :func:`ctx` for what needs the model or its tables), refused with ``said`` in its message."""
+    said: str
+    args: tuple = ()
+    kwargs: dict | None = None
+
+    def call(self, ctx: dict) -> tuple[list, dict]:
+        made = lambda v: v(ctx) if callable(v) and getattr(v, "__name__", "") == "<lambda>" else v
+        return [made(a) for a in self.args], {k: made(v) for k, v in (self.kwargs or {}).items()}
+
+
+def c(said: str, *args, **kwargs) -> Case:
+    return Case(said, args, kwargs)
+
+
+def changed(table: pd.DataFrame, row: int = 0, **cells) -> pd.DataFrame:
+    """A copy of ``table`` (its attrs kept) with ``cells`` set in row ``row`` (a column's whole list when
+    ``row`` is None)."""
+    out = table.copy()
+    for col, value in cells.items():
+        if row is None:
+            out[col] = value
+        else:
+            out[col] = out[col].astype(object)
+            out.at[out.index[row], col] = value
+    return out
+
+
+def noted(table: pd.DataFrame, *without: str, **note) -> pd.DataFrame:
+    """A copy of ``table`` whose note has ``note`` set and the keys ``without`` left out."""
+    out = table.copy()
+    given = {k: v for k, v in {**table.attrs.get("note", {}), **note}.items() if k not in without}
+    out.attrs = {**table.attrs, "note": given}
+    return out
+
+
+def bare(table: pd.DataFrame, *keep: str) -> pd.DataFrame:
+    """A copy of ``table`` with only the ``attrs`` of ``keep`` (none: no note, no guards, no tables)."""
+    out = table.copy()
+    out.attrs = {k: v for k, v in table.attrs.items() if k in keep}
+    return out
+
+
+M = lambda x: x["m"]                       # the cases' shorthand for the model
+T = lambda name: (lambda x: x[name])       # ... and for a table of the context
+
+
+# ------------------------------------------------------------------ the registry: one entry a function
+HOSTILE: dict[str, list[Case]] = {
+    "load_config": [
+        c("overlays[0]=5 is not a config file's path", 5),
+        c("base=3 is not a config file's path", base=3),
+        c("nope.yaml does not exist", "config/nope.yaml"),
+        c("patching.top_kk: unknown key 'top_kk' under `patching`; did you mean `top_k`?", lambda x: x["typo.yaml"]),
+    ],
+    "load_model": [
+        c("source='smollm' is not a model key", "smollm"),
+        c("source=5 is a int", 5),
+        c("holds no config.json", lambda x: x["empty"]),
+        c("config.json", lambda x: x["malformed"]),
+        c("num_attention_heads = 0 must be a positive integer", lambda x: x["no heads"]),
+        c("has no adapter", lambda x: x["unknown family"]),
+        c("source='someone/no-such-model': this hub id is not in this machine's Hugging Face cache",
+          "someone/no-such-model"),
+        c("device='gpu' is not a device", lambda x: x["tiny"], device="gpu"),
+        c("device='cuda:99', but", lambda x: x["tiny"], device="cuda:99"),
+        c("dtype='f32' is not one of", lambda x: x["tiny"], dtype="f32"),
+        c("dtype='float16' on the CPU", lambda x: x["tiny"], dtype="float16", device="cpu"),
+    ],
+    "token_set": [
+        c("name='inductoin' is not one of", M, "inductoin"),
+        c("name=3 is not one of", M, 3),
+        c("m='model' is a str, not a loaded model", "model", "induction"),
+        c("config='abc' is not a config", M, "prose", config="abc"),
+        c("config: sequences.half_length: 1 is less than the minimum of 2", M, "induction",
+          config=lambda x: {**x["config"], "sequences": {**x["config"]["sequences"], "half_length": 1}}),
+        c("config: sequences.half_length = 200 (× 2): 400 tokens, longer than the context", M, "induction",
+          config=lambda x: {**x["config"], "sequences": {**x["config"]["sequences"], "half_length": 200}}),
+    ],
+    "sequences": [
+        c("texts='a text' is not a list", M, "a text"),
+        c("texts[1]=2 is not a non-empty text", M, ["a b c", 2]),
+        c("texts[0]='   ' is not a non-empty text", M, ["   "]),
+        c("texts[0]='a' gives 1 token", M, ["a"]),
+        c("texts[0]='a' gives 1 token", M, ["a", "b c d"], repeat=True),
+        c("ids[0]=[1.5, 2.7]: holds 1.5, not a token id", M, ids=[[1.5, 2.7]]),
+        c("ids[0]=[1000000000, 5]: holds token id 1000000000, past the model's vocabulary", M, ids=[[10 ** 9, 5]]),
+        c("ids[0]=[-1, 5]: holds -1, not a token id", M, ids=[[-1, 5]]),
+        c("ids=5 is not a list", M, ids=5),
+        c("repeat='no' is not True or False", M, ["a b c"], repeat="no"),
+        c("give texts (a list of strings) or ids", M, ["a b"], ids=[[1, 2]]),
+        c("texts=", M, ["x" * 100_001]),
+        c("longer than the model's context of 256 positions", M, ["word " * 300]),
+    ],
+    "attention_maps": [
+        c("quantum=0 (attention.quantum): 0 is less than the minimum of 2", M, quantum=0),
+        c("quantum=2.5 (attention.quantum): 2.5 is not of type 'integer'", M, quantum=2.5),
+        c("quantum=nan (attention.quantum): nan is not a finite number", M, quantum=float("nan")),
+        c("top=-1 (attention.top_predictions): -1 is less than the minimum of 1", M, top=-1),
+        c("top=0 (attention.top_predictions)", M, top=0),
+        c("top=100000 (attention.top_predictions)", M, top=100_000),
+        c("phrases is a str, not a pandas DataFrame", M, "phrases"),
+        c("phrases, row 0, column 'token_ids': holds token id 1000000", M,
+          lambda x: changed(x["phrases"], token_ids=[1, 10 ** 6])),
+    ],
+    "head_scores": [
+        c("batch=-1 (attention.batch): -1 is less than the minimum of 1", M, batch=-1),
+        c("batch=0 (attention.batch)", M, batch=0),
+        c("batch=1000000 (attention.batch)", M, batch=10 ** 6),
+        c("batch=1.5 (attention.batch)", M, batch=1.5),
+        c("prose, row 0: 1 token", M, T("rep"), lambda x: changed(x["prose"], token_ids=[5])),
+        c("prose is a list, not a pandas DataFrame", M, T("rep"), [1, 2]),
+        c("induction, row 0: its 16 token ids are not offset 0 and then two copies of half_length 9", M,
+          lambda x: changed(x["rep"], half_length=9), T("prose")),
+        c("induction, row 0: half_length 1", M, lambda x: changed(x["rep"], token_ids=[7, 7], half_length=1),
+          T("prose")),
+        c("m=None is a NoneType, not a loaded model", None),
+    ],
+    "cut_heads": [
+        c("settings='abc' is not the ablation settings", M, T("scores"), settings="abc"),
+        c("scores, row 0, column 'layer': layer 99 is past the 3 layers of the model", M,
+          lambda x: changed(x["scores"], layer=99)),
+        c("scores, row 0, column 'induction': 1000000000000.0 is not a fraction from 0 to 1", M,
+          lambda x: changed(x["scores"], induction=1e12)),
+        c("scores, row 1: layer 0, head 0 again", M, lambda x: changed(x["scores"], 1, head=0)),
+        c("k=[0] (ablation.k[0]): 0 is less than the minimum of 1", M, T("scores"), k=[0]),
+        c("top_n=100 (ablation.top_n = 100): model", M, T("scores"), top_n=100, k=[1]),
+        c("random_draws=-1 (ablation.random_draws)", M, T("scores"), random_draws=-1),
+        c("method='max' (ablation.method)", M, T("scores"), method="max"),
+        c("eval lacks the column 'half_length'", M, T("scores"), lambda x: x["rep"].drop(columns="half_length")),
+    ],
+    "cut_circuit": [
+        c("settings=[1] is not the ablation settings", M, T("scores"), settings=[1]),
+        c("scores, row 0, column 'prev': nan is not a finite number", M, lambda x: changed(x["scores"], prev=np.nan)),
+        c("circuit is a str, not a pandas DataFrame", M, T("scores"), "circuit"),
+        c("settings (ablation.circuit.half_threshold): 2 is greater than the maximum of 1", M, T("scores"), circuit=None,
+          settings=lambda x: {**x["config"]["ablation"], "circuit": {"half_threshold": 2}}),
+    ],
+    "cut_each_head": [
+        c("phrases lacks the column 'expected_id'", M, lambda x: x["phrases"].drop(columns="expected_id")),
+        c("prose, row 0: 1 token", M, T("phrases"), lambda x: changed(x["prose"], token_ids=[5])),
+        c("settings (ablation.attribution.together): 100,000 is above its bound 4,096", M,
+          settings=lambda x: {**x["config"]["ablation"], "attribution": {
+              **x["config"]["ablation"]["attribution"], "together": 100_000}}),
+        c("settings=5 is not the ablation settings", M, settings=5),
+    ],
+    "prompt_pairs": [
+        c("pairs=5 is a int", M, 5),
+        c("pairs lacks the column 'answer' (it has 'anwser': did you mean 'answer'?)", M,
+          PAIRS.rename(columns={"answer": "anwser"})),
+        c("pairs, row 0: answer = ' Maryland and' is split by the tokenizer into 2 tokens", M,
+          PAIRS.assign(answer=[" Maryland and"])),
+        c("pairs='nope.csv'", M, "nope.csv"),
+        c("model=5 is not a non-empty text", M, PAIRS, model=5),
+        c("n=0 (patching.n): 0 is less than the minimum of 2", M, n=0),
+        c("m='x' is a str, not a loaded model", "x", PAIRS),
+    ],
+    "patch_heads": [
+        c("prompts, row 0: answer = ' Maryland and' is split by the tokenizer into 2 tokens", M,
+          PAIRS.assign(answer=[" Maryland and"])),
+        c("prompts, row 0: the clean prompt gives 14 tokens and the corrupted one 12", M,
+          PAIRS.assign(corrupted=["When Alice went to the shop, Tom gave a drink to"])),
+        c("top_k=0 (patching.top_k)", M, T("prompts"), top_k=0),
+        c("top_k=13 (patching.top_k = 13): model", M, T("prompts"), top_k=13),
+        c("topk=3 (patching.topk): unknown key 'topk' under `patching`; did you mean `top_k`?", M, T("prompts"),
+          topk=3),
+        c("resid='yes' is not True or False", M, T("prompts"), resid="yes"),
+        c("positions=1 is not True or False", M, T("prompts"), positions=1),
+        c("prompts, row 0, column 'answer_id': token id 1000000 is past the model's vocabulary", M,
+          lambda x: changed(x["prompts"], answer_id=10 ** 6)),
+        c("phrases is a str, not a pandas DataFrame", M, T("prompts"), phrases="x"),
+        c("settings=5 is not the patching settings", M, T("prompts"), 5),
+    ],
+    "patch_positions": [
+        c("heads, row 0, column 'layer': layer 99 is past the 3 layers of the model", M, T("prompts"),
+          lambda x: changed(x["heads"], layer=99)),
+        c("heads, row 0, column 'head': -1 is not a whole number >= 0", M, T("prompts"),
+          lambda x: changed(x["heads"], head=-1)),
+        c("positions_all_heads=1000 (patching.positions_all_heads = 1000): model", M, T("prompts"), T("heads"),
+          positions_all_heads=1000),
+        c("prompts is a list, not a pandas DataFrame", M, [1], T("heads")),
+    ],
+    "patch_kv_groups": [
+        c("kv_prompts=0 (patching.kv_prompts)", M, T("prompts"), kv_prompts=0),
+        c("prompts has no rows", M, lambda x: x["prompts"].iloc[:0]),
+        c("settings='x' is not the patching settings", M, T("prompts"), "x"),
+    ],
+    "attribution": [
+        c("top_k=0 (patching.top_k)", M, T("prompts"), top_k=0),
+        c("top_k=13 (patching.top_k = 13): model", M, T("prompts"), top_k=13),
+        c("top_k=100000 (patching.top_k)", M, T("prompts"), top_k=100_000),
+        c("graddrop='yes' is not True or False", M, T("prompts"), graddrop="yes"),
+        c("batch=-1 (patching.batch)", M, T("prompts"), batch=-1),
+        c("the prompts differ in length", M, lambda x: x["uneven"]),
+    ],
+    "path_patching": [
+        c("receivers=[(99, 0)] (circuits.receivers[0] = layer 99, head 0): model", M, T("prompts"), T("heads"),
+          receivers=[(99, 0)]),
+        c("receivers=[(0, 1)] (circuits.receivers[0] = layer 0, head 1): a receiver in layer 0", M, T("prompts"),
+          T("heads"), receivers=[(0, 1)]),
+        c("receivers_top_k=0 (circuits.receivers_top_k)", M, T("prompts"), T("heads"), receivers_top_k=0),
+        c("patching='abc' is not the patching settings", M, T("prompts"), T("heads"), patching="abc"),
+        c("heads lacks the column 'score'", M, T("prompts"), lambda x: x["heads"].drop(columns="score")),
+    ],
+    "edge_scores": [
+        c("score_batch=-1 (edges.score_batch): -1 is less than the minimum of 1", M, T("prompts"), score_batch=-1),
+        c("fractions=[2] (edges.fractions[0]): 2 is greater than the maximum of 1", M, T("prompts"), fractions=[2]),
+        c("ig_steps=1000000000 (edges.ig_steps)", M, T("prompts"), ig_steps=10 ** 9),
+        c("tolerance=inf (edges.tolerance): inf is not a finite number", M, T("prompts"), tolerance=float("inf")),
+        c("method='eap' (edges.method): unknown key 'method' under `edges`; did you mean `methods`?", M,
+          T("prompts"), method="eap"),
+    ],
+    "edge_faithfulness": [
+        c("edges carries no node table", M, T("prompts"), lambda x: bare(x["edges"])),
+        c("edges, row 0, column 'eap': '0.5' is not a finite number", M, T("prompts"),
+          lambda x: changed(x["edges"], eap="0.5")),
+        c("fractions=[0] (edges.fractions[0])", M, T("prompts"), T("edges"), fractions=[0]),
+    ],
+    "guards_of": [
+        c("table is a list, not a pandas DataFrame", [1]),
+        c("table carries no guard record", pd.DataFrame(dict(a=[1]))),
+        c("table has no rows", pd.DataFrame()),
+    ],
+    "top_heads": [
+        c("n=-1 is not a whole number >= 1", T("scores"), "induction", -1),
+        c("n=1.5 is not a whole number >= 1", T("scores"), "induction", 1.5),
+        c("column='inductoin' is not one of", T("scores"), "inductoin", 3),
+        c("table is a list, not a pandas DataFrame", [1], "induction", 3),
+        c("table, row 0, column 'layer': -1 is not a whole number >= 0", lambda x: changed(x["scores"], layer=-1),
+          "induction", 3),
+        c("table, row 0, column 'induction': 'high' is not a finite number",
+          lambda x: changed(x["scores"], induction="high"), "induction", 3),
+    ],
+    "plot_scores": [
+        c("scores, row 0, column 'sink': 1000000000000.0 is not a fraction from 0 to 1",
+          lambda x: changed(x["scores"], sink=1e12)),
+        c("scores, row 0, column 'layer': -1 is not a whole number >= 0", lambda x: changed(x["scores"], layer=-1)),
+        c("scores, row 0, column 'prev': nan is not a finite number", lambda x: changed(x["scores"], prev=np.nan)),
+        c("scores is a list, not a pandas DataFrame", [1]),
+        c("scores would draw 20,000 heads, more than a figure draws (16,384)", lambda x: x["many scores"]),
+    ],
+    "plot_cuts": [
+        c("cuts, row 0, column 'targeted_copy2': nan is not a finite number",
+          lambda x: changed(x["cuts"], targeted_copy2=np.nan)),
+        c("cuts, row 0, column 'k': -1 is not a whole number >= 0", lambda x: changed(x["cuts"], k=-1)),
+        c("cuts lacks the column 'random_copy1_min'", lambda x: x["cuts"].drop(columns="random_copy1_min")),
+    ],
+    "plot_heads": [
+        c("heads, row 0, column 'layer': -1 is not a whole number >= 0", lambda x: changed(x["heads"], layer=-1)),
+        c("heads, row 0, column 'layer': layer 1000000 is past the 512 layers of the largest model",
+          lambda x: changed(x["heads"], layer=10 ** 6)),
+        c("heads, row 1: layer 0, head 0 again", lambda x: changed(x["heads"], 1, head=0)),
+        c("heads, row 0, column 'score': inf is not a finite number", lambda x: changed(x["heads"], score=np.inf)),
+        c("heads carries no note", lambda x: bare(x["heads"])),
+        c("heads's note (attrs['note']), 'exact_seconds': 'fast' is not a finite number",
+          lambda x: noted(x["heads"], exact_seconds="fast")),
+        c("heads would draw 40,401 cells (layers × heads)", lambda x: changed(x["heads"], layer=200, head=200)),
+    ],
+    "plot_paths": [
+        c("paths, row 0, column 'receiver_layer': layer 10000000 is past the 512 layers",
+          lambda x: changed(x["paths"], receiver_layer=10 ** 7)),
+        c("paths, row 0: receiver layer 0 is not after sender layer 0", lambda x: changed(x["paths"], receiver_layer=0)),
+        c("paths, row 0, column 'input': 'x' is not one of ['q', 'k', 'v']", lambda x: changed(x["paths"], input="x")),
+        c("paths's note (attrs['note']) lacks 'edge_threshold'", lambda x: noted(x["paths"], "edge_threshold")),
+        c("paths would draw 2,500 arrows", lambda x: x["many paths"]),
+    ],
+    "plot_edges": [
+        c("n=-1 is not a whole number >= 1", T("edges"), n=-1),
+        c("n=0 is not a whole number >= 1", T("edges"), n=0),
+        c("n=1.5 is not a whole number >= 1", T("edges"), n=1.5),
+        c("n would draw 1,000,000 bars a panel, more than a figure draws (2,000)", T("edges"), n=10 ** 6),
+        c("edges, row 0, column 'eap': '0.5' is not a finite number", lambda x: changed(x["edges"], eap="0.5")),
+        c("edges, row 1, column 'eap_ig': nan is not a finite number", lambda x: changed(x["edges"], 1, eap_ig=np.nan)),
+        c("edges has no score column (eap or eap_ig)", lambda x: x["edges"].drop(columns=["eap", "eap_ig"])),
+    ],
+    "plot_faithfulness": [
+        c("curves, row 0, column 'fraction': 0.0 is not a fraction above 0 and at most 1",
+          lambda x: changed(x["curves"], fraction=0.0)),
+        c("curves, row 0, column 'fraction': -1.0 is not a fraction above 0", lambda x: changed(x["curves"], fraction=-1.0)),
+        c("curves, row 0, column 'faithfulness': nan is not a finite number",
+          lambda x: changed(x["curves"], faithfulness=np.nan)),
+        c("curves carries no areas", lambda x: bare(x["curves"], "note")),
+        c("curves, row 0, column 'ranking': 'x' is not one of", lambda x: changed(x["curves"], ranking="x")),
+    ],
+    "set_progress": [
+        c("on='False' is not True or False", "False"),
+        c("on=1 is not True or False", 1),
+        c("on=None is not True or False", None),
+    ],
+}
+"""Each public function's hostile cases (``hw.explore``'s go here too: one entry)."""
+
+FUNCTIONS = [name for name in hw.__all__ if name not in api.ERRORS]
+
+
+# ------------------------------------------------------------------ the context: a tiny model and its tables
+@pytest.fixture(scope="module")
+def ctx(tiny_model_dir, tmp_path_factory):
+    """The tiny model, the tables every function takes (made by hand where a model pass would make them),
+    and model folders that are not models."""
+    m = hw.load_model(tiny_model_dir)
+    hw.set_progress(False)
+    tmp = tmp_path_factory.mktemp("hostile")
+    heads = pd.DataFrame([dict(layer=l, head=h, label=f"L{l}H{h}", score=0.1 * h - 0.05 * l,
+                               estimate_score=0.09 * h) for l in range(3) for h in range(4)])
+    heads.attrs["note"] = dict(prompts=1, clean_logit_diff=2.0, corrupted_logit_diff=-1.0, exact_seconds=1.0,
+                               estimate_seconds=0.1, top10=10, estimate_top10_overlap=8)
+    scores = pd.DataFrame([dict(layer=l, head=h, kv_group=h // 2, sink=0.5, prev=0.1 * h, self=0.05, induction=0.02 * l)
+                           for l in range(3) for h in range(4)])
+    paths = pd.DataFrame([dict(sender=f"L{l}H{h}", sender_layer=l, sender_head=h, receiver="L2H0", receiver_layer=2,
+                               receiver_head=0, input=i, group=0, logit_diff=0.1, score=0.2 * h)
+                          for l in range(2) for h in range(4) for i in "qkv"])
+    paths.attrs["note"] = dict(edge_threshold=0.05, receivers="L2H0", prompts=1, clean_logit_diff=2.0,
+                               corrupted_logit_diff=-1.0)
+    many = pd.DataFrame([dict(sender_layer=0, sender_head=h % 1000, receiver_layer=1, receiver_head=h % 1000, input="q",
+                              score=1.0) for h in range(2500)])
+    many.attrs["note"] = dict(paths.attrs["note"])
+    edges = pd.DataFrame(dict(edge=range(4), sender=["input", "L0H0", "L0H1", "L1H0"], receiver=["L1H0.q"] * 3 + ["logits"],
+                              eap=[0.5, 0.25, -0.1, 0.3], eap_ig=[0.4, 0.2, -0.2, 0.1]))
+    edges.attrs["tables"] = api.Tables(nodes=pd.DataFrame(dict(sender=["input"], atp=[0.1])))
+    curves = pd.DataFrame(dict(method=["eap", "eap", "random"], ranking=["signed", "absolute", "none"], draw=[-1, -1, 0],
+                               fraction=[0.5, 0.5, 0.5], edges=[2, 2, 2], kept=[2, 2, 2], metric=[1.0, 1.0, 0.5],
+                               faithfulness=[0.8, 0.9, 0.1]))
+    curves.attrs["note"] = dict(edges=4, prompts=1, full=2.0, empty=-1.0)
+    curves.attrs["tables"] = api.Tables(areas=pd.DataFrame(dict(method=["eap"], draw=[-1], cpr=[0.4], cmd=[0.2])))
+    cuts = pd.DataFrame([dict(dict.fromkeys([name for name, _ in TABLES["cuts"]], 1), method="zero", k=k)
+                         for k in (1, 2)])
+    prompts = hw.prompt_pairs(m, PAIRS)
+    uneven = hw.prompt_pairs(m, pd.concat([PAIRS, pd.DataFrame(dict(clean=["Then Anna and Paul talked, Paul said to"],
+                                                                     corrupted=["Then Kate and Mark talked, Jack said to"],
+                                                                     answer=[" Anna"], distractor=[" Paul"]))]))
+    folders = {}
+    for name, change in (("malformed", "{not json"), ("no heads", {"num_attention_heads": 0}),
+                         ("unknown family", {"model_type": "no_such_family"})):
+        folder = tmp / name.replace(" ", "_")
+        shutil.copytree(tiny_model_dir, folder)
+        raw = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(change if isinstance(change, str) else json.dumps({**raw, **change}))
+        folders[name] = str(folder)
+    (tmp / "empty").mkdir()
+    (tmp / "typo.yaml").write_text("patching:\n  top_kk: 3\n")
+    return dict(m=m, tiny=str(tiny_model_dir), config=hw.load_config(), prompts=prompts, uneven=uneven, heads=heads,
+                scores=scores, paths=paths, edges=edges, curves=curves, cuts=cuts, **{"many paths": many},
+                **{"many scores": pd.DataFrame([dict(layer=l, head=h, sink=0.5, prev=0.1, self=0.1, induction=0.1)
+                                                 for l in range(20) for h in range(1000)])},
+                rep=hw.sequences(m, ["a b c d e f g h"], repeat=True), prose=hw.sequences(m, ["The cat sat."]),
+                phrases=hw.token_set(m, "phrases"), empty=str(tmp / "empty"), **{"typo.yaml": str(tmp / "typo.yaml")},
+                **folders)
+
+
+@pytest.fixture
+def watched(ctx, monkeypatch):
+    """Counts the tiny model's forward passes; a figure made fails the case."""
+    import matplotlib.pyplot as plt
+
+    passes = []
+    handle = ctx["m"].model.register_forward_pre_hook(lambda *a: passes.append(1))
+    monkeypatch.setattr(plt, "subplots", lambda *a, **k: pytest.fail("a figure was drawn"))
+    monkeypatch.setattr(plt, "figure", lambda *a, **k: pytest.fail("a figure was drawn"))
+    yield passes
+    handle.remove()
+
+
+# ------------------------------------------------------------------ the test, made from hw.__all__
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_every_public_function_refuses_what_it_cannot_use(name, ctx, watched, capsys, monkeypatch):
+    cases = HOSTILE.get(name)
+    assert cases, f"hw.{name} has no hostile cases: register them in HOSTILE (tests/test_hostile_api.py)"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    errors = tuple(getattr(hw, e) for e in api.ERRORS)
+    for case in cases:
+        args, kwargs = case.call(ctx)
+        t0 = time.perf_counter()
+        with pytest.raises(Exception) as caught:
+            getattr(hw, name)(*args, **kwargs)
+        seconds = time.perf_counter() - t0
+        err, message = caught.value, str(caught.value)
+        what = f"hw.{name} {case.said!r}: {type(err).__name__}: {message}"
+        assert isinstance(err, errors), what
+        assert caught.traceback[-1].path.is_relative_to(ROOT / "headwatch"), f"{what} (raised outside headwatch)"
+        chained = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+        assert chained is None or type(chained).__module__.startswith("headwatch"), f"{what} (chained to {chained!r})"
+        assert message.startswith(f"hw.{name}: ") and "\n" not in message and case.said in message, what
+        assert seconds < 1.0, f"{what} ({seconds:.2f} s)"
+        assert watched == [], f"{what} (a model pass ran first)"
+        out = capsys.readouterr()
+        assert out.out == out.err == "", f"{what} (printed {out.out + out.err!r})"
+
+
+def test_a_function_without_cases_fails_the_test():
+    """The registry covers hw.__all__ and nothing else: a new public function fails until its cases are here."""
+    assert set(HOSTILE) == set(FUNCTIONS)
+
+
+def test_what_the_checks_must_not_refuse(ctx):
+    """The other side of each check: any iterable of texts, kept whole (a generator was read by the check and
+    gave no rows); a keyword that is a config key, within its range; a table the functions return."""
+    m = ctx["m"]
+    texts = ["The cat sat on the mat.", "Rain fell all night."]
+    for given in (iter(texts), (t for t in texts), tuple(texts), pd.Series(texts)):
+        assert list(hw.sequences(m, given).text) == texts
+    assert len(hw.sequences(m, ids=[np.array([5, 6, 7]), [8, 9]], repeat=True)) == 2
+    assert hw.top_heads(ctx["scores"], "prev", 2) == [(0, 3), (1, 3)]
+    hw.set_progress(True)
+    hw.set_progress(np.bool_(False))
+    maps = hw.attention_maps(m, ctx["phrases"].head(1), quantum=8, top=3)
+    assert set(maps.weight * 8) <= set(range(9)) and len(maps.attrs["tables"]["predictions"]) == 3
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda x: hw.head_scores(x["m"], x["rep"], hw.sequences(x["m"], ["word " * 200])),
+     "hw.head_scores: prose: every head's attention on its longest row (201 tokens, alone) needs at least"),
+    (lambda x: hw.attention_maps(x["m"], x["phrases"]), "hw.attention_maps: phrases: every head's attention"),
+    (lambda x: hw.patch_heads(x["m"], x["prompts"]), "hw.patch_heads: prompts: activation patching of 1 prompts"),
+    (lambda x: hw.edge_scores(x["m"], x["prompts"]), "hw.edge_scores: score_batch: edge attribution"),
+    (lambda x: hw.cut_each_head(x["m"], settings=dict(x["config"]["ablation"], top_n=3, k=[1], random_draws=1)),
+     "hw.cut_each_head: batch: the cuts' "),
+])
+def test_a_call_that_cannot_fit_in_this_machines_memory_is_refused_naming_the_estimate(ctx, watched, monkeypatch,
+                                                                                      call, said):
+    """On the notebook's path as on the workflow's (headwatch/config/memory.py): a call whose arrays (a lower
+    bound) exceed this machine's memory (here 1 MiB: meminfo stands in for /proc/meminfo) is refused before
+    any model pass, naming the estimate, its parts and the argument to change."""
+    from headwatch.config import memory
+
+    monkeypatch.setattr(memory, "read_meminfo", lambda: dict(MemTotal=1 << 20, MemAvailable=1 << 19))
+    with pytest.raises(hw.ConfigError) as err:
+        call(ctx)
+    message = str(err.value)
+    assert message.startswith(said) and "more than this machine's memory (1.0 MiB, MemTotal" in message, message
+    assert "\n" not in message and watched == []
+
+
+def test_the_security_page_and_the_docstrings_say_the_bounds_the_code_holds():
+    """docs/security.md's table of the library's bounds and the plots' docstrings give the numbers of the
+    code: the figures' bounds, a pairs table's rows, the shortest rows, and the schema's bounds of the keys
+    a keyword stands for."""
+    from headwatch.config import load_schema
+    from headwatch.config.bounds import bound_table
+    from headwatch.model.arch import FIELD_BOUNDS
+    from headwatch.settings.pairs import MAX_ROWS
+    from headwatch.settings.tables import MIN_HALF, MIN_TOKENS, PLOT_HEADS, PLOT_ITEMS
+
+    page = (ROOT / "docs" / "security.md").read_text()
+    section = page.split("**The library's calls.**", 1)[1].split("The bounds, from", 1)[0]
+    bounds = {k: v["max"] for k, v in bound_table(load_schema(ROOT / "config" / "schema.yaml")).items()}
+    said = [f"at most {PLOT_HEADS:,} heads drawn", f"{PLOT_ITEMS:,} bars or arrows", f"at most {MAX_ROWS:,} rows",
+            f"each at least {MIN_TOKENS} tokens (a repeated half at least {MIN_HALF})",
+            f"at most {bounds['prose']} texts", f"at most {bounds['prose[]']:,} characters",
+            f"(1 to {bounds['attention.top_predictions']:,}, at most the vocabulary)",
+            f"`attention.batch` (1 to {bounds['attention.batch']:,})",
+            f"`patching.top_k` (1 to {bounds['patching.top_k']:,}, at most the model's heads)",
+            f"`patching.batch` (1 to {bounds['patching.batch']:,})",
+            f"below {FIELD_BOUNDS['layers'][0]} layers and {FIELD_BOUNDS['heads'][0]:,} heads"]
+    assert [s for s in said if s not in " ".join(section.split())] == []
+    for name in ("plot_scores", "plot_heads", "plot_paths"):
+        assert f"{PLOT_HEADS:,}" in getattr(hw, name).__doc__, name
+    for name in ("plot_paths", "plot_edges"):
+        assert f"{PLOT_ITEMS:,}" in getattr(hw, name).__doc__, name
