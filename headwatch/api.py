@@ -550,7 +550,16 @@ def prompt_pairs(m, pairs: pd.DataFrame | str | Path | None = None, settings=Non
         _value(model, "text", "model")
     if pairs is not None:
         return _pairs(m, pairs, "pairs", model)
-    s = _patching(settings, overrides)
+    s = _patching(settings, overrides, m if hasattr(m, "adapter") else None)
+    if not s.pairs:
+        from .config import ConfigError
+        from .config.calls import prompt_set_errors
+        from .config.verdict import in_callers_words
+
+        errors = prompt_set_errors(_plain(dataclasses.asdict(s)), m)
+        if errors:
+            raise ConfigError("; ".join(in_callers_words(errors, "patching", overrides,
+                                                         given_as="settings" if settings is not None else None)))
     table, note = pair_prompt_set(tokenizer, s, ".", model) if s.pairs else prompt_set(tokenizer, s)
     return _done(table, note)
 

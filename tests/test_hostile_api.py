@@ -193,6 +193,11 @@ HOSTILE: dict[str, list[Case]] = {
         c("pairs='nope.csv'", M, "nope.csv"),
         c("model=5 is not a non-empty text", M, PAIRS, model=5),
         c("n=0 (patching.n): 0 is less than the minimum of 2", M, n=0),
+        c("names=['Annabellarina', 'John', 'Alice', 'Bob', 'Tom', 'Kate'] (patching.names[0]): ('Annabellarina' with "
+          "its leading space) = ' Annabellarina' is split by the tokenizer", M,
+          names=["Annabellarina", "John", "Alice", "Bob", "Tom", "Kate"]),
+        c("guard_prompts=8 (patching.guard_prompts = 8): more than the patching.n = 4 prompts", M, n=4,
+          guard_prompts=8),
         c("m='x' is a str, not a loaded model", "x", PAIRS),
     ],
     "patch_heads": [

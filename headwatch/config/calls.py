@@ -151,3 +151,18 @@ def config_errors(config, sections: tuple[str, ...], facts=None) -> list[str]:
     if not errors and facts is not None and facts.tokenizer is not None:
         errors = token_errors(config, facts)[0] + length_errors(config, facts)
     return [f"config: {e}" for e in errors]
+
+
+def prompt_set_errors(patching: dict, m) -> list[str]:
+    """The workflow's checks of the two-names prompts (:func:`headwatch.settings.patching.patching_errors`:
+    every name one token with its space, the templates' slots, lengths and context, the guard's prompts
+    within ``n``) on the ``patching`` mapping a public function was given (a rule's slice: over the run's
+    section), for ``m`` (a loaded model, or a tokenizer alone)."""
+    from ..jobs import run_config
+    from ..settings.patching import patching_errors
+    from .verdict import load
+
+    facts = loaded_facts(m) if hasattr(m, "adapter") else ModelFacts("tokenizer", "loaded", m, {}, "the tokenizer")
+    base = run_config() or load()
+    config = dict(base, patching={**base["patching"], **patching}, models_studied=[facts.key])
+    return patching_errors(config, facts)

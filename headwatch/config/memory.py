@@ -123,19 +123,24 @@ def edge_estimates(edges: dict, shape: dict, key: str, weights: int, prompts: in
     """The edge circuits' two kinds of pass (:mod:`headwatch.circuits.edges`): an attribution pass
     holds every sender's output of the clean and the corrupted run and every receiver's gradient
     for ``edges.score_batch`` prompts; a patched pass holds, for ``edges.batch`` circuit × prompt rows,
-    every sender's difference from the corrupted run and each row's edge weights."""
+    every sender's difference from the corrupted run and each row's edge weights (each where ``edges``,
+    a rule's slice, has its key)."""
     S, R = edge_graph_size(shape)
     W, T = shape["width"], length
-    b = min(edges["score_batch"], edges.get("prompts") or prompts)
-    rows = edges["batch"]
-    return [estimate("edges.score_batch", f"model {key}'s edge attribution ({b} prompts of {T} tokens a pass, "
-                                          f"{S} senders, {R} receivers)",
-                     dict(weights=weights, **{"senders' outputs": 2 * S * b * T * W * F32,
-                                              "receivers' gradients": R * b * T * W * F32})),
-            estimate("edges.batch", f"model {key}'s patched circuits ({rows} circuit × prompt rows of {T} tokens a "
-                                    "pass)",
-                     dict(weights=weights, **{"senders' differences": rows * S * T * W * F32,
-                                              "edge weights": rows * S * R * F32}))]
+    out = []
+    if edges.get("score_batch") is not None:
+        b = min(edges["score_batch"], edges.get("prompts") or prompts)
+        out.append(estimate("edges.score_batch", f"model {key}'s edge attribution ({b} prompts of {T} tokens a pass, "
+                                                 f"{S} senders, {R} receivers)",
+                            dict(weights=weights, **{"senders' outputs": 2 * S * b * T * W * F32,
+                                                     "receivers' gradients": R * b * T * W * F32})))
+    if edges.get("batch") is not None:
+        rows = edges["batch"]
+        out.append(estimate("edges.batch", f"model {key}'s patched circuits ({rows} circuit × prompt rows of {T} "
+                                           "tokens a pass)",
+                            dict(weights=weights, **{"senders' differences": rows * S * T * W * F32,
+                                                     "edge weights": rows * S * R * F32})))
+    return out
 
 
 def induction_estimates(config: dict) -> list[dict]:

@@ -259,10 +259,8 @@ def checked_section(section: str, given: dict | None, overrides: dict, function:
     ``given``, the argument that handed it over (``given_as``); returns the section's mapping with ``given``
     and the overrides in it (what the settings object is built from)."""
     import copy
-    import re
 
     from ..jobs import run_config
-    from ..settings.tables import shown
     from .checks import call_errors
 
     config = copy.deepcopy(config if config is not None else run_config() or load())
@@ -274,19 +272,35 @@ def checked_section(section: str, given: dict | None, overrides: dict, function:
     if not errors and facts is not None:
         errors = call_errors(section, config, facts)
     if errors:
-        said, names = [], names or {}
-        for e in errors:
-            head, _, rest = e.partition(":")
-            key = re.match(r"[\w.\[\]*-]*", head).group(0)
-            arg = next((k for k in overrides
-                        if key == (f"{section}.{k}" if mapping else section)
-                        or key.startswith((f"{section}.{k}.", f"{section}.{k}[") if mapping else f"{section}[")), None)
-            if arg is not None:                 # the caller's own words: the argument as given
-                e = f"{names.get(arg, arg)}={shown((as_given or overrides).get(arg, overrides[arg]))} ({head.strip()}):{rest}"
-            elif given and key.startswith(section):
-                e = f"{given_as} ({head.strip()}):{rest}"
-            said.append(e)
+        said = in_callers_words(errors, section, overrides, names, as_given, given_as if given else None)
         raise ConfigError(f"{function}: " + "; ".join(said))
     if not mapping:
         return section_cfg
     return {**given, **overrides} if given else section_cfg
+
+
+def in_callers_words(errors: list[str], section: str, overrides: dict, names: dict | None = None,
+                     as_given: dict | None = None, given_as: str | None = None) -> list[str]:
+    """``errors`` of a section (``key…: why``) said in a public function's words: an error of a key that a
+    keyword override set names the keyword and its value as given (``top_k=0 (patching.top_k): …``;
+    ``names``: a keyword's own name where it is not the key's; ``as_given``: the values as the caller wrote
+    them), one of another key of the section the argument that handed the section over (``given_as``)."""
+    import re
+
+    from ..settings.tables import shown
+
+    names, mapping, said = names or {}, not isinstance(overrides.get(section), list), []
+    for e in errors:
+        key = re.match(r"[\w.\[\]*-]*", e).group(0)
+        head, colon, rest = e.partition(": ")
+        if not colon:                       # "patching.names[0] (…) = ' Ann' is split …": the key alone
+            head, rest = key, e[len(key):].lstrip()
+        arg = next((k for k in overrides
+                    if key == (f"{section}.{k}" if mapping else section)
+                    or key.startswith((f"{section}.{k}.", f"{section}.{k}[") if mapping else f"{section}[")), None)
+        if arg is not None:                 # the caller's own words: the argument as given
+            e = f"{names.get(arg, arg)}={shown((as_given or overrides).get(arg, overrides[arg]))} ({head.strip()}): {rest}"
+        elif given_as and key.startswith(section):
+            e = f"{given_as} ({head.strip()}): {rest}"
+        said.append(e)
+    return said
