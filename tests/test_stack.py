@@ -13,19 +13,12 @@ from headwatch.charlm.corpus import batch_offsets, build_corpus, eval_offsets
 from headwatch.charlm.model import CharLM
 from headwatch.charlm.spec import ModelSpec
 from headwatch.charlm.stack import StackedCharLM, clip_per_model, stack_key
-from headwatch.sweep.train import lr_at, train_stack
+from headwatch.charlm.loop import lr_at
+from headwatch.sweep.train import train_stack
 
 TRAIN = dict(steps=6, batch=3, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, betas=[0.9, 0.99], grad_clip=0.5,
              eval_every=1, eval_batches=2, checkpoint_every=100)
 V = 23
-
-
-@pytest.fixture
-def float64():
-    was = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(was)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +58,7 @@ def test_a_stack_computes_each_models_logits_and_gradients(kind, float64):
         assert (out[i] - alone).abs().max() <= 1e-12
         F.cross_entropy(alone.flatten(0, 1), idx[i].flatten()).backward()
         for name, p in model.named_parameters():
-            assert (stack.p(name).grad[i] - p.grad).abs().max() <= 1e-12, name
+            assert (stack.tensors(grad=True)[name][i] - p.grad).abs().max() <= 1e-12, name
         assert torch.equal(stack.member(i)(idx[i]), stack.copy_of(i)(idx[i]))
 
 
@@ -91,7 +84,7 @@ def test_clipping_per_model_is_clip_grad_norm_of_each(float64):
         want = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         assert math.isclose(float(norms[i]), float(want), rel_tol=1e-12)
         for name, p in model.named_parameters():
-            assert (stack.p(name).grad[i] - p.grad).abs().max() <= 1e-12
+            assert (stack.tensors(grad=True)[name][i] - p.grad).abs().max() <= 1e-12
     assert norms[0] > 1 > norms[1]
 
 
