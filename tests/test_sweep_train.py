@@ -107,6 +107,42 @@ def test_the_host_reads_do_not_grow_with_the_steps(corpus):
     assert reads.count >= 4        # the check sees the host loop's reads
 
 
+def test_a_run_records_its_course_its_best_and_its_evaluations_cost(corpus):
+    """Every row: the training loss since the last row, the fixed training sample's and the validation
+    loss; the info: the best validation loss and its first step, the final gap (validation minus the
+    fixed sample) and the evaluations' seconds beside the steps'."""
+    ids, meta = corpus
+    _, metrics, info, _ = train(ids, meta, DENSE, 1, dict(TRAIN, steps=12, eval_every=2))
+    assert list(metrics.columns) == ["step", "train_loss", "train_sample_loss", "val_loss", "tokens_per_s"]
+    best = metrics["val_loss"].min()
+    assert info["best_val_loss"] == best and info["best_val_step"] == metrics.loc[metrics["val_loss"] == best, "step"].min()
+    last = metrics.iloc[-1]
+    assert info["final_train_val_gap"] == last["val_loss"] - last["train_sample_loss"] != 0
+    assert info["final_train_sample_loss"] == last["train_sample_loss"] and info["final_val_loss"] == last["val_loss"]
+    assert info["eval_seconds"] > 0 and info["train_seconds"] > 0
+    assert info["eval_share"] == info["eval_seconds"] / info["train_seconds"]
+
+
+def test_with_dropout_a_run_is_reproducible_and_its_evaluations_draw_nothing(corpus):
+    from headwatch.charlm.loop import Trainer
+
+    ids, meta = corpus
+    cfg, settings = dict(DENSE, dropout=0.3), dict(TRAIN, steps=6, eval_every=3)
+    model, metrics, info, _ = train(ids, meta, cfg, 1, settings)
+    again = train(ids, meta, cfg, 1, settings)[1]
+    pd.testing.assert_frame_equal(metrics.drop(columns="tokens_per_s"), again.drop(columns="tokens_per_s"))
+    plain = train(ids, meta, DENSE, 1, settings)[1]
+    assert not np.array_equal(plain["train_loss"].to_numpy(), metrics["train_loss"].to_numpy())
+    # the last row's validation loss is the returned model's, scored again in eval mode: no mask drawn
+    t = TrainSettings.from_config(settings)
+    n_train, context = meta["n_train"], cfg["context"]
+    val = torch.as_tensor(ids.astype(np.int64))[n_train:]
+    x, y = windows(val, eval_offsets(len(val), t.eval_batches * t.batch, context), context)
+    trainer = Trainer(StackedCharLM([model]), lr=t.lr, min_lr=t.min_lr, warmup=t.warmup, steps=t.steps,
+                      weight_decay=t.weight_decay, betas=t.betas)
+    assert (trainer.loss_sums(x, y, t.batch) / y.numel()).item() == metrics["val_loss"].iloc[-1]
+
+
 def test_a_non_finite_loss_stops_training_and_names_its_step(corpus):
     from headwatch.tableio import NonFiniteError
 
@@ -157,7 +193,7 @@ def test_a_resumed_run_ends_exactly_like_an_uninterrupted_one(small_corpus, tmp_
     assert info2["resumed_from"] == 6 and info1["resumed_from"] == 0
     assert not ckpt.exists()                           # removed once the run is complete
     assert m1["step"].tolist() == m2["step"].tolist() == [4, 8, 12]
-    cols = ["train_loss", "val_loss", "in_context"]
+    cols = ["train_loss", "train_sample_loss", "val_loss", "in_context"]
     assert np.array_equal(m1[cols].to_numpy(), m2[cols].to_numpy())   # bit-identical
     # §7b records: every head at every evaluation step, the ones before the kill read back
     # from the checkpoint, bit for bit

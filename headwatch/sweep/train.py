@@ -4,28 +4,31 @@
   ``numpy.random.default_rng([seed, s])`` (stateless), so every configuration of a
   seed sees the same windows in the same order, independent of the model's
   initialization, and a resumed run needs no saved data position.
-* Validation: ``eval_batches × batch`` windows spaced evenly over the
-  validation split (no randomness: the same set for every model), evaluated
-  every ``eval_every`` steps and at the end. Loss is in nats per token (per character
-  for the corpus's own character vocabulary).
+* The course (protocol §7): every ``eval_every`` steps and at the end, the validation loss on
+  ``eval_batches × batch`` windows spaced evenly over the validation split and the loss on as many
+  windows spaced evenly over the training split (a fixed sample; no randomness: the same windows
+  for every model and every evaluation), the whole stack in one pass each, in eval mode. Loss is in
+  nats per token (per character for the corpus's own character vocabulary). The run's info keeps
+  its best validation loss and step, the final train–validation gap and its evaluations' share of
+  the training time (:func:`course_record`).
 * At the end (``full_eval``), bits per character of the **whole** validation split
   (:func:`headwatch.charlm.tokenizer.bits_per_char`, windows of the context tiling
   the split), recorded in the run's info as ``val_full`` with the hash of the
   validation text it scored, so runs on different vocabularies can be compared on
   the same characters (the vocab study). ``lengths`` gives each token id's
   characters (all 1 for the character vocabulary).
-* No host synchronisation inside a step: every step's windows are on the device
-  before the first one, and each step's loss is summed on the device (float64)
-  and read only where a metrics row or a checkpoint is written — the same
-  losses, bit for bit, as reading every step's. ``tokens_per_s`` is timed
-  between those reads (evaluation and checkpoint writing excluded).
-* AdamW (weight decay on matrices and embeddings only), linear warm-up to
-  ``lr`` then cosine decay to ``min_lr``, gradient clipping.
+* The steps are :class:`headwatch.charlm.loop.Trainer`'s, the induction sweep's too: AdamW (weight
+  decay on matrices and embeddings only), linear warm-up to ``lr`` then cosine decay to ``min_lr``,
+  each model's gradient clipped on its own; no host synchronisation inside a step (every step's
+  windows are on the device before the first one, each step's loss summed on the device in
+  float64 and read only where a metrics row or a checkpoint is written — the same losses, bit for
+  bit, as reading every step's). ``tokens_per_s`` is timed between those reads (evaluation and
+  checkpoint writing excluded).
 * With ``heads`` (``sweep.heads``, protocol §7b), every evaluation step also records every
   head's scores on a fixed probe and the in-context score (:mod:`headwatch.sweep.heads`); no
   pass over the data, outside the timed steps.
 * A checkpoint (model, optimizer, metrics and head records so far, the loss accumulated since
-  the last row, the torch RNG state, and a fingerprint of everything that
+  the last row, the torch RNG states (dropout's masks), and a fingerprint of everything that
   defines the run) is written atomically every ``checkpoint_every`` steps; the
   one before it is kept (``checkpoint.prev.pt``). A restarted run resumes from
   the newest readable one whose fingerprint matches and then ends with exactly
@@ -443,8 +446,8 @@ def _setup(ids, meta, members, train_cfg, checkpoint, device, precision, lengths
     fps = [member_fingerprint(meta, m["model"], seed, s, requested, heads, compile) for m, seed in zip(members, seeds)]
     fp = fingerprint(checkpoint=CHECKPOINT_FORMAT, members=fps)
     M = len(members)
-    state = dict(step=0, rows=[[] for _ in range(M)], loss_sum=[0.0] * M, loss_n=0, seconds=0.0, eval_seconds=0.0,
-                 heads=[[] for _ in range(M)])
+    state = dict(step=0, rows=[[] for _ in range(M)], loss_sum=[0.0] * M, loss_n=0, seconds=0.0, train_seconds=0.0,
+                 eval_seconds=0.0, heads=[[] for _ in range(M)])
     resumed_from = 0
     ckpt = Path(checkpoint) if checkpoint else None
     saved, recovered = load_checkpoint(ckpt, fp, device) if ckpt else (None, [])
@@ -512,7 +515,7 @@ def _evaluation(run: _Run, done: int) -> None:
         log.info("step %d%s: train %.4f (fixed sample %.4f) val %.4f (%.0f tokens/s)", done,
                  f" {run.specs[i].to_dict()} seed {run.seeds[i]}" if run.M > 1 else "", row["train_loss"],
                  row["train_sample_loss"], row["val_loss"], row["tokens_per_s"])
-    state["train_seconds"] = state.get("train_seconds", 0.0) + seconds
+    state["train_seconds"] += seconds
     trainer.reset()
     state["eval_seconds"] += time.perf_counter() - started
 
@@ -569,8 +572,8 @@ def _finish(run: _Run, ids, meta: dict, lengths, full_eval: bool) -> list[tuple]
                     device=str(run.device), precision=run.precision, precision_requested=run.precision_requested,
                     precision_fallback=run.fallback, compiled=run.trainer.compiled, threads=torch.get_num_threads(),
                     **course_record(metrics), val_full=full,
-                    train_seconds=state.get("train_seconds", 0.0), eval_seconds=state["eval_seconds"],
-                    eval_share=state["eval_seconds"] / max(state.get("train_seconds", 0.0), 1e-9),
+                    train_seconds=state["train_seconds"], eval_seconds=state["eval_seconds"],
+                    eval_share=state["eval_seconds"] / max(state["train_seconds"], 1e-9),
                     vocab=meta["vocab"] if lengths is not None else "char", vocab_size=meta["vocab_size"],
                     train_chars_per_token=record["train_chars_per_token"], **peak_memory(run.device))
         if run.M > 1:        # the models that shared this one's steps and clock
@@ -612,9 +615,12 @@ def _plain(x):
 
 def finished_run(folder, fp: str) -> bool:
     """Whether ``folder`` holds a finished run of fingerprint ``fp`` (:func:`member_fingerprint`):
-    its metrics, heads and model, the model's SHA-256 the one its metrics recorded. A stack that a
-    run joins (a seed or a shape added beside it) takes such a run as it is instead of training it
-    again: what a run computes does not depend on the models beside it (tests/test_stack.py)."""
+    its metrics, heads and model, the model's SHA-256 the one its metrics recorded, and its course
+    recorded as this code records it (the fixed training sample's loss: a run trained before it is
+    trained again). A stack that a run joins (a seed or a shape added beside it) takes such a run as
+    it is instead of training it again: what a run computes does not depend on the models beside it
+    (tests/test_stack.py; with dropout, the masks are its stack's draws: the same model in
+    distribution)."""
     from ..tableio import read_note
 
     folder = Path(folder)
@@ -625,7 +631,7 @@ def finished_run(folder, fp: str) -> bool:
         note = read_note(files[0])
     except Exception:  # noqa: BLE001 -- a table that cannot be read is not a finished run
         return False
-    return note.get("fingerprint") == fp and bool(note.get("model_sha256")) \
+    return note.get("fingerprint") == fp and bool(note.get("model_sha256")) and "final_train_val_gap" in note \
         and file_sha256(files[2]) == note["model_sha256"]
 
 
