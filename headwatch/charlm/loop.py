@@ -161,7 +161,10 @@ class Trainer:
 
     def reset(self, loss_sum: list[float] | None = None, steps: int = 0, seconds: float = 0.0) -> None:
         """The accumulators start again (at zero, or at a checkpoint's values)."""
-        self.loss_sum.copy_(torch.tensor(loss_sum if loss_sum is not None else [0.0] * self.M, dtype=torch.float64))
+        if loss_sum is None:
+            self.loss_sum.zero_()
+        else:
+            self.loss_sum.copy_(torch.tensor(loss_sum, dtype=torch.float64))
         self.steps_since, self.seconds = steps, seconds
 
     # ---- the members
