@@ -10,6 +10,8 @@ with ``--arms``, peak memory and step time of dense and experts models side by s
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --width 128 --heads 2 \
         --batch 8 --context 64 [--train-steps 300] [--seeds 0,1] [--arm dense]
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --laptop   # the laptop-scale check
+    .venv/bin/python benchmarks/train.py --ops dense,e8k2 --stacks 1,16 --width 128 --heads 2 --layers 2 \
+        --batch 4 --context 64 --threads 1 [--json PATH]         # the operators of one step
 
 Measures, in one run and with the same thread count:
   1. the float32 matmul rate on the device (square matmuls of 1024 and 2048 on a CPU,
@@ -45,6 +47,11 @@ resident set (CPU), the CUDA allocator's peak and the host synchronisations of o
 (GPU), the best and median seconds per step, tokens/s and the time against the dense arm.
 ``--arm-profile N`` adds each arm's N costliest kernels (operators on a CPU): where an
 experts step spends what a dense step does not. ``--json`` keeps the record as it comes.
+
+With ``--ops`` it counts the aten operators of one eager step of each arm at each of ``--stacks``
+models (:func:`op_counts`: every operator, and the kernels among them — on a GPU each a launch), of
+its forward pass alone and of what follows the backward pass (the clipping and the optimizer), beside
+the step's time: what a step costs in launches as the models grow.
 
 With ``--precisions`` it trains with headwatch.sweep.train (two plays, ~120 k
 characters) once per precision and seed and prints the final validation and
