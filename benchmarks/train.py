@@ -10,6 +10,8 @@ with ``--arms``, peak memory and step time of dense and experts models side by s
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --width 128 --heads 2 \
         --batch 8 --context 64 [--train-steps 300] [--seeds 0,1] [--arm dense]
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --laptop   # the laptop-scale check
+    .venv/bin/python benchmarks/train.py --ops dense,e8k2 --stacks 1,16 --width 128 --heads 2 --layers 2 \
+        --batch 4 --context 64 --threads 1 [--json PATH]         # the operators of one step
 
 Measures, in one run and with the same thread count:
   1. the float32 matmul rate on the device (square matmuls of 1024 and 2048 on a CPU,
@@ -45,6 +47,11 @@ resident set (CPU), the CUDA allocator's peak and the host synchronisations of o
 (GPU), the best and median seconds per step, tokens/s and the time against the dense arm.
 ``--arm-profile N`` adds each arm's N costliest kernels (operators on a CPU): where an
 experts step spends what a dense step does not. ``--json`` keeps the record as it comes.
+
+With ``--ops`` it counts the aten operators of one eager step of each arm at each of ``--stacks``
+models (:func:`op_counts`: every operator, and the kernels among them — on a GPU each a launch), of
+its forward pass alone and of what follows the backward pass (the clipping and the optimizer), beside
+the step's time: what a step costs in launches as the models grow.
 
 With ``--precisions`` it trains with headwatch.sweep.train (two plays, ~120 k
 characters) once per precision and seed and prints the final validation and
@@ -84,8 +91,9 @@ sys.path.insert(0, str(ROOT))
 from headwatch.charlm.model import CharLM  # noqa: E402
 from headwatch.charlm.spec import ModelSpec  # noqa: E402
 from headwatch.settings.sweep import BootstrapSettings, CorpusSettings, TrainSettings  # noqa: E402
-from headwatch.charlm.stack import StackedCharLM, clip_per_model  # noqa: E402
-from headwatch.sweep.train import bf16_supported, member_losses  # noqa: E402
+from headwatch.charlm.loop import Trainer  # noqa: E402
+from headwatch.charlm.stack import StackedCharLM  # noqa: E402
+from headwatch.sweep.train import bf16_supported  # noqa: E402
 
 VOCAB = 65   # the size of the Shakespeare character vocabulary
 
@@ -133,9 +141,10 @@ def arm_options(arm: str) -> tuple[dict, float]:
 
 
 def make_step(args, variant: str, arm: str = "dense"):
-    """One full training step of the sweep's model as headwatch.sweep.train runs it: ``--stack`` M
-    models (different seeds) stacked and trained in one step (StackedCharLM, each model's loss and
-    clipping, fused AdamW); M = 1 is one model."""
+    """One full training step of the sweep's model as headwatch.sweep.train runs it (its
+    :class:`~headwatch.charlm.loop.Trainer`): ``--stack`` M models (different seeds) stacked and
+    trained in one step (each model's loss and clipping, fused AdamW); M = 1 is one model. The
+    step's ``trainer`` is an attribute of it."""
     device = torch.device(args.device)
     options, balance = arm_options(arm)
     models = []
@@ -143,28 +152,23 @@ def make_step(args, variant: str, arm: str = "dense"):
         torch.manual_seed(seed)
         models.append(CharLM(ModelSpec(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
                                        **options)))
-    stack = StackedCharLM(models).to(device)
-    decay, rest = stack.decay_groups()
-    opt = torch.optim.AdamW([dict(params=decay, weight_decay=0.1), dict(params=rest, weight_decay=0.0)], lr=1e-3,
-                            fused=True)
     if variant == "cudagraphs" and device.type != "cuda":
         raise RuntimeError("CUDA graphs need a CUDA device")
-    fwd = stack if variant in ("eager", "bf16") else torch.compile(
-        stack, mode="reduce-overhead" if variant == "cudagraphs" else None)
     amp = (torch.autocast(device.type, dtype=torch.bfloat16) if variant.startswith("bf16")
            else torch.autocast(device.type, enabled=False))
+    trainer = Trainer(StackedCharLM(models).to(device), lr=1e-3, min_lr=1e-4, warmup=0, steps=10 ** 6,
+                      weight_decay=0.1, betas=(0.9, 0.99), grad_clip=1.0, balance=[balance] * args.stack, amp=amp,
+                      compile=variant in ("compile", "bf16-compile"))
+    if variant == "cudagraphs":
+        trainer.forward = torch.compile(trainer.stack, mode="reduce-overhead")
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, VOCAB, (args.stack, args.batch, args.context), generator=g).to(device)
     y = torch.randint(0, VOCAB, (args.stack, args.batch, args.context), generator=g).to(device)
+    count = [0]
 
     def work():
-        with amp:      # as headwatch.sweep.train: the logits in float32 for the loss
-            logits = fwd(x)
-        loss = member_losses(logits, y).sum()
-        opt.zero_grad(set_to_none=True)
-        (loss + balance * torch.stack(stack.balance_losses).mean(dim=0).sum() if balance else loss).backward()
-        clip_per_model(list(stack.parameters()), 1.0)
-        opt.step()
+        trainer.step(count[0], x, y)
+        count[0] += 1
 
     def step():
         work()
@@ -172,6 +176,7 @@ def make_step(args, variant: str, arm: str = "dense"):
             torch.cuda.synchronize(device)
 
     step.work = work     # the step without the closing synchronisation (host_syncs counts inside it)
+    step.trainer, step.x, step.y = trainer, x, y
     return step
 
 
@@ -227,6 +232,85 @@ def top_ops(step, device: torch.device, n: int, steps: int = 2, among: tuple[str
                 among_share=sum(own(e) for e in events if e.key in among) / total,
                 ops=[dict(op=e.key, ms_per_step=own(e) / 1e3 / steps, share=own(e) / total,
                           calls_per_step=e.count / steps) for e in rows])
+
+
+METADATA_OPS = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::transpose",
+    "aten::t", "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::expand_as",
+    "aten::split", "aten::split_with_sizes", "aten::narrow", "aten::slice", "aten::select", "aten::unbind",
+    "aten::flatten", "aten::unflatten", "aten::view_as_real", "aten::view_as_complex", "aten::detach",
+    "aten::detach_", "aten::alias", "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::empty",
+    "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided", "aten::to",
+    "aten::set_", "aten::result_type", "aten::is_same_size", "aten::size", "aten::stride", "aten::numel"})
+"""aten operators that only describe, allocate or re-label a tensor (a view, an empty tensor, ``to`` that
+returns its input): on a GPU none launches a kernel."""
+
+
+def op_counts(fn) -> dict:
+    """The aten operators of one call of ``fn`` (torch.profiler, CPU): ``ops`` every one, those inside
+    others too (how the operators of a step were first counted), and ``kernels``, the innermost ones
+    that compute (not :data:`METADATA_OPS`): on a GPU each is a launch. ``by_op``: the kernels by name."""
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    aten = [e for e in prof.events() if e.name.startswith("aten::")]
+
+    def computes(e) -> bool:        # a kernel of its own, or one inside it
+        return any((c.name.startswith("aten::") and c.name not in METADATA_OPS) or computes(c) for c in e.cpu_children)
+
+    leaves = [e for e in aten if e.name not in METADATA_OPS and not computes(e)]
+    return dict(ops=len(aten), kernels=len(leaves), by_op=dict(Counter(e.name for e in leaves).most_common()))
+
+
+def step_ops(args, arm: str) -> dict:
+    """One eager training step of ``arm`` at ``--stack`` models (:func:`make_step`, after two warm-up
+    steps): :func:`op_counts` of the whole step, of its forward pass alone and of what follows the
+    backward pass (:meth:`~headwatch.charlm.loop.Trainer.update`: the clipping and the optimizer), and the
+    best of ``--steps`` seconds a step."""
+    step = make_step(args, "eager", arm)
+    trainer, x, y = step.trainer, step.x, step.y
+    step()
+    step()
+    whole = op_counts(step.work)
+    forward = op_counts(lambda: trainer.losses(x, y))
+
+    def backward_then_update():
+        trainer.losses(x, y).sum().backward()
+        update.update(op_counts(trainer.update))
+
+    update: dict = {}
+    backward_then_update()
+    best = min(timed(step) for _ in range(args.steps))
+    return dict(arm=arm, models=args.stack, ops=whole["ops"], kernels=whole["kernels"], forward_ops=forward["ops"],
+                forward_kernels=forward["kernels"], update_ops=update["ops"], update_kernels=update["kernels"],
+                best_s=best, by_op=whole["by_op"])
+
+
+def ops_table(args) -> list[dict]:
+    """--ops: :func:`step_ops` of every arm of ``--ops`` at every stack size of ``--stacks``, as a table."""
+    rows = []
+    print(f"aten operators of one training step (torch.profiler, CPU, eager float32): width {args.width}, heads "
+          f"{args.heads}, layers {args.layers}, batch {args.batch} x context {args.context} a model; torch "
+          f"{torch.__version__}, {args.threads} thread(s)")
+    print(f"{'arm':<8}{'models':>7}{'ops':>8}{'kernels':>9}{'forward':>9}{'(kernels)':>10}{'update':>8}"
+          f"{'(kernels)':>10}{'s/step':>9}{'s/step/model':>14}")
+    for arm in args.ops.split(","):
+        arm_options(arm)
+        for m in (int(k) for k in args.stacks.split(",")):
+            args.stack = m
+            r = step_ops(args, arm)
+            rows.append(r)
+            print(f"{arm:<8}{m:>7}{r['ops']:>8,}{r['kernels']:>9,}{r['forward_ops']:>9,}{r['forward_kernels']:>10,}"
+                  f"{r['update_ops']:>8,}{r['update_kernels']:>10,}{r['best_s']:>9.4f}{r['best_s'] / m:>14.4f}",
+                  flush=True)
+    for r in rows:
+        top = ", ".join(f"{k.removeprefix('aten::')} {v}" for k, v in list(r["by_op"].items())[:8])
+        print(f"-- {r['arm']} x {r['models']}: the most frequent kernels: {top}")
+    return rows
 
 
 def one_arm(args) -> dict:
@@ -524,6 +608,9 @@ def main(argv=None):
     ap.add_argument("--force-bf16", action="store_true",
                     help="with --precisions: bf16 even without bfloat16 matmuls (torch's slow reference kernels)")
     ap.add_argument("--one-layout", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ops", metavar="ARMS", help="count the aten operators of one step of these arms (dense,e8k2) "
+                                                  "at each of --stacks models instead")
+    ap.add_argument("--stacks", default="1,16", help="with --ops: the stack sizes")
     args = ap.parse_args(argv)
     if args.laptop and not args.precisions:     # the laptop run's step, two threads (the machine's two cores)
         given = set(argv if argv is not None else sys.argv[1:])
@@ -544,6 +631,11 @@ def main(argv=None):
         return
     if args.one_layout:
         print(json.dumps(one_layout(args)))
+        return
+    if args.ops:
+        rows = ops_table(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
         return
     if args.arms:
         run_arms(args, argv)

@@ -64,6 +64,15 @@ def dag_run(tmp_path_factory, tiny_model_dir):
     return whole_dag(tmp_path_factory.mktemp("workflow"), tiny_model_dir)
 
 
+@pytest.fixture
+def float64():
+    """torch's default dtype float64 for the test (the stack's and the loop's equalities)."""
+    was = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(was)
+
+
 @pytest.fixture(params=FAMILIES)
 def family(request):
     return request.param

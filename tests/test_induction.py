@@ -280,6 +280,10 @@ def test_the_jobs_and_their_params():
     assert jobs(narrowed) == [("repeat", "w8-h1"), ("repeat", "w64-h4")]
     assert jobs(InductionSettings.from_config(dict(SETTINGS, control_seeds=[], run=["repeat", "repeat_control"]))) \
         == [("repeat", k) for k, _, _ in shapes(s)]
+    # AdamW's betas, a setting: a job's param only where it is not the default (the jobs before it stand)
+    assert s.betas == (0.9, 0.95) and "betas" not in p
+    assert "betas" not in job_params(dict(SETTINGS, betas=[0.9, 0.95]), "markov", "w16-h2")
+    assert job_params(dict(SETTINGS, betas=[0.9, 0.99]), "markov", "w16-h2")["betas"] == [0.9, 0.99]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -292,6 +296,7 @@ def test_the_jobs_and_their_params():
     (dict(shapes=["w64-h3"]), "induction.shapes[0] = 'w64-h3': not a cell of the grid"),
     (dict(eval_every=400), "induction.eval_every = 400: within 1 .. steps = 300"),
     (dict(control_seeds=[]), "induction.control_seeds: at least one seed"),
+    (dict(betas=[0.9, 1.0]), "induction.betas = [0.9, 1.0]: AdamW's two decay rates"),
     (dict(run=["markov"], tasks=dict(repeat=dict(vocab=32, half=[4, 12]))), "reads induction.tasks.markov"),
 ])
 def test_a_bad_induction_setting_is_refused_naming_its_key(change, message):

@@ -13,19 +13,12 @@ from headwatch.charlm.corpus import batch_offsets, build_corpus, eval_offsets
 from headwatch.charlm.model import CharLM
 from headwatch.charlm.spec import ModelSpec
 from headwatch.charlm.stack import StackedCharLM, clip_per_model, stack_key
-from headwatch.sweep.train import lr_at, train_stack
+from headwatch.charlm.loop import lr_at
+from headwatch.sweep.train import train_stack
 
 TRAIN = dict(steps=6, batch=3, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, betas=[0.9, 0.99], grad_clip=0.5,
              eval_every=1, eval_batches=2, checkpoint_every=100)
 V = 23
-
-
-@pytest.fixture
-def float64():
-    was = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(was)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +58,7 @@ def test_a_stack_computes_each_models_logits_and_gradients(kind, float64):
         assert (out[i] - alone).abs().max() <= 1e-12
         F.cross_entropy(alone.flatten(0, 1), idx[i].flatten()).backward()
         for name, p in model.named_parameters():
-            assert (stack.p(name).grad[i] - p.grad).abs().max() <= 1e-12, name
+            assert (stack.tensors(grad=True)[name][i] - p.grad).abs().max() <= 1e-12, name
         assert torch.equal(stack.member(i)(idx[i]), stack.copy_of(i)(idx[i]))
 
 
@@ -91,13 +84,13 @@ def test_clipping_per_model_is_clip_grad_norm_of_each(float64):
         want = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         assert math.isclose(float(norms[i]), float(want), rel_tol=1e-12)
         for name, p in model.named_parameters():
-            assert (stack.p(name).grad[i] - p.grad).abs().max() <= 1e-12
+            assert (stack.tensors(grad=True)[name][i] - p.grad).abs().max() <= 1e-12
     assert norms[0] > 1 > norms[1]
 
 
 def alone(ids, meta, model_cfg, seed, t):
     """One model trained by a plain loop (CharLM, torch's AdamW and clip_grad_norm_): each step's
-    training loss and each step's validation loss, and the model."""
+    training loss, validation loss and loss on the fixed training sample, and the model."""
     context, n_train = model_cfg["context"], meta["n_train"]
     data = torch.as_tensor(ids.astype(np.int64))
     train_ids, val_ids = data[:n_train], data[n_train:]
@@ -110,8 +103,9 @@ def alone(ids, meta, model_cfg, seed, t):
                             lr=t["lr"], betas=tuple(t["betas"]))
     balance = model_cfg.get("balance", 0.0)
     val = eval_offsets(len(val_ids), t["eval_batches"] * t["batch"], context)
+    sample = eval_offsets(n_train, t["eval_batches"] * t["batch"], context)     # the fixed training sample
     cut = lambda d, offs: d[torch.as_tensor(offs)[:, None] + torch.arange(context + 1)]
-    train_losses, val_losses = [], []
+    train_losses, val_losses, sample_losses = [], [], []
     for step in range(t["steps"]):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, t["lr"], t["min_lr"], t["warmup"], t["steps"])
@@ -123,9 +117,10 @@ def alone(ids, meta, model_cfg, seed, t):
         opt.step()
         train_losses.append(loss.item())
         with torch.no_grad():
-            v = cut(val_ids, val)
-            val_losses.append(F.cross_entropy(model(v[:, :-1]).flatten(0, 1), v[:, 1:].flatten()).item())
-    return train_losses, val_losses, model
+            for split, offs, out in ((val_ids, val, val_losses), (train_ids, sample, sample_losses)):
+                v = cut(split, offs)
+                out.append(F.cross_entropy(model(v[:, :-1]).flatten(0, 1), v[:, 1:].flatten()).item())
+    return train_losses, val_losses, sample_losses, model
 
 
 MEMBERS = {
@@ -143,10 +138,11 @@ def test_training_a_stack_equals_training_each_model_alone(corpus, kind, float64
     together = train_stack(ids, meta, members, TRAIN, full_eval=False)
     assert len(together) == len(members)
     for m, (model, metrics, info, _) in zip(members, together):
-        train_losses, val_losses, ref = alone(ids, meta, m["model"], m["seed"], TRAIN)
+        train_losses, val_losses, sample_losses, ref = alone(ids, meta, m["model"], m["seed"], TRAIN)
         assert metrics["step"].tolist() == list(range(1, TRAIN["steps"] + 1))
         assert np.abs(metrics["train_loss"].to_numpy() - train_losses).max() <= 1e-9
         assert np.abs(metrics["val_loss"].to_numpy() - val_losses).max() <= 1e-9
+        assert np.abs(metrics["train_sample_loss"].to_numpy() - sample_losses).max() <= 1e-9
         for name, p in ref.named_parameters():
             assert (dict(model.named_parameters())[name] - p).abs().max() <= 1e-9, name
         assert info["stack"]["models"] == len(members)

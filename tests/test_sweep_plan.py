@@ -1,12 +1,14 @@
 """The sweep's plan and config checks (headwatch.sweep.plan, headwatch.settings.sweep): slugs,
 owners, runs, training jobs and their params, the study sweeps, bad grid entries named by key."""
 import copy
+import re
 
 import pytest
 import yaml
 
-from headwatch.settings.sweep import active_sweeps, check_sweeps, slug, train_of
-from headwatch.sweep.plan import SLUG, corpus_inputs, job_params, owner, runs, studies, study_runs, train_jobs
+from headwatch.settings.sweep import active_sweeps, check_sweeps, model_of, slug, train_of
+from headwatch.sweep.plan import (SLUG, STACK_PATTERN, corpus_inputs, job_params, owner, runs, stacks, studies,
+                                  study_runs, train_jobs)
 from conftest import ROOT
 from workflow import deep_merge
 
@@ -17,10 +19,10 @@ CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
 def test_config_sweeps_are_valid_and_plan_24_models_with_w256_h4_trained_once():
     cfg = CONFIG
     assert check_sweeps(cfg) == []
-    # The split/capacity summary's 27 runs (24 trained); the studies add 63 runs of
-    # which 48 are trained (w256-h4 x 3 is heads_split's, e8k2-b0.01 x 3 is experts').
-    assert len(runs(cfg, studies=False)) == 27
-    assert len(runs(cfg)) == 90 and len(train_jobs(cfg)) == 24 + 33 + 15
+    # The split/capacity summary's 27 runs (24 trained) and the regularised arm's 24; the studies add
+    # 63 runs of which 48 are trained (w256-h4 x 3 is heads_split's, e8k2-b0.01 x 3 is experts').
+    assert len(runs(cfg, studies=False)) == 27 + 24
+    assert len(runs(cfg)) == 114 and len(train_jobs(cfg)) == 24 + 24 + 33 + 15
     assert owner(cfg, "vocab", "w256-h4", 0) == "heads_split"
     assert len([r for r in train_jobs(cfg) if r["sweep"] in ("heads_split", "width")]) == 24
     assert owner(cfg, "experts_topk", "w256-h4-e8k2-b0.01", 1) == "experts"
@@ -72,7 +74,7 @@ def test_a_scale_sets_its_training_settings_once_and_every_sweep_inherits_them()
     quick = overlaid(paper, scale("quick"))["sweep"]
     for name in quick["sweeps"]:
         assert list(train_of(quick, name).items()) == [
-            ("steps", 100), ("batch", 8), ("warmup", 10), ("eval_every", 50), ("eval_batches", 12),
+            ("steps", 100), ("batch", 8), ("warmup", 10), ("eval_every", 50), ("eval_batches", 3),
             ("checkpoint_every", 50), ("lr", 1e-3), ("min_lr", 1e-4), ("weight_decay", 0.1),
             ("betas", [0.9, 0.99]), ("grad_clip", 1.0)], name
     assert studies(quick) == [] and "added" in {r["sweep"] for r in train_jobs(quick)}
@@ -86,7 +88,7 @@ def test_a_scale_sets_its_training_settings_once_and_every_sweep_inherits_them()
     # laptop: heads_split stays the first sweep and trains w256-h4 for both
     laptop = overlaid(paper, scale("laptop"))["sweep"]
     assert owner(laptop, "width", "w256-h4", 1) == "heads_split" and studies(laptop) == []
-    assert train_of(laptop, "width")["steps"] == 600 and train_of(laptop, "added")["eval_every"] == 30
+    assert train_of(laptop, "width")["steps"] == 600 and train_of(laptop, "added")["eval_every"] == 60
 
 
 @pytest.mark.parametrize("overlays", [["quick"], ["quick", "quick_more"], ["laptop"], ["laptop", "laptop_more"],
@@ -119,6 +121,32 @@ def test_every_job_keeps_the_params_a_train_block_per_sweep_gave(overlays):
     for r in jobs:
         args = (r["sweep"], r["shape"], r["seed"])
         assert repr(job_params(new, *args)) == repr(job_params(old, *args)), args
+
+
+def test_the_regularised_arm_is_the_head_split_and_the_width_control_with_dropout():
+    """config.yaml's regularised sweep: the split's six shapes and the width control's two ends with
+    dropout 0.2, each slug saying so, trained in stacks of their own (one mask a site for a stack);
+    left out at CPU scale. ``dropout: 0`` is the plain entry, its params too; a bad value or dropout
+    in a study is named by its key."""
+    arm = [r for r in train_jobs(CONFIG) if r["sweep"] == "regularised"]
+    assert sorted({r["shape"] for r in arm}) == sorted(
+        [f"w256-h{h}-drop0.2" for h in (1, 2, 4, 8, 16, 32)] + ["w128-h2-drop0.2", "w512-h8-drop0.2"])
+    assert job_params(CONFIG, "regularised", "w512-h8-drop0.2", 1)["model"] == dict(
+        width=512, heads=8, layers=4, context=128, ffn_mult=4, dropout=0.2)
+    assert sorted(st["stack"] for st in stacks(CONFIG) if st["sweep"] == "regularised") == [
+        "w128-l4-drop0.2", "w256-l4-drop0.2", "w512-l4-drop0.2"]
+    assert all(re.fullmatch(STACK_PATTERN, st["stack"]) for st in stacks(CONFIG))
+    paper = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    for overlays in (["quick"], ["quick", "quick_more"], ["laptop"], ["laptop", "laptop_more"], ["laptop", "laptop_long"]):
+        assert "regularised" not in active_sweeps(overlaid(paper, *map(scale, overlays))["sweep"]), overlays
+    assert slug({"width": 256, "heads": 4, "dropout": 0}) == "w256-h4"
+    assert model_of(CONFIG, {"width": 256, "heads": 4, "dropout": 0}) == model_of(CONFIG, {"width": 256, "heads": 4})
+    cfg = copy.deepcopy(CONFIG)
+    cfg["sweeps"]["regularised"]["grid"][0]["dropout"] = 1.5
+    cfg["sweeps"]["kv_sharing"]["grid"][1]["dropout"] = 0.1
+    errors = check_sweeps(cfg)
+    assert any(e.startswith("sweep.sweeps.regularised.grid[0]: dropout must be a number in [0, 1)") for e in errors)
+    assert any(e.startswith("sweep.sweeps.kv_sharing.grid[1].dropout: 0.1 in a kv study") for e in errors), errors
 
 
 def test_bad_grid_entries_are_named_by_key():

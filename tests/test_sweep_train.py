@@ -8,12 +8,13 @@ import pandas as pd
 import pytest
 import torch
 from torch.nn import functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from headwatch.charlm.corpus import batch_offsets, build_corpus, eval_offsets
 from headwatch.charlm.stack import StackedCharLM, clip_per_model
 from headwatch.settings.sweep import TrainSettings
-from headwatch.sweep.train import (Interrupted, load_trained, lr_at, make_model, member_losses, save_trained, train,
+from headwatch.charlm.loop import lr_at, member_losses
+from test_loop import HostReads
+from headwatch.sweep.train import (Interrupted, load_trained, make_model, save_trained, train,
                                    windows)
 
 TRAIN = dict(steps=10, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
@@ -30,20 +31,32 @@ def corpus():
 
 def host_loop(ids, meta, model_cfg, seed, train_cfg):
     """The loop as it was: each step's loss read on the host (``.item()``) and summed in
-    Python, every evaluation batch likewise — on a stack of one model, as the trainer trains it
-    (that a stack trains as CharLM alone does is tests/test_stack.py's). Returns (model, metrics)."""
+    Python, every evaluation batch likewise (each position's loss added in float64), the validation
+    windows and the fixed sample of the training split — on a stack of one model, as the trainer
+    trains it (that a stack trains as CharLM alone does is tests/test_stack.py's). Returns (model,
+    metrics)."""
     settings = TrainSettings.from_config(train_cfg)
     s = settings.as_dict()
     context, n_train = model_cfg["context"], meta["n_train"]
     data = torch.as_tensor(ids.astype(np.int64))
     train_ids, val_ids = data[:n_train], data[n_train:]
-    val_offsets = eval_offsets(len(val_ids), s["eval_batches"] * s["batch"], context)
+    fixed = s["eval_batches"] * s["batch"]
+    val_offsets, sample_offsets = eval_offsets(len(val_ids), fixed, context), eval_offsets(n_train, fixed, context)
     stack = StackedCharLM([make_model(meta["vocab_size"], model_cfg, seed)])
     model = stack.member(0)
     decay, rest = stack.decay_groups()
     opt = torch.optim.AdamW([dict(params=decay, weight_decay=s["weight_decay"]), dict(params=rest, weight_decay=0.0)],
                             lr=s["lr"], betas=tuple(s["betas"]), fused=True)
     balance = float(model_cfg.get("balance", 0.0))
+
+    def mean_loss(split, offsets):
+        total = 0.0
+        with torch.no_grad():
+            for i in range(0, len(offsets), s["batch"]):
+                vx, vy = windows(split, offsets[i:i + s["batch"]], context)
+                total += F.cross_entropy(model(vx).flatten(0, 1), vy.flatten(), reduction="none").double().sum().item()
+        return total / (len(offsets) * context)
+
     rows, loss_sum, loss_n = [], 0.0, 0
     for step in range(s["steps"]):
         for g in opt.param_groups:
@@ -56,15 +69,9 @@ def host_loop(ids, meta, model_cfg, seed, train_cfg):
         opt.step()
         loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
         if (step + 1) % s["eval_every"] == 0 or step + 1 == s["steps"]:
-            model.eval()
-            total = 0.0
-            with torch.no_grad():
-                for i in range(0, len(val_offsets), s["batch"]):
-                    vx, vy = windows(val_ids, val_offsets[i:i + s["batch"]], context)
-                    total += F.cross_entropy(model(vx).flatten(0, 1), vy.flatten(), reduction="sum").item()
-            model.train()
             rows.append(dict(step=step + 1, train_loss=loss_sum / loss_n,
-                             val_loss=total / (len(val_offsets) * context)))
+                             train_sample_loss=mean_loss(train_ids, sample_offsets),
+                             val_loss=mean_loss(val_ids, val_offsets)))
             loss_sum, loss_n = 0.0, 0
     return model, pd.DataFrame(rows)
 
@@ -76,28 +83,12 @@ def test_device_loop_gives_the_host_loops_losses_bit_for_bit(corpus, model_cfg):
     ref_model, ref = host_loop(ids, meta, model_cfg, 2, TRAIN)
     model, metrics, info, _ = train(ids, meta, model_cfg, 2, TRAIN)
     assert metrics["step"].tolist() == ref["step"].tolist() == [4, 8, 10]
-    for col in ("train_loss", "val_loss"):
+    for col in ("train_loss", "train_sample_loss", "val_loss"):
         assert [v.hex() for v in metrics[col]] == [v.hex() for v in ref[col]], col
     assert info["final_val_loss"] == ref["val_loss"].iloc[-1]
     for (name, a), (_, b) in zip(model.state_dict().items(), ref_model.state_dict().items()):
         assert torch.equal(a, b), name
     assert metrics["train_loss"].iloc[-1] < metrics["train_loss"].iloc[0] < math.log(meta["vocab_size"]) + 0.1
-
-
-class _HostReads(TorchDispatchMode):
-    """Counts the aten ops that make a GPU wait for the host: reading a value (.item(),
-    float(), bool()) or an output whose size depends on the data."""
-
-    NAMES = {"_local_scalar_dense", "is_nonzero", "nonzero", "bincount", "masked_select", "unique",
-             "_unique2", "unique_consecutive", "repeat_interleave"}
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += func.overloadpacket.__name__ in self.NAMES
-        return func(*args, **(kwargs or {}))
 
 
 def test_the_host_reads_do_not_grow_with_the_steps(corpus):
@@ -107,13 +98,49 @@ def test_the_host_reads_do_not_grow_with_the_steps(corpus):
     ids, meta = corpus
     counts = {}
     for steps in (4, 12):
-        with _HostReads() as reads:
+        with HostReads() as reads:
             train(ids, meta, EXPERTS, 0, dict(TRAIN, steps=steps, warmup=1, eval_every=steps))
         counts[steps] = reads.count
     assert counts[4] == counts[12] > 0
-    with _HostReads() as reads:
+    with HostReads() as reads:
         host_loop(ids, meta, EXPERTS, 0, dict(TRAIN, steps=4, warmup=1, eval_every=4))
     assert reads.count >= 4        # the check sees the host loop's reads
+
+
+def test_a_run_records_its_course_its_best_and_its_evaluations_cost(corpus):
+    """Every row: the training loss since the last row, the fixed training sample's and the validation
+    loss; the info: the best validation loss and its first step, the final gap (validation minus the
+    fixed sample) and the evaluations' seconds beside the steps'."""
+    ids, meta = corpus
+    _, metrics, info, _ = train(ids, meta, DENSE, 1, dict(TRAIN, steps=12, eval_every=2))
+    assert list(metrics.columns) == ["step", "train_loss", "train_sample_loss", "val_loss", "tokens_per_s"]
+    best = metrics["val_loss"].min()
+    assert info["best_val_loss"] == best and info["best_val_step"] == metrics.loc[metrics["val_loss"] == best, "step"].min()
+    last = metrics.iloc[-1]
+    assert info["final_train_val_gap"] == last["val_loss"] - last["train_sample_loss"] != 0
+    assert info["final_train_sample_loss"] == last["train_sample_loss"] and info["final_val_loss"] == last["val_loss"]
+    assert info["eval_seconds"] > 0 and info["train_seconds"] > 0
+    assert info["eval_share"] == info["eval_seconds"] / info["train_seconds"]
+
+
+def test_with_dropout_a_run_is_reproducible_and_its_evaluations_draw_nothing(corpus):
+    from headwatch.charlm.loop import Trainer
+
+    ids, meta = corpus
+    cfg, settings = dict(DENSE, dropout=0.3), dict(TRAIN, steps=6, eval_every=3)
+    model, metrics, info, _ = train(ids, meta, cfg, 1, settings)
+    again = train(ids, meta, cfg, 1, settings)[1]
+    pd.testing.assert_frame_equal(metrics.drop(columns="tokens_per_s"), again.drop(columns="tokens_per_s"))
+    plain = train(ids, meta, DENSE, 1, settings)[1]
+    assert not np.array_equal(plain["train_loss"].to_numpy(), metrics["train_loss"].to_numpy())
+    # the last row's validation loss is the returned model's, scored again in eval mode: no mask drawn
+    t = TrainSettings.from_config(settings)
+    n_train, context = meta["n_train"], cfg["context"]
+    val = torch.as_tensor(ids.astype(np.int64))[n_train:]
+    x, y = windows(val, eval_offsets(len(val), t.eval_batches * t.batch, context), context)
+    trainer = Trainer(StackedCharLM([model]), lr=t.lr, min_lr=t.min_lr, warmup=t.warmup, steps=t.steps,
+                      weight_decay=t.weight_decay, betas=t.betas)
+    assert (trainer.loss_sums(x, y, t.batch) / y.numel()).item() == metrics["val_loss"].iloc[-1]
 
 
 def test_a_non_finite_loss_stops_training_and_names_its_step(corpus):
@@ -166,7 +193,7 @@ def test_a_resumed_run_ends_exactly_like_an_uninterrupted_one(small_corpus, tmp_
     assert info2["resumed_from"] == 6 and info1["resumed_from"] == 0
     assert not ckpt.exists()                           # removed once the run is complete
     assert m1["step"].tolist() == m2["step"].tolist() == [4, 8, 12]
-    cols = ["train_loss", "val_loss", "in_context"]
+    cols = ["train_loss", "train_sample_loss", "val_loss", "in_context"]
     assert np.array_equal(m1[cols].to_numpy(), m2[cols].to_numpy())   # bit-identical
     # §7b records: every head at every evaluation step, the ones before the kill read back
     # from the checkpoint, bit for bit

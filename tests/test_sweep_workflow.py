@@ -15,6 +15,7 @@ import yaml
 
 from headwatch.charlm.model import count_params
 from headwatch.charlm.spec import ModelSpec
+from headwatch.settings.sweep import slug
 from conftest import ROOT
 from workflow import VOCAB_GRID, deep_merge, git, make_workdir, planned_jobs, tiny_config, write_config
 
@@ -77,8 +78,8 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     sw = config["sweep"]
     res = workdir / "results" / "sweep"
     summary = pd.read_parquet(res / "summary.parquet")
-    expected = [(name, f"w{e['width']}-h{e['heads']}") for name, s in sw["sweeps"].items()
-                if not s.get("study") for e in s["grid"]]
+    expected = [(name, slug(e)) for name, s in sw["sweeps"].items() if not s.get("study") for e in s["grid"]]
+    assert ("regularised", "w16-h2-drop0.2") in expected
     assert list(zip(summary["sweep"], summary["shape"])) == expected
     assert (summary["seeds"] == 2).all()
     split = summary[summary["sweep"] == "heads_split"]
@@ -91,7 +92,7 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert shared["trained_under"] == "heads_split" and not (res / "width" / "w16-h2").exists()
     for seed in (0, 1):
         m = pd.read_parquet(res / "heads_split" / "w16-h2" / f"seed{seed}" / "metrics.parquet")
-        assert list(m.columns) == ["step", "train_loss", "val_loss", "tokens_per_s", "in_context"]
+        assert list(m.columns) == ["step", "train_loss", "train_sample_loss", "val_loss", "tokens_per_s", "in_context"]
         h = pd.read_parquet(res / "heads_split" / "w16-h2" / f"seed{seed}" / "heads.parquet")   # §7b records
         assert len(h) == len(m) * 2 * 2 and set(h["step"]) == set(m["step"])
         assert m["step"].iloc[-1] == sw["train"]["steps"]
@@ -108,6 +109,10 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert (study["ffn_active_width"] == 64).all() and (study["seeds"] == 2).all()
     assert (study["params_active"].iloc[1:] < study["params"].iloc[1:]).all()
     assert (res / "experts" / "w16-h2-e4k2-b0" / "seed1" / "model.pt").stat().st_size > 0
+    # The regularised arm: its own stack (one dropout rate a stack), its model's record says its dropout.
+    assert (res / "regularised" / "stacks" / "w16-l2-drop0.2").is_dir()
+    from headwatch.sweep.train import load_trained
+    assert load_trained(res / "regularised" / "w16-h2-drop0.2" / "seed0" / "model.pt")[0].spec.dropout == 0.2
     logs = {p.name for p in (workdir / "results" / "logs").rglob("*.log")}
     assert {"sweep_corpus.log", "sweep_summary.log", "figures_sweep.log", "seed0.log", "sweep_heads.log",
             "figures_sweep_heads.log"} <= logs

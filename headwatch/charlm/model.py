@@ -5,7 +5,7 @@ GELU feed-forward network of ``ffn_mult × width`` (with bias); learned position
 embeddings for ``context`` tokens; a final LayerNorm; an untied output head
 without bias. Attention has separate q/k/v/o projections, each width × width
 without bias, so splitting a width into more heads changes no weight count.
-No dropout: training is deterministic on CPU.
+No dropout by default: training is then deterministic on CPU.
 
 Every module is built from one :class:`~headwatch.charlm.spec.ModelSpec`
 (``CharLM(spec)``, nanoGPT's config object), which lists the options once with
@@ -37,6 +37,12 @@ weight for weight, for the same seed:
   weights apply too (rotate-half pairs over the whole head, base
   :data:`~headwatch.charlm.spec.ROTARY_BASE`). A head then reads of position only the
   offset between query and key.
+* ``dropout`` (p > 0): where nanoGPT's model (``model.py`` of karpathy/nanoGPT) puts it, all four of
+  its places — the sum of the token and position embeddings (its ``transformer.drop``), the
+  attention weights (``attn_dropout``, here ``scaled_dot_product_attention``'s ``dropout_p``), and
+  the outputs of attention and of the FFN before each is added to the residual stream
+  (``resid_dropout``, the MLP's ``dropout``) — in training mode only (``model.eval()``: none). At 0
+  none of them is called: the model computes what it computes without the option.
 """
 from __future__ import annotations
 
@@ -56,7 +62,7 @@ class Attention(nn.Module):
         super().__init__()
         width = spec.width
         self.heads, self.head_dim, self.kv_heads = spec.heads, spec.head_dim, spec.kv_groups
-        self.rotary_dims = spec.rotary_dims
+        self.rotary_dims, self.dropout = spec.rotary_dims, spec.dropout
         inner, kv_inner = self.heads * self.head_dim, self.kv_heads * self.head_dim
         self.q = nn.Linear(width, inner, bias=False)
         self.k = nn.Linear(width, kv_inner, bias=False)   # rows g*d:(g+1)*d are key/value group g
@@ -73,8 +79,13 @@ class Attention(nn.Module):
         if self.kv_heads != self.heads:    # query head h reads group h // (heads // kv_heads)
             group = self.heads // self.kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        return dropped(self.o(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)), self.dropout, self.training)
+
+
+def dropped(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``x`` through dropout of rate ``p`` in training mode; ``x`` itself at 0 or in eval mode (no call)."""
+    return F.dropout(x, p, True) if p and training else x
 
 
 def assignment_counts(chosen: torch.Tensor, experts: int) -> torch.Tensor:
@@ -249,10 +260,11 @@ class Block(nn.Module):
         else:
             self.ffn = nn.Sequential(nn.Linear(width, spec.ffn_mult * width), nn.GELU(),
                                      nn.Linear(spec.ffn_mult * width, width))
+        self.dropout = spec.dropout
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
-        return x + self.ffn(self.ln2(x))
+        return x + dropped(self.ffn(self.ln2(x)), self.dropout, self.training)
 
 
 class CharLM(nn.Module):
@@ -352,6 +364,7 @@ class CharLM(nn.Module):
         x = self.tok(idx)
         if self.pos is not None:
             x = x + self.pos(torch.arange(T, device=idx.device))
+        x = dropped(x, self.spec.dropout, self.training)
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))

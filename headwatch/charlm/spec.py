@@ -37,6 +37,10 @@ class ModelSpec:
       instead of the learned absolute positions, which the model then does not have: what
       a head reads of position is then an offset, never a place. The known circuit's model
       (protocol §5f); a sweep's grid cannot set it (:data:`SWEEP_OPTIONS`).
+    * ``dropout`` (p in [0, 1)): nanoGPT's dropout, in training only, on the embeddings' sum, the
+      attention weights and the outputs of attention and of the FFN before each joins the
+      residual stream (:mod:`headwatch.charlm.model`); 0, the default, is the model without it,
+      operation for operation.
 
     Construction checks the shape and raises ValueError naming what is unsound.
     """
@@ -53,6 +57,7 @@ class ModelSpec:
     top_k: int = 2
     expert_width: int | None = None
     rotary: bool = False
+    dropout: float = 0.0
 
     def __post_init__(self):
         if self.heads < 1 or self.width < 1:
@@ -77,6 +82,9 @@ class ModelSpec:
             raise ValueError("expert_width needs experts > 0")
         if self.rotary and self.head_dim % 2:
             raise ValueError(f"rotary positions turn pairs of dimensions: head size {self.head_dim} is odd")
+        if not (isinstance(self.dropout, (int, float)) and not isinstance(self.dropout, bool)
+                and 0 <= self.dropout < 1):
+            raise ValueError(f"dropout {self.dropout!r} must be a number in [0, 1) (the share of units dropped)")
 
     # ---- resolved options ----------------------------------------------------
     @property

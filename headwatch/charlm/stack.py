@@ -23,27 +23,46 @@ loss within 1e-9 of training each model alone with CharLM). Where the models dif
 Gradients stay per model: the loss of a stack is the sum of its models' losses, so each model's
 parameters get exactly their own model's gradient (the others' terms do not depend on them).
 
+The parameters are held as two **rows** per model, ``matrices`` ``[M, N_m]`` (CharLM's tensors of two
+or more dimensions: weight decay applies to them) and ``vectors`` ``[M, N_v]`` (biases and
+LayerNorms), each model's tensors one after another in CharLM's order. A forward pass cuts each row
+once into CharLM's tensors (:meth:`tensors`: views, contiguous ``[M, *shape]`` per name, as separate
+parameters would be) and its backward joins their gradients into one tensor per row, so that what
+follows a backward pass works on two tensors whatever the number of CharLM's parameters: a model's
+gradient norm is its rows' norm (:func:`clip_per_model`), AdamW updates two tensors, and a subset of
+members is a selection of rows.
+
+Dropout (``ModelSpec.dropout``, where nanoGPT puts it: :mod:`headwatch.charlm.model`) draws one mask a
+site for the whole stack, in training mode only: member i reads its own slice of it, so the members'
+masks are independent draws, and member i computes what CharLM computes under that slice
+(``tests/test_stack.py`` replays it). The members of a stack share their dropout rate (:func:`stack_key`).
+
 :meth:`member` gives model ``i`` as a CharLM whose parameters are views of the stack's (no copy:
 it reads the weights as they are now, for evaluations through the intervention layer's hooks);
 :meth:`copy_of` gives an independent CharLM (to save).
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+import math
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .model import CharLM, route_experts
+from .model import CharLM, dropped, route_experts
 from .spec import ROTARY_BASE, ModelSpec
+
+ROWS = ("matrices", "vectors")
+"""A stack's parameters (:class:`StackedCharLM`): CharLM's tensors of two or more dimensions (weight
+decay applies to them), then its biases and LayerNorms, each a row ``[M, N]`` per model."""
 
 
 def stack_key(spec: ModelSpec) -> tuple:
     """What must be equal for two models to share a stack: every parameter's shape (and the
-    positions' kind). The number of heads, key/value heads and top-k may differ."""
+    positions' kind), and the dropout rate (one mask a site for the stack). The number of heads,
+    key/value heads and top-k may differ."""
     return (spec.vocab_size, spec.width, spec.layers, spec.context, spec.ffn_mult, spec.heads * spec.head_dim,
-            spec.kv_groups * spec.head_dim, spec.experts, spec.expert_hidden, spec.rotary)
+            spec.kv_groups * spec.head_dim, spec.experts, spec.expert_hidden, spec.rotary, spec.dropout)
 
 
 def _turns(T: int, dims: int, device, dtype) -> torch.Tensor:
@@ -79,17 +98,26 @@ class StackedCharLM(nn.Module):
             raise ValueError("a stack needs at least one model")
         keys = {stack_key(m.spec) for m in models}
         if len(keys) > 1:
-            raise ValueError(f"models whose parameters differ in shape cannot share a stack: {sorted(keys)}")
-        self.specs = [m.spec for m in models]
-        self.names = [n for n, _ in models[0].named_parameters()]
+            raise ValueError(f"models whose parameters differ in shape (or whose dropout differs) cannot share a "
+                             f"stack: {sorted(keys)}")
+        first = dict(models[0].named_parameters())
+        self.names = list(first)
+        self.shapes = {n: tuple(p.shape) for n, p in first.items()}
+        self.rows = {row: [n for n in self.names if (len(self.shapes[n]) >= 2) == (row == "matrices")]
+                     for row in ROWS}
         with torch.no_grad():
-            self.weights = nn.ParameterDict(OrderedDict(
-                (n.replace(".", "__"), nn.Parameter(torch.stack([dict(m.named_parameters())[n].detach()
-                                                                 for m in models]).clone()))
-                for n in self.names))
+            for row, names in self.rows.items():
+                setattr(self, row, nn.Parameter(torch.stack([
+                    torch.cat([dict(m.named_parameters())[n].detach().reshape(-1) for n in names])
+                    for m in models])))
+        self._take([m.spec for m in models])
+
+    def _take(self, specs: list[ModelSpec]) -> None:
+        """The members' settings, and what the forward pass reads of them."""
+        self.specs = list(specs)
         spec = self.specs[0]
-        self.M, self.V, self.D, self.L, self.T = len(models), spec.vocab_size, spec.width, spec.layers, spec.context
-        self.experts = spec.experts
+        self.M, self.V, self.D, self.L, self.T = len(specs), spec.vocab_size, spec.width, spec.layers, spec.context
+        self.experts, self.dropout = spec.experts, spec.dropout
         # models with the same attention split, computed together: {(heads, kv_heads, head_dim, rotary): [i…]}
         groups: dict[tuple, list[int]] = {}
         for i, s in enumerate(self.specs):
@@ -97,11 +125,29 @@ class StackedCharLM(nn.Module):
         self.groups = list(groups.items())
         self.balance_losses: list[torch.Tensor] = []      # per expert layer: [M] of the last forward
         self.expert_counts: torch.Tensor | None = None     # [M, layers, experts] of the last forward
-        self._tables: dict = {}
+        self._tables: dict = getattr(self, "_tables", {})
+        self._w: dict[str, torch.Tensor] | None = None     # CharLM's tensors, during a forward pass
+
+    def tensors(self, grad: bool = False) -> dict[str, torch.Tensor]:
+        """CharLM's parameters by name, each ``[M, *shape]``: views of the rows, each row cut once (the
+        backward of a forward pass joins their gradients in one tensor per row); with ``grad``, the
+        same views of the rows' gradients."""
+        out = {}
+        for row, names in self.rows.items():
+            whole = getattr(self, row)
+            whole = whole.grad if grad else whole
+            parts = whole.split([math.prod(self.shapes[n]) for n in names], dim=1)
+            out.update((n, part.view(self.M, *self.shapes[n])) for n, part in zip(names, parts))
+        return out
 
     def p(self, name: str) -> torch.Tensor:
-        """The stacked parameter of CharLM's ``name`` (``[M, *shape]``)."""
-        return self.weights[name.replace(".", "__")]
+        """The stacked parameter of CharLM's ``name`` (``[M, *shape]``; in a forward pass, its view of
+        that pass)."""
+        return (self._w if self._w is not None else self.tensors())[name]
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        """nanoGPT's dropout on ``x`` ``[M, …]``: one mask for every member, in training mode only."""
+        return dropped(x, self.dropout, self.training)
 
     # ---- the forward pass
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
@@ -135,14 +181,15 @@ class StackedCharLM(nn.Module):
                 qg, kg = _rotated(qg, self._tables[key]), _rotated(kg, self._tables[key])
             if kv != heads:
                 kg, vg = kg.repeat_interleave(heads // kv, dim=1), vg.repeat_interleave(heads // kv, dim=1)
-            y = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)
+            y = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True,
+                                               dropout_p=self.dropout if self.training else 0.0)
             parts.append((members, y.transpose(1, 2).reshape(n, B, T, heads * d)))
         if len(parts) == 1:
             y = parts[0][1]
         else:
             order = torch.tensor([i for members, _ in parts for i in members], device=h.device)
             y = torch.cat([p for _, p in parts]).index_select(0, torch.argsort(order))
-        return self._linear(y, f"{pre}.o")
+        return self._drop(self._linear(y, f"{pre}.o"))
 
     def _ffn(self, h: torch.Tensor, l: int) -> torch.Tensor:
         pre = f"blocks.{l}.ffn"
@@ -168,17 +215,22 @@ class StackedCharLM(nn.Module):
         if T > self.T:
             raise ValueError(f"sequence of {T} tokens is longer than the context {self.T}")
         self.balance_losses, self._counts = [], []
-        tok = self.p("tok.weight")
-        offset = (torch.arange(M, device=idx.device) * self.V).view(M, 1, 1)
-        x = F.embedding(idx + offset, tok.reshape(M * self.V, self.D))            # each model's own rows
-        if "pos.weight" in self.names:
-            x = x + self.p("pos.weight")[:, None, :T]
-        for l in range(self.L):
-            x = x + self._attention(self._norm(x, f"blocks.{l}.ln1"), l)
-            x = x + self._ffn(self._norm(x, f"blocks.{l}.ln2"), l)
-        if self.experts:
-            self.expert_counts = torch.stack(self._counts, dim=1).detach()
-        return self._linear(self._norm(x, "ln_f"), "head")
+        self._w = self.tensors()
+        try:
+            tok = self.p("tok.weight")
+            offset = (torch.arange(M, device=idx.device) * self.V).view(M, 1, 1)
+            x = F.embedding(idx + offset, tok.reshape(M * self.V, self.D))            # each model's own rows
+            if "pos.weight" in self.names:
+                x = x + self.p("pos.weight")[:, None, :T]
+            x = self._drop(x)
+            for l in range(self.L):
+                x = x + self._attention(self._norm(x, f"blocks.{l}.ln1"), l)
+                x = x + self._drop(self._ffn(self._norm(x, f"blocks.{l}.ln2"), l))
+            if self.experts:
+                self.expert_counts = torch.stack(self._counts, dim=1).detach()
+            return self._linear(self._norm(x, "ln_f"), "head")
+        finally:
+            self._w = None
 
     # ---- the models one by one
     def member(self, i: int) -> CharLM:
@@ -186,18 +238,18 @@ class StackedCharLM(nn.Module):
         now, for evaluations; no gradient reaches the stack through it)."""
         with torch.device("meta"):
             model = CharLM(self.specs[i])
-        for name in self.names:
+        for name, w in self.tensors().items():
             owner, _, leaf = name.rpartition(".")
             module = model.get_submodule(owner) if owner else model
-            module._parameters[leaf] = nn.Parameter(self.p(name).detach()[i], requires_grad=False)
+            module._parameters[leaf] = nn.Parameter(w.detach()[i], requires_grad=False)
         return model.eval()
 
     def copy_of(self, i: int) -> CharLM:
         """Model ``i`` as an independent CharLM (its weights copied), in eval mode."""
         with torch.device("meta"):
             model = CharLM(self.specs[i])
-        model = model.to_empty(device=self.p("tok.weight").device)
-        model.load_state_dict({n: self.p(n).detach()[i].clone() for n in self.names})
+        model = model.to_empty(device=self.matrices.device)
+        model.load_state_dict({n: w.detach()[i].clone() for n, w in self.tensors().items()})
         return model.eval()
 
     def subset(self, keep: list[int], opt: torch.optim.Optimizer | None = None):
@@ -211,23 +263,19 @@ class StackedCharLM(nn.Module):
         keep = [int(i) for i in keep]
         if not keep or not all(0 <= i < self.M for i in keep):
             raise ValueError(f"subset: members {keep} of a stack of {self.M}")
-        index = torch.tensor(keep, device=self.p("tok.weight").device)
+        index = torch.tensor(keep, device=self.matrices.device)
         new = StackedCharLM.__new__(StackedCharLM)
         nn.Module.__init__(new)
-        new.specs, new.names = [self.specs[i] for i in keep], list(self.names)
-        new.weights = nn.ParameterDict(OrderedDict(
-            (k, nn.Parameter(v.detach().index_select(0, index).clone(), requires_grad=v.requires_grad))
-            for k, v in self.weights.items()))
-        new.M, new.V, new.D, new.L, new.T, new.experts = len(keep), self.V, self.D, self.L, self.T, self.experts
-        groups: dict[tuple, list[int]] = {}
-        for i, s in enumerate(new.specs):
-            groups.setdefault((s.heads, s.kv_groups, s.head_dim, s.rotary_dims), []).append(i)
-        new.groups, new.balance_losses, new.expert_counts, new._tables = list(groups.items()), [], None, dict(self._tables)
+        new.names, new.shapes, new.rows, new._tables = list(self.names), dict(self.shapes), dict(self.rows), dict(self._tables)
+        for row in ROWS:
+            v = getattr(self, row)
+            setattr(new, row, nn.Parameter(v.detach().index_select(0, index).clone(), requires_grad=v.requires_grad))
+        new._take([self.specs[i] for i in keep])
         new.train(self.training)
         if opt is None:
             return new, None
-        old_of = {id(p): k for k, p in self.weights.items()}
-        new_of = {k: p for k, p in new.weights.items()}
+        old_of = {id(getattr(self, row)): row for row in ROWS}
+        new_of = {row: getattr(new, row) for row in ROWS}
         groups_new = []
         for g in opt.param_groups:
             groups_new.append(dict({k: v for k, v in g.items() if k != "params"},
@@ -244,19 +292,20 @@ class StackedCharLM(nn.Module):
         return new, opt_new
 
     def decay_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-        """(parameters weight decay applies to, the others): CharLM's matrices and embeddings (2-d
-        per model), not its biases and LayerNorms."""
-        decay = [p for p in self.weights.values() if p.dim() >= 3]
-        return decay, [p for p in self.weights.values() if p.dim() < 3]
+        """(parameters weight decay applies to, the others): the rows of CharLM's matrices and
+        embeddings (2-d per model), and of its biases and LayerNorms."""
+        return [self.matrices], [self.vectors]
 
 
-def clip_per_model(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_per_model(params, max_norm: float) -> torch.Tensor:
     """Each model's gradients scaled as ``torch.nn.utils.clip_grad_norm_`` scales one model's (its
     global norm over every parameter, the factor ``max_norm / (norm + 1e-6)`` capped at 1), for
-    stacked parameters ``[M, …]``; returns the norms ``[M]``."""
+    stacked parameters ``[M, …]`` (a stack's two rows: a few operations whatever the model); returns
+    the norms ``[M]``. Nothing is read on the host."""
     grads = [p.grad for p in params if p.grad is not None]
-    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)
-    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    each = [torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads]
+    norms = each[0] if len(each) == 1 else torch.linalg.vector_norm(torch.stack(each), dim=0)
+    coef = (max_norm / (norms + 1e-6)).clamp_(max=1.0)
     for g in grads:
-        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
+        g.mul_((coef if coef.dtype == g.dtype else coef.to(g.dtype)).view(-1, *([1] * (g.dim() - 1))))
     return norms

@@ -3,7 +3,8 @@
 The model is the sweep's :class:`~headwatch.charlm.model.CharLM` with two layers and rotary
 positions (§5f says why rotary). Every step draws a fresh batch of the task's rows
 (:mod:`headwatch.induction.tasks`, stream ``[seed, task, step]``: no row is seen twice), AdamW with
-a linear warm-up and cosine decay to the cap ``steps`` (:func:`headwatch.sweep.train.lr_at`). At
+a linear warm-up and cosine decay to the cap ``steps`` (:func:`headwatch.charlm.loop.lr_at`; the sweep's
+loop, :class:`~headwatch.charlm.loop.Trainer`, with the betas ``betas`` and no clipping). At
 step 0 (before any update) and every ``eval_every`` steps, on fixed evaluation rows of the task
 (stream ``[seed, task, EVAL]``):
 
@@ -35,13 +36,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..charlm.loop import Trainer
 from ..charlm.model import CharLM
 from ..charlm.stack import StackedCharLM
 from ..model.arch import Adapter
 from ..model.interventions import attention_maps
 from ..scores.heads import prev_cells
 from ..settings.induction import InductionSettings, TaskSettings, model_spec, shape_of, task_of, vocab_of
-from ..sweep.train import lr_at
 from . import tasks
 
 EVAL_STREAM, PROBE_STREAM = 1_000_001, 1_000_002
@@ -131,60 +132,116 @@ def train_run(task: str, width: int, heads: int, seed: int, s: InductionSettings
     return train_runs(task, width, heads, [seed], s)[0]
 
 
-def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings, device: str | torch.device = "cpu",
-               progress=None) -> list[Run]:
+def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings,
+               device: str | torch.device = "cpu") -> list[Run]:
     """Train the model of ``width`` and ``heads`` on ``task`` once per seed, every seed in one stack
-    (:class:`~headwatch.charlm.stack.StackedCharLM`: one optimizer step trains them all, each as it
-    would train alone), each on its own rows; evaluated every ``eval_every`` steps model by model
-    (module docstring). A run stops ``settle`` steps after the evaluation at which it has both
-    changed phase and grown an induction head (:func:`headwatch.induction.analysis.run_events`, the
-    summary's own definitions), else at the cap (``steps``; a control's ``control_steps``): it leaves the stack there
-    (:meth:`~headwatch.charlm.stack.StackedCharLM.subset`) and the others train on, each still as
-    alone. ``progress(step)``: called after each step."""
-    from .analysis import run_events
+    (:class:`~headwatch.charlm.loop.Trainer`, the sweep's loop: one optimizer step trains them all,
+    each as it would train alone), each on its own rows; evaluated every ``eval_every`` steps model
+    by model (module docstring). A run stops ``settle`` steps after the evaluation at which it has
+    both changed phase and grown an induction head (:func:`headwatch.induction.analysis.run_events`,
+    the summary's own definitions), else at the cap (``steps``; a control's ``control_steps``): it
+    leaves the stack there (:meth:`~headwatch.charlm.loop.Trainer.subset`) and the others train on,
+    each still as alone."""
+    cell = _Cell(task, width, heads, [int(x) for x in seeds], s, torch.device(device))
+    trainer = Trainer(cell.stack, lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, steps=cell.cap,
+                      weight_decay=s.weight_decay, betas=s.betas,
+                      labels=[f"{task} {shape_of(width, heads)} seed {seed}" for seed in cell.seeds])
+    trainer.stack.train()
+    with torch.no_grad():        # the untrained models; their training loss on the first batch, before any update
+        cell.evaluate(0, trainer.losses(*cell.batch(0)).tolist())
+    for done in trainer.train(0, cell.cap, cell.batch, (s.eval_every,)):
+        trainer.read(done)       # the one host read of the steps since the last evaluation (a non-finite loss stops)
+        trainer.reset()
+        cell.evaluate(done, trainer.last.tolist())
+        cell.charge()
+        leaving = [j for j, i in enumerate(cell.live) if done == cell.cap
+                   or (cell.per[i]["stop_at"] is not None and done >= cell.per[i]["stop_at"])]
+        for j in leaving:
+            p = cell.per[cell.live[j]]
+            p["final"] = (trainer.stack.copy_of(j), done, "events" if p["stop_at"] is not None else "cap")
+        if leaving:
+            staying = [j for j in range(len(cell.live)) if j not in leaving]
+            if not staying:
+                break
+            trainer.subset(staying)
+            cell.follow(trainer.stack, staying)
+    out = []
+    for seed, p in zip(cell.seeds, cell.per):
+        model, stop, reason = p["final"]
+        adapter = Adapter(model)
+        records = pd.DataFrame(p["records"])
+        edges = edge_effects(model, adapter, records, cell.t, task, seed, s)
+        out.append(Run(pd.DataFrame(p["curve"]), records, edges, p["seconds"],
+                       sum(x.numel() for x in model.parameters()), stop, reason))
+    return out
 
-    t = s.task(task_of(task))
-    spec = model_spec(task, width, heads, s)
-    vocab = spec.vocab_size
-    device = torch.device(device)
-    seeds = [int(x) for x in seeds]
-    cap = s.steps_of(task)
-    models = []
-    for seed in seeds:
-        torch.manual_seed(seed)
-        models.append(CharLM(spec))
-    stack = StackedCharLM(models).to(device)
-    task_id = tasks.ALL_TASKS.index(task)
-    per = []
-    for seed in seeds:
-        evaluation = rows(task_of(task), t, s.context, s.eval_rows, [seed, task_id, EVAL_STREAM], seed)
-        own = evaluation if task_of(task) == task else rows(task, t, s.context, s.eval_rows,
-                                                                [seed, task_id, EVAL_STREAM], seed)
-        per.append(dict(evaluation=evaluation, own=own,
-                        reference=float(evaluation.reference[evaluation.predictable].mean()),
-                        unigram=float(evaluation.unigram[evaluation.predictable].mean()),
-                        uniform=uniform_induction(evaluation),
-                        mask=successor_mask(torch.as_tensor(evaluation.ids[:, :-1]),
-                                            torch.as_tensor(evaluation.predictable)),
-                        curve=[], records=[], seconds=0.0, stop_at=None, final=None))
-    decay, rest = stack.decay_groups()
-    opt = torch.optim.AdamW([dict(params=decay, weight_decay=s.weight_decay), dict(params=rest, weight_decay=0.0)],
-                            lr=s.lr, betas=(0.9, 0.95), fused=True)
-    live = list(range(len(seeds)))          # the members still training, in the stack's order
-    views = [stack.member(j) for j in range(len(live))]
-    adapters = [Adapter(v) for v in views]
-    clock = [time.process_time()]
 
-    def charge():
+class _Cell:
+    """One cell's seeds on one task (:func:`train_runs`): the stack it starts from, each run's
+    evaluation rows and records, the members still training (``live``, in the stack's order), and
+    their training rows, made on the host and put on the device together for the steps up to the
+    next evaluation (no copy to the device, which waits for it, inside those steps)."""
+
+    def __init__(self, task: str, width: int, heads: int, seeds: list[int], s: InductionSettings, device: torch.device):
+        self.task, self.seeds, self.s, self.device = task, seeds, s, device
+        self.t = s.task(task_of(task))
+        self.spec = model_spec(task, width, heads, s)
+        self.cap = s.steps_of(task)
+        self.task_id = tasks.ALL_TASKS.index(task)
+        models = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            models.append(CharLM(self.spec))
+        self.stack = StackedCharLM(models).to(device)
+        self.per = []
+        for seed in seeds:
+            evaluation = rows(task_of(task), self.t, s.context, s.eval_rows, [seed, self.task_id, EVAL_STREAM], seed)
+            own = evaluation if task_of(task) == task else rows(task, self.t, s.context, s.eval_rows,
+                                                                    [seed, self.task_id, EVAL_STREAM], seed)
+            self.per.append(dict(evaluation=evaluation, own=own,
+                                 reference=float(evaluation.reference[evaluation.predictable].mean()),
+                                 unigram=float(evaluation.unigram[evaluation.predictable].mean()),
+                                 uniform=uniform_induction(evaluation),
+                                 mask=successor_mask(torch.as_tensor(evaluation.ids[:, :-1]),
+                                                     torch.as_tensor(evaluation.predictable)),
+                                 curve=[], records=[], seconds=0.0, stop_at=None, final=None))
+        self.live = list(range(len(seeds)))
+        self.follow(self.stack, self.live)
+        self.clock = time.process_time()
+
+    def follow(self, stack: StackedCharLM, staying: list[int]) -> None:
+        """The members ``staying`` (positions in the stack before) train on, in ``stack``."""
+        self.live = [self.live[j] for j in staying]
+        self.views = [stack.member(j) for j in range(len(self.live))]
+        self.adapters = [Adapter(v) for v in self.views]
+        self.chunk, self.chunk_steps = None, range(0)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step ``step``'s rows of every live member (``[seed, task, step]``): inputs and targets."""
+        if step not in self.chunk_steps:
+            every, s = self.s.eval_every, self.s
+            self.chunk_steps = range(step, min(self.cap, (step // every + 1) * every))
+            self.chunk = torch.as_tensor(np.stack([
+                np.stack([rows(self.task, self.t, s.context, s.batch, [self.seeds[i], self.task_id, k], self.seeds[i]).ids
+                          for i in self.live]) for k in self.chunk_steps]), device=self.device)
+        ids = self.chunk[step - self.chunk_steps.start]
+        return ids[..., :-1], ids[..., 1:]
+
+    def charge(self) -> None:
         """The CPU seconds since the last charge, shared by the members that trained in them."""
         now = time.process_time()
-        for i in live:
-            per[i]["seconds"] += (now - clock[0]) / len(live)
-        clock[0] = now
+        for i in self.live:
+            self.per[i]["seconds"] += (now - self.clock) / len(self.live)
+        self.clock = now
 
-    def evaluate(step: int, train_losses: list[float]):
-        for j, i in enumerate(live):
-            view, adapter, p = views[j], adapters[j], per[i]
+    def evaluate(self, step: int, train_losses: list[float]) -> None:
+        """Each live member's curve row and head records at ``step`` (its last training loss given);
+        where it has had both events, the step it stops at."""
+        from .analysis import run_events
+
+        s = self.s
+        for j, i in enumerate(self.live):
+            view, adapter, p = self.views[j], self.adapters[j], self.per[i]
             loss = predictable_loss(view, p["evaluation"])
             own_loss = loss if p["own"] is p["evaluation"] else predictable_loss(view, p["own"])
             sc = head_scores(view, p["evaluation"], adapter, p["mask"])
@@ -192,8 +249,8 @@ def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings, d
                                    gap=loss - p["reference"], own_loss=own_loss, train_loss=train_losses[j],
                                    best_prev=float(sc["prev"].max()), best_induction=float(sc["induction"].max()),
                                    best_induction_excess=float(sc["induction"].max()) - p["uniform"]))
-            for l in range(spec.layers):
-                for h in range(spec.heads):
+            for l in range(self.spec.layers):
+                for h in range(self.spec.heads):
                     p["records"].append(dict(step=step, layer=l, head=h, prev=float(sc["prev"][l, h]),
                                              induction=float(sc["induction"][l, h]),
                                              induction_excess=float(sc["induction"][l, h]) - p["uniform"]))
@@ -201,55 +258,6 @@ def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings, d
                 ev = run_events(pd.DataFrame(p["curve"]), pd.DataFrame(p["records"]), s.threshold, s.margin)
                 if ev["phase_step"] is not None and ev["induction_step"] is not None:
                     p["stop_at"] = step + s.settle
-
-    def batch_at(step: int) -> torch.Tensor:
-        return torch.as_tensor(np.stack([rows(task, t, s.context, s.batch, [seeds[i], task_id, step], seeds[i]).ids
-                                         for i in live]), device=device)
-
-    def batch_losses(ids: torch.Tensor) -> torch.Tensor:
-        logits = stack(ids[..., :-1])
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[..., 1:].reshape(-1),
-                                                 reduction="none").view(len(live), -1).mean(dim=1)
-
-    stack.train()
-    with torch.no_grad():        # the untrained models; their training loss on the first batch, before any update
-        evaluate(0, batch_losses(batch_at(0)).tolist())
-    for step in range(cap):
-        ids = batch_at(step)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, s.lr, s.min_lr, s.warmup, cap)
-        losses = batch_losses(ids)
-        opt.zero_grad(set_to_none=True)
-        losses.sum().backward()      # each model's parameters get their own loss's gradient only
-        opt.step()
-        done = step + 1
-        if done % s.eval_every == 0 or done == cap:
-            evaluate(done, losses.detach().tolist())
-            charge()
-            leaving = [j for j, i in enumerate(live) if done == cap
-                       or (per[i]["stop_at"] is not None and done >= per[i]["stop_at"])]
-            for j in leaving:
-                i = live[j]
-                per[i]["final"] = (stack.copy_of(j), done, "events" if per[i]["stop_at"] is not None else "cap")
-            if leaving:
-                staying = [j for j in range(len(live)) if j not in leaving]
-                live = [live[j] for j in staying]
-                if not live:
-                    break
-                stack, opt = stack.subset(staying, opt)
-                views = [stack.member(j) for j in range(len(live))]
-                adapters = [Adapter(v) for v in views]
-        if progress is not None:
-            progress(done)
-    out = []
-    for seed, p in zip(seeds, per):
-        model, stop, reason = p["final"]
-        adapter = Adapter(model)
-        records = pd.DataFrame(p["records"])
-        edges = edge_effects(model, adapter, records, t, task, seed, s)
-        out.append(Run(pd.DataFrame(p["curve"]), records, edges, p["seconds"],
-                       sum(x.numel() for x in model.parameters()), stop, reason))
-    return out
 
 
 def edge_effects(model: CharLM, adapter: Adapter, records: pd.DataFrame, t: TaskSettings, task: str, seed: int,

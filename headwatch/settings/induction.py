@@ -73,6 +73,7 @@ class InductionSettings(Settings):
     min_lr: float = 3e-4
     warmup: int = 50
     weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)         # AdamW's (a job's param only when not these)
     eval_every: int = 16
     eval_rows: int = 128
     edge_prompts: int = 32
@@ -89,6 +90,7 @@ class InductionSettings(Settings):
         object.__setattr__(self, "run", tuple(str(t) for t in self.run))
         if self.shapes is not None:
             object.__setattr__(self, "shapes", tuple(str(s) for s in self.shapes))
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
         for name, kind in (("context", int), ("ffn_mult", int), ("steps", int), ("control_steps", int), ("settle", int), ("batch", int),
                            ("lr", float), ("min_lr", float), ("warmup", int), ("weight_decay", float), ("eval_every", int),
                            ("eval_rows", int), ("edge_prompts", int), ("threshold", float), ("margin", float)):
@@ -118,7 +120,8 @@ TASK_NAMES = ("repeat", "markov", "repeat_control", "markov_control")
 TRAIN_KEYS = ("context", "ffn_mult", "steps", "control_steps", "settle", "batch", "lr", "min_lr", "warmup", "weight_decay",
               "eval_every", "eval_rows", "edge_prompts", "threshold", "margin")
 """The keys a training job reads besides its task's settings and its seeds (its params: nothing else
-reruns it). The threshold and the margin are the events a run stops on."""
+reruns it). The threshold and the margin are the events a run stops on. ``betas`` joins them when it
+is not the default (0.9, 0.95): the jobs trained before it was a setting keep their params."""
 
 
 LAYERS = 2
@@ -190,8 +193,9 @@ def job_params(cfg: dict, task: str, shape: str) -> dict:
     if task not in s.run or not match:
         raise ValueError(f"induction: no job {task}/{shape} at this scale (run: {list(s.run)}; shapes: "
                          f"{[k for k, _, _ in shapes(s)]})")
+    own = {"betas": list(s.betas)} if s.betas != InductionSettings.betas else {}   # absent at the default: no rerun
     return dict(task=task, width=match[0][0], heads=match[0][1], task_settings=dict(cfg["tasks"][task_of(task)]),
-                seeds=list(s.seeds_of(task)), **{k: cfg[k] for k in TRAIN_KEYS})
+                seeds=list(s.seeds_of(task)), **{k: cfg[k] for k in TRAIN_KEYS}, **own)
 
 
 def induction_errors(config: dict) -> list[str]:
@@ -247,6 +251,8 @@ def induction_errors(config: dict) -> list[str]:
         errors.append(f"induction.settle = {s.settle}: 0 or more steps")
     if not 0 <= s.warmup <= s.steps:
         errors.append(f"induction.warmup = {s.warmup}: within 0 .. steps = {s.steps}")
+    if len(s.betas) != 2 or not all(0 <= b < 1 for b in s.betas):
+        errors.append(f"induction.betas = {list(s.betas)}: AdamW's two decay rates, each in [0, 1)")
     if not 0 < s.threshold < 1 or s.margin <= 0:
         errors.append(f"induction.threshold = {s.threshold} must lie in (0, 1) and induction.margin = {s.margin} "
                       "above 0")

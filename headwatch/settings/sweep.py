@@ -335,6 +335,8 @@ def slug(entry: dict) -> str:
         if "expert_width" in entry:
             s += f"-x{entry['expert_width']}"
         s += f"-b{_num(entry.get('balance', TRAINING_OPTIONS['balance']))}"
+    if entry.get("dropout"):
+        s += f"-drop{_num(entry['dropout'])}"
     if vocab_of(entry) != CHAR:
         s += f"-v{vocab_of(entry)}"
     return s
@@ -349,10 +351,11 @@ def model_of(sweep_cfg: dict, entry: dict) -> dict:
     """The model settings of a grid entry: width, heads, the sweep's model defaults, its options
     (a training job's ``model``; :meth:`ModelSpec.from_settings` builds the model from it).
 
-    An entry without options gives exactly ``dict(width, heads, **sweep.model)``."""
+    An entry without options (or with ``dropout: 0``) gives exactly ``dict(width, heads, **sweep.model)``."""
     model = dict(width=entry["width"], heads=entry["heads"], **sweep_cfg["model"])
     for k in GRID_OPTIONS:
-        if k in entry and not (k in ("top_k", *TRAINING_OPTIONS) and not entry.get("experts")):
+        if k in entry and not (k in ("top_k", *TRAINING_OPTIONS) and not entry.get("experts")) \
+                and not (k == "dropout" and not entry[k]):       # dropout 0 is the plain model, its params too
             model[k] = entry[k]
     if entry.get("experts"):
         model.setdefault("top_k", DEFAULTS["top_k"])
@@ -411,7 +414,7 @@ def model_numbers(model: dict, vocab_size: int = 65,
     return dict(width=spec.width, heads=spec.heads, layers=spec.layers, head_size=spec.head_dim,
                 kv_heads=spec.kv_groups, experts=spec.experts, top_k=spec.routed,
                 expert_width=spec.expert_hidden,
-                balance=float(model.get("balance", TRAINING_OPTIONS["balance"])),
+                balance=float(model.get("balance", TRAINING_OPTIONS["balance"])), dropout=spec.dropout,
                 ffn_active_width=p["ffn_active_width"], non_embedding=p["non_embedding"],
                 params_formula=p["total"], params_active_formula=p["total_active"],
                 kv_cache_bytes_per_token=spec.kv_cache_bytes_per_token(bytes_per_number))
@@ -546,7 +549,7 @@ def _contrast_pairs(name: str, arms: list[dict]) -> list[tuple[str | None, str |
 
 
 # ------------------------------------------------------------------ the pre-job checks
-INTEGER_OPTIONS = tuple(k for k in GRID_OPTIONS if k != "balance")
+INTEGER_OPTIONS = tuple(k for k in GRID_OPTIONS if k not in ("balance", "dropout"))
 
 
 def contrast_errors(sweep_cfg: dict, sw: dict) -> list[str]:
@@ -572,6 +575,9 @@ def entry_errors(entry: dict, sweep_cfg: dict) -> list[str]:
     b = entry.get("balance", 0)
     if not (isinstance(b, (int, float)) and b >= 0):
         out.append(f"balance must be a number >= 0, got {b!r}")
+    p = entry.get("dropout", 0)
+    if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1):
+        out.append(f"dropout must be a number in [0, 1) (the share of units dropped), got {p!r}")
     if not entry.get("experts") and any(k in entry for k in ("top_k", "expert_width", "balance")):
         out.append("top_k, expert_width and balance need experts > 0")
     if "vocab" in entry:
@@ -601,6 +607,16 @@ def unit_errors(entry: dict, study: dict | None) -> list[str]:
     return [f"vocab: {vocab!r} in {where}: its loss would be in nats per {vocab} token, compared with "
             "nats per character; another vocabulary belongs in a study of kind vocab (bits per "
             "character of the same text)"]
+
+
+def dropout_errors(entry: dict, study: dict | None) -> list[str]:
+    """Dropout in a study's grid: a study tells its arms apart by their shape, balance and vocabulary
+    (:data:`ARM_KEYS`), not by dropout; a regularised arm is a sweep of its own (config/config.yaml:
+    ``regularised``)."""
+    if study and entry.get("dropout"):
+        return [f"dropout: {entry['dropout']!r} in a {study.get('kind')} study, whose arms are compared without "
+                "it; give the regularised arms a sweep of their own (no study block)"]
+    return []
 
 
 def train_errors(key: str, t: dict) -> list[str]:
@@ -702,7 +718,7 @@ def check_sweeps(sweep_cfg: dict) -> list[str]:
                 errors.append(f"{key}.grid[{i}]: width and heads must be positive integers, got {e}")
                 continue
             errors += [f"{key}.grid[{i}]: {m}" for m in entry_errors(e, sweep_cfg)]
-            errors += [f"{key}.grid[{i}].{m}" for m in unit_errors(e, sw.get("study"))]
+            errors += [f"{key}.grid[{i}].{m}" for m in unit_errors(e, sw.get("study")) + dropout_errors(e, sw.get("study"))]
             if slug(e) in seen:
                 errors.append(f"{key}.grid[{i}]: {slug(e)} repeats grid[{seen[slug(e)]}]")
             seen.setdefault(slug(e), i)

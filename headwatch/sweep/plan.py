@@ -7,7 +7,7 @@ wildcard). A grid entry may add options, each named in
 its slug, in this order::
 
     w{width}-h{heads}  [-l{layers}] [-d{head_size}] [-kv{kv_heads}]
-                       [-e{experts}k{top_k} [-x{expert_width}] -b{balance}] [-v{vocab}]
+                       [-e{experts}k{top_k} [-x{expert_width}] -b{balance}] [-drop{dropout}] [-v{vocab}]
 
 e.g. ``w256-h4-e8k2-b0.01``, ``w192-h2-l8-d64``, ``w256-h4-kv2``, ``w256-h4-vbpe1024``
 (:func:`headwatch.settings.sweep.slug`; what a grid entry means is the sweep's settings'). A key that is
@@ -19,7 +19,8 @@ load-balancing loss, default 0) is only allowed with experts and always shown
 after them (``-b0`` = none). ``vocab`` names the vocabulary the model reads
 (:mod:`headwatch.charlm.tokenizer`: ``char`` or ``bpe{size}``); ``char``, the
 corpus's own characters, is the default and is not shown, so ``{vocab: char}`` is
-the plain entry. Another vocabulary changes the data, not the model's options:
+the plain entry. ``dropout`` (nanoGPT's, in training) is shown when it is not 0: ``{dropout: 0}``
+is the plain entry too. Another vocabulary changes the data, not the model's options:
 it is the job's ``vocab`` (:func:`job_params`), absent for ``char``, so the
 plain jobs' params stay as they were. A job whose model a ``vocab`` study reads
 (or that reads another vocabulary) also scores the whole validation split in bits
@@ -56,9 +57,9 @@ from ..charlm.vocab import VOCAB_PATTERN, parse_vocab_name
 from ..settings.sweep import CHAR, HeadsSettings, active_sweeps, model_of, slug, train_of, vocab_of
 
 SLUG = re.compile(r"^w(\d+)-h(\d+)(?:-l(\d+))?(?:-d(\d+))?(?:-kv(\d+))?"
-                  r"(?:-e(\d+)k(\d+)(?:-x(\d+))?-b([0-9.e+-]+))?"
+                  r"(?:-e(\d+)k(\d+)(?:-x(\d+))?-b([0-9.e+-]+))?(?:-drop([0-9.e+-]+))?"
                   rf"(?:-v({VOCAB_PATTERN}))?$")
-SLUG_PATTERN = (r"w\d+-h\d+(-l\d+)?(-d\d+)?(-kv\d+)?(-e\d+k\d+(-x\d+)?-b[0-9.e+-]+)?"
+SLUG_PATTERN = (r"w\d+-h\d+(-l\d+)?(-d\d+)?(-kv\d+)?(-e\d+k\d+(-x\d+)?-b[0-9.e+-]+)?(-drop[0-9.e+-]+)?"
                 rf"(-v({VOCAB_PATTERN}))?")
 
 
@@ -114,7 +115,7 @@ def train_jobs(sweep_cfg: dict) -> list[dict]:
     return [r for r in runs(sweep_cfg) if r["trained_under"] == r["sweep"]]
 
 
-STACK_PATTERN = rf"w\d+-l\d+(-a\d+)?(-kv\d+)?(-e\d+x\d+)?(-v({VOCAB_PATTERN}))?(-\d+)?"
+STACK_PATTERN = rf"w\d+-l\d+(-a\d+)?(-kv\d+)?(-e\d+x\d+)?(-drop[0-9.e+-]+)?(-v({VOCAB_PATTERN}))?(-\d+)?"
 """A stack's name (:func:`stacks`): the parameter shapes its models share, and its part when split."""
 STACK = 16
 """Models a stack holds at most when ``sweep.stack`` is not given."""
@@ -123,7 +124,8 @@ STACK = 16
 def stack_signature(model: dict, vocab: str) -> str:
     """The parameter shapes of a grid entry's model, as a name: ``w{width}-l{layers}``, the attention's
     inner width (``-a``) and key/value width (``-kv``) where they differ from the width, the experts
-    and their width (``-e{E}x{X}``), the vocabulary (``-v``). Entries of one sweep with the same
+    and their width (``-e{E}x{X}``), the dropout (``-drop``: a stack draws one mask a site for all its
+    models, so they share it), the vocabulary (``-v``). Entries of one sweep with the same
     signature can train in one stack (:class:`headwatch.charlm.stack.StackedCharLM`): e.g. every head
     count of one width."""
     from ..charlm.spec import ModelSpec
@@ -134,6 +136,7 @@ def stack_signature(model: dict, vocab: str) -> str:
     name += f"-a{inner}" if inner != spec.width else ""
     name += f"-kv{kv}" if kv != inner else ""
     name += f"-e{spec.experts}x{spec.expert_hidden}" if spec.experts else ""
+    name += f"-drop{spec.dropout:g}" if spec.dropout else ""
     return name + (f"-v{vocab}" if vocab != CHAR else "")
 
 
@@ -239,7 +242,8 @@ the cost model's factor is 1 + heads / HEAD_OVERHEAD (1.21 at 32)."""
 
 def job_macs(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> float:
     """Multiply-adds of one training job: its steps (forward and backward) and its evaluations
-    (``eval_batches`` × batch windows, forward only, every ``eval_every`` steps and at the end)."""
+    (``eval_batches`` × batch windows of the validation split and as many of the training split,
+    forward only, every ``eval_every`` steps and at the end)."""
     from ..charlm.spec import ModelSpec
 
     job = job_params(sweep_cfg, sweep, shape, seed)
@@ -247,8 +251,8 @@ def job_macs(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> float:
     spec = ModelSpec.from_settings(vocab, job["model"])
     t = job["train"]
     evaluations = t["steps"] // t["eval_every"] + 1
-    return t["steps"] * spec.step_macs(t["batch"]) + evaluations * t["eval_batches"] * t["batch"] * spec.context \
-        * spec.token_macs()
+    return t["steps"] * spec.step_macs(t["batch"]) + evaluations * 2 * t["eval_batches"] * t["batch"] \
+        * spec.context * spec.token_macs()
 
 
 def job_priority(sweep_cfg: dict, sweep: str, shape: str, seed: int) -> int:

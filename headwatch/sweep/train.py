@@ -4,28 +4,31 @@
   ``numpy.random.default_rng([seed, s])`` (stateless), so every configuration of a
   seed sees the same windows in the same order, independent of the model's
   initialization, and a resumed run needs no saved data position.
-* Validation: ``eval_batches × batch`` windows spaced evenly over the
-  validation split (no randomness: the same set for every model), evaluated
-  every ``eval_every`` steps and at the end. Loss is in nats per token (per character
-  for the corpus's own character vocabulary).
+* The course (protocol §7): every ``eval_every`` steps and at the end, the validation loss on
+  ``eval_batches × batch`` windows spaced evenly over the validation split and the loss on as many
+  windows spaced evenly over the training split (a fixed sample; no randomness: the same windows
+  for every model and every evaluation), the whole stack in one pass each, in eval mode. Loss is in
+  nats per token (per character for the corpus's own character vocabulary). The run's info keeps
+  its best validation loss and step, the final train–validation gap and its evaluations' share of
+  the training time (:func:`course_record`).
 * At the end (``full_eval``), bits per character of the **whole** validation split
   (:func:`headwatch.charlm.tokenizer.bits_per_char`, windows of the context tiling
   the split), recorded in the run's info as ``val_full`` with the hash of the
   validation text it scored, so runs on different vocabularies can be compared on
   the same characters (the vocab study). ``lengths`` gives each token id's
   characters (all 1 for the character vocabulary).
-* No host synchronisation inside a step: every step's windows are on the device
-  before the first one, and each step's loss is summed on the device (float64)
-  and read only where a metrics row or a checkpoint is written — the same
-  losses, bit for bit, as reading every step's. ``tokens_per_s`` is timed
-  between those reads (evaluation and checkpoint writing excluded).
-* AdamW (weight decay on matrices and embeddings only), linear warm-up to
-  ``lr`` then cosine decay to ``min_lr``, gradient clipping.
+* The steps are :class:`headwatch.charlm.loop.Trainer`'s, the induction sweep's too: AdamW (weight
+  decay on matrices and embeddings only), linear warm-up to ``lr`` then cosine decay to ``min_lr``,
+  each model's gradient clipped on its own; no host synchronisation inside a step (every step's
+  windows are on the device before the first one, each step's loss summed on the device in
+  float64 and read only where a metrics row or a checkpoint is written — the same losses, bit for
+  bit, as reading every step's). ``tokens_per_s`` is timed between those reads (evaluation and
+  checkpoint writing excluded).
 * With ``heads`` (``sweep.heads``, protocol §7b), every evaluation step also records every
   head's scores on a fixed probe and the in-context score (:mod:`headwatch.sweep.heads`); no
   pass over the data, outside the timed steps.
 * A checkpoint (model, optimizer, metrics and head records so far, the loss accumulated since
-  the last row, the torch RNG state, and a fingerprint of everything that
+  the last row, the torch RNG states (dropout's masks), and a fingerprint of everything that
   defines the run) is written atomically every ``checkpoint_every`` steps; the
   one before it is kept (``checkpoint.prev.pt``). A restarted run resumes from
   the newest readable one whose fingerprint matches and then ends with exactly
@@ -44,7 +47,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import os
 import resource
 import sys
@@ -60,12 +62,13 @@ from torch.nn import functional as F
 from ..model.arch import Adapter
 from ..model.interventions import at_least_float32
 from ..charlm.corpus import batch_offsets, eval_offsets
+from ..charlm.loop import Trainer
 from ..charlm.model import CharLM
-from ..charlm.stack import StackedCharLM, clip_per_model
+from ..charlm.stack import StackedCharLM
 from ..charlm.spec import OPTIONS, TRAINING_OPTIONS, ModelSpec
 from ..charlm.tokenizer import bits_per_char, sha256
 from ..settings.sweep import PRECISIONS, HeadsSettings, TrainSettings
-from ..tableio import NonFiniteError, assert_finite, file_sha256, read_note, verify_sha256
+from ..tableio import assert_finite, file_sha256, read_note, verify_sha256
 from ..jobs import keep_attempt_log
 from .heads import heads_frame, in_context_score, make_probe, probe_scores, records
 
@@ -74,14 +77,6 @@ log = logging.getLogger("headwatch.sweep")
 
 class Interrupted(RuntimeError):
     """Raised by ``train(stop_after=...)``: simulates a job killed after a checkpoint."""
-
-
-def lr_at(step: int, lr: float, min_lr: float, warmup: int, steps: int) -> float:
-    """Learning rate of step ``step`` (0-based): linear warm-up, then cosine to ``min_lr``."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (lr - min_lr)
 
 
 def windows(ids: torch.Tensor, offsets, context: int):
@@ -98,14 +93,6 @@ def make_model(vocab_size: int, model_cfg: dict, seed: int) -> CharLM:
     spec = ModelSpec.from_settings(vocab_size, model_cfg)
     torch.manual_seed(seed)
     return CharLM(spec)
-
-
-def make_optimizer(model: CharLM, s: TrainSettings, device: torch.device) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [dict(params=decay, weight_decay=s.weight_decay),
-              dict(params=no_decay, weight_decay=0.0)]
-    return torch.optim.AdamW(groups, lr=s.lr, betas=tuple(s.betas), fused=True)
 
 
 def bf16_supported(device: torch.device) -> bool:
@@ -353,14 +340,10 @@ def train_stack(ids: np.ndarray, meta: dict, members: list[dict], train_cfg: Tra
     ``precision_fallback`` (why they differ, or None) and ``compiled``.
     """
     run = _setup(ids, meta, members, train_cfg, checkpoint, device, precision, lengths, heads, compile)
-    s = run.s
-    for step in range(run.first, s.steps):
-        _step(run, step)
-        done = step + 1
-        row_due = done % s.eval_every == 0 or done == s.steps
-        if row_due or (run.ckpt and done % s.checkpoint_every == 0):   # keep in step with the checkpoint's test
-            _to_host(run, done)
-        if row_due:
+    s, trainer = run.s, run.trainer
+    every = (s.eval_every,) + ((s.checkpoint_every,) if run.ckpt else ())
+    for done in trainer.train(run.first, s.steps, run.batch, every):    # each reads the losses (the one host read)
+        if done % s.eval_every == 0 or done == s.steps:
             _evaluation(run, done)
         if run.ckpt and done % s.checkpoint_every == 0 and done < s.steps:
             _checkpoint(run, done, stop_after)
@@ -369,28 +352,24 @@ def train_stack(ids: np.ndarray, meta: dict, members: list[dict], train_cfg: Tra
 
 @dataclass
 class _Run:
-    """One stack's settings, data, models and optimizer, and its running state (``state``: what a
-    checkpoint keeps, plain data, one entry per member where the members differ; the loss
-    accumulators live on the device)."""
+    """One stack's settings, data and trainer (:class:`~headwatch.charlm.loop.Trainer`: the stack, its
+    optimizer and the training losses on the device), and its running state (``state``: what a
+    checkpoint keeps besides the weights and the optimizer, plain data, one entry per member where
+    the members differ)."""
 
     s: TrainSettings
     members: list[dict]
     seeds: list[int]
+    specs: list[ModelSpec]
+    trainer: Trainer
     device: torch.device
     precision: str                # the precision computed in (the one asked for is in the fingerprint)
     precision_requested: str
     fallback: str | None          # why they differ
-    compiled: bool
-    forward: object               # the stack, or its torch.compile wrapper (training steps only)
-    specs: list[ModelSpec]
-    amp: object
     record: dict
-    train_ids: torch.Tensor
-    val_ids: torch.Tensor
-    val_offsets: torch.Tensor
-    stack: StackedCharLM
+    data: dict                    # train_ids, val_ids, and the fixed windows: val_offsets, sample_offsets
+    offsets: torch.Tensor         # [steps, M, batch]: every step's windows, on the device
     views: list[CharLM]           # each member as a CharLM reading the stack's weights (evaluations)
-    opt: torch.optim.Optimizer
     params: list[int]
     fps: list[str]
     fp: str
@@ -400,20 +379,18 @@ class _Run:
     recovered: list
     attempt_log: Path | None
     earlier_logs: list
-    balance: torch.Tensor         # [M] each member's weight of its balancing loss (0 = none)
-    balanced: bool                # whether any member has one (known on the host)
     first: int
-    offsets: torch.Tensor         # [steps, M, batch]
-    loss_sum: torch.Tensor        # [M]
-    bad_step: torch.Tensor        # [M]
-    bad_value: torch.Tensor       # [M]
     probe: object = None          # headwatch.sweep.heads.Probe when the heads are recorded
     adapters: list | None = None
-    clock: float | None = None
 
     @property
     def M(self) -> int:
         return len(self.members)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step ``step``'s windows of every member (its own seed's): inputs and targets ``[M, batch, T]``."""
+        x, y = windows(self.data["train_ids"], self.offsets[step - self.first].flatten(), self.specs[0].context)
+        return x.view(self.M, self.s.batch, -1), y.view(self.M, self.s.batch, -1)
 
 
 def member_fingerprint(meta: dict, model_cfg: dict, seed: int, s: TrainSettings, precision: str,
@@ -425,8 +402,13 @@ def member_fingerprint(meta: dict, model_cfg: dict, seed: int, s: TrainSettings,
                        **({"compile": True} if compile else {}))
 
 
+CHECKPOINT_FORMAT = 2
+"""The checkpoints' layout: 2, the stack's parameters as two rows (:mod:`headwatch.charlm.stack`) and the
+fine course's state. A checkpoint of another layout belongs to other settings (its run starts again)."""
+
+
 def _setup(ids, meta, members, train_cfg, checkpoint, device, precision, lengths, heads, compile=False) -> _Run:
-    """Settings, data on the device, the stack and its optimizer, resumed from the newest matching
+    """Settings, data on the device, the stack and its trainer, resumed from the newest matching
     checkpoint if there is one; every step's windows on the device."""
     if not members:
         raise ValueError("train_stack needs at least one member")
@@ -438,39 +420,47 @@ def _setup(ids, meta, members, train_cfg, checkpoint, device, precision, lengths
     context = specs[0].context
     n_train = meta["n_train"]
     record = validation_record(np.asarray(ids[n_train:]), meta, lengths)   # before any step: fail early
-    data = torch.as_tensor(ids.astype(np.int64), device=device)
-    train_ids, val_ids = data[:n_train], data[n_train:]
-    val_offsets = torch.as_tensor(eval_offsets(len(val_ids), s.eval_batches * s.batch, context),
-                                  device=device)
+    whole = torch.as_tensor(ids.astype(np.int64), device=device)
+    fixed = s.eval_batches * s.batch         # the validation windows, and as many of the training split
+    data = dict(train_ids=whole[:n_train], val_ids=whole[n_train:],
+                val_offsets=torch.as_tensor(eval_offsets(len(whole) - n_train, fixed, context), device=device),
+                sample_offsets=torch.as_tensor(eval_offsets(n_train, fixed, context), device=device))
     requested = precision
     precision, fallback = resolve_precision(device, requested)
     if fallback:
         log.warning("%s", fallback)
-    amp = precision_context(device, precision)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
+    # Weight of each member's load-balancing loss (mean of its expert layers' E·Σ f_i·P_i); 0 = none.
+    balance = [float(m["model"].get("balance", TRAINING_OPTIONS["balance"])) for m in members]
+    for b, spec in zip(balance, specs):
+        if b and not spec.experts:
+            raise ValueError(f"balance {b} needs experts (model {spec.to_dict()})")
     stack = StackedCharLM([make_model(meta["vocab_size"], m["model"], seed) for m, seed in zip(members, seeds)])
-    stack = stack.to(device)
-    decay, no_decay = stack.decay_groups()
-    opt = torch.optim.AdamW([dict(params=decay, weight_decay=s.weight_decay), dict(params=no_decay, weight_decay=0.0)],
-                            lr=s.lr, betas=tuple(s.betas), fused=True)
+    trainer = Trainer(stack.to(device), lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, steps=s.steps,
+                      weight_decay=s.weight_decay, betas=s.betas, grad_clip=s.grad_clip, balance=balance,
+                      amp=precision_context(device, precision), compile=compile,
+                      labels=[f"model {spec.to_dict()}, seed {seed}" for spec, seed in zip(specs, seeds)])
     params = [spec.param_counts()["total"] for spec in specs]
     fps = [member_fingerprint(meta, m["model"], seed, s, requested, heads, compile) for m, seed in zip(members, seeds)]
-    fp = fps[0] if len(fps) == 1 else fingerprint(stack=fps)
+    fp = fingerprint(checkpoint=CHECKPOINT_FORMAT, members=fps)
     M = len(members)
-    state = dict(step=0, rows=[[] for _ in range(M)], loss_sum=[0.0] * M, loss_n=0, tokens=0, seconds=0.0,
-                 heads=[[] for _ in range(M)])
+    state = dict(step=0, rows=[[] for _ in range(M)], loss_sum=[0.0] * M, loss_n=0, seconds=0.0, train_seconds=0.0,
+                 eval_seconds=0.0, heads=[[] for _ in range(M)])
     resumed_from = 0
     ckpt = Path(checkpoint) if checkpoint else None
     saved, recovered = load_checkpoint(ckpt, fp, device) if ckpt else (None, [])
     attempt_log, earlier_logs = keep_attempt_log(_log_file(), copy=False) if ckpt else (None, [])
     if saved is not None:
         stack.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["optimizer"])
+        trainer.opt.load_state_dict(saved["optimizer"])
         torch.set_rng_state(saved["rng"])
+        if saved.get("cuda_rng") is not None and device.type == "cuda":
+            torch.cuda.set_rng_state(saved["cuda_rng"], device)
         state = saved["state"]
         resumed_from = state["step"]
+        trainer.reset(state["loss_sum"], state["loss_n"], state["seconds"])
     views = [stack.member(i) for i in range(M)]
     probe = adapters = None
     if heads:
@@ -483,141 +473,91 @@ def _setup(ids, meta, members, train_cfg, checkpoint, device, precision, lengths
                  ", training steps compiled (torch.compile)" if compile else "")
     if M > 1:
         log.info("%d models trained in one stack: one optimizer step trains them all", M)
-
-    # Weight of each member's load-balancing loss (mean of its expert layers' E·Σ f_i·P_i); 0 = none.
-    balance = [float(m["model"].get("balance", TRAINING_OPTIONS["balance"])) for m in members]
-    for b, spec in zip(balance, specs):
-        if b and not spec.experts:
-            raise ValueError(f"balance {b} needs experts (model {spec.to_dict()})")
     stack.train()
     first = state["step"]
-    # No host synchronisation inside a step: every step's windows are on the device before
-    # the first step; each step's losses are added on the device (in float64: bit for bit the
-    # sum of the float32 values in Python) with the first non-finite one, and they are read
-    # on the host only where a metrics row or a checkpoint is written. The clip norms and the
-    # balancing losses are never read.
+    # No host synchronisation inside a step: every step's windows are on the device before the
+    # first step; the trainer adds each step's losses on the device, read only where a metrics
+    # row or a checkpoint is written. The clip norms and the balancing losses are never read.
     offsets = torch.as_tensor(np.array([[batch_offsets(seed, k, n_train, s.batch, context) for seed in seeds]
                                         for k in range(first, s.steps)], dtype=np.int64)
                               .reshape(-1, M, s.batch), device=device)
-    return _Run(s=s, members=members, seeds=seeds, device=device, precision=precision, precision_requested=requested,
-                fallback=fallback, compiled=bool(compile), forward=torch.compile(stack) if compile else stack,
-                specs=specs, amp=amp, record=record, train_ids=train_ids, val_ids=val_ids, val_offsets=val_offsets,
-                stack=stack, views=views, opt=opt, params=params, fps=fps, fp=fp, state=state, ckpt=ckpt,
-                resumed_from=resumed_from, recovered=recovered, attempt_log=attempt_log, earlier_logs=earlier_logs,
-                balance=torch.tensor(balance, device=device), balanced=any(balance), first=first, offsets=offsets,
-                loss_sum=torch.tensor(state["loss_sum"], dtype=torch.float64, device=device),
-                bad_step=torch.full((M,), -1, device=device), bad_value=torch.zeros(M, device=device),
-                probe=probe, adapters=adapters)
-
-
-def member_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Each model's mean next-token loss ``[M]`` from the stack's logits ``[M, B, T, V]`` (float32 or
-    wider), as ``F.cross_entropy``'s mean of each model's own."""
-    M = len(logits)
-    each = F.cross_entropy(at_least_float32(logits).flatten(0, 2), targets.flatten(), reduction="none")
-    return each.view(M, -1).mean(dim=1)
-
-
-def _step(run: _Run, step: int) -> None:
-    """One optimizer step of every member (0-based ``step``): their losses added on the device,
-    never read here."""
-    s, stack, opt = run.s, run.stack, run.opt
-    run.clock = time.perf_counter() if run.clock is None else run.clock
-    for g in opt.param_groups:
-        g["lr"] = lr_at(step, s.lr, s.min_lr, s.warmup, s.steps)
-    x, y = windows(run.train_ids, run.offsets[step - run.first].flatten(), run.specs[0].context)
-    x, y = x.view(run.M, s.batch, -1), y.view(run.M, s.batch, -1)
-    with run.amp:
-        logits = run.forward(x)
-    losses = member_losses(logits, y)
-    opt.zero_grad(set_to_none=True)
-    total = losses.sum()            # each model's parameters get their own loss's gradient only
-    if run.balanced:   # the reported train loss stays the cross-entropy alone
-        total = total + (run.balance * torch.stack(stack.balance_losses).mean(dim=0)).sum()
-    total.backward()
-    if s.grad_clip:
-        clip_per_model(list(stack.parameters()), s.grad_clip)
-    opt.step()
-    losses = losses.detach()
-    run.loss_sum += losses.double()
-    fresh = (run.bad_step < 0) & ~torch.isfinite(losses)
-    run.bad_step = torch.where(fresh, step, run.bad_step)
-    run.bad_value = torch.where(fresh, losses, run.bad_value)
-    run.state["loss_n"] += 1
-    run.state["tokens"] += s.batch * run.specs[0].context
-    run.state["step"] = step + 1
-
-
-def _to_host(run: _Run, step: int) -> None:
-    """Read the loss sums into ``state`` and stop the clock; raise on a non-finite loss."""
-    if run.device.type == "cuda":
-        torch.cuda.synchronize(run.device)
-    run.state["seconds"] += time.perf_counter() - run.clock
-    run.clock = None
-    run.state["loss_sum"] = run.loss_sum.tolist()
-    bad = [i for i, v in enumerate(run.state["loss_sum"]) if not math.isfinite(v)]
-    if bad:
-        i = bad[0]
-        raise NonFiniteError(f"training loss is {run.bad_value[i].item()} at step {int(run.bad_step[i])} (model "
-                             f"{run.specs[i].to_dict()}, seed {run.seeds[i]}; read at step {step}); lower the "
-                             "learning rate or use float32")
+    return _Run(s=s, members=members, seeds=seeds, specs=specs, trainer=trainer, device=device, precision=precision,
+                precision_requested=requested, fallback=fallback, record=record, data=data, offsets=offsets,
+                views=views, params=params, fps=fps, fp=fp, state=state, ckpt=ckpt, resumed_from=resumed_from,
+                recovered=recovered, attempt_log=attempt_log, earlier_logs=earlier_logs, first=first, probe=probe,
+                adapters=adapters)
 
 
 @torch.no_grad()
-def evaluate_stack(stack: StackedCharLM, ids: torch.Tensor, offsets, batch: int, context: int, amp) -> list[float]:
-    """Each model's mean loss per character over the same windows at ``offsets`` (:func:`evaluate`,
-    for every model of the stack at once)."""
-    was = stack.training
-    stack.eval()
-    offsets = torch.as_tensor(offsets, device=ids.device)
-    total = torch.zeros(stack.M, dtype=torch.float64, device=ids.device)
-    for i in range(0, len(offsets), batch):
-        x, y = windows(ids, offsets[i:i + batch], context)
-        with amp:
-            logits = stack(x.expand(stack.M, *x.shape))
-        total += torch.stack([F.cross_entropy(at_least_float32(logits[m]).flatten(0, 1), y.flatten(),
-                                              reduction="sum") for m in range(stack.M)]).double()
-    stack.train(was)
-    return (total / (len(offsets) * context)).tolist()
-
-
 def _evaluation(run: _Run, done: int) -> None:
-    """Every member's metrics row of step ``done`` (validation loss; with a probe, the in-context
-    score and every head's scores, §7b); the training loss and clock start again."""
-    s, state = run.s, run.state
-    vals = evaluate_stack(run.stack, run.val_ids, run.val_offsets, s.batch, run.specs[0].context, run.amp)
-    for i, val in enumerate(vals):
-        row = dict(step=done, train_loss=state["loss_sum"][i] / state["loss_n"], val_loss=val,
-                   tokens_per_s=state["tokens"] / max(state["seconds"], 1e-9))
+    """Every member's metrics row of step ``done``: the validation loss and the loss on the fixed sample
+    of the training split (one pass of the stack each), the training loss since the last row; with a
+    probe, the in-context score and every head's scores (§7b). The accumulators start again; the
+    evaluation's time is kept apart from the steps' (``eval_seconds``)."""
+    s, state, trainer, data = run.s, run.state, run.trainer, run.data
+    sums = trainer.read(done)
+    started = time.perf_counter()
+    context = run.specs[0].context
+    fixed = len(data["val_offsets"]) * context
+    losses = [trainer.loss_sums(*windows(data[split], data[f"{part}_offsets"], context), s.batch) / fixed
+              for split, part in (("val_ids", "val"), ("train_ids", "sample"))]
+    vals, samples = torch.stack(losses).tolist()
+    seconds = trainer.seconds
+    for i in range(run.M):
+        row = dict(step=done, train_loss=sums[i] / trainer.steps_since, train_sample_loss=samples[i],
+                   val_loss=vals[i], tokens_per_s=trainer.steps_since * s.batch * context / max(seconds, 1e-9))
         if run.probe is not None:    # §7b: every head's scores and the in-context score, on the fixed probe
-            with run.amp:
+            with trainer.amp:
                 row["in_context"] = in_context_score(run.views[i], run.probe)
                 state["heads"][i] += records(done, probe_scores(run.views[i], run.probe, run.adapters[i]))
         assert_finite(list(row.values()), f"metrics at step {done} (seed {run.seeds[i]})")
         state["rows"][i].append(row)
-        log.info("step %d%s: train %.4f val %.4f (%.0f tokens/s)", done,
-                 f" {run.specs[i].to_dict()} seed {run.seeds[i]}" if run.M > 1 else "", row["train_loss"], val,
-                 row["tokens_per_s"])
-    state.update(loss_sum=[0.0] * run.M, loss_n=0, tokens=0, seconds=0.0)
-    run.loss_sum.zero_()
+        log.info("step %d%s: train %.4f (fixed sample %.4f) val %.4f (%.0f tokens/s)", done,
+                 f" {run.specs[i].to_dict()} seed {run.seeds[i]}" if run.M > 1 else "", row["train_loss"],
+                 row["train_sample_loss"], row["val_loss"], row["tokens_per_s"])
+    state["train_seconds"] += seconds
+    trainer.reset()
+    state["eval_seconds"] += time.perf_counter() - started
 
 
 def _checkpoint(run: _Run, done: int, stop_after: int | None) -> None:
     """Write the checkpoint of step ``done``; raise :class:`Interrupted` if asked to stop there."""
-    _save_atomic(dict(fingerprint=run.fp, model=run.stack.state_dict(), optimizer=run.opt.state_dict(),
-                      rng=torch.get_rng_state(), state=run.state), run.ckpt)
+    trainer = run.trainer
+    run.state.update(step=done, loss_sum=trainer.read(done), loss_n=trainer.steps_since, seconds=trainer.seconds)
+    _save_atomic(dict(fingerprint=run.fp, model=trainer.stack.state_dict(), optimizer=trainer.opt.state_dict(),
+                      rng=torch.get_rng_state(),
+                      cuda_rng=torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
+                      state=run.state), run.ckpt)
     if stop_after is not None and done >= stop_after:
         raise Interrupted(f"stopped after the checkpoint of step {done}")
+
+
+METRICS = ["step", "train_loss", "train_sample_loss", "val_loss", "tokens_per_s"]
+"""The columns of a run's metrics table (``in_context`` after them with the heads' probe)."""
+
+
+def course_record(metrics: pd.DataFrame) -> dict:
+    """What a run's info says of its course: the final validation loss, the best one and its step (the
+    first evaluation that reaches it), the final loss on the fixed training sample and the final
+    train–validation gap (validation minus fixed sample; the training loss since the last row moves
+    with the weights, the sample's does not)."""
+    best = metrics.loc[metrics["val_loss"].idxmin()]
+    last = metrics.iloc[-1]
+    out = dict(final_val_loss=float(last["val_loss"]), best_val_loss=float(best["val_loss"]),
+               best_val_step=int(best["step"]))
+    if "train_sample_loss" in metrics:
+        out.update(final_train_sample_loss=float(last["train_sample_loss"]),
+                   final_train_val_gap=float(last["val_loss"] - last["train_sample_loss"]))
+    return out
 
 
 def _finish(run: _Run, ids, meta: dict, lengths, full_eval: bool) -> list[tuple]:
     """Each member's model, tables and info (the whole validation split scored if asked); the
     checkpoints and this attempt's extra log name removed."""
-    s, record, amp = run.s, run.record, run.amp
+    s, record, amp, state = run.s, run.record, run.trainer.amp, run.state
     out = []
     for i, (member, spec, view) in enumerate(zip(run.members, run.specs, run.views)):
-        metrics = pd.DataFrame(run.state["rows"][i], columns=["step", "train_loss", "val_loss", "tokens_per_s"]
-                               + (["in_context"] if run.probe is not None else []))
+        metrics = pd.DataFrame(state["rows"][i], columns=METRICS + (["in_context"] if run.probe is not None else []))
         full = None
         if member.get("val_full", full_eval):
             full = bits_per_char(view, np.asarray(ids[meta["n_train"]:]), record["lengths"],
@@ -630,8 +570,10 @@ def _finish(run: _Run, ids, meta: dict, lengths, full_eval: bool) -> list[tuple]
                      "window)", full["bits_per_char"], full["val_tokens"], full["val_chars"], full["chars_per_window"])
         info = dict(params=run.params[i], fingerprint=run.fps[i], resumed_from=run.resumed_from,
                     device=str(run.device), precision=run.precision, precision_requested=run.precision_requested,
-                    precision_fallback=run.fallback, compiled=run.compiled, threads=torch.get_num_threads(),
-                    final_val_loss=float(metrics["val_loss"].iloc[-1]), val_full=full,
+                    precision_fallback=run.fallback, compiled=run.trainer.compiled, threads=torch.get_num_threads(),
+                    **course_record(metrics), val_full=full,
+                    train_seconds=state["train_seconds"], eval_seconds=state["eval_seconds"],
+                    eval_share=state["eval_seconds"] / max(state["train_seconds"], 1e-9),
                     vocab=meta["vocab"] if lengths is not None else "char", vocab_size=meta["vocab_size"],
                     train_chars_per_token=record["train_chars_per_token"], **peak_memory(run.device))
         if run.M > 1:        # the models that shared this one's steps and clock
@@ -640,11 +582,12 @@ def _finish(run: _Run, ids, meta: dict, lengths, full_eval: bool) -> list[tuple]
         if set(model_cfg) & {*OPTIONS, *TRAINING_OPTIONS}:   # study options: record what the studies read
             parts = spec.param_counts()
             info.update(params_active=parts["total_active"], non_embedding=parts["non_embedding"],
-                        balance=float(run.balance[i]),
-                        expert_shares=expert_shares(view, run.val_ids, run.val_offsets, s.batch, spec.context, amp))
+                        balance=float(model_cfg.get("balance", TRAINING_OPTIONS["balance"])),
+                        expert_shares=expert_shares(view, run.data["val_ids"], run.data["val_offsets"], s.batch,
+                                                    spec.context, amp))
         if run.ckpt:
             info.update(checkpoints_moved_aside=run.recovered, earlier_attempt_logs=run.earlier_logs)
-        out.append((run.stack.copy_of(i), metrics, info, heads_frame(run.state["heads"][i])))
+        out.append((run.trainer.stack.copy_of(i), metrics, info, heads_frame(state["heads"][i])))
     if run.ckpt:
         remove_checkpoints(run.ckpt)
     if run.attempt_log is not None:    # this attempt succeeded: the rule's log is its log
@@ -672,9 +615,12 @@ def _plain(x):
 
 def finished_run(folder, fp: str) -> bool:
     """Whether ``folder`` holds a finished run of fingerprint ``fp`` (:func:`member_fingerprint`):
-    its metrics, heads and model, the model's SHA-256 the one its metrics recorded. A stack that a
-    run joins (a seed or a shape added beside it) takes such a run as it is instead of training it
-    again: what a run computes does not depend on the models beside it (tests/test_stack.py)."""
+    its metrics, heads and model, the model's SHA-256 the one its metrics recorded, and its course
+    recorded as this code records it (the fixed training sample's loss: a run trained before it is
+    trained again). A stack that a run joins (a seed or a shape added beside it) takes such a run as
+    it is instead of training it again: what a run computes does not depend on the models beside it
+    (tests/test_stack.py; with dropout, the masks are its stack's draws: the same model in
+    distribution)."""
     from ..tableio import read_note
 
     folder = Path(folder)
@@ -685,7 +631,7 @@ def finished_run(folder, fp: str) -> bool:
         note = read_note(files[0])
     except Exception:  # noqa: BLE001 -- a table that cannot be read is not a finished run
         return False
-    return note.get("fingerprint") == fp and bool(note.get("model_sha256")) \
+    return note.get("fingerprint") == fp and bool(note.get("model_sha256")) and "final_train_val_gap" in note \
         and file_sha256(files[2]) == note["model_sha256"]
 
 
