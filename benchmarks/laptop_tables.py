@@ -57,7 +57,8 @@ from headwatch.workflow.provenance import (DirtyTreeError, RunRecordError, page_
                                            run_attempts)
 from headwatch.settings.sweep import BootstrapSettings, StudySettings, TrainSettings, course_sweeps, train_of  # noqa: E402
 from headwatch.sweep import plan  # noqa: E402
-from headwatch.sweep.contrasts import BESIDE, MIN_SEEDS, beside_text, contrast_sentence, range_caveat  # noqa: E402
+from headwatch.settings.kinds import KINDS  # noqa: E402
+from headwatch.sweep.contrasts import MIN_SEEDS, beside_text, contrast_sentence, range_caveat  # noqa: E402
 from headwatch.sweep.contrasts import metric as contrast_metric  # noqa: E402
 from headwatch.sweep.course import markdown_section as course_section  # noqa: E402
 from headwatch.sweep.heads import markdown_section as heads_section  # noqa: E402
@@ -333,7 +334,7 @@ def study_section(root: Path, out: Path, name: str, sw: dict) -> list[str]:
     per_arm = pd.DataFrame({"shape": s["shape"], "seeds": s["seeds"],
                             "bits/char (mean ± std)": [f"{m:.4f} ± {d:.4f}" for m, d in
                                                        zip(s[column], s[column.replace("_mean", "_std")])],
-                            **{c: s[c] for c in BESIDE[kind]}})
+                            **{c: s[c] for c in KINDS[kind].beside}})
     pct = f"{100 * cs['level'].iloc[0]:g} %"
     rows = pd.DataFrame({
         "contrast": cs["contrast"],

@@ -163,6 +163,47 @@ def test_slugs_are_readable_and_bad_options_are_named_by_key():
     assert {r["sweep"] for r in runs(cfg)} == set(cfg["sweeps"]) - {"depth"}
 
 
+def test_one_module_writes_and_reads_every_shape_name():
+    """headwatch/settings/shapes.py: every grid option is shown in the name, the name reads back into
+    the entry it names, the workflow's wildcard matches exactly the names the parser reads, and an
+    option without a part of its own is refused rather than named like the plain entry."""
+    import re
+
+    from headwatch.settings import shapes
+    assert set(shapes.SHOWN) == set(shapes.ENTRY_KEYS) - {"width", "heads"}
+    entries = [e for sw in CONFIG["sweeps"].values() for e in sw["grid"]] + [
+        {"width": 64, "heads": 2, "experts": 4, "top_k": 1, "expert_width": 96, "balance": 0.5, "vocab": "bpe300",
+         "layers": 3, "head_size": 16, "kv_heads": 1}, {"width": 8, "heads": 1, "vocab": "char"}]
+    for e in entries:
+        name = slug(e)
+        assert shapes.slug(shapes.parse_shape(name)) == name and re.fullmatch(shapes.SLUG_PATTERN, name)
+        assert shapes.parse_shape(name) == {k: v for k, v in dict(e, **({"top_k": e.get("top_k", 2), "balance": float(
+            e.get("balance", 0))} if e.get("experts") else {})).items() if (k, v) != ("vocab", "char")}
+    assert shapes.parse_shape("w64-h2-l3-d16-kv1-e4k1-x96-b0.5-vbpe300")["expert_width"] == 96
+    assert shapes.parse_slug("w512-h8") == (512, 8)
+    for bad in ("w256-h4-b0.01", "w256-h4-x64-b0", "w256-h4-vbpe0512", "w256-h4-kv2-l3", "h4-w256"):
+        assert not re.fullmatch(shapes.SLUG_PATTERN, bad) and not shapes.SLUG.match(bad)
+        with pytest.raises(ValueError, match="is not a configuration slug"):
+            shapes.parse_shape(bad)
+    with pytest.raises(ValueError, match="PARTS"):       # a grid option the table does not show
+        import unittest.mock as mock
+        with mock.patch.object(shapes, "SHOWN", tuple(k for k in shapes.SHOWN if k != "kv_heads")):
+            shapes.slug({"width": 256, "heads": 4, "kv_heads": 2})
+
+
+def test_the_stack_default_is_set_once():
+    """The stack size a sweep config leaves out is SweepSettings' default, which the plan reads (the
+    schema gives none)."""
+    from headwatch.settings.sweep import STACK, SweepSettings
+    from headwatch.sweep.plan import stacks
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    assert "default" not in schema["properties"]["sweep"]["properties"]["stack"]
+    assert SweepSettings.__dataclass_fields__["stack"].default == STACK
+    cfg = {k: v for k, v in CONFIG.items() if k != "stack"}
+    sizes = [len(st["runs"]) for st in stacks(cfg) if st["sweep"] == "heads_split"]
+    assert max(sizes) <= STACK < sum(sizes) and len(sizes) == -(-sum(sizes) // STACK)
+
+
 def test_planning_and_config_reading_import_no_torch():
     """Snakemake parses the rules (the sweep's plan, the config module, the shapes in arch) for
     every command: none of them may import torch."""

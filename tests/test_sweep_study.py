@@ -483,6 +483,47 @@ def test_a_contrast_the_grid_cannot_make_is_refused_before_any_job_naming_its_ke
         study_contrasts(finals, summary.assign(kv_heads=4), dict(KV, contrasts=["full"]), BOOT)
 
 
+def test_every_kind_is_one_entry_of_the_registry(monkeypatch):
+    """headwatch/settings/kinds.py: each kind's contrasts, defaults, settings and figure are its entry's,
+    the schema types exactly the kinds' own keys, and a new kind (here one entry, borrowing the depth
+    panels) is checked, planned and drawn without code elsewhere; another kind's key and an unknown
+    kind are refused before any job, naming their key."""
+    from headwatch.figures.sweep import study_panels
+    from headwatch.settings import kinds
+    from headwatch.settings.sweep import StudySettings, check_sweeps, contrast_arms, slug, study_arm, vocab_of
+    from headwatch.sweep.contrasts import metric
+
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    study_keys = schema["properties"]["sweep"]["properties"]["sweeps"]["additionalProperties"]["properties"][
+        "study"]["properties"]
+    assert set(study_keys) - {"kind", "contrasts"} == {k for kind in kinds.KINDS.values() for k in kind.settings}
+    for name, kind in kinds.KINDS.items():
+        assert set(kind.default_contrasts) <= set(kind.contrasts) <= set(kinds.CONTRASTS)
+        assert callable(study_panels(name)[0]) and StudySettings.of({"kind": name}).own == kind.settings
+    toy = kinds.Kind("toy", "any arms of one width", lambda a: "" if len({x["width"] for x in a.numbers}) == 1
+                     else "one width", contrasts=("first", "extremes"), default_contrasts=("first",),
+                     beside=("layers",), beside_text=lambda c: f"{c['arm_layers']} layers", figure=("depth_study", 1, 2.0),
+                     settings=dict(care=1.0))
+    monkeypatch.setitem(kinds.KINDS, "toy", toy)
+    cfg = copy.deepcopy(CONFIG)
+    cfg["sweeps"]["toy"] = dict(study=dict(kind="toy", care=0.5), seeds=[0, 1],
+                                grid=[{"width": 64, "heads": 1}, {"width": 64, "heads": 2}])
+    assert check_sweeps(cfg) == [] and StudySettings.of(cfg["sweeps"]["toy"]["study"]).own == dict(care=0.5)
+    grid = cfg["sweeps"]["toy"]["grid"]
+    arms = [study_arm(slug(e), model_numbers(model_of(CONFIG, e)), vocab_of(e)) for e in grid]
+    assert [(c["arm"], c["reference"]) for c in contrast_arms(dict(kind="toy"), arms)] == [("w64-h2", "w64-h1")]
+    assert metric("toy")[0] == "val_bpc_mean" and study_panels("toy")[2] == 2.0
+    grid.append({"width": 128, "heads": 2})
+    assert check_sweeps(cfg) == ["sweep.sweeps.toy.study: one width"]
+    cfg = copy.deepcopy(CONFIG)
+    cfg["sweeps"]["kv_sharing"]["study"]["tolerance"] = 0.1                   # a depth study's key
+    cfg["sweeps"]["depth"]["study"]["kind"] = "breadth"
+    errors = check_sweeps(cfg)
+    assert any(e.startswith("sweep.sweeps.kv_sharing.study: a kv study reads ['bytes_per_number']") and
+               "tolerance: read by depth" in e for e in errors), errors
+    assert f"sweep.sweeps.depth.study.kind: 'breadth' is not one of {list(kinds.KINDS)}" in errors
+
+
 def test_the_results_page_writes_a_study_section_from_its_tables(tmp_path, monkeypatch):
     """benchmarks/laptop_tables.py's section on one study, from hand-made tables: every number of
     its tables, contrasts and verdicts is read from them; the original study's findings, where the

@@ -5,6 +5,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from ..settings.kinds import KINDS
 from ..sweep.contrasts import VERDICTS, better
 from ..sweep.summary import split_verdict, width_verdict
 from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure, styled
@@ -234,9 +235,14 @@ def vocab_study(fig, summary: pd.DataFrame, finals: pd.DataFrame):
     ax2.set_xlabel("vocabulary (tokens)")
 
 
-STUDY_FIGURES = dict(experts=(experts_study, TWO_COLUMNS, 5.2), depth=(depth_study, ONE_COLUMN, 2.6),
-                     kv=(kv_study, ONE_COLUMN, 2.6), vocab=(vocab_study, ONE_COLUMN, 4.4))
-"""Each study kind's panels: how to draw them on a (sub)figure, its width and height (inches)."""
+def study_panels(kind: str):
+    """(how to draw a study kind's panels on a (sub)figure, the figure's width and the panels' height in
+    inches), from the kind's ``figure`` (:data:`headwatch.settings.kinds.KINDS`: its function here by name,
+    its width in columns, its height)."""
+    if kind not in KINDS:
+        raise ValueError(f"no figure for study kind {kind!r} (known: {sorted(KINDS)})")
+    name, columns, height = KINDS[kind].figure
+    return globals()[name], TWO_COLUMNS if columns == 2 else ONE_COLUMN, height
 
 
 def _contrast_note(c) -> str:
@@ -275,9 +281,7 @@ def contrast_panel(ax, contrasts: pd.DataFrame) -> None:
 def study_figure(kind: str, summary: pd.DataFrame, finals: pd.DataFrame, contrasts: pd.DataFrame):
     """A study's figure: its kind's panels above its contrasts (:func:`contrast_panel`), the bars
     and verdicts read from its contrasts table, and a title that counts the verdicts."""
-    if kind not in STUDY_FIGURES:
-        raise ValueError(f"no figure for study kind {kind!r} (known: {sorted(STUDY_FIGURES)})")
-    draw, width, height = STUDY_FIGURES[kind]
+    draw, width, height = study_panels(kind)
     below = 0.6 + 0.3 * len(contrasts)
     fig = plt.figure(figsize=(width, height + below), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[height, below])

@@ -57,6 +57,7 @@ import pandas as pd
 from ..charlm.spec import ModelSpec
 from ..charlm.vocab import VocabError, assert_same_validation
 from ..names import BYTES_PER_NUMBER
+from ..settings.kinds import KINDS
 from ..settings.sweep import StudySettings, invariant_error, model_numbers
 from ..tableio import assert_finite, read_note, read_parquet
 from .summary import SummaryError
@@ -135,7 +136,7 @@ def vocab_columns(run: dict, note: dict, metrics: pd.DataFrame) -> dict:
 def study_note(study: dict) -> dict:
     """What a study table's metadata says about its numbers (stored with the table, with the
     sweep's ``study`` block as the config gives it)."""
-    if StudySettings.of(study).kind == "vocab":
+    if KINDS[StudySettings.of(study).kind].vocabularies:
         return dict(study=study, metric="bits per character of the whole validation split: total nats over "
                     "its tokens / its characters / ln 2 (val_full_bpc_mean, val_full_bpc_std); every arm scored on "
                     "the same validation characters (val_sha256, checked)",
@@ -178,7 +179,7 @@ def summarize_study(finals: pd.DataFrame, study: StudySettings | dict) -> pd.Dat
                    **(dict(experts=int(r.experts), top_k=int(r.top_k),
                            expert_width=int(r.expert_width)) if r.experts else {}))
               for r in first.itertuples()]
-    if study.kind == "vocab":
+    if KINDS[study.kind].vocabularies:
         models = [dict(m, context=int(r.context)) for m, r in zip(models, first.itertuples())]
     err = invariant_error(study, models, configs, [int(x) for x in first["non_embedding"]],
                           vocabs=list(first["vocab"]) if "vocab" in first else None)
@@ -207,7 +208,7 @@ def summarize_study(finals: pd.DataFrame, study: StudySettings | dict) -> pd.Dat
     ref = s["non_embedding"].iloc[0]
     s["non_embedding_vs_first"] = s["non_embedding"] / ref - 1
     s["uniform_share"] = np.where(s["experts"] > 0, 1 / s["experts"].clip(lower=1), 1.0)
-    if study.kind == "vocab":
+    if KINDS[study.kind].vocabularies:
         s = _vocab_summary(finals, s, name)
     assert_finite(s, f"{name} study summary")
     return s
