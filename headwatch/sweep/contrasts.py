@@ -42,11 +42,8 @@ from ..settings.kinds import CONTRASTS, KINDS
 from ..settings.sweep import CHAR, BootstrapSettings, StudySettings, contrast_arms, shares_data_order, study_arm
 from ..tableio import assert_finite
 from .course import mean_interval
-from .summary import SummaryError, relabelling_p
+from .summary import MIN_SEEDS, SummaryError, at_reading, relabelling_p  # MIN_SEEDS: per arm, shared seeds when paired
 
-MIN_SEEDS = 3
-"""The fewest seeds (per arm; shared seeds when paired) from which a contrast gets an interval and a
-verdict: with 2, the percentile interval of their mean is the two values themselves."""
 VERDICTS = ("resolved", "not resolved", "too few seeds")
 FLOAT_COLUMNS = ("diff_lo", "diff_hi", "relabel_p", "nats_per_byte_saved", "nats_per_byte_saved_lo",
                  "nats_per_byte_saved_hi")
@@ -61,17 +58,26 @@ def metric(kind: str) -> tuple[str, str]:
     return "val_bpc_mean", "bits per character of the sampled validation windows (final val_loss / ln 2)"
 
 
-def run_bits(finals: pd.DataFrame, kind: str) -> pd.Series:
-    """Each run's bits per character (:func:`metric`), indexed by (shape, seed)."""
-    bits = finals["val_full_bpc"] if KINDS[kind].vocabularies else finals["val_loss"] / math.log(2)
+def run_bits(finals: pd.DataFrame, kind: str, reading: str = "last") -> pd.Series:
+    """Each run's bits per character (:func:`metric`) at ``reading`` (protocol §7, "Two readings": its last
+    evaluation or its best), indexed by (shape, seed). A kind whose arms read different vocabularies has
+    its metric, the whole validation split, scored at the end of training only: no best reading."""
+    if reading == "best" and KINDS[kind].vocabularies:
+        raise SummaryError(f"a {kind} study's metric, bits per character of the whole validation split, is scored "
+                           "at the end of training only: it has no reading at each run's best")
+    if KINDS[kind].vocabularies:
+        bits = finals["val_full_bpc"]
+    else:
+        bits = at_reading(finals, reading)["val_loss"] / math.log(2)
     return pd.Series(bits.to_numpy(dtype=float), index=pd.MultiIndex.from_frame(finals[["shape", "seed"]]))
 
 
 def study_contrasts(finals: pd.DataFrame, summary: pd.DataFrame, study: StudySettings | dict,
-                    bootstrap: BootstrapSettings | dict) -> pd.DataFrame:
-    """One row per contrast of the study (module docstring) from its runs' finals and its summary;
+                    bootstrap: BootstrapSettings | dict, reading: str = "last") -> pd.DataFrame:
+    """One row per contrast of the study (module docstring) from its runs' finals and its summary, each run
+    read at ``reading`` (its last evaluation, the table the study's job writes, or its best: :func:`run_bits`);
     :class:`SummaryError` when a contrast cannot be made (its arms absent, a paired contrast whose
-    arms have different seeds)."""
+    arms have different seeds, a best reading of a metric scored at the end only)."""
     study, b = StudySettings.of(study), BootstrapSettings.of(bootstrap)
     s = summary.set_index("shape")
     arms = [study_arm(shape, r, r.get("vocab", CHAR)) for shape, r in s.iterrows()]
@@ -81,7 +87,7 @@ def study_contrasts(finals: pd.DataFrame, summary: pd.DataFrame, study: StudySet
         planned = contrast_arms(study, arms)
     except ValueError as err:
         raise SummaryError(f"sweep {name!r} ({study.kind} study): {err}") from None
-    bits = run_bits(finals, study.kind)
+    bits = run_bits(finals, study.kind, reading)
     rows = []
     for c in planned:
         p = None
@@ -91,6 +97,7 @@ def study_contrasts(finals: pd.DataFrame, summary: pd.DataFrame, study: StudySet
             p = _relabelling(bits, list(s.index), b, name)
         rows.append(_row(study.kind, name, c, bits, s, vocab, b, p))
     out = pd.DataFrame(rows)
+    out["reading"] = reading
     for col in FLOAT_COLUMNS:
         if col in out:
             out[col] = out[col].astype("Float64")

@@ -16,7 +16,11 @@ raises :class:`~headwatch.sweep.summary.SummaryError` and nothing is written.
   that any expert of any layer received on the validation windows (mean over
   seeds; a uniform load gives 1/E; a dense FFN is one "expert" with share 1).
 
-Every study table has ``peak_memory_mb``, the largest over seeds of each training
+Every study table reads each run both ways (protocol §7, "Two readings";
+:func:`headwatch.sweep.summary.run_readings`): beside the last evaluation's loss, each run's best
+(``best_val_loss``, ``best_step``) and the rise between them, per configuration their mean
+(``best_val_loss_mean``, ``_std``, ``best_step_min``, ``_max``, ``rise_mean``; in nats per token of the
+sampled windows, so per character but for a vocab study). Every study table has ``peak_memory_mb``, the largest over seeds of each training
 job's peak memory (``peak_memory_of``: on a GPU the CUDA allocator's peak for
 tensors, on a CPU the job's peak resident set, interpreter included); <NA> where a
 run predates the record.
@@ -60,7 +64,7 @@ from ..names import BYTES_PER_NUMBER
 from ..settings.kinds import KINDS
 from ..settings.sweep import StudySettings, invariant_error, model_numbers
 from ..tableio import assert_finite, read_note, read_parquet
-from .summary import SummaryError
+from .summary import SummaryError, run_readings
 
 MODEL_COLUMNS = ["width", "heads", "layers", "head_size", "kv_heads", "experts", "top_k", "expert_width",
                  "balance"]
@@ -77,7 +81,7 @@ def read_study_runs(runs: list[dict], vocab_size: int,
     for r in runs:
         m = read_parquet(r["metrics"])
         note = read_note(r["metrics"])
-        last = m.iloc[-1]
+        read = run_readings(m)
         vocab = "vocab" in r
         a = model_numbers(r["model"], int(note["vocab_size"]) if vocab else vocab_size, bytes_per_number)
         shares = np.asarray(note.get("expert_shares") or [[1.0]], dtype=float)
@@ -89,8 +93,7 @@ def read_study_runs(runs: list[dict], vocab_size: int,
                          params_active=int(note.get("params_active", note["params"])),
                          non_embedding=int(note.get("non_embedding", a["non_embedding"])),
                          params_formula=a["params_formula"],
-                         steps=int(last["step"]), val_loss=float(last["val_loss"]),
-                         train_loss=float(last["train_loss"]),
+                         **read,
                          chars_per_s=float(m["tokens_per_s"].mean()),
                          expert_share_min=float(shares.min()), expert_share_max=float(shares.max()),
                          peak_memory_mb=note.get("peak_memory_mb"),
@@ -189,9 +192,13 @@ def summarize_study(finals: pd.DataFrame, study: StudySettings | dict) -> pd.Dat
     keys = ["sweep", "shape", "trained_under"] + MODEL_COLUMNS + [
         "ffn_active_width", "kv_cache_bytes_per_token", "params", "params_active", "non_embedding"]
     g = finals.groupby(keys, sort=False)
+    # each run's best (protocol §7, "Two readings"), where its finals were read both ways (read_study_runs)
+    best = dict(best_val_loss_mean=("best_val_loss", "mean"), best_val_loss_std=("best_val_loss", "std"),
+                best_step_min=("best_step", "min"), best_step_max=("best_step", "max"),
+                rise_mean=("rise", "mean")) if {"best_val_loss", "best_step", "rise"} <= set(finals) else {}
     s = g.agg(seeds=("seed", "count"), steps=("steps", "max"),
               val_loss_mean=("val_loss", "mean"), val_loss_std=("val_loss", "std"),
-              train_loss_mean=("train_loss", "mean"),
+              train_loss_mean=("train_loss", "mean"), **best,
               chars_per_s=("chars_per_s", "mean"),
               expert_share_min=("expert_share_min", "mean"),
               expert_share_max=("expert_share_max", "mean"),
