@@ -146,7 +146,8 @@ def test_each_run_is_read_at_its_last_evaluation_and_at_its_best():
                           val_loss=[3.0, 2.0, np.nan, 2.1, 2.0, 2.5], tokens_per_s=1.0,
                           train_sample_loss=[9.0, 9.0, 9.0, 9.0, 9.0, 9.0], best_step=[99] * 6))
     r = run_readings(m.sample(frac=1, random_state=0))                   # any row order
-    assert r == dict(steps=50, val_loss=2.5, train_loss=1.9, best_step=20, best_val_loss=2.0, rise=0.5, evaluations=5)
+    assert r == dict(steps=50, val_loss=2.5, train_loss=1.9, best_step=20, best_val_loss=2.0, best_train_loss=2.4,
+                     rise=0.5, evaluations=5)
     f = pd.DataFrame([dict(shape="w8-h1", seed=0, **r)])
     assert (at_reading(f, "best")[["val_loss", "read_step"]].iloc[0].tolist() == [2.0, 20]
             and at_reading(f, "last")[["val_loss", "read_step"]].iloc[0].tolist() == [2.5, 50])

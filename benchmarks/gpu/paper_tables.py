@@ -350,9 +350,14 @@ def paired(rec: dict, arm: str, reference: str, reading: str) -> dict:
                 verdict="worse, resolved" if lo > 0 else "better, resolved" if hi < 0 else "not resolved")
 
 
-def _paired_text(p: dict) -> str:
-    return (f"{p['diff']:+.4f}" + ("" if p["lo"] is None else f" ({p['lo']:+.4f} to {p['hi']:+.4f})")
+def _paired_text(p: dict, level: float) -> str:
+    """A paired difference in words; where the seeds are so few that the percentile interval is the range of
+    their differences (each extreme resample has probability n⁻ⁿ, at least the tail), what *resolved* means."""
+    text = (f"{p['diff']:+.4f}" + ("" if p["lo"] is None else f" ({p['lo']:+.4f} to {p['hi']:+.4f})")
             + f", {p['seeds']} seeds paired: {p['verdict']}")
+    if p["lo"] is not None and p["verdict"] != "not resolved" and float(p["seeds"]) ** -p["seeds"] >= (1 - level) / 2:
+        text += " (the interval is the range of the seeds' differences: every seed's has that sign)"
+    return text
 
 
 def width_control(rec: dict, curves: str | None = None) -> list[str]:
@@ -394,12 +399,18 @@ def width_control(rec: dict, curves: str | None = None) -> list[str]:
                  "steps or more before the end.")
     elif not before_end:
         text += " Its best is its last evaluation: it was still learning at the end."
-    text += (f" {widest} − {nxt} at the last step: {_paired_text(last_gap)}; at each run's best: "
-             f"{_paired_text(best_gap)}.")
+    level = rec["settings"].bootstrap.level
+    text += (f" {widest} − {nxt} at the last step: {_paired_text(last_gap, level)}; at each run's best: "
+             f"{_paired_text(best_gap, level)}.")
     if best_gap["verdict"] == "worse, resolved":
         text += f" **Even at its best {widest} does not beat {nxt}.**"
+    per_step = t.batch * rec["sw"]["model"]["context"] / meta["n_train"]
     text += (f" Each run saw {seen:,} characters, {seen / meta['n_train']:.1f} times the training split's "
-             f"{meta['n_train']:,}: what the wider model can fit in that many passes, it fits, and then overfits.")
+             f"{meta['n_train']:,}; {widest}'s best came after {w['best_step_min'] * per_step:.1f}–"
+             f"{w['best_step_max'] * per_step:.1f} passes over it, {nxt}'s after {n['best_step_min'] * per_step:.1f}–"
+             f"{n['best_step_max'] * per_step:.1f}: past its best, more passes over the same characters took "
+             f"{widest}'s training loss from {w['best_train_loss_mean']:.3f} to {w['train_loss_mean']:.3f} and its "
+             f"validation loss from {w['best_mean']:.4f} to {w['last_mean']:.4f}.")
     o = RUN_062
     ow = {r["width"]: r for r in o["widths"]}
     out += [text, f"The original ({RUN_062_SOURCE}) found its widest model worse than the next, 512 "

@@ -73,8 +73,8 @@ def run_readings(metrics: pd.DataFrame) -> dict:
     validation loss: the evaluations; other columns a training job adds are not read): the last
     evaluation's step and losses (``steps``, ``val_loss``, ``train_loss``: the training loss there, the mean
     over the batches since the evaluation before it), the first evaluation of the lowest validation loss
-    (``best_step``, ``best_val_loss``), ``rise`` = last − best (≥ 0 by construction) and the
-    ``evaluations`` read."""
+    (``best_step``, ``best_val_loss``, and the training loss there, ``best_train_loss``), ``rise`` = last −
+    best (≥ 0 by construction) and the ``evaluations`` read."""
     ev = metrics.dropna(subset=["val_loss"]).sort_values("step")
     if ev.empty:
         raise SummaryError("a run's metrics hold no validation loss: no evaluation to read")
@@ -82,6 +82,7 @@ def run_readings(metrics: pd.DataFrame) -> dict:
     best = ev.iloc[int(np.argmin(ev["val_loss"].to_numpy(dtype=float)))]
     return dict(steps=int(last["step"]), val_loss=float(last["val_loss"]), train_loss=float(last["train_loss"]),
                 best_step=int(best["step"]), best_val_loss=float(best["val_loss"]),
+                best_train_loss=float(best["train_loss"]),
                 rise=float(last["val_loss"] - best["val_loss"]), evaluations=len(ev))
 
 
@@ -306,8 +307,9 @@ def overfitting(finals: pd.DataFrame, split_sweep: str, bootstrap: BootstrapSett
       bar;
     * beside: each reading's mean loss and the steps the best fell at, ``best_at_end`` (the seeds whose
       best is their last evaluation), the last training loss (the mean over the batches since the
-      evaluation before it) and the last validation − training gap, and each configuration's rank within
-      its sweep at each reading (1 = lowest mean loss).
+      evaluation before it), the training loss at the best evaluation (<NA> for finals read before it was
+      recorded) and the last validation − training gap, and each configuration's rank within its sweep at
+      each reading (1 = lowest mean loss).
     """
     from scipy import stats
 
@@ -350,6 +352,7 @@ def overfitting(finals: pd.DataFrame, split_sweep: str, bootstrap: BootstrapSett
                    best_step_min=int(r["best_step"].min()), best_step_max=int(r["best_step"].max()),
                    last_step=int(r["steps"].max()), best_at_end=int((r["best_step"] == r["steps"]).sum()),
                    train_loss_mean=float(r["train_loss"].mean()),
+                   best_train_loss_mean=float(r["best_train_loss"].mean()) if "best_train_loss" in r else None,
                    gap_mean=float((r["val_loss"] - r["train_loss"]).mean()),
                    rise_mean=float(r["rise"].mean()), rise_lo=None, rise_hi=None, seed_noise=noise,
                    rise_over_noise=float(r["rise"].mean()) / noise if noise > 0 else np.inf,
@@ -362,7 +365,7 @@ def overfitting(finals: pd.DataFrame, split_sweep: str, bootstrap: BootstrapSett
         row["verdict"] = fit_verdict(row)
         rows.append(row)
     out = pd.DataFrame(rows)
-    for col in ("rise_lo", "rise_hi", "rise_over_noise_lo", "rise_over_noise_hi"):
+    for col in ("rise_lo", "rise_hi", "rise_over_noise_lo", "rise_over_noise_hi", "best_train_loss_mean"):
         out[col] = out[col].astype("Float64")
     assert_finite(out, "overfitting (a zero seed noise gives inf)")
     return out
@@ -511,7 +514,9 @@ def readings_section(summaries: dict[str, pd.DataFrame], contrasts: dict[str, pd
     cadence = f" (evaluations every {interval} steps: the best is known to that resolution)" if interval else ""
     return [
         f"{level} Two readings: at the last step and at each run's best (protocol §7)", "",
-        f"Each run read {READINGS['last']}, and {READINGS['best']}{cadence}. Rise = last − best, per run; "
+        f"Two readings of each run: **at the last step**, its validation loss at its last evaluation; **at its best**, "
+        f"its lowest validation loss over its evaluations, at the first evaluation that reaches it (early stopping: "
+        f"the weights one would keep){cadence}. Rise = last − best, per run; "
         f"its {pct} percentile bootstrap interval over seeds and its ratio to the seed noise (the split's mean seed "
         f"std at the last step) with that ratio's interval; *overfits* where that interval lies above 1 "
         f"(`{'results/sweep/overfitting.parquet'}`, `summary_best.parquet`, `contrast_best.parquet`).",
