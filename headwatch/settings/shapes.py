@@ -22,6 +22,7 @@ Standard library only: the Snakefile's parse and the pre-job checks read it.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -46,6 +47,11 @@ def _num(x) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
+def _value(entry: dict, key: str):
+    """A key's value in a name: the entry's, else the model's default (``top_k``, ``balance``)."""
+    return entry[key] if key in entry else DEFAULTS.get(key, TRAINING_OPTIONS.get(key))
+
+
 @dataclass(frozen=True)
 class Part:
     """One option's part of a name: ``prefix`` then each of ``keys``' values, the later keys each after
@@ -65,9 +71,13 @@ class Part:
         return self.required or (self.shown(entry) if self.shown else self.keys[0] in entry)
 
     def text(self, entry: dict) -> str:
-        values = [_num(entry.get(k, DEFAULTS.get(k, TRAINING_OPTIONS.get(k)))) for k in self.keys]
-        head = self.prefix + values[0] + "".join(j + v for j, v in zip(self.joins, values[1:]))
-        return head + "".join(p.text(entry) for p in self.inner if p.is_shown(entry))
+        head = self.prefix + _num(_value(entry, self.keys[0]))
+        for j, k in zip(self.joins, self.keys[1:]):
+            head += j + _num(_value(entry, k))
+        for p in self.inner:
+            if p.is_shown(entry):
+                head += p.text(entry)
+        return head
 
     def pattern(self, named: bool) -> str:
         """This part as a regular expression (``named``: each value a named group, for reading)."""
@@ -102,10 +112,20 @@ _FLOATS = ("balance",)
 def slug(entry: dict) -> str:
     """The shape name of a grid entry (the module docstring). ValueError for a key no part shows: two
     entries differing only in it would get one name."""
-    unshown = sorted(set(entry) & set(ENTRY_KEYS) - set(SHOWN) - {"width", "heads"})
+    unshown = [k for k in entry if k not in SHOWN and k in ENTRY_KEYS and k not in ("width", "heads")]
     if unshown:
         raise ValueError(f"grid entry {entry}: {unshown} would not be shown in its shape name; a new grid option "
                          "needs its part in headwatch/settings/shapes.py (PARTS)")
+    try:
+        return _name(tuple(entry.items()))
+    except TypeError:                 # a value that is not hashable (a config mistake the checks name)
+        return _name.__wrapped__(tuple(entry.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _name(items: tuple) -> str:
+    """:func:`slug` of an entry's items (cached: the plan names the same few entries thousands of times)."""
+    entry = dict(items)
     return f"w{entry['width']}-h{entry['heads']}" + "".join(p.text(entry) for p in PARTS if p.is_shown(entry))
 
 
