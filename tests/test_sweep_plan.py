@@ -163,11 +163,13 @@ def test_slugs_are_readable_and_bad_options_are_named_by_key():
     assert {r["sweep"] for r in runs(cfg)} == set(cfg["sweeps"]) - {"depth"}
 
 
-def test_one_module_writes_and_reads_every_shape_name():
+def test_one_module_writes_and_reads_every_shape_name(monkeypatch):
     """headwatch/settings/shapes.py: every grid option is shown in the name, the name reads back into
     the entry it names, the workflow's wildcard matches exactly the names the parser reads, and an
     option without a part of its own is refused rather than named like the plain entry."""
     import re
+    import sys
+    import types
 
     from headwatch.settings import shapes
     assert set(shapes.SHOWN) == set(shapes.ENTRY_KEYS) - {"width", "heads"}
@@ -185,6 +187,18 @@ def test_one_module_writes_and_reads_every_shape_name():
         assert not re.fullmatch(shapes.SLUG_PATTERN, bad) and not shapes.SLUG.match(bad)
         with pytest.raises(ValueError, match="is not a configuration slug"):
             shapes.parse_shape(bad)
+    # a new arm is one entry: the shapes module with a dropout part added, and nothing else, writes, reads and
+    # matches its names, and the plain names stay as they were
+    src = (ROOT / "headwatch" / "settings" / "shapes.py").read_text()
+    src = src.replace('    Part("-v", ("vocab",)', '    Part("-p", ("dropout",), value=NUMBER),\n    Part("-v", ("vocab",)')
+    module = types.ModuleType("headwatch.settings.shapes_with_dropout")
+    module.__package__ = "headwatch.settings"
+    monkeypatch.setitem(sys.modules, module.__name__, module)       # what dataclasses looks its names up in
+    exec(compile(src, "shapes_with_dropout", "exec"), module.__dict__)
+    arm = module.__dict__
+    assert arm["slug"]({"width": 256, "heads": 4, "dropout": 0.2, "vocab": "bpe512"}) == "w256-h4-p0.2-vbpe512"
+    assert arm["parse_shape"]("w256-h4-p0.2") == {"width": 256, "heads": 4, "dropout": 0.2}
+    assert re.fullmatch(arm["SLUG_PATTERN"], "w256-h4-kv2-p0.2") and arm["slug"]({"width": 256, "heads": 4}) == "w256-h4"
     with pytest.raises(ValueError, match="PARTS"):       # a grid option the table does not show
         import unittest.mock as mock
         with mock.patch.object(shapes, "SHOWN", tuple(k for k in shapes.SHOWN if k != "kv_heads")):

@@ -15,8 +15,10 @@ workflow's wildcard constraint) are compiled from the same table, and :func:`par
 back into the entry it names (``slug(parse_shape(s)) == s`` for every name :func:`slug` writes).
 
 **A new grid option is one entry of** :data:`PARTS` (its key, its letters, its value's kind, when it is
-shown) beside the model's field that reads it (:class:`headwatch.charlm.spec.ModelSpec`); an option of the
-grid without a part would give two models one name, which :func:`slug` refuses.
+shown) beside the model's field that reads it (:class:`headwatch.charlm.spec.ModelSpec`): a dropout arm,
+say, is ``Part("-p", ("dropout",), value=NUMBER)`` placed where its letters go (``w256-h4-p0.2``; shown
+only when the entry sets it, so the plain names stay as they are). An option of the grid without a part
+would give two models one name, which :func:`slug` refuses.
 
 Standard library only: the Snakefile's parse and the pre-job checks read it.
 """
@@ -87,9 +89,6 @@ class Part:
         body = head + "".join(p.pattern(named) for p in self.inner)
         return body if self.required else f"(?:{body})?"
 
-    def every_key(self) -> tuple[str, ...]:
-        return self.keys + tuple(k for p in self.inner for k in p.every_key())
-
 
 PARTS = (
     Part("-l", ("layers",)),
@@ -100,13 +99,21 @@ PARTS = (
     Part("-v", ("vocab",), value=VOCAB, shown=lambda e: e.get("vocab", CHAR) != CHAR),
 )
 """Every option's part of a name, in the order they are written (the module docstring)."""
-SHOWN = tuple(k for p in PARTS for k in p.every_key())
+def _every(parts):
+    """Each part and each part inside it, in the order they are written."""
+    for p in parts:
+        yield p
+        yield from _every(p.inner)
+
+
+SHOWN = tuple(k for p in _every(PARTS) for k in p.keys)
 """The options a name shows: every key of :data:`ENTRY_KEYS` but width and heads (a test holds them equal)."""
 SLUG_PATTERN = r"w\d+-h\d+" + "".join(p.pattern(named=False) for p in PARTS)
 """A shape name as the workflow's ``{shape}`` wildcard matches it."""
 SLUG = re.compile(r"^w(?P<width>\d+)-h(?P<heads>\d+)" + "".join(p.pattern(named=True) for p in PARTS) + "$")
 """A shape name, anchored, each value a named group (:func:`parse_shape`)."""
-_FLOATS = ("balance",)
+_TYPES = {k: {INTEGER: int, NUMBER: float, VOCAB: str}[p.value] for p in _every(PARTS) for k in p.keys}
+"""How each shown key's value is read back (:func:`parse_shape`), from its part's kind of value."""
 
 
 def slug(entry: dict) -> str:
@@ -135,8 +142,7 @@ def parse_shape(shape: str) -> dict:
     m = SLUG.match(shape)
     if not m:
         raise ValueError(f"{shape!r} is not a configuration slug w{{width}}-h{{heads}}[-options]")
-    return {k: (v if k == "vocab" else float(v) if k in _FLOATS else int(v))
-            for k, v in m.groupdict().items() if v is not None}
+    return {k: _TYPES.get(k, int)(v) for k, v in m.groupdict().items() if v is not None}
 
 
 def parse_slug(shape: str) -> tuple[int, int]:
