@@ -1,5 +1,5 @@
 """Write docs/results/laptop-scale.md from the tables of a timed `make laptop` run: every number
-computed, none typed (but the original run's findings it is compared with, ORIGINAL below).
+computed, none typed (but the original run's findings it is compared with: benchmarks/original.py).
 
     make laptop && .venv/bin/python benchmarks/laptop_tables.py
     .venv/bin/python benchmarks/laptop_tables.py [--root .] [--out docs/results/laptop-scale.md]
@@ -15,7 +15,7 @@ leaving the plateau, the previous-token head, the gaps). When ``results/timing/l
 is there too (`make laptop-more` after `make laptop`), its time and a section per study follow
 (``results/sweep/studies/{study}.parquet`` and ``{study}_contrasts.parquet``, the study's figure):
 the table, each contrast with its interval and verdict, and the original study's finding beside it
-where the repository records one (``ORIGINAL_STUDIES``). The
+where the repository records one (``ORIGINAL_STUDIES`` of ``benchmarks/original.py``). The
 section on `make laptop-long` (``results/timing/laptop-long.json``, ``results/sweep/course/heads_long/``)
 is written from its own timed record, beside the original run's numbers point by point; where
 ``--root`` has no laptop-long run, the section the page at ``--out`` has from its own run is kept
@@ -48,6 +48,8 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "gpu"))
+sys.path.insert(0, str(HERE))
+from original import ORIGINAL_LONG, ORIGINAL_STUDIES, findings, verdict, where  # noqa: E402,F401  (the original's figures)
 from paper_tables import fmt, md_table  # noqa: E402  (the paper page's own Markdown helpers)
 
 from headwatch import paths  # noqa: E402
@@ -57,11 +59,14 @@ from headwatch.workflow.provenance import (DirtyTreeError, RunRecordError, page_
                                            run_attempts)
 from headwatch.settings.sweep import BootstrapSettings, StudySettings, TrainSettings, course_sweeps, train_of  # noqa: E402
 from headwatch.sweep import plan  # noqa: E402
-from headwatch.sweep.contrasts import BESIDE, MIN_SEEDS, beside_text, contrast_sentence, range_caveat  # noqa: E402
+from headwatch.settings.kinds import KINDS  # noqa: E402
+from headwatch.sweep.contrasts import beside_text, contrast_sentence, range_caveat, study_contrasts  # noqa: E402
 from headwatch.sweep.contrasts import metric as contrast_metric  # noqa: E402
 from headwatch.sweep.course import markdown_section as course_section  # noqa: E402
 from headwatch.sweep.heads import markdown_section as heads_section  # noqa: E402
-from headwatch.sweep.summary import split_verdict, width_verdict  # noqa: E402
+from headwatch.sweep.course import mean_interval  # noqa: E402
+from headwatch.sweep.summary import (MIN_SEEDS, READINGS, at_reading, fit_summary, overfitting, read_runs,  # noqa: E402
+                                     readings_section, split_verdict, width_verdict)
 from headwatch.tableio import read_note, read_parquet  # noqa: E402
 
 COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
@@ -69,17 +74,8 @@ LONG_COMMAND = "make laptop-long && .venv/bin/python benchmarks/laptop_tables.py
 NOT_MADE = "Not made in this checkout"
 LONG_HEAD = "## Longer: `make laptop-long` (1, 4 and 32 heads, 4× the characters)"
 RECORD, MORE_RECORD, LONG_RECORD = "laptop", "laptop-more", "laptop-long"
-FIGURES = ("training_curves", "contrast", "loss_vs_heads", "loss_vs_width", "heads_formation", "heads_finals",
-           "heads_grid")
-# The original run's findings (the paper-scale sweep this one repeats at laptop scale): the best
-# split, the worst, the spread in seed standard deviations and the width 128 -> 256 gain in spreads.
-ORIGINAL = dict(best_heads=4, best_head_size=64, worst_heads=32, worst_head_size=8, spread_over_std=9.0,
-                gain_over_spread=4.4)
-# The original run's final losses at 16.4 M characters per model (nats per character): 4 heads best,
-# 2 and 1 within 0.0044 of it, 32 heads worst by 0.030 — what laptop-long is read beside.
-ORIGINAL_LONG = dict(chars=16.4e6, loss={4: 1.5144, 2: 1.5176, 1: 1.5188}, worst_heads=32, worst_by=0.030)
-
-
+FIGURES = ("training_curves", "contrast", "loss_vs_heads", "loss_vs_width", "readings", "heads_formation",
+           "heads_finals", "heads_grid")
 class PageError(RuntimeError):
     """The run cannot be published as it is."""
 
@@ -121,60 +117,6 @@ def job_times(root: Path, finals: pd.DataFrame) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=["shape", "trained_under", "job_wall_s", "job_cpu_s"])
     return pd.DataFrame(rows).groupby(["trained_under", "shape"], as_index=False).mean()
-
-
-def verdict(holds: bool, resolved: bool) -> str:
-    return "not resolved" if not resolved else ("holds" if holds else "does not hold")
-
-
-def magnitude(value: float, lo: float, hi: float, resolved: bool) -> str:
-    """A reference value against this run's interval: outside it, the finding does not hold here
-    (the interval excludes it); inside, it holds where the effect is resolved."""
-    return "does not hold" if not lo <= value <= hi else verdict(True, resolved)
-
-
-def where(value: float, lo: float, hi: float) -> str:
-    """Where a reference value lies against an interval."""
-    return "inside the interval" if lo <= value <= hi else ("below the interval" if value < lo else
-                                                            "above the interval")
-
-
-def heads_of(n: int, size: int) -> str:
-    return f"{n} head{'s' * (n != 1)} of {size}"
-
-
-def findings(c: pd.Series, summary: pd.DataFrame) -> pd.DataFrame:
-    """The original run's findings, point by point, against this run's contrast."""
-    split = summary[summary["sweep"] == c["split_sweep"]].set_index("shape")
-    best, worst = split.loc[c["best_shape"]], split.loc[c["worst_shape"]]
-    pct = f"{100 * c['level']:g} %"
-    o = ORIGINAL
-    ratio = (c["spread_over_std"], c["spread_over_std_lo"], c["spread_over_std_hi"])
-    g = 1 / c["spread_over_gain"], 1 / c["spread_over_gain_hi"], 1 / c["spread_over_gain_lo"]
-    gain_defined = c["spread_over_gain_lo"] > 0          # an interval through 0: its inverse is unbounded
-    rows = [
-        dict(finding=f"optimum at {heads_of(o['best_heads'], o['best_head_size'])}",
-             here=f"best: {heads_of(int(best['heads']), int(best['head_size']))} ({c['best_shape']})",
-             verdict=verdict(int(best["heads"]) == o["best_heads"], bool(c["split_resolved"]))),
-        dict(finding=f"{heads_of(o['worst_heads'], o['worst_head_size'])} worst",
-             here=f"worst: {heads_of(int(worst['heads']), int(worst['head_size']))} ({c['worst_shape']}); "
-                  f"worst − best paired by seed {c['paired_diff']:.4f} ({pct}: {c['paired_diff_lo']:.4f}–"
-                  f"{c['paired_diff_hi']:.4f})",
-             verdict=verdict(int(worst["heads"]) == o["worst_heads"], bool(c["split_resolved"]))),
-        dict(finding=f"spread ~{o['spread_over_std']:g}× seed noise",
-             here=f"{ratio[0]:.2f}× ({pct}: {ratio[1]:.2f}–{ratio[2]:.2f}); {o['spread_over_std']:g}× lies "
-                  f"{where(o['spread_over_std'], ratio[1], ratio[2])}; p = {c['split_p']:.3g}",
-             verdict=magnitude(o["spread_over_std"], ratio[1], ratio[2], bool(c["split_resolved"]))),
-        dict(finding=f"width {c['capacity_from']} → {c['capacity_to']} gain {o['gain_over_spread']:g}× the spread",
-             here=(f"{g[0]:.2f}× ({pct}: {g[1]:.2f}–{g[2]:.2f}); {o['gain_over_spread']:g}× lies "
-                   f"{where(o['gain_over_spread'], g[1], g[2])}" if gain_defined else
-                   f"spread / gain {c['spread_over_gain']:.2f} ({pct}: {c['spread_over_gain_lo']:.2f}–"
-                   f"{c['spread_over_gain_hi']:.2f}, through 0: the ratio is unbounded)"),
-             verdict=magnitude(o["gain_over_spread"], g[1], g[2],
-                               bool(c["width_resolved"] and c["split_resolved"])) if gain_defined
-             else "not resolved"),
-    ]
-    return pd.DataFrame(rows)
 
 
 def copy_figures(root: Path, out: Path) -> dict[str, str]:
@@ -233,34 +175,6 @@ def studies_section(root: Path, out: Path, attempts: list[dict]) -> list[str]:
             *[line for name in names for line in study_section(root, out, name, sw)]]
 
 
-# The original study's findings on the studies' questions, by study, each set beside this run's contrast
-# of its arm and reference (shapes). ``claim``: on the loss, "arm better" / "arm worse" (against this run's
-# interval); on the training throughput, "arm slower" / "arm faster" (one figure per arm, no interval);
-# on the KV cache, "arm smaller cache" (bytes per token, by arithmetic) (:func:`original_verdict`).
-# Typed from the original runs (not computed here): run-034 trained on French text (8 layers, 8,000 steps,
-# a P100), run-063 read Qwen2.5-0.5B's anatomy; neither is this corpus or this scale.
-ORIGINAL_STUDIES: dict[str, list[dict]] = {
-    "experts": [
-        dict(finding="run-034: 8 experts, top 2, balancing 0.01 at the dense FFN's active width: 1.590 bits/char "
-                     "against the dense model's 1.649 (experts better)",
-             arm="w256-h4-e8k2-b0.01", reference="w256-h4", claim="arm better"),
-        dict(finding="run-034: the same without balancing: 1.597 against 1.649 (experts better)",
-             arm="w256-h4-e8k2-b0", reference="w256-h4", claim="arm better"),
-        dict(finding="run-034: balancing 0.01 against none: 1.590 against 1.597 (balancing better; the busiest "
-                     "expert 12.3–12.8 % of tokens with it, 9.2–18.1 % without)",
-             arm="w256-h4-e8k2-b0.01", reference="w256-h4-e8k2-b0", claim="arm better"),
-        dict(finding="run-034: routing cost 25 % of the training speed: 37,900 against 50,400 characters/s "
-                     "(experts slower)",
-             arm="w256-h4-e8k2-b0.01", reference="w256-h4", claim="arm slower"),
-    ],
-    "kv_sharing": [
-        dict(finding="run-063 (Qwen2.5-0.5B's anatomy): key/value sharing shrinks the KV cache by the ratio of "
-                     "query to key/value heads, 12,288 against 86,016 bytes per token (×7); its loss cost unmeasured",
-             arm="w256-h4-kv2", reference="w256-h4", claim="arm smaller cache"),
-        dict(finding="run-063: the same, one key/value head",
-             arm="w256-h4-kv1", reference="w256-h4", claim="arm smaller cache"),
-    ],
-}
 #: The claims :func:`original_verdict` reads, by what they are about.
 LOSS_CLAIMS, SPEED_CLAIMS, CACHE_CLAIMS = ("arm better", "arm worse"), ("arm slower", "arm faster"), ("arm smaller cache",)
 
@@ -333,7 +247,7 @@ def study_section(root: Path, out: Path, name: str, sw: dict) -> list[str]:
     per_arm = pd.DataFrame({"shape": s["shape"], "seeds": s["seeds"],
                             "bits/char (mean ± std)": [f"{m:.4f} ± {d:.4f}" for m, d in
                                                        zip(s[column], s[column.replace("_mean", "_std")])],
-                            **{c: s[c] for c in BESIDE[kind]}})
+                            **{c: s[c] for c in KINDS[kind].beside}})
     pct = f"{100 * cs['level'].iloc[0]:g} %"
     rows = pd.DataFrame({
         "contrast": cs["contrast"],
@@ -350,15 +264,41 @@ def study_section(root: Path, out: Path, name: str, sw: dict) -> list[str]:
     shutil.copy2(src, folder / src.name)
     caveats = list(dict.fromkeys(x for x in (range_caveat(c) for c in cs.to_dict("records")) if x))
     study = sw["sweeps"][name]
+    c0 = cs.iloc[0]                 # the bootstrap the study's job used, as its contrasts record it
+    best = study_best(root, name, kind, s, StudySettings.from_config(study["study"]), BootstrapSettings(
+        resamples=c0["resamples"], seed=c0["resample_seed"], level=c0["level"]))
     return [f"### `{name}` ({kind} study)", "",
             f"Grid: {', '.join(s['shape'])}; seeds {', '.join(map(str, study['seeds']))}. Metric: {markdown(what)}. "
             f"From `{paths.study_table(name)}` and `{paths.study_table(name, 'contrasts')}`.",
             md_table(per_arm, ".4g", chars_per_s=",.0f", peak_memory_mb=",.0f", embedding_share=".3f",
                      chars_per_window=".1f"), md_table(rows),
             *[f"- {markdown(contrast_sentence(c))}." for c in cs.to_dict("records")],
-            *([f"Read with care: {markdown('; '.join(caveats))}."] if caveats else []),
+            *([f"Read with care: {markdown('; '.join(caveats))}."] if caveats else []), *best,
             f"![study {name}]({folder.name}/{src.name})",
             *original_parts(name, cs)]
+
+
+def study_best(root: Path, name: str, kind: str, summary: pd.DataFrame, study: StudySettings,
+               boot: BootstrapSettings) -> list[str]:
+    """A study read at each run's best (protocol §7, "Two readings"): each arm's rise from its best, and the
+    same contrasts of the runs' best losses, from the study's finals table; a kind whose metric is scored
+    at the end only (the whole validation split) says so."""
+    if KINDS[kind].vocabularies:
+        return [f"At each run's best: none — a {kind} study's metric, bits per character of the whole validation "
+                "split, is scored at the end of training only (protocol §7, \"Two readings\")."]
+    path = root / paths.study_table(name, "finals")
+    finals = read_parquet(path) if path.exists() else None
+    if finals is None or "best_val_loss" not in finals or "rise_mean" not in summary:
+        return [f"At each run's best: not in this run's tables (`{paths.study_table(name, 'finals')}` "
+                + ("absent" if finals is None else "written before the two readings") + "; `make laptop-more` "
+                "writes them)."]
+    rise = "; ".join(f"{r.shape} {r.rise_mean:+.4f} (best at step {r.best_step_min}"
+                     + (f"–{r.best_step_max}" if r.best_step_max != r.best_step_min else "") + ")"
+                     for r in summary.itertuples())
+    at_best = study_contrasts(finals, summary, study, boot, "best")
+    return [f"At each run's best (protocol §7, \"Two readings\"): each arm's rise from its best validation loss to "
+            f"its last, nats per character, {markdown(rise)}; the same contrasts of the runs' best losses:",
+            *[f"- {markdown(contrast_sentence(c))}." for c in at_best.to_dict("records")]]
 
 
 def run_config(root: Path, attempts: list[dict]) -> dict:
@@ -433,6 +373,42 @@ def long_findings(root: Path, sweep: str, reference: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def long_readings(root: Path, sw: dict, sweep: str, reference: str) -> list[str]:
+    """laptop-long's runs read both ways (protocol §7, "Two readings"), from their metrics files: per shape each
+    reading's loss, where the best fell, the rise from it against the seed noise (the sweep's own, its shapes
+    being one width's splits) and its verdict, and each arm − the reference at each reading, paired by seed."""
+    runs = [dict(r, metrics=root / paths.run_output(r, "metrics.parquet")) for r in plan.runs(sw) if r["sweep"] == sweep]
+    finals = read_runs(runs)[0]
+    boot = BootstrapSettings.from_config(sw["summary"]["bootstrap"])
+    fit = overfitting(finals, sweep, boot).set_index("shape")
+    read = {r: at_reading(finals, r).set_index(["shape", "seed"])["val_loss"] for r in READINGS}
+    pct = f"{100 * boot.level:g} %"
+    rows = []
+    for shape, f in fit.iterrows():
+        row = {"shape": shape, "last": f"{f['last_mean']:.4f}", "best": f"{f['best_mean']:.4f}",
+               "best at step": f"{f['best_step_min']}" + (f"–{f['best_step_max']}" if f["best_step_max"] !=
+                                                          f["best_step_min"] else ""),
+               f"rise ({pct})": f"{f['rise_mean']:+.4f}" + ("" if pd.isna(f["rise_lo"]) else
+                                                            f" ({f['rise_lo']:+.4f} to {f['rise_hi']:+.4f})"),
+               "rise / seed noise": f"{f['rise_over_noise']:.2f}", "verdict": f["verdict"]}
+        for r in READINGS:
+            if shape == reference:
+                row[f"− {reference}, {r}"] = "—"
+                continue
+            diff = (read[r].loc[shape].sort_index() - read[r].loc[reference].sort_index()).dropna()
+            mean, lo, hi = mean_interval(diff.tolist(), boot)
+            resolved = len(diff) >= MIN_SEEDS and (lo > 0 or hi < 0)
+            row[f"− {reference}, {r}"] = (f"{mean:+.4f}" + ("" if len(diff) < MIN_SEEDS else f" ({lo:+.4f} to {hi:+.4f})")
+                                          + (": resolved" if resolved else ": not resolved"))
+        rows.append(row)
+    return ["### Both readings: the last evaluation and each run's best", "",
+            f"Each run of `{sweep}` read at its last evaluation and at its best (its lowest validation loss; protocol §7, "
+            f"\"Two readings\"), from its metrics file; the rise from the best against the seed noise of the sweep "
+            f"({float(fit['seed_noise'].iloc[0]):.4f}, its shapes' mean seed std at the last evaluation), and each arm "
+            f"minus `{reference}` at each reading, paired by seed, with its {pct} interval.",
+            md_table(pd.DataFrame(rows)), fit_summary(fit.reset_index())]
+
+
 def section_span(lines: list[str], head: str) -> tuple[int, int] | None:
     """Where the page's section under the level-2 heading ``head`` lies in ``lines``: (its heading's
     index, the next level-2 heading's or the end), or None when the page has no such section."""
@@ -474,13 +450,14 @@ def long_section(root: Path, commit: str, figures_out: Path) -> list[str]:
             f"Sweep `{sweep}` ({', '.join(sorted({s for s in finals['shape']}, key=lambda x: int(x.split('-h')[1])))}; "
             f"seeds {', '.join(map(str, sw['sweeps'][sweep]['seeds']))}): {train.steps} steps of {train.batch} × "
             f"{sw['model']['context']} = {chars:,} characters per model ({chars / ORIGINAL_LONG['chars']:.2f} of the "
-            f"original run's {ORIGINAL_LONG['chars'] / 1e6:g} M), warm-up {train.warmup}, cosine decay to "
+            f"original run's {ORIGINAL_LONG['chars'] / 1e6:.1f} M), warm-up {train.warmup}, cosine decay to "
             f"{train.min_lr:g} at the last step; evaluations every {train.eval_every} steps. "
             + precision_line(root, finals),
             "### The original run's findings, point by point", "",
             "At its last evaluation, against the original run at 16.4 M characters per model; *not resolved* where the "
             "interval (over seeds, paired) cannot tell. Nothing is extrapolated beyond the run.",
             md_table(long_findings(root, sweep, reference)),
+            *long_readings(root, sw, sweep, reference),
             *course_section(root, sweep, links, level="###")]
 
 
@@ -490,8 +467,15 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
     attempts = timing(root, RECORD, commit)
     cfg = run_config(root, attempts)
     scale = run_record.run_scale(cfg, root)[1]
-    t = {n: read_parquet(root / paths.sweep_table(n)) for n in ("summary", "contrast", "finals")}
+    t = {}
+    for n in ("summary", "contrast", "finals", "summary_best", "contrast_best", "overfitting"):
+        if not (root / paths.sweep_table(n)).exists():
+            raise PageError(f"no {root / paths.sweep_table(n)}: the run predates the two readings (protocol §7); "
+                            f"`{COMMAND}` makes it")
+        t[n] = read_parquet(root / paths.sweep_table(n))
     summary, c, finals = t["summary"], t["contrast"].iloc[0], t["finals"]
+    summaries, contrasts = dict(last=summary, best=t["summary_best"]), dict(last=c, best=t["contrast_best"].iloc[0])
+    boot = BootstrapSettings.from_config(cfg["sweep"]["summary"]["bootstrap"])
     sw = cfg["sweep"]
     train = TrainSettings.from_config(train_of(sw, c["split_sweep"]))
     figs = copy_figures(root, out)
@@ -535,9 +519,13 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
         f"**{split_verdict(c)}.** **{width_verdict(c)}.**",
         f"![contrast]({figs['contrast']})", f"![loss vs heads]({figs['loss_vs_heads']})",
         f"![loss vs width]({figs['loss_vs_width']})",
+        *readings_section(summaries, contrasts, t["overfitting"], figs["readings"], interval=train.eval_every),
         "## The original run's findings at this scale", "",
-        "Point by point; *not resolved* where this run's intervals (or the split's test) cannot tell.",
-        md_table(findings(c, summary)),
+        "Point by point, at both readings; *not resolved* where this run's intervals (or the split's test) cannot "
+        "tell; where this run's best or worst split is not the original's, the two are weighed against each other, "
+        "paired by seed, and the finding does not hold only where that difference is resolved too.",
+        md_table(pd.concat([findings(contrasts[r], summaries[r], at_reading(finals, r), boot).assign(reading=r)
+                            for r in READINGS], ignore_index=True)[["reading", "finding", "here", "verdict"]]),
         *heads_section(root, {s: figs[s] for s in targets.SWEEP_HEADS_FIGURES.values()}, c["split_sweep"]),
         *course_parts(root, out, sw, c["split_sweep"]),
         *long_section(root, commit, out),

@@ -200,7 +200,7 @@ def sweep_heads_table(name: str) -> str:
 
 
 def sweep_table(name: str) -> str:
-    """``summary``, ``contrast``, ``finals`` or ``curves``."""
+    """One of the sweep summary's tables (:data:`headwatch.workflow.targets.SWEEP_TABLES`)."""
     return _join(RESULTS, "sweep", f"{name}.parquet")
 
 

@@ -10,7 +10,7 @@ from headwatch.config import ConfigError, check_config as _check_config, check_d
 from headwatch.names import SAFE_NAME, SCORES
 from headwatch.scores.sequences import SETS, set_params
 from headwatch.settings import induction as induction_settings
-from headwatch.settings.sweep import course_sweeps
+from headwatch.settings.sweep import StudySettings, course_sweeps
 from headwatch.sweep import plan as sweep_plan
 from headwatch.tableio import broken_records
 
@@ -212,6 +212,11 @@ def sweep_study_inputs(wildcards):
 
 def sweep_study_block(wildcards):
     return config["sweep"]["sweeps"][wildcards.study]["study"]
+
+
+def sweep_study_own(wildcards):
+    """The study's own settings: its kind's keys, their defaults filled in (headwatch/settings/kinds.py)."""
+    return StudySettings.of(sweep_study_block(wildcards)).own
 
 
 def report_producible(path):

@@ -29,6 +29,7 @@ rule figures_sweep_study:
         study=sweep_study_constraint(),
     params:
         kind=lambda w: sweep_study_block(w)["kind"],
+        own=sweep_study_own,
     log:
         paths.log("figures_sweep_study", "{study}"),
     benchmark:

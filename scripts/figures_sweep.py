@@ -15,3 +15,5 @@ with log_to(snakemake.log[0]):
     save(figs.contrast_intervals(finals, contrast), sm.output.contrast_pdf, sm.output.contrast_png)
     save(figs.training_curves(read_parquet(sm.input.curves)), sm.output.curves_pdf,
          sm.output.curves_png)
+    save(figs.readings(finals, dict(last=contrast, best=read_parquet(sm.input.contrast_best).iloc[0]),
+                       read_parquet(sm.input.overfitting)), sm.output.readings_pdf, sm.output.readings_png)

@@ -557,6 +557,15 @@ def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
     assert f"{seq} eval" in text
     sweep = pd.read_parquet(tiny["results"] / "sweep" / "summary.parquet")
     assert f"| {sweep.val_loss_mean.iloc[0]:.4f} |" in text
+    # the sweep read again from its runs' metrics at both readings, the original's table and recipes beside
+    best = pd.read_parquet(tiny["results"] / "sweep" / "summary_best.parquet")
+    assert "### Two readings: at the last step and at each run's best (protocol §7)" in text
+    assert f"| {best.val_loss_mean.iloc[0]:.4f} |" in text and "![two readings](paper-scale/readings.png)" in text
+    for heading in ("### The width control, from the curves", "### The original beside ours, point by point",
+                    "### What could explain the differences: the recipes side by side"):
+        assert text.count(heading) == 1, heading
+    assert "| 4 (64) | 1.5144 ± 0.0050 (1) | — | — |" in text      # the original's 4 heads: not in the tiny grid
+    assert (page.parent / "paper-scale" / "readings.png").stat().st_size > 0
     assert text.count("**Not yet measured**") == 1        # the studies only: tiny.yaml skips them
     assert "Jobs on CUDA: 0 of" in text
     assert "### One training step of the sweep's model" in text and "| eager |" in text
@@ -631,6 +640,55 @@ def test_the_run_command_asks_for_the_models_page_targets_timed():
     printed = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--model", check.MODEL_KEY,
                               "--run-command"], capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0 and printed.stdout.strip() == cmd
+
+
+H200 = ROOT / "benchmarks" / "gpu" / "runs" / "2026-12-04-h200" / "run-2"
+
+
+def test_the_committed_h200_sweep_is_read_both_ways_from_its_records(tmp_path):
+    """paper_tables.sweep_records on the committed H200 archive: each configuration's last and best validation
+    loss, the step of its best, its training loss at the end and its rise agree with the run's own curves table
+    (results/sweep/curves.parquet, written by the run) read by hand here; every width-256 split but 32 heads and
+    the widest model overfit; the widest model's best falls at 800–1000 of 2000."""
+    run = check.unpack_out(H200, tmp_path)
+    rec = paper_tables.sweep_records(run)
+    curves = pd.read_parquet(run / "results" / "sweep" / "curves.parquet").drop_duplicates(
+        ["trained_under", "shape", "seed", "step"])
+    last = curves[curves["step"] == curves.groupby(["trained_under", "shape", "seed"])["step"].transform("max")]
+    low = curves.loc[curves.groupby(["trained_under", "shape", "seed"])["val_loss"].idxmin()]
+    fit = rec["fit"].drop_duplicates(["trained_under", "shape"]).set_index("shape")
+    for shape, f in fit.iterrows():
+        a, b = last[last["shape"] == shape], low[low["shape"] == shape]
+        assert f["last_mean"] == pytest.approx(a["val_loss"].mean()) and f["best_mean"] == pytest.approx(b["val_loss"].mean())
+        assert (f["best_step_min"], f["best_step_max"]) == (b["step"].min(), b["step"].max())
+        assert f["train_loss_mean"] == pytest.approx(a["train_loss"].mean())
+        assert f["rise_mean"] == pytest.approx(a["val_loss"].mean() - b["val_loss"].mean())
+    assert sorted(fit.index[fit["verdict"] == "overfits"]) == sorted(
+        ["w256-h1", "w256-h2", "w256-h4", "w256-h8", "w256-h16", "w512-h8"])
+    assert (fit.loc["w512-h8", "best_step_min"], fit.loc["w512-h8", "best_step_max"]) == (800, 1000)
+    assert fit["rise_mean"].idxmax() == "w512-h8" and fit["train_loss_mean"].idxmin() == "w512-h8"
+    # the last reading is the summary the run itself wrote
+    written = pd.read_parquet(run / "results" / "sweep" / "summary.parquet").set_index(["sweep", "shape"])
+    ours = rec["summaries"]["last"].set_index(["sweep", "shape"])
+    assert ours["val_loss_mean"].to_numpy() == pytest.approx(written.loc[ours.index, "val_loss_mean"].to_numpy())
+
+
+def test_the_original_figures_are_computed_from_its_table_as_it_published_them():
+    """benchmarks/original.py: run-062's spread, seed noise, their ratio and the width gain, computed from its
+    table, round to the figures it published; its parameter counts are this repository's model at 65
+    characters."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import original
+    from headwatch.charlm.spec import ModelSpec
+
+    o, r = original.run_062_figures(), original.RUN_062_REPORTED
+    assert (round(o["spread"], 4), round(o["seed_noise"], 4), round(o["gain"], 4)) == (r["spread"], r["seed_noise"], r["gain"])
+    assert round(o["gain_over_spread"], 1) == r["gain_over_spread"] and round(o["spread_over_std"]) == r["spread_over_noise"]
+    assert (o["best_heads"], o["worst_heads"]) == (4, 32)
+    for x in original.RUN_062["splits"] + original.RUN_062["widths"]:
+        spec = ModelSpec(65, x.get("width", original.RUN_062["split_width"]), x["heads"], layers=4, context=128)
+        assert spec.param_counts()["total"] == x["params"]
+    assert original.ORIGINAL_LONG["chars"] == 2000 * 64 * 128
 
 
 def test_the_patching_section_is_written_from_the_tables(tmp_path):

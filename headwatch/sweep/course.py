@@ -50,10 +50,9 @@ import numpy as np
 import pandas as pd
 
 from .. import paths
-from ..markup import markdown
 from ..settings.sweep import BootstrapSettings
 from ..tableio import read_note, read_parquet
-from .summary import SummaryError
+from .summary import SummaryError, markdown_table
 from .summary import _interval as percentile
 
 RUN_KEYS = ("sweep", "shape", "width", "heads", "seed")
@@ -97,15 +96,20 @@ def plateau_events(steps, losses, margin: float, start: float | None = None) -> 
 def run_events(metrics: pd.DataFrame, records: pd.DataFrame, margin: float, threshold: float,
                start: float | None = None) -> dict:
     """One run's plateau, leaving and previous-token formation steps, the best previous-token
-    score when it leaves, and their lag (formation − leaving); ``start``: ln V of its vocabulary."""
-    m = metrics.sort_values("step")
+    score when it leaves, and their lag (formation − leaving); its last and its best validation loss
+    (protocol §7, "Two readings": the first evaluation of the lowest, ``best_step``) and the rise
+    between them; ``start``: ln V of its vocabulary."""
+    m = metrics.dropna(subset=["val_loss"]).sort_values("step")
     ev = plateau_events(m["step"], m["val_loss"], margin, start)
     prev = formation_step(records, threshold, "prev")
     best_prev = records.groupby("step")["prev"].max()
     leave = ev["leave_step"]
+    best = int(np.argmin(m["val_loss"].to_numpy(dtype=float)))
     return dict(ev, prev_step=prev, prev_at_leave=float(best_prev.get(leave)) if leave is not None else None,
                 lag=prev - leave if prev is not None and leave is not None else None,
-                final_prev=float(best_prev.iloc[-1]), final_loss=float(m["val_loss"].iloc[-1]))
+                final_prev=float(best_prev.iloc[-1]), final_loss=float(m["val_loss"].iloc[-1]),
+                best_step=int(m["step"].iloc[best]), best_loss=float(m["val_loss"].iloc[best]),
+                rise=float(m["val_loss"].iloc[-1] - m["val_loss"].iloc[best]))
 
 
 INT_EVENTS = ("plateau_step", "leave_step", "prev_step", "lag")
@@ -163,12 +167,13 @@ def _mean_difference(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray
 def event_summary(events: pd.DataFrame, bootstrap: BootstrapSettings | dict) -> pd.DataFrame:
     """Per shape: the runs, how many left the plateau and formed a previous-token head, and the
     mean with its interval of the plateau level, the two steps and their lag (over the runs that
-    have them)."""
+    have them), and of where each run's validation loss was lowest and how far it rose after."""
     rows = []
     for keys, g in events.groupby(["sweep", "shape", "width", "heads"], sort=False):
         row = dict(zip(("sweep", "shape", "width", "heads"), keys), seeds=len(g),
                    left=int(g["leave_step"].notna().sum()), formed=int(g["prev_step"].notna().sum()))
-        rows.append(with_intervals(row, g, ("plateau_loss", "leave_step", "prev_step", "lag"), bootstrap))
+        rows.append(with_intervals(row, g, ("plateau_loss", "leave_step", "prev_step", "lag", "best_step", "rise"),
+                                   bootstrap))
     return interval_frame(rows, ["sweep", "width", "heads"])
 
 
@@ -302,7 +307,7 @@ def course(runs: list[dict], reference: str, margin: float, threshold: float,
     summary per shape, the gaps and their verdicts."""
     bootstrap = BootstrapSettings.of(bootstrap)
     events = events_table(runs, margin, threshold)
-    curves = pd.concat([r["metrics"][["step", "val_loss"]].merge(
+    curves = pd.concat([r["metrics"].dropna(subset=["val_loss"])[["step", "val_loss"]].merge(
         r["records"].groupby("step", as_index=False)["prev"].max().rename(columns={"prev": "best_prev"}),
         on="step", how="left", validate="1:1").assign(**{k: r[k] for k in RUN_KEYS}) for r in runs],
         ignore_index=True)
@@ -316,14 +321,6 @@ def course(runs: list[dict], reference: str, margin: float, threshold: float,
 
 
 # ------------------------------------------------------------------ in words
-def markdown_table(df: pd.DataFrame) -> str:
-    """A Markdown table of text cells (every cell escaped: :func:`headwatch.markup.markdown`); the
-    results pages' sections on a sweep (this one and :func:`headwatch.sweep.heads.markdown_section`)."""
-    lines = ["| " + " | ".join(markdown(c) for c in df.columns) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
-    lines += ["| " + " | ".join(markdown(str(v)) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 def verdict_sentence(v) -> str:
     """One gap's verdict with the intervals that decide it."""
     pct = lambda lo, hi: f"{lo:+.4f} to {hi:+.4f}"
@@ -384,6 +381,8 @@ def markdown_section(root, sweep: str, figures: dict[str, str] | None = None, le
         "prev head formed": [f"{a} of {n}" for a, n in zip(s["formed"], s["seeds"])],
         "forms at step": [_with_interval(*x) for x in zip(s["prev_step_mean"], s["prev_step_lo"], s["prev_step_hi"])],
         "lag (steps)": [_with_interval(*x, "+.0f") for x in zip(s["lag_mean"], s["lag_lo"], s["lag_hi"])],
+        "best loss at step": [_with_interval(*x) for x in zip(s["best_step_mean"], s["best_step_lo"], s["best_step_hi"])],
+        "rise after it (nats)": [_with_interval(*x, ".4f") for x in zip(s["rise_mean"], s["rise_lo"], s["rise_hi"])],
     })
     verdicts = pd.DataFrame({
         "gap": [f"{a} − {r}" for a, r in zip(v["arm"], v["reference"])],
@@ -402,8 +401,9 @@ def markdown_section(root, sweep: str, figures: dict[str, str] | None = None, le
         f"{note['margin']:g} to the next; it leaves it at the first evaluation {note['margin']:g} below that level. "
         f"Its previous-token head forms when the best head's `prev` score first reaches {note['threshold']:g}. "
         f"Per shape: the mean over the runs that have the event, with its {pct} percentile bootstrap interval over "
-        f"seeds; the lag is formation − leaving, paired per run. Evaluations every {interval} steps: an event is "
-        f"known to that resolution. From `{paths.course_table(sweep, 'events_summary')}`.",
+        f"seeds; the lag is formation − leaving, paired per run; each run's lowest validation loss, where it fell and "
+        f"how far the loss rose from it to the last evaluation (protocol §7, \"Two readings\"). Evaluations every "
+        f"{interval} steps: an event is known to that resolution. From `{paths.course_table(sweep, 'events_summary')}`.",
         markdown_table(events), "", coincidence(t["events"], interval),
         *([f"![course events]({figures['events']})"] if "events" in figures else []),
         f"Each arm's validation loss minus `{note['reference']}`'s, paired by seed, at every evaluation "

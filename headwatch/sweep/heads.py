@@ -47,7 +47,8 @@ from ..scores.heads import induction_scores, prose_scores, scores_table
 from ..settings.ablation import AblationSettings
 from ..settings.sweep import PROBE_KEYS, HeadsSettings, positions_error
 from ..tableio import read_note, read_parquet
-from .course import formation_step, markdown_table
+from .course import formation_step
+from .summary import markdown_table
 
 HEAD_SCORES = ("sink", "prev", "self", "induction", "induction_text")
 """The columns of ``heads.parquet`` beside ``step, layer, head``: the §4 scores, induction on

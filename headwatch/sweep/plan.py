@@ -2,21 +2,15 @@
 
 A sweep is data (``config["sweep"]["sweeps"][name]``: a grid of
 ``{width, heads}`` entries, seeds, training settings); a model is
-``(sweep, shape, seed)``, where ``shape`` is the slug of its grid entry (the ``{shape}``
-wildcard). A grid entry may add options, each named in
-its slug, in this order::
-
-    w{width}-h{heads}  [-l{layers}] [-d{head_size}] [-kv{kv_heads}]
-                       [-e{experts}k{top_k} [-x{expert_width}] -b{balance}] [-drop{dropout}] [-v{vocab}]
-
-e.g. ``w256-h4-e8k2-b0.01``, ``w192-h2-l8-d64``, ``w256-h4-kv2``, ``w256-h4-vbpe1024``
-(:func:`headwatch.settings.sweep.slug`; what a grid entry means is the sweep's settings'). A key that is
-absent takes the sweep's ``model`` default (layers) or the plain model's
+``(sweep, shape, seed)``, where ``shape`` is the name of its grid entry (the ``{shape}``
+wildcard): ``w{width}-h{heads}`` and a part per option the entry sets, e.g. ``w256-h4-e8k2-b0.01``,
+``w192-h2-l8-d64``, ``w256-h4-kv2``, ``w256-h4-vbpe1024``, written and read by
+:mod:`headwatch.settings.shapes` only (:data:`SLUG`, :data:`SLUG_PATTERN` and :func:`parse_slug` are
+its). A key that is absent takes the sweep's ``model`` default (layers) or the plain model's
 (:class:`headwatch.charlm.spec.ModelSpec`: no experts, kv_heads = heads, head size
-= width ÷ heads); an entry without options keeps its slug ``w{width}-h{heads}``,
+= width ÷ heads); an entry without options keeps its name ``w{width}-h{heads}``,
 so it is shared with the sweeps that list it. ``balance`` (the weight of the
-load-balancing loss, default 0) is only allowed with experts and always shown
-after them (``-b0`` = none). ``vocab`` names the vocabulary the model reads
+load-balancing loss, default 0) is only allowed with experts. ``vocab`` names the vocabulary the model reads
 (:mod:`headwatch.charlm.tokenizer`: ``char`` or ``bpe{size}``); ``char``, the
 corpus's own characters, is the default and is not shown, so ``{vocab: char}`` is
 the plain entry. ``dropout`` (nanoGPT's, in training) is shown when it is not 0: ``{dropout: 0}``
@@ -51,24 +45,11 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import re
 
 from ..charlm.vocab import VOCAB_PATTERN, parse_vocab_name
-from ..settings.sweep import CHAR, HeadsSettings, active_sweeps, model_of, slug, train_of, vocab_of
-
-SLUG = re.compile(r"^w(\d+)-h(\d+)(?:-l(\d+))?(?:-d(\d+))?(?:-kv(\d+))?"
-                  r"(?:-e(\d+)k(\d+)(?:-x(\d+))?-b([0-9.e+-]+))?(?:-drop([0-9.e+-]+))?"
-                  rf"(?:-v({VOCAB_PATTERN}))?$")
-SLUG_PATTERN = (r"w\d+-h\d+(-l\d+)?(-d\d+)?(-kv\d+)?(-e\d+k\d+(-x\d+)?-b[0-9.e+-]+)?(-drop[0-9.e+-]+)?"
-                rf"(-v({VOCAB_PATTERN}))?")
-
-
-def parse_slug(shape: str) -> tuple[int, int]:
-    """(width, heads) of a slug; ValueError for a string that is not one."""
-    m = SLUG.match(shape)
-    if not m:
-        raise ValueError(f"{shape!r} is not a configuration slug w{{width}}-h{{heads}}[-options]")
-    return int(m.group(1)), int(m.group(2))
+from ..settings.shapes import SLUG, SLUG_PATTERN, parse_slug  # noqa: F401  (the workflow's and the tests' names)
+from ..settings.sweep import (CHAR, STACK, HeadsSettings, active_sweeps, model_of, reads_vocabularies, slug, train_of,
+                              vocab_of)
 
 
 def entry_of(sweep_cfg: dict, sweep: str, shape: str) -> dict:
@@ -117,8 +98,6 @@ def train_jobs(sweep_cfg: dict) -> list[dict]:
 
 STACK_PATTERN = rf"w\d+-l\d+(-a\d+)?(-kv\d+)?(-e\d+x\d+)?(-drop[0-9.e+-]+)?(-v({VOCAB_PATTERN}))?(-\d+)?"
 """A stack's name (:func:`stacks`): the parameter shapes its models share, and its part when split."""
-STACK = 16
-"""Models a stack holds at most when ``sweep.stack`` is not given."""
 
 
 def stack_signature(model: dict, vocab: str) -> str:
@@ -268,7 +247,7 @@ def read_by_vocab_study(sweep_cfg: dict, shape: str, seed: int, train: dict) -> 
     same training settings, whether or not it is planned (``sweep.skip``, ``sweep.studies``). Such
     a job scores the whole validation split, so leaving the study out reruns nothing; a run of the
     same shape with other settings (a longer sweep's) does not pay for a score nobody reads."""
-    return any((sw.get("study") or {}).get("kind") == "vocab" and seed in sw["seeds"]
+    return any(reads_vocabularies(sw.get("study")) and seed in sw["seeds"]
                and train_of(sweep_cfg, name) == train and any(slug(e) == shape for e in sw["grid"])
                for name, sw in sweep_cfg["sweeps"].items())
 
@@ -293,7 +272,7 @@ def studies(sweep_cfg: dict) -> list[str]:
 def study_runs(sweep_cfg: dict, study: str) -> list[dict]:
     """The study's runs, each with its model settings (``model``: the study reads them there);
     a ``vocab`` study's runs also name their vocabulary (``vocab``)."""
-    vocab = (sweep_cfg["sweeps"][study].get("study") or {}).get("kind") == "vocab"
+    vocab = reads_vocabularies(sweep_cfg["sweeps"][study].get("study"))
     out = []
     for r in runs(sweep_cfg, studies=True):
         if r["sweep"] == study:

@@ -16,7 +16,11 @@ raises :class:`~headwatch.sweep.summary.SummaryError` and nothing is written.
   that any expert of any layer received on the validation windows (mean over
   seeds; a uniform load gives 1/E; a dense FFN is one "expert" with share 1).
 
-Every study table has ``peak_memory_mb``, the largest over seeds of each training
+Every study table reads each run both ways (protocol §7, "Two readings";
+:func:`headwatch.sweep.summary.run_readings`): beside the last evaluation's loss, each run's best
+(``best_val_loss``, ``best_step``) and the rise between them, per configuration their mean
+(``best_val_loss_mean``, ``_std``, ``best_step_min``, ``_max``, ``rise_mean``; in nats per token of the
+sampled windows, so per character but for a vocab study). Every study table has ``peak_memory_mb``, the largest over seeds of each training
 job's peak memory (``peak_memory_of``: on a GPU the CUDA allocator's peak for
 tensors, on a CPU the job's peak resident set, interpreter included); <NA> where a
 run predates the record.
@@ -57,9 +61,10 @@ import pandas as pd
 from ..charlm.spec import ModelSpec
 from ..charlm.vocab import VocabError, assert_same_validation
 from ..names import BYTES_PER_NUMBER
+from ..settings.kinds import KINDS
 from ..settings.sweep import StudySettings, invariant_error, model_numbers
 from ..tableio import assert_finite, read_note, read_parquet
-from .summary import SummaryError
+from .summary import SummaryError, run_readings
 
 MODEL_COLUMNS = ["width", "heads", "layers", "head_size", "kv_heads", "experts", "top_k", "expert_width",
                  "balance"]
@@ -76,7 +81,7 @@ def read_study_runs(runs: list[dict], vocab_size: int,
     for r in runs:
         m = read_parquet(r["metrics"])
         note = read_note(r["metrics"])
-        last = m.iloc[-1]
+        read = run_readings(m)
         vocab = "vocab" in r
         a = model_numbers(r["model"], int(note["vocab_size"]) if vocab else vocab_size, bytes_per_number)
         shares = np.asarray(note.get("expert_shares") or [[1.0]], dtype=float)
@@ -88,8 +93,7 @@ def read_study_runs(runs: list[dict], vocab_size: int,
                          params_active=int(note.get("params_active", note["params"])),
                          non_embedding=int(note.get("non_embedding", a["non_embedding"])),
                          params_formula=a["params_formula"],
-                         steps=int(last["step"]), val_loss=float(last["val_loss"]),
-                         train_loss=float(last["train_loss"]),
+                         **read,
                          chars_per_s=float(m["tokens_per_s"].mean()),
                          expert_share_min=float(shares.min()), expert_share_max=float(shares.max()),
                          peak_memory_mb=note.get("peak_memory_mb"),
@@ -135,7 +139,7 @@ def vocab_columns(run: dict, note: dict, metrics: pd.DataFrame) -> dict:
 def study_note(study: dict) -> dict:
     """What a study table's metadata says about its numbers (stored with the table, with the
     sweep's ``study`` block as the config gives it)."""
-    if StudySettings.of(study).kind == "vocab":
+    if KINDS[StudySettings.of(study).kind].vocabularies:
         return dict(study=study, metric="bits per character of the whole validation split: total nats over "
                     "its tokens / its characters / ln 2 (val_full_bpc_mean, val_full_bpc_std); every arm scored on "
                     "the same validation characters (val_sha256, checked)",
@@ -178,7 +182,7 @@ def summarize_study(finals: pd.DataFrame, study: StudySettings | dict) -> pd.Dat
                    **(dict(experts=int(r.experts), top_k=int(r.top_k),
                            expert_width=int(r.expert_width)) if r.experts else {}))
               for r in first.itertuples()]
-    if study.kind == "vocab":
+    if KINDS[study.kind].vocabularies:
         models = [dict(m, context=int(r.context)) for m, r in zip(models, first.itertuples())]
     err = invariant_error(study, models, configs, [int(x) for x in first["non_embedding"]],
                           vocabs=list(first["vocab"]) if "vocab" in first else None)
@@ -188,9 +192,13 @@ def summarize_study(finals: pd.DataFrame, study: StudySettings | dict) -> pd.Dat
     keys = ["sweep", "shape", "trained_under"] + MODEL_COLUMNS + [
         "ffn_active_width", "kv_cache_bytes_per_token", "params", "params_active", "non_embedding"]
     g = finals.groupby(keys, sort=False)
+    # each run's best (protocol §7, "Two readings"), where its finals were read both ways (read_study_runs)
+    best = dict(best_val_loss_mean=("best_val_loss", "mean"), best_val_loss_std=("best_val_loss", "std"),
+                best_step_min=("best_step", "min"), best_step_max=("best_step", "max"),
+                rise_mean=("rise", "mean")) if {"best_val_loss", "best_step", "rise"} <= set(finals) else {}
     s = g.agg(seeds=("seed", "count"), steps=("steps", "max"),
               val_loss_mean=("val_loss", "mean"), val_loss_std=("val_loss", "std"),
-              train_loss_mean=("train_loss", "mean"),
+              train_loss_mean=("train_loss", "mean"), **best,
               chars_per_s=("chars_per_s", "mean"),
               expert_share_min=("expert_share_min", "mean"),
               expert_share_max=("expert_share_max", "mean"),
@@ -207,7 +215,7 @@ def summarize_study(finals: pd.DataFrame, study: StudySettings | dict) -> pd.Dat
     ref = s["non_embedding"].iloc[0]
     s["non_embedding_vs_first"] = s["non_embedding"] / ref - 1
     s["uniform_share"] = np.where(s["experts"] > 0, 1 / s["experts"].clip(lower=1), 1.0)
-    if study.kind == "vocab":
+    if KINDS[study.kind].vocabularies:
         s = _vocab_summary(finals, s, name)
     assert_finite(s, f"{name} study summary")
     return s

@@ -36,12 +36,15 @@ EDGES_FIGURES = ("faithfulness", "circuit")
 band, and the best small circuit drawn by layer."""
 ANATOMY_TABLES = ("survey", "params_by_block", "rotary", "kv_cache", "attention_cells")
 MODEL_ANATOMY_FILES = ("head_slices.json", "weight_check.json", "kv_groups.parquet", "kv_similarity.parquet")
-SWEEP_TABLES = ("summary", "contrast", "finals", "curves")
+SWEEP_TABLES = ("summary", "contrast", "finals", "curves", "summary_best", "contrast_best", "overfitting")
+"""The sweep summary's tables (rule sweep_summary, protocol §7): the summary and the contrast at the last step
+(their names from before the two readings), the same at each run's best validation (``_best``), every run's
+finals and curves, and each configuration's rise from its best (``overfitting``)."""
 HEAD_FIGURES = ("scores_ranked", "sink_vs_induction")
 ABLATION_FIGURES = ("topk", "circuit", "pairs")
 ANATOMY_FIGURES = ("params_by_block", "rotary_clocks", "kv_cache")
 SWEEP_FIGURES = {"heads": "loss_vs_heads", "width": "loss_vs_width", "contrast": "contrast",
-                 "curves": "training_curves"}
+                 "curves": "training_curves", "readings": "readings"}
 """The sweep's figures by output key (rule figures_sweep) and file stem."""
 SWEEP_HEADS_FIGURES = {"formation": "heads_formation", "finals": "heads_finals", "grid": "heads_grid"}
 """The figures of the heads the split sweep's models grow (protocol §7b; rule figures_sweep_heads)."""
