@@ -42,7 +42,8 @@ __all__ = [  # noqa: F822
     "load_config", "load_model", "token_set", "sequences", "attention_maps", "head_scores", "cut_heads",
            "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
            "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
-           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "set_progress", "GuardError"]
+           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "explore", "set_progress",
+           "GuardError"]
 
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: its ``config/`` holds the protocol's settings."""
@@ -177,6 +178,17 @@ def _table(m, table, kind, argument: str):
     return table
 
 
+def _own_text(m, table, argument: str):
+    """A table of :func:`sequences` (your own text), checked: token ids, tokens, one row per ``seq``."""
+    from .settings.tables import TableError
+
+    _table(m, table, (("seq", "count"), ("token_ids", "ids"), ("tokens", "any")), argument)
+    if table["seq"].duplicated().any():
+        raise TableError(f"{_caller()}: {argument} holds seq {int(table['seq'][table['seq'].duplicated()].iloc[0])} "
+                         "twice; each text is one row (hw.sequences(m, texts) makes such a table)")
+    return table
+
+
 def _require_columns(table, columns, function: str, argument: str) -> None:
     from .settings.tables import check_table
 
@@ -259,14 +271,19 @@ def attention_maps(m, phrases: pd.DataFrame | None = None, quantum: int | None =
                    top: int | None = None) -> pd.DataFrame:
     """Every head's attention on every phrase (``phrase, layer, head, row, col, weight``; cells on
     and below the diagonal, weights rounded to 1/``quantum``), with ``attrs["tables"]`` holding
-    ``tokens`` and ``predictions`` (the top next tokens and the expected one's rank).
+    ``tokens`` and ``predictions`` (the top next tokens and the expected one's rank). ``phrases``:
+    the protocol's (default), or your own text as :func:`sequences` makes it (each row a phrase named
+    ``text {seq}``, with no expected token); :func:`explore` shows the maps.
 
     >>> maps = hw.attention_maps(m)
     >>> maps[(maps.phrase == "repetition") & (maps.layer == 0) & (maps.head == 0)].pivot(index="row", columns="col")
+    >>> mine = hw.attention_maps(m, hw.sequences(m, ["The cat sat on the mat. The cat sat on the"]))
     """
-    from .scores.attention import phrase_outputs
+    from .scores.attention import own_phrases, phrase_outputs
 
     cfg = load_config() if phrases is None or quantum is None or top is None else None
+    if isinstance(phrases, pd.DataFrame) and "phrase" not in phrases.columns and "seq" in phrases.columns:
+        phrases = own_phrases(_own_text(m, phrases, "phrases"))
     phrases = token_set(m, "phrases", cfg) if phrases is None else _table(m, phrases, (("phrase", "text"),
                                                                                      ("token_ids", "ids")), "phrases")
     quantum = cfg["attention"]["quantum"] if quantum is None else quantum
@@ -673,6 +690,179 @@ def guards_of(table: pd.DataFrame) -> pd.DataFrame:
                          "path_patching and edge_faithfulness do")
     columns = ["guard", "compared", "n_cases", "max_abs_diff", "identical", "tolerance", "passed"]
     return pd.DataFrame([{c: g.get(c) for c in columns} for g in guard_records(record)], columns=columns)
+
+
+# ------------------------------------------------------------------ the explorer
+MAP_COLUMNS = (("phrase", "text"), ("layer", "count"), ("head", "count"), ("row", "count"), ("col", "count"),
+               ("weight", "number"))
+"""The columns of a maps table (:func:`attention_maps`)."""
+
+
+def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | None = None,
+            heads: pd.DataFrame | None = None, paths: pd.DataFrame | None = None, edges: pd.DataFrame | None = None,
+            max_tokens: int = 256, max_mb: float = 5.0):
+    """The explorer page of your own text and results, shown in the notebook's cell (JupyterLab, the
+    classic Notebook, VS Code): one head's attention as lines from each token to the tokens it reads
+    (hover a token), the text coloured by a head's attention from a position you click, a layer ×
+    head grid of every head's map (click one to enlarge it), the heads ranked by each score — each
+    view naming the head's scores —, and, when given, the tables of :func:`cut_heads`,
+    :func:`patch_heads`, :func:`path_patching` and :func:`edge_scores`. The workflow's explorer page,
+    offline (no CDN, no server); ``.save("page.html")`` writes it as one file.
+
+    ``texts``: a text, a list of texts, a table of :func:`sequences` (the tokens as the model reads
+    them), or one of :func:`attention_maps` (maps already computed). ``scores``: :func:`head_scores`'
+    table (default: the scores of your text as the page keeps it — sink, prev and self on it,
+    induction on it repeated). Size: the page keeps each text's first ``max_tokens`` tokens (a causal
+    model's attention among them is what it is in the whole text; maps grow with the square of the
+    tokens), fewer when the page would be larger than ``max_mb`` MB, and says what it kept.
+
+    >>> hw.explore(m, "When Mary and John went to the shop, John gave a drink to")
+    >>> page = hw.explore(m, ["your text ...", "another"], hw.head_scores(m), heads=heads, paths=paths)
+    >>> page.save("explorer.html")
+    """
+    from .explorer import build, notebook
+    from .paths import reference_config
+    from .scores.sequences import adds_bos
+
+    if not all(hasattr(m, k) for k in ("model", "tokenizer", "adapter")):
+        raise ValueError(f"hw.explore: m is a {type(m).__name__}, not a loaded model: m = hw.load_model(...)")
+    L, H = m.adapter.n_layers, m.adapter.n_heads
+    given = _explore_tables(m, scores, cuts, heads, paths, edges)
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ValueError(f"hw.explore: max_tokens={max_tokens!r}; give a whole number of tokens >= 1")
+    if not isinstance(max_mb, (int, float)) or isinstance(max_mb, bool) or not 0 < max_mb < float("inf"):
+        raise ValueError(f"hw.explore: max_mb={max_mb!r}; give the page's largest size in MB, a number > 0")
+    cfg = load_config()
+    quantum = cfg["attention"]["quantum"]
+    if isinstance(texts, pd.DataFrame) and "phrase" in texts.columns:        # maps hw.attention_maps made
+        from .settings.tables import check_table
+
+        check_table(texts.iloc[:1], MAP_COLUMNS, "hw.explore", "texts")      # every cell: the page's own guards
+        tables = texts.attrs.get("tables", {})
+        if tables.get("tokens") is None:
+            raise ValueError("hw.explore: texts carries no tokens table (attrs['tables']['tokens']): pass the table "
+                             "hw.attention_maps returned")
+        maps, tokens, predictions = texts, tables["tokens"], tables.get("predictions")
+        lengths = tokens.groupby("phrase", sort=False).size().to_dict()
+    else:                                                                    # your text: its maps made here
+        from .scores.attention import own_phrases
+
+        mine = _own_text(m, texts, "texts") if isinstance(texts, pd.DataFrame) else sequences(m, _texts(texts))
+        lengths = dict(zip(own_phrases(mine)["phrase"], (len(x) for x in mine["token_ids"])))
+        maps = attention_maps(m, mine.assign(token_ids=[list(x)[:max_tokens] for x in mine["token_ids"]],
+                                             tokens=[list(x)[:max_tokens] for x in mine["tokens"]]),
+                              quantum, cfg["attention"]["top_predictions"])
+        tokens, predictions = maps.attrs["tables"]["tokens"], maps.attrs["tables"]["predictions"]
+    seen = tokens.groupby("phrase", sort=False).size().to_dict()            # the tokens the predictions follow
+    own_scores = {}
+
+    def text_scores(n: int) -> pd.DataFrame:            # the scores of the text as the page keeps it
+        if n not in own_scores:
+            bos = m.tokenizer.bos_token_id if adds_bos(m.tokenizer) else None
+            ids = [t.sort_values("pos")["token_id"].tolist()[:n] for _, t in tokens.groupby("phrase", sort=False)]
+            plain = [x[1:] if bos is not None and x[0] == bos else x for x in ids]
+            if not all(plain):
+                raise ValueError(f"hw.explore: max_mb = {max_mb:g} keeps no token of a text but its first; raise max_mb")
+            own_scores[n] = head_scores(m, sequences(m, ids=plain, repeat=True), pd.DataFrame(dict(token_ids=ids)),
+                                        cfg["attention"]["batch"])
+        return own_scores[n]
+
+    explorer = cfg["report"]["explorer"]
+    shape = build.loaded_shape(m.model)
+    name = Path(str(getattr(getattr(m.model, "config", None), "name_or_path", "") or "")).name or shape["family"]
+    rotary = build.rotary_options(name, shape, [build.reference_base(ROOT / reference_config(r))
+                                                for r in explorer["rotary_references"]])
+
+    def page(n: int) -> str:
+        shown, shown_tokens = notebook.keep_first(maps, tokens, n)
+        sure = [p for p, k in seen.items() if k <= n]       # predictions after the tokens the page shows
+        said = None if predictions is None else predictions[predictions["phrase"].isin(sure)]
+        text = dict(note=notebook.kept_note(lengths, n), scores_on=None if scores is not None else (
+            "On this page, the scores of your text as the page keeps it: sink, prev and self on it, induction on "
+            "each text repeated once (all cut to the shortest)."))
+        return build.build_explorer(shown, shown_tokens, scores if scores is not None else text_scores(n),
+                                    model=name, shape=shape, quantum=quantum, compress=True, predictions=said,
+                                    rotary=rotary, rotary_distance=explorer["rotary_distance"], text=text, **given)
+
+    html, n = notebook.fit_page(page, min(max_tokens, max(lengths.values())), int(max_mb * 1e6))
+    parts = [k for k, t in dict(cuts=cuts, heads=heads, paths=paths, edges=edges).items() if t is not None]
+    summary = (f"{name}, {L} layers × {H} heads; {len(lengths)} text{'s' if len(lengths) > 1 else ''}, "
+               + ", ".join(f"{min(v, n):,} of {v:,} tokens" for v in lengths.values())
+               + (f"; with {', '.join(parts)}" if parts else "") + f"; {len(html.encode()) / 1e6:.2f} MB "
+               "(.save(path) writes the page)")
+    return notebook.Explorer(html, summary)
+
+
+def _texts(texts) -> list[str]:
+    """``texts`` of :func:`explore` as a list of texts, refused naming the argument."""
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, (list, tuple)) or not texts:
+        raise ValueError(f"hw.explore: texts is a {type(texts).__name__}; give a text, a list of texts, a table of "
+                         "hw.sequences or one of hw.attention_maps")
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    if bad:
+        raise ValueError(f"hw.explore: texts[{bad[0]}] is {texts[bad[0]]!r}, not a non-empty text")
+    return list(texts)
+
+
+def _explore_tables(m, scores, cuts, heads, paths, edges) -> dict:
+    """The tables :func:`explore` shows, checked against ``m`` before any model pass (columns, kinds,
+    one row per head, heads the model has, the notes the page reads), as the builder's arguments."""
+    from .explorer.build import CIRCUITS_SUMMARY, EDGE_METHODS, EDGE_SCORE_COLUMNS, PATCHING_SUMMARY
+    from .settings.tables import TableError
+
+    L, H = m.adapter.n_layers, m.adapter.n_heads
+
+    def one_per_head(table, argument):
+        got = sorted(zip(table["layer"].astype(int), table["head"].astype(int)))
+        if got != [(l, h) for l in range(L) for h in range(H)]:
+            raise TableError(f"hw.explore: {argument} has {len(table)} rows, not one per head of the model's {L} "
+                             f"layers × {H} heads")
+
+    def note(table, argument, keys, made_by):
+        have = table.attrs.get("note") or {}
+        missing = [k for k in keys if k not in have]
+        if missing:
+            raise TableError(f"hw.explore: {argument}'s note (attrs['note']) lacks {missing}: pass the table "
+                             f"{made_by} returned")
+        return have
+
+    out = {}
+    made_by = {}
+    if scores is not None:
+        one_per_head(_table(m, scores, "scores", "scores"), "scores")
+    if cuts is not None:
+        out["topk"] = _table(m, cuts, "cuts", "cuts")
+        made_by["topk"] = "hw.cut_heads"
+    if heads is not None:
+        _table(m, heads, (("layer", "count"), ("head", "count"), ("score", "number"), ("estimate_score", "number"),
+                          ("logit_diff", "number")), "heads")
+        one_per_head(heads, "heads")
+        out.update(patching_heads=heads, patching_note=note(heads, "heads", PATCHING_SUMMARY, "hw.patch_heads"),
+                   patching_resid=(heads.attrs.get("tables") or {}).get("resid"))
+        made_by["patching_heads"] = "hw.patch_heads"
+    if paths is not None:
+        ends = ("sender_layer", "sender_head", "receiver_layer", "receiver_head")
+        _table(m, paths, (("sender", "text"), ("receiver", "text"), ("input", "text"), ("score", "number"),
+                          ("logit_diff", "number"), ("rank_into_receiver", "count"), ("group", "any"),
+                          *((c, "count") for c in ends)), "paths")
+        outside = (paths["sender_layer"] >= L) | (paths["receiver_layer"] >= L) | (paths["sender_head"] >= H) | \
+            (paths["receiver_head"] >= H)
+        if outside.any():
+            raise TableError(f"hw.explore: paths, row {outside.idxmax()!r}: a head outside the model's {L} layers × "
+                             f"{H} heads")
+        out.update(circuits_paths=paths, circuits_note=note(paths, "paths", CIRCUITS_SUMMARY, "hw.path_patching"))
+        made_by["circuits_paths"] = "hw.path_patching"
+    if edges is not None:
+        _table(m, edges, "edges", "edges")
+        _require_columns(edges, EDGE_SCORE_COLUMNS, "hw.explore", "edges")
+        if not set(EDGE_METHODS) & set(edges.columns):
+            raise TableError(f"hw.explore: edges has no score column ({' or '.join(EDGE_METHODS)}): pass the table "
+                             "hw.edge_scores returned")
+        out["edge_scores"] = edges
+        made_by["edge_scores"] = "hw.edge_scores"
+    return dict(out, made_by=made_by)
 
 
 # ------------------------------------------------------------------ docs/api.md

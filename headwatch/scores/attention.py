@@ -41,6 +41,14 @@ def maps_table(phrase: str, maps: torch.Tensor, quantum: int) -> pd.DataFrame:
                              weight=q.reshape(-1).astype(np.float32)))
 
 
+def own_phrases(texts: pd.DataFrame) -> pd.DataFrame:
+    """Your own text (a table of :func:`headwatch.api.sequences`: ``seq, token_ids, tokens``) as phrases:
+    each named ``text {seq}``, with no expected next token (its predictions are the model's top alone)."""
+    return pd.DataFrame(dict(phrase=[f"text {s}" for s in texts["seq"]], token_ids=list(texts["token_ids"]),
+                             tokens=list(texts["tokens"]), expected=None, expected_id=None, also=None,
+                             also_id=None))
+
+
 def tokens_table(phrases: pd.DataFrame) -> pd.DataFrame:
     """``phrase, pos, token_id, token`` for every phrase."""
     return pd.DataFrame([dict(phrase=r.phrase, pos=i, token_id=int(t), token=s)
