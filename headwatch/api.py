@@ -769,7 +769,7 @@ def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | N
 
     explorer = cfg["report"]["explorer"]
     shape = build.loaded_shape(m.model)
-    name = Path(str(getattr(getattr(m.model, "config", None), "name_or_path", "") or "")).name or shape["family"]
+    name = _model_name(m, cfg, shape["family"])
     rotary = build.rotary_options(name, shape, [build.reference_base(ROOT / reference_config(r))
                                                 for r in explorer["rotary_references"]])
 
@@ -791,6 +791,17 @@ def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | N
                + (f"; with {', '.join(parts)}" if parts else "") + f"; {len(html.encode()) / 1e6:.2f} MB "
                "(.save(path) writes the page)")
     return notebook.Explorer(html, summary)
+
+
+def _model_name(m, cfg: dict, family: str) -> str:
+    """What a page calls ``m``: the key of the config's ``models:`` whose source the model was read from
+    (a hub id or folder, or the folder of the package that ships its GGUF), else its folder's name,
+    else its family."""
+    where = str(getattr(getattr(m.model, "config", None), "name_or_path", "") or "")
+    for key, spec in cfg["models"].items():
+        if where and (where == str(spec.get("source")) or Path(where).name == (spec.get("gguf") or {}).get("package")):
+            return key
+    return Path(where).name or family
 
 
 def _texts(texts) -> list[str]:

@@ -305,6 +305,20 @@ def test_the_notebook_shows_the_page_and_its_views_answer(saved_output, tiny, br
     assert head_scores.startswith("sink ") and d.find_element(by, "#text-scores").text == \
         f"L2 H1 on “text 0”: {head_scores}"
 
+    # the thumbnail's pixels: each cell the colour of its weight (the page's colour map), grey above the diagonal
+    import matplotlib
+
+    def pixel(canvas, x, y):
+        return d.execute_script("return Array.from(arguments[0].getContext('2d').getImageData(arguments[1], "
+                                "arguments[2], 1, 1).data)", canvas, x, y)
+
+    viridis = matplotlib.colormaps["viridis"]
+    thumb = d.find_element(by, "#cell-L2-H1")
+    for r, c in ((n - 1, 0), (n - 1, n - 1), (n // 2, 1)):
+        rgb = [round(255 * x) for x in viridis(round(255 * weight(2, 1, r, c)) / 255)[:3]]
+        assert pixel(thumb, c, r) == rgb + [255], (r, c)
+    assert pixel(thumb, n - 1, 0) == [242, 242, 242, 255]
+
     # lines: every line of weight above 0; hover a token on the left: its row's lines alone, the maps' weights
     def lines():
         return {(int(e.get_attribute("data-row")), int(e.get_attribute("data-col"))): float(e.get_attribute("data-weight"))

@@ -222,10 +222,7 @@
         px.fill(MASKED);
         for (let r = 0; r < n; r++) {
           const row = base + r * (r + 1) / 2;
-          for (let col = 0; col <= r; col++) {
-            const v = P.q[row + col];
-            px[r * n + col] = lut[v === 255 ? P.esc.get(row + col) : v];
-          }
+          for (let col = 0; col <= r; col++) px[r * n + col] = lut[qFlat(P, row + col)];
         }
         ctx.putImageData(img, 0, 0);
         c.classList.toggle('selected', l === st.layer && h === st.head);
