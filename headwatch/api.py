@@ -710,8 +710,8 @@ def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | N
     offline (no CDN, no server); ``.save("page.html")`` writes it as one file.
 
     ``texts``: a text, a list of texts, a table of :func:`sequences` (the tokens as the model reads
-    them), or one of :func:`attention_maps` (maps already computed). ``scores``: :func:`head_scores`'
-    table (default: the scores of your text as the page keeps it — sink, prev and self on it,
+    them), phrases (``token_set(m, "phrases")``: their expected tokens said), or a table of
+    :func:`attention_maps` (maps already computed). ``scores``: :func:`head_scores`' table (default: the scores of your text as the page keeps it — sink, prev and self on it,
     induction on it repeated). Size: the page keeps each text's first ``max_tokens`` tokens (a causal
     model's attention among them is what it is in the whole text; maps grow with the square of the
     tokens), fewer when the page would be larger than ``max_mb`` MB, and says what it kept.
@@ -734,25 +734,7 @@ def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | N
         raise ValueError(f"hw.explore: max_mb={max_mb!r}; give the page's largest size in MB, a number > 0")
     cfg = load_config()
     quantum = cfg["attention"]["quantum"]
-    if isinstance(texts, pd.DataFrame) and "phrase" in texts.columns:        # maps hw.attention_maps made
-        from .settings.tables import check_table
-
-        check_table(texts.iloc[:1], MAP_COLUMNS, "hw.explore", "texts")      # every cell: the page's own guards
-        tables = texts.attrs.get("tables", {})
-        if tables.get("tokens") is None:
-            raise ValueError("hw.explore: texts carries no tokens table (attrs['tables']['tokens']): pass the table "
-                             "hw.attention_maps returned")
-        maps, tokens, predictions = texts, tables["tokens"], tables.get("predictions")
-        lengths = tokens.groupby("phrase", sort=False).size().to_dict()
-    else:                                                                    # your text: its maps made here
-        from .scores.attention import own_phrases
-
-        mine = _own_text(m, texts, "texts") if isinstance(texts, pd.DataFrame) else sequences(m, _texts(texts))
-        lengths = dict(zip(own_phrases(mine)["phrase"], (len(x) for x in mine["token_ids"])))
-        maps = attention_maps(m, mine.assign(token_ids=[list(x)[:max_tokens] for x in mine["token_ids"]],
-                                             tokens=[list(x)[:max_tokens] for x in mine["tokens"]]),
-                              quantum, cfg["attention"]["top_predictions"])
-        tokens, predictions = maps.attrs["tables"]["tokens"], maps.attrs["tables"]["predictions"]
+    maps, tokens, predictions, lengths = _explore_maps(m, texts, max_tokens, cfg)
     seen = tokens.groupby("phrase", sort=False).size().to_dict()            # the tokens the predictions follow
     own_scores = {}
 
@@ -791,6 +773,40 @@ def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | N
                + (f"; with {', '.join(parts)}" if parts else "") + f"; {len(html.encode()) / 1e6:.2f} MB "
                "(.save(path) writes the page)")
     return notebook.Explorer(html, summary)
+
+
+def _explore_maps(m, texts, max_tokens: int, cfg: dict):
+    """``(maps, tokens, predictions, lengths)`` of :func:`explore`'s ``texts``: a table of
+    :func:`attention_maps` as it is; phrases (``hw.token_set(m, "phrases")``), a table of
+    :func:`sequences` or texts through :func:`attention_maps`, each cut to its first ``max_tokens``
+    tokens first (the maps of those are the whole text's). ``lengths``: each phrase's tokens in all."""
+    if isinstance(texts, pd.DataFrame) and {"phrase", "layer"} <= set(texts.columns):   # hw.attention_maps'
+        from .settings.tables import check_table
+
+        check_table(texts.iloc[:1], MAP_COLUMNS, "hw.explore", "texts")      # every cell: the page's own guards
+        tokens = texts.attrs.get("tables", {}).get("tokens")
+        if tokens is None:
+            raise ValueError("hw.explore: texts carries no tokens table (attrs['tables']['tokens']): pass the table "
+                             "hw.attention_maps returned")
+        return texts, tokens, texts.attrs["tables"].get("predictions"), tokens.groupby("phrase", sort=False).size().to_dict()
+    from .scores.attention import own_phrases
+
+    if isinstance(texts, pd.DataFrame) and "phrase" in texts.columns:   # phrases: hw.token_set(m, "phrases")
+        from .settings.tables import TABLES, TableError
+
+        mine = _table(m, texts, TABLES["phrases"] + (("tokens", "any"),), "texts")
+        names = list(mine["phrase"])
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise TableError(f"hw.explore: texts names a phrase twice: {twice}")
+    else:                                                                # your text
+        mine = _own_text(m, texts, "texts") if isinstance(texts, pd.DataFrame) else sequences(m, _texts(texts))
+        names = list(own_phrases(mine)["phrase"])
+    lengths = dict(zip(names, (len(x) for x in mine["token_ids"])))
+    maps = attention_maps(m, mine.assign(token_ids=[list(x)[:max_tokens] for x in mine["token_ids"]],
+                                         tokens=[list(x)[:max_tokens] for x in mine["tokens"]]),
+                          cfg["attention"]["quantum"], cfg["attention"]["top_predictions"])
+    return maps, maps.attrs["tables"]["tokens"], maps.attrs["tables"]["predictions"], lengths
 
 
 def _model_name(m, cfg: dict, family: str) -> str:

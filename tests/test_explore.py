@@ -240,7 +240,7 @@ NOTEBOOK_CELLS = [
     "MODEL, ROOT, TEXT, PAIRS = {model!r}, {root!r}, {text!r}, {pairs!r}",
     "import pandas as pd\nimport headwatch as hw\n\nhw.set_progress(False)\nm = hw.load_model(MODEL)\n"
     "cfg = hw.load_config(ROOT + '/config/quick.yaml')",
-    "heads = hw.patch_heads(m, pd.DataFrame(PAIRS), settings=cfg['patching'], top_k=2)\n"
+    "heads = hw.patch_heads(m, pd.DataFrame(PAIRS), settings=cfg['patching'], top_k=2, resid=True)\n"
     "paths = hw.path_patching(m, pd.DataFrame(PAIRS), heads, patching=cfg['patching'], receivers=[(2, 1)])\n"
     "edges = hw.edge_scores(m, pd.DataFrame(PAIRS), settings=cfg['edges'])",
     "hw.explore(m, TEXT, heads=heads, paths=paths, edges=edges)",
@@ -373,7 +373,8 @@ def test_the_notebook_shows_the_page_and_its_views_answer(saved_output, tiny, br
         d.find_element(by, f"#edge-score-method-{method}").click()
         want = edges.reindex(edges[method].abs().sort_values(ascending=False, kind="mergesort").index)["edge"][:50]
         assert listed() == [str(e) for e in want], method
-    assert not d.find_element(by, "#patching-resid-title").is_displayed()
+    labels = tables["heads"].attrs["note"]["position_labels"]          # the residual stream beside the heads
+    assert len(d.find_elements(by, "#patching-resid .patch-cell")) == 3 * len(labels)
 
     # the text is text: the markup in it is shown, never made
     assert not d.find_elements(by, "img") and not d.find_elements(by, "b")
@@ -410,3 +411,9 @@ def test_the_saved_page_is_the_cells_page(saved_output, tiny, tmp_path):
     got = _payload(page.save(tmp_path / "page.html").read_text())
     assert got["ablation"]["topk"]["rows"] == [list(r) for r in cuts.itertuples(index=False)]
     assert got["made_by"] == {"topk": "hw.cut_heads"} and "with cuts" in page.summary
+    phrases = hw.token_set(m, "phrases")                 # the protocol's phrases: their expected tokens said
+    got = _payload(hw.explore(m, phrases).html)
+    assert [p["name"] for p in got["phrases"]] == phrases["phrase"].tolist()
+    assert [p["prediction"]["expected"] for p in got["phrases"]] == [markup.display_token(e) for e in phrases.expected]
+    with pytest.raises(TableError, match=r"hw.explore: texts names a phrase twice: \['names'\]"):
+        hw.explore(m, pd.concat([phrases, phrases[phrases.phrase == "names"]]))

@@ -71,12 +71,13 @@ def predictions_table(model, tokenizer, phrase_row, logits_last: torch.Tensor, t
             return None, None
         return float(probs[int(token_id)]), int(rank_of[int(token_id)])
 
+    also = getattr(phrase_row, "also", None)                  # a phrase may name no second token
     p_exp, r_exp = about(phrase_row.expected_id)
-    p_also, r_also = about(phrase_row.also_id)
+    p_also, r_also = about(getattr(phrase_row, "also_id", None))
     return pd.DataFrame([dict(phrase=phrase_row.phrase, rank=k + 1, token_id=int(i),
                               token=tokenizer.decode([int(i)]), prob=float(probs[i]),
                               expected=phrase_row.expected, expected_prob=p_exp, expected_rank=r_exp,
-                              also=phrase_row.also, also_prob=p_also, also_rank=r_also)
+                              also=also, also_prob=p_also, also_rank=r_also)
                          for k, i in enumerate(order[:top].tolist())]).astype(
         {"expected_rank": "Int64", "also_prob": "Float64", "also_rank": "Int64"})
 
