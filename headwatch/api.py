@@ -732,6 +732,9 @@ def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | N
         raise ValueError(f"hw.explore: max_tokens={max_tokens!r}; give a whole number of tokens >= 1")
     if not isinstance(max_mb, (int, float)) or isinstance(max_mb, bool) or not 0 < max_mb < float("inf"):
         raise ValueError(f"hw.explore: max_mb={max_mb!r}; give the page's largest size in MB, a number > 0")
+    if max_mb * 1e6 <= notebook.code_bytes():
+        raise ValueError(f"hw.explore: max_mb={max_mb!r} is not more than the page's own code "
+                         f"({notebook.code_bytes() / 1e6:.3f} MB); give room for the maps too")
     cfg = load_config()
     quantum = cfg["attention"]["quantum"]
     maps, tokens, predictions, lengths = _explore_maps(m, texts, max_tokens, cfg)

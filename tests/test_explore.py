@@ -146,6 +146,7 @@ def test_every_wrong_argument_is_refused_before_any_model_pass(tiny, saved_outpu
             refused(f"max_tokens={bad!r}; give a whole number", "a", max_tokens=bad)
         for bad in (0, -1.0, math.nan, math.inf, "5"):
             refused(r"max_mb=.*; give the page's largest size in MB", "a", max_mb=bad)
+        refused(r"max_mb=0.01 is not more than the page's own code \(0.0\d\d MB\)", "a", max_mb=0.01)
     finally:
         hook.remove()
     assert passes == []

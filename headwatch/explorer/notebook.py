@@ -51,6 +51,13 @@ def kept_note(lengths: dict, n: int) -> str:
             "size grows with the square of the tokens kept.")
 
 
+def code_bytes() -> int:
+    """The bytes of the page's own code (template, CSS, JavaScript): a page is never smaller."""
+    from .build import _asset
+
+    return sum(len(_asset(name).encode("utf-8")) for name in ("template.html", "explorer.css", "explorer.js"))
+
+
 def fit_page(build, n: int, max_bytes: int) -> tuple[str, int]:
     """``(html, n)``: ``build(n)``, the page of the first ``n`` tokens, with ``n`` made smaller
     (in proportion to the square root of the excess, the maps' bytes growing with n²) until the
