@@ -58,8 +58,8 @@ __version__ = "0.1.0"
 __all__ = ["load_config", "load_model", "token_set", "sequences", "attention_maps", "head_scores", "cut_heads",
            "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
            "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
-           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "set_progress", "ConfigError",
-           "ModelFileError", "ModelNotFoundError", "TableError", "PatchingError", "GuardError"]
+           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "explore", "set_progress",
+           "ConfigError", "ModelFileError", "ModelNotFoundError", "TableError", "PatchingError", "GuardError"]
 
 
 def __getattr__(name: str):

@@ -52,7 +52,8 @@ __all__ = [
     "load_config", "load_model", "token_set", "sequences", "attention_maps", "head_scores", "cut_heads",
            "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
            "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
-           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "set_progress", *ERRORS]
+           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "explore",
+           "set_progress", *ERRORS]
 
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: its ``config/`` holds the protocol's settings."""
@@ -238,6 +239,21 @@ def _table(m, table, kind, argument: str):
     return table
 
 
+def _own_text(m, table, argument: str, any_length: bool = False):
+    """A table of :func:`sequences` (your own text), checked: token ids, tokens, one row per ``seq``
+    (``any_length``: a text may be longer than the model's context, where the caller keeps its first tokens)."""
+    from .settings.tables import TableError, check_table
+
+    shape = _shape(m)
+    if any_length and shape:
+        shape = {k: v for k, v in shape.items() if k != "context"}
+    check_table(table, (("seq", "count"), ("token_ids", "ids"), ("tokens", "any")), _caller(), argument, shape)
+    if table["seq"].duplicated().any():
+        raise TableError(f"{_caller()}: {argument} holds seq {int(table['seq'][table['seq'].duplicated()].iloc[0])} "
+                         "twice; each text is one row (hw.sequences(m, texts) makes such a table)")
+    return table
+
+
 def _value(value, kind, argument: str, m=None):
     """An argument that is not a setting, checked as one of the table cells' kinds
     (:func:`headwatch.settings.tables.check_value`: a flag, a whole number, …); returned."""
@@ -371,19 +387,24 @@ def attention_maps(m, phrases: pd.DataFrame | None = None, quantum: int | None =
                    top: int | None = None) -> pd.DataFrame:
     """Every head's attention on every phrase (``phrase, layer, head, row, col, weight``; cells on
     and below the diagonal, weights rounded to 1/``quantum``), with ``attrs["tables"]`` holding
-    ``tokens`` and ``predictions`` (the top next tokens and the expected one's rank). ``quantum`` and
-    ``top`` are the config's ``attention.quantum`` (at least 2) and ``attention.top_predictions`` (1 to
-    1,000, and at most the vocabulary).
+    ``tokens`` and ``predictions`` (the top next tokens and the expected one's rank). ``phrases``:
+    the protocol's (default), or your own text as :func:`sequences` makes it (each row a phrase named
+    ``text {seq}``, with no expected token); :func:`explore` shows the maps. ``quantum`` and ``top`` are
+    the config's ``attention.quantum`` (at least 2) and ``attention.top_predictions`` (1 to 1,000, and at
+    most the vocabulary).
 
     >>> maps = hw.attention_maps(m)
     >>> maps[(maps.phrase == "repetition") & (maps.layer == 0) & (maps.head == 0)].pivot(index="row", columns="col")
+    >>> mine = hw.attention_maps(m, hw.sequences(m, ["The cat sat on the mat. The cat sat on the"]))
     """
     from .config.memory import maps_estimate
-    from .scores.attention import phrase_outputs
+    from .scores.attention import own_phrases, phrase_outputs
 
     m = _model(m)
     given = {k: v for k, v in dict(quantum=quantum, top_predictions=top).items() if v is not None}
     settings = _settings(None, "attention", None, given, m=m, names={"top_predictions": "top"})
+    if isinstance(phrases, pd.DataFrame) and "phrase" not in phrases.columns and "seq" in phrases.columns:
+        phrases = own_phrases(_own_text(m, phrases, "phrases"))
     phrases = token_set(m, "phrases") if phrases is None else _table(m, phrases, (("phrase", "text"),
                                                                                  ("token_ids", "ids")), "phrases")
     shape, T = _shape(m), max(len(x) for x in phrases.token_ids)
@@ -972,6 +993,222 @@ def top_heads(table, column: str, n: int) -> list[tuple[int, int]]:
 @functools.wraps(jobs.set_progress)
 def set_progress(on: bool) -> None:
     jobs.set_progress(_value(on, "flag", "on"))
+
+
+# ------------------------------------------------------------------ the explorer
+MAP_COLUMNS = (("phrase", "text"), ("layer", "count"), ("head", "count"), ("row", "count"), ("col", "count"),
+               ("weight", "number"))
+"""The columns of a maps table (:func:`attention_maps`)."""
+
+
+@_public
+def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | None = None,
+            heads: pd.DataFrame | None = None, paths: pd.DataFrame | None = None, edges: pd.DataFrame | None = None,
+            max_tokens: int = 256, max_mb: float = 5.0):
+    """The explorer page of your own text and results, shown in the notebook's cell (JupyterLab, the
+    classic Notebook, VS Code): one head's attention as lines from each token to the tokens it reads
+    (hover a token), the text coloured by a head's attention from a position you click, a layer ×
+    head grid of every head's map (click one to enlarge it), the heads ranked by each score — each
+    view naming the head's scores —, and, when given, the tables of :func:`cut_heads`,
+    :func:`patch_heads`, :func:`path_patching` and :func:`edge_scores`. The workflow's explorer page,
+    offline (no CDN, no server); ``.save("page.html")`` writes it as one file.
+
+    ``texts``: a text, a list of texts, a table of :func:`sequences` (the tokens as the model reads
+    them), phrases (``token_set(m, "phrases")``: their expected tokens said), or a table of
+    :func:`attention_maps` (maps already computed). ``scores``: :func:`head_scores`' table (default: the
+    scores of your text as the page keeps it — sink, prev and self on it, induction on it repeated).
+    Size: the page keeps each text's first ``max_tokens`` tokens (at most the model's context; a causal
+    model's attention among them is what it is in the whole text; maps grow with the square of the
+    tokens), fewer when the page would be larger than ``max_mb`` MB, and says what it kept.
+
+    >>> hw.explore(m, "When Mary and John went to the shop, John gave a drink to")
+    >>> page = hw.explore(m, ["your text ...", "another"], hw.head_scores(m), heads=heads, paths=paths)
+    >>> page.save("explorer.html")
+    """
+    from .config import ConfigError
+    from .explorer import build, notebook
+    from .paths import reference_config
+    from .scores.sequences import adds_bos
+
+    m = _model(m)
+    L, H = m.adapter.n_layers, m.adapter.n_heads
+    given = _explore_tables(m, scores, cuts, heads, paths, edges)
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ConfigError(f"max_tokens={max_tokens!r}; give a whole number of tokens >= 1")
+    max_tokens = min(max_tokens, _shape(m).get("context") or max_tokens)   # never past what the model reads
+    if not isinstance(max_mb, (int, float)) or isinstance(max_mb, bool) or not 0 < max_mb < float("inf"):
+        raise ConfigError(f"max_mb={max_mb!r}; give the page's largest size in MB, a number > 0")
+    if max_mb * 1e6 <= notebook.code_bytes():
+        raise ConfigError(f"max_mb={max_mb!r} is not more than the page's own code "
+                         f"({notebook.code_bytes() / 1e6:.3f} MB); give room for the maps too")
+    cfg = load_config()
+    quantum = cfg["attention"]["quantum"]
+    maps, tokens, predictions, lengths = _explore_maps(m, texts, max_tokens, cfg)
+    seen = tokens.groupby("phrase", sort=False).size().to_dict()            # the tokens the predictions follow
+    own_scores = {}
+
+    def text_scores(n: int) -> pd.DataFrame:            # the scores of the text as the page keeps it
+        if n not in own_scores:
+            bos = m.tokenizer.bos_token_id if adds_bos(m.tokenizer) else None
+            ids = [t.sort_values("pos")["token_id"].tolist()[:n] for _, t in tokens.groupby("phrase", sort=False)]
+            plain = [x[1:] if bos is not None and x[0] == bos else x for x in ids]
+            if not all(plain):
+                raise ConfigError(f"max_mb = {max_mb:g} keeps no token of a text but its first; raise max_mb")
+            half = ((_shape(m).get("context") or 2 * n + 1) - 1) // 2         # a copy and its repeat fit the context
+            own_scores[n] = head_scores(m, sequences(m, ids=[x[:half] for x in plain], repeat=True),
+                                        pd.DataFrame(dict(token_ids=ids)),
+                                        cfg["attention"]["batch"])
+        return own_scores[n]
+
+    explorer = cfg["report"]["explorer"]
+    shape = build.loaded_shape(m.model)
+    name = _model_name(m, cfg, shape["family"])
+    rotary = build.rotary_options(name, shape, [build.reference_base(ROOT / reference_config(r))
+                                                for r in explorer["rotary_references"]])
+
+    def page(n: int) -> str:
+        shown, shown_tokens = notebook.keep_first(maps, tokens, n)
+        sure = [p for p, k in seen.items() if k <= n]       # predictions after the tokens the page shows
+        said = None if predictions is None else predictions[predictions["phrase"].isin(sure)]
+        text = dict(note=notebook.kept_note(lengths, n), scores_on=None if scores is not None else (
+            "On this page, the scores of your text as the page keeps it: sink, prev and self on it, induction on "
+            "each text repeated once (all cut to the shortest, and to half the model's context)."))
+        return build.build_explorer(shown, shown_tokens, scores if scores is not None else text_scores(n),
+                                    model=name, shape=shape, quantum=quantum, compress=True, predictions=said,
+                                    rotary=rotary, rotary_distance=explorer["rotary_distance"], text=text, **given)
+
+    html, n = notebook.fit_page(page, min(max_tokens, max(lengths.values())), int(max_mb * 1e6))
+    parts = [k for k, t in dict(cuts=cuts, heads=heads, paths=paths, edges=edges).items() if t is not None]
+    summary = (f"{name}, {L} layers × {H} heads; {len(lengths)} text{'s' if len(lengths) > 1 else ''}, "
+               + ", ".join(f"{min(v, n):,} of {v:,} tokens" for v in lengths.values())
+               + (f"; with {', '.join(parts)}" if parts else "") + f"; {len(html.encode()) / 1e6:.2f} MB "
+               "(.save(path) writes the page)")
+    return notebook.Explorer(html, summary)
+
+
+def _explore_maps(m, texts, max_tokens: int, cfg: dict):
+    """``(maps, tokens, predictions, lengths)`` of :func:`explore`'s ``texts``: a table of
+    :func:`attention_maps` as it is; phrases (``hw.token_set(m, "phrases")``), a table of
+    :func:`sequences` or texts through :func:`attention_maps`, each cut to its first ``max_tokens``
+    tokens first (the maps of those are the whole text's). ``lengths``: each phrase's tokens in all."""
+    from .config import ConfigError
+
+    if isinstance(texts, pd.DataFrame) and {"phrase", "layer"} <= set(texts.columns):   # hw.attention_maps'
+        from .settings.tables import check_table
+
+        check_table(texts.iloc[:1], MAP_COLUMNS, "hw.explore", "texts")      # every cell: the page's own guards
+        tokens = texts.attrs.get("tables", {}).get("tokens")
+        if tokens is None:
+            raise ConfigError("texts carries no tokens table (attrs['tables']['tokens']): pass the table "
+                             "hw.attention_maps returned")
+        return texts, tokens, texts.attrs["tables"].get("predictions"), tokens.groupby("phrase", sort=False).size().to_dict()
+    from .scores.attention import own_phrases
+
+    if isinstance(texts, pd.DataFrame) and "phrase" in texts.columns:   # phrases: hw.token_set(m, "phrases")
+        from .settings.tables import TABLES, TableError
+
+        mine = _table(m, texts, TABLES["phrases"] + (("tokens", "any"),), "texts")
+        names = list(mine["phrase"])
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise TableError(f"hw.explore: texts names a phrase twice: {twice}")
+    else:                                                                # your text
+        mine = _own_text(m, texts, "texts", any_length=True) if isinstance(texts, pd.DataFrame) else \
+            sequences(m, _texts(texts))
+        names = list(own_phrases(mine)["phrase"])
+    lengths = dict(zip(names, (len(x) for x in mine["token_ids"])))
+    maps = attention_maps(m, mine.assign(token_ids=[list(x)[:max_tokens] for x in mine["token_ids"]],
+                                         tokens=[list(x)[:max_tokens] for x in mine["tokens"]]),
+                          cfg["attention"]["quantum"], cfg["attention"]["top_predictions"])
+    return maps, maps.attrs["tables"]["tokens"], maps.attrs["tables"]["predictions"], lengths
+
+
+def _model_name(m, cfg: dict, family: str) -> str:
+    """What a page calls ``m``: the key of the config's ``models:`` whose source the model was read from
+    (a hub id or folder, or the folder of the package that ships its GGUF), else its folder's name,
+    else its family."""
+    where = str(getattr(getattr(m.model, "config", None), "name_or_path", "") or "")
+    for key, spec in cfg["models"].items():
+        if where and (where == str(spec.get("source")) or Path(where).name == (spec.get("gguf") or {}).get("package")):
+            return key
+    return Path(where).name or family
+
+
+def _texts(texts) -> list[str]:
+    """``texts`` of :func:`explore` as a list of texts, refused naming the argument."""
+    from .config import ConfigError
+
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, (list, tuple)) or not texts:
+        raise ConfigError(f"texts is a {type(texts).__name__}; give a text, a list of texts, a table of "
+                         "hw.sequences or one of hw.attention_maps")
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    if bad:
+        raise ConfigError(f"texts[{bad[0]}] is {texts[bad[0]]!r}, not a non-empty text")
+    return list(texts)
+
+
+def _explore_tables(m, scores, cuts, heads, paths, edges) -> dict:
+    """The tables :func:`explore` shows, checked against ``m`` before any model pass (columns, kinds,
+    one row per head, heads the model has, the notes the page reads), as the builder's arguments."""
+    from .explorer.build import CIRCUITS_SUMMARY, EDGE_METHODS, EDGE_SCORE_COLUMNS, PATCHING_SUMMARY
+    from .settings.tables import TableError
+
+    L, H = m.adapter.n_layers, m.adapter.n_heads
+
+    def one_per_head(table, argument):
+        _table(m, table, (("layer", "layer"), ("head", "head")), argument)     # heads the model has
+        got = sorted(zip(table["layer"].astype(int), table["head"].astype(int)))
+        if got != [(l, h) for l in range(L) for h in range(H)]:
+            twice = len(got) - len(set(got))
+            raise TableError(f"hw.explore: {argument} has {len(table)} rows"
+                             + (f", {twice} of them a head given again" if twice else "")
+                             + f", not one per head of the model's {L} layers × {H} heads")
+
+    def note(table, argument, keys, made_by):
+        have = table.attrs.get("note") or {}
+        missing = [k for k in keys if k not in have]
+        if missing:
+            raise TableError(f"hw.explore: {argument}'s note (attrs['note']) lacks {missing}: pass the table "
+                             f"{made_by} returned")
+        return have
+
+    out = {}
+    made_by = {}
+    if scores is not None:
+        one_per_head(_table(m, scores, "scores", "scores"), "scores")
+    if cuts is not None:
+        out["topk"] = _table(m, cuts, "cuts", "cuts")
+        made_by["topk"] = "hw.cut_heads"
+    if heads is not None:
+        _table(m, heads, (("layer", "layer"), ("head", "head"), ("score", "number"), ("estimate_score", "number"),
+                          ("logit_diff", "number")), "heads")
+        one_per_head(heads, "heads")
+        out.update(patching_heads=heads, patching_note=note(heads, "heads", PATCHING_SUMMARY, "hw.patch_heads"),
+                   patching_resid=(heads.attrs.get("tables") or {}).get("resid"))
+        made_by["patching_heads"] = "hw.patch_heads"
+    if paths is not None:
+        ends = ("sender_layer", "sender_head", "receiver_layer", "receiver_head")
+        _table(m, paths, (("sender", "text"), ("receiver", "text"), ("input", "text"), ("score", "number"),
+                          ("logit_diff", "number"), ("rank_into_receiver", "count"), ("group", "any"),
+                          *((c, "count") for c in ends)), "paths")
+        outside = (paths["sender_layer"] >= L) | (paths["receiver_layer"] >= L) | (paths["sender_head"] >= H) | \
+            (paths["receiver_head"] >= H)
+        if outside.any():
+            raise TableError(f"hw.explore: paths, row {outside.idxmax()!r}: a head outside the model's {L} layers × "
+                             f"{H} heads")
+        out.update(circuits_paths=paths, circuits_note=note(paths, "paths", CIRCUITS_SUMMARY, "hw.path_patching"))
+        made_by["circuits_paths"] = "hw.path_patching"
+    if edges is not None:
+        _table(m, edges, "edges", "edges")
+        _table(m, edges, tuple((c, "any") for c in EDGE_SCORE_COLUMNS), "edges")
+        if not set(EDGE_METHODS) & set(edges.columns):
+            raise TableError(f"hw.explore: edges has no score column ({' or '.join(EDGE_METHODS)}): pass the table "
+                             "hw.edge_scores returned")
+        out["edge_scores"] = edges
+        made_by["edge_scores"] = "hw.edge_scores"
+    return dict(out, made_by=made_by)
 
 
 # ------------------------------------------------------------------ docs/api.md

@@ -171,6 +171,7 @@ def test_guards_raise_and_name_what_is_wrong(tiny_tables):
 def test_display_and_readout_text():
     assert display_token(" cat") == "␣cat" and display_token("\n") == "↵" and display_token("") == "∅"
     assert percent(82 / 256) == "32.03 %" and percent(1.0) == "100.00 %"
+    assert percent(8 / 256) == "3.13 %" and percent(24 / 256) == "9.38 %"     # ties up, as toFixed rounds them
     assert readout_text(" sat", "The", 0.5) == "␣sat → The: 50.00 %"
 
 
@@ -250,8 +251,10 @@ def test_the_edges_go_strongest_first_and_a_table_that_cannot_be_one_is_refused(
 
 
 # --------------------------------------------------------------------- the browser
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
+def chromium(profile: Path, bidi: bool = False):
+    """Headless Chromium through its chromedriver, offline, its browser log kept; ``bidi``: speaking
+    WebDriver BiDi too (it hears every frame's console, where the browser log misses a sandboxed
+    frame's). Fails, never skips, when the browser or selenium is missing."""
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (Path(p).exists() and os.access(p, os.X_OK))]
     if missing:
         pytest.fail(f"the explorer's browser test needs Debian's chromium and chromium-driver, but "
@@ -267,10 +270,17 @@ def browser(tmp_path_factory):
     opts.binary_location = CHROMIUM
     for flag in CHROMIUM_FLAGS:
         opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    opts.add_argument(f"--user-data-dir={profile}")
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    opts.enable_bidi = bidi
     driver = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
     driver.set_page_load_timeout(60)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     yield driver
     driver.quit()
 

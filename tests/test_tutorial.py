@@ -55,6 +55,16 @@ def test_the_tutorial_runs_on_a_tiny_model(tiny_model_dir):
     assert "3 layers x 4 heads (2 key/value heads a layer)" in joined
     assert "strongest path: L" in joined
     assert len([t for t in texts if t.lstrip().startswith("guard")]) == 3     # a failed guard raises: an error above
+    assert "3 layers × 4 heads; 1 text" in _explorer(nb)                      # the page, in its frame
+
+
+def _explorer(nb) -> str:
+    """The text/plain of the one cell whose output is the explorer page (hw.explore), its text/html
+    the page in a sandboxed frame (tests/test_explore.py opens such an output in Chromium)."""
+    pages = [o["data"] for c in nb.cells for o in c.get("outputs", []) if "text/html" in o.get("data", {})
+             and o["data"]["text/html"].startswith('<iframe srcdoc="')]
+    assert len(pages) == 1 and 'sandbox="allow-scripts"' in pages[0]["text/html"]
+    return pages[0]["text/plain"]
 
 
 def test_the_committed_tutorial_is_executed_on_smollm2():
@@ -63,6 +73,7 @@ def test_the_committed_tutorial_is_executed_on_smollm2():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     texts, errors = _outputs(nb)
     assert errors == [] and "30 layers x 9 heads (3 key/value heads a layer)" in "\n".join(texts)
+    assert "30 layers × 9 heads; 1 text" in _explorer(nb) and "with cuts, heads, paths" in _explorer(nb)
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) >= 4
     code = [c for c in nb.cells if c.cell_type == "code"]

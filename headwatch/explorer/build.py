@@ -47,8 +47,11 @@ class ExplorerDataError(ValueError):
 
 # ------------------------------------------------------------------ helpers
 def percent(weight: float) -> str:
-    """The hover read-out's percentage (JavaScript: ``(100 * w).toFixed(2) + " %"``)."""
-    return f"{100.0 * weight:.2f} %"
+    """The hover read-out's percentage (JavaScript: ``(100 * w).toFixed(2) + " %"``, which rounds an
+    exact tie up: 8/256 is 3.125, shown 3.13, where Python's format rounds it to even, 3.12)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return f"{Decimal(100.0 * weight).quantize(Decimal('0.01'), ROUND_HALF_UP)} %"
 
 
 def readout_text(row_token: str, col_token: str, weight: float) -> str:
@@ -169,8 +172,21 @@ def model_shape(folder, dtype: str = "float32") -> dict:
 
 def config_shape(cfg, dtype: str = "float32") -> dict:
     """:func:`headwatch.model.arch.shape_of` plus the context length and bytes per number of ``dtype``."""
-    s = shape_of(cfg)
-    context = context_length(cfg)
+    return _shape(shape_of(cfg), context_length(cfg), dtype)
+
+
+def loaded_shape(model) -> dict:
+    """:func:`config_shape` of a loaded model in its parameters' dtype (a model without a transformers
+    config, the sweep's character model: the shape its family reads off the module, no context)."""
+    from ..model.arch import family_of_model, model_shape as module_shape
+
+    dtype = str(next(model.parameters()).dtype).rpartition(".")[2]
+    if family_of_model(model).has_config:
+        return config_shape(model.config, dtype)
+    return _shape(module_shape(model), None, dtype)
+
+
+def _shape(s: dict, context, dtype: str) -> dict:
     if dtype not in BYTES_PER_NUMBER:
         raise ExplorerDataError(f"dtype {dtype!r}: bytes per number unknown "
                                 f"(know {sorted(BYTES_PER_NUMBER)})")
@@ -232,27 +248,33 @@ def _attribution(attr: pd.DataFrame, phrases: list[str], layers: int, heads: int
     return out
 
 
-PATCHING_SUMMARY = ("prompts", "clean_logit_diff", "corrupted_logit_diff", "names_phrase", "estimate_pearson",
+PATCHING_SUMMARY = ("prompts", "clean_logit_diff", "corrupted_logit_diff", "estimate_pearson",
                     "estimate_spearman", "estimate_top10_overlap", "top10", "exact_seconds", "estimate_seconds",
                     "top_heads")
 """What the patching panel's line reads from the tables' note (headwatch.patching)."""
+PATCHING_OPTIONAL = ("names_phrase",)
+"""What the line reads when the note has it (the rule's run on the names phrase; a notebook's
+``hw.patch_heads`` without ``phrases`` has none)."""
 
 
-def patching_payload(heads: pd.DataFrame, resid: pd.DataFrame, note: dict) -> dict:
+def patching_payload(heads: pd.DataFrame, resid: pd.DataFrame | None, note: dict) -> dict:
     """The patching panel: every head's exact score and estimate (layer-major), the residual
-    stream's score by layer and position with the position labels, and the note's summary."""
-    missing = [k for k in PATCHING_SUMMARY + ("position_labels",) if k not in note]
+    stream's score by layer and position with the position labels (when ``resid`` is given), and
+    the note's summary."""
+    missing = [k for k in PATCHING_SUMMARY + (("position_labels",) if resid is not None else ()) if k not in note]
     if missing:
         raise ExplorerDataError(f"patching/heads.parquet's note lacks {missing}")
-    labels = list(note["position_labels"])
-    r = resid.sort_values(["layer", "position"])
-    if len(r) != (int(r["layer"].max()) + 1) * len(labels):
-        raise ExplorerDataError(f"patching/resid: {len(r)} rows, not one per layer and each of the "
-                                f"{len(labels)} positions")
-    return dict(heads=records(heads.sort_values(["layer", "head"])),
-                resid=dict(score=[_plain(x) for x in r["score"]], layers=int(r["layer"].max()) + 1,
-                           tokens=labels, positions=sorted(int(x) for x in r["position"].unique())),
-                summary={k: _plain(note[k]) for k in PATCHING_SUMMARY})
+    out = dict(heads=records(heads.sort_values(["layer", "head"])),
+               summary={k: _plain(note[k]) for k in PATCHING_SUMMARY + PATCHING_OPTIONAL if k in note})
+    if resid is not None:
+        labels = list(note["position_labels"])
+        r = resid.sort_values(["layer", "position"])
+        if len(r) != (int(r["layer"].max()) + 1) * len(labels):
+            raise ExplorerDataError(f"patching/resid: {len(r)} rows, not one per layer and each of the "
+                                    f"{len(labels)} positions")
+        out["resid"] = dict(score=[_plain(x) for x in r["score"]], layers=int(r["layer"].max()) + 1,
+                            tokens=labels, positions=sorted(int(x) for x in r["position"].unique()))
+    return out
 
 
 CIRCUITS_SUMMARY = ("prompts", "edges", "edge_threshold", "receivers", "receivers_from", "senders_from",
@@ -321,6 +343,29 @@ def edges_payload(circuit: pd.DataFrame, note: dict, areas: pd.DataFrame, layers
                 areas=records(areas[list(AREA_COLUMNS)]))
 
 
+EDGE_SCORE_COLUMNS = ("edge", "sender", "receiver", "sender_kind", "sender_layer", "receiver_kind",
+                      "receiver_layer")
+"""The columns of an edge score table (edges/scores.parquet, ``hw.edge_scores``) the page lists
+beside each method's score."""
+EDGE_METHODS = ("eap_ig", "eap")
+"""The edge score methods, each a column of the table (§5g): EAP-IG first, shown first."""
+
+
+def edge_scores_payload(edges: pd.DataFrame, top: int) -> dict:
+    """The strongest ``top`` edges by |score| of each method the table holds (their union, in the
+    table's columns :data:`EDGE_SCORE_COLUMNS` and the methods'), the number of edges scored; the
+    page lists one method's top at a time. Raises when a column is missing or no method is scored."""
+    methods = [c for c in EDGE_METHODS if c in edges.columns]
+    missing = [c for c in EDGE_SCORE_COLUMNS if c not in edges.columns]
+    if missing or not methods:
+        raise ExplorerDataError(f"edge scores lack {missing + ([] if methods else [' or '.join(EDGE_METHODS)])}")
+    keep = set()
+    for m in methods:
+        keep |= set(edges[m].abs().sort_values(ascending=False, kind="mergesort").index[:top])
+    rows = edges.loc[sorted(keep), list(EDGE_SCORE_COLUMNS) + methods]
+    return dict(methods=methods, top=int(top), total=len(edges), edges=records(rows))
+
+
 def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
                      shape: dict, quantum: int, predictions: pd.DataFrame | None = None,
                      topk: pd.DataFrame | None = None, circuit_scores: pd.DataFrame | None = None,
@@ -331,9 +376,10 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
                      patching_note: dict | None = None, patching_kv_groups: pd.DataFrame | None = None,
                      circuits_paths: pd.DataFrame | None = None, circuits_note: dict | None = None,
                      edges_circuit: pd.DataFrame | None = None, edges_note: dict | None = None,
-                     edges_areas: pd.DataFrame | None = None,
+                     edges_areas: pd.DataFrame | None = None, edge_scores: pd.DataFrame | None = None,
+                     edge_scores_top: int = 50,
                      rotary: list[dict] | None = None, rotary_distance: int = 1000,
-                     sources: dict | None = None) -> dict:
+                     sources: dict | None = None, made_by: dict | None = None, text: dict | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict (see the module doc for the map encoding)."""
     L, H = int(shape["layers"]), int(shape["heads"])
     if len(scores) != L * H:
@@ -391,7 +437,9 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
                    colormaps=dict(sequential=lut(SEQUENTIAL), diverging=lut(DIVERGING),
                                   sequential_name=SEQUENTIAL, diverging_name=DIVERGING),
                    rotary=dict(options=rotary or [], distance=int(rotary_distance)),
-                   sources=sources or {})
+                   sources=sources or {}, made_by=made_by or {})
+    if text is not None:
+        payload["text"] = text
     ablation = {}
     if topk is not None:
         ablation["topk"] = records(topk)       # every cut method; the page switches between them
@@ -406,9 +454,9 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
     if ablation:
         payload["ablation"] = ablation
     if patching_heads is not None:
-        if len(patching_heads) != L * H or patching_resid is None or patching_note is None:
-            raise ExplorerDataError(f"patching: the heads table ({len(patching_heads)} rows for {L} × {H} heads), "
-                                    "the residual table and the note come together")
+        if len(patching_heads) != L * H or patching_note is None:
+            raise ExplorerDataError(f"patching: the heads table ({len(patching_heads)} rows for {L} × {H} heads) "
+                                    "and its note come together")
         payload["patching"] = patching_payload(patching_heads, patching_resid, patching_note)
         if patching_kv_groups is not None:      # key/value groups, highest score first
             payload["patching"]["kv_groups"] = records(patching_kv_groups.sort_values(
@@ -421,6 +469,8 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
         if edges_note is None or edges_areas is None:
             raise ExplorerDataError("edges: the circuit table, its note and the areas table come together")
         payload["edges"] = edges_payload(edges_circuit, edges_note, edges_areas, L)
+    if edge_scores is not None:
+        payload["edge_scores"] = edge_scores_payload(edge_scores, edge_scores_top)
     if sweep_summary is not None:
         payload["sweep"] = dict(summary=records(sweep_summary))
         if sweep_contrast is not None:
@@ -432,13 +482,25 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
-def render(payload: dict) -> str:
-    """The page: template with CSS, JS and the payload inlined."""
+COMPRESSED = "zlib-base64"
+"""The data element's encoding when the page is compressed: the JSON, zlib-compressed (what the
+browser's ``DecompressionStream("deflate")`` reads), in base64."""
+
+
+def render(payload: dict, compress: bool = False) -> str:
+    """The page: template with CSS, JS and the payload inlined; ``compress``: the payload's JSON
+    compressed (:data:`COMPRESSED`; the page decompresses it before it draws)."""
+    import zlib
+
     data = markup.script_json(payload)      # no string in it can close the <script> element
+    encoding = ""
+    if compress:                            # base64: nothing in it is markup either
+        data = base64.b64encode(zlib.compress(data.encode("utf-8"), 6)).decode()
+        encoding = f' data-encoding="{COMPRESSED}"'
     html = _asset("template.html")
     title = markup.html(f"headwatch explorer: {payload['model']}")
     for key, value in (("{{TITLE}}", title), ("{{CSS}}", _asset("explorer.css")),
-                       ("{{JS}}", _asset("explorer.js")), ("{{DATA}}", data)):
+                       ("{{JS}}", _asset("explorer.js")), ("{{ENCODING}}", encoding), ("{{DATA}}", data)):
         if html.count(key) != 1:
             raise RuntimeError(f"explorer template must hold {key} exactly once")
         html = html.replace(key, value)
@@ -446,19 +508,23 @@ def render(payload: dict) -> str:
 
 
 def build_explorer(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
-                   shape: dict, quantum: int, out: str | Path | None = None, **optional) -> str:
+                   shape: dict, quantum: int, out: str | Path | None = None, compress: bool = False,
+                   **optional) -> str:
     """The explorer page as HTML (written to ``out`` when given).
 
     ``optional``: predictions, topk, circuit_scores, circuit_loss, attribution,
     attribution_summary, patching_heads, patching_resid (with ``patching_note``, the
     heads table's note), patching_kv_groups (the key/value group sweep), circuits_paths (path
     patching's edges, with ``circuits_note``, its note), edges_circuit (the smallest faithful edge
-    circuit, with ``edges_note``, its note, and ``edges_areas``, every method's CPR and CMD), sweep_summary, sweep_contrast (DataFrames;
-    a section is omitted when its table is None), rotary (list of {label, base}),
-    rotary_distance, sources ({name: path} shown in the page's footer).
+    circuit, with ``edges_note``, its note, and ``edges_areas``, every method's CPR and CMD),
+    edge_scores (every edge's score, its strongest ``edge_scores_top`` of each method listed),
+    sweep_summary, sweep_contrast (DataFrames; a section is omitted when its table is None), rotary
+    (list of {label, base}), rotary_distance, sources ({name: path} shown in the page's footer),
+    made_by ({table: what made it}, named in the captions instead of the workflow's file), text
+    (the notebook's own text: what the page keeps of it; shows the views of one head on the text).
     """
     html = render(explorer_payload(maps, tokens, scores, model=model, shape=shape, quantum=quantum,
-                                   **optional))
+                                   **optional), compress)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(html, encoding="utf-8")

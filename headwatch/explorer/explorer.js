@@ -12,12 +12,37 @@
  *   #edge-threshold, #edge-count[data-shown], path.edge#edge-{i}[data-sender][data-receiver][data-input][data-score],
  *   circle.node#node-L{l}-H{h}, #edge-readout[data-sender][data-receiver][data-input][data-score],
  *   #rotary-distance, input[name=rotary-base],
- *   #rotary-summary[data-unwrapped][data-pairs][data-reach], #kv-* inputs, #kv-row-{key}[data-value].
+ *   #rotary-summary[data-unwrapped][data-pairs][data-reach], #kv-* inputs, #kv-row-{key}[data-value],
+ *   a notebook's page (hw.explore): #text-select, #text-layer, #text-head, #lines-svg with
+ *   text.line-tok#line-row-{i} / #line-col-{j} and line.attn[data-row][data-col][data-weight],
+ *   #lines-readout[data-row][data-col], span.tok#tok-{j}[data-weight] in #tokens-view[data-from],
+ *   #tokens-readout[data-from][data-to][data-weight], canvas#head-canvas (a map of more than
+ *   MAP_SVG_TOKENS tokens), input[name=edge-score-method]#edge-score-method-{method},
+ *   body[data-ready][data-ready-ms] (milliseconds from the page's start to drawn).
+ *
+ * The data element holds the JSON, or (data-encoding="zlib-base64", a notebook's page) the JSON
+ * zlib-compressed in base64, which the browser's own DecompressionStream reads before the page draws.
  */
-(function () {
+(function load(explorer) {
+  'use strict';
+  const box = document.getElementById('explorer-data');
+  if (box.dataset.encoding !== 'zlib-base64') { explorer(box.textContent, null); return; }
+  const failed = function (err) {
+    document.getElementById('title').textContent = 'headwatch explorer: this page could not be drawn (' + err + ')';
+    throw err;
+  };
+  if (typeof DecompressionStream === 'undefined') {
+    failed(new Error('this browser has no DecompressionStream; open the page in a current Chromium, Firefox or Safari'));
+  }
+  const bin = atob(box.textContent.trim());
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'))).text()
+    .then(function (json) { explorer(json, bin.length); }).catch(failed);
+})(function explorer(json, compressedBytes) {
   'use strict';
 
-  const D = JSON.parse(document.getElementById('explorer-data').textContent);
+  const D = JSON.parse(json);
   const S = D.shape;
   const L = S.layers, H = S.heads, Q = D.quantum;
   const SVGNS = 'http://www.w3.org/2000/svg';
@@ -65,9 +90,22 @@
   const SEQ = D.colormaps.sequential, DIV = D.colormaps.diverging;
   const SEQ_RGB = SEQ.map(hexRgb);
   function seqIndex(w) {
-    const v = $('sqrt-scale').checked ? Math.sqrt(Math.max(0, w)) : w;
+    const v = st.sqrt ? Math.sqrt(Math.max(0, w)) : w;
     return Math.max(0, Math.min(255, Math.round(v * 255)));
   }
+  // the colour of every stored weight q / Q as one pixel (RGBA bytes read as one number in this
+  // machine's byte order), looked up: the grid draws every cell of every head
+  const LITTLE = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+  function pixel(rgb) {
+    return (LITTLE ? ((255 << 24) | (rgb[2] << 16) | (rgb[1] << 8) | rgb[0])
+      : ((rgb[0] << 24) | (rgb[1] << 16) | (rgb[2] << 8) | 255)) >>> 0;
+  }
+  function seqTable() {
+    const out = new Uint32Array(Q + 1);
+    for (let q = 0; q <= Q; q++) out[q] = pixel(SEQ_RGB[seqIndex(q / Q)]);
+    return out;
+  }
+  const MASKED = pixel([242, 242, 242]);     // above the diagonal: the token cannot look ahead
   function divColor(x, vmax) {  // x in [-vmax, vmax] -> diverging colour, 0 in the middle
     const t = vmax > 0 ? (x / vmax + 1) / 2 : 0.5;
     return DIV[Math.max(0, Math.min(255, Math.round(t * 255)))];
@@ -94,11 +132,12 @@
     return Object.assign({}, p, { q: bytesOf(p.maps), esc: esc, per: p.n * (p.n + 1) / 2 });
   });
   // q / quantum is the stored weight exactly (the maps are quantized to 1/quantum).
-  function qAt(P, l, h, r, c) {
-    if (c > r) return 0;
-    const i = (l * H + h) * P.per + r * (r + 1) / 2 + c;
+  function qFlat(P, i) {
     const v = P.q[i];
     return v === 255 ? P.esc.get(i) : v;
+  }
+  function qAt(P, l, h, r, c) {
+    return c > r ? 0 : qFlat(P, (l * H + h) * P.per + r * (r + 1) / 2 + c);
   }
   function weightAt(P, l, h, r, c) { return qAt(P, l, h, r, c) / Q; }
 
@@ -113,7 +152,8 @@
     induction: 'induction: on repeated random tokens, attention to the token that followed the earlier occurrence of the current token (rows T … 2T−2).'
   };
 
-  const st = { phrase: 0, layer: 0, head: 0, score: D.score_names.includes('induction') ? 'induction' : D.score_names[0], nbars: 20 };
+  const st = { phrase: 0, layer: 0, head: 0, score: D.score_names.includes('induction') ? 'induction' : D.score_names[0], nbars: 20,
+               sqrt: false };
   (function initialHead() {
     const ranks = SC[st.score + '_rank'];
     let best = 0;
@@ -147,8 +187,11 @@
       sel.appendChild(el('option', { value: String(i) }, p.name + ' (' + p.n + ' tokens)'));
     });
     sel.value = String(st.phrase);
-    sel.addEventListener('change', function () { st.phrase = Number(sel.value); renderPhrase(); });
-    $('sqrt-scale').addEventListener('change', function () { renderGrid(); renderHead(); });
+    sel.addEventListener('change', function () { st.phrase = Number(sel.value); tx.from = null; renderPhrase(); });
+    st.sqrt = $('sqrt-scale').checked;
+    $('sqrt-scale').addEventListener('change', function () {
+      st.sqrt = $('sqrt-scale').checked; renderGrid(); renderHead(); renderText();
+    });
   }
 
   function buildGrid() {
@@ -169,20 +212,17 @@
 
   function renderGrid() {
     const P = PHRASES[st.phrase];
-    const n = P.n;
+    const n = P.n, lut = seqTable();
     for (let l = 0; l < L; l++) {
       for (let h = 0; h < H; h++) {
         const c = $('cell-' + headId(l, h));
         c.width = n; c.height = n;
         const ctx = c.getContext('2d');
-        const img = ctx.createImageData(n, n);
+        const img = ctx.createImageData(n, n), px = new Uint32Array(img.data.buffer), base = (l * H + h) * P.per;
+        px.fill(MASKED);
         for (let r = 0; r < n; r++) {
-          for (let col = 0; col < n; col++) {
-            const o = 4 * (r * n + col);
-            if (col > r) { img.data[o] = 242; img.data[o + 1] = 242; img.data[o + 2] = 242; img.data[o + 3] = 255; continue; }
-            const rgb = SEQ_RGB[seqIndex(weightAt(P, l, h, r, col))];
-            img.data[o] = rgb[0]; img.data[o + 1] = rgb[1]; img.data[o + 2] = rgb[2]; img.data[o + 3] = 255;
-          }
+          const row = base + r * (r + 1) / 2;
+          for (let col = 0; col <= r; col++) px[r * n + col] = lut[qFlat(P, row + col)];
         }
         ctx.putImageData(img, 0, 0);
         c.classList.toggle('selected', l === st.layer && h === st.head);
@@ -193,6 +233,12 @@
   function predictionLine() {
     const p = PHRASES[st.phrase].prediction;
     if (!p) { $('prediction-line').textContent = ''; return; }
+    if (p.expected === null) {            // your own text: no expected token, the model's top alone
+      $('prediction-line').textContent = 'next token, the model’s top: ' + p.top.slice(0, 3).map(function (t) {
+        return t.token + ' ' + pctProb(t.prob);
+      }).join(', ');
+      return;
+    }
     let s = 'next token: expected ' + p.expected + ' p = ' + pctProb(p.expected_prob) + ' (rank ' + p.expected_rank + ')';
     if (p.also) s += '; also ' + p.also + ' p = ' + pctProb(p.also_prob) + ' (rank ' + p.also_rank + ')';
     if (p.top && p.top.length) s += '; model’s top: ' + p.top[0].token + ' ' + pctProb(p.top[0].prob);
@@ -200,6 +246,15 @@
   }
 
   // ------------------------------------------------------------ one head enlarged
+  // A phrase of up to MAP_SVG_TOKENS tokens: one SVG cell per weight, the tokens on both axes; a
+  // longer one (a notebook's own text): one canvas, the read-out naming the tokens of the cell hovered.
+  const MAP_SVG_TOKENS = 64;
+  function headScoresText(l, h) {
+    const i = scoreIndex(l, h);
+    return D.score_names.map(function (s) {
+      return s + ' ' + SC[s][i].toFixed(3) + ' (rank ' + SC[s + '_rank'][i] + ')';
+    }).join(' · ');
+  }
   function renderHead() {
     const P = PHRASES[st.phrase];
     const n = P.n, l = st.layer, h = st.head;
@@ -209,9 +264,8 @@
     let title = headLabel(l, h);
     if (SC.kv_group && S.kv_heads && S.kv_heads !== H) title += ' · key/value group ' + SC.kv_group[i];
     $('head-title').textContent = title + ' on “' + P.name + '”';
-    $('head-scores').textContent = D.score_names.map(function (s) {
-      return s + ' ' + SC[s][i].toFixed(3) + ' (rank ' + SC[s + '_rank'][i] + ')';
-    }).join(' · ');
+    $('head-scores').textContent = headScoresText(l, h);
+    if (n > MAP_SVG_TOKENS) { renderHeadCanvas(P); return; }
 
     const maxLen = Math.min(16, Math.max.apply(null, P.display.map(function (t) { return t.length; })));
     const cs = Math.max(12, Math.min(26, Math.floor(560 / n)));
@@ -260,6 +314,33 @@
     }
   }
 
+  function renderHeadCanvas(P) {
+    const n = P.n, cs = Math.max(1, Math.floor(560 / n)), lut = seqTable();
+    const c = el('canvas', { id: 'head-canvas', class: 'head-canvas', width: String(n * cs), height: String(n * cs),
+                             'data-n': String(n) });
+    const ctx = c.getContext('2d');
+    const img = ctx.createImageData(n * cs, n * cs), px = new Uint32Array(img.data.buffer);
+    for (let r = 0; r < n; r++) {
+      for (let col = 0; col < n; col++) {
+        const v = col > r ? MASKED : lut[qAt(P, st.layer, st.head, r, col)];
+        for (let y = r * cs; y < (r + 1) * cs; y++) px.fill(v, y * n * cs + col * cs, y * n * cs + (col + 1) * cs);
+      }
+    }
+    ctx.putImageData(img, 0, 0);
+    c.addEventListener('mousemove', function (e) {
+      const b = c.getBoundingClientRect();
+      const r = Math.floor((e.clientY - b.top) / b.height * n), col = Math.floor((e.clientX - b.left) / b.width * n);
+      if (r >= 0 && r < n && col >= 0 && col <= r) setReadout(r, col);
+    });
+    const box = $('head-map');
+    box.innerHTML = '';
+    box.appendChild(c);
+    colorbar();
+    const ro = $('readout');
+    if (ro.dataset.row !== '' && Number(ro.dataset.row) < n) setReadout(Number(ro.dataset.row), Number(ro.dataset.col));
+    else clearReadout();
+  }
+
   function clearReadout() {
     const ro = $('readout');
     ro.dataset.row = ''; ro.dataset.col = ''; ro.dataset.weight = '';
@@ -289,7 +370,7 @@
     const W = 260, svg = sv('svg', { width: W + 40, height: 40 });
     const defs = sv('defs');
     const grad = sv('linearGradient', { id: 'seq-grad' });
-    const sq = $('sqrt-scale').checked;
+    const sq = st.sqrt;
     for (let k = 0; k <= 16; k++) {
       const t = k / 16;
       grad.appendChild(sv('stop', { offset: (100 * t) + '%', 'stop-color': SEQ[seqIndex(sq ? t * t : t)] }));
@@ -315,6 +396,7 @@
     const bar = $('bar-' + headId(l, h));
     if (bar) bar.classList.add('selected');
     renderHead();
+    renderText();
     if (scroll) $('heads-section').scrollIntoView({ block: 'start' });
   }
 
@@ -323,6 +405,7 @@
     predictionLine();
     renderHead();
     renderAttribution();
+    renderText();
   }
 
   // ------------------------------------------------------------ ranked bars
@@ -355,7 +438,7 @@
   function renderBars() {
     const s = st.score;
     for (const b of document.querySelectorAll('.score-btn')) b.setAttribute('aria-pressed', String(b.dataset.score === s));
-    $('score-def').textContent = SCORE_DEFS[s] || s;
+    $('score-def').textContent = (SCORE_DEFS[s] || s) + (D.text && D.text.scores_on ? ' ' + D.text.scores_on : '');
     const box = $('bars');
     box.dataset.score = s;
     box.innerHTML = '';
@@ -402,6 +485,8 @@
     t.appendChild(tb);
     box.appendChild(t);
   }
+  // the table's maker named in a caption: the notebook's function, or the workflow's file
+  function madeBy(key, file) { return (D.made_by || {})[key] || file; }
   function col(rec, name) {
     const j = rec.columns.indexOf(name);
     return j < 0 ? null : rec.rows.map(function (r) { return r[j]; });
@@ -577,7 +662,7 @@
         hlines: intact ? [{ y: intact[0], label: 'intact ' + fmtNum(intact[0]) }] : []
       });
     });
-    table('topk-table', T, 'results/' + D.model + '/ablation/topk.parquet' + (method ? ' (' + method + ' cut rows)' : ''));
+    table('topk-table', T, madeBy('topk', 'results/' + D.model + '/ablation/topk.parquet') + (method ? ' (' + method + ' cut rows)' : ''));
   }
 
   function attrData() {
@@ -645,10 +730,10 @@
     const score = col(P.heads, 'score'), est = col(P.heads, 'estimate_score'), ld = col(P.heads, 'logit_diff');
     const m = P.summary;
     let vmax = 1e-9;
-    score.concat(est, P.resid.score).forEach(function (x) { vmax = Math.max(vmax, Math.abs(x)); });
+    score.concat(est, P.resid ? P.resid.score : []).forEach(function (x) { vmax = Math.max(vmax, Math.abs(x)); });
     $('patching-line').textContent = m.prompts + ' prompts; logit difference answer − distractor: clean ' + fmtNum(m.clean_logit_diff) +
-      ', corrupted ' + fmtNum(m.corrupted_logit_diff) + '; score = (patched − corrupted) / (clean − corrupted). ' + m.names_phrase +
-      '. Estimate vs exact: Pearson ' + fmtNum(m.estimate_pearson) + ', Spearman ' + fmtNum(m.estimate_spearman) +
+      ', corrupted ' + fmtNum(m.corrupted_logit_diff) + '; score = (patched − corrupted) / (clean − corrupted). ' +
+      (m.names_phrase ? m.names_phrase + '. ' : '') + 'Estimate vs exact: Pearson ' + fmtNum(m.estimate_pearson) + ', Spearman ' + fmtNum(m.estimate_spearman) +
       ', top-' + m.top10 + ' overlap ' + m.estimate_top10_overlap + '/' + m.top10 + '; exact sweep ' + fmtNum(m.exact_seconds) +
       ' s, estimate ' + fmtNum(m.estimate_seconds) + ' s. Colour: ±' + fmtNum(vmax) + ' (' + D.colormaps.diverging_name + '; red = the patch brings the clean answer back). Click a head to open its map.';
     const readout = function (l, h) {
@@ -669,7 +754,21 @@
       });
     });
     colorbarInto($('patch-colorbar'), vmax, 'score (0 = corrupted, 1 = clean)', fmtNum);
-    const R = P.resid, T = R.tokens.length, box = $('patching-resid');
+    if (P.resid) renderResid(P.resid, vmax); else $('patching-resid-title').hidden = true;
+    const order = score.map(function (_, i) { return i; }).sort(function (a, b) { return score[b] - score[a] || a - b; });
+    table('patching-top-table', { columns: P.heads.columns, rows: order.slice(0, m.top10).map(function (i) { return P.heads.rows[i]; }) },
+      'the top ' + m.top10 + ' heads by patching score (' + madeBy('patching_heads', 'patching/heads.parquet') + ')');
+    if (P.kv_groups) {
+      const k = Math.min(10, P.kv_groups.rows.length);
+      table('patching-kv-table', { columns: P.kv_groups.columns, rows: P.kv_groups.rows.slice(0, k) },
+        'the top ' + k + ' of ' + P.kv_groups.rows.length + ' key (k) and value (v) groups by patching score, each read by ' +
+        'the query heads listed (patching/kv_groups.parquet)');
+    }
+  }
+
+  // the residual stream patched at one layer and position (the rule's; hw.patch_heads(..., resid=True))
+  function renderResid(R, vmax) {
+    const T = R.tokens.length, box = $('patching-resid');
     if (R.positions[0] < 0) {
       $('patching-resid-title').textContent += ', positions counted from the end (−1 = each prompt\'s last token; ' +
         'a position is scored over the prompts long enough to have it)';
@@ -688,15 +787,6 @@
         c.style.background = divColor(x, vmax);
         box.appendChild(c);
       }
-    }
-    const order = score.map(function (_, i) { return i; }).sort(function (a, b) { return score[b] - score[a] || a - b; });
-    table('patching-top-table', { columns: P.heads.columns, rows: order.slice(0, m.top10).map(function (i) { return P.heads.rows[i]; }) },
-      'the top ' + m.top10 + ' heads by patching score (patching/heads.parquet)');
-    if (P.kv_groups) {
-      const k = Math.min(10, P.kv_groups.rows.length);
-      table('patching-kv-table', { columns: P.kv_groups.columns, rows: P.kv_groups.rows.slice(0, k) },
-        'the top ' + k + ' of ' + P.kv_groups.rows.length + ' key (k) and value (v) groups by patching score, each read by ' +
-        'the query heads listed (patching/kv_groups.parquet)');
     }
   }
 
@@ -787,7 +877,8 @@
     graph.innerHTML = '';
     graph.appendChild(svg);
     table('circuits-edges-table', { columns: E.columns, rows: shown.map(function (i) { return E.rows[i]; }) },
-      shown.length + ' edges with |score| ≥ ' + fmtNum(threshold) + ', strongest first (circuits/paths.parquet)');
+      shown.length + ' edges with |score| ≥ ' + fmtNum(threshold) + ', strongest first (' +
+      madeBy('circuits_paths', 'circuits/paths.parquet') + ')');
   }
 
   // ------------------------------------------------------------ edge circuits
@@ -978,13 +1069,174 @@
     }
   }
 
+  // ------------------------------------------------------------ your text (a notebook's page, hw.explore)
+  // One head's reading of the text: lines from each token (left) to the tokens it reads (right), each
+  // line's opacity its weight (the √ colour scale applies); hovering a token keeps its lines alone (on
+  // the left: what it reads; on the right: who reads it). And the text's tokens coloured by the head's
+  // attention from one position (the last, or the one clicked). The head is the page's one selected
+  // head: the grid, the ranked bars and the selects of this section all set it.
+  const tx = { from: null };
+  const LINE_H = 16, LINE_X = [150, 290];
+  function shortTok(t) { return t.length > 16 ? t.slice(0, 15) + '…' : t; }
+  function buildText() {
+    if (!D.text) return;
+    $('text-section').hidden = false;
+    $('text-line').textContent = D.text.note;
+    const sel = $('text-select');
+    PHRASES.forEach(function (p, i) { sel.appendChild(el('option', { value: String(i) }, p.name + ' (' + p.n + ' tokens)')); });
+    sel.addEventListener('change', function () {
+      st.phrase = Number(sel.value); $('phrase-select').value = sel.value; tx.from = null; renderPhrase();
+    });
+    const ls = $('text-layer'), hs = $('text-head');
+    for (let l = 0; l < L; l++) ls.appendChild(el('option', { value: String(l) }, String(l)));
+    for (let h = 0; h < H; h++) hs.appendChild(el('option', { value: String(h) }, String(h)));
+    const pick = function () { selectHead(Number(ls.value), Number(hs.value), false); };
+    ls.addEventListener('change', pick);
+    hs.addEventListener('change', pick);
+  }
+
+  function renderText() {
+    if (!D.text) return;
+    const P = PHRASES[st.phrase];
+    $('text-select').value = String(st.phrase);
+    $('text-layer').value = String(st.layer);
+    $('text-head').value = String(st.head);
+    $('text-scores').textContent = headLabel(st.layer, st.head) + ' on “' + P.name + '”: ' + headScoresText(st.layer, st.head);
+    if (tx.from === null || tx.from >= P.n) tx.from = P.n - 1;
+    drawLines();
+    drawTokens();
+  }
+
+  function lineY(i) { return 10 + i * LINE_H + LINE_H / 2; }
+  function drawLines() {
+    const P = PHRASES[st.phrase], n = P.n;
+    const svg = sv('svg', { id: 'lines-svg', width: LINE_X[1] + 150, height: lineY(n) });
+    svg.appendChild(sv('g', { id: 'lines' }));
+    for (let i = 0; i < n; i++) {
+      const a = sv('text', { x: LINE_X[0] - 6, y: lineY(i), 'text-anchor': 'end', 'dominant-baseline': 'middle',
+                             class: 'line-tok', id: 'line-row-' + i, 'data-pos': String(i) }, shortTok(P.display[i]));
+      const b = sv('text', { x: LINE_X[1] + 6, y: lineY(i), 'dominant-baseline': 'middle', class: 'line-tok',
+                             id: 'line-col-' + i, 'data-pos': String(i) }, shortTok(P.display[i]));
+      a.appendChild(sv('title', {}, 'position ' + i + ': ' + P.display[i]));
+      b.appendChild(sv('title', {}, 'position ' + i + ': ' + P.display[i]));
+      a.addEventListener('mouseenter', function () { showLines(i, null); });
+      b.addEventListener('mouseenter', function () { showLines(null, i); });
+      svg.appendChild(a);
+      svg.appendChild(b);
+    }
+    svg.addEventListener('mouseleave', function () { showLines(null, null); });
+    const box = $('lines-view');
+    box.innerHTML = '';
+    box.appendChild(svg);
+    showLines(null, null);
+  }
+
+  // row: the lines from that token; col: the lines into it; neither: every line of weight above 0
+  function showLines(row, col) {
+    const P = PHRASES[st.phrase], n = P.n, l = st.layer, h = st.head, g = $('lines');
+    g.replaceChildren();
+    const one = row !== null || col !== null;
+    const rows = row !== null ? [row] : [];
+    if (row === null) for (let r = col === null ? 0 : col; r < n; r++) rows.push(r);
+    rows.forEach(function (r) {
+      const c0 = col === null ? 0 : col, c1 = col === null ? r : col;
+      for (let c = c0; c <= c1; c++) {
+        const q = qAt(P, l, h, r, c);
+        if (q === 0) continue;
+        const w = q / Q;
+        g.appendChild(sv('line', { x1: LINE_X[0], y1: lineY(r), x2: LINE_X[1], y2: lineY(c), class: 'attn',
+                                   'stroke-opacity': (seqIndex(w) / 255).toFixed(3), 'stroke-width': one ? 2.5 : 1.5,
+                                   'data-row': String(r), 'data-col': String(c), 'data-weight': String(w) }));
+      }
+    });
+    for (const e of document.querySelectorAll('#lines-svg text.hot')) e.classList.remove('hot');
+    const ro = $('lines-readout');
+    ro.dataset.row = row === null ? '' : String(row);
+    ro.dataset.col = col === null ? '' : String(col);
+    if (!one) { ro.textContent = 'hover a token: on the left, what it reads; on the right, who reads it'; return; }
+    $(row !== null ? 'line-row-' + row : 'line-col-' + col).classList.add('hot');
+    const got = Array.from(g.childNodes).map(function (e) {
+      return { r: Number(e.dataset.row), c: Number(e.dataset.col), w: Number(e.dataset.weight) };
+    }).sort(function (a, b) { return b.w - a.w; }).slice(0, 3);
+    ro.textContent = (row !== null ? P.display[row] + ' (position ' + row + ') reads most: ' +
+        got.map(function (x) { return P.display[x.c] + ' ' + pct(x.w); }).join(', ')
+      : P.display[col] + ' (position ' + col + ') is read most by: ' +
+        got.map(function (x) { return P.display[x.r] + ' ' + pct(x.w); }).join(', '));
+  }
+
+  function drawTokens() {
+    const P = PHRASES[st.phrase], n = P.n, f = tx.from;
+    const box = $('tokens-view');
+    box.innerHTML = '';
+    box.dataset.from = String(f);
+    for (let j = 0; j < n; j++) {
+      const w = j <= f ? weightAt(P, st.layer, st.head, f, j) : null;
+      const t = el('span', { class: 'tok' + (j === f ? ' from' : '') + (j > f ? ' after' : ''), id: 'tok-' + j,
+                             'data-pos': String(j), 'data-weight': w === null ? '' : String(w),
+                             title: 'position ' + j + (w === null ? ' (after the position read from)' : ': ' + pct(w)) }, P.display[j]);
+      if (w !== null) {
+        const a = seqIndex(w) / 255;
+        t.style.background = 'rgba(0, 114, 178, ' + a.toFixed(3) + ')';
+        if (a > 0.5) t.style.color = '#fff';
+      }
+      t.addEventListener('click', function () { tx.from = j; drawTokens(); });
+      t.addEventListener('mouseenter', function () { tokensReadout(j); });
+      box.appendChild(t);
+    }
+    tokensReadout(null);
+  }
+
+  function tokensReadout(j) {
+    const P = PHRASES[st.phrase], f = tx.from, ro = $('tokens-readout');
+    ro.dataset.from = String(f);
+    if (j === null || j > f) {
+      ro.dataset.to = ''; ro.dataset.weight = '';
+      ro.textContent = 'from ' + P.display[f] + ' (position ' + f + '); click a token to read from it';
+      return;
+    }
+    const w = weightAt(P, st.layer, st.head, f, j);
+    ro.dataset.to = String(j); ro.dataset.weight = String(w);
+    ro.textContent = P.display[f] + ' → ' + P.display[j] + ': ' + pct(w);
+  }
+
+  // ------------------------------------------------------------ edge scores (hw.edge_scores)
+  // The strongest edges of the graph by one method's |score|; the page holds each method's top.
+  function renderEdgeScores() {
+    const G = D.edge_scores;
+    if (!G) return;
+    $('edge-scores-section').hidden = false;
+    $('edge-scores-line').textContent = G.total.toLocaleString('en-US') + ' edges scored: each one\'s score is how much the ' +
+      'logit difference falls when that edge alone carries the corrupted run (first order; ' + G.methods.join(', ') +
+      '). The page holds the strongest ' + G.top + ' by each method.';
+    const box = $('edge-score-methods');
+    G.methods.forEach(function (m, i) {
+      const lab = el('label');
+      const r = el('input', { type: 'radio', name: 'edge-score-method', id: 'edge-score-method-' + m, value: m });
+      if (i === 0) r.checked = true;
+      r.addEventListener('change', function () { edgeScoresTable(m); });
+      lab.appendChild(r);
+      lab.appendChild(document.createTextNode(' ' + m));
+      box.appendChild(lab);
+    });
+    edgeScoresTable(G.methods[0]);
+  }
+
+  function edgeScoresTable(method) {
+    const G = D.edge_scores, j = G.edges.columns.indexOf(method);
+    const rows = G.edges.rows.slice().sort(function (a, b) { return Math.abs(b[j]) - Math.abs(a[j]); }).slice(0, G.top);
+    $('edge-score-methods').dataset.method = method;
+    table('edge-scores-table', { columns: G.edges.columns, rows: rows }, 'the ' + rows.length + ' strongest of ' +
+      G.total.toLocaleString('en-US') + ' edges by |' + method + '| (' + madeBy('edge_scores', 'edges/scores.parquet') + ')');
+  }
+
   // ------------------------------------------------------------ footer
   function footer() {
-    const dataLen = document.getElementById('explorer-data').textContent.length;
+    const dataLen = json.length;
     let mapLen = 0;
     D.phrases.forEach(function (p) { mapLen += p.maps.length + p.escape_index.length + p.escape_value.length; });
     let txt = 'Attention maps are stored quantized to 1/' + Q + ' (as in attention/maps.parquet; rows sum to 1 only within that step), ' +
-      'one byte per lower-triangle cell, base64: ' + (mapLen / 1024).toFixed(0) + ' KiB of ' + (dataLen / 1024).toFixed(0) + ' KiB embedded data. ' +
+      'one byte per lower-triangle cell, base64: ' + (mapLen / 1024).toFixed(0) + ' KiB of ' + (dataLen / 1024).toFixed(0) + ' KiB embedded data' +
+      (compressedBytes === null ? '. ' : ', zlib-compressed to ' + (compressedBytes / 1024).toFixed(0) + ' KiB. ') +
       'Colours: ' + D.colormaps.sequential_name + ' (weights), ' + D.colormaps.diverging_name + ' (signed drops).';
     const src = Object.entries(D.sources || {});
     if (src.length) txt += ' Tables: ' + src.map(function (e) { return e[0] + ' = ' + e[1]; }).join('; ') + '.';
@@ -993,12 +1245,14 @@
 
   // ------------------------------------------------------------ start
   buildPhraseSelect();
+  buildText();
   buildGrid();
   buildBars();
   renderAblation();
   renderPatching();
   renderCircuits();
   renderEdges();
+  renderEdgeScores();
   renderSweep();
   buildRotary();
   buildKv();
@@ -1006,5 +1260,6 @@
   renderBars();
   header();
   footer();
+  document.body.dataset.readyMs = String(Math.round(performance.now()));
   document.body.dataset.ready = 'true';
-})();
+});

@@ -41,6 +41,14 @@ def maps_table(phrase: str, maps: torch.Tensor, quantum: int) -> pd.DataFrame:
                              weight=q.reshape(-1).astype(np.float32)))
 
 
+def own_phrases(texts: pd.DataFrame) -> pd.DataFrame:
+    """Your own text (a table of :func:`headwatch.api.sequences`: ``seq, token_ids, tokens``) as phrases:
+    each named ``text {seq}``, with no expected next token (its predictions are the model's top alone)."""
+    return pd.DataFrame(dict(phrase=[f"text {s}" for s in texts["seq"]], token_ids=list(texts["token_ids"]),
+                             tokens=list(texts["tokens"]), expected=None, expected_id=None, also=None,
+                             also_id=None))
+
+
 def tokens_table(phrases: pd.DataFrame) -> pd.DataFrame:
     """``phrase, pos, token_id, token`` for every phrase."""
     return pd.DataFrame([dict(phrase=r.phrase, pos=i, token_id=int(t), token=s)
@@ -63,12 +71,13 @@ def predictions_table(model, tokenizer, phrase_row, logits_last: torch.Tensor, t
             return None, None
         return float(probs[int(token_id)]), int(rank_of[int(token_id)])
 
+    also = getattr(phrase_row, "also", None)                  # a phrase may name no second token
     p_exp, r_exp = about(phrase_row.expected_id)
-    p_also, r_also = about(phrase_row.also_id)
+    p_also, r_also = about(getattr(phrase_row, "also_id", None))
     return pd.DataFrame([dict(phrase=phrase_row.phrase, rank=k + 1, token_id=int(i),
                               token=tokenizer.decode([int(i)]), prob=float(probs[i]),
                               expected=phrase_row.expected, expected_prob=p_exp, expected_rank=r_exp,
-                              also=phrase_row.also, also_prob=p_also, also_rank=r_also)
+                              also=also, also_prob=p_also, also_rank=r_also)
                          for k, i in enumerate(order[:top].tolist())]).astype(
         {"expected_rank": "Int64", "also_prob": "Float64", "also_rank": "Int64"})
 
