@@ -363,7 +363,7 @@ def test_the_sweep_phase_asks_for_the_sweeps_tables_and_the_studies_phase_for_th
 
 def test_phases_run_in_steps_one_after_another_and_side_by_side_within_a_step():
     assert check_phases.steps_of(check_phases.DEFAULT) == [["sweep+studies", "models"], ["bench"], ["arms"],
-                                                           ["rest"]]
+                                                           ["startup"], ["rest"]]
     assert check_phases.unknown_phases(check_phases.DEFAULT) == check_phases.unknown_phases(
         check_phases.CPU_TINY) == []
     assert check_phases.unknown_phases("models/bench,sweeps+rest") == ["bench", "sweeps"]   # a step phase alone
