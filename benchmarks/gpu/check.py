@@ -174,7 +174,9 @@ def main(argv=None) -> int:
     say(f"3. overlay: {configfile} over config/config.yaml ({studied_key()}: {cfg[studied_key()]})"
         + "".join(f"; note: {n}" for n in notes))
 
-    outputs = dag_outputs(args.workdir, configfile)
+    # The DAG's listing (Snakemake's --summary: seconds) only when a phase asks for its targets.
+    dag = any(run not in STEP_PHASES for step in steps_of(args.phases) for run in step)
+    outputs = dag_outputs(args.workdir, configfile) if dag else {}
     args.train_rules = train_rules(outputs)
     phases: list[dict] = []
     for step in steps_of(args.phases):
