@@ -7,10 +7,12 @@ with ``--arms``, peak memory and step time of dense and experts models side by s
     .venv/bin/python benchmarks/train.py --laptop        # the laptop run's step, every variant and layout
     .venv/bin/python benchmarks/train.py --arms dense,e8k2,e16k1 --batch 8 --context 64 \
         [--steps 5] [--device cuda] [--stack 3] [--variants eager,bf16] [--arm-profile 8] [--json PATH]
+    .venv/bin/python benchmarks/train.py --arms e8k2 --width 128 --heads 2 --layers 2 --batch 4 \
+        --context 64 --stack 1,16 --routing stack,model --arm-rounds 3 --threads 2    # one routing or many
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --width 128 --heads 2 \
         --batch 8 --context 64 [--train-steps 300] [--seeds 0,1] [--arm dense]
     .venv/bin/python benchmarks/train.py --precisions float32,bf16 --laptop   # the laptop-scale check
-    .venv/bin/python benchmarks/train.py --ops dense,e8k2 --stacks 1,16 --width 128 --heads 2 --layers 2 \
+    .venv/bin/python benchmarks/train.py --ops dense,e8k2 --stack 1,16 --width 128 --heads 2 --layers 2 \
         --batch 4 --context 64 --threads 1 [--json PATH]         # the operators of one step
 
 Measures, in one run and with the same thread count:
@@ -41,14 +43,21 @@ printed beside them.
 With ``--arms`` each arm (``dense``; ``e{E}k{k}``: E experts, top k, expert width
 4·width ÷ k; ``b{w}`` appended: balancing loss of weight w) runs in a fresh process
 (so a peak resident set is that arm's alone) under each of ``--variants`` (eager float32
-unless given; ``--stack`` models a step, as a training job stacks a shape's seeds): warm-up
-steps, then timed steps, and it prints the resident set before the first step, the peak
-resident set (CPU), the CUDA allocator's peak and the host synchronisations of one step
-(GPU), the best and median seconds per step, tokens/s and the time against the dense arm.
+unless given; ``--stack`` models a step, as a training job stacks a shape's seeds; several sizes,
+``--stack 1,16``, one row each): warm-up steps, then timed steps, and it prints the resident set
+before the first step, the peak resident set (CPU), the CUDA allocator's peak and the host
+synchronisations of one step (GPU), the operators of one step (torch.profiler: every aten operator,
+and those called from outside another, each a dispatch from Python or autograd and on a GPU at
+least one kernel launch), the best and median seconds per step and per model, tokens/s, the time
+against the dense arm and a model's time against the same arm at a stack of one.
+``--routing stack,model`` times the experts routed for the whole stack at once (``stack``, as the
+sweep trains) beside each model's tokens routed alone, one model after another (``model``: what
+the stack did before, :class:`RoutedByModel`). ``--arm-rounds N`` runs the whole set of processes N
+times, interleaved, and keeps each row's best round (a shared machine's load falls on all alike).
 ``--arm-profile N`` adds each arm's N costliest kernels (operators on a CPU): where an
 experts step spends what a dense step does not. ``--json`` keeps the record as it comes.
 
-With ``--ops`` it counts the aten operators of one eager step of each arm at each of ``--stacks``
+With ``--ops`` it counts the aten operators of one eager step of each arm at each of ``--stack``
 models (:func:`op_counts`: every operator, and the kernels among them — on a GPU each a launch), of
 its forward pass alone and of what follows the backward pass (the clipping and the optimizer), beside
 the step's time: what a step costs in launches as the models grow.
@@ -88,7 +97,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from headwatch.charlm.model import CharLM  # noqa: E402
+from headwatch.charlm.model import CharLM, route_experts  # noqa: E402
 from headwatch.charlm.spec import ModelSpec  # noqa: E402
 from headwatch.settings.sweep import BootstrapSettings, CorpusSettings, TrainSettings  # noqa: E402
 from headwatch.charlm.loop import Trainer  # noqa: E402
@@ -140,11 +149,32 @@ def arm_options(arm: str) -> tuple[dict, float]:
     return dict(experts=int(m[1]), top_k=int(m[2])), float(m[3] or 0.0)
 
 
-def make_step(args, variant: str, arm: str = "dense"):
+ROUTINGS = ("stack", "model")
+"""How a stack's experts are routed: every model at once (the sweep's), or model by model."""
+
+
+class RoutedByModel(StackedCharLM):
+    """A stack whose experts route each model's tokens alone, one model after another — what
+    :class:`StackedCharLM` did before it routed the whole stack at once: ``--routing model``, the
+    baseline whose operators grow with the models."""
+
+    def _ffn(self, h: torch.Tensor, l: int) -> torch.Tensor:
+        if not self.experts:
+            return super()._ffn(h, l)
+        weights = [self.p(f"blocks.{l}.ffn.{w}") for w in ("router.weight", "w1", "b1", "w2", "b2")]
+        parts = [route_experts(h[i:i + 1], *(w[i:i + 1] for w in weights), spec.routed)
+                 for i, spec in enumerate(self.specs)]
+        out, balance, counts = (torch.cat([part[j] for part in parts]) for j in range(3))
+        self.balance_losses.append(balance)
+        self._counts.append(counts)
+        return out
+
+
+def make_step(args, variant: str, arm: str = "dense", routing: str = "stack"):
     """One full training step of the sweep's model as headwatch.sweep.train runs it (its
     :class:`~headwatch.charlm.loop.Trainer`): ``--stack`` M models (different seeds) stacked and
-    trained in one step (each model's loss and clipping, fused AdamW); M = 1 is one model. The
-    step's ``trainer`` is an attribute of it."""
+    trained in one step (each model's loss and clipping, fused AdamW); M = 1 is one model.
+    ``routing``: one of :data:`ROUTINGS`. The step's ``trainer`` is an attribute of it."""
     device = torch.device(args.device)
     options, balance = arm_options(arm)
     models = []
@@ -156,7 +186,7 @@ def make_step(args, variant: str, arm: str = "dense"):
         raise RuntimeError("CUDA graphs need a CUDA device")
     amp = (torch.autocast(device.type, dtype=torch.bfloat16) if variant.startswith("bf16")
            else torch.autocast(device.type, enabled=False))
-    trainer = Trainer(StackedCharLM(models).to(device), lr=1e-3, min_lr=1e-4, warmup=0, steps=10 ** 6,
+    trainer = Trainer((RoutedByModel if routing == "model" else StackedCharLM)(models).to(device), lr=1e-3, min_lr=1e-4, warmup=0, steps=10 ** 6,
                       weight_decay=0.1, betas=(0.9, 0.99), grad_clip=1.0, balance=[balance] * args.stack, amp=amp,
                       compile=variant in ("compile", "bf16-compile"))
     if variant == "cudagraphs":
@@ -248,8 +278,10 @@ returns its input): on a GPU none launches a kernel."""
 
 def op_counts(fn) -> dict:
     """The aten operators of one call of ``fn`` (torch.profiler, CPU): ``ops`` every one, those inside
-    others too (how the operators of a step were first counted), and ``kernels``, the innermost ones
-    that compute (not :data:`METADATA_OPS`): on a GPU each is a launch. ``by_op``: the kernels by name."""
+    others too (how the operators of a step were first counted); ``outermost``, those not called from
+    inside another operator (each a dispatch from Python or autograd; the ones inside are an operator's
+    own, e.g. a CPU grouped matmul's product per group); and ``kernels``, the innermost ones that
+    compute (not :data:`METADATA_OPS`): on a GPU each is a launch. ``by_op``: the kernels by name."""
     from collections import Counter
 
     from torch.profiler import ProfilerActivity
@@ -262,8 +294,17 @@ def op_counts(fn) -> dict:
     def computes(e) -> bool:        # a kernel of its own, or one inside it
         return any((c.name.startswith("aten::") and c.name not in METADATA_OPS) or computes(c) for c in e.cpu_children)
 
+    def outermost(e) -> bool:       # no aten operator above it
+        parent = e.cpu_parent
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                return False
+            parent = parent.cpu_parent
+        return True
+
     leaves = [e for e in aten if e.name not in METADATA_OPS and not computes(e)]
-    return dict(ops=len(aten), kernels=len(leaves), by_op=dict(Counter(e.name for e in leaves).most_common()))
+    return dict(ops=len(aten), outermost=sum(map(outermost, aten)), kernels=len(leaves),
+                by_op=dict(Counter(e.name for e in leaves).most_common()))
 
 
 def step_ops(args, arm: str) -> dict:
@@ -291,7 +332,7 @@ def step_ops(args, arm: str) -> dict:
 
 
 def ops_table(args) -> list[dict]:
-    """--ops: :func:`step_ops` of every arm of ``--ops`` at every stack size of ``--stacks``, as a table."""
+    """--ops: :func:`step_ops` of every arm of ``--ops`` at every stack size of ``--stack``, as a table."""
     rows = []
     print(f"aten operators of one training step (torch.profiler, CPU, eager float32): width {args.width}, heads "
           f"{args.heads}, layers {args.layers}, batch {args.batch} x context {args.context} a model; torch "
@@ -300,7 +341,7 @@ def ops_table(args) -> list[dict]:
           f"{'(kernels)':>10}{'s/step':>9}{'s/step/model':>14}")
     for arm in args.ops.split(","):
         arm_options(arm)
-        for m in (int(k) for k in args.stacks.split(",")):
+        for m in args.stacks:
             args.stack = m
             r = step_ops(args, arm)
             rows.append(r)
@@ -314,19 +355,20 @@ def ops_table(args) -> list[dict]:
 
 
 def one_arm(args) -> dict:
-    """Run one arm under one variant in this process: its memory and step times; with
-    ``--arm-profile N`` the N costliest kernels (operators on a CPU) of a step, and on CUDA the
-    host synchronisations of a step."""
+    """Run one arm under one variant, stack size and routing in this process: its memory, step
+    times and operators; with ``--arm-profile N`` the N costliest kernels (operators on a CPU) of a
+    step, and on CUDA the host synchronisations of a step."""
     device = torch.device(args.device)
-    step = make_step(args, args.one_variant, args.one_arm)
+    step = make_step(args, args.one_variant, args.one_arm, args.routing)
     before = rss_mb()
     for _ in range(args.warmup):
         step()
     times = [timed(step) for _ in range(args.steps * args.rounds)]
     best = min(times)
-    out = dict(arm=args.one_arm, variant=args.one_variant, rss_before_mb=before, peak_rss_mb=resource.getrusage(
-        resource.RUSAGE_SELF).ru_maxrss / 1024, best_s=best, median_s=sorted(times)[len(times) // 2],
-        steps=len(times), tokens_per_s=args.stack * args.batch * args.context / best)
+    out = dict(arm=args.one_arm, variant=args.one_variant, stack=args.stack, routing=args.routing,
+               rss_before_mb=before, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               best_s=best, median_s=sorted(times)[len(times) // 2], steps=len(times),
+               tokens_per_s=args.stack * args.batch * args.context / best, ops_per_step=op_counts(step))
     if device.type == "cuda":
         out["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
         out["host_syncs_per_step"] = host_syncs(step.work, device)
@@ -336,15 +378,19 @@ def one_arm(args) -> dict:
 
 
 def run_arms(args, argv) -> dict:
-    """Each arm under each of ``--variants`` in a fresh process (its own peak resident set); one
-    table. With ``--json`` the record is written after every arm (one cut short keeps the rows it
-    has) and marked ``finished`` at the end."""
-    arms, variants = args.arms.split(","), args.variants.split(",")
+    """Each arm under each of ``--variants``, stack sizes and routings in a fresh process (its own
+    peak resident set), the whole set ``--arm-rounds`` times, interleaved; one table of each row's
+    best round. With ``--json`` the record is written after every process (one cut short keeps the
+    rows it has) and marked ``finished`` at the end. ``stack`` is the one stack size, or None when
+    several were timed (each row names its own)."""
+    arms, variants, stacks, routings = args.arms.split(","), args.variants.split(","), args.stacks, args.routings
     for arm in arms:
         arm_options(arm)
     record = dict(device=args.device, torch=torch.__version__, width=args.width, heads=args.heads,
-                  layers=args.layers, batch=args.batch, context=args.context, stack=args.stack,
-                  threads=args.threads, warmup=args.warmup, steps=args.steps * args.rounds, rows=[],
+                  layers=args.layers, batch=args.batch, context=args.context,
+                  stack=stacks[0] if len(stacks) == 1 else None, stacks=stacks, routings=routings,
+                  rounds=args.arm_rounds, threads=args.threads, warmup=args.warmup, steps=args.steps * args.rounds,
+                  rows=[],
                   params={arm: ModelSpec(VOCAB, args.width, args.heads, layers=args.layers, context=args.context,
                                          **arm_options(arm)[0]).param_counts()["total"] for arm in arms})
 
@@ -356,13 +402,22 @@ def run_arms(args, argv) -> dict:
 
     keep()
     base = argv if argv is not None else sys.argv[1:]
-    for variant in variants:
-        for arm in arms:
-            cmd = [sys.executable, __file__, *base, "--one-arm", arm, "--one-variant", variant]
+    runs = [(v, a, m, r) for v in variants for a in arms for m in stacks
+            for r in (routings if arm_options(a)[0] else routings[:1])]       # a dense arm routes nothing
+    for _ in range(args.arm_rounds):
+        for variant, arm, stack, routing in runs:
+            cmd = [sys.executable, __file__, *base, "--one-arm", arm, "--one-variant", variant, "--stack", str(stack),
+                   "--routing", routing]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode:
-                raise SystemExit(f"arm {arm} ({variant}) failed:\n{done.stderr[-2000:]}")
-            record["rows"].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                raise SystemExit(f"arm {arm} ({variant}, stack {stack}, routing {routing}) failed:\n"
+                                 f"{done.stderr[-2000:]}")
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            same = [i for i, r in enumerate(record["rows"]) if _run_of(r) == _run_of(row)]
+            if not same:
+                record["rows"].append(row)
+            elif row["best_s"] < record["rows"][same[0]]["best_s"]:      # the best round of each run
+                record["rows"][same[0]] = row
             keep()
     record["finished"] = True
     keep()
@@ -370,32 +425,53 @@ def run_arms(args, argv) -> dict:
     return record
 
 
+def _run_of(row: dict) -> tuple:
+    """What a row of an --arms record measured: (arm, variant, stack, routing)."""
+    return row["arm"], row["variant"], row.get("stack"), row.get("routing", "stack")
+
+
 def arms_table(record: dict) -> list[str]:
-    """An --arms record as lines: the setting, a row per arm and variant (against the dense arm of
-    the same variant where there is one), then each row's profile where it was taken."""
+    """An --arms record as lines: the setting, a row per arm, variant, stack size and routing (against
+    the dense arm of the same variant and stack where there is one, and per model against the same
+    arm, variant and routing at a stack of one), then each row's profile where it was taken. Rows
+    of records older than the stack sizes and routings are of the record's stack, routed at once."""
     rows = record["rows"]
     cuda = any("cuda_peak_mb" in r for r in rows)
     w = max([len("arm"), *(len(r["arm"]) for r in rows)]) + 2
-    lines = [f"width {record['width']}, heads {record['heads']}, layers {record['layers']}; {record['stack']} "
-             f"model(s) stacked a step, each batch {record['batch']} x context {record['context']}; "
-             f"{record['warmup']} warm-up + {record['steps']} timed steps per arm; device {record['device']}, "
-             f"{record['threads']} thread(s); torch {record['torch']}"
+    stack_of = lambda r: r.get("stack") or record["stack"]
+    stacks = record.get("stacks") or [record["stack"]]
+    lines = [f"width {record['width']}, heads {record['heads']}, layers {record['layers']}; "
+             f"{' or '.join(map(str, stacks))} model(s) stacked a step, each batch {record['batch']} x context "
+             f"{record['context']}; {record['warmup']} warm-up + {record['steps']} timed steps per arm"
+             + (f", best of {record['rounds']} interleaved rounds" if record.get("rounds", 1) > 1 else "")
+             + f"; device {record['device']}, {record['threads']} thread(s); torch {record['torch']}"
              + ("" if record.get("finished") else " (cut short: the arms it measured)"),
-             f"{'arm':<{w}}{'variant':<9}{'params':>12}{'RSS before':>12}{'peak RSS':>10}{'growth':>8}"
-             + (f"{'CUDA peak':>11}{'syncs/step':>12}" if cuda else "")
-             + f"{'best s/step':>13}{'median':>8}{'tokens/s':>12}{'vs dense':>10}"]
-    dense = {r["variant"]: r["best_s"] for r in rows if r["arm"] == "dense"}
+             "routing: stack = every model's experts in one routing; model = each model's alone, one after another; "
+             "ops: aten operators of a step, all / outermost (torch.profiler)",
+             f"{'arm':<{w}}{'variant':<9}{'stack':>6}{'routing':>8}{'params':>12}{'RSS before':>12}{'peak RSS':>10}"
+             f"{'growth':>8}" + (f"{'CUDA peak':>11}{'syncs/step':>12}" if cuda else "")
+             + f"{'ops all/outer':>15}{'best s/step':>13}{'median':>8}{'s/model':>9}{'tokens/s':>12}{'vs dense':>10}"
+             f"{'vs 1 model':>11}"]
+    dense = {(r["variant"], stack_of(r)): r["best_s"] for r in rows if r["arm"] == "dense"}
+    alone = {(r["arm"], r["variant"], r.get("routing", "stack")): r["best_s"] for r in rows if stack_of(r) == 1}
     for r in rows:
-        slower = (f"{r['best_s'] / dense[r['variant']]:>9.2f}x" if r["variant"] in dense else f"{'-':>10}")
-        lines.append(f"{r['arm']:<{w}}{r['variant']:<9}{record['params'][r['arm']]:>12,}{r['rss_before_mb']:>10.0f}MB"
-                     f"{r['peak_rss_mb']:>8.0f}MB{r['peak_rss_mb'] - r['rss_before_mb']:>6.0f}MB"
+        m, routing = stack_of(r), r.get("routing", "stack")
+        slower = (f"{r['best_s'] / dense[r['variant'], m]:>9.2f}x" if (r["variant"], m) in dense else f"{'-':>10}")
+        one = alone.get((r["arm"], r["variant"], routing))
+        per_model = f"{r['best_s'] / m / one:>10.2f}x" if one else f"{'-':>11}"
+        ops = r.get("ops_per_step")
+        lines.append(f"{r['arm']:<{w}}{r['variant']:<9}{m:>6}{routing:>8}{record['params'][r['arm']]:>12,}"
+                     f"{r['rss_before_mb']:>10.0f}MB{r['peak_rss_mb']:>8.0f}MB{r['peak_rss_mb'] - r['rss_before_mb']:>6.0f}MB"
                      + (f"{r['cuda_peak_mb']:>9.0f}MB{r['host_syncs_per_step']:>12}" if cuda else "")
-                     + f"{r['best_s']:>13.4f}{r['median_s']:>8.4f}{r['tokens_per_s']:>12,.0f}{slower}")
+                     + (f"{ops['ops']:>8,}/{ops['outermost']:<6,}" if ops else f"{'-':>15}")
+                     + f"{r['best_s']:>13.4f}{r['median_s']:>8.4f}{r['best_s'] / m:>9.4f}{r['tokens_per_s']:>12,.0f}"
+                     f"{slower}{per_model}")
     for r in rows:
         prof = r.get("profile")
         if prof:
-            lines.append(f"-- {r['arm']} {r['variant']}: {prof['ms_per_step']:.1f} ms of {prof['clock']} time a "
-                         f"step in {'kernels' if prof['clock'] == 'device' else 'operators'}; the costliest:")
+            lines.append(f"-- {r['arm']} {r['variant']} (stack {stack_of(r)}, routing {r.get('routing', 'stack')}): "
+                         f"{prof['ms_per_step']:.1f} ms of {prof['clock']} time a step in "
+                         f"{'kernels' if prof['clock'] == 'device' else 'operators'}; the costliest:")
             lines += [f"   {o['ms_per_step']:>8.2f} ms {o['share']:>6.1%} {o['calls_per_step']:>6.0f} calls  "
                       f"{o['op'][:90]}" for o in prof["ops"]]
     return lines
@@ -586,7 +662,11 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (matmul rate, timed steps)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--variants", default="eager,compile", help=f"from {','.join(VARIANTS)}")
-    ap.add_argument("--stack", type=int, default=1, help="models trained in one step, stacked (the sweep's stacks)")
+    ap.add_argument("--stack", default="1",
+                    help="models trained in one step, stacked (the sweep's stacks); with --arms several, e.g. 1,16")
+    ap.add_argument("--routing", default="stack",
+                    help=f"with --arms: how the experts of a stack are routed, from {','.join(ROUTINGS)}")
+    ap.add_argument("--arm-rounds", type=int, default=1, help="with --arms: rounds of every process, interleaved")
     ap.add_argument("--json", help="write the figures here (as they come)")
     ap.add_argument("--arms", help="compare memory and time of these arms instead, e.g. dense,e8k2,e16k1")
     ap.add_argument("--device", default="cpu")
@@ -609,8 +689,7 @@ def main(argv=None):
                     help="with --precisions: bf16 even without bfloat16 matmuls (torch's slow reference kernels)")
     ap.add_argument("--one-layout", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ops", metavar="ARMS", help="count the aten operators of one step of these arms (dense,e8k2) "
-                                                  "at each of --stacks models instead")
-    ap.add_argument("--stacks", default="1,16", help="with --ops: the stack sizes")
+                                                  "at each of --stack models instead")
     args = ap.parse_args(argv)
     if args.laptop and not args.precisions:     # the laptop run's step, two threads (the machine's two cores)
         given = set(argv if argv is not None else sys.argv[1:])
@@ -625,6 +704,17 @@ def main(argv=None):
     unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
     if unknown:
         ap.error(f"--variants: {unknown} not among {list(VARIANTS)}")
+    try:
+        args.stacks = [int(m) for m in args.stack.split(",")]
+    except ValueError:
+        ap.error(f"--stack: {args.stack!r} is not a number of models, or (with --arms) several, e.g. 1,16")
+    args.routings = args.routing.split(",")
+    if min(args.stacks) < 1 or [r for r in args.routings if r not in ROUTINGS]:
+        ap.error(f"--stack {args.stack!r}, --routing {args.routing!r}: stacks of at least one model, routings "
+                 f"from {list(ROUTINGS)}")
+    if not (args.arms or args.ops) and (len(args.stacks) > 1 or len(args.routings) > 1):
+        ap.error("several --stack sizes or --routing values need --arms (or --ops: --stack sizes)")
+    args.stack, args.routing = args.stacks[0], args.routings[0]
     torch.set_num_threads(args.threads)
     if args.one_arm:
         print(json.dumps(one_arm(args)))

@@ -32,7 +32,10 @@ from headwatch.jobs import keep_attempt_log, log_to, read_resources
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "benchmarks" / "gpu"
 sys.path.insert(0, str(GPU))
-import check  # noqa: E402  (benchmarks/gpu/check.py)
+import check_install  # noqa: E402  (benchmarks/gpu/check.py's sections: install, model, phases, records)
+import check_model  # noqa: E402
+import check_phases  # noqa: E402
+import check_records  # noqa: E402
 import paper_tables  # noqa: E402  (benchmarks/gpu/paper_tables.py)
 
 
@@ -78,14 +81,14 @@ def test_the_steps_are_printed_in_order_and_the_report_file_holds_them(tiny):
 
 
 def test_the_overlay_studies_the_random_model_from_its_folder(tiny):
-    cfg = yaml.safe_load((tiny["workdir"] / check.CONFIG_NAME).read_text())
-    studied = cfg[check.studied_key()]
-    assert studied == [check.MODEL_KEY]
-    folder = Path(cfg[check.MODELS_KEY][check.MODEL_KEY]["source"])
+    cfg = yaml.safe_load((tiny["workdir"] / check_records.CONFIG_NAME).read_text())
+    studied = cfg[check_model.studied_key()]
+    assert studied == [check_model.MODEL_KEY]
+    folder = Path(cfg[check_model.MODELS_KEY][check_model.MODEL_KEY]["source"])
     shape = json.loads((folder / "config.json").read_text())
-    assert {k: shape[k] for k in check.TINY_SHAPE} == check.TINY_SHAPE
+    assert {k: shape[k] for k in check_model.TINY_SHAPE} == check_model.TINY_SHAPE
     assert shape["vocab_size"] == json.loads((GPU / "tokenizer" / "source.json").read_text())["vocab"]
-    assert (tiny["results"] / "models" / check.MODEL_KEY / "prepared.json").exists()
+    assert (tiny["results"] / "models" / check_model.MODEL_KEY / "prepared.json").exists()
 
 
 def test_each_rules_wall_time_is_the_sum_of_its_benchmark_records(tiny):
@@ -120,11 +123,13 @@ def test_no_job_touched_cuda_and_the_count_comes_from_the_logs(tiny):
 
 def test_the_sweep_total_and_the_training_jobs_come_from_the_run(tiny):
     report = json.loads((tiny["out"] / "report.json").read_text())
-    phase, bench, arms = report["steps"]["phases"]
-    assert phase["phase"] == "models+sweep" and phase["returncode"] == 0 and not phase["stopped"]
-    assert bench["phase"] == check.BENCH and bench["returncode"] == 0
-    assert arms["phase"] == check.ARMS and arms["returncode"] == 0 and "cut_short" not in arms
-    assert f"wall time: {phase['wall_s']:.1f} s" in tiny["stdout"]
+    phase, models, bench, arms = report["steps"]["phases"]
+    assert phase["phase"] == "sweep" and phase["returncode"] == 0 and not phase["stopped"]
+    assert models["phase"] == "models" and models["returncode"] == 0      # beside it: its own Snakemake run
+    assert "4. phase models (beside sweep)" in tiny["stdout"]
+    assert bench["phase"] == check_records.BENCH and bench["returncode"] == 0
+    assert arms["phase"] == check_records.ARMS and arms["returncode"] == 0 and "cut_short" not in arms
+    assert f"sweep phase (sweep) wall time: {phase['wall_s']:.1f} s" in tiny["stdout"]
     assert "studies phase (not run) wall time: - s" in tiny["stdout"]       # tiny.yaml has no study
     metrics = [p for p in (tiny["results"] / "sweep").rglob("metrics.parquet") if "stacks" not in p.parts]
     stacks = list((tiny["results"] / "sweep").glob("*/stacks/*"))
@@ -137,7 +142,7 @@ def test_the_sweep_total_and_the_training_jobs_come_from_the_run(tiny):
 
 
 def test_the_training_step_is_timed_on_the_sweeps_plain_model_and_printed_from_its_record(tiny):
-    record = json.loads((tiny["workdir"] / check.BENCH_RECORD).read_text())
+    record = json.loads((tiny["workdir"] / check_records.BENCH_RECORD).read_text())
     tiny_cfg = yaml.safe_load((GPU / "tiny.yaml").read_text())["sweep"]
     assert record["finished"] and record["device"] == "cpu"
     assert (record["width"], record["heads"]) == (16, 2)          # the capacity sweep's larger model
@@ -159,25 +164,28 @@ def test_the_experts_arms_are_the_studies_routings_each_timed_beside_the_dense_m
     """The arms phase: dense, then each routing of the paper config's experts entries once (tiny.yaml
     skips the studies, so their routing is timed at the tiny shape), each a stack of a study's seeds;
     the printed table is the record's, each arm against the dense step, with a profile of each."""
-    record = json.loads((tiny["workdir"] / check.ARMS_RECORD).read_text())
+    record = json.loads((tiny["workdir"] / check_records.ARMS_RECORD).read_text())
     paper = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    names, stack = check.experts_arms(paper)
+    names, stack = check_phases.experts_arms(paper)
     assert record["finished"] and [r["arm"] for r in record["rows"]] == names and names[0] == "dense"
     assert {r["variant"] for r in record["rows"]} == {"eager"} and record["stack"] == stack == 3
-    step = json.loads((tiny["workdir"] / check.BENCH_RECORD).read_text())      # the training step's shape
+    step = json.loads((tiny["workdir"] / check_records.BENCH_RECORD).read_text())      # the training step's shape
     assert all(record[k] == step[k] for k in ("width", "heads", "layers", "context", "batch"))
     section = tiny["stdout"].split("== experts arms", 1)[1].split("== guards", 1)[0]
     dense = record["rows"][0]["best_s"]
     for r in record["rows"]:
         row = next(line.split() for line in section.splitlines() if line.startswith(f"{r['arm']} "))
-        assert row[1] == "eager" and row[2] == f"{record['params'][r['arm']]:,}"
-        assert row[-4:] == [f"{r['best_s']:.4f}", f"{r['median_s']:.4f}", f"{r['tokens_per_s']:,.0f}",
-                            f"{r['best_s'] / dense:.2f}x"]
+        assert row[1:5] == ["eager", str(stack), "stack", f"{record['params'][r['arm']]:,}"]
+        counts = r["ops_per_step"]
+        assert row[-7:] == [f"{counts['ops']:,}/{counts['outermost']:,}", f"{r['best_s']:.4f}", f"{r['median_s']:.4f}",
+                            f"{r['best_s'] / stack:.4f}", f"{r['tokens_per_s']:,.0f}", f"{r['best_s'] / dense:.2f}x",
+                            "-"]                # no stack of one timed: no per-model comparison
         assert r["tokens_per_s"] == pytest.approx(stack * record["batch"] * record["context"] / r["best_s"])
         ops = r["profile"]["ops"]
         assert len(ops) == 5 and [o["ms_per_step"] for o in ops] == sorted((o["ms_per_step"] for o in ops),
                                                                             reverse=True)
-        assert f"-- {r['arm']} eager: " in section and "host_syncs_per_step" not in r     # no CUDA here
+        assert f"-- {r['arm']} eager (stack {stack}, routing stack): " in section
+        assert "host_syncs_per_step" not in r     # no CUDA here
     assert any(o["op"] == "aten::_grouped_mm" for r in record["rows"][1:] for o in r["profile"]["ops"])
     assert json.loads((tiny["out"] / "report.json").read_text())["experts_arms"]["rows"] == record["rows"]
 
@@ -189,24 +197,34 @@ def test_the_experts_arms_take_each_routing_once_and_leave_out_their_own_expert_
                              {"width": 8, "heads": 2, "experts": 8, "top_k": 1, "expert_width": 24},
                              {"width": 8, "heads": 2, "experts": 16, "top_k": 1}], "seeds": [0, 1, 2, 3]},
               "b": {"grid": [{"width": 8, "heads": 2, "experts": 2, "top_k": 1}], "seeds": [0]}}
-    assert check.experts_arms({"sweep": {"sweeps": sweeps}}) == (["dense", "e4k2b0.01", "e16k1", "e2k1"], 4)
-    assert check.experts_arms({"sweep": {"sweeps": {"plain": sweeps["plain"]}}}) == (["dense"], 1)
+    assert check_phases.experts_arms({"sweep": {"sweeps": sweeps}}) == (["dense", "e4k2b0.01", "e16k1", "e2k1"], 4)
+    assert check_phases.experts_arms({"sweep": {"sweeps": {"plain": sweeps["plain"]}}}) == (["dense"], 1)
 
 
-def test_a_check_of_the_bench_phase_alone_reports(tmp_path):
-    """Only the training step timed: no results folder exists, and the report still says what ran
-    (the first GPU run's report stopped with FileNotFoundError there)."""
+def test_a_check_of_the_step_phases_alone_reports(tmp_path):
+    """Only the training step and a model job's start-up timed: no results folder exists, and the
+    report still says what ran (the first GPU run's report stopped with FileNotFoundError there).
+    The start-up: the random model loaded by a fresh process and by one forked from a process that
+    had imported torch and transformers, each reaching a loaded model, the warm one sooner."""
     env = dict(os.environ, PYTHON=sys.executable)
     env.pop("OUT", None)
     result = subprocess.run(["bash", str(GPU / "check.sh"), "--cpu-tiny", "--workdir", str(tmp_path / "run"),
-                             "--out", str(tmp_path / "out"), "--cores", "2", "--phases", check.BENCH,
-                             "--time-limit", "600", "--no-install", "--set", "sweep.stack=2"], env=env,
-                            capture_output=True, text=True, timeout=900)
+                             "--out", str(tmp_path / "out"), "--cores", "2", "--phases",
+                             f"{check_records.BENCH},{check_records.STARTUP}", "--time-limit", "600", "--no-install",
+                             "--set", "sweep.stack=2"], env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert not (tmp_path / "run" / "results").exists()
     assert "no guard record yet" in result.stdout and "== finished" in result.stdout
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["training_step"]["stack"] == 2 and report["guards"] == [] and report["jobs"] == 0
+    start = report["startup"]
+    assert start["finished"] and [r["mode"] for r in start["rows"]] == ["cold", "warm"]
+    cold, warm = start["rows"]
+    for r in (cold, warm):
+        assert "error" not in r and 0 < r["torch_s"] <= r["loading_imported_s"] < r["ready_s"]
+        assert r["weights_s"] > 0 and r["tokenizer_s"] > 0
+    assert warm["loading_imported_s"] < cold["loading_imported_s"]      # imported before it started
+    assert f"cold {cold['ready_s']:.2f} s, warm {warm['ready_s']:.2f} s" in result.stdout
 
 
 def test_the_training_step_keeps_what_it_measured_when_cut_short(tmp_path):
@@ -253,7 +271,7 @@ def test_every_guard_record_is_printed_with_its_figures(tiny):
         first = guard_records(rec)[0]
         assert any(" ".join(r).startswith(f"{source} {first['guard']} {first['n_cases']} {first['max_abs_diff']:.3g} ")
                    for r in mine), (source, mine)
-    wc = json.loads((tiny["results"] / check.MODEL_KEY / "anatomy" / "weight_check.json").read_text())
+    wc = json.loads((tiny["results"] / check_model.MODEL_KEY / "anatomy" / "weight_check.json").read_text())
     assert f"map by hand (float64) vs the model's 1 {wc['max_abs_delta']:.3g} 0.0001" in text
     assert text.count("key-group cut") == 2       # the model and its ungrouped control
 
@@ -262,7 +280,7 @@ def test_out_is_four_files_a_lent_machine_can_hand_back(tiny):
     """At most 8 files, each under 16 MiB, no folder, names of letters, digits, '.', '_', '-'."""
     out = tiny["out"]
     files = sorted(p.name for p in out.iterdir())
-    assert files == sorted([*check.OUT_FILES, check.ARCHIVE])
+    assert files == sorted([*check_records.OUT_FILES, check_records.ARCHIVE])
     for p in out.iterdir():
         assert p.is_file() and 0 < p.stat().st_size < 16 * 2 ** 20 and re.fullmatch(r"[A-Za-z0-9._-]+", p.name)
     jobs = pd.read_csv(out / "jobs.tsv", sep="\t")
@@ -273,17 +291,18 @@ def test_out_is_four_files_a_lent_machine_can_hand_back(tiny):
 def test_the_archive_holds_the_overlay_the_phase_logs_tables_logs_and_records_but_no_weights(tiny, tmp_path):
     import tarfile
 
-    with tarfile.open(tiny["out"] / check.ARCHIVE) as tar:
+    with tarfile.open(tiny["out"] / check_records.ARCHIVE) as tar:
         names = set(tar.getnames())
     made = {str(p.relative_to(tiny["workdir"])) for p in tiny["results"].rglob("*")
             if p.is_file() and p.suffix in (".parquet", ".json", ".tsv", ".log", ".yaml")
             and "models" != p.relative_to(tiny["results"]).parts[0]}
-    assert names == made | {check.CONFIG_NAME, check.BENCH_RECORD, check.BENCH_LOG, check.ARMS_RECORD,
-                            check.ARMS_LOG, "snakemake-models+sweep.log"}
+    assert names == made | {check_records.CONFIG_NAME, check_records.BENCH_RECORD, check_records.BENCH_LOG,
+                            check_records.ARMS_RECORD, check_records.ARMS_LOG, "snakemake-sweep.log",
+                            "snakemake-models.log"}
     assert not [n for n in names if n.endswith((".safetensors", ".pt"))]
     report = json.loads((tiny["out"] / "report.json").read_text())
     assert report["packed"]["files"] == len(names) and not report["packed"]["skipped"]
-    back = check.unpack_out(tiny["out"], tmp_path)
+    back = check_records.unpack_out(tiny["out"], tmp_path)
     summary = "results/sweep/summary.parquet"
     assert pd.read_parquet(back / summary).equals(pd.read_parquet(tiny["workdir"] / summary))
 
@@ -293,13 +312,13 @@ def test_the_archive_stays_under_its_limit_and_names_what_it_left_out(tmp_path):
     (work / "results" / "sweep").mkdir(parents=True)
     (work / "results" / "m").mkdir(parents=True)
     out.mkdir()
-    (work / check.CONFIG_NAME).write_text("models: {}\n")
+    (work / check_records.CONFIG_NAME).write_text("models: {}\n")
     (work / "results" / "sweep" / "summary.parquet").write_bytes(os.urandom(200_000))
     (work / "results" / "m" / "maps.parquet").write_bytes(os.urandom(900_000))       # incompressible
     (work / "results" / "m" / "weights.pt").write_bytes(b"x" * 100)
-    packed = check.pack_out(work, out, limit_mib=0.5)
+    packed = check_records.pack_out(work, out, limit_mib=0.5)
     assert packed["files"] == 2 and len(packed["skipped"]) == 1 and "maps.parquet" in packed["skipped"][0]
-    assert (out / check.ARCHIVE).stat().st_size < 0.5 * 2 ** 20
+    assert (out / check_records.ARCHIVE).stat().st_size < 0.5 * 2 ** 20
 
 
 def test_a_rerun_has_nothing_to_do_and_keeps_what_was_made(tiny, tmp_path):
@@ -313,35 +332,67 @@ def test_a_rerun_has_nothing_to_do_and_keeps_what_was_made(tiny, tmp_path):
     assert "reused" in result.stdout
     m = re.search(r"\((\d+) of them ran in this check", result.stdout)
     assert m and m.group(1) == "0"
-    assert "Nothing to be done" in (tiny["workdir"] / "snakemake-models+sweep.log").read_text()
-    assert f"4. phase {check.BENCH}: reused" in result.stdout and f"4. phase {check.ARMS}: reused" in result.stdout
+    for phase in ("sweep", "models"):
+        assert "Nothing to be done" in (tiny["workdir"] / f"snakemake-{phase}.log").read_text()
+    for phase in (check_records.BENCH, check_records.ARMS):
+        assert f"4. phase {phase}: reused" in result.stdout
 
 
-def test_the_sweep_phase_asks_for_the_sweeps_tables_and_the_studies_phase_for_the_rest():
+def test_the_sweep_phase_asks_for_the_sweeps_tables_and_the_studies_phase_for_the_rest(monkeypatch):
     """The sweep's training runs come with its tables (what the studies read is not asked for), so
-    the head-count sweep finishes before any study starts and has a wall time of its own."""
-    r = check.RESULTS
-    files = [f"{r}/sweep/summary.parquet", f"{r}/sweep/contrast.parquet", f"{r}/sweep/heads_split/w256-h1/seed0.pt",
-             f"{r}/sweep/studies/experts.parquet", f"{r}/sweep/experts/w256-h4-e8k2/seed0/metrics.parquet",
-             f"{r}/{check.MODEL_KEY}/scores.parquet", f"{r}/{check.MODEL_KEY}/explorer.html", f"{r}/report.html"]
-    picked = {name: [f for f in files if select and select(f)] for name, select in check.PHASES.items()}
-    assert picked["sweep"] == files[:2]
-    assert picked["studies"] == files[:5]         # what the sweep phase made is already there: not redone
-    assert picked["models"] == [files[5]]
-    assert check.PHASES["rest"] is None           # the default target: everything
+    run alone the head-count sweep finishes before any study starts; the phases name their files
+    from headwatch.paths; a sweep named in SWEEP_PHASE_SWEEPS (the regularised arm) joins the sweep
+    phase with its runs and its study tables."""
+    from headwatch import paths
+
+    model = check_model.MODEL_KEY
+    files = [paths.sweep_table("summary"), paths.sweep_table("contrast"),
+             paths.sweep_run("heads_split", "w256-h1", 0, "model.pt"), paths.study_table("experts"),
+             paths.sweep_stack("experts", "w256-l4-e8x512"), paths.sweep_stack("regularised", "w256-l4"),
+             paths.study_table("regularised", "contrasts"), paths.scores(model), paths.explorer(model),
+             "results/report.html"]
+    picked = lambda: {name: [f for f in files if select and select(f)]
+                      for name, select in check_phases.PHASES.items()}
+    assert picked()["sweep"] == files[:2]
+    assert picked()["studies"] == files[:7]         # what the sweep phase made is already there: not redone
+    assert picked()["models"] == [paths.scores(model)]
+    assert check_phases.PHASES["rest"] is None           # the default target: everything
+    monkeypatch.setattr(check_phases, "SWEEP_PHASE_SWEEPS", ("regularised",))
+    assert picked()["sweep"] == files[:2] + files[5:7]
+
+
+def test_phases_run_in_steps_one_after_another_and_side_by_side_within_a_step():
+    assert check_phases.steps_of(check_phases.DEFAULT) == [["sweep+studies", "models"], ["bench"], ["arms"],
+                                                           ["startup"], ["rest"]]
+    assert check_phases.unknown_phases(check_phases.DEFAULT) == check_phases.unknown_phases(
+        check_phases.CPU_TINY) == []
+    assert check_phases.unknown_phases("models/bench,sweeps+rest") == ["bench", "sweeps"]   # a step phase alone
 
 
 # ------------------------------------------------------------------ the time limit
+def test_phases_side_by_side_are_each_stopped_at_the_deadline_and_timed_to_their_own_end(tmp_path):
+    """Two runs at once: the one that ends early keeps its own wall time; the one still running at the
+    deadline is asked to stop (SIGTERM) and ends of it."""
+    runs = [("quick", [sys.executable, "-c", "pass"], tmp_path / "quick.log"),
+            ("slow", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "slow.log")]
+    t0 = time.monotonic()
+    quick, slow = check_phases.run_phases(runs, tmp_path, deadline=time.monotonic() + 3.0, grace=1.0, kill_after=5)
+    assert time.monotonic() - t0 < 15
+    assert (quick["phase"], quick["returncode"], quick["stopped"]) == ("quick", 0, None)
+    assert slow["stopped"] == "no new jobs" and slow["returncode"] == -signal.SIGTERM
+    assert quick["wall_s"] < slow["wall_s"] and (tmp_path / "slow.log").read_text().startswith("$ ")
+
+
 def test_a_phase_past_its_deadline_is_asked_to_stop_then_interrupted_then_killed(tmp_path):
     """A child that ignores SIGTERM and SIGINT: the phase sends both, then SIGKILL, and returns."""
     code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "signal.signal(signal.SIGINT, signal.SIG_IGN); print('up', flush=True); time.sleep(60)")
     t0 = time.monotonic()
-    rec = check.run_phase("probe", [sys.executable, "-c", code], tmp_path, tmp_path / "probe.log",
+    rec = check_phases.run_phase("probe", [sys.executable, "-c", code], tmp_path, tmp_path / "probe.log",
                           deadline=time.monotonic() + 1.0, grace=0.5, kill_after=0.5)
     assert time.monotonic() - t0 < 10
     assert rec["stopped"] == "killed" and rec["returncode"] == -signal.SIGKILL
-    rec = check.run_phase("probe", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path,
+    rec = check_phases.run_phase("probe", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path,
                           tmp_path / "probe.log", deadline=time.monotonic() + 1.0, grace=0.5, kill_after=5)
     assert rec["stopped"] == "no new jobs" and rec["returncode"] == -signal.SIGTERM   # the graceful stop ended it
 
@@ -354,12 +405,12 @@ def test_a_job_cut_short_by_the_time_limit_is_not_called_a_failure(tmp_path):
         with pytest.raises(BaseException):
             with log_to(logs / name):
                 raise KeyboardInterrupt if error == "KeyboardInterrupt" else check_terminated()
-    assert check.interrupted(results, "ablation_topk", since=0)
+    assert check_records.interrupted(results, "ablation_topk", since=0)
     with pytest.raises(ValueError):
         with log_to(logs / "c.log"):
             raise ValueError("a real failure")
-    assert not check.interrupted(results, "ablation_topk", since=0)
-    assert not check.interrupted(results, "no_such_rule", since=0)
+    assert not check_records.interrupted(results, "ablation_topk", since=0)
+    assert not check_records.interrupted(results, "no_such_rule", since=0)
 
 
 def check_terminated():
@@ -459,7 +510,7 @@ def test_pick_device():
 def test_the_shipped_tokenizer_is_the_default_models(smollm2_tokenizer, tmp_path):
     from transformers import AutoTokenizer
 
-    check.unpack_tokenizer(tmp_path)
+    check_model.unpack_tokenizer(tmp_path)
     shipped = AutoTokenizer.from_pretrained(tmp_path)
     assert shipped.backend_tokenizer.to_str() == smollm2_tokenizer.backend_tokenizer.to_str()
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
@@ -469,18 +520,18 @@ def test_the_shipped_tokenizer_is_the_default_models(smollm2_tokenizer, tmp_path
 
 
 def test_the_wheel_list_pins_what_requirements_pins():
-    pins = check.requirement_pins()
+    pins = check_install.requirement_pins()
     listed = dict(line.split("==") for line in (GPU / "wheels.txt").read_text().splitlines()
                   if line and not line.startswith("#"))
-    for name in check.NEEDED + check.PINNED:
+    for name in check_install.NEEDED + check_install.PINNED:
         assert listed[name] == pins[name], name
     assert "torch" not in listed and "numpy" not in listed       # the GPU machine's own
 
 
 def test_the_studied_models_key_is_found_in_the_config():
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    key = check.studied_key()
-    assert config[key] and all(m in config[check.MODELS_KEY] for m in config[key])
+    key = check_model.studied_key()
+    assert config[key] and all(m in config[check_model.MODELS_KEY] for m in config[key])
 
 
 # ------------------------------------------------------------------ docs/results/paper-scale.md
@@ -502,7 +553,7 @@ def checkout(tmp_path_factory):
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "tiny")
-    done = subprocess.run([sys.executable, "-m", "headwatch.workflow.run_record", "timed", paper_tables.run_name(check.MODEL_KEY),
+    done = subprocess.run([sys.executable, "-m", "headwatch.workflow.run_record", "timed", paper_tables.run_name(check_model.MODEL_KEY),
                            "--", sys.executable, "-c", "pass"], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return root
@@ -522,24 +573,24 @@ def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
     results = checkout / "results"
     shutil.copytree(tiny["results"], results, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("*.pt", "*.safetensors", "*.gguf"))
-    stale = results / check.MODEL_KEY / "ablation" / "checks" / "topk.json"
+    stale = results / check_model.MODEL_KEY / "ablation" / "checks" / "topk.json"
     stale.parent.mkdir(exist_ok=True)
-    shutil.copy2(results / check.MODEL_KEY / "ablation" / "guards" / "topk.json", stale)
+    shutil.copy2(results / check_model.MODEL_KEY / "ablation" / "guards" / "topk.json", stale)
     page = tmp_path / "paper-scale.md"
-    args = ["--smollm2", str(checkout / "results"), "--model", check.MODEL_KEY, "--gpu", str(tiny["out"]),
+    args = ["--smollm2", str(checkout / "results"), "--model", check_model.MODEL_KEY, "--gpu", str(tiny["out"]),
             "--out", str(page)]
     done = write_page(checkout, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     text = page.read_text()
     head = git(checkout, "rev-parse", "HEAD").strip()
     command = paper_tables.page_command(args)
-    assert text.index(f"From commit `{head[:7]}` (`{head}`)") < text.index(f"## {check.MODEL_KEY} at paper scale")
+    assert text.index(f"From commit `{head[:7]}` (`{head}`)") < text.index(f"## {check_model.MODEL_KEY} at paper scale")
     assert text.count(f"```sh\n{command}\n```") == 1                      # the page's header
-    run = json.loads((checkout / "results" / "timing" / f"paper-{check.MODEL_KEY}.json").read_text())["attempts"][-1]
+    run = json.loads((checkout / "results" / "timing" / f"paper-{check_model.MODEL_KEY}.json").read_text())["attempts"][-1]
     assert run["commit"] == head
-    assert (f"```sh\n{paper_tables.TIMED} paper-{check.MODEL_KEY} -- {run['command']} && {command}\n```"
-            in text[text.index(f"## {check.MODEL_KEY} at paper scale"):])   # the section: the run, then the page
-    m = checkout / "results" / check.MODEL_KEY
+    assert (f"```sh\n{paper_tables.TIMED} paper-{check_model.MODEL_KEY} -- {run['command']} && {command}\n```"
+            in text[text.index(f"## {check_model.MODEL_KEY} at paper scale"):])   # the section: the run, then the page
+    m = checkout / "results" / check_model.MODEL_KEY
     assert "ablation/guards/topk" in text and "ablation/checks" not in text  # current guard names only
     assert "/patching/guards | nothing\\_patched |" in text                  # the patching rule's guards too
     scores = pd.read_parquet(m / "scores.parquet")
@@ -569,7 +620,7 @@ def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
     assert text.count("**Not yet measured**") == 1        # the studies only: tiny.yaml skips them
     assert "Jobs on CUDA: 0 of" in text
     assert "### One training step of the sweep's model" in text and "| eager |" in text
-    arms = json.loads((tiny["workdir"] / check.ARMS_RECORD).read_text())
+    arms = json.loads((tiny["workdir"] / check_records.ARMS_RECORD).read_text())
     for r in arms["rows"]:       # each arm's row, its params and its costliest operator, from the record
         assert f"| {paper_tables.markdown(r['arm'])} | {r['variant']} | {arms['params'][r['arm']]:,} |" in text
         top = r["profile"]["ops"][0]
@@ -577,13 +628,13 @@ def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
                 f"{top['ms_per_step']:.3g} | {top['share']:.1%} |") in text
 
     # the GPU part alone, later: the model's section is kept as it was
-    model_part = text[text.index(f"## {check.MODEL_KEY} at paper scale"):text.index(paper_tables.GPU_HEADING)]
-    again = write_page(checkout, "--model", check.MODEL_KEY, "--gpu", str(tiny["out"]), "--out", str(page))
+    model_part = text[text.index(f"## {check_model.MODEL_KEY} at paper scale"):text.index(paper_tables.GPU_HEADING)]
+    again = write_page(checkout, "--model", check_model.MODEL_KEY, "--gpu", str(tiny["out"]), "--out", str(page))
     assert again.returncode == 0, again.stderr[-3000:]
     assert model_part in page.read_text() and page.read_text().count(paper_tables.GPU_HEADING) == 1
     # a check resumed by running it again: each run's folder, in order; the phases of each, one commit
     report = json.loads((tiny["out"] / "report.json").read_text())
-    twice = write_page(checkout, "--model", check.MODEL_KEY, "--gpu", str(tiny["out"]), str(tiny["out"]),
+    twice = write_page(checkout, "--model", check_model.MODEL_KEY, "--gpu", str(tiny["out"]), str(tiny["out"]),
                        "--out", str(page))
     assert twice.returncode == 0, twice.stderr[-3000:]
     text = page.read_text()
@@ -599,7 +650,7 @@ def test_the_results_page_refuses_a_dirty_tree_and_a_run_of_other_code(checkout,
     """Nothing is written (exit status 1, the file named) from a tree with an uncommitted change to
     a result input, nor from results whose run was made at a commit with other result inputs."""
     page = tmp_path / "paper-scale.md"
-    args = ["--smollm2", str(checkout / "results"), "--model", check.MODEL_KEY, "--out", str(page)]
+    args = ["--smollm2", str(checkout / "results"), "--model", check_model.MODEL_KEY, "--out", str(page)]
     rules = checkout / "rules" / "ablation.smk"
     kept, committed = rules.read_text(), False
     try:
@@ -619,25 +670,25 @@ def test_the_results_page_refuses_a_dirty_tree_and_a_run_of_other_code(checkout,
         else:
             rules.write_text(kept)
     head = require_clean_tree(checkout)                          # back at the run's commit, clean
-    assert run_attempts(checkout, checkout / "results" / "timing" / f"paper-{check.MODEL_KEY}.json", head)
+    assert run_attempts(checkout, checkout / "results" / "timing" / f"paper-{check_model.MODEL_KEY}.json", head)
 
 
 def test_the_run_command_asks_for_the_models_page_targets_timed():
-    cmd = paper_tables.run_command(check.MODEL_KEY)
-    assert cmd.startswith(f"{paper_tables.TIMED} paper-{check.MODEL_KEY} -- .venv/bin/snakemake ")
+    cmd = paper_tables.run_command(check_model.MODEL_KEY)
+    assert cmd.startswith(f"{paper_tables.TIMED} paper-{check_model.MODEL_KEY} -- .venv/bin/snakemake ")
     wanted = cmd.split()
-    for target in (f"results/{check.MODEL_KEY}/scores.parquet", f"results/{check.MODEL_KEY}/ablation/topk.parquet",
-                   f"results/{check.MODEL_KEY}/ablation/attribution_summary.parquet",
-                   f"results/{check.MODEL_KEY}/ablation/circuit_scores.parquet",
-                   f"results/{check.MODEL_KEY}/ablation/guards.json",
-                   f"results/{check.MODEL_KEY}/anatomy/weight_check.json"):
+    for target in (f"results/{check_model.MODEL_KEY}/scores.parquet", f"results/{check_model.MODEL_KEY}/ablation/topk.parquet",
+                   f"results/{check_model.MODEL_KEY}/ablation/attribution_summary.parquet",
+                   f"results/{check_model.MODEL_KEY}/ablation/circuit_scores.parquet",
+                   f"results/{check_model.MODEL_KEY}/ablation/guards.json",
+                   f"results/{check_model.MODEL_KEY}/anatomy/weight_check.json"):
         assert target in wanted
-    assert f"results/{check.MODEL_KEY}/patching/resid.parquet" in wanted
+    assert f"results/{check_model.MODEL_KEY}/patching/resid.parquet" in wanted
     # Snakemake's --resources takes every word after it: the targets must come before the options.
     options = wanted.index("--cores", wanted.index(".venv/bin/snakemake"))
     assert all(w.startswith("results/") for w in wanted[wanted.index(".venv/bin/snakemake") + 1:options])
     assert not any(w.startswith("results/") for w in wanted[options:])
-    printed = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--model", check.MODEL_KEY,
+    printed = subprocess.run([sys.executable, str(GPU / "paper_tables.py"), "--model", check_model.MODEL_KEY,
                               "--run-command"], capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0 and printed.stdout.strip() == cmd
 
@@ -650,7 +701,7 @@ def test_the_committed_h200_sweep_is_read_both_ways_from_its_records(tmp_path):
     loss, the step of its best, its training loss at the end and its rise agree with the run's own curves table
     (results/sweep/curves.parquet, written by the run) read by hand here; every width-256 split but 32 heads and
     the widest model overfit; the widest model's best falls at 800–1000 of 2000."""
-    run = check.unpack_out(H200, tmp_path)
+    run = check_records.unpack_out(H200, tmp_path)
     rec = paper_tables.sweep_records(run)
     curves = pd.read_parquet(run / "results" / "sweep" / "curves.parquet").drop_duplicates(
         ["trained_under", "shape", "seed", "step"])
@@ -729,11 +780,11 @@ def test_the_report_keeps_every_figure_exact_and_names_its_commit(tiny):
     places: 7.8e-15 read 0, as if exact) and the tree the check ran (its commit, whether clean)."""
     frame = pd.DataFrame(dict(max_abs_diff=[7.771561172376096e-15, float("nan")], cases=[37, 2],
                               identical=[False, None]))
-    assert check.records(frame) == [dict(max_abs_diff=7.771561172376096e-15, cases=37, identical=False),
+    assert check_records.records(frame) == [dict(max_abs_diff=7.771561172376096e-15, cases=37, identical=False),
                                     dict(max_abs_diff=None, cases=2, identical=None)]
     report = json.loads((tiny["out"] / "report.json").read_text())
     records = {(g["source"], g["guard"]): g["max_abs_diff"] for g in report["guards"]}
-    for g in check.guards(tiny["workdir"] / check.RESULTS):
+    for g in check_records.guards(tiny["workdir"] / check_records.RESULTS):
         assert records[(g["source"], g["guard"])] == g["max_abs_diff"]
     tree = report["steps"]["tree"]
     assert set(tree) == {"commit", "clean", "why"}

@@ -3,6 +3,7 @@ each model's forward pass and gradient, and training a stack equals training eac
 in float64, the same seeds, every step's loss within 1e-9 of a plain loop over one CharLM
 written here apart from the trainer."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,3 +192,68 @@ def test_a_member_trained_on_in_a_smaller_stack_takes_its_own_steps(float64):
     assert all(torch.equal(a, b) for a, b in zip(stack.copy_of(1).parameters(), before.parameters()))
     with pytest.raises(ValueError, match="members"):
         stack.subset([3])
+
+
+@pytest.mark.parametrize("dtype, bound", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_one_routing_for_the_stack_equals_each_model_routed_alone(dtype, bound):
+    """Every model's experts routed at once — (model, expert) groups of one grouped product — give
+    each model what routing its own tokens alone gives (CharLM): logits, every gradient, each
+    model's balancing losses and counts; models of another top-k in a routing of their own; a
+    (model, expert) pair that gets no token (model 1's expert 3) learns nothing, as alone. In
+    float64 (torch's loop over the groups) within its rounding, 1e-12; in float32 (one grouped
+    product) within float32 rounding of numbers of order 1, 1e-5."""
+    was = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        _stack_against_alone(bound)
+    finally:
+        torch.set_default_dtype(was)
+
+
+def _stack_against_alone(bound: float) -> None:
+    specs = [ModelSpec(V, 16, 2, layers=2, context=8, experts=4, top_k=k, expert_width=8) for k in (2, 1, 2, 2, 1)]
+    models = built(specs, range(len(specs)))
+    with torch.no_grad():      # model 1's FFN inputs near 5 everywhere, its expert 3's router row −1: last
+        for block in models[1].blocks:
+            block.ln2.bias.fill_(5.0)
+            block.ln2.weight.fill_(0.1)
+            block.ffn.router.weight[3] = -1.0
+    stack = StackedCharLM(models)
+    assert stack.routings == [(2, [0, 2, 3]), (1, [1, 4])]
+    idx = torch.randint(0, V, (len(specs), 3, 8), generator=torch.Generator().manual_seed(4))
+    out = stack(idx)
+    balance = torch.stack(stack.balance_losses)                  # [layers, models]
+    (sum(F.cross_entropy(out[i].flatten(0, 1), idx[i].flatten()) for i in range(len(specs)))
+     + 0.1 * balance.mean(dim=0).sum()).backward()
+    assert stack.expert_counts[1, :, 3].sum() == 0 < stack.expert_counts[0, :, 3].sum()
+    for i, model in enumerate(models):
+        alone = model(idx[i])
+        assert (out[i] - alone).abs().max() <= bound
+        assert (balance[:, i] - torch.stack(model.balance_losses)).abs().max() <= bound
+        assert torch.equal(stack.expert_counts[i], model.expert_counts)
+        (F.cross_entropy(alone.flatten(0, 1), idx[i].flatten()) + 0.1 * torch.stack(model.balance_losses).mean()).backward()
+        for name, p in model.named_parameters():
+            assert (stack.p(name).grad[i] - p.grad).abs().max() <= bound, name
+    assert torch.equal(stack.p("blocks.0.ffn.w1").grad[1, 3], torch.zeros(16, 8))
+
+
+def test_an_experts_step_runs_as_many_operators_for_16_models_as_for_one():
+    """The operators of a training step (benchmarks/train.py's step and count: forward, backward,
+    clipping, AdamW), those called from Python or autograd: the same at 1 and at 16 experts models,
+    as for dense ones; routing model by model (the baseline) adds hundreds a model."""
+    import sys
+    from argparse import Namespace
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from train import make_step, op_counts
+
+    def ops(arm, stack, routing="stack"):
+        args = Namespace(device="cpu", stack=stack, width=16, heads=2, layers=2, context=8, batch=2)
+        step = make_step(args, "eager", arm, routing)
+        step()
+        return op_counts(step)["outermost"]
+
+    one, many = ops("e4k2b0.01", 1), ops("e4k2b0.01", 16)
+    assert abs(many - one) <= 4, (one, many)
+    assert ops("dense", 16) == ops("dense", 1)
+    assert ops("e4k2b0.01", 4, "model") > one + 3 * 100          # the count sees the growth it bounds

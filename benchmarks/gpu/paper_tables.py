@@ -68,7 +68,7 @@ from headwatch.tableio import read_note, read_parquet, read_record
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from check import ARCHIVE, RESULTS, guards, under, unpack_out  # noqa: E402  (the check's own reading of its records)
+from check_records import ARCHIVE, RESULTS, guards, under, unpack_out  # noqa: E402  (the check's own reading of its records)
 sys.path.insert(0, str(HERE.parent))
 from original import (NANOGPT, NANOGPT_SOURCE, ORIGINAL, RUN_062, RUN_062_RECIPE, RUN_062_SOURCE,  # noqa: E402
                       findings, run_062_splits)
@@ -694,8 +694,10 @@ def experts_arms_section(reports: list[dict]) -> list[str]:
     dense = rows[rows.arm == "dense"].set_index("variant").best_s
     rows["vs_dense"] = rows.best_s / rows.variant.map(dense)
     rows["params"] = rows.arm.map(rec["params"])
+    if "ops_per_step" in rows:         # operators of a step called from Python or autograd: kernel launches
+        rows["ops_per_step"] = rows.ops_per_step.map(lambda o: o["outermost"] if isinstance(o, dict) else None)
     cols = [c for c in ("arm", "variant", "params", "best_s", "median_s", "tokens_per_s", "vs_dense",
-                        "host_syncs_per_step", "cuda_peak_mb") if c in rows]
+                        "host_syncs_per_step", "cuda_peak_mb", "ops_per_step") if c in rows]
     kernels = pd.DataFrame([dict(arm=r["arm"], variant=r["variant"], rank=i + 1, kernel=o["op"][:80],
                                  ms_per_step=o["ms_per_step"], share=o["share"], calls_per_step=o["calls_per_step"])
                             for r in rec["rows"] for i, o in enumerate((r.get("profile") or {}).get("ops", []))])
@@ -703,7 +705,9 @@ def experts_arms_section(reports: list[dict]) -> list[str]:
             f"step (a study's seeds), each batch {rec['batch']} × context {rec['context']}; "
             f"`benchmarks/train.py --arms` on {rec['device']}, each arm in its own process, {rec['warmup']} warm-up "
             f"and {rec['steps']} timed steps; host synchronisations as torch's sync debug mode counts them in one "
-            "step" + ("" if rec.get("finished") else "; cut short: the arms it measured") + ".",
+            "step; operators: the aten operators of one step called from Python or autograd (torch.profiler), "
+            "each at least one kernel launch" + ("" if rec.get("finished") else "; cut short: the arms it measured")
+            + ".",
             md_table(rows[cols], ".4g", vs_dense=".2f")]
     if len(kernels):
         out += ["Where each arm's step spends its time on the device (torch.profiler, the costliest kernels; "

@@ -89,25 +89,26 @@ def dropped(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 
 def assignment_counts(chosen: torch.Tensor, experts: int) -> torch.Tensor:
-    """(E,) int64 token→expert assignments in ``chosen`` (N, k), without a host synchronisation
+    """(…, E) int64 token→expert assignments in ``chosen`` (…, N, k), without a host synchronisation
     (``torch.bincount`` reads its maximum on the host on a GPU)."""
-    flat = chosen.flatten()
-    counts = torch.zeros(experts, dtype=torch.long, device=chosen.device)
-    return counts.scatter_add_(0, flat, torch.ones_like(flat))
+    flat = chosen.flatten(-2)
+    counts = torch.zeros(*flat.shape[:-1], experts, dtype=torch.long, device=chosen.device)
+    return counts.scatter_add_(-1, flat, torch.ones_like(flat))
 
 
 def balance_loss(probs: torch.Tensor, chosen: torch.Tensor, experts: int,
                  counts: torch.Tensor | None = None) -> torch.Tensor:
     """Switch load-balancing loss E · Σ_i f_i · P_i.
 
-    ``probs``: (N, E) router probabilities; ``chosen``: (N, k) expert ids per token;
-    ``counts``: the assignments per expert when already known (else counted from ``chosen``).
-    f_i = (assignments to i) / (N·k), P_i = mean of probs[:, i]. Uniform load: 1.
+    ``probs``: (…, N, E) router probabilities; ``chosen``: (…, N, k) expert ids per token;
+    ``counts``: the (…, E) assignments per expert when already known (else counted from ``chosen``).
+    f_i = (assignments to i) / (N·k), P_i = mean of probs[…, :, i]. Uniform load: 1. Leading axes
+    (a stack's models) are kept: one loss each.
     """
     if counts is None:
         counts = assignment_counts(chosen, experts)
-    f = counts.to(probs.dtype) / chosen.numel()
-    return experts * torch.sum(f * probs.mean(0))
+    f = counts.to(probs.dtype) / (chosen.shape[-2] * chosen.shape[-1])
+    return experts * torch.sum(f * probs.mean(-2), dim=-1)
 
 
 def _grouped_mm_fits(a: torch.Tensor, w: torch.Tensor) -> bool:
@@ -159,15 +160,19 @@ class Experts(nn.Module):
         return _route(x2, self.router.weight, self.top_k)
 
     def forward(self, x):
-        """Tokens sorted by expert, one grouped matmul per weight (:func:`route_experts`)."""
-        out, self.last_balance, counts = route_experts(x, self.router.weight, self.w1, self.b1, self.w2, self.b2,
-                                                       self.experts, self.top_k)
-        self.last_counts = counts.detach()
-        return out
+        """Tokens sorted by expert, one grouped matmul per weight (:func:`route_experts`, a stack of
+        one model)."""
+        one = lambda t: t.unsqueeze(0)
+        out, balance, counts = route_experts(one(x), one(self.router.weight), one(self.w1), one(self.b1),
+                                             one(self.w2), one(self.b2), self.top_k)
+        self.last_balance, self.last_counts = balance[0], counts[0].detach()
+        return out[0]
 
 
-def _route(x2: torch.Tensor, router: torch.Tensor, top_k: int):
-    probs = F.softmax(F.linear(x2, router).float(), dim=-1)
+def _route(x: torch.Tensor, router: torch.Tensor, top_k: int):
+    """Router probabilities of tokens ``x`` (…, N, W) under ``router`` (…, E, W) (nn.Linear's weight,
+    one per leading index) in float32, each token's ``top_k`` expert ids and their probabilities."""
+    probs = F.softmax(torch.matmul(x, router.transpose(-1, -2)).float(), dim=-1)
     weight, chosen = probs.topk(top_k, dim=-1)
     return probs, chosen, weight
 
@@ -193,59 +198,77 @@ class _Rows(torch.autograd.Function):
 
 
 class _SortedRows(torch.autograd.Function):
-    """``b.index_select(0, expert)`` for ascending ``expert`` ids (each expert's bias on each of
-    its rows, thousands of times over): the gradient is one matmul, one-hot(expert)ᵀ · grad, so
-    each expert's rows are summed by a GEMM (in a fixed order; on a GPU in parallel, where
-    indexing's gradient sums thousands of copies of one row one after another)."""
+    """``b.index_select(0, group)`` for ascending ``group`` ids (each group's bias on each of its
+    rows, thousands of times over), where ``b`` holds ``models`` blocks of ``E`` groups and each
+    model's rows are one contiguous block of equal length (a stack's (model, expert) groups, each
+    model's tokens after the last model's): the gradient is one batched matmul, one-hot(expert)ᵀ ·
+    grad per model, so each group's rows are summed by a GEMM (in a fixed order; on a GPU in
+    parallel, where indexing's gradient sums thousands of copies of one row one after another), and
+    its size grows with the models, not with their square."""
 
     @staticmethod
-    def forward(ctx, b, expert):
-        ctx.save_for_backward(expert)
-        ctx.experts = b.shape[0]
-        return b.index_select(0, expert)
+    def forward(ctx, b, group, models):
+        ctx.save_for_backward(group)
+        ctx.models, ctx.experts = models, b.shape[0] // models
+        return b.index_select(0, group)
 
     @staticmethod
     def backward(ctx, grad):
-        (expert,) = ctx.saved_tensors
+        (group,) = ctx.saved_tensors
+        M, E = ctx.models, ctx.experts
+        expert = group.view(M, -1) - E * torch.arange(M, device=group.device).unsqueeze(1)
         # the one-hot by comparison (F.one_hot reads its ids' range on the host off a GPU)
-        one_hot = expert.unsqueeze(0) == torch.arange(ctx.experts, device=expert.device).unsqueeze(1)
-        return one_hot.to(grad.dtype) @ grad, None
+        one_hot = expert.unsqueeze(1) == torch.arange(E, device=group.device).view(1, E, 1)
+        return torch.bmm(one_hot.to(grad.dtype), grad.view(M, -1, grad.shape[-1])).view(M * E, -1), None, None
 
 
 def route_experts(x: torch.Tensor, router: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
-                  b2: torch.Tensor, experts: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """An expert layer of these weights on ``x`` (…, width): (its output, the balancing loss, the
-    assignments per expert) — :class:`Experts`' forward, and a stacked model's for each of its models.
+                  b2: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The expert layers of M models, each on its own tokens, in one routing: (the outputs, each
+    model's balancing loss (M,), each model's assignments per expert (M, E)).
 
-    Tokens sorted by expert, one grouped matmul per weight; memory linear in tokens. The N·k
-    token→expert assignments (assignment j: token j // k, its j % k-th choice) are sorted by expert
-    (stably: token order within an expert), the tokens gathered in that order, every expert applied
-    to its contiguous run by one grouped matmul (``grouped_matmul``), each output scaled by its
-    router probability, and the k outputs of a token summed back in its row. Under autocast the
-    matmul operands are cast to the autocast dtype, as ``@`` is.
+    ``x`` (M, …, W): model m's tokens; the weights with the model axis first, as a stack holds them:
+    ``router`` (M, E, W) (nn.Linear's), ``w1`` (M, E, W, X), ``b1`` (M, E, X), ``w2`` (M, E, X, W),
+    ``b2`` (M, E, W). :class:`Experts` is a stack of one; :class:`~headwatch.charlm.stack.StackedCharLM`
+    routes all its models at once, so a step's operators do not grow with their number.
+
+    Tokens sorted by (model, expert), one grouped matmul per weight; memory linear in tokens. Each
+    (model, expert) pair is one group, ``m·E + e``, of one grouped matmul over the stacked experts
+    (``(M·E, …)``, as the stack's embedding offsets each model's rows). The M·N·k token→expert
+    assignments (assignment j: token j // k of the M·N, its j % k-th choice) are sorted by group
+    (stably: within a group in token order, so each model's rows come in the order its own routing
+    would give them), the tokens gathered in that order, every group applied to its contiguous run
+    by one grouped matmul (``grouped_matmul``), each output scaled by its router probability, and
+    the k outputs of a token summed back in its row. Under autocast the matmul operands are cast to
+    the autocast dtype, as ``@`` is.
     """
+    M, E = router.shape[:2]
     shape = x.shape
-    x2 = x.reshape(-1, shape[-1])
-    probs, chosen, weight = _route(x2, router, top_k)
-    n, k = chosen.shape
-    flat = chosen.flatten()
+    x2 = x.reshape(M, -1, shape[-1])
+    probs, chosen, weight = _route(x2, router, top_k)          # (M, N, E), (M, N, k), (M, N, k)
+    n, k = chosen.shape[1:]
+    offset = E * torch.arange(M, device=x.device).view(M, 1, 1)
+    flat = (chosen + offset).flatten()
     order = torch.argsort(flat, stable=True)
-    expert = flat[order]                        # (N·k,) ascending expert ids
-    ends = torch.searchsorted(expert, torch.arange(experts, device=x.device), right=True)
+    group = flat[order]                         # (M·N·k,) ascending (model, expert) groups
+    ends = torch.searchsorted(group, torch.arange(M * E, device=x.device), right=True)
     counts = torch.diff(ends, prepend=ends.new_zeros(1))
     ends = ends.to(torch.int32)
     cast = (torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type)
             else None)
     mm = lambda a, w: grouped_matmul(a if cast is None else a.to(cast),
-                                     w if cast is None else w.to(cast), ends)
+                                     (w if cast is None else w.to(cast)).flatten(0, 1), ends)
     # Every gather's gradient is a gather and a fixed-order sum (_Rows, _SortedRows): deterministic
     # on a GPU too, and without indexing's gradient kernels (a row's copies summed serially).
-    back = torch.empty_like(order).scatter_(0, order, torch.arange(n * k, device=x.device))
-    h = F.gelu(mm(_Rows.apply(x2, order // k, back, k), w1) + _SortedRows.apply(b1, expert))
-    y = mm(h, w2) + _SortedRows.apply(b2, expert)
+    rows = M * n * k
+    back = torch.empty_like(order).scatter_(0, order, torch.arange(rows, device=x.device))
+    h = F.gelu(mm(_Rows.apply(x2.flatten(0, 1), order // k, back, k), w1)
+               + _SortedRows.apply(b1.flatten(0, 1), group, M))
+    y = mm(h, w2) + _SortedRows.apply(b2.flatten(0, 1), group, M)
     y = y * _Rows.apply(weight.flatten(), order, back, 1).unsqueeze(1).to(y.dtype)
-    out = _Rows.apply(y, back, order, 1).view(n, k, -1).sum(1)
-    return out.to(x2.dtype).view(shape), balance_loss(probs, chosen, experts, counts), counts
+    out = _Rows.apply(y, back, order, 1).view(M * n, k, -1).sum(1)
+    counts = counts.view(M, E)
+    return out.to(x2.dtype).view(shape), balance_loss(probs, chosen, E, counts), counts
 
 
 class Block(nn.Module):

@@ -16,9 +16,11 @@ loss within 1e-9 of training each model alone with CharLM). Where the models dif
 
 * the number of heads (or key/value heads, or rotary positions): attention runs once per such
   group of models, each with its own split of the same q/k/v products;
-* experts: a model's expert layers run the routing of :func:`~headwatch.charlm.model.route_experts`
-  on its own slice, model by model (routing is data-dependent: each model sorts its own tokens),
-  each model's balancing loss and counts kept (:attr:`balance_losses`, :attr:`expert_counts`);
+* experts: the expert layers of every model run in one routing
+  (:func:`~headwatch.charlm.model.route_experts`): every model's tokens sorted by (model, expert)
+  and multiplied by one grouped matmul per weight, a (model, expert) pair one group — so a step's
+  operators do not grow with the number of models —, each model's balancing loss and counts kept
+  (:attr:`balance_losses`, :attr:`expert_counts`); models with different top-k, one routing each;
 
 Gradients stay per model: the loss of a stack is the sum of its models' losses, so each model's
 parameters get exactly their own model's gradient (the others' terms do not depend on them).
@@ -87,6 +89,16 @@ def _rotated(x: torch.Tensor, turns: torch.Tensor) -> torch.Tensor:
     return turned.flatten(-2).to(x.dtype)
 
 
+def _routings(specs: list[ModelSpec]) -> list[tuple[int, list[int]]]:
+    """The models of a stack routed together: [(top_k, [model index…])…] (one entry when every model
+    routes its tokens to the same number of experts; none without experts)."""
+    out: dict[int, list[int]] = {}
+    for i, s in enumerate(specs):
+        if s.experts:
+            out.setdefault(s.routed, []).append(i)
+    return list(out.items())
+
+
 class StackedCharLM(nn.Module):
     """M character models with their parameters stacked (module doc). ``StackedCharLM(models)``
     stacks built CharLMs (their weights copied: a model initialised alone with its seed starts the
@@ -123,6 +135,7 @@ class StackedCharLM(nn.Module):
         for i, s in enumerate(self.specs):
             groups.setdefault((s.heads, s.kv_groups, s.head_dim, s.rotary_dims), []).append(i)
         self.groups = list(groups.items())
+        self.routings = _routings(self.specs)
         self.balance_losses: list[torch.Tensor] = []      # per expert layer: [M] of the last forward
         self.expert_counts: torch.Tensor | None = None     # [M, layers, experts] of the last forward
         self._tables: dict = getattr(self, "_tables", {})
@@ -195,17 +208,19 @@ class StackedCharLM(nn.Module):
         pre = f"blocks.{l}.ffn"
         if not self.experts:
             return self._linear(F.gelu(self._linear(h, f"{pre}.0", bias=True)), f"{pre}.2", bias=True)
-        outs, balance, counts = [], [], []
-        for i, spec in enumerate(self.specs):
-            out, bal, cnt = route_experts(h[i], self.p(f"{pre}.router.weight")[i], self.p(f"{pre}.w1")[i],
-                                          self.p(f"{pre}.b1")[i], self.p(f"{pre}.w2")[i], self.p(f"{pre}.b2")[i],
-                                          spec.experts, spec.routed)
-            outs.append(out)
-            balance.append(bal)
-            counts.append(cnt)
-        self.balance_losses.append(torch.stack(balance))
-        self._counts.append(torch.stack(counts))
-        return torch.stack(outs)
+        weights = [self.p(f"{pre}.{w}") for w in ("router.weight", "w1", "b1", "w2", "b2")]
+        parts = []
+        for top_k, members in self.routings:     # every model of a top-k in one routing
+            sel = (lambda t: t) if len(members) == self.M else (lambda t, i=members: t[i])
+            parts.append((members, route_experts(sel(h), *map(sel, weights), top_k)))
+        if len(parts) == 1:
+            out, balance, counts = parts[0][1]
+        else:
+            back = torch.argsort(torch.tensor([i for members, _ in parts for i in members], device=h.device))
+            out, balance, counts = (torch.cat([p[j] for _, p in parts]).index_select(0, back) for j in range(3))
+        self.balance_losses.append(balance)
+        self._counts.append(counts)
+        return out
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits ``[M, B, T, vocab]`` of every model for its own rows ``idx`` ``[M, B, T]``."""

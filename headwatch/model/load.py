@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .arch import Adapter
 from .device import pick_device
@@ -30,6 +29,19 @@ from .sources import ConfigError, ModelFileError, ModelNotFoundError, one_line, 
 from ..tableio import assert_finite, write_json
 
 log = logging.getLogger("headwatch.model.load")
+
+
+def _import_transformers():
+    t0 = time.perf_counter()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM, AutoTokenizer, time.perf_counter() - t0
+
+
+AutoModelForCausalLM, AutoTokenizer, TRANSFORMERS_IMPORT_S = _import_transformers()
+"""``TRANSFORMERS_IMPORT_S``: what importing transformers' auto classes cost this process (near 0 when
+something imported them before): part of every model job's start-up, logged with the rest by
+:func:`load_prepared`."""
 
 DTYPES = {name: getattr(torch, name) for name in BYTES_PER_NUMBER}    # the config's dtype → torch's
 
@@ -154,10 +166,15 @@ def load_prepared(folder: str | Path, dtype: str = "float32", device: str = "aut
     dev = pick_device(device)
     torch_dtype = DTYPES[dtype]
     refuse_half_on_cpu(torch_dtype, dev, f"load {folder} as {dtype} on {dev.type}")
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype,
-                                                 attn_implementation="eager").to(dev).eval()
+    t0 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, attn_implementation="eager")
+    t1 = time.perf_counter()
+    model = model.to(dev).eval()          # on a GPU the process's first CUDA call: its context starts here
+    t2 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    log.info("loaded %s: dtype=%s device=%s", folder, model.dtype, dev)
+    # The start-up's parts, as key=value (benchmarks/startup.py reads them from every job's log).
+    log.info("loaded %s: dtype=%s device=%s import_s=%.3f weights_s=%.3f to_device_s=%.3f tokenizer_s=%.3f",
+             folder, model.dtype, dev, TRANSFORMERS_IMPORT_S, t1 - t0, t2 - t1, time.perf_counter() - t2)
     assert_forward_finite(model, f"load {folder}")
     return LoadedModel(model, tokenizer, Adapter(model))
 
