@@ -7,8 +7,8 @@ such table. What a computation makes besides its table rides on the table's ``at
 * ``attrs["note"]``   — what the workflow writes into the Parquet file's metadata (the settings,
   the task, figures of the run);
 * ``attrs["guards"]`` — the guard record of the computation, whose guards passed (a failed guard
-  raises :class:`~headwatch.guards.GuardError` and no table is returned); :func:`guards_of` reads
-  it as a table;
+  raises :class:`~headwatch.guards.GuardError`, which carries the table as ``err.table``);
+  :func:`guards_of` reads it as a table;
 * ``attrs["tables"]`` — the other tables the same passes made (the residual stream beside the
   heads, the tokens beside the maps), by the names of the workflow's files.
 
@@ -25,6 +25,7 @@ import pandas as pd
 
 from .jobs import set_progress
 from .names import top_heads
+from .tableio import with_attrs as _done
 
 
 def __getattr__(name: str):
@@ -158,15 +159,6 @@ def _caller() -> str:
     return "headwatch"
 
 
-class Tables(dict):
-    """The tables a computation made beside its own (``attrs["tables"]``), by name. Equal only to
-    itself: pandas compares the ``attrs`` of the frames it concatenates, and a DataFrame has no
-    truth value (a frame derived from several keeps no ``attrs``)."""
-    __eq__ = object.__eq__
-    __ne__ = object.__ne__
-    __hash__ = object.__hash__
-
-
 def _table(m, table, kind, argument: str):
     """``table`` checked as a table of ``kind`` (:func:`headwatch.settings.tables.check_table`) for the
     public function this call came through, token ids against ``m``'s vocabulary; returned."""
@@ -181,16 +173,6 @@ def _require_columns(table, columns, function: str, argument: str) -> None:
     from .settings.tables import check_table
 
     check_table(table, tuple((c, "any") for c in columns), function, argument)
-
-
-def _done(table: pd.DataFrame, note: dict | None = None, guards: dict | None = None, **tables) -> pd.DataFrame:
-    if note is not None:
-        table.attrs["note"] = note
-    if guards is not None:
-        table.attrs["guards"] = guards
-    if tables:
-        table.attrs["tables"] = Tables(tables)
-    return table
 
 
 # ------------------------------------------------------------------ sequences, maps, scores (§2–§4)
@@ -659,8 +641,10 @@ def plot_faithfulness(curves: pd.DataFrame):
 # ------------------------------------------------------------------ guards
 def guards_of(table: pd.DataFrame) -> pd.DataFrame:
     """The checks a computation ran on itself, one row each (``guard, compared, n_cases, max_abs_diff,
-    identical, tolerance, passed``): two ways of computing one result that had to agree (a failed one
-    raises :class:`GuardError` and no table is returned).
+    bound, ratio, magnitude, identical, passed``): two ways of computing one result that had to agree,
+    identically (``bound`` 0) or within the bound that float32 rounding of numbers that size allows
+    (``magnitude``: their size, e.g. the largest |logit|; ``ratio``: max |Δ| / bound). A failed one raises
+    :class:`GuardError`, and the table computed rides on it (``err.table``).
 
     >>> hw.guards_of(heads)
     """
@@ -671,8 +655,9 @@ def guards_of(table: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("headwatch.guards_of: this table carries no guard record (attrs['guards']); the tables of "
                          "cut_heads, cut_circuit, cut_each_head, patch_heads, patch_positions, patch_kv_groups, "
                          "path_patching and edge_faithfulness do")
-    columns = ["guard", "compared", "n_cases", "max_abs_diff", "identical", "tolerance", "passed"]
-    return pd.DataFrame([{c: g.get(c) for c in columns} for g in guard_records(record)], columns=columns)
+    columns = ["guard", "compared", "n_cases", "max_abs_diff", "bound", "ratio", "magnitude", "identical", "passed"]
+    return pd.DataFrame([{c: (g.get("rounding") or {}).get(c) if c == "magnitude" else g.get(c) for c in columns}
+                         for g in guard_records(record)], columns=columns)
 
 
 # ------------------------------------------------------------------ docs/api.md

@@ -690,14 +690,14 @@ def guards(results: Path) -> list[dict]:
         dev = f"{rec.get('device')} {rec.get('dtype')}"
         for g in guard_records(rec):
             rows.append(dict(source=src, guard=g["guard"], cases=g["n_cases"], max_abs_diff=g["max_abs_diff"],
-                             bound=g["tolerance"], identical=g["identical"], passed=g["passed"], device=dev))
+                             bound=g["bound"], identical=g["identical"], passed=g["passed"], device=dev))
     anatomy = [under(results, paths.model_anatomy(m, f)) for m in models for f in MODEL_ANATOMY_FILES]
     for path in (p for p in anatomy if p.suffix == ".json" and p.exists()):
         g = json.loads(path.read_text())
         if isinstance(g, dict) and "max_abs_delta" in g:
             rows.append(dict(source=str(path.relative_to(results).with_suffix("")),
                              guard="map by hand (float64) vs the model's", cases=1,
-                             max_abs_diff=g["max_abs_delta"], bound=g["tolerance"], identical=None,
+                             max_abs_diff=g["max_abs_delta"], bound=g["bound"], identical=None,
                              passed=g["passed"], device=f"{g.get('model_device')} {g.get('model_dtype')}"))
     deltas = ["others_max_delta", "before_max_delta", "restore_max_delta"]
     for path in (p for p in anatomy if p.suffix == ".parquet" and p.exists()):
