@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import headwatch as hw
 from headwatch.ablation.cut import BatchedCuts
@@ -398,3 +399,89 @@ def test_a_notebooks_bar_shows_each_phase_by_name(monkeypatch):
     with jobs.phases("patch_heads", 1) as step:
         step("patch every head")
     assert shown == []
+
+
+# ------------------------------------------------------------------ what a failed guard leaves and says
+def test_the_old_tolerance_keys_are_refused_naming_the_new_ones(llama, pairs):
+    import copy
+
+    from headwatch.config import ConfigError, load_schema, unknown_keys
+    from workflow import ROOT
+
+    schema, config = load_schema(ROOT / "config" / "schema.yaml"), hw.load_config()
+    for section, old, new in (("patching", "tolerance", "rounding_factor"), ("ablation", "tolerance", "rounding_factor"),
+                              ("edges", "tolerance", "rounding_factor"),
+                              ("anatomy", "weight_check_tolerance", "weight_check_rounding_factor")):
+        changed = copy.deepcopy(config)
+        changed[section][old] = 1e-5
+        [said] = unknown_keys(changed, schema)
+        assert said.startswith(f"{section}.{old}: '{old}' is now `{section}.{new}`: ") and "rounding" in said
+    with pytest.raises(ConfigError, match=r"hw.patch_heads: tolerance=0.0001 \(patching.tolerance\): 'tolerance' is "
+                                          r"now `patching.rounding_factor`"):
+        hw.patch_heads(llama, pairs.drop(columns="family"), tolerance=1e-4)
+
+
+def test_in_float64_the_bounds_shrink_and_the_guards_still_tell(llama, pairs, monkeypatch):
+    """What a failed guard's message advises: the same call with the model in float64. Every guard
+    holds there within float64's bound (about 1e9 times smaller), and a wrong computation still fails."""
+    from headwatch.model.interventions import in_float64
+
+    prompts = hw.prompt_pairs(llama, pairs.drop(columns="family"))
+    with in_float64(llama.adapter):
+        heads = hw.patch_heads(llama, prompts)
+    record = heads.attrs["guards"]
+    assert record["passed"] and record["dtype"] == "float64"
+    r = record["batched_vs_loop"]["rounding"]
+    assert r["dtype"] == "float64" and r["unit_roundoff"] == 2 ** -53
+    run = Patcher.run
+    monkeypatch.setattr(Patcher, "run", lambda self, patches, prompts=None: run(
+        self, [Patch(p.site, p.layer, (p.unit + 1) % self.adapter.n_heads) if p.site == "z" else p
+               for p in patches], prompts))
+    with in_float64(llama.adapter), pytest.raises(GuardError) as failed:
+        hw.patch_heads(llama, prompts)
+    assert _far_past(failed.value, "batched_vs_loop")["rounding"]["dtype"] == "float64"
+    assert next(llama.model.parameters()).dtype == torch.float32           # the model back as it was
+
+
+@pytest.fixture
+def root_logging():
+    """log_to points the root logger at the rule's log; give the next tests theirs back."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)
+
+
+def test_a_job_keeps_what_a_failed_guard_computed_beside_its_attempts_log(llama, pairs, tmp_path, monkeypatch,
+                                                                          root_logging):
+    from headwatch.jobs import log_to
+    from headwatch.tableio import read_note, read_parquet
+
+    run = Patcher.run
+    monkeypatch.setattr(Patcher, "run", lambda self, patches, prompts=None: run(
+        self, [Patch(p.site, p.layer, (p.unit + 1) % self.adapter.n_heads, p.position) if p.site == "z" else p
+               for p in patches], prompts))
+    log = tmp_path / "logs" / "patching_sweep" / "tiny.log"
+    log.parent.mkdir(parents=True)
+    with pytest.raises(GuardError):
+        with log_to(log):
+            hw.patch_heads(llama, hw.prompt_pairs(llama, pairs.drop(columns="family")), resid=True)
+    kept = sorted(p.name for p in log.parent.iterdir())
+    assert kept == ["tiny.attempt-1.guard-failed.guards.json", "tiny.attempt-1.guard-failed.heads.parquet",
+                    "tiny.attempt-1.guard-failed.resid.parquet", "tiny.attempt-1.log", "tiny.log"]
+    heads = read_parquet(log.parent / "tiny.attempt-1.guard-failed.heads.parquet")
+    assert len(heads) == llama.adapter.n_layers * llama.adapter.n_heads
+    assert read_note(log.parent / "tiny.attempt-1.guard-failed.heads.parquet")["prompts"] == len(pairs)
+    record = __import__("json").loads((log.parent / "tiny.attempt-1.guard-failed.guards.json").read_text())
+    assert not record["passed"] and not record["batched_vs_loop"]["passed"] and record["batched_vs_loop"]["ratio"] > WIDE
+    text = log.read_text()
+    assert "past its bound" in text and "tiny.attempt-1.guard-failed.heads.parquet" in text
+    assert "patch_heads: guard batched_vs_loop" in text                    # the job logs its phases
