@@ -1,3 +1,4 @@
+import logging
 import os
 import sys
 from pathlib import Path
@@ -62,6 +63,21 @@ def dag_run(tmp_path_factory, tiny_model_dir):
     from workflow import whole_dag
 
     return whole_dag(tmp_path_factory.mktemp("workflow"), tiny_model_dir)
+
+
+@pytest.fixture
+def root_logging():
+    """log_to points the root logger at the rule's log; give the next tests theirs back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)
 
 
 @pytest.fixture(params=FAMILIES)

@@ -443,23 +443,6 @@ def test_in_float64_the_bounds_shrink_and_the_guards_still_tell(llama, pairs, mo
     assert next(llama.model.parameters()).dtype == torch.float32           # the model back as it was
 
 
-@pytest.fixture
-def root_logging():
-    """log_to points the root logger at the rule's log; give the next tests theirs back."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-    for h in handlers:
-        if h not in root.handlers:
-            root.addHandler(h)
-    root.setLevel(level)
-
-
 def test_a_job_keeps_what_a_failed_guard_computed_beside_its_attempts_log(llama, pairs, tmp_path, monkeypatch,
                                                                           root_logging):
     from headwatch.jobs import log_to
