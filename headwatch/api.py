@@ -404,8 +404,8 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
     (``attrs["tables"]["resid"]``); ``positions=True`` the top ``top_k`` heads patched at one position
     at a time (``attrs["tables"]["positions"]``); ``phrases`` adds the model's probabilities on the
     protocol's names phrase to the note (the workflow's rule asks for all three). Cost: one forward
-    pass per (head, prompt) in batches — SmolLM2-135M's 270 heads on 4 pairs take about a minute on
-    two CPU cores; the protocol's 64 prompts with both sweeps about 25 minutes.
+    pass per (head, prompt) in batches, and the guards' passes (docs/benchmarks.md times SmolLM2-135M's
+    270 heads on the README's pair and on four pairs of five tokens, on two CPU cores).
 
     >>> heads = hw.patch_heads(m, prompts)
     >>> heads.nsmallest(5, "score_rank")[["label", "score", "estimate_score"]]
