@@ -123,7 +123,7 @@ def test_every_patching_guard_holds_on_every_prompt_family(family, family_models
     _passed(heads, "batched_vs_loop", "padded_vs_alone")
     _passed(hw.patch_positions(m, prompts, heads, positions_all_heads=2), "batched_vs_loop")
     _passed(hw.patch_kv_groups(m, prompts, kv_prompts=3), "kv_ungrouped")
-    _passed(hw.path_patching(m, prompts, heads, receivers_top_k=2), "path_into_everything", "batched_vs_loop")
+    _passed(hw.path_patching(m, prompts, heads, receivers=[(1, 0), (2, 3)]), "path_into_everything", "batched_vs_loop")
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
@@ -197,7 +197,7 @@ def test_a_path_from_the_wrong_sender_fails(llama, pairs, monkeypatch):
         self, [Edge(e.sender_layer, (e.sender_head + 1) % H, e.receiver_layer, e.receiver_head, e.input)
                for e in edges], prompts))
     with pytest.raises(GuardError) as failed:
-        hw.path_patching(llama, prompts, heads, receivers_top_k=2)
+        hw.path_patching(llama, prompts, heads, receivers=[(1, 0), (2, 3)])
     _far_past(failed.value, "batched_vs_loop")
 
 
@@ -334,7 +334,7 @@ def test_progress_names_every_phase_of_every_long_call(llama, pairs, caplog):
         heads = hw.patch_heads(m, prompts, resid=True, positions=True)
         hw.patch_positions(m, prompts, heads, positions_all_heads=1)
         hw.patch_kv_groups(m, prompts, kv_prompts=2)
-        hw.path_patching(m, prompts, heads, receivers_top_k=1)
+        hw.path_patching(m, prompts, heads, receivers=[(2, 3)])
         edges = hw.edge_scores(m, prompts)
         hw.edge_faithfulness(m, prompts, edges, fractions=[0.5, 1.0])
         scores = hw.head_scores(m, repeated, prose)
