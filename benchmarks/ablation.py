@@ -17,8 +17,9 @@ the probability of the phrase's expected next token is computed
 
 Before timing (iii) the bridge's logits are compared with the model's on every phrase
 (they must agree within ``--tl-logit-tolerance``), and afterwards its probabilities with
-the loop's (within ``ablation.tolerance``); (ii) must agree with (i) within the same
-tolerance. A failed check ends the run with an error. The loops are interleaved per phrase
+the loop's (within the guards' bound: float32 rounding of logits the size of the phrases' largest,
+``ablation.rounding_factor`` × u × that × (layers + 1) × √(longest sum)); (ii) must agree with (i)
+within the same bound. A failed check ends the run with an error. The loops are interleaved per phrase
 (batched, loop, TransformerLens, batched again; batched = the mean of its two runs) so that
 load from other processes on a shared machine falls on all alike. Printed: each path's wall
 and CPU time, the ratios (i)/(ii), (iii)/(ii) and (iii)/(i), and the peak memory (RSS
@@ -54,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from headwatch.ablation.experiments import prob_of  # noqa: E402
 from headwatch.settings.ablation import AblationSettings  # noqa: E402
 from headwatch.ablation.cut import BatchedCuts, cut_heads  # noqa: E402
-from headwatch.guards import batched_vs_loop  # noqa: E402
+from headwatch.guards import batched_vs_loop, rounding  # noqa: E402
 from headwatch.model.load import load_prepared  # noqa: E402
 from headwatch.scores.sequences import phrases_table  # noqa: E402
 
@@ -181,7 +182,6 @@ def main(argv=None):
     validate(cfg, str(ROOT / "config" / "schema.yaml"))              # the defaults the workflow fills in
     settings = AblationSettings.from_config(cfg["ablation"])        # the rules' typed settings
     batch = args.batch or settings.batch
-    tolerance = settings.tolerance
     phrase_cfg = cfg["phrases"]
     if args.phrases:
         unknown = sorted(set(args.phrases.split(",")) - set(phrase_cfg))
@@ -218,7 +218,10 @@ def main(argv=None):
             print(f"(iii) TransformerLens {version}: TransformerBridge.boot_transformers on the same weights; "
                   f"its logits vs the model's on every phrase: max |Δ| = {worst:g} "
                   f"({'identical' if identical else 'within ' + format(args.tl_logit_tolerance, 'g')})")
-    with torch.no_grad():                                     # warm-up
+    with torch.no_grad():                                     # warm-up, and the logits' size for the bound
+        largest = max(float(model(input_ids=ids.to(device)).logits.abs().max()) for ids, _ in phrases)
+    bound = rounding(adapter, settings.rounding_factor, largest)
+    with torch.no_grad():
         model(input_ids=phrases[0][0].to(device))
         if bridge is not None:
             bridge(phrases[0][0].to(device))
@@ -243,7 +246,7 @@ def main(argv=None):
         print(f"  {phrase:12s} wall: " + ", ".join(line), flush=True)
     lp, b1, b2 = (torch.cat(res[k]) for k in ("loop", "b1", "b2"))
     t_batched, c_batched = (t["b1"] + t["b2"]) / 2, (c["b1"] + c["b2"]) / 2
-    agree = batched_vs_loop([({}, b1, lp)], tolerance, "probability of the expected token, every cut")
+    agree = batched_vs_loop([({}, b1, lp)], bound, "probability of the expected token, every cut")
     print(f"(i)   one forward per cut (hook):  wall {t['loop']:8.2f} s ({1000 * t['loop'] / n_cuts:.1f} ms per cut); "
           f"CPU {c['loop']:8.2f} s")
     print(f"(ii)  batched (mask, prefix reuse, last-position logits): wall {t_batched:8.2f} s "
@@ -255,15 +258,15 @@ def main(argv=None):
           + (f"   target ≥ 6×: {'met' if ratio >= 6 else 'NOT met'}" if full else
              "   (a subset: the ≥ 6× target is for every cut on every phrase)"))
     print(f"agreement (ii) vs (i): max |Δp| = {agree['max_abs_diff']:.3g} over {lp.numel()} probabilities "
-          f"(tolerance {tolerance:g}): PASS; batched runs identical: {torch.equal(b1, b2)}")
+          f"(bound {bound.bound:.3g}): PASS; batched runs identical: {torch.equal(b1, b2)}")
     if bridge is not None:
         tl = torch.cat(res["tl"])
-        tl_agree = batched_vs_loop([({}, tl, lp)], tolerance, "TransformerLens vs the hook loop, every cut")
+        tl_agree = batched_vs_loop([({}, tl, lp)], bound, "TransformerLens vs the hook loop, every cut")
         print(f"(iii) TransformerLens run_with_hooks loop: wall {t['tl']:8.2f} s "
               f"({1000 * t['tl'] / n_cuts:.1f} ms per cut); CPU {c['tl']:8.2f} s")
         print(f"(iii)/(ii), wall: {t['tl'] / t_batched:.2f}×  (CPU {c['tl'] / c_batched:.2f}×);  "
               f"(iii)/(i), wall: {t['tl'] / t['loop']:.2f}×")
-        print(f"agreement (iii) vs (i): max |Δp| = {tl_agree['max_abs_diff']:.3g} (tolerance {tolerance:g}): PASS")
+        print(f"agreement (iii) vs (i): max |Δp| = {tl_agree['max_abs_diff']:.3g} (bound {bound.bound:.3g}): PASS")
     peak = peak_rss_gb()
     print(f"peak memory (RSS high-water mark): {peak:.2f} GB"
           f"{' (two copies of the model: TransformerLens has its own)' if bridge is not None else ''}"

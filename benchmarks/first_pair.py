@@ -1,11 +1,16 @@
-"""A new user's first own patched pair: the README's notebook block, from its first line to its
-first figure, run as the README gives it in a fresh process and timed.
+"""A new user's first own patched pairs: the README's notebook block, from its first line to its
+first figure, run as the README gives it in a fresh process and timed; then, in the same process,
+``hw.patch_heads`` on four pairs of a user's own (:data:`FOUR_PAIRS`: antonyms of five tokens, whose
+logit differences of about 11 and −8 once failed an absolute guard bound by float32 rounding alone),
+guards included, each of its phases timed.
 
-It times the two parts a user waits for — importing headwatch and loading the bundled SmolLM2, then
-``patch_heads`` on the README's pair with its figure saved — and, with ``--setup-seconds`` (the
-wall time of ``make venv`` in the same fresh clone), the whole way from a fresh clone to the
-figure. ``--record`` adds the row to ``benchmarks/records/targets.json`` (``benchmarks/page.py``
-writes it into docs/benchmarks.md).
+It times the parts a user waits for — importing headwatch and loading the bundled SmolLM2, then
+``patch_heads`` on the README's pair with its figure saved, then ``patch_heads`` on the four pairs
+(target: at most :data:`FOUR_PAIRS_TARGET_S` s on 2 idle cores) — and, with ``--setup-seconds`` (the
+wall time of ``make venv`` in the same fresh clone), the whole way from a fresh clone to the figure.
+``--record`` adds both rows to ``benchmarks/records/targets.json`` (``benchmarks/page.py`` writes
+them into docs/benchmarks.md). Time it alone on the machine (the rows record the load before and
+after).
 
     git clone <repo> fresh && cd fresh && time make venv
     .venv/bin/python benchmarks/first_pair.py --setup-seconds <make venv's wall seconds> [--record]
@@ -13,12 +18,12 @@ writes it into docs/benchmarks.md).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import date
 from pathlib import Path
 
@@ -27,6 +32,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from page import add_row  # noqa: E402  (the records' one writer)
 from timed import clean_commit  # noqa: E402  (a clean tree but the records just written)
 MARK = "__first_pair_loaded__"
+FOUR = "__four_pairs__"
+#: Four pairs of a user's own (the README's columns): each prompt five tokens, each answer one token.
+FOUR_PAIRS = dict(clean=["The opposite of hot is", "The opposite of up is", "The opposite of light is",
+                         "The opposite of wet is"],
+                  corrupted=["The opposite of big is", "The opposite of fast is", "The opposite of good is",
+                             "The opposite of old is"],
+                  answer=[" cold", " down", " dark", " dry"], distractor=[" small", " slow", " bad", " new"])
+#: The four pairs' target on 2 idle cores, guards included (seconds).
+FOUR_PAIRS_TARGET_S = 15
 
 
 def readme_block(readme: Path) -> list[str]:
@@ -47,14 +61,42 @@ def readme_block(readme: Path) -> list[str]:
 
 
 def program(lines: list[str]) -> str:
-    """The block with a timestamp printed after the model has loaded (the line with ``load_model``)."""
+    """The block with a timestamp printed after the model has loaded (the line with ``load_model``),
+    then ``hw.patch_heads`` on :data:`FOUR_PAIRS` with the model the block loaded: its seconds, each
+    phase's (from the ``headwatch.progress`` log) and its guards' largest ratio to their bound, as
+    one JSON line."""
     out = ["import time as _t; _t0 = _t.time()"]
     for line in lines:
         out.append(line)
         if "load_model(" in line:
             out.append(f"print('{MARK}', _t.time() - _t0, flush=True)")
     out.append("print('__first_pair_done__', _t.time() - _t0, flush=True)")
+    out += ["import json as _json, logging as _logging, pandas as _pd, headwatch as _hw",
+            "_m = next(v for v in list(globals().values()) if type(v).__name__ == 'LoadedModel')",
+            "_said = []",
+            "class _Phases(_logging.Handler):",
+            "    def emit(self, record): _said.append((_t.time(), record.getMessage()))",
+            "_log = _logging.getLogger('headwatch.progress'); _log.setLevel(_logging.INFO); _log.addHandler(_Phases())",
+            "_t1 = _t.time()",
+            f"_heads = _hw.patch_heads(_m, _pd.DataFrame({FOUR_PAIRS!r}))",
+            "_t2 = _t.time()",
+            "_ends = [t for t, _ in _said[1:]] + [_t2]",
+            "_phases = [(m.split(': ', 1)[1].rsplit(' (phase', 1)[0], round(b - a, 2)) "
+            "for (a, m), b in zip(_said, _ends)]",
+            "_ratio = max([g['ratio'] for g in _heads.attrs['guards'].values() if isinstance(g, dict) "
+            "and g.get('ratio') is not None] or [0.0])",
+            f"print('{FOUR}', _json.dumps(dict(seconds=_t2 - _t1, phases=_phases, "
+            "passed=bool(_heads.attrs['guards']['passed']), ratio=float(_ratio))), flush=True)"]
     return "\n".join(out) + "\n"
+
+
+def four_pairs_text(four: dict) -> str:
+    """The four pairs' row: their seconds against the target, each phase's, the guards' verdict."""
+    phases = ", ".join(f"{name} {s:.1f} s" for name, s in four["phases"])
+    verdict = (f"every guard passed, the closest at {four['ratio']:.2g} × its bound" if four["passed"]
+               else "a guard failed")
+    return (f"hw.patch_heads on four pairs of five tokens: {four['seconds']:.1f} s wall (target: at most "
+            f"{FOUR_PAIRS_TARGET_S} s on 2 idle cores) — {phases}; {verdict}")
 
 
 def main(argv=None) -> int:
@@ -68,28 +110,33 @@ def main(argv=None) -> int:
     lines = readme_block(ROOT / "README.md")
     with tempfile.TemporaryDirectory() as cwd:                    # the figure lands there, not in the checkout
         load_before = os.getloadavg()[0]
-        t0 = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", program(lines)], cwd=cwd, capture_output=True, text=True,
                               env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        wall = time.perf_counter() - t0
         if done.returncode != 0:
             raise SystemExit(f"the README's block failed:\n{done.stderr[-3000:]}")
         figures = sorted(p.name for p in Path(cwd).iterdir())
+    load_after = os.getloadavg()[0]
     marks = dict(line.split()[:2] for line in done.stdout.splitlines() if line.startswith("__first_pair_"))
     loaded, finished = float(marks[MARK]), float(marks["__first_pair_done__"])
-    figures_text = (f"the README's block to its first figure ({', '.join(figures)}): {wall:.1f} s wall — import and "
+    figures_text = (f"the README's block to its first figure ({', '.join(figures)}): {finished:.1f} s — import and "
                     f"model {loaded:.1f} s, patch_heads and the figure {finished - loaded:.1f} s")
     if args.setup_seconds is not None:
-        total = args.setup_seconds + wall
+        total = args.setup_seconds + finished
         figures_text += f"; with make venv's {args.setup_seconds / 60:.1f} min: {total / 60:.1f} min from a fresh clone"
+    four = json.loads(next(line for line in done.stdout.splitlines() if line.startswith(FOUR)).split(" ", 1)[1])
+    four_text = four_pairs_text(four)
     print(figures_text)
+    print(four_text)
     if args.record:
         m = machine()
-        row = dict(what="a new user's first own patched pair with its figure (README)", figures=figures_text,
-                   machine=f"{m['usable_cores']} {m['cpu_model']} cores", load=f"load average {load_before:.2f} before",
-                   command="time make venv; .venv/bin/python benchmarks/first_pair.py --setup-seconds S --record",
-                   commit=commit, date=date.today().isoformat())
-        path = add_row("targets", row)
+        where = dict(machine=f"{m['usable_cores']} {m['cpu_model']} cores",
+                     load=f"load average {load_before:.2f} before, {load_after:.2f} after",
+                     command="time make venv; .venv/bin/python benchmarks/first_pair.py --setup-seconds S --record",
+                     commit=commit, date=date.today().isoformat())
+        add_row("targets", dict(what="a new user's first own patched pair with its figure (README)",
+                                figures=figures_text, **where))
+        path = add_row("targets", dict(what="hw.patch_heads on four pairs of five tokens, guards included "
+                                            "(benchmarks/first_pair.py's FOUR_PAIRS)", figures=four_text, **where))
         print(f"added to {path.relative_to(ROOT)}")
     return 0
 

@@ -7,8 +7,8 @@ such table. What a computation makes besides its table rides on the table's ``at
 * ``attrs["note"]``   — what the workflow writes into the Parquet file's metadata (the settings,
   the task, figures of the run);
 * ``attrs["guards"]`` — the guard record of the computation, whose guards passed (a failed guard
-  raises :class:`~headwatch.guards.GuardError` and no table is returned); :func:`guards_of` reads
-  it as a table;
+  raises :class:`~headwatch.guards.GuardError`, which carries the table as ``err.table``);
+  :func:`guards_of` reads it as a table;
 * ``attrs["tables"]`` — the other tables the same passes made (the residual stream beside the
   heads, the tokens beside the maps), by the names of the workflow's files.
 
@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import jobs, names
+from .tableio import Tables, with_attrs as _done  # noqa: F401  (Tables: the attrs["tables"] of a result)
 
 ERRORS = {"ConfigError": "headwatch.model.sources.errors", "ModelFileError": "headwatch.model.sources.errors",
           "ModelNotFoundError": "headwatch.model.sources.errors", "TableError": "headwatch.settings.tables",
@@ -198,15 +199,6 @@ def _plain(value):
     return value
 
 
-class Tables(dict):
-    """The tables a computation made beside its own (``attrs["tables"]``), by name. Equal only to
-    itself: pandas compares the ``attrs`` of the frames it concatenates, and a DataFrame has no
-    truth value (a frame derived from several keeps no ``attrs``)."""
-    __eq__ = object.__eq__
-    __ne__ = object.__ne__
-    __hash__ = object.__hash__
-
-
 def _model(m, tokenizer_alone: bool = False):
     """``m`` checked as a loaded model (:func:`load_model`; ``tokenizer_alone``: or a tokenizer, where the
     function reads only that), returned."""
@@ -268,16 +260,6 @@ def _memory(*estimates: dict) -> None:
     from .config.calls import memory_refusal
 
     memory_refusal(_caller(), list(estimates))
-
-
-def _done(table: pd.DataFrame, note: dict | None = None, guards: dict | None = None, **tables) -> pd.DataFrame:
-    if note is not None:
-        table.attrs["note"] = note
-    if guards is not None:
-        table.attrs["guards"] = guards
-    if tables:
-        table.attrs["tables"] = Tables(tables)
-    return table
 
 
 # ------------------------------------------------------------------ sequences, maps, scores (§2–§4)
@@ -645,8 +627,8 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
     (``attrs["tables"]["resid"]``); ``positions=True`` the top ``top_k`` heads patched at one position
     at a time (``attrs["tables"]["positions"]``); ``phrases`` adds the model's probabilities on the
     protocol's names phrase to the note (the workflow's rule asks for all three). Cost: one forward
-    pass per (head, prompt) in batches — SmolLM2-135M's 270 heads on 4 pairs take about a minute on
-    two CPU cores; the protocol's 64 prompts with both sweeps about 25 minutes.
+    pass per (head, prompt) in batches, and the guards' passes (docs/benchmarks.md times SmolLM2-135M's
+    270 heads on the README's pair and on four pairs of five tokens, on two CPU cores).
 
     >>> heads = hw.patch_heads(m, prompts)
     >>> heads.nsmallest(5, "score_rank")[["label", "score", "estimate_score"]]
@@ -961,8 +943,10 @@ def plot_faithfulness(curves: pd.DataFrame):
 @_public
 def guards_of(table: pd.DataFrame) -> pd.DataFrame:
     """The checks a computation ran on itself, one row each (``guard, compared, n_cases, max_abs_diff,
-    identical, tolerance, passed``): two ways of computing one result that had to agree (a failed one
-    raises :class:`GuardError` and no table is returned).
+    bound, ratio, magnitude, identical, passed``): two ways of computing one result that had to agree,
+    identically (``bound`` 0) or within the bound that float32 rounding of numbers that size allows
+    (``magnitude``: their size, e.g. the largest |logit|; ``ratio``: max |Δ| / bound). A failed one raises
+    :class:`GuardError`, and the table computed rides on it (``err.table``).
 
     >>> hw.guards_of(heads)
     """
@@ -975,8 +959,9 @@ def guards_of(table: pd.DataFrame) -> pd.DataFrame:
         raise TableError("table carries no guard record (attrs['guards']); the tables of cut_heads, cut_circuit, "
                          "cut_each_head, patch_heads, patch_positions, patch_kv_groups, path_patching and "
                          "edge_faithfulness do")
-    columns = ["guard", "compared", "n_cases", "max_abs_diff", "identical", "tolerance", "passed"]
-    return pd.DataFrame([{c: g.get(c) for c in columns} for g in guard_records(record)], columns=columns)
+    columns = ["guard", "compared", "n_cases", "max_abs_diff", "bound", "ratio", "magnitude", "identical", "passed"]
+    return pd.DataFrame([{c: (g.get("rounding") or {}).get(c) if c == "magnitude" else g.get(c) for c in columns}
+                         for g in guard_records(record)], columns=columns)
 
 
 # ------------------------------------------------------------------ heads, progress

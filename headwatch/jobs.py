@@ -11,7 +11,8 @@ Every script runs its work inside :func:`log_to`, which
 * keeps the log of a failed attempt (an exception, Ctrl-C, or a SIGTERM, e.g. a
   cluster's preemption) under a second name, ``<log>.attempt-<n>.log`` (a hard
   link, so later lines reach both names), because Snakemake removes the rule's
-  log before it reruns the job. A job that links its attempt's log itself at the
+  log before it reruns the job, and beside it the tables a failed guard computed
+  (:func:`keep_failed_tables`). A job that links its attempt's log itself at the
   start (training, which must survive a SIGKILL too) is left alone.
 """
 from __future__ import annotations
@@ -160,11 +161,14 @@ def _stamp(fh, logger: str, message: str) -> None:
 
 _RUN: dict = {}
 _PROGRESS = {"on": os.environ.get("HEADWATCH_PROGRESS", "1") != "0"}
+#: Seconds before a bar shows: a short pass shows none.
+PROGRESS_DELAY = 2.0
 
 
 def set_progress(on: bool) -> None:
     """Show progress bars (``True``, the default) or not — the one switch for every long call
-    (``hw.patch_heads``, ``hw.cut_heads``, ``hw.path_patching``, ``hw.edge_scores``, ``hw.head_scores`` …);
+    (``hw.patch_heads``, ``hw.cut_heads``, ``hw.path_patching``, ``hw.edge_scores``, ``hw.head_scores`` …: a
+    bar over the call's named phases, :func:`phases`, and one over each phase's passes);
     ``HEADWATCH_PROGRESS=0`` in the environment starts with them off. A workflow job never shows
     bars: it logs its progress.
 
@@ -178,13 +182,56 @@ def set_progress(on: bool) -> None:
 def progress(iterable=None, total: int | None = None, desc: str = "", unit: str = "it"):
     """``iterable`` with a progress bar (``tqdm.auto``: a widget in a notebook, a line in a terminal)
     when progress is on (:func:`set_progress`) and this is not a workflow job (a job logs lines
-    instead: its log is a file); else ``iterable`` itself. Short passes show no bar (``mininterval``:
-    the first after a second)."""
+    instead: its log is a file); else ``iterable`` itself. Short passes show no bar (none before
+    :data:`PROGRESS_DELAY` seconds)."""
     if not _PROGRESS["on"] or "config" in _RUN:
         return iterable if iterable is not None else _Quiet()
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, unit=unit, mininterval=1.0, delay=2.0, leave=False)
+    return tqdm(iterable, total=total, desc=desc, unit=unit, mininterval=1.0, delay=PROGRESS_DELAY, leave=False)
+
+
+class Phases:
+    """The named phases of one long call (:func:`phases`): calling it with a name starts that phase and
+    ends the one before; a context manager, closed on exit (also when the call raises)."""
+
+    def __init__(self, call: str, total: int | None = None):
+        self.call, self.total, self.names = call, total, []
+        self.bar = progress(total=total, desc=call, unit="phase")
+
+    def __call__(self, name: str) -> None:
+        if self.names:
+            self.bar.update(1)
+        self.names.append(name)
+        of = f"/{self.total}" if self.total else ""
+        logging.getLogger("headwatch.progress").info("%s: %s (phase %d%s)", self.call, name, len(self.names), of)
+        self.bar.set_description_str(f"{self.call}: {name}", refresh=False)
+        if time.time() - getattr(self.bar, "start_t", time.time()) >= PROGRESS_DELAY:
+            self.bar.refresh()        # a bar already shown names the new phase now, not at its next step
+
+    def close(self) -> None:
+        if self.names:
+            self.bar.update(1)
+        self.bar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def phases(call: str, total: int | None = None) -> Phases:
+    """The progress of a long call over every phase, each with its name: one bar over the phases
+    (``total`` of them, when known), its description the call and the phase running — the sweep, each
+    guard, the estimate —, with the phase's own bar of passes beneath where it has one; in a workflow
+    job (no bars) a log line per phase (logger ``headwatch.progress``).
+
+    >>> with phases("patch_heads", 3) as step:
+    ...     step("patch every head"); ...
+    ...     step("guard batched_vs_loop"); ...
+    """
+    return Phases(call, total)
 
 
 @contextlib.contextmanager
@@ -215,6 +262,12 @@ class _Quiet:
     that do nothing (and a context manager)."""
 
     def update(self, n: int = 1) -> None:
+        pass
+
+    def set_description_str(self, desc: str, refresh: bool = True) -> None:
+        pass
+
+    def refresh(self) -> None:
         pass
 
     def close(self) -> None:
@@ -290,10 +343,53 @@ def log_to(path, threads: int | None = None):
             sys.stderr = old
 
 
+def keep_failed_tables(err: BaseException, attempt_log: str | Path) -> list[Path]:
+    """What a failed guard computed, kept beside the failed attempt's log ``<log>.attempt-<n>.log``:
+    each table its error carries (:attr:`headwatch.guards.GuardError.tables`) as
+    ``<log>.attempt-<n>.guard-failed.<table>.parquet`` (the note in its metadata) and the call's guard
+    record, the failed guard's among them, as ``<log>.attempt-<n>.guard-failed.guards.json``. Nothing
+    for an error that carries no tables. Returns the files written."""
+    tables = getattr(err, "tables", None) or {}
+    record = getattr(err, "guards", None)
+    if not tables and record is None:
+        return []
+    import json
+
+    from .tableio import NonFiniteError, write_parquet
+
+    stem = Path(attempt_log)
+    out = []
+    for name, table in tables.items():
+        if table is None:
+            continue
+        dest = stem.with_name(f"{stem.stem}.guard-failed.{name}.parquet")
+        try:
+            write_parquet(table, dest, note=getattr(err, "note", None))
+        except NonFiniteError:          # the failure may be the NaN itself: keep it as computed
+            table.to_parquet(dest, index=False)
+        out.append(dest)
+    if record is not None:
+        dest = stem.with_name(f"{stem.stem}.guard-failed.guards.json")
+        dest.write_text(json.dumps(record, indent=2, default=str) + "\n")
+        out.append(dest)
+    return out
+
+
 def _failed(fh, path) -> None:
-    """The traceback, then the attempt's log kept under a second name."""
+    """The traceback, then the attempt's log kept under a second name, with the tables a failed guard
+    computed beside it (:func:`keep_failed_tables`)."""
     traceback.print_exc(file=fh)
     kept, _ = keep_attempt_log(path)
     _stamp(fh, "headwatch.jobs", f"this attempt failed; its log is kept as {kept} (Snakemake removes "
            "the rule's log before it reruns the job)" if kept else
            "this attempt failed; its log could not be kept under a second name")
+    err = sys.exc_info()[1]
+    if err is not None:
+        try:
+            files = keep_failed_tables(err, kept or path)
+        except (OSError, ValueError, TypeError) as failed:     # keeping them must not hide the failure itself
+            _stamp(fh, "headwatch.jobs", f"the tables the failed guard computed could not be kept: {failed}")
+        else:
+            if files:
+                _stamp(fh, "headwatch.jobs", "the tables and guard record computed before the guard failed are "
+                       f"kept as {', '.join(str(f) for f in files)}")

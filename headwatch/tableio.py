@@ -266,6 +266,27 @@ def read_record(path) -> dict:
     return record
 
 
+class Tables(dict):
+    """The tables a computation made beside its own (``attrs["tables"]``), by name. Equal only to
+    itself: pandas compares the ``attrs`` of the frames it concatenates, and a DataFrame has no
+    truth value (a frame derived from several keeps no ``attrs``)."""
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
+
+
+def with_attrs(table: pd.DataFrame, note: dict | None = None, guards: dict | None = None, **tables) -> pd.DataFrame:
+    """``table`` as the public functions return it: its ``note``, its guard record and the other
+    tables the same passes made on its ``attrs`` (``note``, ``guards``, ``tables``)."""
+    if note is not None:
+        table.attrs["note"] = note
+    if guards is not None:
+        table.attrs["guards"] = guards
+    if tables:
+        table.attrs["tables"] = Tables(tables)
+    return table
+
+
 def guard_records(rule_record: dict) -> list[dict]:
     """The guards' records in a rule's record (:func:`headwatch.guards.compare`'s, one shape: each
     names its ``guard``), in the order they ran."""

@@ -125,7 +125,7 @@ rule anatomy_weight_check:
     params:
         head=config["anatomy"]["head"],
         phrase=config["anatomy"]["weight_check_phrase"],
-        tolerance=config["anatomy"]["weight_check_tolerance"],
+        rounding_factor=config["anatomy"]["weight_check_rounding_factor"],
         dtype=lambda w: get_dtype(w.model),
     log:
         paths.log("anatomy_weight_check", "{model}"),

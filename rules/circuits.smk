@@ -15,7 +15,7 @@ rule circuits_paths:
         paths=paths.circuits_table("{model}", "paths"),
         guards=paths.circuits_guards("{model}"),
     params:
-        patching={key: config["patching"][key] for key in ("batch", "tolerance", "guard_prompts")},
+        patching={key: config["patching"][key] for key in ("batch", "rounding_factor", "guard_prompts")},
         circuits={key: config["circuits"][key] for key in ("receivers_top_k", "receivers", "senders", "sender_layers",
                                                            "inputs",
                                                            "edge_threshold", "guard_senders")},

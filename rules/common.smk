@@ -88,7 +88,7 @@ def sequence_params(wildcards):
 
 def ablation_slice(*keys):
     """The part of config["ablation"] an experiment depends on (its params: only stale jobs rerun)."""
-    return {key: config["ablation"][key] for key in list(keys) + ["batch", "tolerance", "hook_tolerance",
+    return {key: config["ablation"][key] for key in list(keys) + ["batch", "rounding_factor", "hook_tolerance",
                                                                    "method"]}
 
 
@@ -151,7 +151,7 @@ def sweep_heads_cut_params():
 
 def sweep_heads_ablation_params():
     """The §5a settings the sweep models' cut reads (top_n and k are 1: the top induction head)."""
-    return {k: config["ablation"][k] for k in ("random_draws", "seed", "method", "batch", "tolerance",
+    return {k: config["ablation"][k] for k in ("random_draws", "seed", "method", "batch", "rounding_factor",
                                                 "hook_tolerance", "guard_sequences")}
 
 

@@ -39,7 +39,7 @@ rule edges_faithfulness:
         areas=paths.edges_table("{model}", "areas"),
         guards=paths.edges_guards("{model}"),
     params:
-        edges=edges_slice("methods", "prompts", "fractions", "random_draws", "seed", "batch", "tolerance",
+        edges=edges_slice("methods", "prompts", "fractions", "random_draws", "seed", "batch", "rounding_factor",
                           "guard_senders"),
         dtype=lambda w: get_dtype(w.model),
     log:

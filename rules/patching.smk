@@ -39,7 +39,7 @@ rule patching_sweep:
         positions=paths.patching_table("{model}", "positions"),
         guards=paths.patching_guards("{model}"),
     params:
-        patching={key: config["patching"][key] for key in ("phrase", "top_k", "batch", "tolerance",
+        patching={key: config["patching"][key] for key in ("phrase", "top_k", "batch", "rounding_factor",
                                                            "guard_prompts")},
         dtype=lambda w: get_dtype(w.model),
     log:
@@ -64,7 +64,7 @@ rule patching_kv:
         table=paths.patching_table("{model}", "kv_groups"),
         guards=paths.patching_guards("{model}", "kv_groups_guards"),
     params:
-        patching={key: config["patching"][key] for key in ("batch", "tolerance", "guard_prompts", "kv_prompts")},
+        patching={key: config["patching"][key] for key in ("batch", "rounding_factor", "guard_prompts", "kv_prompts")},
         dtype=lambda w: get_dtype(w.model),
     log:
         paths.log("patching_kv", "{model}"),
@@ -90,7 +90,7 @@ rule patching_positions_all:
         table=paths.patching_table("{model}", "positions_all"),
         guards=paths.patching_guards("{model}", "positions_all_guards"),
     params:
-        patching={key: config["patching"][key] for key in ("batch", "tolerance", "guard_prompts",
+        patching={key: config["patching"][key] for key in ("batch", "rounding_factor", "guard_prompts",
                                                            "positions_all_heads")},
         dtype=lambda w: get_dtype(w.model),
     log:

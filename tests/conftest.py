@@ -1,3 +1,4 @@
+import logging
 import os
 import sys
 from pathlib import Path
@@ -71,6 +72,21 @@ def float64():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(was)
+
+
+@pytest.fixture
+def root_logging():
+    """log_to points the root logger at the rule's log; give the next tests theirs back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)
 
 
 @pytest.fixture(params=FAMILIES)

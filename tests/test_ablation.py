@@ -17,7 +17,7 @@ from headwatch.tableio import guard_records
 from tiny import random_ids, tiny_model
 
 T, OFFSET, BOS = 6, 1, 0
-PARAMS = dict(top_n=3, method="zero", k=[1, 2, 3], random_draws=3, seed=11, batch=8, tolerance=1e-5,
+PARAMS = dict(top_n=3, method="zero", k=[1, 2, 3], random_draws=3, seed=11, batch=8, rounding_factor=1.0,
               hook_tolerance=0.0, guard_sequences=1, circuit=dict(half_threshold=0.05),
               attribution=dict(no_effect_points=0.02, together=3, global_loss_nats=0.01))
 SETTINGS = AblationSettings.from_config(PARAMS)
@@ -270,9 +270,10 @@ def test_circuit(setup, circuit):
 def test_every_guard_record_has_one_shape_and_the_ablation_guards_fire(setup, topk):
     """The ablation rule's records have the patching guards' shape (headwatch.guards.compare); the
     random control refuses a draw of the wrong size or one holding a targeted head; a batched
-    value off its loop stops the rule at once, not at the end."""
+    value off its loop stops the rule once its tables are made, and the error carries them."""
     model, adapter, _ = setup
-    keys = {"guard", "compared", "n_cases", "max_abs_diff", "identical", "tolerance", "passed", "cases"}
+    keys = {"guard", "compared", "n_cases", "max_abs_diff", "identical", "bound", "ratio", "rounding", "passed",
+            "cases"}
     records = guard_records(topk[3])
     assert [r["guard"] for r in records] == ["hook_vs_weights", "hook_vs_mean_bias", "random_control",
                                              "restore", "batched_vs_loop"]
@@ -281,15 +282,21 @@ def test_every_guard_record_has_one_shape_and_the_ablation_guards_fire(setup, to
         assert all({"shape", "max_abs_diff", "identical"} <= set(c) for c in r["cases"])
     targeted = [(2, 0), (2, 1)]
     assert random_control(targeted, {2: [[(0, 1), (1, 1)], [(0, 2), (1, 0)]]})["passed"]
-    with pytest.raises(GuardError, match="random_control: .* is not identical .*'k': 2"):
+    with pytest.raises(GuardError, match="random_control: .* not identical .*'k': 2"):
         random_control(targeted, {2: [[(0, 1), (1, 1)], [(0, 2)]]})             # a draw of one head
     with pytest.raises(GuardError, match="targeted heads in each draw"):
         random_control(targeted, {2: [[(0, 1), (2, 1)]]})                        # a targeted head
-    guards = AblationGuards(model, adapter, random_ids(1, 5), PARAMS["batch"], 1e-5)
-    guards.loop(torch.zeros(2), torch.tensor([0.0, 1e-6]), "fine")
-    with pytest.raises(GuardError, match="batched_vs_loop: off: max"):
-        guards.loop(torch.zeros(2), torch.tensor([0.0, 1e-3]), "off")
-    assert len(guards.loops) == 1
+    guards = AblationGuards(model, adapter, random_ids(1, 5), PARAMS["batch"], 1.0)
+    guards.loop(torch.zeros(2), torch.zeros(2), "fine")
+    guards.loop(torch.zeros(2), torch.tensor([0.0, 1e-3]), "off")
+    table = pd.DataFrame(dict(loss=[1.0, 2.0]))
+    with pytest.raises(GuardError, match="batched_vs_loop: .* past its bound in 1 of 2 cases: .*'quantity': 'off'"
+                       ) as failed:
+        guards.finish(dict(topk=table), dict(made="here"))
+    err = failed.value
+    assert err.record["ratio"] > 100 and err.table is table and table.attrs["note"] == dict(made="here")
+    assert not table.attrs["guards"]["passed"] and table.attrs["guards"]["restore"]["passed"]
+    assert [c["quantity"] for c in err.record["cases"]] == ["fine", "off"]
 
 
 def test_merge_guards_refuses_a_failed_record(topk):
@@ -333,7 +340,7 @@ def test_topk_writes_both_methods_side_by_side(setup, topk):
     assert abs(mean_rows.targeted_copy2.iloc[-1] - zero_rows.targeted_copy2.iloc[-1]) > 1e-4
     assert guards["hook_vs_weights"]["max_abs_diff"] == 0.0
     assert guards["hook_vs_mean_bias"]["passed"]
-    assert guards["hook_vs_mean_bias"]["max_abs_diff"] <= guards["hook_vs_mean_bias"]["tolerance"]
+    assert guards["hook_vs_mean_bias"]["max_abs_diff"] <= guards["hook_vs_mean_bias"]["bound"]
     assert guards["batched_vs_loop"]["n_cases"] == 2                             # one per method
     assert "configured ablation.method (zero) first" in note["method"]
     configured_mean, _, _ = A.run_topk(model, adapter, eval_df, scores, _settings(method="mean"))
@@ -371,7 +378,7 @@ def test_circuit_and_attribution_use_the_configured_method(setup, topk, circuit,
         p = torch.softmax(model(torch.tensor([ph.token_ids])).logits[0, -1], -1)[ph.expected_id]
     assert abs(row.p_cut - float(p)) < 1e-6
     merged = merge_guards({"topk": topk[3], "attribution": guards})
-    assert merged["summary"]["hook_vs_mean_bias"]["max_abs_diff"] <= guards["hook_vs_mean_bias"]["tolerance"]
+    assert merged["summary"]["hook_vs_mean_bias"]["max_abs_diff"] <= guards["hook_vs_mean_bias"]["bound"]
 
 
 def test_settings_are_typed_and_name_what_is_missing_or_unknown():
@@ -384,7 +391,7 @@ def test_settings_are_typed_and_name_what_is_missing_or_unknown():
 
     shipped = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["ablation"]
     s = AblationSettings.from_config(shipped)
-    assert s.k == tuple(shipped["k"]) and isinstance(s.tolerance, float)
+    assert s.k == tuple(shipped["k"]) and isinstance(s.rounding_factor, float)
     assert s.attribution.together == shipped["attribution"]["together"]
     assert s.circuit.half_threshold == shipped["circuit"]["half_threshold"]
     with pytest.raises(ValueError, match=r"ablation: unknown key\(s\) \['colour'\]"):
@@ -393,7 +400,7 @@ def test_settings_are_typed_and_name_what_is_missing_or_unknown():
         AblationSettings.from_config(dict(shipped, attribution=dict(shipped["attribution"], colour=1)))
     with pytest.raises(ValueError, match="batch missing"):
         AblationSettings.from_config({k: v for k, v in shipped.items() if k != "batch"})
-    attribution_only = AblationSettings.from_config({k: shipped[k] for k in ("attribution", "batch", "tolerance",
+    attribution_only = AblationSettings.from_config({k: shipped[k] for k in ("attribution", "batch", "rounding_factor",
                                                                             "hook_tolerance", "method")})
     assert attribution_only.need("attribution") is attribution_only
     with pytest.raises(ValueError, match="top_n, seed not in this rule's settings"):

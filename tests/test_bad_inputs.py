@@ -260,21 +260,6 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_training_goes_on(corpus, st
     assert not ckpt.exists() and not (tmp_path / "checkpoint.prev.pt").exists()
 
 
-@pytest.fixture
-def root_logging():
-    """log_to points the root logger at the rule's log; give the next tests theirs back."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-    for h in handlers:
-        if h not in root.handlers:
-            root.addHandler(h)
-    root.setLevel(level)
-
-
 def test_a_failed_attempts_log_is_kept_when_the_rerun_replaces_the_rules_log(corpus, tmp_path, root_logging):
     torch.set_num_threads(1)
     ckpt, log = tmp_path / "run" / "checkpoint.pt", tmp_path / "logs" / "seed3.log"

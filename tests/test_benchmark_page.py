@@ -16,8 +16,9 @@ def test_the_benchmarks_page_and_the_readme_block_are_the_records():
 
 def test_the_first_pair_benchmark_runs_the_readmes_block_to_its_first_figure(tmp_path):
     """benchmarks/first_pair.py times the README's own lines (a README that changes its example
-    changes what is timed), stopping at the first figure, with a mark after the model has loaded;
-    a README whose block draws nothing is refused."""
+    changes what is timed), stopping at the first figure, with a mark after the model has loaded,
+    then patch_heads on four pairs with the model the block loaded, phase by phase; a README whose
+    block draws nothing is refused."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import first_pair
 
@@ -26,7 +27,13 @@ def test_the_first_pair_benchmark_runs_the_readmes_block_to_its_first_figure(tmp
     assert sum("hw.plot_" in x for x in lines) == 1 and any("hw.patch_heads(" in x for x in lines)
     code = first_pair.program(lines)
     assert code.index("load_model(") < code.index(first_pair.MARK) < code.index("hw.patch_heads(")
+    assert code.index("hw.plot_") < code.index("_hw.patch_heads(_m, ") < code.index(first_pair.FOUR)
     compile(code, "first_pair", "exec")
+    four = dict(seconds=12.34, phases=[["patch every head", 6.0], ["guard batched_vs_loop", 2.5]], passed=True,
+                ratio=0.0094)
+    assert first_pair.four_pairs_text(four) == (
+        "hw.patch_heads on four pairs of five tokens: 12.3 s wall (target: at most 15 s on 2 idle cores) — patch every "
+        "head 6.0 s, guard batched_vs_loop 2.5 s; every guard passed, the closest at 0.0094 × its bound")
     bare = tmp_path / "README.md"
     bare.write_text("## From a notebook\n\n```python\nimport headwatch as hw\n```\n")
     with pytest.raises(SystemExit, match="draws no figure"):

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from conftest import ROOT
-from headwatch.guards import batched_vs_loop
+from headwatch.guards import batched_vs_loop, rounding
 from headwatch.patching import guards
 from headwatch.model.arch import Adapter
 from headwatch.circuits.path_patching import PATH_SITES, Edge, PathPatcher, edges_into, require_edges
@@ -34,8 +34,9 @@ def test_path_guards_pass_on_every_family(model):
     pp = _paths(model)
     a = pp.adapter
     sample = [0, 1, 2]
-    rec = guards.path_into_everything(pp, [(0, 0), (1, 3), (a.n_layers - 1, 1)], sample, 1e-5)
-    assert rec["passed"] and rec["n_cases"] == 3 and rec["max_abs_diff"] <= 1e-5, rec
+    bound = rounding(a, 1.0, pp.patcher.largest_logit)
+    rec = guards.path_into_everything(pp, [(0, 0), (1, 3), (a.n_layers - 1, 1)], sample, bound)
+    assert rec["passed"] and rec["n_cases"] == 3 and rec["max_abs_diff"] <= rec["bound"], rec
     edges = edges_into(a, [(a.n_layers - 1, 2), (1, 0)])
     assert len(edges) == 3 * a.n_heads * (a.n_layers - 1 + 1)
     batched = pp.run(edges)
@@ -43,8 +44,8 @@ def test_path_guards_pass_on_every_family(model):
     picked = edges[::7]
     looped = pp.loop(picked, sample)
     rec = batched_vs_loop([(dict(edge=str(e)), batched[edges.index(e), sample], x)
-                                  for e, x in zip(picked, looped)], 1e-5, "path-patched logit difference")
-    assert rec["passed"] and rec["max_abs_diff"] <= 1e-5
+                                  for e, x in zip(picked, looped)], bound, "path-patched logit difference")
+    assert rec["passed"] and rec["max_abs_diff"] <= rec["bound"]
 
 
 def test_the_path_into_everything_guard_fails_when_freezing_leaks(monkeypatch):
@@ -53,10 +54,12 @@ def test_the_path_into_everything_guard_fails_when_freezing_leaks(monkeypatch):
     no longer activation patching, and the guard says so."""
     pp = _paths(tiny_model("llama"))
     real = PathPatcher.frozen
-    assert guards.path_into_everything(pp, [(0, 1)], [0, 1], 1e-5)["passed"]
+    bound = rounding(pp.adapter, 1.0, pp.patcher.largest_logit)
+    assert guards.path_into_everything(pp, [(0, 1)], [0, 1], bound)["passed"]
     monkeypatch.setattr(PathPatcher, "frozen", lambda self, start, prompts, freeze: real(self, start, prompts, True))
-    with pytest.raises(guards.GuardError, match="path_into_everything: .* > 1e-05"):
-        guards.path_into_everything(pp, [(0, 1)], [0, 1], 1e-5)
+    with pytest.raises(guards.GuardError, match="path_into_everything: .* past its bound") as failed:
+        guards.path_into_everything(pp, [(0, 1)], [0, 1], bound)
+    assert failed.value.record["ratio"] > 100
 
 
 def test_pass_a_changes_the_residual_stream_by_the_senders_output_alone():

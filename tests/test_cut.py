@@ -5,7 +5,7 @@ import torch
 from headwatch.model.arch import Adapter, HeadAddressError
 from headwatch.ablation.cut import (BatchedCuts, cut_heads, cut_rows, full_logits, head_mask, heads_one_per_layer,
                                     loop_cuts, zeroed_columns)
-from headwatch.guards import GuardError, batched_vs_loop
+from headwatch.guards import GuardError, Rounding, batched_vs_loop, rounding
 from headwatch.ablation.guards import hook_vs_weights, restore
 from headwatch.model.interventions import InterventionError
 from tiny import random_ids
@@ -156,7 +156,7 @@ def test_batched_runner_equals_loop(model, reuse):
     looped = loop_cuts(model, a, ids, variants, reduce, positions)
     batched = BatchedCuts(model, a, ids, positions, batch=4, reuse_prefix=reuse).run_variants(variants, reduce)
     assert batched.shape == (5, 3, 3, model.config.vocab_size)
-    assert batched_vs_loop([({}, batched, looped)], 1e-5, "log-probs")["passed"]
+    assert batched_vs_loop([({}, batched, looped)], rounding(a, 1.0, float(looped.abs().max())), "log-probs")["passed"]
     assert (looped[1] - looped[0]).abs().max() > 1e-3
     assert _hooks(a) == 0
     assert all("forward" not in a.block(l).__dict__ for l in range(a.n_layers))
@@ -168,11 +168,16 @@ def test_guards_fail_loudly():
     a = Adapter(model)
     ids = random_ids(1, 8)
     intact = full_logits(model, ids)
-    with pytest.raises(GuardError, match=r"batched_vs_loop: x: max \|Δ\| = 2e-05 > 1e-05"):
-        batched_vs_loop([({}, torch.zeros(3), torch.tensor([0.0, 2e-5, 0.0]))], 1e-5, "x")
+    # by hand: factor 1 × u 2^-24 × magnitude 1 × depth 1 × √1 = 5.96e-08; 2e-5 is 336 times that
+    with pytest.raises(GuardError, match=r"batched_vs_loop: x: \|Δ\| past its bound in 1 of 1 cases: \|Δ\| = 2e-05 "
+                       r"> bound 5.96e-08 .*, 336 × the bound and 2e-05 × the numbers' size") as failed:
+        batched_vs_loop([({}, torch.zeros(3), torch.tensor([0.0, 2e-5, 0.0]))], Rounding(1.0, "float32", 1.0, 1, 1), "x")
+    assert failed.value.record["bound"] == 2 ** -24 and "in_float64" in str(failed.value)
+    with pytest.raises(ValueError, match="a bound is 0 .* or derived from rounding"):
+        batched_vs_loop([({}, torch.zeros(3), torch.zeros(3))], 1e-5, "x")      # a typed bound is refused
     with torch.no_grad():
         a.out_proj(1).weight[0, 0] += 1e-3          # the model did not come back
-    with pytest.raises(GuardError, match="guard restore: .* is not identical"):
+    with pytest.raises(GuardError, match="guard restore: .* not identical"):
         restore(model, ids, intact)
 
 

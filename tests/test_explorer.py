@@ -53,7 +53,7 @@ def _phrase_rows():
     return pd.DataFrame(rows)
 
 
-ABLATION_PARAMS = dict(top_n=4, method="zero", k=[1, 2, 4], random_draws=3, seed=0, batch=64, tolerance=1e-5,
+ABLATION_PARAMS = dict(top_n=4, method="zero", k=[1, 2, 4], random_draws=3, seed=0, batch=64, rounding_factor=1.0,
                        hook_tolerance=0.0,
                        guard_sequences=2, circuit=dict(half_threshold=0.1),
                        attribution=dict(no_effect_points=0.5, together=3, global_loss_nats=0.1))

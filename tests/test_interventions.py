@@ -8,12 +8,12 @@ import torch
 from headwatch.model.arch import (SITES, WHOLE_SITES, Adapter, HeadAddressError, all_families, families_markdown, sites_markdown,
                                   sites_table)
 from headwatch.ablation.cut import BatchedCuts, cut_heads, head_means, loop_cuts
-from headwatch.ablation.guards import MEAN_BIAS_RTOL, hook_vs_mean_bias, hook_vs_reference, restore
-from headwatch.guards import GuardError, batched_vs_loop
+from headwatch.ablation.guards import hook_vs_mean_bias, hook_vs_reference, restore
+from headwatch.guards import GuardError, Rounding, batched_vs_loop
 from headwatch.model.interventions import (Edit, InterventionError, attention_maps, call, capture, full_logits, hooks_on,
                                            intervene, maps_and_logits, replace, replaced_by_bias, scale, skip,
                                            stop_grad, zero, zeroed_weights)
-from tiny import ALL_FAMILIES, CHARLM_VARIANTS, CONFIGS, FAMILIES, random_ids, tiny_model
+from tiny import ALL_FAMILIES, CHARLM_VARIANTS, CONFIGS, FAMILIES, random_ids, rounding_of, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 WEIGHTED = ("z", "pattern", "q", "k", "v")   # sites with weights that produce them alone
@@ -169,7 +169,7 @@ def test_per_row_edits_equal_each_edit_alone(tiny, site):
     for i, edits in enumerate(row_edits):
         with torch.no_grad(), intervene(a, edits):
             alone = a.logits(ids[:1])[0]
-        assert batched_vs_loop([({}, batched[i], alone)], 1e-5, f"{site} row {i}")["passed"]
+        assert batched_vs_loop([({}, batched[i], alone)], rounding_of(a, alone), f"{site} row {i}")["passed"]
     assert (batched[1] - batched[0]).abs().max() > 1e-4       # rows really differ
     # Per-row values: each row its own replacement.
     values = _value(a, site, 4, T, gen)
@@ -177,7 +177,8 @@ def test_per_row_edits_equal_each_edit_alone(tiny, site):
         per_row = a.logits(ids)
     for i in (0, 3):
         with torch.no_grad(), intervene(a, [replace(site, last, values[i], _unit(a, site))]):
-            assert batched_vs_loop([({}, per_row[i], a.logits(ids[:1])[0])], 1e-5, "per-row values")["passed"]
+            alone = a.logits(ids[:1])[0]
+            assert batched_vs_loop([({}, per_row[i], alone)], rounding_of(a, alone), "per-row values")["passed"]
     with pytest.raises(InterventionError, match="masks for 4 rows"):
         with torch.no_grad(), intervene(a, batched_edits):
             a.logits(ids[:2])
@@ -231,7 +232,8 @@ def test_pattern_edits_act_through_z(tiny):
         a.logits(ids)
     own = cap.one(("pattern", 2, None))
     with intervene(a, [replace("pattern", 2, own)]):
-        assert batched_vs_loop([({}, full_logits(model, ids, adapter=a), intact)], 1e-5, "own pattern")["passed"]
+        assert batched_vs_loop([({}, full_logits(model, ids, adapter=a), intact)], rounding_of(a, intact),
+                               "own pattern")["passed"]
     uniform = torch.tril(torch.ones(10, 10)) / torch.arange(1, 11)[:, None]
     with torch.no_grad(), intervene(a, [capture("pattern", 2, 1, key="before"),
                                         replace("pattern", 2, uniform, 1), capture("pattern", 2, 1)]) as cap:
@@ -326,7 +328,7 @@ def test_skip_stands_in_for_the_blocks_below(tiny):
             skipped = a.logits(ids).float()
         finally:
             handle.remove()
-    assert batched_vs_loop([({}, skipped, intact)], 1e-5, "skip")["passed"]
+    assert batched_vs_loop([({}, skipped, intact)], rounding_of(a, intact), "skip")["passed"]
     assert torch.equal(seen.one(("resid_in", 2, None)), cap.one(("resid", 1, None)))
     assert calls == [1]                      # block 0 was called, its stand-in ran, not its layers
     assert hooks_on(model) == 0
@@ -450,8 +452,9 @@ def test_head_means_are_the_mean_of_z_over_rows_and_positions(tiny):
 
 
 def test_mean_cut_guards(tiny):
-    """Mean cuts: hook vs its bias form (within MEAN_BIAS_RTOL × max |logit|; "zeroed weights" is a
-    zero-cut guard), batched vs loop (1e-5), the model restored; and a mean cut is not a zero cut."""
+    """Mean cuts: hook vs its bias form (within float64 rounding of the largest |logit|; "zeroed weights"
+    is a zero-cut guard), batched vs loop (float32 rounding), the model restored; and a mean cut is not a
+    zero cut."""
     model, a = tiny
     ids = random_ids(3, 10, seed=7)
     intact = full_logits(model, ids, adapter=a)
@@ -461,8 +464,10 @@ def test_mean_cut_guards(tiny):
     biased = [getattr(a.out_proj(l), "bias", None) is not None for l in range(a.n_layers)]
     rec = hook_vs_mean_bias(model, a, ids, heads, means)
     # the guard's scale is read under exact numerics (math attention), `intact` by the default kernel
-    assert rec["max_abs_logit"] == pytest.approx(float(intact.abs().max()), rel=1e-5) and rec["rtol"] == MEAN_BIAS_RTOL
-    assert rec["passed"] and rec["max_abs_diff"] <= rec["tolerance"] == MEAN_BIAS_RTOL * rec["max_abs_logit"]
+    r = rec["rounding"]
+    assert r["magnitude"] == pytest.approx(float(intact.abs().max()), rel=1e-5) and r["dtype"] == "float64"
+    assert rec["passed"] and rec["max_abs_diff"] <= rec["bound"] == pytest.approx(
+        2 ** -53 * r["magnitude"] * (a.n_layers + 1) * r["terms"] ** 0.5)
     assert rec["layers_covered"] == list(range(a.n_layers))
     # Weights restored, and a bias attached for the check is gone again.
     assert _same(model, snap)
@@ -470,8 +475,10 @@ def test_mean_cut_guards(tiny):
     # The bias guard can fail: the bias form of another value is not the same model.
     wrong = [(dict(layer=0), [replace("z", 0, means[0, 0], 0)],
               lambda: replaced_by_bias(a, [(0, 0, means[0, 0] + 1.0)]))]
-    with pytest.raises(GuardError, match="max"):
-        hook_vs_reference("hook_vs_mean_bias", a, ids, wrong, rec["tolerance"], "the bias form of another value")
+    with pytest.raises(GuardError, match="past its bound") as failed:
+        hook_vs_reference("hook_vs_mean_bias", a, ids, wrong, Rounding(**{k: r[k] for k in ("factor", "dtype",
+                          "magnitude", "depth", "terms")}), "the bias form of another value")
+    assert failed.value.record["ratio"] > 1e6
     positions = torch.tensor([0, 4, 9])
     variants = [[], [(1, 0)], [(0, 1), (2, 3)]]
 
@@ -480,7 +487,7 @@ def test_mean_cut_guards(tiny):
 
     looped = loop_cuts(model, a, ids, variants, reduce, positions, means=means)
     batched = BatchedCuts(model, a, ids, positions, batch=4, means=means).run_variants(variants, reduce)
-    assert batched_vs_loop([({}, batched, looped)], 1e-5, "mean cuts")["passed"]
+    assert batched_vs_loop([({}, batched, looped)], rounding_of(a, looped), "mean cuts")["passed"]
     zero_cut = loop_cuts(model, a, ids, variants[1:2], reduce, positions)
     assert (zero_cut[0] - looped[1]).abs().max() > 1e-4
     with cut_heads(a, [(1, 0)], means):

@@ -35,13 +35,13 @@ def refused(change: dict) -> str:
 
 # ------------------------------------------------------------------ numbers
 NON_FINITE = [
-    ({"edges": {"tolerance": float("inf")}}, "edges.tolerance: inf is not a finite number"),
-    ({"edges": {"tolerance": float("nan")}}, "edges.tolerance: nan is not a finite number"),
+    ({"edges": {"rounding_factor": float("inf")}}, "edges.rounding_factor: inf is not a finite number"),
+    ({"edges": {"rounding_factor": float("nan")}}, "edges.rounding_factor: nan is not a finite number"),
     ({"induction": {"tasks": {"markov": {"alpha": float("nan")}}}}, "induction.tasks.markov.alpha: nan"),
     ({"induction": {"lr": float("nan")}}, "induction.lr: nan is not a finite number"),
     ({"sweep": {"train": {"lr": float("-inf")}}}, "sweep.train.lr: -inf is not a finite number"),
-    ({"ablation": {"tolerance": float("inf")}}, "ablation.tolerance: inf"),
-    ({"patching": {"tolerance": float("nan")}}, "patching.tolerance: nan"),
+    ({"ablation": {"rounding_factor": float("inf")}}, "ablation.rounding_factor: inf"),
+    ({"patching": {"rounding_factor": float("nan")}}, "patching.rounding_factor: nan"),
     ({"induction": {"margin": float("inf")}}, "induction.margin: inf"),
 ]
 
@@ -103,7 +103,7 @@ def test_the_checker_refuses_what_the_workflow_refuses(tmp_path, capsys):
                            "no cell of head_size [1024] x heads [256] is within max_width = 8192"),
              "circuits.yaml": ({"edges": {"fractions": [i / 1000 for i in range(1, 1001)], "random_draws": 1000}},
                                "circuits, each run on every prompt"),
-             "nan.yaml": ({"edges": {"tolerance": float("nan")}}, "edges.tolerance: nan is not a finite number")}
+             "nan.yaml": ({"edges": {"rounding_factor": float("nan")}}, "edges.rounding_factor: nan is not a finite number")}
     for name, (change, said) in cases.items():
         path = tmp_path / name
         path.write_text(yaml.safe_dump(change))
@@ -142,7 +142,7 @@ def api(tiny_model_dir):
     (dict(fractions=[2]), "fractions=[2] (edges.fractions[0]): 2 is greater than the maximum of 1"),
     (dict(ig_steps=10 ** 9), "ig_steps=1000000000 (edges.ig_steps): 1,000,000,000 is above its bound 1,000"),
     (dict(random_draws=10 ** 7), "random_draws=10000000 (edges.random_draws)"),
-    (dict(tolerance=float("inf")), "tolerance=inf (edges.tolerance): inf is not a finite number"),
+    (dict(rounding_factor=float("inf")), "rounding_factor=inf (edges.rounding_factor): inf is not a finite number"),
     (dict(method="eap"), "method='eap' (edges.method): unknown key 'method' under `edges`; did you mean `methods`?"),
 ])
 def test_the_api_refuses_bad_settings_before_any_model_pass(api, kw, said, monkeypatch):

@@ -11,7 +11,7 @@ import yaml
 
 from conftest import ROOT
 from headwatch.model import arch
-from headwatch.guards import batched_vs_loop
+from headwatch.guards import batched_vs_loop, rounding
 from headwatch.patching import guards
 from headwatch.model.arch import Adapter
 from headwatch.patching.pairs import pair_prompt_set, position_scores
@@ -52,8 +52,8 @@ def _patcher(model, prompts=None, batch=16):
 def test_a_padded_batch_gives_each_prompt_as_run_alone_on_every_family(model):
     p = _patcher(model)
     assert p.mask is not None and p.mask.shape == (6, max(LENGTHS)) and p.mask.sum(1).tolist() == [7, 7, 10, 10, 12, 12]
-    rec = guards.padded_vs_alone(p, range(6), 1e-5)
-    assert rec["passed"] and rec["n_cases"] == 12 and rec["max_abs_diff"] <= 1e-5
+    rec = guards.padded_vs_alone(p, range(6), 1.0)
+    assert rec["passed"] and rec["n_cases"] == 12 and rec["max_abs_diff"] <= rec["bound"]
     assert {c["padding"] for c in rec["cases"]} == {5, 2, 0}
     sample = [0, 2, 4]                                       # one prompt of each length
     for r in (guards.nothing_patched(p, sample), guards.everything_patched(p, sample),
@@ -61,7 +61,8 @@ def test_a_padded_batch_gives_each_prompt_as_run_alone_on_every_family(model):
         assert r["passed"] and r["identical"], r
     patches = head_patches(p.adapter)[::5] + resid_patches(p.adapter, p.length)[::7] + position_patches([(1, 2)], p.length)[::4]
     batched = p.run(patches)
-    rec = batched_vs_loop(p.against_loop(patches, batched[:, sample], sample), 1e-5, "logit difference")
+    rec = batched_vs_loop(p.against_loop(patches, batched[:, sample], sample),
+                          rounding(p.adapter, 1.0, p.largest_logit), "logit difference")
     assert rec["passed"]
 
 
@@ -69,27 +70,30 @@ def test_the_padding_guard_fires_without_position_ids(monkeypatch):
     """GPT-2 (absolute positions) with the padding masked but no position ids: each padded prompt's
     tokens sit at positions shifted by the padding, and its logits are not its own."""
     p = _patcher(tiny_model("gpt2"))
-    assert guards.padded_vs_alone(p, [0, 4], 1e-5)["passed"]
+    assert guards.padded_vs_alone(p, [0, 4], 1.0)["passed"]
     monkeypatch.setattr(arch, "padded_inputs", lambda mask: {} if mask is None else dict(attention_mask=mask))
-    with pytest.raises(guards.GuardError, match=r"padded_vs_alone: .* > 1e-05 in 2 of 4 cases .*'padding': 5"):
-        guards.padded_vs_alone(p, [0, 4], 1e-5)
+    with pytest.raises(guards.GuardError, match=r"padded_vs_alone: .* past its bound in 2 of 4 cases: .*'padding': 5"
+                       ) as failed:
+        guards.padded_vs_alone(p, [0, 4], 1.0)
+    assert failed.value.record["ratio"] > 100
     with pytest.raises(guards.GuardError, match="nothing is padded"):
-        guards.padded_vs_alone(_patcher(tiny_model("gpt2"), _prompts((9,))), [0], 1e-5)
+        guards.padded_vs_alone(_patcher(tiny_model("gpt2"), _prompts((9,))), [0], 1.0)
 
 
 def test_the_padding_bound_follows_the_logits_scale():
-    """Rounding grows with the logits: the bound is the tolerance times the largest |logit| (at least 1),
-    so a model whose logits are 10^4 times larger passes as the model itself does, and the record says
-    the scale it used; the missing position ids still fail by far more than that bound."""
+    """Rounding grows with the logits: the bound is u × the largest |logit| × depth × √terms, so a model
+    whose logits are 10^4 times larger passes as the model itself does, and the record says the scale it
+    used; the missing position ids still fail by far more than that bound."""
     model = tiny_model("gpt2")
     p = _patcher(model)
-    plain = guards.padded_vs_alone(p, [0, 4], 1e-5)
+    plain = guards.padded_vs_alone(p, [0, 4], 1.0)
     with torch.no_grad():
         model.lm_head.weight.mul_(1e4)
-    loud = guards.padded_vs_alone(_patcher(model), [0, 4], 1e-5)
-    assert loud["passed"] and loud["max_abs_logit"] > 1e3 * max(1.0, plain["max_abs_logit"])
-    assert loud["tolerance"] == pytest.approx(1e-5 * loud["max_abs_logit"]) and loud["rtol"] == 1e-5
-    assert loud["max_abs_diff"] > 1e-5 or loud["identical"]    # past an absolute bound unless it rounds alike
+    loud = guards.padded_vs_alone(_patcher(model), [0, 4], 1.0)
+    r = loud["rounding"]
+    assert loud["passed"] and r["magnitude"] > 1e3 * plain["rounding"]["magnitude"]
+    assert loud["bound"] == pytest.approx(2 ** -24 * r["magnitude"] * (3 + 1) * 256 ** 0.5)   # gpt2: 4 × width 64
+    assert (r["factor"], r["dtype"], r["depth"], r["terms"]) == (1.0, "float32", 4, 256)
 
 
 def test_the_metric_is_each_prompts_last_token_and_a_patch_is_the_same_padded_or_alone():
@@ -315,7 +319,7 @@ def test_the_kv_and_cached_position_sweeps_run_on_the_first_rows_length():
     heads = pd.DataFrame(a.heads(), columns=["layer", "head"])
     heads["score"] = [0.1 * ((7 * i) % 12) for i in range(len(heads))]
     heads["score_rank"] = heads["score"].rank(ascending=False, method="min").astype(int)
-    settings = PatchingSettings(batch=16, tolerance=1e-5, guard_prompts=2, positions_all_heads=2)
+    settings = PatchingSettings(batch=16, rounding_factor=1.0, guard_prompts=2, positions_all_heads=2)
     for run in (lambda p: run_positions_all(model, a, p, heads, settings), lambda p: run_kv_patching(model, a, p, settings)):
         table, note, record = run(prompts)
         assert record["passed"] and "of the 6 prompts of the pairs file" in note["prompts_of_one_length"]

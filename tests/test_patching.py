@@ -8,7 +8,7 @@ import yaml
 from torch import nn
 
 from conftest import ROOT
-from headwatch.guards import batched_vs_loop
+from headwatch.guards import batched_vs_loop, rounding
 from headwatch.patching import guards
 from headwatch.model.arch import Adapter
 from headwatch.model.interventions import InterventionError, capture, intervene
@@ -43,8 +43,9 @@ def test_every_guard_passes_on_every_family(model):
         assert {tuple(c["shape"]) for c in rec["cases"]} == {(3, 10, a.model.config.vocab_size)}
     patches = head_patches(a)[::5] + resid_patches(a, 10)[::11] + position_patches([(1, 2)], 10)[::3]
     batched = p.run(patches)
-    rec = batched_vs_loop(p.against_loop(patches, batched[:, sample], sample), 1e-5, "logit difference")
-    assert rec["passed"] and rec["n_cases"] == len(patches) and rec["max_abs_diff"] <= 1e-5
+    rec = batched_vs_loop(p.against_loop(patches, batched[:, sample], sample), rounding(a, 1.0, p.largest_logit),
+                          "logit difference")
+    assert rec["passed"] and rec["n_cases"] == len(patches) and rec["max_abs_diff"] <= rec["bound"]
 
 
 def test_each_guard_fails_when_what_it_guards_is_broken(monkeypatch):
@@ -53,7 +54,7 @@ def test_each_guard_fails_when_what_it_guards_is_broken(monkeypatch):
     sample = [0, 1]
     real_skip, real_replace = guards.skip, guards.replace
     monkeypatch.setattr(guards, "skip", lambda layer, value: real_skip(layer, value + 1e-3))
-    with pytest.raises(guards.GuardError, match="nothing_patched: .* is not identical"):
+    with pytest.raises(guards.GuardError, match="nothing_patched: .* not identical"):
         guards.nothing_patched(p, sample)
     monkeypatch.setattr(guards, "replace", lambda site, layer, value, unit=None: real_replace(
         site, layer, value.roll(1, dims=0), unit))             # another prompt's activation
@@ -67,8 +68,10 @@ def test_each_guard_fails_when_what_it_guards_is_broken(monkeypatch):
     monkeypatch.undo()
     patches = head_patches(p.adapter)[:2]
     off = p.run(patches)[:, sample] + 1e-4
-    with pytest.raises(guards.GuardError, match="batched_vs_loop: .* > 1e-05"):
-        batched_vs_loop(p.against_loop(patches, off, sample), 1e-5, "logit difference")
+    with pytest.raises(guards.GuardError, match="batched_vs_loop: .* past its bound") as failed:
+        batched_vs_loop(p.against_loop(patches, off, sample), rounding(p.adapter, 1.0, p.largest_logit),
+                        "logit difference")
+    assert failed.value.record["ratio"] > 10 and not failed.value.record["passed"]
     assert isinstance(guards.GuardError("x"), InterventionError)
 
 
@@ -176,7 +179,7 @@ def test_settings_are_typed_and_name_what_is_missing_or_unknown():
     import sys
 
     s = PatchingSettings.from_config(CONFIG["patching"])
-    assert s.templates == tuple(CONFIG["patching"]["templates"]) and isinstance(s.tolerance, float)
+    assert s.templates == tuple(CONFIG["patching"]["templates"]) and isinstance(s.rounding_factor, float)
     assert {name: getattr(s, name) for name in CONFIG["patching"]} == {
         k: tuple(v) if isinstance(v, list) else v for k, v in CONFIG["patching"].items()}
     with pytest.raises(ValueError, match=r"patching: unknown key\(s\) \['guard_prompt'\]"):

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 import torch
 
-from headwatch.guards import batched_vs_loop
+from headwatch.guards import batched_vs_loop, rounding
 from headwatch.patching import guards
 from headwatch.model.arch import Adapter
 from headwatch.patching.patcher import Patch, Patcher, position_patches
@@ -29,7 +29,8 @@ def test_cached_sweep_equals_one_patch_per_forward_pass_on_every_family(model):
     assert (cached - looped).abs().max() <= 1e-5
     assert torch.allclose(cached, p.run(patches), atol=1e-5)          # the Patcher's uncached rows
     assert (cached - p.corrupted_ld).abs().max() > 1e-3                # a patch moves the metric
-    rec = batched_vs_loop(p.against_loop(patches[:4], cached[:4, :2], [0, 1]), 1e-5, "cached")
+    rec = batched_vs_loop(p.against_loop(patches[:4], cached[:4, :2], [0, 1]), rounding(a, 1.0, p.largest_logit),
+                          "cached")
     assert rec["passed"]
 
 
@@ -39,8 +40,10 @@ def test_the_guard_fires_when_the_cache_holds_the_wrong_keys():
     cached.keys = [k.roll(1, dims=0) for k in cached.keys]            # another prompt's keys before p
     patches = position_patches([(1, 0)], p.length)
     got = cached.run(patches)
-    with pytest.raises(guards.GuardError, match="batched_vs_loop: .* > 1e-05"):
-        batched_vs_loop(p.against_loop(patches, got[:, :2], [0, 1]), 1e-5, "cached")
+    with pytest.raises(guards.GuardError, match="batched_vs_loop: .* past its bound") as failed:
+        batched_vs_loop(p.against_loop(patches, got[:, :2], [0, 1]), rounding(p.adapter, 1.0, p.largest_logit),
+                        "cached")
+    assert failed.value.record["ratio"] > 100
 
 
 def test_what_the_cached_sweep_refuses():
@@ -114,7 +117,7 @@ def test_the_rule_patches_the_top_heads_at_every_position():
     heads = pd.DataFrame([(l, h) for l, h in a.heads()], columns=["layer", "head"])
     heads["score"] = [0.1 * ((7 * i) % 12) for i in range(12)]
     heads["score_rank"] = heads["score"].rank(ascending=False, method="min").astype(int)
-    settings = PatchingSettings(batch=16, tolerance=1e-5, guard_prompts=2, positions_all_heads=3)
+    settings = PatchingSettings(batch=16, rounding_factor=1.0, guard_prompts=2, positions_all_heads=3)
     table, note, record = run_positions_all(model, a, prompts, heads, settings)
     top = heads.sort_values(["score", "layer", "head"], ascending=[False, True, True]).head(3)
     assert sorted(zip(table.layer, table["head"])) == sorted(
@@ -128,7 +131,7 @@ def test_the_rule_patches_the_top_heads_at_every_position():
     title = fig.axes[0].get_title()
     ratio = note["multiply_adds_loop"] / note["multiply_adds_cached"]
     assert "the top 3 heads of the head sweep by score (3 of 12)" in title and f"{ratio:.2f}× fewer" in title
-    every = run_positions_all(model, a, prompts, heads, PatchingSettings(batch=16, tolerance=1e-5, guard_prompts=2))
+    every = run_positions_all(model, a, prompts, heads, PatchingSettings(batch=16, rounding_factor=1.0, guard_prompts=2))
     assert len(every[0]) == 12 * 10 and every[1]["heads_chosen"] == "every head"
     p = Patcher(model, a, clean, corrupted, io, s, 16)
     row = table[(table.layer == top.layer.iloc[0]) & (table["head"] == top["head"].iloc[0]) & (table.position == 4)]

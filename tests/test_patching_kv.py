@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 import torch
 
+from headwatch.guards import rounding
 from headwatch.patching import guards
 from headwatch.model.arch import Adapter
 from headwatch.model.interventions import intervene, replace
@@ -39,8 +40,8 @@ def test_kv_guards_pass_on_every_gqa_family(family):
         ids = p.corrupted[:2]
         assert torch.allclose(twin.logits(ids), a.logits(ids), atol=1e-5)
     rec = guards.kv_ungrouped(p, twin, sample, [(q, ld[i, sample]) for i, q in enumerate(patches)], group_heads,
-                              1e-5)
-    assert rec["passed"] and rec["n_cases"] == len(patches) and rec["max_abs_diff"] <= 1e-5
+                              rounding(a, 1.0, p.largest_logit))
+    assert rec["passed"] and rec["n_cases"] == len(patches) and rec["max_abs_diff"] <= rec["bound"]
     assert {tuple(c["heads"]) for c in rec["cases"]} == {(0, 1), (2, 3)}
     rec = guards.qkv_is_z(p, sample, range(a.n_layers))
     assert rec["passed"] and rec["identical"] and rec["n_cases"] == a.n_layers
@@ -83,7 +84,8 @@ def test_a_model_without_key_sharing_has_a_row_per_heads_keys_and_values():
     assert len(patches) == a.n_layers * a.n_heads * 2 and all(group_heads(a, q.unit) == [q.unit] for q in patches)
     ld = p.run(patches)
     _, twin = ungrouped_twin(model, a)
-    rec = guards.kv_ungrouped(p, twin, [0], [(q, ld[i, [0]]) for i, q in enumerate(patches[:6])], group_heads, 1e-5)
+    rec = guards.kv_ungrouped(p, twin, [0], [(q, ld[i, [0]]) for i, q in enumerate(patches[:6])], group_heads,
+                              rounding(a, 1.0, p.largest_logit))
     assert rec["passed"]
 
 
@@ -93,21 +95,23 @@ def test_each_kv_guard_fires_when_what_it_guards_is_broken():
     a = p.adapter
     sample = [0, 1]
     # attention reads its values too: q and k alone are not every head's z
-    with pytest.raises(guards.GuardError, match="qkv_is_z: .* is not identical"):
+    with pytest.raises(guards.GuardError, match="qkv_is_z: .* not identical"):
         guards.qkv_is_z(p, sample, [1], sites=("q", "k"))
     patches = [Patch("k", 1, 0), Patch("v", 2, 1)]
     ld = p.run(patches)
     cases = [(q, ld[i, sample]) for i, q in enumerate(patches)]
     _, twin = ungrouped_twin(model, a)
+    bound = rounding(a, 1.0, p.largest_logit)
     # one head of the group is not the group
-    with pytest.raises(guards.GuardError, match="kv_ungrouped: .* > 1e-05"):
-        guards.kv_ungrouped(p, twin, sample, cases, lambda ad, g: group_heads(ad, g)[:1], 1e-5)
+    with pytest.raises(guards.GuardError, match="kv_ungrouped: .* past its bound") as failed:
+        guards.kv_ungrouped(p, twin, sample, cases, lambda ad, g: group_heads(ad, g)[:1], bound)
+    assert failed.value.record["ratio"] > 100
     # a twin whose key rows are not its groups' (the heads of a group swapped with the other's)
     with torch.no_grad():
         w = twin.key_proj(1).weight
         w.copy_(w.roll(2 * a.head_dim, dims=0))
     with pytest.raises(guards.GuardError, match="kv_ungrouped"):
-        guards.kv_ungrouped(p, twin, sample, cases[:1], group_heads, 1e-5)
+        guards.kv_ungrouped(p, twin, sample, cases[:1], group_heads, bound)
 
 
 def test_an_unwritten_twin_entry_is_refused(monkeypatch):
@@ -128,7 +132,7 @@ def test_the_rule_writes_one_row_per_layer_group_and_site():
     clean, corrupted, io, s = patching_prompts(n=6)
     prompts = pd.DataFrame(dict(clean_ids=list(clean.numpy()), corrupted_ids=list(corrupted.numpy()),
                                 answer_id=io.numpy(), distractor_id=s.numpy()))
-    settings = PatchingSettings(batch=16, tolerance=1e-5, guard_prompts=2, kv_prompts=4)
+    settings = PatchingSettings(batch=16, rounding_factor=1.0, guard_prompts=2, kv_prompts=4)
     table, note, record = run_kv_patching(model, Adapter(model), prompts, settings)
     assert len(table) == 3 * 2 * 2 and note["prompts"] == 4 and note["group_size"] == 2
     assert list(table[["layer", "group", "site"]].itertuples(index=False, name=None))[:4] == [

@@ -22,7 +22,7 @@ HEADS = dict(windows=8, sequences=8, seed=0, early=4, late=8, threshold=0.3, cut
 MODEL = dict(width=32, heads=2, layers=2, context=32)
 TRAIN = dict(steps=400, batch=32, lr=3e-3, min_lr=3e-4, warmup=20, weight_decay=0.0, eval_every=50,
              eval_batches=2, checkpoint_every=1000)
-ABLATION = dict(random_draws=8, seed=11, method="zero", batch=64, tolerance=1e-5, hook_tolerance=0.0,
+ABLATION = dict(random_draws=8, seed=11, method="zero", batch=64, rounding_factor=1.0, hook_tolerance=0.0,
                 guard_sequences=2)
 V, T = 32, 16
 

@@ -158,6 +158,14 @@ def tiny_model(family: str, seed: int = 0, **kw):
     return model.float().eval()
 
 
+def rounding_of(adapter, *numbers: torch.Tensor):
+    """The guards' bound (:func:`headwatch.guards.rounding`, factor 1) for outputs of ``adapter`` the size of
+    ``numbers`` (their largest |value| the magnitude)."""
+    from headwatch.guards import rounding
+
+    return rounding(adapter, 1.0, max(float(x.detach().abs().max()) for x in numbers))
+
+
 def random_ids(batch: int, length: int, vocab: int = VOCAB, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(1, vocab, (batch, length), generator=g)

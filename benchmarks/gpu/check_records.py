@@ -183,6 +183,12 @@ def _fmt(x, spec=".4g") -> str:
     return format(x, spec) if isinstance(x, (int, float)) else str(x)
 
 
+def guard_bound(record: dict) -> float:
+    """A guard record's bound: ``bound`` (derived from rounding), or ``tolerance``, the typed bound of the
+    records written before bounds were derived (the H200 run's of 2026-12-04)."""
+    return record["bound"] if "bound" in record else record["tolerance"]
+
+
 def guards(results: Path) -> list[dict]:
     """Every guard's figures: each guard record (by its name) of each ablation rule's record, read
     where the rules write it for rule ``ablation_guards``
@@ -207,14 +213,14 @@ def guards(results: Path) -> list[dict]:
         dev = f"{rec.get('device')} {rec.get('dtype')}"
         for g in guard_records(rec):
             rows.append(dict(source=src, guard=g["guard"], cases=g["n_cases"], max_abs_diff=g["max_abs_diff"],
-                             bound=g["tolerance"], identical=g["identical"], passed=g["passed"], device=dev))
+                             bound=guard_bound(g), identical=g["identical"], passed=g["passed"], device=dev))
     anatomy = [under(results, paths.model_anatomy(m, f)) for m in models for f in MODEL_ANATOMY_FILES]
     for path in (p for p in anatomy if p.suffix == ".json" and p.exists()):
         g = json.loads(path.read_text())
         if isinstance(g, dict) and "max_abs_delta" in g:
             rows.append(dict(source=str(path.relative_to(results).with_suffix("")),
                              guard="map by hand (float64) vs the model's", cases=1,
-                             max_abs_diff=g["max_abs_delta"], bound=g["tolerance"], identical=None,
+                             max_abs_diff=g["max_abs_delta"], bound=guard_bound(g), identical=None,
                              passed=g["passed"], device=f"{g.get('model_device')} {g.get('model_dtype')}"))
     deltas = ["others_max_delta", "before_max_delta", "restore_max_delta"]
     for path in (p for p in anatomy if p.suffix == ".parquet" and p.exists()):

@@ -52,6 +52,7 @@ import torch
 
 from ..settings.ablation import METHODS, AblationSettings
 from ..model.arch import Adapter, Head, head_label, heads_label
+from ..jobs import phases
 from ..model.device import exact_numerics
 from .cut import (BatchedCuts, cut_heads, cut_rows, head_mask, head_means, heads_one_per_layer, loop_cuts,
                   normalize_heads)
@@ -149,7 +150,7 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
     with both cut methods (rows of the configured ``ablation.method`` first; the same draws).
 
     ``settings``: of the ``ablation`` config slice, it reads top_n, k, random_draws, seed, method,
-    batch, tolerance, hook_tolerance, guard_sequences. Random heads come from outside the top_n
+    batch, rounding_factor, hook_tolerance, guard_sequences. Random heads come from outside the top_n
     targeted set (never a targeted head: the guard :func:`~headwatch.ablation.guards.random_control`).
     """
     settings.need("top_n", "k", "random_draws", "seed", "guard_sequences")
@@ -161,6 +162,7 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
     log.info("targeted set (top %d by induction): %s", top_n, heads_label(targeted))
     configured = settings.method
     methods = [configured] + [m for m in METHODS if m != configured]
+    guards.step("the heads' means on the eval set (mean cuts)")
     means = {m: method_means(model, adapter, m, eval_df, settings.batch) for m in methods}
     for m in methods:
         guards.hook(means[m], targeted, settings.hook_tolerance)
@@ -179,7 +181,7 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
         rand = random_heads(pool, k, draws, settings.seed, "topk", k)
         index[("random", k)] = list(range(len(variants), len(variants) + draws))
         variants += rand
-    guards.add(random_control(targeted, {k: [variants[v] for v in index[("random", k)]] for k in ks}))
+    guards.check(random_control, targeted, {k: [variants[v] for v in index[("random", k)]] for k in ks})
     log.info("5a: %d cut variants × %d eval sequences × %d methods", len(variants), len(ids), len(methods))
     kmax, n1 = max(ks), len(c1)
     # Guard 3 on the intact model, the largest targeted cut and the first random draw of it, on
@@ -191,9 +193,11 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
     def per_copy(method: str) -> np.ndarray:
         """[V, 2]: mean loss on copy 1 and copy 2 of every variant cut by ``method``."""
         nonlocal hidden
+        guards.step(f"cut {len(variants)} head sets × {len(ids)} sequences ({method} cuts)")
         runner = BatchedCuts(model, adapter, ids, positions, settings.batch, means=means[method], hidden=hidden)
         hidden = runner.hidden
         losses = runner.run_variants(variants, reduce).cpu()                  # [V, N, P]
+        guards.step(f"guard batched_vs_loop: {len(compared)} head sets cut one at a time ({method} cuts)")
         looped = loop_cuts(model, adapter, ids[:g], [variants[v] for v in compared], reduce, positions,
                            settings.batch, means[method]).cpu()
         guards.loop(losses[compared, :g], looped, f"5a loss per token (nats), {method} cuts, {len(compared)} "
@@ -265,7 +269,7 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     """5b: re-score induction on the circuit set with the top previous-token head cut.
 
     ``settings``: of the ``ablation`` config slice, it reads top_n, random_draws, seed,
-    circuit.half_threshold, method, batch, tolerance, hook_tolerance, guard_sequences. Cuts by the
+    circuit.half_threshold, method, batch, rounding_factor, hook_tolerance, guard_sequences. Cuts by the
     configured method (mean cuts take their means over ``eval_df``).
     The random control cuts one head at a time, ``random_draws`` distinct heads drawn from the
     heads that are neither the previous-token head nor in the top_n induction set.
@@ -281,23 +285,27 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     log.info("5b: previous-token head %s, best induction head %s, random heads %s",
              head_label(*prev), head_label(*best), heads_label(rand))
     method = settings.method
+    guards.step("the heads' means on the eval set" if method == "mean" else "the cut method")
     means = method_means(model, adapter, method, eval_df, settings.batch)
     guards.hook(means, [prev, best] + rand, settings.hook_tolerance)
 
     ids = ids_tensor(circuit_df)
     T, offset = int(circuit_df.half_length.iloc[0]), int(circuit_df.offset.iloc[0])
     variants = [[], [prev]] + [[h] for h in rand]
+    guards.step(f"every head's induction score under {len(variants)} cuts")
     sums, cells = induction_under_cuts(model, adapter, ids, T, offset, variants, settings.batch, means)
     ind = pooled_induction(sums, cells)                                                     # [V, L, H]
     # Guard 3 on the guard sequences: the batched re-scoring pooled over them equals
     # scores.induction_scores of them run under cut_heads.
     g = min(settings.guard_sequences, len(ids))
+    guards.step("guard batched_vs_loop: induction scores under 3 cuts, one at a time")
     looped = []
     for v in (0, 1, 2):
         with cut_heads(adapter, variants[v], means):
             looped.append(induction_scores(model, adapter, ids[:g], T, offset, settings.batch))
     guards.loop(pooled_induction(sums[:3], cells, g), torch.stack(looped),
-                f"5b induction scores of every head on {g} sequences: intact, previous-token cut, first random cut")
+                f"5b induction scores of every head on {g} sequences: intact, previous-token cut, first random cut",
+                attention=True)
 
     intact, after, rnd = ind[0].double().numpy(), ind[1].double().numpy(), ind[2:].double().numpy()
     above = intact > thr
@@ -329,9 +337,11 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     c1, c2 = copy_positions(T, offset)
     positions = torch.cat([c1, c2])
     loss_variants = [[], [best], [prev]] + [[h] for h in rand]
+    guards.step(f"the loss under {len(loss_variants)} cuts")
     runner = BatchedCuts(model, adapter, ids, positions, settings.batch, means=means)
     reduce = token_losses(ids, positions)
     losses = runner.run_variants(loss_variants, reduce).cpu()
+    guards.step("guard batched_vs_loop: the loss under 3 cuts, one at a time")
     looped = loop_cuts(model, adapter, ids[:g], loss_variants[:3], reduce, positions, settings.batch, means).cpu()
     guards.loop(losses[:3, :g], looped,
                 f"5b loss per token (nats) on {g} sequences: intact, best induction cut, previous-token cut")
@@ -376,6 +386,7 @@ def prose_losses(model, adapter: Adapter, prose: pd.DataFrame, variants: Sequenc
     differ in length, so each runs alone. Guard 3: every variant again one at a time, on the
     quantity returned, each variant's pooled loss (protocol §5c says why not per prediction)."""
     batched, looped = [], []
+    guards.step(f"the prose loss under {len(variants)} cuts, batched and one at a time (guard batched_vs_loop)")
     for row in prose.itertuples():
         ids = _phrase_ids(row)
         if ids.shape[1] < 2:
@@ -408,7 +419,7 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd
     """5c: probability of each phrase's expected token with every head cut alone.
 
     ``settings``: of the ``ablation`` config slice, it reads attribution.no_effect_points,
-    attribution.together, attribution.global_loss_nats, method, batch, tolerance, hook_tolerance.
+    attribution.together, attribution.global_loss_nats, method, batch, rounding_factor, hook_tolerance.
     Cuts by the configured method (mean cuts take their means over ``eval_df``).
 
     Each phrase's costliest head is also cut on the ``prose`` sentences: the loss per token there
@@ -420,11 +431,13 @@ def attribution_tables(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd
     thr, together = settings.attribution.no_effect_points, settings.attribution.together
     global_nats = settings.attribution.global_loss_nats
     method = settings.method
+    guards.step("the heads' means on the eval set" if method == "mean" else "the cut method")
     means = method_means(model, adapter, method, eval_df, settings.batch)
     guards.hook(means, (), settings.hook_tolerance)
     heads = adapter.heads()
     attr_rows, summary, pairs = [], [], []
     for row in phrases.itertuples():
+        guards.step(f"cut every head on {row.phrase!r}, batched and one per layer at a time (guard batched_vs_loop)")
         ids = _phrase_ids(row)
         last = torch.tensor([ids.shape[1] - 1])
         reduce = prob_of(int(row.expected_id))
@@ -489,24 +502,30 @@ def phrase_ids(phrases: pd.DataFrame) -> list[torch.Tensor]:
 @exact_numerics()
 def run_topk(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFrame,
              settings: AblationSettings):
-    """Rule ablation_topk: (table, parquet note, guard record); raises if a guard fails."""
+    """Rule ablation_topk: (table, parquet note, guard record); a failed guard raises once the table is
+    made, carrying it. Each step is a named phase of the call's progress."""
     settings.need("guard_sequences")
-    guards = AblationGuards(model, adapter, ids_tensor(eval_df.head(settings.guard_sequences)), settings.batch,
-                            settings.tolerance)
-    table, note = topk_table(model, adapter, eval_df, scores, settings, guards)
-    return table, note, guards.finish()
+    with phases("cut_heads") as step:
+        step("the intact model on the guard sequences")
+        guards = AblationGuards(model, adapter, ids_tensor(eval_df.head(settings.guard_sequences)), settings.batch,
+                                settings.rounding_factor, step)
+        table, note = topk_table(model, adapter, eval_df, scores, settings, guards)
+        return table, note, guards.finish(dict(topk=table), note)
 
 
 @exact_numerics()
 def run_circuit(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd.DataFrame,
                 settings: AblationSettings, eval_df: pd.DataFrame | None = None):
     """Rule ablation_circuit: (scores table, loss table, note, guard record). ``eval_df``: the eval
-    set, needed by mean cuts."""
+    set, needed by mean cuts. A failed guard raises once the tables are made, carrying them; each step
+    is a named phase of the call's progress."""
     settings.need("guard_sequences")
-    guards = AblationGuards(model, adapter, ids_tensor(circuit_df.head(settings.guard_sequences)), settings.batch,
-                            settings.tolerance)
-    sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, settings, guards, eval_df)
-    return sc, loss, note, guards.finish()
+    with phases("cut_circuit") as step:
+        step("the intact model on the guard sequences")
+        guards = AblationGuards(model, adapter, ids_tensor(circuit_df.head(settings.guard_sequences)), settings.batch,
+                                settings.rounding_factor, step)
+        sc, loss, note = circuit_tables(model, adapter, circuit_df, scores, settings, guards, eval_df)
+        return sc, loss, note, guards.finish(dict(circuit_scores=sc, circuit_loss=loss), note)
 
 
 @exact_numerics()
@@ -515,7 +534,10 @@ def run_attribution(model, adapter: Adapter, phrases: pd.DataFrame, prose: pd.Da
     """Rule ablation_attribution: (attribution, summary, pairs, note, guard record). ``prose``: the
     prose sentences (each costliest head's cut scope); ``eval_df``: the eval set, needed by mean cuts.
 
-    The guards run on every phrase."""
-    guards = AblationGuards(model, adapter, phrase_ids(phrases), settings.batch, settings.tolerance)
-    attr, summary, pairs, note = attribution_tables(model, adapter, phrases, prose, settings, guards, eval_df)
-    return attr, summary, pairs, note, guards.finish()
+    The guards run on every phrase. A failed guard raises once the tables are made, carrying them; each
+    step is a named phase of the call's progress."""
+    with phases("cut_each_head") as step:
+        step("the intact model on every phrase")
+        guards = AblationGuards(model, adapter, phrase_ids(phrases), settings.batch, settings.rounding_factor, step)
+        attr, summary, pairs, note = attribution_tables(model, adapter, phrases, prose, settings, guards, eval_df)
+        return attr, summary, pairs, note, guards.finish(dict(attribution=attr, summary=summary, pairs=pairs), note)

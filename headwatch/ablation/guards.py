@@ -8,10 +8,12 @@
   head's output-projection columns zeroed (exactly equal in float32);
 * :func:`hook_vs_mean_bias` — mean cuts, for which "zeroed weights" does not exist: the hook
   against Wo's columns zeroed plus ``Wo[:, h] · m`` added as a bias, compared with the model in
-  float64 within :data:`MEAN_BIAS_RTOL` × the largest |logit|;
+  float64 within the bound of float64 rounding (:class:`headwatch.guards.Rounding`, u = 2^-53);
 * :func:`restore` — the model back intact (identical logits) after every hook is removed;
 * :func:`random_control` — 5a's control: every draw cuts k heads, none of the targeted set;
-* :func:`headwatch.guards.batched_vs_loop` — the batched path against one edit per forward pass;
+* :func:`headwatch.guards.batched_vs_loop` — the batched path against one edit per forward pass,
+  within the bound of float32 rounding of each quantity's numbers (the logits for losses and
+  probabilities; the attention scores, :func:`score_size`, for induction scores);
 * :class:`AblationGuards` — these for one ablation rule, its guards JSON; :func:`merge_guards` —
   every ablation rule's, refused if one failed.
 """
@@ -21,26 +23,25 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..guards import Compared, GuardError, GuardRecords, batched_vs_loop, compare
+from ..guards import Compared, GuardError, GuardRecords, Rounding, batched_vs_loop, compare, rounding
 from ..model.arch import Adapter, Head
 from ..model.device import exact_numerics
-from ..model.interventions import at_least_float32, full_logits, in_float64, intervene, replaced_by_bias, skip
+from ..model.interventions import (at_least_float32, capture, full_logits, in_float64, intervene, replaced_by_bias,
+                                   skip)
+from ..model.recompute import score_size as head_score_size
 from ..tableio import guard_records
 from .cut import cut_edits, heads_one_per_layer, intact_states, normalize_heads, zeroed_columns
 
 
-#: Tolerance of the mean-cut guard, relative to the largest |logit| of the intact model on the guard
-#: sequences: max |Δlogit| between the hook and the bias form ≤ MEAN_BIAS_RTOL × max |logit|. The
-#: two are equal in exact arithmetic and add the same terms in another order, so the guard compares
-#: them with the model in float64 (interventions.in_float64), where that rounding is ~1e-16
-#: relative. In float32 it was not a bound that holds on every CPU: SmolLM2-135M's difference was
-#: 2.3e-4 = 6.1e-6 × max |logit| 37.5 on one AMD EPYC, 7.4e-4 on an Intel Xeon and 1.44e-3 on
-#: another AMD EPYC (over a float32 bound of 3e-5 × 37.5 = 1.1e-3), while a mean off by 1 % moves
-#: the logits by 7e-3 … 0.69. In float64 (RMSNorms and softmax included: before they were, one
-#: flipped float32 rounding inside a norm moved SmolLM2's logits by 1.2e-5 for one head of 38):
-#: ≤ 1.8e-13 on SmolLM2 (the same cut moves the logits by 0.70 when its mean is off by 1 %),
+#: The mean-cut guard compares the hook with its bias form with the model in float64
+#: (interventions.in_float64): the two are equal in exact arithmetic and add the same terms in another
+#: order, and float64 rounding (u = 2^-53) of numbers this size is far below what a wrong mean moves. In
+#: float32 no bound held on every CPU: SmolLM2-135M's difference was 2.3e-4 = 6.1e-6 × max |logit| 37.5
+#: on one AMD EPYC, 7.4e-4 on an Intel Xeon and 1.44e-3 on another AMD EPYC, since transformers' RMSNorms
+#: and eager softmax round to float32 inside (one flipped float32 rounding in a norm moved SmolLM2's
+#: logits by 1.2e-5 for one head of 38), while a mean off by 1 % moves the logits by 7e-3 … 0.69. In
+#: float64: ≤ 1.8e-13 on SmolLM2 (the same cut moves the logits by 0.70 when its mean is off by 1 %),
 #: ≤ 9e-16 relative on the tiny test models of every family.
-MEAN_BIAS_RTOL = 1e-9
 
 
 # ------------------------------------------------------------------ cutting heads (§5)
@@ -74,12 +75,12 @@ def _logits_from(adapter: Adapter, ids: Compared, hidden, layer: int, batch: int
 
 @torch.no_grad()
 def hook_vs_reference(guard: str, adapter: Adapter, ids: Compared, cases: Sequence[tuple[dict, list, Callable]],
-                      tolerance: float, compared: str, batch: int = 64, hidden=None, **facts) -> dict:
+                      bound: float | Rounding, compared: str, batch: int = 64, hidden=None, **facts) -> dict:
     """Guard 1's form (protocol §5): for each case ``(label, edits, reference)``, the FULL logits
     (every sequence of ``ids``, every position and vocabulary entry) under :func:`intervene`
-    ``(edits)`` against those under the context ``reference()``, a weight-level equivalent.
-    ``label`` holds the edit's ``layer``: both sides run from that layer up on the intact
-    model's outputs of the blocks below (``hidden``, :func:`headwatch.cut.intact_states`;
+    ``(edits)`` against those under the context ``reference()``, a weight-level equivalent, within
+    ``bound`` (0: identical). ``label`` holds the edit's ``layer``: both sides run from that layer up
+    on the intact model's outputs of the blocks below (``hidden``, :func:`headwatch.cut.intact_states`;
     computed here when None), which neither form changes — the blocks below are not run twice
     per case."""
     if hidden is None:
@@ -92,7 +93,7 @@ def hook_vs_reference(guard: str, adapter: Adapter, ids: Compared, cases: Sequen
                 ref = _logits_from(adapter, ids, hidden, label["layer"], batch)
             yield label, hooked, ref
 
-    return compare(guard, pairs(), tolerance, compared + "; each edit run from its layer up on the intact "
+    return compare(guard, pairs(), bound, compared + "; each edit run from its layer up on the intact "
                    "model's outputs of the blocks below", layers_covered=sorted({c[0]["layer"] for c in cases}),
                    **facts)
 
@@ -104,7 +105,8 @@ def hook_vs_weights(model, adapter: Adapter, ids: Compared, heads: Iterable[Sequ
     """Guard 1 for zero cuts (protocol §5): for each head, the FULL logits (every position, every
     vocabulary entry, every sequence of ``ids``) with the hook cut vs with the head's
     output-projection weight entries zeroed (:func:`hook_vs_reference`; ``hidden``: the intact
-    model's block outputs on ``ids``, when at hand)."""
+    model's block outputs on ``ids``, when at hand): identical (``tolerance`` 0, ``ablation.hook_tolerance``:
+    every product involved is 0 on both sides, so no rounding differs)."""
     cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)]), lambda l=l, h=h: zeroed_columns(adapter, [(l, h)]))
              for l, h in normalize_heads(adapter, heads)]
     return hook_vs_reference("hook_vs_weights", adapter, ids, cases, tolerance, "full logits: hook cut vs zeroed "
@@ -114,13 +116,13 @@ def hook_vs_weights(model, adapter: Adapter, ids: Compared, heads: Iterable[Sequ
 @torch.no_grad()
 @exact_numerics()
 def hook_vs_mean_bias(model, adapter: Adapter, ids: Compared, heads: Iterable[Sequence[int]], means: torch.Tensor,
-                      rtol: float = MEAN_BIAS_RTOL, batch: int = 64, scale: float | None = None) -> dict:
+                      rounding_factor: float = 1.0, batch: int = 64, scale: float | None = None) -> dict:
     """Guard 1 for mean cuts: "hook vs zeroed weights" is defined only for zero cuts. A mean cut
     replaces ``z_h`` by ``m``; its weight-level form is Wo's columns of ``h`` zeroed and
     ``Wo[:, h] · m`` added as a bias (:func:`headwatch.interventions.replaced_by_bias`). The FULL
     logits of both, per head, with the model in float64 (:func:`hook_vs_reference`); passed within
-    ``rtol`` × the largest |logit| of the intact model on ``ids`` (``scale``, computed here when
-    None; the record holds both)."""
+    the bound of float64 rounding (:func:`headwatch.guards.rounding`: u = 2^-53, its magnitude the largest
+    |logit| of the intact model on ``ids``, ``scale``, computed here when None)."""
     if scale is None:
         scale = _largest(full_logits(model, ids, batch, adapter))
     means = means.to(torch.float64)
@@ -129,9 +131,27 @@ def hook_vs_mean_bias(model, adapter: Adapter, ids: Compared, heads: Iterable[Se
         cases = [(dict(layer=l, head=h), cut_edits(adapter, [(l, h)], means),
                   lambda l=l, h=h: replaced_by_bias(adapter, [(l, h, means[l, h])]))
                  for l, h in heads]
-        return hook_vs_reference("hook_vs_mean_bias", adapter, ids, cases, rtol * scale,
+        return hook_vs_reference("hook_vs_mean_bias", adapter, ids, cases, rounding(adapter, rounding_factor, scale),
                                  "full logits: mean cut by hook vs Wo's columns zeroed plus Wo[:, h] · mean as a "
-                                 "bias, both with the model in float64", batch, rtol=rtol, max_abs_logit=scale)
+                                 "bias, both with the model in float64", batch)
+
+
+@torch.no_grad()
+def score_size(adapter: Adapter, ids: Compared, batch: int = 64) -> float:
+    """The size of the intact model's attention scores on ``ids``: the largest |q|·|k|·scale of any
+    head and layer (:func:`headwatch.model.recompute.score_size`), the magnitude of a bound on
+    attention weights (induction scores)."""
+    if isinstance(ids, (list, tuple)):
+        return max(score_size(adapter, x, batch) for x in ids)
+    L, out = adapter.n_layers, 0.0
+    for i in range(0, len(ids), batch):
+        with intervene(adapter, [capture(site, l) for site in ("q", "k") for l in range(L)]) as cap:
+            adapter.run_body(ids[i:i + batch].to(adapter.device))
+        for l in range(L):       # a captured site holds its units one after another, head_dim each
+            q, k = (cap.one((site, l, None)).double().unflatten(-1, (-1, adapter.head_dim)).transpose(-3, -2)
+                    for site in ("q", "k"))
+            out = max(out, float(head_score_size(adapter, l, q, k).max()))
+    return out
 
 
 @torch.no_grad()
@@ -163,46 +183,57 @@ class AblationGuards(GuardRecords):
 
     Created before any cut: one forward pass of ``guard_ids`` (a LongTensor ``[N, T]`` or a list
     of them, e.g. phrases of different lengths) keeps the intact full logits (guard 2) and every
-    block's output (on which guard 1 runs each cut from its layer up). ``tolerance``: of the
-    batched-vs-loop comparisons (``ablation.tolerance``).
+    block's output (on which guard 1 runs each cut from its layer up). ``rounding_factor``: of the
+    bounds derived from rounding (``ablation.rounding_factor``); ``step``: the call's progress
+    (:func:`headwatch.jobs.phases`), each guard a phase of it.
     """
 
-    def __init__(self, model, adapter: Adapter, guard_ids: Compared, batch: int = 64, tolerance: float = 1e-5):
-        super().__init__()
-        self.model, self.adapter, self.ids, self.batch, self.tolerance = model, adapter, guard_ids, batch, tolerance
+    def __init__(self, model, adapter: Adapter, guard_ids: Compared, batch: int = 64, rounding_factor: float = 1.0,
+                 step=None):
+        super().__init__(step)
+        self.model, self.adapter, self.ids, self.batch = model, adapter, guard_ids, batch
+        self.rounding_factor = rounding_factor
         with torch.no_grad():
             intact, self.hidden = _states(adapter, guard_ids, batch)
         self.intact = [x.cpu() for x in intact] if isinstance(intact, list) else intact.cpu()
         self.loops: list[tuple[dict, torch.Tensor, torch.Tensor]] = []
+        self.bounds: dict[str, Rounding] = {}
 
-    def hook(self, means: torch.Tensor | None, extra_heads: Sequence[Head], tolerance: float) -> dict:
+    def hook(self, means: torch.Tensor | None, extra_heads: Sequence[Head], tolerance: float) -> dict | None:
         """Guard 1 on one head per layer plus ``extra_heads`` (those the experiment cuts): zero cuts
-        (``means`` None, :func:`hook_vs_weights` within ``tolerance``) or mean cuts
+        (``means`` None, :func:`hook_vs_weights`, identical: ``tolerance`` 0) or mean cuts
         (:func:`hook_vs_mean_bias`)."""
         heads = list(dict.fromkeys(heads_one_per_layer(self.adapter) + list(extra_heads)))
         if means is None:
-            return self.add(hook_vs_weights(self.model, self.adapter, self.ids, heads, tolerance, self.batch,
-                                            self.hidden))
-        return self.add(hook_vs_mean_bias(self.model, self.adapter, self.ids, heads, means, MEAN_BIAS_RTOL,
-                                          self.batch, _largest(self.intact)))
+            return self.check(hook_vs_weights, self.model, self.adapter, self.ids, heads, tolerance, self.batch,
+                              self.hidden)
+        return self.check(hook_vs_mean_bias, self.model, self.adapter, self.ids, heads, means,
+                          self.rounding_factor, self.batch, _largest(self.intact))
 
-    def loop(self, batched: torch.Tensor, looped: torch.Tensor, what: str) -> None:
-        """One batched-vs-loop comparison of the rule (``what``: the quantity, in words): checked at
-        once (:class:`GuardError`), recorded with the rule's others in one :func:`batched_vs_loop`
-        record by :meth:`finish`."""
-        pair = (dict(quantity=what), batched.cpu(), looped.cpu())
-        batched_vs_loop([pair], self.tolerance, what)
-        self.loops.append(pair)
+    def loop(self, batched: torch.Tensor, looped: torch.Tensor, what: str, attention: bool = False) -> None:
+        """One batched-vs-loop comparison of the rule (``what``: the quantity, in words), recorded with
+        the rule's others in one :func:`batched_vs_loop` record by :meth:`finish`. Its bound: rounding
+        of the logits (losses, probabilities), or with ``attention`` of the attention scores
+        (:func:`score_size`: induction scores)."""
+        if attention:
+            size, of = score_size(self.adapter, self.ids, self.batch), "largest |q|·|k|·scale"
+        else:
+            size, of = _largest(self.intact), "largest |logit|"
+        self.bounds[what] = rounding(self.adapter, self.rounding_factor, size, of=of)
+        self.loops.append((dict(quantity=what), batched.cpu(), looped.cpu()))
 
-    def finish(self) -> dict:
-        """Guard 2 (the model back intact), the batched-vs-loop record, then the rule's record."""
-        self.add(restore(self.model, self.ids, self.intact, self.batch, self.adapter))
+    def finish(self, tables: dict | None = None, note: dict | None = None) -> dict:
+        """Guard 2 (the model back intact), the batched-vs-loop record, then the rule's record: a
+        failed guard raises here, carrying ``tables`` (the rule's, by name) and ``note``."""
+        self.check(restore, self.model, self.ids, self.intact, self.batch, self.adapter)
         if not self.loops:
             raise GuardError("no batched-vs-loop comparison was run")
-        self.add(batched_vs_loop(self.loops, self.tolerance, "the quantity each table reports: the batched cuts "
-                                 "vs one cut set per forward pass (each case names its quantity)"))
+        with self.guard("batched_vs_loop"):
+            self.add(batched_vs_loop(self.loops, lambda case: self.bounds[case["quantity"]], "the quantity each table "
+                                     "reports: the batched cuts vs one cut set per forward pass (each case names its "
+                                     "quantity)"))
         shapes = [list(x.shape) for x in self.ids] if isinstance(self.ids, (list, tuple)) else [list(self.ids.shape)]
-        return self.record(self.model, guard_input_ids_shapes=shapes)
+        return self.record(self.model, tables, note, guard_input_ids_shapes=shapes)
 
 
 def merge_guards(records: dict[str, dict]) -> dict:

@@ -70,12 +70,12 @@ def run_head_slices(folder, head: HeadAddress, dtype: str = "float32") -> dict:
 
 
 def run_weight_check(folder, phrases: pd.DataFrame, phrase: str, head: HeadAddress,
-                     tolerance: float, dtype: str = "float32", device: str = "auto") -> dict:
+                     rounding_factor: float, dtype: str = "float32", device: str = "auto") -> dict:
     model, _, adapter = load_prepared(folder, dtype, device)
     ids, tokens = phrase_tokens(phrases, phrase, "anatomy.weight_check_phrase")
-    record = weight_check(model, adapter, ids, head.layer, head.head, tokens, tolerance)
-    log.info("weight check (layer %d, head %d) on %r: max |Δ| = %.3e (tolerance %g)",
-             head.layer, head.head, phrase, record["max_abs_delta"], tolerance)
+    record = weight_check(model, adapter, ids, head.layer, head.head, tokens, rounding_factor)
+    log.info("weight check (layer %d, head %d) on %r: max |Δ| = %.3e, %.3g × its bound %.3g",
+             head.layer, head.head, phrase, record["max_abs_delta"], record["ratio"], record["bound"])
     return dict(model=Path(folder).name, phrase=phrase, **record)
 
 

@@ -12,8 +12,10 @@ embedding (partial, rotate-half or GPT-J's interleaved pairs, the layer's
 base), scale, soft-capping, causal mask and sliding window, softmax — in
 float64 from the hidden state entering the layer, and compares it with the map
 the model itself returns (both read by captures at the ``resid_in`` and
-``pattern`` sites). What a family's rules are, the adapter says. Above the
-tolerance it raises.
+``pattern`` sites). What a family's rules are, the adapter says. Above a bound
+derived from the model's rounding (:class:`headwatch.guards.Rounding`: u × the
+largest |q|·|k|·scale of the head × depth 2 (the projection, then q·k) × √width)
+it raises.
 """
 from __future__ import annotations
 
@@ -23,9 +25,9 @@ from torch import nn
 from ..model.arch import Adapter
 from ..tableio import assert_finite
 from ..model.device import exact_numerics, numerics
-from ..guards import GuardError
+from ..guards import FLOAT64_HINT, GuardError, rounding
 from ..model.interventions import capture, intervene
-from ..model.recompute import norm, pattern, rules
+from ..model.recompute import norm, pattern, rules, score_size
 
 
 class WeightCheckError(GuardError):
@@ -105,7 +107,8 @@ def hand_map(adapter: Adapter, layer: int, head: int, hidden: torch.Tensor) -> t
     """The head's attention map [T, T] in float64 from the layer's input hidden state [T, W]:
     the input norm and every head's q/k projections by hand from the stored weights, then
     the family's rules (:func:`headwatch.model.recompute.pattern`: QK-norm, rotary, scale,
-    soft-cap, window)."""
+    soft-cap, window). ``how`` holds the rules and ``score_size``, the size of the head's attention
+    scores (:func:`headwatch.model.recompute.score_size`)."""
     x = hidden.detach().double().cpu()
     n = adapter.input_norm_params(layer)
     xn = norm(x, n)
@@ -114,7 +117,7 @@ def hand_map(adapter: Adapter, layer: int, head: int, hidden: torch.Tensor) -> t
     k = torch.stack([_project(adapter, adapter.key_proj(layer), adapter.key_slice(g), xn)
                      for g in range(adapter.n_kv_heads)])
     how = dict(norm=n["kind"] or "none", eps=n["eps"], norm_offset=n["offset"], **rules(adapter, layer),
-               precision="float64 on CPU")
+               precision="float64 on CPU", score_size=float(score_size(adapter, layer, q, k)[head]))
     return pattern(adapter, layer, q, k)[head], how
 
 
@@ -139,11 +142,14 @@ def _cell(r: int, c: int, tokens, hand, mine) -> dict:
 @torch.no_grad()
 @exact_numerics()
 def weight_check(model: nn.Module, adapter: Adapter, ids, layer: int, head: int, tokens=None,
-                 tolerance: float = 1e-4) -> dict:
-    """Compare the by-hand map with the model's; raise :class:`WeightCheckError` above ``tolerance``.
+                 rounding_factor: float = 1.0) -> dict:
+    """Compare the by-hand map with the model's; raise :class:`WeightCheckError` above the bound
+    ``rounding_factor`` × u × the head's score size × 2 × √width (:func:`headwatch.guards.rounding`:
+    the model's rounding of one block's projection and product; the by-hand side's float64 adds ~1e-16).
 
     The record names two cells both ways (by hand, model): where they differ
-    most, and where the head looks hardest from the last token.
+    most, and where the head looks hardest from the last token; ``bound``, ``ratio`` (max |Δ| /
+    bound) and ``rounding`` (every number of the bound).
     """
     adapter.require_head(layer, head)
     device = next(model.parameters()).device
@@ -155,18 +161,22 @@ def weight_check(model: nn.Module, adapter: Adapter, ids, layer: int, head: int,
     hand, how = hand_map(adapter, layer, head, hidden)
     assert_finite(hand, "by-hand attention map")
     delta = (hand - mine).abs()
+    bound = rounding(adapter, rounding_factor, how.pop("score_size"), depth=2, terms=adapter.width,
+                     of="largest |q|·|k|·scale")
     worst = divmod(int(delta.argmax()), T)
     strongest = (T - 1, int(mine[T - 1].argmax()))
     record = dict(layer=layer, head=head, kv_group=adapter.kv_group(head), tokens=T,
                   model_dtype=str(next(model.parameters()).dtype), model_device=device.type, numerics=numerics(),
-                  family=adapter.family.name, **how, tolerance=tolerance,
+                  family=adapter.family.name, **how, bound=bound.bound, rounding=bound.facts(),
                   max_abs_delta=float(delta.max()), mean_abs_delta=float(delta.mean()),
+                  ratio=float(delta.max()) / bound.bound if bound.bound else None,
                   cell_largest_delta=_cell(*worst, tokens, hand, mine),
                   cell_last_row_strongest=_cell(*strongest, tokens, hand, mine),
-                  passed=bool(delta.max() <= tolerance))
+                  passed=bool(delta.max() <= bound.bound))
     if not record["passed"]:
         raise WeightCheckError(
             f"head (layer={layer}, head={head}): the map recomputed from the weights differs from the "
-            f"model's by up to {record['max_abs_delta']:.3e} > tolerance {tolerance:g} "
-            f"(cell {record['cell_largest_delta']})")
+            f"model's by up to {record['max_abs_delta']:.3e} > bound {bound.bound:.3g}, {record['ratio']:.3g} × the "
+            f"bound (cell {record['cell_largest_delta']}); the bound, {bound.formula()}, is what rounding of "
+            f"numbers this size can do in {bound.dtype}; {FLOAT64_HINT}", record)
     return record

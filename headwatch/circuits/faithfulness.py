@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..guards import GuardRecords, batched_vs_loop, compare
+from ..guards import GuardRecords, batched_vs_loop, compare, rounding
+from ..jobs import phases
 from ..model.device import exact_numerics
 from ..model.interventions import capture, intervene, replace
 from ..patching.patcher import prompt_mask, prompt_tensors
@@ -75,8 +76,9 @@ def run_scores(model, adapter, prompts: pd.DataFrame, edges: EdgesSettings, prog
                                         parallel=graph.parallel),
                 edges=graph.n_edges, senders=len(graph.senders), receivers=len(graph.receivers),
                 prompts=len(clean), methods=list(edges.methods), ig_steps=edges.ig_steps, seconds={})
-    with exact_numerics():
+    with exact_numerics(), phases("edge_scores", len(edges.methods)) as step:
         for method in edges.methods:
+            step(f"{method}: score every edge")
             t0 = time.perf_counter()
             got = edge_attribution(adapter, graph, clean, corrupted, io, s, method, edges.ig_steps,
                                    edges.score_batch, mask, progress)
@@ -125,12 +127,15 @@ def _unique(circuits: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 @torch.no_grad()
-def _plain_metric(adapter, ids, good, bad, mask, batch: int) -> torch.Tensor:
-    out = []
+def _plain_metric(adapter, ids, good, bad, mask, batch: int) -> tuple[torch.Tensor, float]:
+    """(each prompt's logit difference, the largest |logit| at the last position)."""
+    out, largest = [], 0.0
     for i in range(0, len(ids), batch):
         sl = slice(i, i + batch)
-        out.append(logit_diff(last_logits(adapter, ids[sl], None if mask is None else mask[sl]), good[sl], bad[sl]))
-    return torch.cat(out).double().cpu()
+        logits = last_logits(adapter, ids[sl], None if mask is None else mask[sl])
+        out.append(logit_diff(logits, good[sl], bad[sl]))
+        largest = max(largest, float(logits.abs().max()))
+    return torch.cat(out).double().cpu(), largest
 
 
 @torch.no_grad()
@@ -147,39 +152,46 @@ def faithfulness_guards(adapter, graph: EdgeGraph, clean, corrupted, io, s, mask
                         unique: np.ndarray, full: int, empty: int, senders: list[int], edges: EdgesSettings,
                         records: GuardRecords) -> None:
     """The guards of the faithfulness runs (module doc); ``per_prompt`` ``[circuits, prompts]`` the
-    batched runs' metric, ``full`` / ``empty`` the rows of the full and empty circuits."""
-    tol = edges.tolerance
-    plain_clean = _plain_metric(adapter, clean, io, s, mask, edges.batch)
-    plain_corrupted = _plain_metric(adapter, corrupted, io, s, mask, edges.batch)
-    records.add(compare("full_circuit_is_clean", [(dict(circuit="every edge kept"), per_prompt[full], plain_clean)],
-                        tol, "logit difference of every prompt: every edge kept (each receiver fed from its own copy "
-                             "of the stream) vs the clean run", prompts=len(clean)))
-    records.add(compare("empty_circuit_is_corrupted", [(dict(circuit="no edge kept"), per_prompt[empty],
-                                                        plain_corrupted)],
-                        tol, "logit difference of every prompt: every edge patched (every receiver fed the corrupted "
-                             "run's senders) vs the corrupted run", prompts=len(clean)))
+    batched runs' metric, ``full`` / ``empty`` the rows of the full and empty circuits. Each compares
+    every prompt's logit difference within the bound of float32 rounding
+    (:func:`headwatch.guards.rounding`, its magnitude the largest |logit| of the clean and corrupted
+    runs, its factor ``edges.rounding_factor``)."""
+    with records.guard("full_circuit_is_clean"):
+        plain_clean, top_clean = _plain_metric(adapter, clean, io, s, mask, edges.batch)
+        plain_corrupted, top_corrupted = _plain_metric(adapter, corrupted, io, s, mask, edges.batch)
+        tol = rounding(adapter, edges.rounding_factor, max(top_clean, top_corrupted))
+        records.add(compare("full_circuit_is_clean", [(dict(circuit="every edge kept"), per_prompt[full], plain_clean)],
+                            tol, "logit difference of every prompt: every edge kept (each receiver fed from its own "
+                                 "copy of the stream) vs the clean run", prompts=len(clean)))
+    with records.guard("empty_circuit_is_corrupted"):
+        records.add(compare("empty_circuit_is_corrupted", [(dict(circuit="no edge kept"), per_prompt[empty],
+                                                            plain_corrupted)],
+                            tol, "logit difference of every prompt: every edge patched (every receiver fed the "
+                                 "corrupted run's senders) vs the corrupted run", prompts=len(clean)))
     heads = [int(x) for x in senders]
     circuits = []
     for h in heads:
         keep = graph.sender != h
         circuits.append(keep)
     if circuits:
-        got = patched_metric(adapter, graph, clean, corrupted, io, s, np.stack(circuits), edges.batch, mask)
-        pairs = []
-        for i, h in enumerate(heads):
-            row = graph.senders.iloc[h]
-            want = _z_patched(adapter, clean, corrupted, io, s, mask, int(row.layer), int(row.unit))
-            pairs.append((dict(head=row["name"]), got[i], want))
-        records.add(compare("out_edges_are_z_patch", pairs, tol,
-                            "logit difference of every prompt: every edge out of a head patched vs that head's z "
-                            "replaced by the corrupted run's in the clean run (§5d's patch, run by the "
-                            "interventions)", prompts=len(clean)))
+        with records.guard("out_edges_are_z_patch"):
+            got = patched_metric(adapter, graph, clean, corrupted, io, s, np.stack(circuits), edges.batch, mask)
+            pairs = []
+            for i, h in enumerate(heads):
+                row = graph.senders.iloc[h]
+                want = _z_patched(adapter, clean, corrupted, io, s, mask, int(row.layer), int(row.unit))
+                pairs.append((dict(head=row["name"]), got[i], want))
+            records.add(compare("out_edges_are_z_patch", pairs, tol,
+                                "logit difference of every prompt: every edge out of a head patched vs that head's z "
+                                "replaced by the corrupted run's in the clean run (§5d's patch, run by the "
+                                "interventions)", prompts=len(clean)))
     sample = [0, 1] if len(unique) > 1 else [0]
-    alone = [patched_metric(adapter, graph, clean, corrupted, io, s, unique[i:i + 1], 1, mask)[0] for i in sample]
-    records.add(batched_vs_loop([(dict(circuit=int(i), kept=int(unique[i].sum())), per_prompt[i], a)
-                                 for i, a in zip(sample, alone)], tol,
-                                "logit difference of every prompt: circuits x prompts batched vs one circuit and one "
-                                "prompt per forward pass", prompts=len(clean)))
+    with records.guard("batched_vs_loop"):
+        alone = [patched_metric(adapter, graph, clean, corrupted, io, s, unique[i:i + 1], 1, mask)[0] for i in sample]
+        records.add(batched_vs_loop([(dict(circuit=int(i), kept=int(unique[i].sum())), per_prompt[i], a)
+                                     for i, a in zip(sample, alone)], tol,
+                                    "logit difference of every prompt: circuits x prompts batched vs one circuit and "
+                                    "one prompt per forward pass", prompts=len(clean)))
 
 
 @torch.no_grad()
@@ -202,21 +214,29 @@ def run_faithfulness(model, adapter, prompts: pd.DataFrame, scores: pd.DataFrame
     """Rule edges_faithfulness: (the curves — one row per circuit: ``method, ranking, draw,
     fraction, edges, kept, metric, faithfulness`` —, the areas — one row per method and ranking
     (and random draw): ``cpr`` and ``cmd`` where the ranking gives them —, the note, the guard
-    record)."""
-    edges.need("methods", "fractions", "random_draws", "seed", "batch", "tolerance", "guard_senders")
+    record). Each step is a named phase of the call's progress; a failed guard raises once the tables
+    are made, carrying them."""
+    edges.need("methods", "fractions", "random_draws", "seed", "batch", "rounding_factor", "guard_senders")
+    with phases("edge_faithfulness", 5 + (edges.guard_senders > 0)) as step:
+        return _run_faithfulness(model, adapter, prompts, scores, nodes, edges, progress, step)
+
+
+def _run_faithfulness(model, adapter, prompts, scores, nodes, edges: EdgesSettings, progress, step):
     graph = EdgeGraph.of(adapter)
     if len(scores) != graph.n_edges:
         raise ValueError(f"edges_faithfulness: the scores table has {len(scores)} edges; the model's graph "
                          f"has {graph.n_edges}")
     clean, corrupted, io, s, mask = _prompts(prompts, edges.prompts)
+    step("the clean and corrupted prompts' gap")
     require_a_gap(adapter, clean, corrupted, io, s, mask)
     table = circuits_of(graph, scores, nodes, edges)
     everything, nothing = np.ones(graph.n_edges, dtype=bool), np.zeros(graph.n_edges, dtype=bool)
     unique, index = _unique(list(table["circuit"]) + [everything, nothing])
     full, empty = index[-2], index[-1]
-    records = GuardRecords()
+    records = GuardRecords(step)
     t0 = time.perf_counter()
     with exact_numerics():
+        step(f"run {len(unique)} circuits × {len(clean)} prompts")
         progress(f"faithfulness: {len(unique)} distinct circuits x {len(clean)} prompts")
         per_prompt = patched_metric(adapter, graph, clean, corrupted, io, s, unique, edges.batch, mask, progress=progress)
         seconds = time.perf_counter() - t0
@@ -239,7 +259,8 @@ def run_faithfulness(model, adapter, prompts: pd.DataFrame, scores: pd.DataFrame
                     "every edge, a linear axis): higher is better",
                 cmd="the area under |1 - faithfulness| of the absolute ranking's circuits: lower is better",
                 random="random circuits of the same sizes, drawn uniformly from every edge and pruned: the control")
-    return curves, area_table(curves), note, records.record(model, prompts=len(clean))
+    areas = area_table(curves)
+    return curves, areas, note, records.record(model, dict(faithfulness=curves, areas=areas), note, prompts=len(clean))
 
 
 def area_table(curves: pd.DataFrame) -> pd.DataFrame:

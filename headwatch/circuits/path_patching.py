@@ -27,7 +27,7 @@ stands in for them (``skip``).
 sweep's :meth:`headwatch.patching.patcher.Patcher.run`; :func:`headwatch.patching.guards.path_into_everything`):
 a freeze that leaks into the unfrozen run, a sender put in the wrong slot or pass B reading
 the wrong rows moves it; batched = one path per forward pass (:meth:`PathPatcher.loop`) within
-``patching.tolerance``.
+the bound of float32 rounding (:class:`headwatch.guards.Rounding`, its factor ``patching.rounding_factor``).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from ..guards import GuardRecords, batched_vs_loop
+from ..guards import GuardRecords, batched_vs_loop, rounding
 from ..patching import guards
 from ..model.arch import head_label
 from ..ablation.cut import heads_one_per_layer, plan_chunks
@@ -50,7 +50,7 @@ from ..patching.pairs import one_length
 from ..patching.patcher import Patcher, logit_diff, prompt_tensors
 from ..settings.circuits import INPUTS, CircuitsError, CircuitsSettings
 from ..settings.patching import PatchingSettings
-from ..jobs import progress
+from ..jobs import phases, progress
 
 log = logging.getLogger("headwatch.circuits.path_patching")
 
@@ -126,6 +126,9 @@ class PathPatcher:
         if not set(PATH_SITES) <= set(patcher.sites):
             raise CircuitsError(f"path patching freezes every block's mlp_out at the corrupted run: the Patcher "
                                 f"captures {list(patcher.sites)}; build it with extra_sites={PATH_SITES}")
+        if patcher.mask is not None:       # its passes run without a mask: a padded prompt's logits are not its own
+            raise CircuitsError("path patching runs prompts of one length (headwatch.patching.pairs.one_length); "
+                                "this Patcher's prompts are padded to several lengths")
         self.patcher, self.adapter, self.device = patcher, patcher.adapter, patcher.device
         self.mlp_out = patcher.acts["corrupted"]["mlp_out"]
 
@@ -193,7 +196,7 @@ class PathPatcher:
         prompt_of = prompts.repeat(len(senders))
         layer = torch.tensor([s[0] for s in senders]).repeat_interleave(k)
         order = torch.argsort(layer, stable=True)
-        out = torch.full((len(edges), k), float("nan"))
+        out = torch.full((len(edges), k), float("nan"), dtype=p.clean_ld.dtype)
         column = {int(x): j for j, x in enumerate(prompts)}
         for i, j in progress(plan_chunks(layer[order].tolist(), self.adapter.n_layers, p.batch, p.overhead),
                              desc=f"{len(edges)} paths", unit="pass"):
@@ -268,24 +271,27 @@ def path_table(adapter, pp: PathPatcher, edges: Sequence[Edge], ld: torch.Tensor
 def run_paths(model, adapter, prompts, heads: pd.DataFrame, patching: PatchingSettings,
               settings: CircuitsSettings):
     """Rule circuits_paths: (the edge table, its note, the guard record); every guard runs under
-    :func:`headwatch.model.device.exact_numerics`, and a failed one raises before anything is returned."""
-    with exact_numerics():
-        return _run_paths(model, adapter, prompts, heads, patching, settings)
+    :func:`headwatch.model.device.exact_numerics`, and a failed one raises once the table is made,
+    carrying it. Each step is a named phase of the call's progress."""
+    with exact_numerics(), phases("path_patching", 4) as step:
+        return _run_paths(model, adapter, prompts, heads, patching, settings, step)
 
 
-def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, settings: CircuitsSettings):
-    patching.need("batch", "tolerance", "guard_prompts")
+def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, settings: CircuitsSettings, step):
+    patching.need("batch", "rounding_factor", "guard_prompts")
     settings.need("receivers_top_k", "inputs", "guard_senders")
     prompts, subset = one_length(prompts)        # a pairs file of several lengths: its first row's length
     clean, corrupted, io, s = prompt_tensors(prompts)
-    records = GuardRecords()
+    records = GuardRecords(step)
     t0 = time.perf_counter()
+    step("run the clean and corrupted prompts")
     patcher = Patcher(model, adapter, clean, corrupted, io, s, patching.batch, extra_sites=PATH_SITES)
     pp = PathPatcher(patcher)
     receivers = receivers_of(heads, settings)
     if not receivers:
         raise CircuitsError("circuits: no receiver above layer 0 (a receiver needs an earlier layer to read from)")
     edges = edges_into(adapter, receivers, settings.inputs, settings.senders, settings.sender_layers)
+    step(f"patch {len(edges)} paths")
     ld = pp.run(edges)
     seconds = time.perf_counter() - t0
     log.info("%d edges into %s, %d prompts: %.1f s", len(edges), " ".join(head_label(*r) for r in receivers),
@@ -298,13 +304,15 @@ def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, setti
     sending = {e.sender_layer for e in edges}
     probe = list(dict.fromkeys([h for h in heads_one_per_layer(adapter) if h[0] in sending]
                                + [(int(r.sender_layer), int(r.sender_head)) for r in strongest.itertuples()]))
-    records.add(guards.path_into_everything(pp, probe, sample, patching.tolerance))
+    bound = rounding(adapter, patching.rounding_factor, patcher.largest_logit)
+    records.check(guards.path_into_everything, pp, probe, sample, bound)
     checked = [edges[i] for i in strongest.index] + [e for e in edges if (e.sender_layer, e.sender_head) in probe][:4]
     checked = list(dict.fromkeys(checked))
-    records.add(batched_vs_loop(
-        [(asdict(e), ld[edges.index(e), sample], x) for e, x in zip(checked, pp.loop(checked, sample))],
-        patching.tolerance, "path-patched logit difference answer − distractor of every guard prompt: the batched passes vs "
-        "one edge per pair of forward passes", prompts=len(sample)))
+    with records.guard("batched_vs_loop"):
+        records.add(batched_vs_loop(
+            [(asdict(e), ld[edges.index(e), sample], x) for e, x in zip(checked, pp.loop(checked, sample))],
+            bound, "path-patched logit difference answer − distractor of every guard prompt: the batched passes "
+            "vs one edge per pair of forward passes", prompts=len(sample)))
     threshold = settings.edge_threshold
     kept = table[table["score"].abs() >= threshold]
     note = dict(PATHS_NOTE, **subset, prompts=patcher.n, clean_logit_diff=patcher.clean_mean,
@@ -322,6 +330,6 @@ def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, setti
                               "group's input, which every head of the group reads") if adapter.group_size > 1 else
                 "one key/value group per head: a k or v edge patches the receiver's own input",
                 seconds=round(seconds, 3))
-    return table, note, records.record(model)
+    return table, note, records.record(model, dict(paths=table), note)
 
 

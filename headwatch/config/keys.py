@@ -1,4 +1,5 @@
-"""Config keys and config files: keys the schema does not know (with the nearest valid key),
+"""Config keys and config files: keys the schema does not know (with the nearest valid key, or the
+new name of a renamed key: the schema's ``x-renamed``),
 values its described definitions refuse (said in words), model keys that are folders of
 results/, and config files that YAML cannot read (with file, line and column)."""
 from __future__ import annotations
@@ -29,6 +30,9 @@ def unknown_keys(config, schema: dict, root: dict | None = None, path: str = "")
             where = f"{path}.{key}" if path else str(key)
             if key in props:
                 out += unknown_keys(value, props[key], root, where)
+            elif key in schema.get("x-renamed", {}):
+                new = schema["x-renamed"][key]
+                out.append(f"{where}: {str(key)!r} is now `{path + '.' if path else ''}{new['to']}`: {new['why']}")
             elif extra is False:
                 valid = sorted(props)
                 hint = did_you_mean(key, valid, code=True) or f"valid keys here: {valid}"

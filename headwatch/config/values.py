@@ -2,7 +2,7 @@
 between keys.
 
 A schema's ``minimum`` and ``maximum`` let NaN and infinity through (every comparison with NaN is
-false; ``.inf`` is a number): ``edges.tolerance: .inf`` made every guard pass, ``.nan`` made every
+false; ``.inf`` is a number): ``edges.rounding_factor: .inf`` made every guard pass, ``.nan`` made every
 guard fail after the whole run, ``induction.tasks.markov.alpha: .nan`` made every sequence one
 repeated state. :func:`finite_errors` refuses a non-finite number under any key; the bounds
 (:mod:`.bounds`) and the schema then compare finite numbers only. :func:`relation_errors` checks

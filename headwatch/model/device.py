@@ -26,14 +26,14 @@ What the guards can promise on a GPU (float32 model, under :func:`exact_numerics
   the cuBLAS workspace setting rule that out. The model is loaded with eager
   attention, so no fused attention kernel is involved; where one is (the sweep's
   character model), both sides of a comparison use the same kernel anyway.
-* **within a bound** — batched cuts vs the one-at-a-time loop
-  (``ablation.tolerance``, 1e-5): different batch compositions (and the reused
-  prefix) are different matrix shapes, so different tilings and summation
-  orders; float32 rounding of order 1e-6 on losses of a few nats, as on the
-  CPU. Mean cut vs its bias form (``guards.MEAN_BIAS_RTOL`` × the largest |logit|):
-  the same terms added in a different order, compared with the model in float64 on both
-  devices. The by-hand map
-  (``anatomy.weight_check_tolerance``, 1e-4): float64 on the CPU against the
+* **within a bound** — batched cuts vs the one-at-a-time loop: different batch
+  compositions (and the reused prefix) are different matrix shapes, so different
+  tilings and summation orders; float32 rounding of order 1e-6 on losses of a few
+  nats, as on the CPU. Every such guard's bound is derived from that rounding
+  (:class:`headwatch.guards.Rounding`: u × the size of the numbers × the depth and
+  width of the computation, times ``*.rounding_factor``). Mean cut vs its bias form:
+  the same terms added in a different order, compared with the model in float64 on
+  both devices (float64's u). The by-hand map: float64 on the CPU against the
   model's float32; ~1e-7 on either device. All three need TF32 off: TF32 keeps
   10 mantissa bits (relative error ~1e-3 per product), which alone would exceed
   each of these bounds — hence :func:`exact_numerics`.

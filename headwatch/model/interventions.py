@@ -85,6 +85,7 @@ projection's bias — equal in exact arithmetic, within float rounding in float3
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
@@ -97,7 +98,7 @@ from .recompute import split_heads
 
 __all__ = ["Edit", "Captures", "InterventionError", "OPS", "GRAD_SITES", "zero", "scale", "replace", "capture",
            "skip", "stop_grad", "call", "intervene", "attention_maps", "maps_and_logits", "full_logits", "at_least_float32",
-           "zeroed_weights", "replaced_by_bias", "hooks_on"]
+           "zeroed_weights", "replaced_by_bias", "hooks_on", "computed_in"]
 
 _SIDE = {"z": "in", "q": "out", "k": "out", "v": "out", "mlp_out": "out", "resid_mid": "in_kw", "mlp_in": "in_kw"}
 """Which side of its module each site is (a pre-hook on the input, a hook on the output)."""
@@ -635,6 +636,23 @@ def at_least_float32(x: torch.Tensor) -> torch.Tensor:
 NORM_FORMULA_RTOL = 1e-5
 
 
+_IN_FLOAT64: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+"""The models inside :func:`in_float64` now."""
+
+
+def computed_in(model: nn.Module) -> torch.dtype:
+    """The dtype whose rounding the model's outputs carry: float64 inside :func:`in_float64` (every
+    step in float64); else the coarser of its parameters' dtype and float32, since transformers' RMSNorms
+    and eager attention's softmax compute in float32 whatever the model's dtype (a float64 model
+    outside :func:`in_float64` still rounds there to float32), and bfloat16 or float16 weights round
+    their products coarser still."""
+    if model in _IN_FLOAT64:
+        return torch.float64
+    dtype = next(model.parameters()).dtype
+    return dtype if dtype.is_floating_point and torch.finfo(dtype).eps > torch.finfo(torch.float32).eps \
+        else torch.float32
+
+
 @contextlib.contextmanager
 def in_float64(adapter: Adapter):
     """The model's floating-point parameters and buffers in float64 while inside, each back in its
@@ -681,9 +699,11 @@ def in_float64(adapter: Adapter):
     model.to(torch.float64)
     handles = [m.register_forward_hook(exact_norm) for m in norms]
     nn.functional.softmax = softmax_keeping_float64
+    _IN_FLOAT64.add(model)
     try:
         yield model
     finally:
+        _IN_FLOAT64.discard(model)
         nn.functional.softmax = softmax
         for h in handles:
             h.remove()

@@ -137,6 +137,16 @@ def pattern(adapter: Adapter, layer: int, q: torch.Tensor, k: torch.Tensor) -> t
     return torch.softmax(scores, dim=-1)
 
 
+def score_size(adapter: Adapter, layer: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The size of each head's attention scores ``[..., heads]``: the largest |q_i| · |k_j| × |scale|
+    over its positions (q, k as :func:`pattern` takes them), which bounds every score's terms
+    (Cauchy–Schwarz): the magnitude of a guard's bound on attention weights
+    (:class:`headwatch.guards.Rounding`)."""
+    q, k = queries_keys(adapter, layer, q, k)
+    largest_k = k.norm(dim=-1).amax(dim=-1).repeat_interleave(adapter.group_size, dim=-1)
+    return q.norm(dim=-1).amax(dim=-1) * largest_k * abs(adapter.attention_scale(layer))
+
+
 def rules(adapter: Adapter, layer: int) -> dict:
     """The rules :func:`pattern` applies in ``layer``, for a record (numbers and words only)."""
     r = adapter.rope(layer)

@@ -61,7 +61,9 @@ its position ids), the residual and top-head sweeps count positions from the end
 **Guards** (:mod:`.guards`): nothing patched gives the corrupted logits exactly; the
 last block's output patched at every position gives the clean logits exactly; a head patched
 clean → clean changes nothing; the batched sweep equals one patch per forward pass within
-``patching.tolerance``. A failed guard raises and no table is written.
+the bound of float32 rounding (:class:`headwatch.guards.Rounding`, its factor
+``patching.rounding_factor``). A failed guard raises once the tables are made, carrying them
+(``err.table``); the workflow writes no table.
 
 The modules, one rule each where a rule reads them:
 

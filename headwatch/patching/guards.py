@@ -9,10 +9,11 @@ through :func:`headwatch.guards.compare`:
 * :func:`clean_to_clean` — a head's ``z`` from the clean run patched into the same clean run
   changes no logit;
 * :func:`headwatch.guards.batched_vs_loop` — the batched sweep against one patch per forward
-  pass, within a tolerance (different batch shapes round differently); also the per-position
-  head sweep run through the corrupted run's key/value cache (:mod:`headwatch.patching.positions`);
+  pass, within the bound of float32 rounding (:class:`headwatch.guards.Rounding`: different batch
+  shapes round differently); also the per-position head sweep run through the corrupted run's
+  key/value cache (:mod:`headwatch.patching.positions`);
 * :func:`padded_vs_alone` — prompts of different lengths (a pairs file) in one left-padded
-  batch give each prompt's logits as when run alone, within a tolerance;
+  batch give each prompt's logits as when run alone, within the bound of rounding;
 * :func:`qkv_is_z` — a layer's queries, keys and values patched at every position give the
   logits of every head's ``z`` of that layer patched, identically (attention reads nothing else);
 * :func:`kv_ungrouped` — a key (value) group patched equals the keys (values) of every query
@@ -30,7 +31,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..guards import GuardError, compare
+from ..guards import GuardError, Rounding, compare, rounding
 from ..model.arch import Adapter
 from ..model.interventions import at_least_float32, capture, intervene, replace, skip
 from .patcher import Patch
@@ -47,13 +48,14 @@ def _mask(patcher, prompts: Sequence[int]) -> torch.Tensor | None:
 
 
 @torch.no_grad()
-def padded_vs_alone(patcher, prompts: Sequence[int], tolerance: float) -> dict:
+def padded_vs_alone(patcher, prompts: Sequence[int], rounding_factor: float) -> dict:
     """Each of ``prompts`` (indices into the patcher's prompts), clean and corrupted, in the
     left-padded batch the sweep runs (attention mask and position ids, :func:`headwatch.arch.padded_inputs`)
     against the same prompt run alone, without padding: the full logits of its own tokens within
-    ``tolerance`` × the largest |logit| of the prompts run alone (at least 1). The batch shapes differ,
-    so the kernels sum in other orders: float32 rounding, which grows with the logits' scale — on
-    SmolLM2-135M (30 layers, logits up to ~30) one pad token moved a logit by 1.1e-4. Padding
+    the bound of rounding (:func:`headwatch.guards.rounding`, its magnitude the largest |logit| of the
+    prompts run alone). The batch shapes differ, so the kernels sum in other orders: float32 rounding,
+    which grows with the logits' scale — on SmolLM2-135M (30 layers, logits up to ~30) one pad token
+    moved a logit by 1.1e-4, 0.05 × the bound. Padding
     without the position ids it needs shifts every token of a shorter prompt by the padding's
     length: on GPT-2 (absolute positions) one pad token moved the next-token distribution by 0.9 in
     total variation, orders of magnitude past the bound."""
@@ -70,11 +72,10 @@ def padded_vs_alone(patcher, prompts: Sequence[int], tolerance: float) -> dict:
             alone = at_least_float32(a.logits(ids[r, own].unsqueeze(0)))[0]
             cases.append((dict(run=run, prompt=int(i), tokens=int(own.sum()), padding=int((~own).sum())),
                           batch[r, own], alone))
-    scale = max(1.0, max(float(alone.abs().max()) for _, _, alone in cases))
-    return compare("padded_vs_alone", cases, tolerance * scale,
-                   "full logits of each prompt's own tokens in the left-padded batch vs the prompt run alone "
-                   "(bound: the tolerance times the largest |logit|)",
-                   prompts=len(prompts), width=int(patcher.mask.shape[1]), rtol=tolerance, max_abs_logit=scale)
+    scale = max(float(alone.abs().max()) for _, _, alone in cases)
+    return compare("padded_vs_alone", cases, rounding(a, rounding_factor, scale),
+                   "full logits of each prompt's own tokens in the left-padded batch vs the prompt run alone",
+                   prompts=len(prompts), width=int(patcher.mask.shape[1]))
 
 
 @torch.no_grad()
@@ -187,16 +188,16 @@ def qkv_is_z(patcher, prompts: Sequence[int], layers: Iterable[int], sites: Sequ
 
 @torch.no_grad()
 def kv_ungrouped(patcher, twin: Adapter, prompts: Sequence[int], cases, heads_of: Callable[[Adapter, int], list],
-                 tolerance: float) -> dict:
+                 bound: Rounding) -> dict:
     """A key/value group patched in the model against the same keys (values) patched head by head
     in its ungrouped twin (``twin``: kv heads = heads, each head's key and value rows its
     group's; :func:`headwatch.patching_kv.ungrouped_twin`): ``cases`` are ``(patch, batched)``
     with ``patch`` a ``k`` or ``v`` patch of one group and ``batched`` the sweep's logit
     differences of ``prompts``; the twin's side replaces the site's slice of every query head
     ``heads_of(adapter, group)`` by the twin's clean run, one patch per forward pass from the
-    layer up (the twin's corrupted input to it stood in below). Within ``tolerance``: the twin
-    computes the same numbers with other matrix shapes (more key and value rows), which may
-    round differently."""
+    layer up (the twin's corrupted input to it stood in below). Within ``bound`` (the rounding of the
+    model's logits): the twin computes the same numbers with other matrix shapes (more key and value
+    rows), which may round differently."""
     a, d = patcher.adapter, patcher.adapter.head_dim
     clean, corrupted = _rows(patcher.clean, prompts), _rows(patcher.corrupted, prompts)
     io, s = patcher.io[list(prompts)], patcher.s[list(prompts)]
@@ -218,7 +219,7 @@ def kv_ungrouped(patcher, twin: Adapter, prompts: Sequence[int], cases, heads_of
             yield (dict(site=p.site, layer=p.layer, group=p.unit, heads=heads), batched.to(logits.device),
                    patcher.logit_diff(logits, io, s))
 
-    return compare("kv_ungrouped", pairs(), tolerance,
+    return compare("kv_ungrouped", pairs(), bound,
                    "logit difference answer − distractor of every guard prompt: a key/value group patched (the sweep) vs the "
                    "keys/values of each of its query heads patched in the ungrouped twin (kv heads = heads, "
                    "each head's key and value rows its group's)", prompts=len(prompts),
@@ -227,16 +228,16 @@ def kv_ungrouped(patcher, twin: Adapter, prompts: Sequence[int], cases, heads_of
 
 # ------------------------------------------------------------------ path patching (§5e)
 @torch.no_grad()
-def path_into_everything(paths, senders: Sequence[tuple[int, int]], prompts: Sequence[int], tolerance: float) -> dict:
+def path_into_everything(paths, senders: Sequence[tuple[int, int]], prompts: Sequence[int], bound: Rounding) -> dict:
     """The path from each sender into every component downstream of it at once — nothing frozen,
     the receiver the last block's output (:meth:`headwatch.circuits.PathPatcher.into_everything`)
     — against activation patching of the sender (the head sweep's
     :meth:`headwatch.patching.Patcher.run` of its z), each prompt's logit difference, within
-    ``tolerance``: a freeze that reaches the unfrozen run, a sender patched into the wrong slot or
+    ``bound`` (the rounding of the logits): a freeze that reaches the unfrozen run, a sender patched into the wrong slot or
     a pass that reads another prompt's values moves it."""
     got = paths.into_everything(senders, prompts)
     want = paths.patcher.run([Patch("z", l, h) for l, h in senders], prompts)
     return compare("path_into_everything", [(dict(layer=l, head=h), g, w) for (l, h), g, w in zip(senders, got, want)],
-                   tolerance, "logit difference answer − distractor of each guard prompt: the path from the sender into every "
+                   bound, "logit difference answer − distractor of each guard prompt: the path from the sender into every "
                    "downstream component (nothing frozen) vs activation patching of the sender",
                    prompts=len(prompts))

@@ -14,7 +14,8 @@ import pandas as pd
 import torch
 
 from ..ablation.cut import heads_one_per_layer
-from ..guards import GuardRecords, batched_vs_loop
+from ..guards import GuardRecords, batched_vs_loop, rounding
+from ..jobs import phases
 from ..model.arch import head_label
 from ..model.device import exact_numerics
 from ..names import top_heads
@@ -68,38 +69,43 @@ def run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, r
     position) and the top heads at one position at a time (their tables then None), what a notebook
     asks for first. ``phrases`` None: no names phrase in the note.
 
-    ``settings``: of the ``patching`` config slice, it reads top_k, batch, tolerance, guard_prompts, phrase.
-    Every guard of :mod:`headwatch.guards` runs (under :func:`headwatch.model.device.exact_numerics`);
-    a failure raises before anything is returned.
+    ``settings``: of the ``patching`` config slice, it reads top_k, batch, rounding_factor, guard_prompts,
+    phrase. Every guard of :mod:`headwatch.guards` runs (under :func:`headwatch.model.device.exact_numerics`);
+    a failure raises :class:`~headwatch.guards.GuardError` once the tables are made, carrying them. Each
+    step is a named phase of the call's progress (:func:`headwatch.jobs.phases`).
     """
-    with exact_numerics():
-        return _run_patching(model, adapter, prompts, phrases, settings, resid, positions)
+    total = 7 + (prompt_mask(prompts) is not None) + resid + positions + (phrases is not None)
+    with exact_numerics(), phases("patch_heads", total) as step:
+        return _run_patching(model, adapter, prompts, phrases, settings, resid, positions, step)
 
 
-def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, do_resid: bool = True,
-                  do_positions: bool = True):
-    settings.need("top_k", "batch", "tolerance", "guard_prompts", *(("phrase",) if phrases is not None else ()))
+def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, do_resid: bool, do_positions: bool,
+                  step):
+    settings.need("top_k", "batch", "rounding_factor", "guard_prompts", *(("phrase",) if phrases is not None else ()))
     batch, k = settings.batch, settings.top_k
     clean, corrupted, io, s = prompt_tensors(prompts)
     mask = prompt_mask(prompts)                      # None unless the prompts differ in length (pairs)
     sample = list(range(min(settings.guard_prompts, len(prompts))))
     from_end = pairs.from_pairs(prompts)             # a pairs file's prompts: positions counted from the end
     labels = pairs.labels_from_end(prompts) if from_end else position_labels(prompts)
-    records = GuardRecords()
+    records = GuardRecords(step)
     t0 = time.perf_counter()
+    step("run the clean and corrupted prompts")
     patcher = Patcher(model, adapter, clean, corrupted, io, s, batch, mask)
     heads = head_patches(adapter)
+    step("patch every head")
     head_ld = patcher.run(heads)
     t_exact = time.perf_counter() - t0
     log.info("%d prompts of %d tokens: logit difference clean %.4f, corrupted %.4f; %d heads patched in %.1f s",
              patcher.n, patcher.length, patcher.clean_mean, patcher.corrupted_mean, len(heads), t_exact)
     for guard in (guards.nothing_patched, guards.everything_patched):
-        records.add(guard(patcher, sample))
+        records.check(guard, patcher, sample)
     if mask is not None:       # the guard prompts and the first prompt of each length
         lengths = mask.sum(dim=1).tolist()
         shortest = list(dict.fromkeys(sample + [lengths.index(n) for n in sorted(set(lengths))]))
-        records.add(guards.padded_vs_alone(patcher, shortest, settings.tolerance))
+        records.check(guards.padded_vs_alone, patcher, shortest, settings.rounding_factor)
     t0 = time.perf_counter()
+    step("attribution patching's estimate")
     estimate = attribution_patching(model, adapter, clean, corrupted, io, s, batch, mask).numpy()
     t_estimate = time.perf_counter() - t0
 
@@ -112,12 +118,16 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, 
     table["score_rank"] = table["score"].rank(ascending=False, method="min").astype(int)
     table["estimate_rank"] = table["estimate_score"].rank(ascending=False, method="min").astype(int)
     top = top_heads(table, "score", k)
-    records.add(guards.clean_to_clean(patcher, sample, list(dict.fromkeys(heads_one_per_layer(adapter) + top))))
+    records.check(guards.clean_to_clean, patcher, sample, list(dict.fromkeys(heads_one_per_layer(adapter) + top)))
 
     t0 = time.perf_counter()
     resid = resid_patches(adapter, patcher.length) if do_resid else []
+    if resid:
+        step("patch the residual stream (every layer × position)")
     resid_ld = patcher.run(resid) if resid else None
     where = position_patches(top, patcher.length) if do_positions else []
+    if where:
+        step(f"patch the top {len(top)} heads at each position")
     where_ld = patcher.run(where) if where else None
     log.info("%d residual patches (layer × position) and %d top-head × position patches in %.1f s",
              len(resid), len(where), time.perf_counter() - t0)
@@ -131,10 +141,12 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, 
                 for l in range(adapter.n_layers) for p in sorted({slot, patcher.length - 1}) if resid]
              + [(where, where_ld, i) for i in range(patcher.length) if where])
     patches = [ps[i] for ps, _, i in probe]
-    records.add(batched_vs_loop(
-        patcher.against_loop(patches, torch.stack([ld[i, sample] for _, ld, i in probe]), sample),
-        settings.tolerance, "logit difference answer − distractor of every guard prompt: the batched sweep vs one patch "
-        "per forward pass", prompts=len(sample)))
+    with records.guard("batched_vs_loop"):
+        records.add(batched_vs_loop(
+            patcher.against_loop(patches, torch.stack([ld[i, sample] for _, ld, i in probe]), sample),
+            rounding(adapter, settings.rounding_factor, patcher.largest_logit),
+            "logit difference answer − distractor of every guard prompt: the batched sweep vs one patch per forward "
+            "pass", prompts=len(sample)))
 
     top10 = min(10, len(table))
     overlap = len(set(top_heads(table, "score", top10)) & set(top_heads(table, "estimate_score", top10)))
@@ -158,6 +170,8 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, 
             tab["position"] -= patcher.length
             for col in by_position:
                 tab[col] = by_position[col].to_numpy()
+    if phrases is not None:
+        step(f"the phrase {settings.phrase!r}: p(IO), p(S)")
     names = phrase_probabilities(model, adapter, phrases, settings.phrase) if phrases is not None else None
     note = dict(TASK_NOTE, prompts=len(prompts), length=patcher.length, position_labels=labels,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,
@@ -178,5 +192,6 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, 
     log.info("patching: clean %.4f, corrupted %.4f; top heads %s; estimate pearson %s, top-10 overlap %d/%d; "
              "exact %.1f s, estimate %.2f s", patcher.clean_mean, patcher.corrupted_mean, note["top_heads"],
              note.get("estimate_pearson"), overlap, top10, t_exact, t_estimate)
-    return (table, resid_table if do_resid else None, where_table if do_positions else None, note,
-            records.record(model))
+    resid_table, where_table = resid_table if do_resid else None, where_table if do_positions else None
+    guarded = records.record(model, dict(heads=table, resid=resid_table, positions=where_table), note)
+    return table, resid_table, where_table, note, guarded

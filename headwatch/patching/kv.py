@@ -20,7 +20,7 @@ position as the model rotates every key.
 * :func:`headwatch.patching.guards.kv_ungrouped` — patching group g's keys (values) in the model equals
   patching the keys (values) of every query head of group g in its ungrouped twin
   (:func:`ungrouped_twin`: kv heads = heads, every other weight the model's, each head's key
-  and value rows the rows of its group), within ``patching.tolerance``;
+  and value rows the rows of its group), within the bound of rounding (:class:`headwatch.guards.Rounding`);
 * :func:`headwatch.patching.guards.qkv_is_z` — a layer's queries, keys and values all patched at every
   position give exactly the logits of every head's ``z`` of that layer patched (attention reads
   nothing else).
@@ -34,7 +34,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..guards import GuardRecords
+from ..guards import GuardRecords, rounding
+from ..jobs import phases
 from . import guards
 from ..model.arch import Adapter, head_label, ungrouped_config
 from ..model.device import exact_numerics
@@ -109,32 +110,38 @@ def ungrouped_twin(model: nn.Module, adapter: Adapter) -> tuple[nn.Module, Adapt
 
 def run_kv_patching(model, adapter, prompts, settings: PatchingSettings):
     """Rule patching_kv: (kv_groups table, its note, the guard record); see the module doc.
-    ``settings``: of the ``patching`` slice, it reads batch, tolerance, guard_prompts, kv_prompts."""
-    with exact_numerics():
-        return _run_kv_patching(model, adapter, prompts, settings)
+    ``settings``: of the ``patching`` slice, it reads batch, rounding_factor, guard_prompts, kv_prompts.
+    Each step is a named phase of the call's progress; a failed guard raises once the table is made,
+    carrying it."""
+    with exact_numerics(), phases("patch_kv_groups", 5) as step:
+        return _run_kv_patching(model, adapter, prompts, settings, step)
 
 
-def _run_kv_patching(model, adapter, prompts, settings: PatchingSettings):
-    settings.need("batch", "tolerance", "guard_prompts")
+def _run_kv_patching(model, adapter, prompts, settings: PatchingSettings, step):
+    settings.need("batch", "rounding_factor", "guard_prompts")
     prompts, subset = one_length(prompts)        # a pairs file of several lengths: its first row's length
     clean, corrupted, io, s = prompt_tensors(prompts)
     n = len(prompts) if settings.kv_prompts is None else min(settings.kv_prompts, len(prompts))
     sample = list(range(min(settings.guard_prompts, n)))
-    records = GuardRecords()
+    records = GuardRecords(step)
     t0 = time.perf_counter()
+    step("run the clean and corrupted prompts")
     patcher = Patcher(model, adapter, clean[:n], corrupted[:n], io[:n], s[:n], settings.batch, extra_sites=QKV)
     patches = kv_patches(adapter)
+    step("patch every key and value group")
     ld = patcher.run(patches)
     seconds = time.perf_counter() - t0
     log.info("%d key/value patches (layer × group × k|v) over %d prompts in %.1f s", len(patches), n, seconds)
-    records.add(guards.nothing_patched(patcher, sample))
-    records.add(guards.qkv_is_z(patcher, sample, range(adapter.n_layers)))
-    twin, tw = ungrouped_twin(model, adapter)
-    # group layer mod kv_heads of every layer: its keys in even layers, its values in odd ones
-    cases = [(p, ld[i, sample]) for i, p in enumerate(patches)
-             if p.unit == p.layer % adapter.n_kv_heads and p.site == KV_SITES[p.layer % 2]]
-    records.add(guards.kv_ungrouped(patcher, tw, sample, cases, group_heads, settings.tolerance))
-    del twin, tw
+    records.check(guards.nothing_patched, patcher, sample)
+    records.check(guards.qkv_is_z, patcher, sample, range(adapter.n_layers))
+    with records.guard("kv_ungrouped"):
+        twin, tw = ungrouped_twin(model, adapter)
+        # group layer mod kv_heads of every layer: its keys in even layers, its values in odd ones
+        cases = [(p, ld[i, sample]) for i, p in enumerate(patches)
+                 if p.unit == p.layer % adapter.n_kv_heads and p.site == KV_SITES[p.layer % 2]]
+        records.add(guards.kv_ungrouped(patcher, tw, sample, cases, group_heads,
+                                        rounding(adapter, settings.rounding_factor, patcher.largest_logit)))
+        del twin, tw
 
     mean = ld.double().mean(dim=1).numpy()
     table = pd.DataFrame(dict(
@@ -152,4 +159,4 @@ def _run_kv_patching(model, adapter, prompts, settings: PatchingSettings):
                 label="L{layer}K{group} = the keys of group {group} of layer {layer}; V = its values",
                 sweep_seconds=round(seconds, 3))
     log.info("key/value groups: top %s", " ".join(table.sort_values("score_rank")["label"].head(5)))
-    return table, note, records.record(model)
+    return table, note, records.record(model, dict(kv_groups=table), note)

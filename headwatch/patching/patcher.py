@@ -16,7 +16,7 @@ import torch
 
 from ..ablation.cut import plan_chunks
 from ..model.arch import padded_inputs
-from ..model.interventions import capture, intervene, replace, skip
+from ..model.interventions import at_least_float32, capture, intervene, replace, skip
 from ..settings.patching import PatchingError
 from ..jobs import progress
 
@@ -49,9 +49,10 @@ def position_patches(heads: Sequence[tuple[int, int]], length: int) -> list[Patc
 
 
 def logit_diff(logits, io, s):
-    """``logits[i, io[i]] − logits[i, s[i]]`` for ``logits`` ``[B, vocab]`` (float32)."""
+    """``logits[i, io[i]] − logits[i, s[i]]`` for ``logits`` ``[B, vocab]`` (float32, or float64 for a
+    model in float64: :func:`headwatch.model.interventions.in_float64`)."""
     rows = torch.arange(len(logits), device=logits.device)
-    x = logits.float()
+    x = at_least_float32(logits)
     return x[rows, io.to(logits.device)] - x[rows, s.to(logits.device)]
 
 
@@ -90,7 +91,8 @@ class Patcher:
     Created with the prompts (``clean``, ``corrupted`` ``[N, T]``, ``io``, ``s`` ``[N]``): runs
     both once, capturing every layer's ``z`` and ``resid_in`` (and the ``extra_sites``, e.g.
     ``q``, ``k``, ``v``: :mod:`headwatch.patching_kv`) and each prompt's logit difference
-    (``clean_ld``, ``corrupted_ld``; their means ``clean_mean``, ``corrupted_mean``). With
+    (``clean_ld``, ``corrupted_ld``; their means ``clean_mean``, ``corrupted_mean``; the largest |logit|
+    of both runs at the last position, ``largest_logit``: the magnitude of the guards' bounds). With
     ``kv_cache``, the corrupted run goes through an empty transformers ``DynamicCache`` per batch
     of prompts, kept in ``corrupted_caches`` (every layer's keys and values as attention stores
     them): the cached per-position sweep reads them (:mod:`headwatch.patching_cache`) instead of
@@ -119,10 +121,12 @@ class Patcher:
         self.corrupted_caches = [] if kv_cache else None
         with torch.no_grad():
             self.acts = {}
-            lds = {}
+            lds, largest = {}, []
             for run, ids in (("clean", self.clean), ("corrupted", self.corrupted)):
-                self.acts[run], lds[run] = self._capture(ids, self.corrupted_caches if run == "corrupted" else None)
+                self.acts[run], lds[run], top = self._capture(ids, self.corrupted_caches if run == "corrupted" else None)
+                largest.append(top)
         self.clean_ld, self.corrupted_ld = lds["clean"], lds["corrupted"]
+        self.largest_logit = float(torch.stack(largest).max())
         self.clean_mean = float(self.clean_ld.double().mean())
         self.corrupted_mean = float(self.corrupted_ld.double().mean())
         if self.clean_mean == self.corrupted_mean:
@@ -133,10 +137,11 @@ class Patcher:
 
     def _capture(self, ids, caches: list | None = None):
         """Run ``ids``, capturing every site; ``caches``: a list that gets each batch's filled
-        ``DynamicCache`` (one full layer per model layer, none cropped to a window)."""
+        ``DynamicCache`` (one full layer per model layer, none cropped to a window). Returns the
+        captures, the logit differences and the largest |logit| at the last position."""
         L = self.adapter.n_layers
         edits = [capture(site, l) for site in self.sites for l in range(L)]
-        parts, lds = {(site, l): [] for site in self.sites for l in range(L)}, []
+        parts, lds, top = {(site, l): [] for site in self.sites for l in range(L)}, [], []
         for i in range(0, len(ids), self.batch):
             rows = slice(i, i + self.batch)
             with intervene(self.adapter, edits) as cap:
@@ -148,10 +153,11 @@ class Patcher:
                     logits = self.model(input_ids=ids[rows], past_key_values=caches[-1], use_cache=True,
                                         logits_to_keep=1, **padded_inputs(self.mask_of(rows))).logits[:, -1]
             lds.append(logit_diff(logits, self.io[i:i + self.batch], self.s[i:i + self.batch]))
+            top.append(logits.detach().abs().max().double())
             for key in parts:
                 parts[key].append(cap.one((*key, None)))
         acts = {site: [torch.cat(parts[(site, l)]) for l in range(L)] for site in self.sites}
-        return acts, torch.cat(lds)
+        return acts, torch.cat(lds), torch.stack(top).max().cpu()
 
     def mask_of(self, rows):
         """The attention mask of the prompts ``rows`` (None: nothing is padded)."""
@@ -205,7 +211,7 @@ class Patcher:
         prompt_of = prompts.repeat(len(patches))
         layer = torch.tensor([p.layer for p in patches]).repeat_interleave(k)
         order = torch.argsort(layer, stable=True)
-        out = torch.empty(len(order), dtype=torch.float32, device=self.device)
+        out = torch.empty(len(order), dtype=self.clean_ld.dtype, device=self.device)
         with torch.no_grad():
             for i, j in progress(plan_chunks(layer[order].tolist(), self.adapter.n_layers, self.batch, self.overhead),
                                  desc=f"{len(patches)} patches × {k} prompts", unit="pass"):

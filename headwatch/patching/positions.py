@@ -34,8 +34,8 @@ at every position for every (head, position); a cached row runs ``T − p`` posi
 blocks from l up and projects one position (:func:`multiply_adds`).
 
 **Guard**: the cached sweep against one patch per forward pass (:meth:`Patcher.loop`: every
-block, every position, no cache) within ``patching.tolerance``
-(:func:`headwatch.guards.batched_vs_loop`).
+block, every position, no cache) within the bound of rounding
+(:func:`headwatch.guards.batched_vs_loop`, :class:`headwatch.guards.Rounding`).
 """
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..guards import GuardRecords, batched_vs_loop
+from ..guards import GuardRecords, batched_vs_loop, rounding
+from ..jobs import phases
 from ..model.arch import head_label
 from ..ablation.cut import heads_one_per_layer, plan_chunks
 from ..model.device import exact_numerics
@@ -108,7 +109,7 @@ class CachedPositions:
         layer = torch.tensor([p.layer for p in patches]).repeat_interleave(k)
         pos = torch.tensor([p.position for p in patches]).repeat_interleave(k)
         order = torch.from_numpy(np.lexsort((layer.numpy(), pos.numpy())))      # by position, then layer
-        out = torch.empty(len(order), dtype=torch.float32, device=P.device)
+        out = torch.empty(len(order), dtype=P.clean_ld.dtype, device=P.device)
         bounds = torch.searchsorted(pos[order], torch.arange(P.length + 1)).tolist()
         waiting, last = [], []            # rows run, and their last block's output at the last position
         with torch.no_grad():
@@ -177,14 +178,15 @@ def multiply_adds(adapter, patches: Sequence[Patch], n: int, length: int) -> tup
 
 def run_positions_all(model, adapter, prompts, heads_table, settings: PatchingSettings):
     """Rule patching_positions_all: (positions_all table, its note, the guard record).
-    ``settings``: of the ``patching`` slice, it reads batch, tolerance, guard_prompts and
-    positions_all_heads (the top heads of ``heads_table`` by score; None = every head)."""
-    with exact_numerics():
-        return _run_positions_all(model, adapter, prompts, heads_table, settings)
+    ``settings``: of the ``patching`` slice, it reads batch, rounding_factor, guard_prompts and
+    positions_all_heads (the top heads of ``heads_table`` by score; None = every head). Each step is
+    a named phase of the call's progress; a failed guard raises once the table is made, carrying it."""
+    with exact_numerics(), phases("patch_positions", 3) as step:
+        return _run_positions_all(model, adapter, prompts, heads_table, settings, step)
 
 
-def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingSettings):
-    settings.need("batch", "tolerance", "guard_prompts")
+def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingSettings, step):
+    settings.need("batch", "rounding_factor", "guard_prompts")
     prompts, subset = one_length(prompts)        # a pairs file of several lengths: its first row's length
     clean, corrupted, io, s = prompt_tensors(prompts)
     sample = list(range(min(settings.guard_prompts, len(prompts))))
@@ -192,9 +194,11 @@ def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingS
                                                                            len(heads_table))
     heads = sorted(top_heads(heads_table, "score", k))            # layer-major
     t0 = time.perf_counter()
+    step("run the clean and corrupted prompts (the corrupted run's key/value cache kept)")
     patcher = Patcher(model, adapter, clean, corrupted, io, s, settings.batch, kv_cache=True)
     cached = CachedPositions(patcher)
     patches = position_patches(heads, patcher.length)
+    step(f"patch {len(heads)} heads at each position through the cache")
     ld = cached.run(patches)
     seconds = time.perf_counter() - t0
     loop_macs, cached_macs = multiply_adds(adapter, patches, patcher.n, patcher.length)
@@ -209,12 +213,14 @@ def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingS
     probe = list(dict.fromkeys([Patch("z", *top, q) for q in range(patcher.length)]
                                + [Patch("z", l, h, q) for l, h in per_layer for q in sorted({slot, patcher.length - 1})]))
     index = {p: i for i, p in enumerate(patches)}
-    records = GuardRecords()
-    records.add(batched_vs_loop(
-        patcher.against_loop(probe, torch.stack([ld[index[p], sample] for p in probe]), sample),
-        settings.tolerance, "logit difference answer − distractor of every guard prompt: a head's z patched at one position "
-        "through the corrupted run's key/value cache vs one patch per forward pass (every block, no cache)",
-        prompts=len(sample)))
+    records = GuardRecords(step)
+    with records.guard("batched_vs_loop"):
+        records.add(batched_vs_loop(
+            patcher.against_loop(probe, torch.stack([ld[index[p], sample] for p in probe]), sample),
+            rounding(adapter, settings.rounding_factor, patcher.largest_logit),
+            "logit difference answer − distractor of every guard prompt: a head's z patched at one position "
+            "through the corrupted run's key/value cache vs one patch per forward pass (every block, no cache)",
+            prompts=len(sample)))
 
     labels = position_labels(prompts)
     mean = ld.double().mean(dim=1).numpy()
@@ -235,4 +241,4 @@ def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingS
                 multiply_adds_note="weight matrices only (attention's T x T products and the norms left out): "
                                    "one patch per forward pass runs every block and the vocabulary projection at "
                                    "every position")
-    return table, note, records.record(model)
+    return table, note, records.record(model, dict(positions_all=table), note)

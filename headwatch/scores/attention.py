@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..jobs import phases, progress
 from ..tableio import assert_finite
 from ..model.interventions import maps_and_logits
 
@@ -85,12 +86,17 @@ def predictions_table(model, tokenizer, phrase_row, logits_last: torch.Tensor, t
 @torch.no_grad()
 def phrase_outputs(model, tokenizer, phrases: pd.DataFrame, quantum: int, top: int, adapter=None):
     """(maps, tokens, predictions) tables for every phrase: one forward each, the maps by a
-    capture at the ``pattern`` site."""
+    capture at the ``pattern`` site; two named phases of the call's progress (the maps and
+    predictions, then the tables)."""
     maps_parts, pred_parts = [], []
-    for row in phrases.itertuples():
-        maps, logits = maps_and_logits(model, torch.tensor([list(row.token_ids)]), adapter)
-        maps = maps[0]                                         # [L, H, T, T]
-        assert_maps(maps, f"phrase {row.phrase}: attention maps")
-        maps_parts.append(maps_table(row.phrase, maps, quantum))
-        pred_parts.append(predictions_table(model, tokenizer, row, logits[0, -1], top))
-    return pd.concat(maps_parts, ignore_index=True), tokens_table(phrases), pd.concat(pred_parts, ignore_index=True)
+    with phases("attention_maps", 2) as step:
+        step(f"every head's map and the next tokens on {len(phrases)} phrases")
+        for row in progress(list(phrases.itertuples()), desc="phrases", unit="phrase"):
+            maps, logits = maps_and_logits(model, torch.tensor([list(row.token_ids)]), adapter)
+            maps = maps[0]                                         # [L, H, T, T]
+            assert_maps(maps, f"phrase {row.phrase}: attention maps")
+            maps_parts.append(maps_table(row.phrase, maps, quantum))
+            pred_parts.append(predictions_table(model, tokenizer, row, logits[0, -1], top))
+        step("the tables of maps, tokens and predictions")
+        return (pd.concat(maps_parts, ignore_index=True), tokens_table(phrases),
+                pd.concat(pred_parts, ignore_index=True))

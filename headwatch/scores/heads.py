@@ -24,7 +24,7 @@ import torch
 
 from ..model.interventions import attention_maps  # the maps every score reads (also importable from here)
 from ..names import SCORES  # the four scores, in the order of every table and figure
-from ..jobs import progress
+from ..jobs import phases, progress
 
 log = logging.getLogger("headwatch.scores")
 
@@ -107,9 +107,13 @@ def scores_table(adapter, scores: dict[str, torch.Tensor]) -> pd.DataFrame:
 
 def head_scores(model, adapter, sentences: list[torch.Tensor], induction_ids: torch.Tensor,
                 half_length: int, offset: int = 0, batch: int = 8) -> pd.DataFrame:
-    """The scores table of protocol §4 for every head of ``model``."""
+    """The scores table of protocol §4 for every head of ``model`` (two named phases of the call's
+    progress: the prose scores, the induction score)."""
     log.info("scoring %d heads: %d prose sentences, %d induction sequences",
              adapter.n_layers * adapter.n_heads, len(sentences), len(induction_ids))
-    scores = prose_scores(model, adapter, sentences)
-    scores["induction"] = induction_scores(model, adapter, induction_ids, half_length, offset, batch)
+    with phases("head_scores", 2) as step:
+        step(f"sink, prev and self on {len(sentences)} prose sentences")
+        scores = prose_scores(model, adapter, progress(sentences, desc="prose", unit="sentence"))
+        step(f"induction on {len(induction_ids)} repeated sequences")
+        scores["induction"] = induction_scores(model, adapter, induction_ids, half_length, offset, batch)
     return scores_table(adapter, scores)

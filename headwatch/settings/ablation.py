@@ -55,7 +55,7 @@ class AblationSettings(Settings):
 
     method: str                    # zero | mean
     batch: int                     # rows (one cut × one sequence) per forward pass
-    tolerance: float               # batched cut vs one-at-a-time loop, max |Δ|
+    rounding_factor: float         # the factor of the guards' bounds derived from rounding
     hook_tolerance: float          # hook cut vs its weight-level form, max |Δlogit|
     top_n: int | None = None       # the targeted set: the top-n heads by induction score
     k: tuple[int, ...] | None = None   # heads cut on each side (5a)
@@ -68,7 +68,7 @@ class AblationSettings(Settings):
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"ablation.method = {self.method!r}: must be one of {list(METHODS)}")
-        for name, kind in (("batch", int), ("tolerance", float), ("hook_tolerance", float), ("top_n", int),
+        for name, kind in (("batch", int), ("rounding_factor", float), ("hook_tolerance", float), ("top_n", int),
                            ("random_draws", int), ("seed", int), ("guard_sequences", int)):
             value = getattr(self, name)
             if value is not None:

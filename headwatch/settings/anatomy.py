@@ -42,7 +42,7 @@ class AnatomySettings(Settings):
 
     head: HeadAddress | None = None
     weight_check_phrase: str | None = None     # the phrase whose map is recomputed by hand
-    weight_check_tolerance: float | None = None
+    weight_check_rounding_factor: float | None = None   # the factor of the weight check's derived bound
     rotary_distance: int | None = None         # tokens: pairs not yet wrapped, the rotary clocks
     swap_base: dict | None = None              # {model: the model whose rotary base it borrows}
     references: tuple[str, ...] | None = None  # reference configs under config/models/

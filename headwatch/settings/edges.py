@@ -36,13 +36,13 @@ class EdgesSettings(Settings):
     faithful: float | None = None               # faithfulness of a faithful circuit
     batch: int | None = None                    # circuit × prompt rows of one patched pass
     score_batch: int | None = None              # prompts of one attribution pass
-    tolerance: float | None = None              # the guards' |Δ logit difference|
+    rounding_factor: float | None = None        # the factor of the guards' bounds derived from rounding
     guard_senders: int | None = None            # senders whose every out-edge the guards patch
     agreement_top_k: int | None = None          # top-k overlap with path patching
 
     def __post_init__(self):
         for name, kind in (("ig_steps", int), ("prompts", int), ("random_draws", int), ("seed", int),
-                           ("faithful", float), ("batch", int), ("score_batch", int), ("tolerance", float),
+                           ("faithful", float), ("batch", int), ("score_batch", int), ("rounding_factor", float),
                            ("guard_senders", int), ("agreement_top_k", int)):
             value = getattr(self, name)
             if value is not None:

@@ -4,7 +4,7 @@
 rules, scripts and benchmarks of :mod:`headwatch.patching` read their settings from it, never
 from string keys. Each rule's params are only the slice of ``patching:`` its job depends on
 (``rules/patching.smk``: the prompts read ``n, seed, templates, names`` (or ``pairs, pairs_outside_project``), the sweep ``phrase,
-top_k, batch, tolerance, guard_prompts``), so a key outside the slice is None here, and a job
+top_k, batch, rounding_factor, guard_prompts``), so a key outside the slice is None here, and a job
 names the keys it needs (:meth:`~headwatch.settings.Settings.need`).
 
 The templates' rules live here too, since the pre-job checks need them before any model is
@@ -58,7 +58,7 @@ class PatchingSettings(Settings):
     phrase: str | None = None                   # the phrase whose p(IO), p(S) are reported
     top_k: int | None = None                    # top heads patched one position at a time
     batch: int | None = None                    # rows (one patch × one prompt) per forward pass
-    tolerance: float | None = None              # batched sweep vs one patch per forward pass
+    rounding_factor: float | None = None        # the factor of the guards' bounds derived from rounding
     guard_prompts: int | None = None            # the first prompts the guards run on
     pairs: str | None = None                    # a CSV / JSON Lines file of prompt pairs, instead of templates
     pairs_outside_project: bool | None = None   # an absolute pairs path outside the project may be read
@@ -66,7 +66,7 @@ class PatchingSettings(Settings):
     positions_all_heads: int | None = None      # cached per-position sweep: top heads (None = every head)
 
     def __post_init__(self):
-        for name, kind in (("n", int), ("seed", int), ("top_k", int), ("batch", int), ("tolerance", float),
+        for name, kind in (("n", int), ("seed", int), ("top_k", int), ("batch", int), ("rounding_factor", float),
                            ("guard_prompts", int), ("phrase", str), ("pairs", str),
                            ("pairs_outside_project", bool), ("kv_prompts", int), ("positions_all_heads", int)):
             value = getattr(self, name)
