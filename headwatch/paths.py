@@ -199,9 +199,12 @@ def sweep_heads_table(name: str) -> str:
     return _join(RESULTS, "sweep", "heads", f"{name}.parquet")
 
 
-def sweep_table(name: str) -> str:
-    """One of the sweep summary's tables (:data:`headwatch.workflow.targets.SWEEP_TABLES`)."""
-    return _join(RESULTS, "sweep", f"{name}.parquet")
+def sweep_table(name: str, pair: str | None = None) -> str:
+    """One of the sweep summary's tables (:data:`headwatch.workflow.targets.SWEEP_TABLES`): the default
+    pair's, ``results/sweep/{name}.parquet``, or those of the pair ``pair`` of ``sweep.summary.pairs``,
+    ``results/sweep/pairs/{pair}/{name}.parquet`` (the same names)."""
+    return _join(RESULTS, "sweep", f"{name}.parquet") if pair is None else \
+        _join(RESULTS, "sweep", "pairs", pair, f"{name}.parquet")
 
 
 COURSE_TABLES = ("curves", "events", "events_summary", "gaps", "verdicts")
@@ -307,8 +310,10 @@ def model_anatomy_figure(model: str, name: str, ext: str) -> str:
     return _join(FIGURES, model, "anatomy", f"{name}.{ext}")
 
 
-def sweep_figure(name: str, ext: str) -> str:
-    return _join(FIGURES, "sweep", f"{name}.{ext}")
+def sweep_figure(name: str, ext: str, pair: str | None = None) -> str:
+    """``figures/sweep/{name}.{ext}``; a summary pair's own (``pair``): ``figures/sweep/pairs/{pair}/{name}.{ext}``."""
+    return _join(FIGURES, "sweep", f"{name}.{ext}") if pair is None else \
+        _join(FIGURES, "sweep", "pairs", pair, f"{name}.{ext}")
 
 
 def course_figure(sweep: str, key: str, ext: str) -> str:

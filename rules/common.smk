@@ -10,7 +10,7 @@ from headwatch.config import ConfigError, check_config as _check_config, check_d
 from headwatch.names import SAFE_NAME, SCORES
 from headwatch.scores.sequences import SETS, set_params
 from headwatch.settings import induction as induction_settings
-from headwatch.settings.sweep import StudySettings, course_sweeps
+from headwatch.settings.sweep import StudySettings, course_sweeps, summary_pairs, summary_slice
 from headwatch.sweep import plan as sweep_plan
 from headwatch.tableio import broken_records
 
@@ -135,13 +135,39 @@ def sweep_run_stack(wildcards):
 
 
 def sweep_summary_runs():
-    return sweep_plan.runs(config["sweep"], studies=False)
+    """The default pair's runs (sweep.summary): every planned sweep without a study that no other pair names."""
+    return sweep_plan.summary_runs(config["sweep"])
 
 
 def sweep_summary_inputs(wildcards):
     """Every run's metrics, read from the sweep that trains it (w256-h4 of `width` comes from
     heads_split/ when both sweeps train it the same way)."""
     return [paths.run_output(r, "metrics.parquet") for r in sweep_summary_runs()]
+
+
+def sweep_summary_params():
+    """The default pair's slice of sweep.summary (its split and capacity sweeps, the bootstrap)."""
+    return summary_slice(config["sweep"])
+
+
+def sweep_pair_constraint():
+    """The {pair} wildcard: the summarized pairs of sweep.summary.pairs (a pattern matching nothing if none)."""
+    return "|".join(summary_pairs(config["sweep"])) or "(?!)"
+
+
+def sweep_pair_runs(wildcards):
+    """One pair's runs: those of its split and capacity sweeps, each read from the sweep that trains it."""
+    return sweep_plan.summary_runs(config["sweep"], wildcards.pair)
+
+
+def sweep_pair_inputs(wildcards):
+    return [paths.run_output(r, "metrics.parquet") for r in sweep_pair_runs(wildcards)]
+
+
+def sweep_pair_params(wildcards):
+    """One pair's slice of sweep.summary (its split and capacity sweeps, the bootstrap): editing another pair
+    reruns nothing of this one."""
+    return summary_slice(config["sweep"], wildcards.pair)
 
 
 def sweep_heads_cut_params():

@@ -19,6 +19,26 @@ rule figures_sweep:
         "../scripts/figures_sweep.py"
 
 
+# A further pair of sweep.summary.pairs (the regularised arm): the same figures from its own tables.
+rule figures_sweep_pair:
+    input:
+        **{name: paths.sweep_table(name, "{pair}") for name in targets.SWEEP_TABLES},
+    output:
+        **{f"{key}_{ext}": report(paths.sweep_figure(stem, ext, "{pair}"), caption=f"../report/sweep_{stem}.rst",
+                                  category="sweep", subcategory="pair {pair}")
+           for key, stem in targets.SWEEP_FIGURES.items() for ext in paths.EXTENSIONS},
+    wildcard_constraints:
+        pair=sweep_pair_constraint(),
+    log:
+        paths.log("figures_sweep_pair", "{pair}"),
+    benchmark:
+        paths.benchmark("figures_sweep_pair", "{pair}")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/figures_sweep.py"
+
+
 rule figures_sweep_study:
     input:
         **{name: paths.study_table("{study}", name) for name in paths.STUDY_TABLES},

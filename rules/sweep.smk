@@ -14,6 +14,11 @@
 # editing one sweep reruns that sweep's stacks and the summary, nothing else; adding a seed or a
 # shape reruns the stack it joins.
 #
+# Pairs: the summary contrasts a split sweep with a capacity sweep (sweep.summary: the default pair, its
+# tables results/sweep/*.parquet), and so does each further pair of sweep.summary.pairs (the regularised arm:
+# the same split and width control with dropout), with the same script, into results/sweep/pairs/{pair}/
+# (rule sweep_pair). A sweep a further pair names joins that pair's tables only.
+#
 # Studies: a sweep with a `study` block (experts | depth | kv | vocab) is summarized on
 # its own (rule sweep_study) after checking its invariant, instead of joining
 # summary.parquet, with its contrasts (each arm against its reference, fixed by the study
@@ -168,11 +173,33 @@ rule sweep_summary:
         **{name: paths.sweep_table(name) for name in targets.SWEEP_TABLES},
     params:
         runs=sweep_summary_runs(),
-        summary=config["sweep"]["summary"],
+        summary=sweep_summary_params(),
     log:
         paths.log("sweep_summary"),
     benchmark:
         paths.benchmark("sweep_summary")
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/sweep_summary.py"
+
+
+# A further pair of sweep.summary.pairs (the regularised arm's): its own runs, its slice of sweep.summary,
+# the same script and tables as the default pair's, under results/sweep/pairs/{pair}/.
+rule sweep_pair:
+    input:
+        metrics=sweep_pair_inputs,
+    output:
+        **{name: paths.sweep_table(name, "{pair}") for name in targets.SWEEP_TABLES},
+    wildcard_constraints:
+        pair=sweep_pair_constraint(),
+    params:
+        runs=sweep_pair_runs,
+        summary=sweep_pair_params,
+    log:
+        paths.log("sweep_pair", "{pair}"),
+    benchmark:
+        paths.benchmark("sweep_pair", "{pair}")
     conda:
         "../environment.yml"
     script:

@@ -133,12 +133,18 @@ def test_the_sweep_total_and_the_training_jobs_come_from_the_run(tiny):
     assert "studies phase (not run) wall time: - s" in tiny["stdout"]       # tiny.yaml has no study
     metrics = [p for p in (tiny["results"] / "sweep").rglob("metrics.parquet") if "stacks" not in p.parts]
     stacks = list((tiny["results"] / "sweep").glob("*/stacks/*"))
-    assert len(metrics) == 6 and len(stacks) == report["training_jobs"] == 2      # heads_split's w16, width's w8
+    # heads_split's w16 and width's w8; the regularised pair's the same with dropout (its split's w16, its width's w8)
+    assert len(metrics) == 12 and len(stacks) == report["training_jobs"] == 4
+    assert sorted(p.parent.parent.name for p in stacks) == ["heads_split", "heads_split_drop", "width", "width_drop"]
     bench = sum(float(pd.read_csv(p, sep="\t")["s"].iloc[-1])
                 for p in (tiny["results"] / "benchmarks" / "sweep_train").rglob("*.tsv"))
-    assert f"job wall time sum {bench:.1f} s" in tiny["stdout"]
+    assert report["training_wall_s_sum"] == pytest.approx(bench)       # (one rounding: the sums add in another order)
+    assert f"job wall time sum {report['training_wall_s_sum']:.1f} s" in tiny["stdout"]
     summary = pd.read_parquet(tiny["results"] / "sweep" / "summary.parquet")
     assert "-- sweep/summary" in tiny["stdout"] and f"{summary.val_loss_mean.iloc[0]:.4g}" in tiny["stdout"]
+    assert set(summary["sweep"]) == {"heads_split", "width"}               # the pair's sweeps join its own tables
+    pair = pd.read_parquet(tiny["results"] / "sweep" / "pairs" / "regularised" / "summary.parquet")
+    assert set(pair["sweep"]) == {"heads_split_drop", "width_drop"} and "-- sweep/pairs/regularised/contrast" in tiny["stdout"]
 
 
 def test_the_training_step_is_timed_on_the_sweeps_plain_model_and_printed_from_its_record(tiny):
@@ -342,24 +348,27 @@ def test_a_rerun_has_nothing_to_do_and_keeps_what_was_made(tiny, tmp_path):
 def test_the_sweep_phase_asks_for_the_sweeps_tables_and_the_studies_phase_for_the_rest(monkeypatch):
     """The sweep's training runs come with its tables (what the studies read is not asked for), so
     run alone the head-count sweep finishes before any study starts; the phases name their files
-    from headwatch.paths; a sweep named in SWEEP_PHASE_SWEEPS (the regularised arm) joins the sweep
-    phase with its runs and its study tables."""
+    from headwatch.paths; the tables of each further pair of sweep.summary.pairs (the regularised arm's)
+    are the sweep phase's too, and a sweep named in SWEEP_PHASE_SWEEPS (the regularised arm's two) joins
+    the sweep phase with its runs and its study tables."""
     from headwatch import paths
 
     model = check_model.MODEL_KEY
-    files = [paths.sweep_table("summary"), paths.sweep_table("contrast"),
+    assert check_phases.SWEEP_PHASE_SWEEPS == ("heads_split_drop", "width_drop")
+    files = [paths.sweep_table("summary"), paths.sweep_table("contrast"), paths.sweep_table("overfitting", "regularised"),
+             paths.sweep_stack("width_drop", "w512-l4-drop0.2"),
              paths.sweep_run("heads_split", "w256-h1", 0, "model.pt"), paths.study_table("experts"),
              paths.sweep_stack("experts", "w256-l4-e8x512"), paths.sweep_stack("regularised", "w256-l4"),
              paths.study_table("regularised", "contrasts"), paths.scores(model), paths.explorer(model),
-             "results/report.html"]
+             "results/report.html", paths.sweep_table("summary", "regularised").replace(".parquet", ".json")]
     picked = lambda: {name: [f for f in files if select and select(f)]
                       for name, select in check_phases.PHASES.items()}
-    assert picked()["sweep"] == files[:2]
-    assert picked()["studies"] == files[:7]         # what the sweep phase made is already there: not redone
+    assert picked()["sweep"] == files[:4]
+    assert picked()["studies"] == files[:9] + files[12:]    # what the sweep phase made is already there: not redone
     assert picked()["models"] == [paths.scores(model)]
     assert check_phases.PHASES["rest"] is None           # the default target: everything
     monkeypatch.setattr(check_phases, "SWEEP_PHASE_SWEEPS", ("regularised",))
-    assert picked()["sweep"] == files[:2] + files[5:7]
+    assert picked()["sweep"] == files[:3] + files[7:9]
 
 
 def test_phases_run_in_steps_one_after_another_and_side_by_side_within_a_step():
@@ -619,6 +628,20 @@ def test_the_results_page_is_written_from_the_tables(tiny, checkout, tmp_path):
     assert "| 4 (64) | 1.5144 ± 0.0050 (1) | — | — |" in text      # the original's 4 heads: not in the tiny grid
     assert (page.parent / "paper-scale" / "readings.png").stat().st_size > 0
     assert text.count("**Not yet measured**") == 1        # the studies only: tiny.yaml skips them
+    # the regularised pair (tiny.yaml's): its section written from the run's records, at both readings, beside the
+    # plain pair and the original; its numbers those of the pair's own tables
+    section = text[text.index("## The pair `regularised` at paper scale (GPU)"):text.index("## The studies at paper scale")]
+    assert "Not yet run on a GPU" not in section and "dropout 0.2 (their notes)" in section
+    pair = tiny["results"] / "sweep" / "pairs" / "regularised"
+    for name in ("summary", "summary_best"):
+        for r in pd.read_parquet(pair / f"{name}.parquet").itertuples():
+            assert f"| {paper_tables.markdown(r.sweep)} | {r.shape} | {r.seeds} |" in section
+            assert f"| {r.val_loss_mean:.4f} |" in section, (name, r.shape)
+    contrast = pd.read_parquet(pair / "contrast_best.parquet").iloc[0]
+    assert f"| dropout 0.2 | at each run's best | {contrast.best_shape} | {contrast.worst_shape} |" in section
+    assert "### Beside the default pair and the original: what dropout 0.2 changes" in section
+    assert "| dropout 0 | at the last step |" in section and "### The original beside this pair" in section
+    assert (page.parent / "paper-scale" / "pairs" / "regularised" / "readings.png").stat().st_size > 0
     assert "Jobs on CUDA: 0 of" in text
     assert "### One training step of the sweep's model" in text and "| eager |" in text
     arms = json.loads((tiny["workdir"] / check_records.ARMS_RECORD).read_text())
@@ -723,6 +746,34 @@ def test_the_committed_h200_sweep_is_read_both_ways_from_its_records(tmp_path):
     written = pd.read_parquet(run / "results" / "sweep" / "summary.parquet").set_index(["sweep", "shape"])
     ours = rec["summaries"]["last"].set_index(["sweep", "shape"])
     assert ours["val_loss_mean"].to_numpy() == pytest.approx(written.loc[ours.index, "val_loss_mean"].to_numpy())
+
+
+def test_the_pages_regularised_section_says_it_awaits_a_gpu_run_while_the_records_lack_it(tmp_path):
+    """The committed H200 records predate the regularised pair: its section says so, with the commands that give
+    it; records whose configuration names the pair but whose runs did not end say how many did."""
+    from headwatch import paths
+    from headwatch.workflow import run_record
+
+    run = check_records.unpack_out(H200, tmp_path)
+    facts = paper_tables.sweep_facts(run_record.config_of(ROOT))["pairs"]["regularised"]
+    assert facts["runs"] == 24 and facts["dropout"] == [0.2] and (facts["split"], facts["capacity"]) == (
+        "heads_split_drop", "width_drop")
+    assert paper_tables.pair_state(run, "regularised").startswith(
+        "their configuration names no pair `regularised` in `sweep.summary.pairs`")
+    text = "\n".join(paper_tables.pair_section("regularised", facts, run, paper_tables.sweep_records(run), None))
+    assert "**Not yet run on a GPU**" in text and all(f"`{c}`" in text for c in paper_tables.NEXT_GPU_CALLS)
+    assert "## The pair `regularised` at paper scale (GPU): the head split and the width control with dropout 0.2" in text
+    assert "Not yet run" in "\n".join(paper_tables.pair_section("regularised", facts, None, None, None))
+    config = run / paths.run_config()                 # a configuration that names it, none of its runs there
+    recorded = yaml.safe_load(config.read_text())
+    recorded["sweep"] = run_record.config_of(ROOT)["sweep"]
+    config.write_text(yaml.safe_dump(recorded))
+    assert paper_tables.pair_state(run, "regularised") == "0 of the pair's 24 runs had ended when the check stopped"
+    recorded["sweep"]["skip"] = ["width_drop"]
+    config.write_text(yaml.safe_dump(recorded))
+    assert paper_tables.pair_state(run, "regularised").startswith("their configuration left the pair's sweeps out")
+    config.unlink()                                  # a check of the step phases alone runs no job of the workflow
+    assert paper_tables.pair_state(run, "regularised").startswith("the check ran no job of the workflow")
 
 
 def test_the_original_figures_are_computed_from_its_table_as_it_published_them():

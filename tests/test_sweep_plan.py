@@ -6,9 +6,10 @@ import re
 import pytest
 import yaml
 
-from headwatch.settings.sweep import active_sweeps, check_sweeps, model_of, slug, train_of
+from headwatch.settings.sweep import (active_sweeps, check_sweeps, model_of, slug, summary_pairs, summary_slice,
+                                      summary_sweeps, train_of)
 from headwatch.sweep.plan import (SLUG, STACK_PATTERN, corpus_inputs, job_params, owner, runs, stacks, studies,
-                                  study_runs, train_jobs)
+                                  study_runs, summary_runs, train_jobs)
 from conftest import ROOT
 from workflow import deep_merge
 
@@ -19,10 +20,11 @@ CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["sweep"]
 def test_config_sweeps_are_valid_and_plan_24_models_with_w256_h4_trained_once():
     cfg = CONFIG
     assert check_sweeps(cfg) == []
-    # The split/capacity summary's 27 runs (24 trained) and the regularised arm's 24; the studies add
-    # 63 runs of which 48 are trained (w256-h4 x 3 is heads_split's, e8k2-b0.01 x 3 is experts').
-    assert len(runs(cfg, studies=False)) == 27 + 24
-    assert len(runs(cfg)) == 114 and len(train_jobs(cfg)) == 24 + 24 + 33 + 15
+    # The split/capacity summary's 27 runs (24 trained) and the regularised pair's as many (its w256-h4-drop0.2
+    # trained once too); the studies add 63 runs of which 48 are trained (w256-h4 x 3 is heads_split's,
+    # e8k2-b0.01 x 3 is experts').
+    assert len(runs(cfg, studies=False)) == 27 + 27
+    assert len(runs(cfg)) == 117 and len(train_jobs(cfg)) == 24 + 24 + 33 + 15
     assert owner(cfg, "vocab", "w256-h4", 0) == "heads_split"
     assert len([r for r in train_jobs(cfg) if r["sweep"] in ("heads_split", "width")]) == 24
     assert owner(cfg, "experts_topk", "w256-h4-e8k2-b0.01", 1) == "experts"
@@ -124,29 +126,86 @@ def test_every_job_keeps_the_params_a_train_block_per_sweep_gave(overlays):
 
 
 def test_the_regularised_arm_is_the_head_split_and_the_width_control_with_dropout():
-    """config.yaml's regularised sweep: the split's six shapes and the width control's two ends with
-    dropout 0.2, each slug saying so, trained in stacks of their own (one mask a site for a stack);
-    left out at CPU scale. ``dropout: 0`` is the plain entry, its params too; a bad value or dropout
-    in a study is named by its key."""
-    arm = [r for r in train_jobs(CONFIG) if r["sweep"] == "regularised"]
+    """config.yaml's regularised pair: a split sweep (the six shapes at width 256) and a width control (128,
+    256, 512) with dropout 0.2, sharing w256-h4-drop0.2 as the plain pair shares w256-h4 (trained once, under
+    the split), each slug saying so, trained in stacks of their own (one mask a site for a stack); left out at
+    CPU scale. ``dropout: 0`` is the plain entry, its params too; a bad value or dropout in a study is named by
+    its key."""
+    arm = [r for r in train_jobs(CONFIG) if r["sweep"] in ("heads_split_drop", "width_drop")]
     assert sorted({r["shape"] for r in arm}) == sorted(
         [f"w256-h{h}-drop0.2" for h in (1, 2, 4, 8, 16, 32)] + ["w128-h2-drop0.2", "w512-h8-drop0.2"])
-    assert job_params(CONFIG, "regularised", "w512-h8-drop0.2", 1)["model"] == dict(
+    assert len(arm) == 24 and owner(CONFIG, "width_drop", "w256-h4-drop0.2", 2) == "heads_split_drop"
+    assert job_params(CONFIG, "width_drop", "w512-h8-drop0.2", 1)["model"] == dict(
         width=512, heads=8, layers=4, context=128, ffn_mult=4, dropout=0.2)
-    assert sorted(st["stack"] for st in stacks(CONFIG) if st["sweep"] == "regularised") == [
-        "w128-l4-drop0.2", "w256-l4-drop0.2", "w512-l4-drop0.2"]
+    assert sorted((st["sweep"], st["stack"]) for st in stacks(CONFIG) if "drop" in st["stack"]) == [
+        ("heads_split_drop", "w256-l4-drop0.2"), ("width_drop", "w128-l4-drop0.2"), ("width_drop", "w512-l4-drop0.2")]
     assert all(re.fullmatch(STACK_PATTERN, st["stack"]) for st in stacks(CONFIG))
     paper = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     for overlays in (["quick"], ["quick", "quick_more"], ["laptop"], ["laptop", "laptop_more"], ["laptop", "laptop_long"]):
-        assert "regularised" not in active_sweeps(overlaid(paper, *map(scale, overlays))["sweep"]), overlays
+        planned = active_sweeps(overlaid(paper, *map(scale, overlays))["sweep"])
+        assert not {"heads_split_drop", "width_drop"} & set(planned), overlays
     assert slug({"width": 256, "heads": 4, "dropout": 0}) == "w256-h4"
     assert model_of(CONFIG, {"width": 256, "heads": 4, "dropout": 0}) == model_of(CONFIG, {"width": 256, "heads": 4})
     cfg = copy.deepcopy(CONFIG)
-    cfg["sweeps"]["regularised"]["grid"][0]["dropout"] = 1.5
+    cfg["sweeps"]["heads_split_drop"]["grid"][0]["dropout"] = 1.5
     cfg["sweeps"]["kv_sharing"]["grid"][1]["dropout"] = 0.1
     errors = check_sweeps(cfg)
-    assert any(e.startswith("sweep.sweeps.regularised.grid[0]: dropout must be a number in [0, 1)") for e in errors)
+    assert any(e.startswith("sweep.sweeps.heads_split_drop.grid[0]: dropout must be a number in [0, 1)") for e in errors)
     assert any(e.startswith("sweep.sweeps.kv_sharing.grid[1].dropout: 0.1 in a kv study") for e in errors), errors
+
+
+def test_each_pair_of_the_summary_reads_its_own_sweeps_and_the_shared_shape_once():
+    """sweep.summary names the default pair (heads_split against width) and sweep.summary.pairs the regularised
+    one: each summary job reads its own sweeps' runs (a sweep another pair names never joins the default's
+    tables), the shared w256-h4-drop0.2 read from the split that trains it, and its slice of sweep.summary alone
+    (editing one pair reruns nothing of the other); a pair is summarized when both its sweeps are planned."""
+    assert summary_sweeps(CONFIG) == ["heads_split", "width"]
+    assert summary_sweeps(CONFIG, "regularised") == ["heads_split_drop", "width_drop"]
+    assert summary_pairs(CONFIG) == ["regularised"]
+    reg = summary_runs(CONFIG, "regularised")
+    assert {r["sweep"] for r in reg} == {"heads_split_drop", "width_drop"} and len(reg) == 27
+    shared = [r for r in reg if r["shape"] == "w256-h4-drop0.2"]
+    assert len(shared) == 6 and {r["trained_under"] for r in shared} == {"heads_split_drop"}
+    assert len({(r["trained_under"], r["shape"], r["seed"]) for r in reg}) == 24       # 24 trained, 3 read twice
+    assert {r["sweep"] for r in summary_runs(CONFIG)} == {"heads_split", "width"}
+    assert summary_slice(CONFIG, "regularised") == dict(
+        split_sweep="heads_split_drop", capacity={"sweep": "width_drop", "from": 128, "to": 256},
+        bootstrap=CONFIG["summary"]["bootstrap"])
+    assert summary_slice(CONFIG) == dict(split_sweep="heads_split", capacity={"sweep": "width", "from": 128, "to": 256},
+                                         bootstrap=CONFIG["summary"]["bootstrap"])
+    edited = copy.deepcopy(CONFIG)
+    edited["summary"]["pairs"]["regularised"]["capacity"]["to"] = 512
+    assert summary_slice(edited) == summary_slice(CONFIG)
+    # a sweep of the summary that no pair names stays a row of the default pair's tables
+    edited["sweeps"]["extra"] = dict(grid=[{"width": 64, "heads": 2}], seeds=[0, 1])
+    assert summary_sweeps(edited) == ["heads_split", "width", "extra"]
+    # one of the pair's sweeps skipped: the pair is not summarized, and its other sweep joins no summary
+    skipped = dict(CONFIG, skip=["width_drop"])
+    assert summary_pairs(skipped) == [] and summary_sweeps(skipped) == ["heads_split", "width"]
+
+
+def test_a_bad_pair_is_named_by_its_key_before_any_job():
+    """sweep.summary.pairs.<name>: the same checks as the default pair's, each naming the pair's own key; and its
+    sweeps hold one dropout and no study."""
+    cfg = copy.deepcopy(CONFIG)
+    pair = cfg["summary"]["pairs"]["regularised"]
+    pair["capacity"]["from"] = 100
+    cfg["sweeps"]["width_drop"]["grid"][0]["dropout"] = 0.1
+    errors = check_sweeps(cfg)
+    assert ("sweep.summary.pairs.regularised.capacity.from: width 100 must appear exactly once in "
+            "sweep.sweeps.width_drop.grid (found 0)") in errors
+    assert any(e.startswith("sweep.summary.pairs.regularised: its sweeps' entries must share one dropout") and
+               "width_drop: [0.1, 0.2]" in e for e in errors), errors
+    cfg = copy.deepcopy(CONFIG)
+    cfg["summary"]["pairs"]["bad-name"] = dict(split_sweep="nothing", capacity=dict(sweep="experts", **{"from": 256, "to": 256}))
+    cfg["sweeps"]["heads_split_drop"]["grid"][1] = {"width": 128, "heads": 2, "dropout": 0.2}
+    errors = check_sweeps(cfg)
+    assert any(e.startswith("sweep.summary.pairs.bad-name: a pair's name may hold only letters") for e in errors)
+    assert any(e.startswith("sweep.summary.pairs.bad-name.split_sweep: 'nothing' is not a sweep") for e in errors)
+    assert any(e.startswith("sweep.summary.pairs.bad-name.capacity.sweep: sweep 'experts' has a study block")
+               for e in errors), errors
+    assert any(e.startswith("sweep.summary.pairs.regularised.split_sweep: sweep 'heads_split_drop' must keep one "
+                            "width") for e in errors), errors
 
 
 def test_bad_grid_entries_are_named_by_key():

@@ -227,6 +227,49 @@ def test_the_pages_section_on_both_readings_is_written_from_the_tables():
     assert "w8-h1 2 → 1, w8-h2 1 → 2" in text and "overfits: w8-h1" in text
 
 
+def test_a_further_pair_is_summarized_as_the_default_one_from_its_own_runs_at_both_readings():
+    """headwatch.sweep.summary.summary_tables on a regularised pair's hand-made finals (a split and a width control
+    with dropout, named as config.yaml names them): the same tables as the default pair's, from the same code, with
+    its own contrast at both readings and its own seed noise as the overfitting's bar; the default pair's tables
+    are summarize()'s, unchanged."""
+    from headwatch.sweep.summary import READING_TABLES, overfitting, summary_tables
+    from headwatch.workflow.targets import SWEEP_TABLES
+
+    plain = read_both({1: [(2.00, 1.50), (2.10, 1.58), (2.05, 1.54)], 2: [(1.90, 1.90), (2.00, 2.00), (1.95, 1.95)]},
+                      ([(3.0, 2.96), (3.1, 3.02), (3.2, 3.13)], [(1.90, 1.90), (2.00, 2.00), (1.95, 1.95)]))
+    # With dropout: h1 (last 1.80 1.84 1.82, never rises) beats h2 (last 1.90 1.96 1.93, best 0.02 lower each);
+    # the width control w4-h1 2.50 2.60 2.55 (never rises) against the shared w8-h2.
+    drop = read_both({1: [(1.80, 1.80), (1.84, 1.84), (1.82, 1.82)], 2: [(1.90, 1.88), (1.96, 1.94), (1.93, 1.91)]},
+                     ([(2.50, 2.50), (2.60, 2.60), (2.55, 2.55)], [(1.90, 1.88), (1.96, 1.94), (1.93, 1.91)]))
+    drop = drop.assign(sweep=drop["sweep"] + "_drop", trained_under=drop["trained_under"] + "_drop",
+                       shape=drop["shape"] + "-drop0.2")
+    pair = dict(split_sweep="split_drop", capacity=dict(sweep="width_drop", **{"from": 4, "to": 8}), bootstrap=BOOT)
+    t = summary_tables(drop, pair)
+    assert set(t) == set(SWEEP_TABLES) - {"finals", "curves"}
+    last, best = t["contrast"].iloc[0], t["contrast_best"].iloc[0]
+    assert (last["reading"], best["reading"]) == ("last", "best") and last["split_sweep"] == "split_drop"
+    assert (last["best_shape"], last["worst_shape"]) == ("w8-h1-drop0.2", "w8-h2-drop0.2") == (
+        best["best_shape"], best["worst_shape"])
+    assert last["spread"] == pytest.approx(1.93 - 1.82) and best["spread"] == pytest.approx(1.91 - 1.82)
+    assert last["mean_seed_std"] == pytest.approx((0.02 + 0.03) / 2)
+    assert last["capacity_gain"] == pytest.approx(2.55 - 1.93) and best["capacity_gain"] == pytest.approx(2.55 - 1.91)
+    assert (last["capacity_from"], last["capacity_to"]) == ("w4-h1-drop0.2", "w8-h2-drop0.2")
+    assert set(t["summary_best"]["reading"]) == {"best"} and set(t["summary"]["sweep"]) == {"split_drop", "width_drop"}
+    fit = t["overfitting"].set_index(["sweep", "shape"])
+    assert fit["seed_noise"].tolist() == pytest.approx([0.025] * 4)             # its own split's, not the plain one's
+    assert fit.loc[("split_drop", "w8-h1-drop0.2"), "verdict"] == "within seed noise"
+    assert fit.loc[("split_drop", "w8-h2-drop0.2"), "rise_mean"] == pytest.approx(0.02)
+    assert fit.loc[("width_drop", "w4-h1-drop0.2"), "rise_mean"] == 0
+    # the default pair: the tables summarize() and overfitting() write, its noise its own split's (0.05)
+    d = summary_tables(plain, dict(split_sweep="split", capacity=CAP, bootstrap=BOOT))
+    for reading, (summary, contrast) in READING_TABLES.items():
+        s, c = summarize(plain, "split", CAP, BOOT, reading)
+        pd.testing.assert_frame_equal(d[summary], s)
+        pd.testing.assert_frame_equal(d[contrast], c)
+    pd.testing.assert_frame_equal(d["overfitting"], overfitting(plain, "split", BOOT))
+    assert d["overfitting"]["seed_noise"].iloc[0] == pytest.approx(0.05)
+
+
 # ---------------------------------------------------------------- budgets
 def test_depth_sweep_budget_is_within_2_percent_with_heads_of_64():
     sw = CONFIG["sweeps"]["depth"]

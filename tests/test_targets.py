@@ -30,6 +30,9 @@ def test_each_path_is_spelled_once_and_takes_wildcards_or_values():
     assert paths.head_figure("m", "grid_noise", "png") == "figures/m/grid_noise.png"
     assert paths.study_table("kv", "finals") == "results/sweep/studies/kv_finals.parquet"
     assert paths.study_table("kv", "contrasts") == "results/sweep/studies/kv_contrasts.parquet"
+    # a further pair of the summary: the same table and figure names, in a folder of its own
+    assert paths.sweep_table("contrast", "{pair}") == "results/sweep/pairs/{pair}/contrast.parquet"
+    assert paths.sweep_figure("readings", "png", "reg") == "figures/sweep/pairs/reg/readings.png"
     # a run is read from the folder of the sweep that trains it
     run = dict(sweep="width", shape="w256-h4", seed=2, trained_under="heads_split")
     assert paths.run_output(run, "metrics.parquet") == "results/sweep/heads_split/w256-h4/seed2/metrics.parquet"
@@ -60,6 +63,13 @@ def test_the_default_target_holds_every_stage_once():
     trained = [p for p in out if p.endswith("/model.pt")]
     assert len(trained) == len(plan.train_jobs(CONFIG["sweep"])) > 24
     assert not any(p.startswith("results/sweep/width/w256-h4/") for p in out)     # heads_split trains it
+    # the regularised pair: every table and figure the default pair has, of its own; its pages
+    for t in targets.SWEEP_TABLES:
+        assert paths.sweep_table(t, "regularised") in out, t
+    for stem in targets.SWEEP_FIGURES.values():
+        assert {paths.sweep_figure(stem, e, "regularised") for e in paths.EXTENSIONS} <= set(out), stem
+    assert paths.page_of(paths.sweep_table("contrast", "regularised")) in out
+    assert not any(p.startswith("results/sweep/width_drop/w256-h4-drop0.2/") for p in out)   # its split trains it
 
 
 def test_the_laptop_scale_makes_the_sweep_only():
@@ -67,7 +77,7 @@ def test_the_laptop_scale_makes_the_sweep_only():
     out = targets.all_targets(laptop, everything)
     assert all(p.startswith(("results/sweep/", "figures/sweep/", "results/tables/sweep/")) for p in out), out
     assert paths.sweep_figure("contrast", "png") in out and paths.page_of(paths.sweep_table("contrast")) in out
-    assert not any("w512" in p or "studies" in p for p in out)
+    assert not any("w512" in p or "studies" in p or "pairs" in p or "drop" in p for p in out)
     more = run_record.config_of(ROOT, "config/laptop.yaml", "config/laptop_more.yaml")
     assert paths.study_table("vocab") in targets.all_targets(more, everything)
     assert [run_record.run_scale(c, ROOT)[0] for c in (laptop, more)] == ["laptop", "laptop+studies"]

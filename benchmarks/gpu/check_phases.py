@@ -31,10 +31,12 @@ GRACE_S = 60                   # before the limit: Snakemake starts no new job (
 KILL_AFTER_S = 30              # after the interrupt: what is still running is killed
 
 #: The sweeps whose runs (and study tables, if they have any) the ``sweep`` phase trains besides the
-#: runs its tables read (the split and capacity sweeps of ``sweep.summary``): the one place to name
-#: another arm of the paper's comparison — the regularised arm's sweeps — so that it trains in the
-#: sweep phase, with the sweep's own, rather than among the studies.
-SWEEP_PHASE_SWEEPS: tuple[str, ...] = ()
+#: runs its tables read (the split and capacity sweeps of ``sweep.summary`` and of each summarized pair
+#: of ``sweep.summary.pairs``): the one place to name another arm of the paper's comparison — the
+#: regularised arm's split and width control with dropout (config/config.yaml) — so that it trains in
+#: the sweep phase, with the sweep's own, rather than among the studies, even where its pair is not
+#: summarized (one of its sweeps skipped).
+SWEEP_PHASE_SWEEPS: tuple[str, ...] = ("heads_split_drop", "width_drop")
 
 
 def _under(path: str, folder: str) -> bool:
@@ -48,10 +50,13 @@ def _models(f: str) -> bool:
 
 
 def _sweep(f: str) -> bool:
-    """The sweep's own tables (their training runs come with them; the studies' do not) and every
-    output of the sweeps of :data:`SWEEP_PHASE_SWEEPS`."""
+    """The sweep's own tables, the default pair's and each further pair's (their training runs come with
+    them; the studies' do not), and every output of the sweeps of :data:`SWEEP_PHASE_SWEEPS`."""
     arms = {PurePosixPath(paths.sweep_stack(s, "any")).parent for s in SWEEP_PHASE_SWEEPS}
+    pairs = PurePosixPath(paths.sweep_table("any", "any")).parent.parent
     return (f in {paths.sweep_table(t) for t in SWEEP_TABLES} or PurePosixPath(f).parent in arms
+            or (PurePosixPath(f).parent.parent == pairs and PurePosixPath(f).name in
+                {PurePosixPath(paths.sweep_table(t)).name for t in SWEEP_TABLES})
             or f in {paths.study_table(s, t) for s in SWEEP_PHASE_SWEEPS for t in paths.STUDY_TABLES})
 
 

@@ -274,16 +274,19 @@ def under(results: Path, path: str) -> Path:
 
 
 def sweep_tables(results: Path) -> list[tuple[str, "pd.DataFrame"]]:
-    """The sweep's summary and contrast and each study's table, from the results folder ``results``
-    (where :mod:`headwatch.paths` puts them; read through :mod:`headwatch.tableio`)."""
+    """The sweep's summary and contrast (the default pair's, then each further pair's of
+    ``sweep.summary.pairs``) and each study's table, from the results folder ``results`` (where
+    :mod:`headwatch.paths` puts them; read through :mod:`headwatch.tableio`)."""
     from headwatch import paths
     from headwatch.tableio import read_parquet
 
     out = []
-    for name in ("summary", "contrast"):
-        p = under(results, paths.sweep_table(name))
-        if p.exists():
-            out.append((f"sweep/{name}", read_parquet(p)))
+    pairs = under(results, paths.sweep_table("any", "any")).parent.parent
+    for pair in [None] + (sorted(p.name for p in pairs.iterdir() if p.is_dir()) if pairs.is_dir() else []):
+        for name in ("summary", "contrast"):
+            p = under(results, paths.sweep_table(name, pair))
+            if p.exists():
+                out.append((f"sweep/{name}" if pair is None else f"sweep/pairs/{pair}/{name}", read_parquet(p)))
     for p in sorted(under(results, paths.study_table("any")).parent.glob("*.parquet")):
         if not p.stem.endswith("_finals"):
             out.append((f"sweep/studies/{p.stem}", read_parquet(p)))

@@ -23,8 +23,11 @@ Two sources, each optional:
   overfits, the contrast at both readings, the width control from the curves (figures drawn beside the
   page, ``--out``'s folder), the original study's table beside ours point by point with its findings at
   each reading, and every difference of recipe between the original, this run and nanoGPT's character
-  Shakespeare (``benchmarks/original.py``). Without it those sections say they are not yet measured and
-  how to measure them.
+  Shakespeare (``benchmarks/original.py``). Each further pair of ``sweep.summary.pairs`` at this commit (the
+  regularised arm: the head split and the width control with dropout) gets a section of its own, read the
+  same way from the same archive beside the default pair and the original when the run's records hold every
+  run of it, else saying that it has not run on a GPU, why the records lack it and the commands that give
+  it. Without ``--gpu`` those sections say they are not yet measured and how to measure them.
 
     eval "$(.venv/bin/python benchmarks/gpu/paper_tables.py --run-command)"   # the SmolLM2 run, timed
     .venv/bin/python benchmarks/gpu/paper_tables.py --smollm2 results --gpu <check's $OUT> \\
@@ -58,11 +61,11 @@ from headwatch.names import SCORES, top_rows
 from headwatch.workflow.provenance import (DirtyTreeError, RunRecordError, page_header, require_clean_tree,
                                            run_attempts)
 from headwatch.charlm.spec import ModelSpec
-from headwatch.settings.sweep import SummarySettings, TrainSettings, active_sweeps, train_of
+from headwatch.settings.sweep import SummarySettings, TrainSettings, summary_pairs, summary_sweeps, train_of
 from headwatch.sweep import plan
 from headwatch.sweep.course import mean_interval
-from headwatch.sweep.summary import (MIN_SEEDS, READINGS, at_reading, overfitting, read_runs, readings_section,
-                                     summarize)
+from headwatch.sweep.summary import (MIN_SEEDS, READING_TABLES, READINGS, at_reading, read_runs, readings_section,
+                                     summary_tables)
 from headwatch.tableio import read_note, read_parquet, read_record
 
 HERE = Path(__file__).resolve().parent
@@ -118,21 +121,24 @@ def span(mean, lo, hi, spec: str = ".4f") -> str:
 
 # ------------------------------------------------------------------ the two scales, from the configs
 def sweep_facts(cfg: dict) -> dict:
-    """Training runs of the plain sweeps and of the studies (a configuration listed twice with the same
-    seed and `train` settings is trained once, under the first sweep), steps, batch and context."""
+    """Training runs of the default pair's sweeps (``plain``), of each further pair of ``sweep.summary.pairs``
+    (``pairs``: by name, those summarized at this scale) and of the studies (each run once, under the sweep
+    that trains it: :func:`headwatch.sweep.plan.train_jobs`), steps, batch and context."""
     sw = cfg["sweep"]
-    seen, plain, studies = set(), 0, 0
-    for name, s in active_sweeps(sw).items():
-        for entry in s["grid"]:
-            for seed in s["seeds"]:
-                key = json.dumps([entry, seed, train_of(sw, name)], sort_keys=True)
-                if key not in seen:
-                    seen.add(key)
-                    studies, plain = (studies + 1, plain) if s.get("study") else (studies, plain + 1)
+    jobs = plan.train_jobs(sw)
+    count = lambda sweeps: sum(r["sweep"] in sweeps for r in jobs)
     first = next(name for name, s in sw["sweeps"].items() if not s.get("study"))
     train = TrainSettings.from_config(train_of(sw, first))
-    return dict(plain=plain, studies=studies, steps=train.steps, batch=train.batch,
-                context=sw["model"]["context"], seeds=len(sw["sweeps"][first]["seeds"]))
+    pairs = {}
+    for name in summary_pairs(sw):
+        p = SummarySettings.from_config(sw["summary"]).pair(name)
+        sweeps = summary_sweeps(sw, name)
+        pairs[name] = dict(runs=count(sweeps), split=p.split_sweep, capacity=p.capacity.sweep, to=p.capacity.to_width,
+                           dropout=sorted({float(e.get("dropout") or 0) for n in sweeps for e in sw["sweeps"][n]["grid"]}),
+                           **{"from": p.capacity.from_width})
+    return dict(plain=count(summary_sweeps(sw)), pairs=pairs,
+                studies=count([n for n, s in sw["sweeps"].items() if s.get("study")]), steps=train.steps,
+                batch=train.batch, context=sw["model"]["context"], seeds=len(sw["sweeps"][first]["seeds"]))
 
 
 # ------------------------------------------------------------------ SmolLM2 at paper scale
@@ -311,29 +317,51 @@ def patching_section(results: Path, model: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ the sweep, read from its records
-def sweep_records(run: Path) -> dict:
-    """The sweep of a check's work folder ``run`` (its archive, unpacked), read again from its records at this
-    commit: the run's own configuration (``results/run_config.yaml``), every run's metrics file of the
-    summary's sweeps (:func:`headwatch.sweep.plan.runs`), both readings' summaries and contrasts and each
-    configuration's rise (:mod:`headwatch.sweep.summary`), the corpus's record and the runs' notes. No
-    training: the analysis reads what the runs wrote."""
-    config = run / paths.run_config()
-    if not config.exists():
-        raise SystemExit(f"{config}: the check's archive holds no run configuration (every run records it)")
-    sw = yaml.safe_load(config.read_text())["sweep"]
-    runs = [dict(r, metrics=run / paths.run_output(r, "metrics.parquet")) for r in plan.runs(sw, studies=False)]
+def sweep_records(run: Path, pair: str | None = None) -> dict:
+    """One pair of the sweep of a check's work folder ``run`` (its archive, unpacked), read again from its records
+    at this commit: the default pair's (``pair`` None) or the further pair ``pair``'s of the run's own
+    configuration (``results/run_config.yaml``; :func:`pair_state` says whether it holds that pair), every run's
+    metrics file of the pair's sweeps (:func:`headwatch.sweep.plan.summary_runs`), both readings' summaries and
+    contrasts and each configuration's rise (:func:`headwatch.sweep.summary.summary_tables`, what the workflow's
+    summary runs), the corpus's record and the runs' notes. No training: the analysis reads what the runs wrote."""
+    sw = run_sweep_config(run)
+    runs = [dict(r, metrics=run / paths.run_output(r, "metrics.parquet")) for r in plan.summary_runs(sw, pair)]
     missing = [str(r["metrics"]) for r in runs if not r["metrics"].exists()]
     if missing:
         raise SystemExit(f"the check's archive lacks {len(missing)} of the sweep's metrics files: {missing[:3]}")
     finals, curves = read_runs(runs)
-    s = SummarySettings.from_config(sw["summary"])
-    tables = {r: summarize(finals, s.split_sweep, s.capacity, s.bootstrap, r) for r in READINGS}
-    return dict(sw=sw, settings=s, finals=finals, curves=curves, summaries={r: t[0] for r, t in tables.items()},
-                contrasts={r: t[1].iloc[0] for r, t in tables.items()},
-                fit=overfitting(finals, s.split_sweep, s.bootstrap),
+    s = SummarySettings.from_config(sw["summary"]).pair(pair)
+    tables = summary_tables(finals, s)
+    return dict(sw=sw, settings=s, pair=pair, finals=finals, curves=curves,
+                summaries={r: tables[READING_TABLES[r][0]] for r in READINGS},
+                contrasts={r: tables[READING_TABLES[r][1]].iloc[0] for r in READINGS}, fit=tables["overfitting"],
                 train=TrainSettings.from_config(train_of(sw, s.split_sweep)),
                 meta=json.loads((run / paths.sweep_corpus("meta")).read_text()),
                 notes={(r["trained_under"], r["shape"], r["seed"]): read_note(r["metrics"]) for r in runs})
+
+
+def run_sweep_config(run: Path) -> dict:
+    """The ``sweep`` section of the configuration a check's run recorded (``results/run_config.yaml``)."""
+    config = run / paths.run_config()
+    if not config.exists():
+        raise SystemExit(f"{config}: the check's archive holds no run configuration (every run records it)")
+    return yaml.safe_load(config.read_text())["sweep"]
+
+
+def pair_state(run: Path, pair: str) -> str:
+    """'' when a check's records hold every run of the further pair ``pair`` (its configuration names it, with
+    both its sweeps planned, and every run's metrics file is there); else why not, in words (names in code spans:
+    a sweep's and a pair's names are letters, digits and _ only, config/schema.yaml)."""
+    if not (run / paths.run_config()).exists():
+        return f"the check ran no job of the workflow (its archive holds no `{paths.run_config()}`)"
+    sw = run_sweep_config(run)
+    if pair not in (sw["summary"].get("pairs") or {}):
+        return f"their configuration names no pair `{pair}` in `sweep.summary.pairs`: the run predates it"
+    if pair not in summary_pairs(sw):
+        return f"their configuration left the pair's sweeps out (`sweep.skip`: `{', '.join(sw.get('skip') or [])}`)"
+    files = {run / paths.run_output(r, "metrics.parquet") for r in plan.summary_runs(sw, pair)}
+    ended = sum(f.exists() for f in files)
+    return "" if ended == len(files) else f"{ended} of the pair's {len(files)} runs had ended when the check stopped"
 
 
 def paired(rec: dict, arm: str, reference: str, reading: str) -> dict:
@@ -341,9 +369,14 @@ def paired(rec: dict, arm: str, reference: str, reading: str) -> dict:
     see the same training windows), its percentile bootstrap interval and a verdict (:data:`MIN_SEEDS`)."""
     f = at_reading(rec["finals"], reading)
     f = f[f["sweep"] == rec["settings"].capacity.sweep].set_index(["shape", "seed"])["val_loss"]
-    a, r = f.loc[arm].sort_index(), f.loc[reference].sort_index()
-    diff = (a - r).dropna()
-    mean, lo, hi = mean_interval(diff.tolist(), rec["settings"].bootstrap)
+    return seed_difference(f.loc[arm], f.loc[reference], rec["settings"].bootstrap)
+
+
+def seed_difference(arm: pd.Series, reference: pd.Series, bootstrap) -> dict:
+    """``arm`` − ``reference`` (losses by seed), paired by seed: the mean over the seeds both have, its
+    percentile bootstrap interval (``sweep.summary.bootstrap``) and a verdict (none below :data:`MIN_SEEDS`)."""
+    diff = (arm.sort_index() - reference.sort_index()).dropna()
+    mean, lo, hi = mean_interval(diff.tolist(), bootstrap)
     if len(diff) < MIN_SEEDS:
         return dict(diff=mean, lo=None, hi=None, verdict="too few seeds", seeds=len(diff))
     return dict(diff=mean, lo=lo, hi=hi, seeds=len(diff),
@@ -432,7 +465,7 @@ def _ours(summary: pd.DataFrame, sweep: str, by: str, value: int) -> str:
 def original_sections(rec: dict) -> list[str]:
     """The original's table beside ours, point by point, at both readings: each split's loss and rank, the
     width control, and the original's findings read against each reading's contrast (``benchmarks/original.py``)."""
-    s, summ, con = rec["settings"], rec["summaries"], rec["contrasts"]
+    s, summ = rec["settings"], rec["summaries"]
     split = run_062_splits()
     heads = sorted(set(split["heads"]) | set(summ["last"].loc[summ["last"]["sweep"] == s.split_sweep, "heads"]))
     orig = split.set_index("heads")
@@ -447,14 +480,6 @@ def original_sections(rec: dict) -> list[str]:
                                                     if w in ow.index else "—"),
               "ours, last step": _ours(summ["last"], s.capacity.sweep, "width", w),
               "ours, each run's best": _ours(summ["best"], s.capacity.sweep, "width", w)} for w in widths]
-    found = pd.concat([findings(con[r], summ[r], at_reading(rec["finals"], r), s.bootstrap).assign(reading=name)
-                       for r, name in (("last", "last step"), ("best", "each run's best"))], ignore_index=True)
-    found = found[["reading", "finding", "here", "verdict"]]
-    both = found.pivot(index="finding", columns="reading", values="verdict")
-    agree = [f for f in both.index if (both.loc[f] == "holds").all()]
-    differ = [f for f in both.index if (both.loc[f] == "does not hold").all()]
-    split_by = [f for f in both.index if f not in agree and f not in differ]
-    o = ORIGINAL
     ranges = {r: (summ[r].loc[summ[r]["sweep"] == s.split_sweep, "val_loss_mean"].min(),
                   summ[r].loc[summ[r]["sweep"] == s.split_sweep, "val_loss_mean"].max()) for r in READINGS}
     return [
@@ -468,6 +493,23 @@ def original_sections(rec: dict) -> list[str]:
         f"{split['loss'].max():.4f}, ours {ranges['last'][0]:.4f}–{ranges['last'][1]:.4f} at the last step and "
         f"{ranges['best'][0]:.4f}–{ranges['best'][1]:.4f} at each run's best.",
         md_table(pd.DataFrame(rows)), "", md_table(pd.DataFrame(wrows)), "",
+        *original_findings(rec),
+    ]
+
+
+def original_findings(rec: dict) -> list[str]:
+    """The original's findings against one pair of a run at both readings (``benchmarks/original.py``:
+    :func:`findings`), with what agrees at both, what differs at both and what depends on the reading."""
+    s, summ, con, o = rec["settings"], rec["summaries"], rec["contrasts"], ORIGINAL
+    found = pd.concat([findings(con[r], summ[r], at_reading(rec["finals"], r), s.bootstrap).assign(reading=name)
+                       for r, name in (("last", "last step"), ("best", "each run's best"))], ignore_index=True)
+    found = found[["reading", "finding", "here", "verdict"]]
+    both = found.pivot(index="finding", columns="reading", values="verdict")
+    agree = [f for f in both.index if (both.loc[f] == "holds").all()]
+    differ = [f for f in both.index if (both.loc[f] == "does not hold").all()]
+    neither = [f for f in both.index if (both.loc[f] == "not resolved").all()]
+    split_by = [f for f in both.index if f not in agree + differ + neither]
+    return [
         f"The original's findings (its spread {o['spread']:.4f} over its seed noise {o['seed_noise']:.4f}, "
         f"{o['spread_over_std']:.1f}×; its width gain {o['gain']:.4f}, {o['gain_over_spread']:.1f}× the spread, both "
         "computed from its table) against this run at each reading: *holds* where this run's contrast is resolved "
@@ -478,7 +520,8 @@ def original_sections(rec: dict) -> list[str]:
         md_table(found),
         "**What agrees at both readings**: " + ("; ".join(agree) or "nothing") + ". **What differs at both**: "
         + ("; ".join(differ) or "nothing") + ". **What depends on the reading**: " + ("; ".join(
-            f"{f} ({', '.join(f'{k}: {v}' for k, v in both.loc[f].items())})" for f in split_by) or "nothing") + ".",
+            f"{f} ({', '.join(f'{k}: {v}' for k, v in both.loc[f].items())})" for f in split_by) or "nothing") + "."
+        + (f" **Not resolved at either**: {'; '.join(neither)}." if neither else ""),
     ]
 
 
@@ -551,6 +594,129 @@ def recipe_section(rec: dict, device: str) -> list[str]:
             "step's losses are not what either recipe's author would report where the runs overfit."]
 
 
+# ------------------------------------------------------------------ a further pair: the regularised arm
+NEXT_GPU_CALLS = ("benchmarks/gpu/check.sh --phases bench,arms --time-limit 300", "benchmarks/gpu/check.sh --time-limit 540")
+"""The next GPU session's two calls (benchmarks/gpu/README.md, "The next GPU session: the plan"): the second trains
+every run, a further pair's in the check's sweep phase (``check_phases.SWEEP_PHASE_SWEEPS``)."""
+
+
+def dropout_of(rec: dict) -> str:
+    """One pair's dropout, as its runs' notes record it (their model settings): ``dropout 0.2``."""
+    rates = sorted({float(n["model"].get("dropout", 0) or 0) for n in rec["notes"].values()})
+    return "dropout " + ", ".join(f"{r:g}" for r in rates)
+
+
+def pair_section(name: str, facts: dict, run: Path | None, plain: dict | None, figures: Path | None) -> list[str]:
+    """The section of the further pair ``name`` of ``sweep.summary.pairs`` (the regularised arm): written from a
+    check's records when they hold every run of it (:func:`pair_state`) — its two readings, and beside the default
+    pair (``plain``: :func:`sweep_records`) and the original what its own setting changes: each shape's loss and
+    rank in both arms with the difference paired by seed, the contrast of both arms at both readings, how many
+    shapes overfit, the original's findings; else what it is, why the records lack it and the commands that give
+    it. ``facts``: the pair at this page's commit (:func:`sweep_facts`)."""
+    rates = " and ".join(f"{r:g}" for r in facts["dropout"])
+    out = [f"## The pair `{name}` at paper scale (GPU): the head split and the width control with dropout {rates}", "",
+           f"`sweep.summary.pairs.{name}` at this page's commit: sweep `{facts['split']}` (the head "
+           f"split) against sweep `{facts['capacity']}` (the width control, {facts['from']} → {facts['to']}), "
+           f"dropout {rates}, {facts['runs']} training runs of the paper's recipe otherwise; summarized by the code of "
+           f"the pair above into tables of its own (`{paths.sweep_table('summary', name)}` and beside it)."]
+    why = "no GPU check's records are given" if run is None else pair_state(run, name)
+    if why:
+        return out + [
+            f"**Not yet run on a GPU**: the records this page is written from hold no run of it; {why}. The next GPU "
+            f"session's plan (`benchmarks/gpu/README.md`, \"The next GPU session: the plan\") trains it in the check's "
+            f"sweep phase: `{NEXT_GPU_CALLS[0]}`, then at once `{NEXT_GPU_CALLS[1]}`; then `{SCRIPT} --gpu <each call's "
+            "output folder, in the order they ran>` writes this section from their records."]
+    rec = sweep_records(run, name)
+    links = sweep_figures(rec, figures)
+    out += [f"From the check's records (each run's `metrics.parquet`; the run's configuration names the pair): "
+            f"{len(set(rec['notes']))} runs, {dropout_of(rec)} (their notes), read by the code above."]
+    out += readings_section(rec["summaries"], rec["contrasts"], rec["fit"], links.get("readings"), level="###",
+                            interval=rec["train"].eval_every, pair=name)
+    return out + (beside_plain(plain, rec) if plain else []) + [
+        "### The original beside this pair", "", *original_findings(rec)]
+
+
+def _arm_table(recs: dict[str, dict], role: str, reading: str) -> pd.DataFrame:
+    """Each arm's configurations of its split sweep (``role`` "split": by heads) or its capacity sweep
+    ("capacity": by width) at ``reading``: mean, std and rank within the sweep, by heads or width."""
+    out = {}
+    for label, rec in recs.items():
+        s = rec["settings"]
+        sweep, key = (s.split_sweep, "heads") if role == "split" else (s.capacity.sweep, "width")
+        t = rec["summaries"][reading]
+        t = t[t["sweep"] == sweep].assign(rank=lambda d: d["val_loss_mean"].rank(method="min").astype(int))
+        out[label] = t.set_index(key)
+    return out
+
+
+def beside_plain(plain: dict, rec: dict) -> list[str]:
+    """A further pair beside the default pair and the original (:func:`pair_section`)."""
+    a, b = dropout_of(plain), dropout_of(rec)
+    level = rec["settings"].bootstrap.level
+    recs = {a: plain, b: rec}
+    orig = {"split": run_062_splits().set_index("heads"), "capacity": pd.DataFrame(RUN_062["widths"]).assign(
+        rank=lambda d: d["loss"].rank(method="min").astype(int)).set_index("width")}
+    tables = []
+    for role, key in (("split", "heads"), ("capacity", "width")):
+        arms = {r: _arm_table(recs, role, r) for r in READINGS}
+        values = sorted(set(arms["last"][a].index) | set(arms["last"][b].index))
+        rows = []
+        for v in values:
+            row = {key: v, "original: loss (rank)": (f"{orig[role].loc[v, 'loss']:.4f} ({orig[role].loc[v, 'rank']})"
+                                                     if v in orig[role].index else "—")}
+            for reading, when in (("last", "last"), ("best", "best")):
+                for label in (a, b):
+                    t = arms[reading][label]
+                    row[f"{label}, {when}"] = (f"{t.loc[v, 'val_loss_mean']:.4f} ± {t.loc[v, 'val_loss_std']:.4f} "
+                                               f"({t.loc[v, 'rank']})" if v in t.index else "—")
+                if v in arms[reading][a].index and v in arms[reading][b].index:
+                    shape = {label: arms[reading][label].loc[v, "shape"] for label in (a, b)}
+                    f = {label: at_reading(recs[label]["finals"], reading) for label in (a, b)}
+                    by_seed = {label: f[label][f[label]["shape"] == shape[label]].drop_duplicates("seed").set_index(
+                        "seed")["val_loss"] for label in (a, b)}
+                    d = seed_difference(by_seed[b], by_seed[a], rec["settings"].bootstrap)
+                    row[f"{b} − {a}, {when}"] = _paired_text(d, level)
+                else:
+                    row[f"{b} − {a}, {when}"] = "—"
+            rows.append(row)
+        tables.append(md_table(pd.DataFrame(rows)))
+    contrast_rows = []
+    for label, r in recs.items():
+        s = r["settings"]
+        widths = r["finals"][r["finals"]["sweep"] == s.capacity.sweep].drop_duplicates("shape").sort_values("width")
+        ends = list(widths["shape"])[-2:]                   # the next widest and the widest
+        for reading, name in (("last", "at the last step"), ("best", "at each run's best")):
+            c = r["contrasts"][reading]
+            gap = paired(r, ends[-1], ends[0], reading) if len(ends) == 2 else None
+            contrast_rows.append({
+                "arm": label, "reading": name, "best split": c["best_shape"], "worst split": c["worst_shape"],
+                "spread / seed noise": span(c["spread_over_std"], c["spread_over_std_lo"], c["spread_over_std_hi"], ".2f"),
+                "p": fmt(c["split_p"], ".3g"), "head split": "resolved" if c["split_resolved"] else "not resolved",
+                "width gain": f"{c['capacity_from']} → {c['capacity_to']}: " + span(
+                    c["capacity_gain"], c["capacity_gain_lo"], c["capacity_gain_hi"]),
+                "widest − next, paired": "—" if gap is None else f"{ends[-1]} − {ends[0]}: {_paired_text(gap, level)}"})
+    fits = {label: r["fit"].drop_duplicates(["trained_under", "shape"]) for label, r in recs.items()}
+    over = {label: list(f.loc[f["verdict"] == "overfits", "shape"]) for label, f in fits.items()}
+    rise = {label: f.loc[f["rise_mean"].idxmax()] for label, f in fits.items()}
+    pct = f"{100 * level:g} %"
+    return [
+        f"### Beside the default pair and the original: what {b} changes", "",
+        f"Each configuration of the head split (by heads) and of the width control (by width) in both arms — {a} "
+        f"(the pair above) and {b} (this pair) — at each reading: mean ± std over seeds (rank within its sweep, "
+        f"1 = lowest), beside the original's loss and rank (`benchmarks/original.py`); and {b} − {a}, paired by seed "
+        f"(the same seed draws the same training windows in both arms), with its {pct} percentile bootstrap "
+        "interval and verdict (*better*: lower with it).",
+        tables[0], "", tables[1], "",
+        f"The contrast of each arm at each reading ({pct} intervals in brackets):", md_table(pd.DataFrame(contrast_rows)),
+        "", "**Overfitting**: " + "; ".join(
+            f"{label}: {len(over[label])} of {len(fits[label])} configurations overfit"
+            + (f" ({', '.join(over[label])})" if over[label] else "")
+            + f", the largest rise {rise[label]['shape']}'s {rise[label]['rise_mean']:+.4f} "
+              f"({rise[label]['rise_over_noise']:.1f}× its arm's seed noise {rise[label]['seed_noise']:.4f})"
+            for label in recs) + ".",
+    ]
+
+
 # ------------------------------------------------------------------ the GPU check's output
 def gpu_sections(gpus: list[Path], paper: dict, commit: str | None = None, figures: Path | None = None) -> list[str]:
     """The GPU sections from the output folders of one GPU check (``gpus``: its runs in the order they
@@ -562,18 +728,22 @@ def gpu_sections(gpus: list[Path], paper: dict, commit: str | None = None, figur
 
 
 def sweep_figures(rec: dict, folder: Path | None) -> dict[str, str]:
-    """The sweep's two readings (:func:`headwatch.figures.sweep.readings`) and its training curves drawn from
-    the records into ``folder`` beside the page; their links from the page (none without a folder)."""
+    """One pair's two readings (:func:`headwatch.figures.sweep.readings`) and its training curves drawn from
+    the records into ``folder`` beside the page (a further pair's in a folder of its own, ``pairs/<pair>``);
+    their links from the page (none without a folder)."""
     if folder is None:
         return {}
     from headwatch.figures import sweep as figs
     from headwatch.figures.style import save
 
-    folder.mkdir(parents=True, exist_ok=True)
+    where = Path(*(["pairs", rec["pair"]] if rec["pair"] else []))
+    (folder / where).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:       # the page shows the PNGs; the PDFs stay the workflow's
-        save(figs.readings(rec["finals"], rec["contrasts"], rec["fit"]), Path(tmp) / "r.pdf", folder / "readings.png")
-        save(figs.training_curves(rec["curves"]), Path(tmp) / "c.pdf", folder / "training_curves.png")
-    return dict(readings=f"{folder.name}/readings.png", curves=f"{folder.name}/training_curves.png")
+        save(figs.readings(rec["finals"], rec["contrasts"], rec["fit"]), Path(tmp) / "r.pdf",
+             folder / where / "readings.png")
+        save(figs.training_curves(rec["curves"]), Path(tmp) / "c.pdf", folder / where / "training_curves.png")
+    link = (Path(folder.name) / where).as_posix()
+    return dict(readings=f"{link}/readings.png", curves=f"{link}/training_curves.png")
 
 
 def _reports(gpus: list[Path]) -> list[dict]:
@@ -610,15 +780,17 @@ def check_runs(reports: list[dict], commit: str | None) -> tuple[list[str], pd.D
 
 
 def _gpu_sections(gpus: list[Path], paper: dict, tmp: Path, commit: str | None, figures: Path | None) -> list[str]:
+    pairs = "".join(f", the pair `{n}`'s {f['runs']} (its own section below)" for n, f in paper["pairs"].items())
     out = [GPU_HEADING, "",
            f"The head-count sweep's {paper['plain']} training runs ({paper['seeds']} seeds per configuration) at "
-           f"{paper['steps']} steps of {paper['batch']} × {paper['context']} characters, and the studies' "
+           f"{paper['steps']} steps of {paper['batch']} × {paper['context']} characters{pairs}, and the studies' "
            f"{paper['studies']} more, on the Shakespeare corpus of config/config.yaml. Paper scale."]
     reports = _reports(gpus)
     # The last run's archive holds every table of the check so far: a rerun resumes in the same folder.
     run = unpack_out(gpus[-1], tmp) if gpus else None
     summary = run / paths.sweep_table("summary") if run else None
     studies_dir = run / Path(paths.study_table("any")).parent if run else None
+    rec = None
     if run is None or not summary.exists():
         out += ["", NOT_MEASURED]
     else:
@@ -636,6 +808,8 @@ def _gpu_sections(gpus: list[Path], paper: dict, tmp: Path, commit: str | None, 
         out += readings_section(rec["summaries"], rec["contrasts"], rec["fit"], links.get("readings"),
                                 level="###", interval=rec["train"].eval_every)
         out += width_control(rec, links.get("curves")) + original_sections(rec) + recipe_section(rec, device)
+    for name, facts in paper["pairs"].items():
+        out += pair_section(name, facts, run, rec, figures)
     out += ["## The studies at paper scale (GPU)", ""]
     studies = sorted(p for p in studies_dir.glob("*.parquet") if not p.stem.endswith("_finals")) \
         if studies_dir and studies_dir.is_dir() else []
@@ -753,8 +927,9 @@ def main(argv=None) -> None:
             page_header(commit, command),
             "| part | scale | measured on |\n|---|---|---|\n"
             f"| {markdown(args.model)}: scores, 5a, 5b, 5c, 5d, guards | **paper scale** (`make run`'s config) | the machine its section names |\n"
-            f"| the sweep ({pf['plain']} runs, {pf['steps']} steps) and the studies ({pf['studies']} runs) "
-            f"| **paper scale** | {on_gpu} |\n"
+            f"| the sweep ({pf['plain']} runs, {pf['steps']} steps)"
+            + "".join(f", the pair `{n}` ({f['runs']} runs)" for n, f in pf["pairs"].items())
+            + f" and the studies ({pf['studies']} runs) | **paper scale** | {on_gpu} |\n"
             f"| GPU type, rule times and peak GPU memory | – | {on_gpu} |",
             "Everything else headwatch has published so far (`make quick`, config/quick.yaml) is CPU scale: "
             f"{qs['induction']} induction, {qs['eval']} eval and {qs['circuit']} "

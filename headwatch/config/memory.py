@@ -191,8 +191,9 @@ def sweep_estimates(sweep_cfg: dict) -> list[dict]:
     summ = SummarySettings.from_config(sweep_cfg["summary"])
     resamples = summ.bootstrap.resamples
     sweeps = active_sweeps(sweep_cfg)
-    seeds = sum(len(sweeps[s]["seeds"]) * len(sweeps[s]["grid"])
-                for s in {summ.split_sweep, summ.capacity.sweep} if s in sweeps)
+    seeds = max(sum(len(sweeps[s]["seeds"]) * len(sweeps[s]["grid"])       # the largest pair's summary job
+                    for s in {p.split_sweep, p.capacity.sweep} if s in sweeps)
+                for p in [summ, *(summ.pairs or {}).values()])
     out.append(estimate("sweep.summary.bootstrap.resamples",
                         f"the summary's bootstrap ({resamples} resamples of {seeds} final losses)",
                         {"indices and values": resamples * seeds * 2 * I64}))

@@ -7,8 +7,9 @@ Every key under ``sweep:`` that a job or a summary reads has one typed home here
   sweep's own ``train:`` over it (:func:`train_of`); :data:`TRAIN_KEYS`, :data:`TRAIN_DEFAULTS`;
 * :class:`HeadsSettings` — ``sweep.heads``: the probe (:data:`PROBE_KEYS`), the formation
   threshold, the cut's sequences;
-* :class:`SummarySettings` (:class:`CapacitySettings`, :class:`BootstrapSettings`) —
-  ``sweep.summary``; :class:`CourseSettings` — ``sweep.course``; :class:`StudySettings` — a
+* :class:`SummarySettings` (:class:`CapacitySettings`, :class:`BootstrapSettings`, :class:`PairSettings`) —
+  ``sweep.summary``, its default pair and its further ``pairs`` (:func:`summary_slice`, :func:`summary_sweeps`,
+  :func:`summary_pairs`); :class:`CourseSettings` — ``sweep.course``; :class:`StudySettings` — a
   sweep's ``study``; :class:`CorpusSettings` — ``sweep.corpus``;
 * :class:`TrainingJob`, :class:`CourseJob` — the params of one training job
   (:func:`headwatch.sweep.plan.job_params`) and of one sweep's course;
@@ -133,19 +134,50 @@ class CapacitySettings(Settings):
 
 
 @dataclass(frozen=True)
+class PairSettings(Settings):
+    """One (split, capacity) pair of ``sweep.summary.pairs``: a split sweep contrasted with a capacity
+    sweep exactly as ``sweep.summary``'s own pair (:func:`summary_slice`)."""
+    WHERE = "sweep.summary.pairs.<name>"
+
+    split_sweep: str
+    capacity: CapacitySettings
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "PairSettings":
+        cfg = read_fields(cls, cfg, cls.WHERE)
+        return cls(split_sweep=cfg["split_sweep"], capacity=CapacitySettings.of(cfg["capacity"]))
+
+
+@dataclass(frozen=True)
 class SummarySettings(Settings):
-    """``sweep.summary``: the split sweep's spread against its seed noise and the capacity gain."""
+    """``sweep.summary``: the split sweep's spread against its seed noise and the capacity gain — the
+    default pair, whose tables keep their names (``results/sweep/*.parquet``) — and ``pairs``: further
+    (split, capacity) pairs by name, each summarized by the same code into tables of its own
+    (:func:`summary_slice`, :func:`summary_sweeps`). A summary job's params are one pair's slice, without
+    ``pairs``."""
     WHERE = "sweep.summary"
 
     split_sweep: str
     capacity: CapacitySettings
     bootstrap: BootstrapSettings
+    pairs: dict | None = None      # {name: PairSettings}
 
     @classmethod
     def from_config(cls, cfg: dict) -> "SummarySettings":
         cfg = read_fields(cls, cfg, cls.WHERE)
         return cls(split_sweep=cfg["split_sweep"], capacity=CapacitySettings.of(cfg["capacity"]),
-                   bootstrap=BootstrapSettings.of(cfg["bootstrap"]))
+                   bootstrap=BootstrapSettings.of(cfg["bootstrap"]),
+                   pairs={name: PairSettings.of(p) for name, p in (cfg.get("pairs") or {}).items()})
+
+    def pair(self, name: str | None) -> "SummarySettings":
+        """What one pair's summary reads: the default pair's settings (``name`` None) or those of
+        ``pairs[name]``, each with the bootstrap, without ``pairs``."""
+        if name is None:
+            return SummarySettings(self.split_sweep, self.capacity, self.bootstrap)
+        if name not in (self.pairs or {}):
+            raise KeyError(f"sweep.summary.pairs: no pair {name!r} (pairs: {sorted(self.pairs or {})})")
+        p = self.pairs[name]
+        return SummarySettings(p.split_sweep, p.capacity, self.bootstrap)
 
 
 @dataclass(frozen=True)
@@ -376,6 +408,42 @@ def course_sweeps(sweep_cfg: dict) -> dict[str, str]:
     return {name: ref for name, ref in named.items() if name in planned}
 
 
+def summary_slice(sweep_cfg: dict, pair: str | None = None) -> dict:
+    """The slice of ``sweep.summary`` one pair's summary job reads (its params, the config's own mappings):
+    the pair's ``split_sweep`` and ``capacity`` — ``sweep.summary``'s own for the default pair (``pair``
+    None), ``sweep.summary.pairs[pair]``'s for another — and the ``bootstrap``. Editing one pair reruns
+    that pair's summary only."""
+    summ = sweep_cfg["summary"]
+    block = summ if pair is None else summ["pairs"][pair]
+    return dict(split_sweep=block["split_sweep"], capacity=block["capacity"], bootstrap=summ["bootstrap"])
+
+
+def pair_sweeps(block: dict) -> list[str]:
+    """A pair's two sweeps (a ``sweep.summary`` block or one of its ``pairs``): split, then capacity."""
+    return list(dict.fromkeys([block.get("split_sweep"), (block.get("capacity") or {}).get("sweep")]))
+
+
+def summary_sweeps(sweep_cfg: dict, pair: str | None = None) -> list[str]:
+    """The planned sweeps one pair's summary reads, in config order: another pair's, its split and capacity
+    sweeps; the default pair's (``pair`` None), every planned sweep without a study block that no other pair
+    names (its own two, and any other sweep of the summary's tables as rows of its own) — so a run joins the
+    tables of one pair, judged against that pair's seed noise."""
+    planned = {n: s for n, s in active_sweeps(sweep_cfg).items() if not s.get("study")}
+    summ = sweep_cfg["summary"]
+    if pair is not None:
+        return [n for n in planned if n in pair_sweeps(summ["pairs"][pair])]
+    others = {n for p in (summ.get("pairs") or {}).values() for n in pair_sweeps(p)} - set(pair_sweeps(summ))
+    return [n for n in planned if n not in others]
+
+
+def summary_pairs(sweep_cfg: dict) -> list[str]:
+    """The pairs of ``sweep.summary.pairs`` that are summarized: both their sweeps planned (the default
+    pair's own condition, :func:`headwatch.workflow.targets.summarized`)."""
+    planned = active_sweeps(sweep_cfg)
+    return [name for name, p in ((sweep_cfg["summary"].get("pairs") or {}).items())
+            if all(s in planned for s in pair_sweeps(p))]
+
+
 def positions_error(context: int, early: int, late: int) -> str | None:
     """Why positions ``1 … early`` and the last ``late`` do not fit ``context`` apart; None if they do."""
     if early + late + 1 > context:
@@ -517,11 +585,12 @@ def unit_errors(entry: dict, study: dict | None) -> list[str]:
 
 def dropout_errors(entry: dict, study: dict | None) -> list[str]:
     """Dropout in a study's grid: a study tells its arms apart by their shape, balance and vocabulary
-    (:data:`ARM_KEYS`), not by dropout; a regularised arm is a sweep of its own (config/config.yaml:
-    ``regularised``)."""
+    (:data:`ARM_KEYS`), not by dropout; a regularised arm is a pair of sweeps of its own (config/config.yaml:
+    ``heads_split_drop`` and ``width_drop``, ``sweep.summary.pairs.regularised``)."""
     if study and entry.get("dropout"):
         return [f"dropout: {entry['dropout']!r} in a {study.get('kind')} study, whose arms are compared without "
-                "it; give the regularised arms a sweep of their own (no study block)"]
+                "it; give the regularised arms sweeps of their own (no study block; a pair of sweep.summary.pairs "
+                "contrasts them)"]
     return []
 
 
@@ -571,26 +640,50 @@ def course_errors(sweep_cfg: dict) -> list[str]:
 
 
 def summary_errors(sweep_cfg: dict, sweeps: dict) -> list[str]:
-    """The summary's sweeps exist; the split sweep keeps one width; each capacity width appears once."""
-    errors = []
+    """Each pair of the summary (``sweep.summary``'s own and each of ``sweep.summary.pairs``), named by its
+    key: its sweeps exist and have no study block; the split sweep keeps one width; each capacity width
+    appears once; every entry of its two sweeps has the same dropout (a pair compares shapes at one
+    regularisation)."""
     summ = sweep_cfg.get("summary") or {}
-    split = summ.get("split_sweep")
+    blocks, errors = {"sweep.summary": summ}, []
+    for name, block in (summ.get("pairs") or {}).items():
+        key = f"sweep.summary.pairs.{name}"
+        if not NAME.match(str(name)):
+            errors.append(f"{key}: a pair's name may hold only letters, digits and _ (it names a folder of results)")
+        blocks[key] = block if isinstance(block, dict) else {}
+    return errors + [e for key, block in blocks.items() for e in pair_errors(key, block, sweeps)]
+
+
+def pair_errors(key: str, block: dict, sweeps: dict) -> list[str]:
+    """What is wrong with one pair of the summary (:func:`summary_errors`), each error naming ``key``'s own
+    key."""
+    errors = []
+    split = block.get("split_sweep")
     if split not in sweeps:
-        errors.append(f"sweep.summary.split_sweep: {split!r} is not a sweep ({sorted(sweeps)})")
+        errors.append(f"{key}.split_sweep: {split!r} is not a sweep ({sorted(sweeps)})")
     else:
         widths = sorted({e.get("width") for e in sweeps[split].get("grid") or []}, key=str)
         if len(widths) > 1:
-            errors.append(f"sweep.summary.split_sweep: sweep {split!r} must keep one width "
+            errors.append(f"{key}.split_sweep: sweep {split!r} must keep one width "
                           f"(parameter counts must be identical), has widths {widths}")
-    cap = summ.get("capacity") or {}
+    cap = block.get("capacity") or {}
     if cap.get("sweep") not in sweeps:
-        errors.append(f"sweep.summary.capacity.sweep: {cap.get('sweep')!r} is not a sweep ({sorted(sweeps)})")
+        errors.append(f"{key}.capacity.sweep: {cap.get('sweep')!r} is not a sweep ({sorted(sweeps)})")
     else:
         for end in ("from", "to"):
             n = sum(e.get("width") == cap.get(end) for e in sweeps[cap["sweep"]].get("grid") or [])
             if n != 1:
-                errors.append(f"sweep.summary.capacity.{end}: width {cap.get(end)!r} must appear exactly "
+                errors.append(f"{key}.capacity.{end}: width {cap.get(end)!r} must appear exactly "
                               f"once in sweep.sweeps.{cap['sweep']}.grid (found {n})")
+    named = {f"{key}.split_sweep": split, f"{key}.capacity.sweep": cap.get("sweep")}
+    known = {k: n for k, n in named.items() if n in sweeps}
+    for k, n in known.items():
+        if sweeps[n].get("study"):
+            errors.append(f"{k}: sweep {n!r} has a study block: a study is summarized on its own, not in a pair")
+    rates = {n: sorted({e.get("dropout") or 0 for e in sweeps[n].get("grid") or []}) for n in known.values()}
+    if len({r for v in rates.values() for r in v}) > 1:
+        errors.append(f"{key}: its sweeps' entries must share one dropout (a pair compares shapes at one "
+                      "regularisation), but they have " + "; ".join(f"{n}: {v}" for n, v in rates.items()))
     return errors
 
 

@@ -34,7 +34,9 @@ If the settings differ, each sweep trains its own copy. Sweeps named in
 
 A sweep with a ``study`` block (``kind``: experts | depth | kv | vocab) gets its own
 summary and figure (:mod:`headwatch.sweep.study`) instead of joining the
-split/capacity summary (:mod:`headwatch.sweep.summary`).
+split/capacity summary (:mod:`headwatch.sweep.summary`); a sweep that a further pair of
+``sweep.summary.pairs`` names joins that pair's summary instead of the default one
+(:func:`summary_runs`).
 
 Every function takes the config's ``sweep`` section; the workflow's rules call
 them (rules/sweep.smk) and the tests call them directly. This module imports no
@@ -48,8 +50,8 @@ import json
 
 from ..charlm.vocab import VOCAB_PATTERN, parse_vocab_name
 from ..settings.shapes import SLUG, SLUG_PATTERN, parse_slug  # noqa: F401  (the workflow's and the tests' names)
-from ..settings.sweep import (CHAR, STACK, HeadsSettings, active_sweeps, model_of, reads_vocabularies, slug, train_of,
-                              vocab_of)
+from ..settings.sweep import (CHAR, STACK, HeadsSettings, active_sweeps, model_of, reads_vocabularies, slug,
+                              summary_sweeps, train_of, vocab_of)
 
 
 def entry_of(sweep_cfg: dict, sweep: str, shape: str) -> dict:
@@ -89,6 +91,13 @@ def runs(sweep_cfg: dict, studies: bool | None = None) -> list[dict]:
                 out.append(dict(sweep=name, shape=slug(e), seed=seed, width=e["width"],
                                 heads=e["heads"], trained_under=owner(sweep_cfg, name, slug(e), seed)))
     return out
+
+
+def summary_runs(sweep_cfg: dict, pair: str | None = None) -> list[dict]:
+    """The runs one pair's summary reads: those of its sweeps (:func:`headwatch.settings.sweep.summary_sweeps`;
+    ``pair`` None: the default pair, ``sweep.summary``'s own), each read from the sweep that trains it."""
+    sweeps = summary_sweeps(sweep_cfg, pair)
+    return [r for r in runs(sweep_cfg, studies=False) if r["sweep"] in sweeps]
 
 
 def train_jobs(sweep_cfg: dict) -> list[dict]:

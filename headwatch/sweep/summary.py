@@ -50,8 +50,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from .. import paths
 from ..markup import markdown
-from ..settings.sweep import BootstrapSettings, CapacitySettings
+from ..settings.sweep import BootstrapSettings, CapacitySettings, SummarySettings
 from ..tableio import assert_finite, read_note, read_parquet
 
 
@@ -281,6 +282,24 @@ def summarize(finals: pd.DataFrame, split_sweep: str, capacity: CapacitySettings
     return summary, contrast
 
 
+READING_TABLES = {"last": ("summary", "contrast"), "best": ("summary_best", "contrast_best")}
+"""Each reading's summary and contrast tables by name (:func:`summary_tables`; those of the last step keep
+their names from before the two readings)."""
+
+
+def summary_tables(finals: pd.DataFrame, settings: SummarySettings | dict) -> dict[str, pd.DataFrame]:
+    """One pair's tables (protocol §7): the summary and the contrast at each reading (:data:`READING_TABLES`)
+    and each configuration's rise from its best (``overfitting``), from the finals of the pair's runs
+    (:func:`headwatch.sweep.plan.summary_runs`). ``settings``: the pair's slice of ``sweep.summary``
+    (:func:`headwatch.settings.sweep.summary_slice`; the default pair's or another's, read the same way)."""
+    s = SummarySettings.of(settings)
+    out = {}
+    for reading, (summary, contrast) in READING_TABLES.items():
+        out[summary], out[contrast] = summarize(finals, s.split_sweep, s.capacity, s.bootstrap, reading)
+    out["overfitting"] = overfitting(finals, s.split_sweep, s.bootstrap)
+    return out
+
+
 # ------------------------------------------------------------ overfitting: the rise from each run's best
 MIN_SEEDS = 3
 """The fewest seeds from which a comparison over seeds gets an interval and a verdict (a shape's rise, a
@@ -488,12 +507,14 @@ def disagreements(contrasts: dict[str, pd.Series], fit: pd.DataFrame) -> str:
 
 
 def readings_section(summaries: dict[str, pd.DataFrame], contrasts: dict[str, pd.Series], fit: pd.DataFrame,
-                     figure: str | None = None, level: str = "##", interval: int | None = None) -> list[str]:
+                     figure: str | None = None, level: str = "##", interval: int | None = None,
+                     pair: str | None = None) -> list[str]:
     """A results page's section on the two readings (protocol §7, "Two readings"): each configuration at
     both, its rise and verdict, whether any overfits, the contrast at both readings with its intervals and
     verdicts, and where the two disagree. ``summaries``, ``contrasts``: each reading's summary and contrast
     row (``last``, ``best``); ``fit``: :func:`overfitting`; ``figure``: a link to the readings figure;
-    ``interval``: the evaluations' interval in steps (the best is known to it)."""
+    ``interval``: the evaluations' interval in steps (the best is known to it); ``pair``: the further pair of
+    ``sweep.summary.pairs`` whose tables these are (None: the default pair's)."""
     c = contrasts["last"]
     pct = _pct(float(c["level"]))
     quantities = [("best split", "best_shape", None), ("worst split", "worst_shape", None),
@@ -519,7 +540,7 @@ def readings_section(summaries: dict[str, pd.DataFrame], contrasts: dict[str, pd
         f"the weights one would keep){cadence}. Rise = last − best, per run; "
         f"its {pct} percentile bootstrap interval over seeds and its ratio to the seed noise (the split's mean seed "
         f"std at the last step) with that ratio's interval; *overfits* where that interval lies above 1 "
-        f"(`{'results/sweep/overfitting.parquet'}`, `summary_best.parquet`, `contrast_best.parquet`).",
+        f"(`{paths.sweep_table('overfitting', pair)}`, `summary_best.parquet`, `contrast_best.parquet`).",
         markdown_table(fit_table(summaries, fit)), "", fit_summary(fit), "",
         f"The contrast at each reading ({pct} intervals in brackets; the same code, each run's loss at that reading):",
         markdown_table(pd.DataFrame(rows)), "",

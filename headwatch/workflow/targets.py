@@ -15,7 +15,7 @@ from ..names import SCORES
 from ..scores.sequences import SETS
 from ..settings.induction import InductionSettings
 from ..settings.induction import jobs as induction_jobs
-from ..settings.sweep import SummarySettings, active_sweeps, course_sweeps
+from ..settings.sweep import SummarySettings, active_sweeps, course_sweeps, summary_pairs
 from ..sweep import plan
 
 ABLATION_EXPERIMENTS = ("topk", "circuit", "attribution")
@@ -39,7 +39,8 @@ MODEL_ANATOMY_FILES = ("head_slices.json", "weight_check.json", "kv_groups.parqu
 SWEEP_TABLES = ("summary", "contrast", "finals", "curves", "summary_best", "contrast_best", "overfitting")
 """The sweep summary's tables (rule sweep_summary, protocol §7): the summary and the contrast at the last step
 (their names from before the two readings), the same at each run's best validation (``_best``), every run's
-finals and curves, and each configuration's rise from its best (``overfitting``)."""
+finals and curves, and each configuration's rise from its best (``overfitting``). Each further pair of
+``sweep.summary.pairs`` has the same tables of its own (rule sweep_pair, :func:`headwatch.paths.sweep_table`)."""
 HEAD_FIGURES = ("scores_ranked", "sink_vs_induction")
 ABLATION_FIGURES = ("topk", "circuit", "pairs")
 ANATOMY_FIGURES = ("params_by_block", "rotary_clocks", "kv_cache")
@@ -172,12 +173,14 @@ def summarized(config: dict) -> bool:
 
 def sweep(config: dict) -> list[str]:
     """Every training job's outputs (each once, under its owner), the summaries (when their sweeps
-    are planned), each study's tables, each course's tables."""
+    are planned: the default pair's with the heads study, each further pair's), each study's tables,
+    each course's tables."""
     s = config["sweep"]
     return ([paths.run_output(r, f) for r in plan.train_jobs(s)
              for f in ("metrics.parquet", "model.pt", "heads.parquet")]
             + ([paths.sweep_table(t) for t in SWEEP_TABLES]
                + [paths.sweep_heads_table(t) for t in paths.SWEEP_HEADS_TABLES] if summarized(config) else [])
+            + [paths.sweep_table(t, p) for p in summary_pairs(s) for t in SWEEP_TABLES]
             + [paths.study_table(n, t) for n in plan.studies(s) for t in paths.STUDY_TABLES]
             + [paths.course_table(n, t) for n in course_sweeps(s) for t in paths.COURSE_TABLES])
 
@@ -200,6 +203,8 @@ def figures(config: dict, families: dict | None = None) -> list[str]:
 def sweep_figures(config: dict) -> list[str]:
     return ([f for stem in (*SWEEP_FIGURES.values(), *SWEEP_HEADS_FIGURES.values())
              for f in figure_pair(paths.sweep_figure, stem)] if summarized(config) else []) + (
+        [paths.sweep_figure(stem, ext, p) for p in summary_pairs(config["sweep"]) for stem in SWEEP_FIGURES.values()
+         for ext in paths.EXTENSIONS]) + (
         [f for n in plan.studies(config["sweep"]) for f in figure_pair(paths.sweep_figure, f"study_{n}")]
         + [f for n in course_sweeps(config["sweep"]) for key in SWEEP_COURSE_FIGURES
            for f in figure_pair(paths.course_figure, n, key)])
@@ -241,7 +246,8 @@ def unmade_tables(config: dict, producible: Producible) -> list[str]:
 
 
 def report_tables(config: dict, producible: Producible, families: dict | None = None) -> list[str]:
-    """The key tables of ``report.tables`` and every planned study's summary and contrasts, as HTML
+    """The key tables of ``report.tables``, every planned study's summary and contrasts and every summarized
+    further pair's summary and contrast (``sweep.summary.pairs``), as HTML
     pages, each only when some rule of the workflow makes its table (the Snakefile refuses an entry
     no rule makes before any job: :func:`unmade_tables`; a workflow built without a stage
     leaves its pages out) and its part is in the default target (a shared table under
@@ -254,6 +260,8 @@ def report_tables(config: dict, producible: Producible, families: dict | None = 
               if _part_of(t.split("/", 1)[0]) in wanted and (t.split("/", 1)[0] != "sweep" or summarized(config))]
     found += [paths.study_table(n, t) for n in plan.studies(config["sweep"])
               for t in ("summary", "contrasts")] if "sweep" in wanted else []
+    found += [paths.sweep_table(t, p) for p in summary_pairs(config["sweep"])
+              for t in ("summary", "contrast")] if "sweep" in wanted else []
     return [paths.page_of(t) for t in found if producible(t)]
 
 
