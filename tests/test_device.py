@@ -76,9 +76,25 @@ def _run_every_function(model_dir) -> dict[str, pd.DataFrame]:
     out["edge_scores"] = edges = hw.edge_scores(m, prompts)
     out["edge_faithfulness"] = hw.edge_faithfulness(m, prompts, edges, random_draws=5)
     out["guards_of"] = hw.guards_of(heads)
+    out["explore"] = _explored(hw.explore(m, "a text of one's own", scores, heads=heads), m)
     out["load_config"] = pd.DataFrame([{"n": cfg["patching"]["n"]}])
     out["load_model"] = pd.DataFrame([{"device": str(next(m.model.parameters()).device)}])
     return out
+
+
+def _explored(page, m) -> pd.DataFrame:
+    """The attention maps an explorer page holds, decoded: what the page shows, as a table."""
+    import base64
+    import json
+    import zlib
+
+    from headwatch.explorer.build import COMPRESSED, decode_phrase
+
+    packed = page.html.split(f'data-encoding="{COMPRESSED}">', 1)[1].split("</script>", 1)[0]
+    payload = json.loads(zlib.decompress(base64.b64decode(packed)))
+    (entry,) = payload["phrases"]
+    dense = decode_phrase(entry, entry["n"], m.adapter.n_layers, m.adapter.n_heads, payload["quantum"])
+    return pd.DataFrame({"weight": dense.ravel()})
 
 
 #: Columns that time or size a run: not results.

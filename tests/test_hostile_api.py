@@ -251,7 +251,10 @@ HOSTILE: dict[str, list[Case]] = {
         c("score_batch=-1 (edges.score_batch): -1 is less than the minimum of 1", M, T("prompts"), score_batch=-1),
         c("fractions=[2] (edges.fractions[0]): 2 is greater than the maximum of 1", M, T("prompts"), fractions=[2]),
         c("ig_steps=1000000000 (edges.ig_steps)", M, T("prompts"), ig_steps=10 ** 9),
-        c("tolerance=inf (edges.tolerance): inf is not a finite number", M, T("prompts"), tolerance=float("inf")),
+        c("rounding_factor=inf (edges.rounding_factor): inf is not a finite number", M, T("prompts"),
+          rounding_factor=float("inf")),
+        c("tolerance=1e-05 (edges.tolerance): 'tolerance' is now `edges.rounding_factor`", M, T("prompts"),
+          tolerance=1e-5),
         c("method='eap' (edges.method): unknown key 'method' under `edges`; did you mean `methods`?", M,
           T("prompts"), method="eap"),
     ],
@@ -468,6 +471,32 @@ def test_what_the_checks_must_not_refuse(ctx):
     hw.set_progress(np.bool_(False))
     maps = hw.attention_maps(m, ctx["phrases"].head(1), quantum=8, top=3)
     assert set(maps.weight * 8) <= set(range(9)) and len(maps.attrs["tables"]["predictions"]) == 3
+
+
+def test_each_cut_is_refused_only_for_the_settings_it_uses(ctx, monkeypatch):
+    """The protocol's ablation (k up to 8 of the top 8) does not fit the tiny model's 12 heads: the top-k
+    cut, which draws its random control from the other 4, is refused for it; the circuit's cut (its
+    control: ``random_draws`` heads outside the top 8) and the cut of every head alone read no k, and
+    reach their computation (here a stand-in that stops the call)."""
+    from headwatch.ablation import experiments
+
+    class Reached(Exception):
+        pass
+
+    def reached(*a, **k):
+        raise Reached
+
+    m, scores, rep = ctx["m"], ctx["scores"], ctx["rep"]
+    with pytest.raises(hw.ConfigError, match=r"^hw.cut_heads: .*ablation.k = \[1, 2, 3, 5, 8\]: the random control"):
+        hw.cut_heads(m, scores, rep)
+    for name in ("run_circuit", "run_attribution"):
+        monkeypatch.setattr(experiments, name, reached)
+    with pytest.raises(Reached):
+        hw.cut_circuit(m, scores, rep, rep, random_draws=2)
+    with pytest.raises(hw.ConfigError, match=r"^hw.cut_circuit: random_draws=4 \(ablation.random_draws = 4\): the circuit's control .* leaves 3$"):
+        hw.cut_circuit(m, scores, rep, rep, random_draws=4)
+    with pytest.raises(Reached):
+        hw.cut_each_head(m, ctx["phrases"], ctx["prose"], rep)
 
 
 @pytest.mark.parametrize("call, said", [

@@ -149,43 +149,55 @@ def head_errors(config: dict, facts: ModelFacts) -> list[str]:
                                                          f"= {layers * heads}")
 
 
-def ablation_errors(config: dict, total: int, desc: str) -> list[str]:
-    """The ablation's counts against a model's ``total`` heads (``desc``: the model, in words)."""
+#: The ablation's checks each public function's cut needs (the workflow runs all three on each model):
+#: the top-k cut its targeted set and random pool, the circuit's cut its control's pool, the
+#: attribution its heads cut together.
+ABLATION_USES = {"hw.cut_heads": ("topk",), "hw.cut_circuit": ("circuit",), "hw.cut_each_head": ("attribution",)}
+
+
+def ablation_errors(config: dict, total: int, desc: str,
+                    uses: tuple[str, ...] = ("topk", "circuit", "attribution")) -> list[str]:
+    """The ablation's counts against a model's ``total`` heads (``desc``: the model, in words), for
+    the cuts of ``uses`` (``topk``: the targeted set and random pool of :func:`cut_heads`; ``circuit``:
+    the previous-token cut's control; ``attribution``: every head cut alone and together)."""
     if not config.get("ablation"):
         return []
     out = []
     a = AblationSettings.from_config(config["ablation"])
     top_n, ks, draws = a.top_n, list(a.k), a.random_draws
-    if max(ks) > top_n:
+    if "topk" in uses and max(ks) > top_n:
         out.append(f"ablation.k = {ks}: every k must be <= ablation.top_n = {top_n} "
                    "(the top-k heads of the targeted set)")
-    if top_n > total:
+    if ("topk" in uses or "circuit" in uses) and top_n > total:
         out.append(f"ablation.top_n = {top_n}: {desc}")
-    elif total - top_n < max(ks):
+    elif "topk" in uses and total - top_n < max(ks):
         out.append(f"ablation.k = {ks}: the random control draws up to {max(ks)} heads from outside "
                    f"the top {top_n}, but {desc} leaves {total - top_n}")
-    if top_n < total and total - top_n - 1 < draws:
+    if "circuit" in uses and top_n < total and total - top_n - 1 < draws:
         out.append(f"ablation.random_draws = {draws}: the circuit's control needs {draws} heads "
                    f"outside the top {top_n} and the previous-token head, but {desc} leaves "
                    f"{max(total - top_n - 1, 0)}")
-    together = a.attribution.together
-    if together > total:
-        out.append(f"ablation.attribution.together = {together}: {desc}")
-    if total < 2:
-        out.append(f"ablation: attribution compares the two costliest heads; {desc}")
+    if "attribution" in uses:
+        together = a.attribution.together
+        if together > total:
+            out.append(f"ablation.attribution.together = {together}: {desc}")
+        if total < 2:
+            out.append(f"ablation: attribution compares the two costliest heads; {desc}")
     return out
 
 
-def call_errors(section: str, config: dict, facts: ModelFacts) -> list[str]:
+def call_errors(section: str, config: dict, facts: ModelFacts, function: str = "") -> list[str]:
     """The checks of one section that read a studied model, run on the model a public function was
-    handed (``facts``: :func:`headwatch.config.calls.loaded_facts`): the ablation's counts within its heads,
+    handed (``facts``: :func:`headwatch.config.calls.loaded_facts`): the ablation's counts within its heads
+    (those the cut of ``function`` uses: :data:`ABLATION_USES`; all where no function is named),
     the heads path patching names within it, patching's counts of heads. The checks that read the
     workflow's prompts (templates, a pairs file) are the prompt tables' own (:mod:`headwatch.settings.tables`);
     the attention's predictions at most the model's vocabulary."""
     layers, heads = facts.shape["layers"], facts.shape["heads"]
     if section == "ablation":
         return ablation_errors(config, layers * heads, f"model {facts.key} has {layers} layers × {heads} heads "
-                                                       f"= {layers * heads}")
+                                                       f"= {layers * heads}",
+                               *([ABLATION_USES[function]] if function in ABLATION_USES else []))
     if section == "circuits":
         return circuits_errors(dict(config, models_studied=[facts.key]), facts)
     if section == "patching":

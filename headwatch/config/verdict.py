@@ -270,7 +270,7 @@ def checked_section(section: str, given: dict | None, overrides: dict, function:
     config[section] = section_cfg
     errors = section_errors(config, section)
     if not errors and facts is not None:
-        errors = call_errors(section, config, facts)
+        errors = call_errors(section, config, facts, function)
     if errors:
         said = in_callers_words(errors, section, overrides, names, as_given, given_as if given else None)
         raise ConfigError(f"{function}: " + "; ".join(said))
