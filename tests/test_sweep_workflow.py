@@ -78,9 +78,15 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     sw = config["sweep"]
     res = workdir / "results" / "sweep"
     summary = pd.read_parquet(res / "summary.parquet")
-    expected = [(name, slug(e)) for name, s in sw["sweeps"].items() if not s.get("study") for e in s["grid"]]
-    assert ("regularised", "w16-h2-drop0.2") in expected
+    pair = ("heads_split_drop", "width_drop")              # the regularised pair: its own tables, not these
+    expected = [(name, slug(e)) for name, s in sw["sweeps"].items() if not s.get("study") and name not in pair
+                for e in s["grid"]]
     assert list(zip(summary["sweep"], summary["shape"])) == expected
+    regularised = pd.read_parquet(res / "pairs" / "regularised" / "summary.parquet")
+    assert list(zip(regularised["sweep"], regularised["shape"])) == [
+        (name, slug(e)) for name in pair for e in sw["sweeps"][name]["grid"]]
+    assert regularised.loc[regularised["shape"] == "w16-h2-drop0.2", "trained_under"].tolist() == ["heads_split_drop"] * 2
+    assert (regularised["seeds"] == 2).all()
     assert (summary["seeds"] == 2).all()
     split = summary[summary["sweep"] == "heads_split"]
     vocab = __import__("json").loads((res / "corpus" / "meta.json").read_text())["vocab_size"]
@@ -110,9 +116,9 @@ def test_tiny_sweep_trains_end_to_end(sweep_run):
     assert (study["params_active"].iloc[1:] < study["params"].iloc[1:]).all()
     assert (res / "experts" / "w16-h2-e4k2-b0" / "seed1" / "model.pt").stat().st_size > 0
     # The regularised arm: its own stack (one dropout rate a stack), its model's record says its dropout.
-    assert (res / "regularised" / "stacks" / "w16-l2-drop0.2").is_dir()
+    assert (res / "heads_split_drop" / "stacks" / "w16-l2-drop0.2").is_dir()
     from headwatch.sweep.train import load_trained
-    assert load_trained(res / "regularised" / "w16-h2-drop0.2" / "seed0" / "model.pt")[0].spec.dropout == 0.2
+    assert load_trained(res / "heads_split_drop" / "w16-h2-drop0.2" / "seed0" / "model.pt")[0].spec.dropout == 0.2
     logs = {p.name for p in (workdir / "results" / "logs").rglob("*.log")}
     assert {"sweep_corpus.log", "sweep_summary.log", "figures_sweep.log", "seed0.log", "sweep_heads.log",
             "figures_sweep_heads.log"} <= logs
