@@ -15,6 +15,9 @@ from ..names import did_you_mean
 from .bounds import bound_errors, resolve_ref
 from .values import finite_errors, relation_errors
 
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository (or installed tree) holding ``config/``: the schema and the protocol's config."""
+
 
 # ------------------------------------------------------------------ unknown keys
 def unknown_keys(config, schema: dict, root: dict | None = None, path: str = "") -> list[str]:
@@ -109,7 +112,6 @@ def definition_error(name: str, value, schema_path=None) -> str | None:
     ``the value X <its description>``, or None where it is one (a public function's argument held to
     the config's own definition)."""
     from ..settings.tables import shown
-    from .verdict import ROOT
 
     schema = load_schema(schema_path or ROOT / "config" / "schema.yaml")
     definition = schema["definitions"][name]

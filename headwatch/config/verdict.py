@@ -13,7 +13,7 @@ from pathlib import Path
 from ..model.sources import CACHE_DIR, ConfigError, Located, fingerprint, locate, offline, source_errors
 from .checks import model_errors, run_checks
 from .devices import cuda_available, cuda_probe, needs_device
-from .keys import check_keys, load_schema
+from .keys import ROOT, check_keys, load_schema
 from .memory import memory_errors, read_meminfo
 
 CACHE_KEEP = 32              # verdicts kept (one per config × files × code)
@@ -147,8 +147,6 @@ class Verdict(list):
 
 
 # ------------------------------------------------------------------ one config, read and checked
-ROOT = Path(__file__).resolve().parents[2]
-"""The checkout whose ``config/config.yaml`` is the protocol's configuration."""
 
 
 def load(*overlays, base=None) -> dict:
