@@ -83,8 +83,9 @@ def program(lines: list[str]) -> str:
             "_ends = [t for t, _ in _said[1:]] + [_t2]",
             "_phases = [(m.split(': ', 1)[1].rsplit(' (phase', 1)[0], round(b - a, 2)) "
             "for (a, m), b in zip(_said, _ends)]",
-            "_ratio = max([g['ratio'] for g in _heads.attrs['guards'].values() if isinstance(g, dict) "
-            "and g.get('ratio') is not None] or [0.0])",
+            "_ratios = _hw.guards_of(_heads)['ratio'].dropna()",
+            "assert len(_ratios), 'no guard of patch_heads compared within a bound'",
+            "_ratio = _ratios.max()",
             f"print('{FOUR}', _json.dumps(dict(seconds=_t2 - _t1, phases=_phases, "
             "passed=bool(_heads.attrs['guards']['passed']), ratio=float(_ratio))), flush=True)"]
     return "\n".join(out) + "\n"
