@@ -34,6 +34,8 @@ def test_the_first_pair_benchmark_runs_the_readmes_block_to_its_first_figure(tmp
     assert first_pair.four_pairs_text(four) == (
         "hw.patch_heads on four pairs of five tokens: 12.3 s wall (target: at most 15 s on 2 idle cores) — patch every "
         "head 6.0 s, guard batched_vs_loop 2.5 s; every guard passed, the closest at 0.0094 × its bound")
+    assert first_pair.four_pairs_text(dict(four, ratio=0.0)).endswith("each with no difference at all (max |Δ| 0)")
+    assert first_pair.four_pairs_text(dict(four, passed=False)).endswith("; a guard failed")
     bare = tmp_path / "README.md"
     bare.write_text("## From a notebook\n\n```python\nimport headwatch as hw\n```\n")
     with pytest.raises(SystemExit, match="draws no figure"):
