@@ -221,25 +221,26 @@ def _shape(m) -> dict | None:
     return loaded_shape(m)
 
 
-def _table(m, table, kind, argument: str):
+def _table(m, table, kind, argument: str, any_length: bool = False):
     """``table`` checked as a table of ``kind`` (:func:`headwatch.settings.tables.check_table`) for the
     public function this call came through — token ids, lengths, layers and heads within ``m`` (None: a
-    table drawn without its model, within the bounds of the largest model headwatch reads); returned."""
+    table drawn without its model, within the bounds of the largest model headwatch reads; ``any_length``:
+    a row may be longer than the model's context, where the caller keeps its first tokens); returned."""
     from .settings.tables import check_table
 
-    check_table(table, kind, _caller(), argument, None if m is None else _shape(m))
+    shape = None if m is None else _shape(m)
+    if any_length and shape:
+        shape = {k: v for k, v in shape.items() if k != "context"}
+    check_table(table, kind, _caller(), argument, shape)
     return table
 
 
 def _own_text(m, table, argument: str, any_length: bool = False):
     """A table of :func:`sequences` (your own text), checked: token ids, tokens, one row per ``seq``
     (``any_length``: a text may be longer than the model's context, where the caller keeps its first tokens)."""
-    from .settings.tables import TableError, check_table
+    from .settings.tables import TableError
 
-    shape = _shape(m)
-    if any_length and shape:
-        shape = {k: v for k, v in shape.items() if k != "context"}
-    check_table(table, (("seq", "count"), ("token_ids", "ids"), ("tokens", "any")), _caller(), argument, shape)
+    _table(m, table, (("seq", "count"), ("token_ids", "ids"), ("tokens", "any")), argument, any_length)
     if table["seq"].duplicated().any():
         raise TableError(f"{_caller()}: {argument} holds seq {int(table['seq'][table['seq'].duplicated()].iloc[0])} "
                          "twice; each text is one row (hw.sequences(m, texts) makes such a table)")
@@ -315,6 +316,12 @@ def sequences(m, texts=None, ids=None, repeat: bool = False) -> pd.DataFrame:
     >>> repeated = hw.sequences(m, ["The quick brown fox jumps over the lazy dog"], repeat=True)
     >>> hw.head_scores(m, repeated, prose)
     """
+    return _sequences(m, texts, ids, repeat)
+
+
+def _sequences(m, texts, ids, repeat: bool, any_length: bool = False) -> pd.DataFrame:
+    """:func:`sequences` (``any_length``: a text may be longer than the model's context, where the caller
+    keeps its first tokens, as :func:`explore` does)."""
     from .config import ConfigError
     from .scores.sequences import adds_bos, prose_table, token_strings
     from .settings.tables import MIN_HALF, MIN_TOKENS, shown
@@ -349,7 +356,7 @@ def sequences(m, texts=None, ids=None, repeat: bool = False) -> pd.DataFrame:
             [dict(seq=i, text=t, token_ids=([tokenizer.bos_token_id] if bos else []) + row,
                   tokens=token_strings(tokenizer, ([tokenizer.bos_token_id] if bos else []) + row), bos=bos)
              for i, (t, row) in enumerate(zip(texts, plain))])
-        _table(m, table, "prose", "texts" if ids is None else "ids")
+        _table(m, table, "prose", "texts" if ids is None else "ids", any_length)
         return _done(table, dict(made_by="hw.sequences", repeat=False))
     T = min(len(x) for x in plain)
     rows = []
@@ -1099,7 +1106,7 @@ def _explore_maps(m, texts, max_tokens: int, cfg: dict):
             raise TableError(f"hw.explore: texts names a phrase twice: {twice}")
     else:                                                                # your text
         mine = _own_text(m, texts, "texts", any_length=True) if isinstance(texts, pd.DataFrame) else \
-            sequences(m, _texts(texts))
+            _sequences(m, _texts(texts), None, False, any_length=True)
         names = list(own_phrases(mine)["phrase"])
     lengths = dict(zip(names, (len(x) for x in mine["token_ids"])))
     maps = attention_maps(m, mine.assign(token_ids=[list(x)[:max_tokens] for x in mine["token_ids"]],

@@ -211,6 +211,11 @@ def test_a_1000_token_text_keeps_its_first_tokens_within_the_size_bound(tiny, br
     mine = pd.DataFrame(dict(seq=[0], token_ids=[ids], tokens=[[m.tokenizer.decode([i]) for i in ids]]))
     page = hw.explore(m, mine)
     assert page.nbytes <= 5_000_000 and "256 of 1,000 tokens" in page.summary
+    text = " ".join(f"word{i}" for i in range(400))                 # a text longer than the context, as given
+    n = len(m.tokenizer(text).input_ids)
+    assert n > 256 and f"256 of {n:,} tokens" in hw.explore(m, text).summary
+    with pytest.raises(TableError, match="longer than the model's context of 256 positions"):
+        hw.sequences(m, [text])                                      # the scores' own tables must fit it
     small = hw.explore(m, mine, max_mb=0.15)
     kept = int(small.summary.split(" of 1,000 tokens")[0].rsplit(" ", 1)[1])
     assert small.nbytes <= 150_000 and 50 < kept < 256
