@@ -98,7 +98,8 @@ def main(argv=None) -> int:
     built = time.perf_counter() - t0
     if f"{args.tokens:,} of " not in page.summary:
         raise SystemExit(f"the text is shorter than {args.tokens} tokens: {page.summary}")
-    mine = hw.sequences(m, [words])
+    first = m.tokenizer(words, add_special_tokens=False).input_ids[:1000]
+    mine = hw.sequences(m, ids=[first])                           # the text's first 1,000 tokens (BOS added if read)
     mine = mine.assign(token_ids=[mine["token_ids"][0][:1000]], tokens=[mine["tokens"][0][:1000]])
     long = hw.explore(m, mine)                                    # 1,000 tokens, the default max_tokens
     load_before = os.getloadavg()[0]
