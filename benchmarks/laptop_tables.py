@@ -15,7 +15,9 @@ leaving the plateau, the previous-token head, the gaps). When ``results/timing/l
 is there too (`make laptop-more` after `make laptop`), its time and a section per study follow
 (``results/sweep/studies/{study}.parquet`` and ``{study}_contrasts.parquet``, the study's figure):
 the table, each contrast with its interval and verdict, and the original study's finding beside it
-where the repository records one (``ORIGINAL_STUDIES`` of ``benchmarks/original.py``). The
+where the repository records one (``ORIGINAL_STUDIES`` of ``benchmarks/original.py``); without it,
+the studies' section the page at ``--out`` has is kept word for word, under a line naming the commit
+whose run wrote it. The
 section on `make laptop-long` (``results/timing/laptop-long.json``, ``results/sweep/course/heads_long/``)
 is written from its own timed record, beside the original run's numbers point by point; where
 ``--root`` has no laptop-long run, the section the page at ``--out`` has from its own run is kept
@@ -73,6 +75,8 @@ COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
 LONG_COMMAND = "make laptop-long && .venv/bin/python benchmarks/laptop_tables.py --only laptop-long"
 NOT_MADE = "Not made in this checkout"
 LONG_HEAD = "## Longer: `make laptop-long` (1, 4 and 32 heads, 4× the characters)"
+STUDIES_HEAD = "## The studies at laptop scale (`make laptop-more`)"
+STUDIES_KEPT = "As the page written at commit"
 RECORD, MORE_RECORD, LONG_RECORD = "laptop", "laptop-more", "laptop-long"
 FIGURES = ("training_curves", "contrast", "loss_vs_heads", "loss_vs_width", "readings", "heads_formation",
            "heads_finals", "heads_grid")
@@ -165,7 +169,7 @@ def studies_section(root: Path, out: Path, attempts: list[dict]) -> list[str]:
         raise PageError(f"{root / paths.timed_run(MORE_RECORD)}: its configuration plans no study (sweep.studies)")
     boot = BootstrapSettings.from_config(sw["summary"]["bootstrap"])
     pct = f"{100 * boot.level:g} %"
-    return ["## The studies at laptop scale (`make laptop-more`)", "", *machine_lines(attempts, MORE_RECORD),
+    return [STUDIES_HEAD, "", *machine_lines(attempts, MORE_RECORD),
             f"Each study answers its question with the contrasts its `study` block names, fixed with its grid before "
             f"any data (protocol §7, \"Studies\"): each arm minus its reference in bits per character (> 0: the arm "
             f"is worse), with the {pct} percentile bootstrap interval over seeds ({boot.resamples:,} resamples, seed "
@@ -531,9 +535,26 @@ def page(root: Path, out: Path, command: str = COMMAND) -> str:
         *long_section(root, commit, out),
     ]
     more = root / paths.timed_run(MORE_RECORD)
-    if more.exists():
-        parts += studies_section(root, out, timing(root, MORE_RECORD, commit))
+    parts += studies_section(root, out, timing(root, MORE_RECORD, commit)) if more.exists() else kept_studies(out)
     return re.sub(r"\n{3,}", "\n\n", "\n\n".join(parts) + "\n")
+
+
+def kept_studies(out: Path) -> list[str]:
+    """Without a laptop-more run under ``root``: the studies' section the page at ``out`` has, word for word
+    (its figures already beside it), under a line naming the commit whose run wrote it — so a page written
+    again after `make laptop` alone keeps what `make laptop-more` published; nothing where it has none."""
+    lines = out.read_text().split("\n") if out.exists() else []
+    span = section_span(lines, STUDIES_HEAD)
+    if span is None:
+        return []
+    kept = lines[span[0]:span[1]]
+    if not any(line.startswith(STUDIES_KEPT) for line in kept):
+        written = next((m.group(1) for line in lines if (m := re.match(r"From commit `(\w+)`", line))), None)
+        if written is None:
+            raise PageError(f"{out}: its studies' section names no commit (the page's head has no 'From commit')")
+        kept[1:1] = ["", f"{STUDIES_KEPT} `{written}` from its own run, word for word: `make laptop-more` was not "
+                         "run with this page's run (its command, time and machine follow)."]
+    return ["\n".join(kept).strip("\n")]
 
 
 def with_long_section(root: Path, out: Path) -> str:

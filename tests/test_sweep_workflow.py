@@ -203,6 +203,18 @@ def test_the_results_page_is_written_from_the_tables_and_refuses_a_dirty_tree(sw
     again = laptop_tables.page(workdir, out)
     assert kept in again and "Not made in this checkout" not in again and again.count(laptop_tables.LONG_HEAD) == 1
     assert again.split(laptop_tables.LONG_HEAD)[0] == text.split(laptop_tables.LONG_HEAD)[0]
+    # ... and the studies' section an earlier `make laptop-more` wrote, word for word, naming its commit.
+    studies = laptop_tables.STUDIES_HEAD + "\n\nits run's time\n\n### `experts` (experts study)\n\nits table"
+    out.write_text("# Laptop-scale results\n\nFrom commit `abc1234` (`abc1234...`) of headwatch\n\n" + studies + "\n")
+    again = laptop_tables.page(workdir, out)
+    section = again[again.index(laptop_tables.STUDIES_HEAD):]
+    assert section.startswith(laptop_tables.STUDIES_HEAD + "\n\nAs the page written at commit `abc1234` from its own run")
+    assert section.rstrip("\n").endswith("its run's time\n\n### `experts` (experts study)\n\nits table")
+    out.write_text(again)                                # written again from that page: the same, one note
+    assert laptop_tables.page(workdir, out) == again and again.count("As the page written at commit") == 1
+    out.write_text("# Laptop-scale results\n\n" + studies + "\n")
+    with pytest.raises(laptop_tables.PageError, match="names no commit"):
+        laptop_tables.page(workdir, out)
     out.write_text(text)                                 # its own "not made" paragraph: written again
     assert laptop_tables.page(workdir, out) == text
     for stem in laptop_tables.FIGURES:
