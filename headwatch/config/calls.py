@@ -59,11 +59,12 @@ def model_source(source, models):
     a ``config.json`` that is not JSON, a shape no model can have or a family headwatch has no adapter for,
     each naming the file (:func:`headwatch.model.sources.facts.read_shape`); a hub id (``owner/name``, the
     only names the hub is asked for), refused at once where it is not in this machine's cache and
-    ``HF_HUB_OFFLINE`` says there is no network; anything else refused with the key it most likely means."""
+    ``HF_HUB_OFFLINE`` says there is no network or the hub cannot be reached (asked once, at most 3 s); anything
+    else refused with the key it most likely means."""
     from pathlib import Path
 
     from ..model.sources import (Located, ModelFileError, ModelNotFoundError, family_error, folder_error, hub_file,
-                                 offline, read_shape)
+                                 hub_unreachable, offline, read_shape)
     from ..names import did_you_mean
     from ..settings.tables import shown
 
@@ -93,6 +94,11 @@ def model_source(source, models):
             if offline():
                 raise ModelNotFoundError(f"source={text!r}: this hub id is not in this machine's Hugging Face cache, "
                                          "and HF_HUB_OFFLINE=1 allows no download; download it where a network is "
+                                         f"(huggingface-cli download {text}), or give a folder")
+            unreachable = hub_unreachable()
+            if unreachable:
+                raise ModelNotFoundError(f"source={text!r}: this hub id is not in this machine's Hugging Face cache, "
+                                         f"and {unreachable}; download it where a network is "
                                          f"(huggingface-cli download {text}), or give a folder")
             return text, None                    # the hub is asked for it (transformers downloads it)
         folder = cached.parent

@@ -198,7 +198,11 @@ def schema_messages(config: dict, schema: dict) -> list[str]:
     out = []
     for err in sorted(Draft202012Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
-        out.append(f"{where or 'top level'}: {err.message}")
+        hint = ""
+        if err.validator == "type" and "array" in (err.validator_value if isinstance(err.validator_value, list)
+                                                  else [err.validator_value]) and not isinstance(err.instance, list):
+            hint = f"; give a list, e.g. [{err.instance!r}]"          # k=3 where k=[3] is meant
+        out.append(f"{where or 'top level'}: {err.message}{hint}")
     return out
 
 

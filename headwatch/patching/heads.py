@@ -22,7 +22,7 @@ from ..names import top_heads
 from . import guards, pairs
 from .attribution import attribution_patching
 from .patcher import Patch, Patcher, head_patches, position_patches, prompt_mask, prompt_tensors, resid_patches
-from .prompts import TASK_NOTE, position_labels
+from .prompts import task_note, position_labels
 from ..settings.patching import PatchingError, PatchingSettings
 
 log = logging.getLogger("headwatch.patching.heads")
@@ -173,7 +173,7 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, 
     if phrases is not None:
         step(f"the phrase {settings.phrase!r}: p(IO), p(S)")
     names = phrase_probabilities(model, adapter, phrases, settings.phrase) if phrases is not None else None
-    note = dict(TASK_NOTE, prompts=len(prompts), length=patcher.length, position_labels=labels,
+    note = dict(task_note(prompts), prompts=len(prompts), length=patcher.length, position_labels=labels,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,
                 **(dict(names_phrase=f"{names['phrase']}: p(IO = {names['io']!r}) = {names['p_io']:.4g}, "
                                      f"p(S = {names['s']!r}) = {names['p_s']:.4g} at its last position",

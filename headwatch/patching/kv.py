@@ -40,7 +40,7 @@ from . import guards
 from ..model.arch import Adapter, head_label, ungrouped_config
 from ..model.device import exact_numerics
 from .pairs import one_length
-from .prompts import TASK_NOTE
+from .prompts import task_note
 from .patcher import Patch, Patcher, prompt_tensors
 from ..settings.patching import PatchingError, PatchingSettings
 
@@ -150,7 +150,7 @@ def _run_kv_patching(model, adapter, prompts, settings: PatchingSettings, step):
         heads=[" ".join(head_label(p.layer, h) for h in group_heads(adapter, p.unit)) for p in patches],
         logit_diff=mean, score=patcher.score(mean)))
     table["score_rank"] = table["score"].rank(ascending=False, method="min").astype(int)
-    note = dict(TASK_NOTE, **subset, prompts=n, length=patcher.length, kv_heads=adapter.n_kv_heads, heads=adapter.n_heads,
+    note = dict(task_note(prompts), **subset, prompts=n, length=patcher.length, kv_heads=adapter.n_kv_heads, heads=adapter.n_heads,
                 group_size=adapter.group_size,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,
                 patched_kv="a key/value group's slice of the key (k) or value (v) projection output, before any "

@@ -55,7 +55,7 @@ from ..model.device import exact_numerics
 from ..model.interventions import capture, intervene, skip
 from ..names import top_heads
 from .pairs import one_length
-from .prompts import TASK_NOTE, position_labels
+from .prompts import task_note, position_labels
 from .patcher import Patch, Patcher, logit_diff, position_patches, prompt_tensors
 from ..settings.patching import PatchingError, PatchingSettings
 
@@ -230,7 +230,7 @@ def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingS
                               head_rank=[rank[(p.layer, p.unit)] for p in patches],
                               position=[p.position for p in patches], token=[labels[p.position] for p in patches],
                               logit_diff=mean, score=patcher.score(mean)))
-    note = dict(TASK_NOTE, **subset, prompts=patcher.n, length=patcher.length, position_labels=labels,
+    note = dict(task_note(prompts), **subset, prompts=patcher.n, length=patcher.length, position_labels=labels,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,
                 heads_patched=len(heads), heads_total=len(heads_table),
                 heads_chosen="every head" if k == len(heads_table) else f"the top {k} heads of the head sweep by score",

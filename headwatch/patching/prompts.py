@@ -23,6 +23,20 @@ TASK_NOTE = dict(
     patched="the clean run's activation of the same prompt put into the corrupted run (replace at a "
             "site: z = a head's slice of the attention output projection's input; resid_in = a block's "
             "input); a one-position patch keeps the corrupted run's activation at every other position")
+TASK_KEYS = ("task", "metric", "score", "patched", "padding")
+"""The keys of a prompts table's note that say what its patching measures."""
+
+
+def task_note(prompts: pd.DataFrame) -> dict:
+    """What patching on ``prompts`` measures (:data:`TASK_KEYS`): the prompts' own note where it says
+    (the two-names set's, a pairs file's, a notebook's pairs); else, for a table without one, the
+    two-names task's (:data:`TASK_NOTE`) where it has the names' columns (``io``, ``s``), a researcher's
+    pairs' (:data:`headwatch.patching.pairs.PAIRS_NOTE`) where it has not."""
+    from .pairs import PAIRS_NOTE
+
+    note = prompts.attrs.get("note") or {}
+    known = note if "task" in note else TASK_NOTE if {"io", "s"} <= set(prompts.columns) else PAIRS_NOTE
+    return {k: known[k] for k in TASK_KEYS if k in known}
 
 
 # ------------------------------------------------------------------ the prompt set

@@ -24,5 +24,5 @@ from .facts import (ModelFacts, family_error, gguf_header, model_facts, read_sha
 from .files import one_line, read_json  # noqa: F401
 from .limits import MODEL_FILE, RAISE, field_limit, limit, model_file_bounds, refusal  # noqa: F401
 from .resolve import (CACHE_DIR, PREPARED_RECORD, WEIGHT_FILES, Located, fingerprint, folder_error,  # noqa: F401
-                      gguf_path, hub_file, key_errors, locate, looks_like_path, offline, source_errors, source_of)
+                      gguf_path, hub_file, hub_unreachable, key_errors, locate, looks_like_path, offline, source_errors, source_of)
 from .tokenizer import FileTokenizer, folder_tokenizer, generic_tokenizer  # noqa: F401

@@ -49,6 +49,23 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub (``HF_ENDPOINT``, default huggingface.co) cannot be reached from here —
+    its host unknown, or no connection within ``timeout`` seconds — or None where it answers: asked once
+    before a download, so that a machine without a network is told at once, not after the hub
+    client's retries (about 25 s)."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        return f"{host}:{port} cannot be reached ({err.strerror or err})"
+    return None
+
+
 def source_of(model_cfg: dict) -> tuple[str, dict]:
     """(path-or-id, extra from_pretrained kwargs) for a model entry of the config."""
     if "gguf" in model_cfg:
