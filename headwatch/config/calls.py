@@ -91,14 +91,10 @@ def model_source(source, models):
     if hub:
         cached = hub_file(text, "config.json")
         if cached is None:
-            if offline():
+            why = "HF_HUB_OFFLINE=1 allows no download" if offline() else hub_unreachable()
+            if why:
                 raise ModelNotFoundError(f"source={text!r}: this hub id is not in this machine's Hugging Face cache, "
-                                         "and HF_HUB_OFFLINE=1 allows no download; download it where a network is "
-                                         f"(huggingface-cli download {text}), or give a folder")
-            unreachable = hub_unreachable()
-            if unreachable:
-                raise ModelNotFoundError(f"source={text!r}: this hub id is not in this machine's Hugging Face cache, "
-                                         f"and {unreachable}; download it where a network is "
+                                         f"and {why}; download it where a network is "
                                          f"(huggingface-cli download {text}), or give a folder")
             return text, None                    # the hub is asked for it (transformers downloads it)
         folder = cached.parent
