@@ -4,6 +4,7 @@ computed, none typed (but the original run's findings it is compared with: bench
     make laptop && .venv/bin/python benchmarks/laptop_tables.py
     .venv/bin/python benchmarks/laptop_tables.py [--root .] [--out docs/results/laptop-scale.md]
     make laptop-long && .venv/bin/python benchmarks/laptop_tables.py --only laptop-long
+    make laptop-more && .venv/bin/python benchmarks/laptop_tables.py --only laptop-more
 
 It reads, under ``--root`` (the checkout the run was made in): the run's timing record
 (``results/timing/laptop.json``, written by the Makefile's timed target: wall and CPU time, machine,
@@ -28,7 +29,9 @@ the config files its timed command names (the two runs share ``results/``, so
 
 ``--only laptop-long`` writes that section alone, from a checkout where only `make laptop-long` was
 run: the section (its own commit, command and timed record at its head) replaces the one the page
-has, and the rest of the page stays as its own run wrote it, under its own commit.
+has, and the rest of the page stays as its own run wrote it, under its own commit. ``--only
+laptop-more`` does the same for the studies' section, from a checkout where `make laptop-more` ran
+after a `make laptop` made at another commit (the laptop run itself is then not read).
 
 Refused (nothing written): a checkout whose result inputs differ from its commit
 (:func:`headwatch.workflow.provenance.require_clean_tree`), a run made from such a tree or at a commit whose
@@ -73,6 +76,7 @@ from headwatch.tableio import read_note, read_parquet  # noqa: E402
 
 COMMAND = "make laptop && .venv/bin/python benchmarks/laptop_tables.py"
 LONG_COMMAND = "make laptop-long && .venv/bin/python benchmarks/laptop_tables.py --only laptop-long"
+MORE_COMMAND = "make laptop-more && .venv/bin/python benchmarks/laptop_tables.py --only laptop-more"
 NOT_MADE = "Not made in this checkout"
 LONG_HEAD = "## Longer: `make laptop-long` (1, 4 and 32 heads, 4× the characters)"
 STUDIES_HEAD = "## The studies at laptop scale (`make laptop-more`)"
@@ -160,16 +164,18 @@ def copy_course_figures(root: Path, out: Path, sweep: str) -> dict[str, str]:
     return links
 
 
-def studies_section(root: Path, out: Path, attempts: list[dict]) -> list[str]:
+def studies_section(root: Path, out: Path, attempts: list[dict], commit: str | None = None) -> list[str]:
     """The page's section on `make laptop-more`: its run, then a section per study it planned
-    (:func:`study_section`), from the configuration its timed command names."""
+    (:func:`study_section`), from the configuration its timed command names. With ``commit`` (the
+    section written alone, ``--only laptop-more``) its own commit and command head it."""
     sw = run_config(root, attempts)["sweep"]
     names = plan.studies(sw)
     if not names:
         raise PageError(f"{root / paths.timed_run(MORE_RECORD)}: its configuration plans no study (sweep.studies)")
     boot = BootstrapSettings.from_config(sw["summary"]["bootstrap"])
     pct = f"{100 * boot.level:g} %"
-    return [STUDIES_HEAD, "", *machine_lines(attempts, MORE_RECORD),
+    own = [page_header(commit, MORE_COMMAND)] if commit else []
+    return [STUDIES_HEAD, "", *own, *machine_lines(attempts, MORE_RECORD),
             f"Each study answers its question with the contrasts its `study` block names, fixed with its grid before "
             f"any data (protocol §7, \"Studies\"): each arm minus its reference in bits per character (> 0: the arm "
             f"is worse), with the {pct} percentile bootstrap interval over seeds ({boot.resamples:,} resamples, seed "
@@ -548,7 +554,7 @@ def kept_studies(out: Path) -> list[str]:
     if span is None:
         return []
     kept = lines[span[0]:span[1]]
-    if not any(line.startswith(STUDIES_KEPT) for line in kept):
+    if not any(line.startswith((STUDIES_KEPT, "From commit `")) for line in kept):     # else it names its own
         written = next((m.group(1) for line in lines if (m := re.match(r"From commit `(\w+)`", line))), None)
         if written is None:
             raise PageError(f"{out}: its studies' section names no commit (the page's head has no 'From commit')")
@@ -557,25 +563,31 @@ def kept_studies(out: Path) -> list[str]:
     return ["\n".join(kept).strip("\n")]
 
 
-def with_long_section(root: Path, out: Path) -> str:
-    """The page at ``out`` with its laptop-long section written again from ``root``'s run (refused
-    like the whole page: a tree with changes, a failed run, no run): the section from its heading to
-    the next heading of its level is replaced, or put before the studies (or at the end) when the
-    page has none."""
+def with_section(root: Path, out: Path, record: str) -> str:
+    """The page at ``out`` with the section of the timed run ``record`` (laptop-long or laptop-more) written
+    again from ``root``'s run, under its own commit (refused like the whole page: a tree with changes, a
+    failed run, no run): the section from its heading to the next heading of its level is replaced;
+    a page without it gets laptop-long's before the studies (or at the end) and the studies' at the end."""
     if not out.exists():
         raise PageError(f"no {out}: write the whole page first (`{COMMAND}`)")
     commit = require_clean_tree(root)
-    if not (root / paths.timed_run(LONG_RECORD)).exists():
-        raise PageError(f"no {root / paths.timed_run(LONG_RECORD)}: `make laptop-long` has not been run here")
-    section = "\n\n".join(long_section(root, commit, out))
+    make = {LONG_RECORD: "make laptop-long", MORE_RECORD: "make laptop-more"}[record]
+    if not (root / paths.timed_run(record)).exists():
+        raise PageError(f"no {root / paths.timed_run(record)}: `{make}` has not been run here")
+    if record == LONG_RECORD:
+        head, section = LONG_HEAD, long_section(root, commit, out)
+    else:
+        head, section = STUDIES_HEAD, studies_section(root, out, timing(root, MORE_RECORD, commit), commit)
     lines = out.read_text().split("\n")
-    span = section_span(lines, LONG_HEAD)
+    span = section_span(lines, head)
     if span is None:
         heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
-        end = start = next((i for i in heads if lines[i].startswith("## The studies at laptop scale")), len(lines))
+        start = (next((i for i in heads if lines[i] == STUDIES_HEAD), len(lines)) if record == LONG_RECORD
+                 else len(lines))
+        end = start
     else:
         start, end = span
-    text = "\n".join(lines[:start]).rstrip("\n") + "\n\n" + section + "\n\n" + "\n".join(lines[end:])
+    text = "\n".join(lines[:start]).rstrip("\n") + "\n\n" + "\n\n".join(section) + "\n\n" + "\n".join(lines[end:])
     return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
 
 
@@ -583,10 +595,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout the run was made in")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "laptop-scale.md")
-    ap.add_argument("--only", choices=[LONG_RECORD], help="write this run's section alone into the page at --out")
+    ap.add_argument("--only", choices=[LONG_RECORD, MORE_RECORD],
+                    help="write this run's section alone into the page at --out")
     args = ap.parse_args(argv)
     try:
-        text = (with_long_section(args.root.resolve(), args.out) if args.only == LONG_RECORD
+        text = (with_section(args.root.resolve(), args.out, args.only) if args.only
                 else page(args.root.resolve(), args.out))
     except (DirtyTreeError, RunRecordError, PageError) as err:
         raise SystemExit(f"laptop_tables: refused: {err}") from err

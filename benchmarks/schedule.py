@@ -42,18 +42,30 @@ def makespan(durations: list[float], cores: int) -> float:
     return max(free)
 
 
-def durations(root: Path, rule: str) -> dict[str, float]:
+def durations(root: Path, rule: str, attempts: list[dict]) -> dict[str, float]:
+    """Each job's wall time, from its benchmark file, for the jobs the timed run's ``attempts`` ran: the
+    files written while one of them ran (timed runs share ``results/``: `make laptop-long` after `make
+    laptop` leaves the laptop run's files beside its own, which are not this run's jobs)."""
+    from datetime import datetime, timedelta
+
+    slack = timedelta(seconds=5)
+    spans = [(datetime.fromisoformat(a["started"]) - slack, datetime.fromisoformat(a["ended"]) + slack)
+             for a in attempts]
     out = {}
     for tsv in sorted((root / "results" / "benchmarks" / rule).rglob("*.tsv")):
+        written = datetime.fromtimestamp(tsv.stat().st_mtime)
+        if not any(start <= written <= end for start, end in spans):
+            continue
         with open(tsv) as f:
             row = next(csv.DictReader(f, delimiter="\t"))
         out[str(tsv.relative_to(root / "results" / "benchmarks" / rule))] = float(row["s"])
     return out
 
 
-def work_macs(target: str, root: Path = ROOT) -> float:
-    """The multiply-adds of the target's training. The induction sweep's runs stop at their events: each
-    run's own steps, from the run's ``runs`` table (``stop_step``), where the run has written it."""
+def work_macs(target: str, root: Path = ROOT, sweeps: set[str] | None = None) -> float:
+    """The multiply-adds of the target's training (of its sweeps named in ``sweeps``, when given: those whose
+    jobs the run itself ran). The induction sweep's runs stop at their events: each run's own steps, from
+    the run's ``runs`` table (``stop_step``), where the run has written it."""
     import headwatch as hw
     from headwatch import paths
     from headwatch.settings import induction as ind
@@ -69,7 +81,8 @@ def work_macs(target: str, root: Path = ROOT) -> float:
             return sum(ind.run_macs(cfg["induction"], r.task, r.shape, int(r.stop_step)) for r in t.itertuples())
         return sum(ind.job_macs(cfg["induction"], task, shape)
                    for task, shape in ind.jobs(ind.InductionSettings.from_config(cfg["induction"])))
-    return sum(plan.job_macs(cfg["sweep"], r["sweep"], r["shape"], r["seed"]) for r in plan.train_jobs(cfg["sweep"]))
+    return sum(plan.job_macs(cfg["sweep"], r["sweep"], r["shape"], r["seed"]) for r in plan.train_jobs(cfg["sweep"])
+               if sweeps is None or r["sweep"] in sweeps)
 
 
 def main(argv=None) -> int:
@@ -82,23 +95,24 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     root = Path(args.root)
     rule = RULES.get(args.target, "sweep_train")
-    d = durations(root, rule)
+    record = root / "results" / "timing" / f"{args.target}.json"
+    if not record.exists():
+        raise SystemExit(f"{record} is missing: the target was not run through the Makefile's timer")
+    attempts = json.loads(record.read_text())["attempts"]
+    d = durations(root, rule, attempts)
     if not d:
-        raise SystemExit(f"no benchmark files under {root}/results/benchmarks/{rule}: run the target there first")
+        raise SystemExit(f"no benchmark files under {root}/results/benchmarks/{rule} written while {record.name}'s "
+                         "run ran: run the target there first")
     jobs = list(d.values())
     longest, shortest = makespan(sorted(jobs, reverse=True), args.cores), makespan(sorted(jobs), args.cores)
     bound = max(max(jobs), sum(jobs) / args.cores)
     lines = [f"{len(jobs)} {rule} jobs, {sum(jobs) / 60:.1f} min in all, the longest {max(jobs) / 60:.1f} min; on "
              f"{args.cores} cores: longest first {longest / 60:.1f} min, shortest first {shortest / 60:.1f} min "
              f"(saving {(shortest - longest) / 60:.1f} min), lower bound {bound / 60:.1f} min"]
-    record = root / "results" / "timing" / f"{args.target}.json"
-    if not record.exists():
-        raise SystemExit(f"{record} is missing: the target was not run through the Makefile's timer")
-    attempts = json.loads(record.read_text())["attempts"]
     wall = sum(a["wall_s"] for a in attempts)
     cpu = sum(a["cpu_s"] for a in attempts)
     rates = [a["matmul_macs_per_s"] for a in attempts if a.get("matmul_macs_per_s")]
-    macs = work_macs(args.target, root)
+    macs = work_macs(args.target, root, None if rule != "sweep_train" else {Path(k).parts[0] for k in d})
     if rates:
         floor = macs / rates[0][0]                 # the rate is of every core at once
         lines.append(f"the run: {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU; its training's {macs / 1e12:.1f} T "

@@ -407,3 +407,26 @@ def test_list_scheduling_by_hand():
     jobs = [1, 1, 1, 1, 4]
     assert schedule.makespan(sorted(jobs, reverse=True), 2) == 4          # the long one first, the rest beside it
     assert schedule.makespan(sorted(jobs), 2) == 6                        # the long one last, alone at the end
+
+
+def test_a_timed_runs_jobs_are_those_written_while_it_ran(tmp_path):
+    """benchmarks/schedule.py: timed runs share results/, so a run's jobs are the benchmark files written
+    during one of its attempts, not an earlier run's beside them."""
+    import importlib.util
+    import os
+    from datetime import datetime
+
+    spec = importlib.util.spec_from_file_location("schedule", ROOT / "benchmarks" / "schedule.py")
+    schedule = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(schedule)
+    folder = tmp_path / "results" / "benchmarks" / "sweep_train"
+    at = {"heads_split/a.tsv": "2026-12-06T09:30:00", "heads_long/a.tsv": "2026-12-06T10:40:00",
+          "heads_long/b.tsv": "2026-12-06T12:10:00", "heads_long/c.tsv": "2026-12-06T11:10:00"}
+    for i, (name, when) in enumerate(at.items()):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(f"s\th:m:s\n{100 + i}.5\t0:01:40\n")
+        t = datetime.fromisoformat(when).timestamp()
+        os.utime(folder / name, (t, t))
+    attempts = [dict(started="2026-12-06T10:32:18", ended="2026-12-06T11:00:00"),
+                dict(started="2026-12-06T12:00:00", ended="2026-12-06T12:30:00")]    # stopped and resumed
+    assert schedule.durations(tmp_path, "sweep_train", attempts) == {"heads_long/a.tsv": 101.5, "heads_long/b.tsv": 102.5}

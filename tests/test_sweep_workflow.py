@@ -359,7 +359,7 @@ def test_laptop_long_shares_the_results_tree_and_writes_its_section(sweep_run, t
     # --only laptop-long: the section alone replaces the page's own, the rest stays as it was
     page = tmp_path / "only" / "laptop-scale.md"
     with pytest.raises(laptop_tables.PageError, match="write the whole page first"):
-        laptop_tables.with_long_section(workdir, page)
+        laptop_tables.with_section(workdir, page, "laptop-long")
     page.parent.mkdir()
     old = "# Laptop-scale results\n\n## The run\n\nkept\n\n" + laptop_tables.LONG_HEAD + "\n\nstale\n\n### old\n\n"
     page.write_text(old + "## The studies at laptop scale (`make laptop-more`)\n\nkept too\n")
@@ -416,3 +416,19 @@ def test_the_page_writes_a_section_per_study_from_a_timed_laptop_more_run(sweep_
     # experts: the original findings name the laptop grid's shapes, which the tiny grid does not have
     assert "contrast | not compared |" in section and "| holds |" not in section
     refuses_a_failed_record(laptop_tables, workdir, "laptop-more", tmp_path / "laptop-scale.md")
+    # --only laptop-more: the studies' section alone, under its own commit and command, replaces the
+    # page's (kept from an older run); the rest stays; a page written later without a laptop-more run
+    # keeps it word for word, naming its own commit rather than the page's
+    page = tmp_path / "only" / "laptop-scale.md"
+    page.parent.mkdir()
+    old = "# Laptop-scale results\n\n## The run\n\nkept\n\n" + laptop_tables.LONG_HEAD + "\n\nlong kept\n\n"
+    page.write_text(old + laptop_tables.STUDIES_HEAD + "\n\nAs the page written at commit `abc1234` stale\n\n### old\n")
+    laptop_tables.main(["--root", str(workdir), "--out", str(page), "--only", "laptop-more"])
+    new = page.read_text()
+    assert new.startswith(old) and "stale" not in new and "### old" not in new
+    assert new.count(laptop_tables.STUDIES_HEAD) == 1 and laptop_tables.MORE_COMMAND in new
+    own = new[new.index(laptop_tables.STUDIES_HEAD):]
+    assert re.search(r"From commit `[0-9a-f]{7}`", own) and "### `experts` (experts study)" in own
+    assert section.split("\n", 2)[2].strip() in own       # the section the whole page writes, after its header
+    kept = "\n\n".join(laptop_tables.kept_studies(page))
+    assert kept == own.strip("\n") and laptop_tables.STUDIES_KEPT not in kept
