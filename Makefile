@@ -138,9 +138,9 @@ test: venv browser slurm-deps
 # 1, 4 and 32 heads at width 256, 3 seeds, 2400 steps each (4x make laptop's characters, its
 # schedule stretched to the run), and the gaps h4 - h1 and h32 - h1 at every evaluation with their
 # verdicts (results/sweep/course/heads_long/). Its own sweep and folders: it shares the results tree
-# with `make laptop`, neither redoing nor rewriting the other's outputs. Predicted ~52 min on 2 idle
-# cores (the overlay's comments); timed into results/timing/laptop-long.json, which
-# benchmarks/laptop_tables.py reads for its section of docs/results/laptop-scale.md.
+# with `make laptop`, neither redoing nor rewriting the other's outputs. 67 min on 2 idle AMD EPYC
+# cores, 39 on Intel Xeon (docs/benchmarks.md); timed into results/timing/laptop-long.json, which
+# `benchmarks/laptop_tables.py --only laptop-long` reads for its section of docs/results/laptop-scale.md.
 laptop-long: venv
 	$(CHECK_YAML) config/laptop.yaml config/laptop_long.yaml
 	$(TIMED) laptop-long -- $(SNAKEMAKE) --configfile config/laptop.yaml config/laptop_long.yaml

@@ -134,6 +134,23 @@ def sweep_curves() -> list[dict]:
     return [r for shape, make in shapes.items() for r in runs_of(shape, SEEDS, make)]
 
 
+def test_the_coincidence_sentence_says_in_how_many_runs_the_two_events_meet():
+    """Leaving the plateau against the head forming: every run within one interval, some, none."""
+    def events(pairs):
+        e = pd.DataFrame(pairs, columns=["leave_step", "prev_step"], dtype=float)
+        return e.assign(lag=e["prev_step"] - e["leave_step"])
+
+    every = course.coincidence(events([(120, 150), (180, 180)]), 60)
+    assert "in 2 of them the two events fall within one evaluation interval" in every
+    assert every.endswith("**Leaving the plateau coincides with the previous-token head forming** in every run.")
+    some = course.coincidence(events([(120, 150), (180, 600), (120, None)]), 60)
+    assert "the head formed earlier in 0 and later in 1" in some and "1 left the plateau without forming one" in some
+    assert some.endswith("**Leaving the plateau coincides with the previous-token head forming in 1 of 3 runs, "
+                         "not in every one.**")
+    none = course.coincidence(events([(120, 360), (180, 420)]), 60)
+    assert none.endswith("**In no run does leaving the plateau coincide with the previous-token head forming.**")
+
+
 def test_the_verdicts_of_a_gap_that_holds_one_that_narrows_and_one_that_flips():
     tables = course.course(sweep_curves(), "w256-h1", margin=0.05, threshold=0.3, bootstrap=BOOT)
     v = tables["verdicts"].set_index("arm", drop=False)

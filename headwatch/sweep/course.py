@@ -359,7 +359,10 @@ def coincidence(events: pd.DataFrame, interval: int) -> str:
              f"{only_formed} formed one without leaving.")
     if len(both) and near == len(both) and not only_left:
         return text + " **Leaving the plateau coincides with the previous-token head forming** in every run."
-    return text + " **Leaving the plateau is not the previous-token head forming in every run.**"
+    if not near:
+        return text + " **In no run does leaving the plateau coincide with the previous-token head forming.**"
+    return text + (f" **Leaving the plateau coincides with the previous-token head forming in {near} of "
+                   f"{len(events)} runs, not in every one.**")
 
 
 def markdown_section(root, sweep: str, figures: dict[str, str] | None = None, level: str = "##") -> list[str]:
