@@ -116,8 +116,8 @@ laptop: venv
 	$(TIMED) laptop -- $(SNAKEMAKE) --configfile config/laptop.yaml
 
 # The sweep studies (experts, depth, shared keys/values, experts x top-k, vocabulary) at laptop
-# scale: 48 more models and 5 tokenizers, 68 min on 2 idle Intel Xeon cores, 98 min on AMD EPYC
-# (117 before the whole stack's one routing; config/laptop_more.yaml).
+# scale: 48 more models and 5 tokenizers: 98 min on 2 idle AMD EPYC cores (117 before the whole
+# stack's one routing; 68 min on Intel Xeon cores before it; config/laptop_more.yaml).
 # Run after `make laptop`: what it made is not redone. Ctrl-C stops it; run it again to resume
 # (finished jobs kept, training from its last checkpoint; the timing record sums the attempts).
 laptop-more: venv

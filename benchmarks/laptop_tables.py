@@ -40,6 +40,7 @@ result inputs differ from this one's, a run that failed.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import shutil
@@ -97,11 +98,12 @@ def timing(root: Path, name: str, commit: str) -> list[dict]:
 def machine_lines(attempts: list[dict], name: str) -> list[str]:
     wall, cpu = sum(a["wall_s"] for a in attempts), sum(a["cpu_s"] for a in attempts)
     last = attempts[-1]
-    loads = "; ".join(f"{', '.join(f'{x:.2f}' for x in a['load_before'])} before and "
-                      f"{', '.join(f'{x:.2f}' for x in a['load_after'])} after" for a in attempts)
+    loads = "; ".join((f"attempt {i}: " if len(attempts) > 1 else "")
+                      + f"{', '.join(f'{x:.2f}' for x in a['load_before'])} before and "
+                      f"{', '.join(f'{x:.2f}' for x in a['load_after'])} after" for i, a in enumerate(attempts, 1))
     runs = (f"`{last['command']}` ({last['started']} to {last['ended']})" if len(attempts) == 1 else
             f"`{last['command']}` in {len(attempts)} attempts (stopped and resumed; from {attempts[0]['started']} "
-            f"to {last['ended']})")
+            f"to {last['ended']}; the times below are the attempts' sums)")
     return [f"{runs}: **{wall / 60:.1f} min** wall time, {cpu / 60:.1f} min of CPU time in its processes "
             f"({cpu / wall if wall else float('nan'):.2f} cores busy on average). Machine: {last['cpu_model']}, "
             f"{last['usable_cores']} usable of {last['logical_cores']} logical cores, {fmt(last['memory_gib'])} GiB; "
@@ -180,8 +182,11 @@ def studies_section(root: Path, out: Path, attempts: list[dict], commit: str | N
             f"any data (protocol §7, \"Studies\"): each arm minus its reference in bits per character (> 0: the arm "
             f"is worse), with the {pct} percentile bootstrap interval over seeds ({boot.resamples:,} resamples, seed "
             f"{boot.seed}), paired by seed where both arms read the same vocabulary (they then see the same training "
-            f"windows in the same order) and unpaired where they do not. *Resolved* when the interval excludes 0, "
-            f"*not resolved* when it holds 0, *too few seeds* (no interval) with fewer than {MIN_SEEDS}.",
+            f"windows in the same order) and unpaired where they do not. *Resolved* when the interval excludes 0 "
+            f"(for `extremes`, the grid's worst arm against its best, both picked from these losses: and when "
+            f"relabelling the arms within each seed gives a pair that far apart less than {100 * (1 - boot.level):g} % "
+            f"of the time), *not resolved* otherwise, *too few seeds* (no interval) with fewer than {MIN_SEEDS}.",
+            *reference_run(root, attempts),
             *[line for name in names for line in study_section(root, out, name, sw)]]
 
 
@@ -241,6 +246,20 @@ def original_parts(name: str, contrasts: pd.DataFrame) -> list[str]:
             "where a finding holds, the direction agrees; the sizes are not comparable):", md_table(pd.DataFrame(rows))]
 
 
+def reference_run(root: Path, attempts: list[dict]) -> list[str]:
+    """Where the studies' run was made at another commit than `make laptop`'s, a line saying that the arms
+    `make laptop` trains (a study's dense reference) may be that run's, with its commit; else nothing."""
+    laptop = root / paths.timed_run(RECORD)
+    if not laptop.exists():
+        return []
+    made = json.loads(laptop.read_text())["attempts"][-1]["commit"]
+    if made == attempts[-1]["commit"]:
+        return []
+    return [f"The arms `make laptop` trains (a study's dense reference) are read from the results both runs share: "
+            f"unless this run trained them again, they are that run's, made at commit `{made[:7]}`, beside arms "
+            f"trained at `{attempts[-1]['commit'][:7]}` (a speed ratio then compares two runs)."]
+
+
 def study_section(root: Path, out: Path, name: str, sw: dict) -> list[str]:
     """One study's section: its grid and seeds, its summary per arm with what the question weighs
     the loss against, its contrasts with their intervals and verdicts (and what *resolved* means with
@@ -296,6 +315,10 @@ def study_best(root: Path, name: str, kind: str, summary: pd.DataFrame, study: S
     if KINDS[kind].vocabularies:
         return [f"At each run's best: none — a {kind} study's metric, bits per character of the whole validation "
                 "split, is scored at the end of training only (protocol §7, \"Two readings\")."]
+    if "rise_mean" in summary and (summary["rise_mean"] == 0).all():       # every arm best at its last step
+        steps = sorted(set(summary["best_step_min"]) | set(summary["best_step_max"]))
+        return [f"At each run's best (protocol §7, \"Two readings\"): every arm's best validation loss is its last "
+                f"(step {', '.join(map(str, steps))}): the best reading is the last one, its contrasts those above."]
     path = root / paths.study_table(name, "finals")
     finals = read_parquet(path) if path.exists() else None
     if finals is None or "best_val_loss" not in finals or "rise_mean" not in summary:

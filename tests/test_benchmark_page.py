@@ -99,3 +99,36 @@ def test_a_new_row_replaces_its_own_days_row_only_and_the_page_follows(tmp_path,
     assert "| make x | 2 min |" in (tmp_path / "benchmarks.md").read_text()
     with pytest.raises(SystemExit, match="machine"):
         page.add_row("targets", dict(row, machine=""))
+
+
+def test_the_laptop_page_says_what_a_resumed_run_and_an_older_laptop_run_mean(tmp_path):
+    """A run in attempts: the times are their sums, each load names its attempt. A studies' run made at
+    another commit than `make laptop`'s names that run's commit (its dense references may be that run's);
+    none at the same commit or without a laptop record. A study whose every arm is best at its last
+    step says the best reading is the last one, in one line."""
+    import json
+
+    import pandas as pd
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import laptop_tables
+
+    one = dict(command="make laptop-more", started="s", ended="e", wall_s=600.0, cpu_s=1200.0, load_before=[1, 1, 1],
+               load_after=[2, 2, 2], cpu_model="cpu", usable_cores=2, logical_cores=2, memory_gib=8.0, commit="b" * 40)
+    two = laptop_tables.machine_lines([one, dict(one, load_before=[3, 3, 3])], "laptop-more")[0]
+    assert "in 2 attempts" in two and "the times below are the attempts' sums" in two and "**20.0 min**" in two
+    assert "attempt 1: 1.00, 1.00, 1.00 before" in two and "attempt 2: 3.00, 3.00, 3.00 before" in two
+    assert "attempt 1" not in laptop_tables.machine_lines([one], "laptop-more")[0]
+
+    assert laptop_tables.reference_run(tmp_path, [one]) == []                    # no laptop record
+    record = tmp_path / "results" / "timing" / "laptop.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps(dict(name="laptop", attempts=[dict(one, commit="a" * 40)])))
+    said = laptop_tables.reference_run(tmp_path, [one])
+    assert len(said) == 1 and "commit `aaaaaaa`" in said[0] and "trained at `bbbbbbb`" in said[0]
+    assert laptop_tables.reference_run(tmp_path, [dict(one, commit="a" * 40)]) == []
+
+    last = pd.DataFrame(dict(shape=["w256-h4", "w256-h4-kv1"], rise_mean=[0.0, 0.0], best_step_min=[600, 600],
+                             best_step_max=[600, 600]))
+    lines = laptop_tables.study_best(tmp_path, "kv_sharing", "kv", last, None, None)
+    assert lines == ["At each run's best (protocol §7, \"Two readings\"): every arm's best validation loss is its "
+                     "last (step 600): the best reading is the last one, its contrasts those above."]

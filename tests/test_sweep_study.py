@@ -590,6 +590,9 @@ def test_the_grids_best_and_worst_need_the_relabelling_test_and_top_k_pairs_at_e
     ext = study_contrasts(finals, summary, TOPK, BOOT).iloc[0]
     assert (ext["arm"], ext["reference"]) == ("w256-h4-e8k2-b0.01", "w256-h4-e8k1-b0.01")
     assert ext["diff_lo"] > 0 and ext["relabel_p"] >= 1 - BOOT["level"] and ext["verdict"] == "not resolved"
+    said = contrast_sentence(ext)           # a picked pair whose interval excludes 0 says why it is not resolved
+    assert said.startswith("w256-h4-e8k2-b0.01 − w256-h4-e8k1-b0.01") and "not resolved — the interval excludes 0" in said
+    assert f"relabelling p = {ext['relabel_p']:.3g})" in said and "at least 5 % of the time" in said
 
 
 def test_each_configured_study_fixes_its_arms_before_any_data():

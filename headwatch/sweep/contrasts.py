@@ -180,7 +180,13 @@ def contrast_sentence(c) -> str:
     text += (f" ({100 * c['level']:g} % interval {c['diff_lo']:+.4f} to {c['diff_hi']:+.4f}, {how}, {n} seeds"
              + (f"; both picked from these losses, relabelling p = {c['relabel_p']:.3g}" if c["selected"] else "")
              + ")")
-    return text + (f": resolved, {better(c)} better" if c["verdict"] == "resolved" else ": not resolved")
+    if c["verdict"] == "resolved":
+        return text + f": resolved, {better(c)} better"
+    if c["selected"] and (c["diff_lo"] > 0 or c["diff_hi"] < 0):
+        return text + (f": not resolved — the interval excludes 0, but the two arms were picked as the grid's "
+                       f"worst and best, and the arms relabelled at random within each seed give a pair this far "
+                       f"apart at least {100 * (1 - c['level']):g} % of the time")
+    return text + ": not resolved"
 
 
 def range_caveat(c) -> str:
