@@ -7,6 +7,13 @@ table lists what each file holds.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+from pathlib import Path
+
 RESULTS = "results"
 FIGURES = "figures"
 SHARED_FOLDERS = ("anatomy", "benchmarks", "circuits", "induction", "logs", "models", "sweep", "tables")
@@ -338,3 +345,41 @@ def benchmark(rule: str, *wildcards: str) -> str:
     """A rule's time/memory record, laid out like its log."""
     return (_join(RESULTS, "benchmarks", rule, *wildcards) + ".tsv" if wildcards
             else _join(RESULTS, "benchmarks", f"{rule}.tsv"))
+
+
+# ------------------------------------------------------------------ temporary names
+def temporary(target) -> Path:
+    """A name beside ``target`` that no other writer can be given: the host, the process and 64
+    random bits (``.<name>.<host>-<pid>-<hex>.tmp``). Two processes — on one machine, or on the
+    nodes of a cluster sharing a file system, where process ids can coincide — never write through
+    one temporary name; the finished file then takes ``target``'s name by one atomic rename
+    (:func:`written`). The name is at most :data:`TEMPORARY_NAME_MAX` characters whatever the
+    target's (its first 100 characters kept), within every file system's 255."""
+    target = Path(target)
+    host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:16] or "host"
+    return target.with_name(f".{target.name[:100]}.{host}-{os.getpid()}-{secrets.token_hex(8)}.tmp")
+
+
+TEMPORARY_NAME_MAX = 1 + 100 + 1 + 16 + 1 + 10 + 1 + 16 + 4
+"""The longest name :func:`temporary` gives (a process id has at most 10 digits on Linux)."""
+
+
+@contextlib.contextmanager
+def written(target):
+    """A context manager: the temporary name (:func:`temporary`) to write ``target`` through; on a
+    clean exit it replaces ``target`` in one rename (a reader sees the old file or the new, whole),
+    on an error it is removed. A folder written through it may replace only a missing ``target``
+    or an empty folder (``os.replace``'s rule)::
+
+        with paths.written("results/run_config.yaml") as tmp:
+            tmp.write_text(text)
+    """
+    tmp = temporary(target)
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)

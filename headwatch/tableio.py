@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import paths
 if TYPE_CHECKING:      # the annotations only: pandas is imported where a table is read or written
     import pandas as pd
 
@@ -110,12 +111,8 @@ def write_parquet(df: pd.DataFrame, path, what: str | None = None, note: dict | 
     table = table.replace_schema_metadata(meta)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with paths.written(path) as tmp:
         pq.write_table(table, tmp, write_page_checksum=True)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def producing_rule(path, workdir=".") -> str | None:
@@ -227,12 +224,8 @@ def write_json(obj, path) -> None:
     walk(obj, Path(path).name)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with paths.written(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, default=float) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------ guard records

@@ -237,10 +237,13 @@ def test_no_rule_plans_a_path_outside_results_and_figures(planned):
 
 def test_a_name_of_the_longest_length_makes_file_names_a_file_system_takes(planned):
     """Every wildcard of every rule's outputs, logs and benchmark records given a name of the
-    longest allowed length: the longest path segment, with the temporary suffix tableio and the
-    page writers add (``.<name>.tmp-<pid>``, 13 characters), stays within 255 bytes."""
+    longest allowed length: the longest path segment stays within 255 bytes, and so does the
+    temporary name every writer goes through (``paths.temporary``: bounded whatever the target's)."""
+    from headwatch import paths
+
     longest, rule, segment = planned["longest_segment"]
-    assert longest + len(".") + len(".tmp-") + 7 <= 255, (rule, segment)
+    assert longest <= 255, (rule, segment)
+    assert len(paths.temporary(Path("x" * 255)).name) <= paths.TEMPORARY_NAME_MAX <= 255
     assert longest <= LONGEST_NAME + 18, (rule, segment)          # what config/schema.yaml states
 
 

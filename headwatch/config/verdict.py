@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from .checks import model_errors, run_checks
 from .devices import cuda_available, cuda_probe, needs_device
 from .keys import ROOT, check_keys, load_schema
 from .memory import memory_errors, read_meminfo
+from .. import paths
 
 CACHE_KEEP = 32              # verdicts kept (one per config × files × code)
 WARNING_PREFIX = "headwatch: warning:"
@@ -59,9 +59,8 @@ def _cache_write(folder: Path, key: str, record: dict) -> None:
     """Atomic (jobs on a cluster parse the Snakefile side by side); keeps the newest verdicts."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, folder / f"{key}.json")
+        with paths.written(folder / f"{key}.json") as tmp:
+            tmp.write_text(json.dumps(record))
         old = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-CACHE_KEEP]
         for p in old:
             p.unlink(missing_ok=True)

@@ -25,6 +25,7 @@ from .arch import Adapter
 from .device import pick_device
 from ..names import BYTES_PER_NUMBER
 from ..paths import PREPARED_RECORD
+from .. import paths
 from .sources import ConfigError, ModelFileError, ModelNotFoundError, one_line, source_of
 from ..tableio import assert_finite, write_json
 
@@ -130,8 +131,7 @@ def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
                   tokenizer_adds_bos=bool(tokenizer.bos_token_id is not None
                                           and probe[:1] == [tokenizer.bos_token_id]),
                   **Adapter(model).describe())
-    tmp = out_dir.with_name(f".{out_dir.name}.preparing-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = paths.temporary(out_dir)
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -146,7 +146,7 @@ def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
 def _replace_folder(new: Path, target: Path) -> None:
     """Put the finished folder ``new`` in place of ``target`` by renames: until the last step
     ``target`` is the earlier prepared model, untouched."""
-    old = target.with_name(f".{target.name}.replaced-{os.getpid()}")
+    old = paths.temporary(target)
     if target.exists():
         os.replace(target, old)
     try:

@@ -68,6 +68,7 @@ from ..charlm.stack import StackedCharLM
 from ..charlm.spec import OPTIONS, TRAINING_OPTIONS, ModelSpec
 from ..charlm.tokenizer import bits_per_char, sha256
 from ..settings.sweep import PRECISIONS, HeadsSettings, TrainSettings
+from .. import paths
 from ..tableio import assert_finite, file_sha256, read_note, verify_sha256
 from ..jobs import keep_attempt_log
 from .heads import heads_frame, in_context_score, make_probe, probe_scores, records
@@ -196,15 +197,19 @@ def hash_record(path: Path) -> Path:
 def _save_atomic(obj, path: Path) -> None:
     """Write ``path`` whole (temporary file, then rename) with its SHA-256 beside it, keeping the
     one before it (both files move together)."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    hash_record(tmp).write_text(file_sha256(tmp) + "\n")
-    if path.exists():
-        os.replace(path, previous_checkpoint(path))
-        if hash_record(path).exists():
-            os.replace(hash_record(path), hash_record(previous_checkpoint(path)))
-    os.replace(hash_record(tmp), hash_record(path))
-    os.replace(tmp, path)
+    tmp = paths.temporary(path)
+    try:
+        torch.save(obj, tmp)
+        hash_record(tmp).write_text(file_sha256(tmp) + "\n")
+        if path.exists():
+            os.replace(path, previous_checkpoint(path))
+            if hash_record(path).exists():
+                os.replace(hash_record(path), hash_record(previous_checkpoint(path)))
+        os.replace(hash_record(tmp), hash_record(path))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        hash_record(tmp).unlink(missing_ok=True)
 
 
 def remove_checkpoints(path: Path) -> None:

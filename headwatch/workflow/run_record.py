@@ -16,6 +16,7 @@ import json
 import os
 import resource
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -142,18 +143,25 @@ def config_files(configfiles, given) -> str:
 
 
 def write_record(record, config: dict, files: str) -> None:
-    """Record a run's merged configuration (atomically), with the files it came from."""
+    """Record a run's merged configuration, with the files it came from.
+
+    Two runs may start in one folder at once (``--nolock``, two users, two nodes of a cluster): each
+    writes its whole record through a name of its own (:func:`headwatch.paths.written`) and puts it
+    in place by one rename, so the file is always one run's record, never a mix, and no run's start
+    fails on another's file. Where two runs with different configurations overlap, the record is the
+    one of the run whose start came last; its header names that run (host, process, time), and the
+    report's workflow page says where the configuration it is rendered with differs from it."""
     record = Path(record)
     record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_name(record.name + ".tmp")
-    with open(tmp, "w") as fh:
-        fh.write("# The merged configuration of the last run that executed jobs, written by\n"
-                 "# rules/report.smk (onstart). `make report` passes it back with --configfile.\n"
+    with paths.written(record) as tmp, open(tmp, "w") as fh:
+        fh.write("# The merged configuration of the last run that executed jobs (the one that started\n"
+                 "# last, where runs overlapped), written by rules/report.smk (onstart). `make report`\n"
+                 "# passes it back with --configfile.\n"
                  f"# config files: {files}\n"
-                 f"# written: {datetime.now().isoformat(timespec='seconds')}\n")
+                 f"# written: {datetime.now().isoformat(timespec='seconds')} by process {os.getpid()} "
+                 f"on {socket.gethostname()}\n")
         # (a JSON round trip turns a JSON config's OrderedDicts into plain dicts for YAML)
         yaml.safe_dump(json.loads(json.dumps(run_config(config))), fh, sort_keys=False, allow_unicode=True)
-    os.replace(tmp, record)
 
 
 # ------------------------------------------------------------------ a timed run (make laptop)
@@ -220,7 +228,8 @@ def timed(name: str, command: list[str], root=".") -> int:
     record = json.loads(out.read_text()) if out.exists() else dict(name=name, attempts=[])
     record["attempts"].append(attempt)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    with paths.written(out) as tmp:
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
     print(f"{name}: {wall / 60:.1f} min wall, {attempt['cpu_s'] / 60:.1f} min CPU on {attempt['usable_cores']} "
           f"cores ({attempt['cpu_model']}); exit status {status}; attempt {len(record['attempts'])} recorded in {out}")
     return status

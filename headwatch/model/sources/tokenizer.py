@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from .errors import ModelFileError, ModelNotFoundError
 from .files import one_line, read_json, read_text
+from ... import paths
 
 
 class _Encoding:
@@ -111,14 +112,17 @@ def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
     except Exception as err:    # transformers refuses a file (its config, a shape) in many ways: re-raised as ours
         raise ModelFileError(f"transformers cannot read the tokenizer of {src!r}{_files(kw)}: "
                              f"{one_line(err)}") from err
-    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    tok.save_pretrained(tmp)
-    if not (tmp / "tokenizer.json").exists():
-        raise ModelNotFoundError(f"the tokenizer of {src!r} has no fast form (tokenizer.json)")
     folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = paths.temporary(folder)
     try:
-        os.replace(tmp, folder)
-    except OSError:      # made by a concurrent check meanwhile
+        tok.save_pretrained(tmp)
+        if not (tmp / "tokenizer.json").exists():
+            raise ModelNotFoundError(f"the tokenizer of {src!r} has no fast form (tokenizer.json)")
+        try:
+            os.replace(tmp, folder)
+        except OSError:      # made by a concurrent check meanwhile: theirs is kept
+            pass
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
