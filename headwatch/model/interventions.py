@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
 import torch
@@ -282,8 +282,228 @@ def _edited(x: torch.Tensor, index, e: Edit, cache: dict, value=None) -> None:
 
 
 # ------------------------------------------------------------------ the plan
+# An edit becomes one step of one hook: a small typed object that says which tensor it works on (its
+# hook: a module's input or output) and how it applies (``apply``: the tensor in, the tensor out).
+# A hook runs its steps in the order the edits were listed; the runner is a loop over them.
+class _Step:
+    """One edit's work inside a hook. ``in_place``: it writes into the hook's tensor, which is cloned
+    once before the first such step; a step that returns a new tensor needs no clone."""
+    in_place = False
+
+    def apply(self, plan: "_Plan", x: torch.Tensor, output) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class _Constants(_Step):
+    """Consecutive zeros / constant replacements of distinct units of ``z``, ``q``, ``k`` or ``v``: one
+    ``where(mask, fill, x)``, its mask and fill built once per device, dtype and batch size."""
+    site: str
+    edits: list
+    built: dict = field(default_factory=dict)
+
+    def takes(self, e: Edit) -> bool:
+        return e.site == self.site and e.unit not in {x.unit for x in self.edits}
+
+    def apply(self, plan, x, output):
+        key = (x.device, x.dtype, x.shape[0])
+        if key not in self.built:
+            per_row = any(e.rows is not None for e in self.edits)
+            mask = torch.zeros(x.shape[0] if per_row else 1, 1, x.shape[-1], dtype=torch.bool, device=x.device)
+            fill = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device)
+            for e in self.edits:
+                sl = plan.a.site_slice(self.site, e.unit)
+                rows = _rows(e, x, plan.cache(e))
+                mask[:, 0, sl] = True if rows is None else rows[:, None]
+                if e.op == "replace":
+                    fill[sl] = _on(e.value, x)
+            self.built[key] = (mask, fill)
+        mask, fill = self.built[key]
+        return torch.where(mask, fill, x)
+
+
+@dataclass(eq=False)
+class _Features(_Step):
+    """A zero / scale / replace / capture of units of ``z``, ``q``, ``k`` or ``v`` on [batch, T, features]."""
+    site: str
+    e: Edit
+
+    def __post_init__(self):
+        self.in_place = self.e.op != "capture"
+
+    def apply(self, plan, x, output):
+        e = self.e
+        if x.ndim != 3:
+            raise InterventionError(f"{e.where()}: expected [batch, T, features], got {tuple(x.shape)}")
+        cache, units = plan.cache(e), plan.units(e)
+        if e.op == "capture" and e.grad:
+            plan.captures[e.name].append(x)
+        elif e.op == "capture":
+            rows = _rows(e, x, cache)
+            got = torch.cat([x[..., plan.a.site_slice(self.site, u)] for u in units], dim=-1)
+            plan.captures[e.name].append((got if rows is None else got[rows]).detach())
+        else:
+            d = plan.a.head_dim
+            for i, u in enumerate(units):
+                value = None
+                if e.op == "replace" and e.unit is None and isinstance(e.value, torch.Tensor) \
+                        and e.value.ndim and e.value.shape[-1] == len(units) * d:
+                    value = e.value[..., i * d:(i + 1) * d]        # whole-site values, this unit's slice
+                _edited(x, (Ellipsis, plan.a.site_slice(self.site, u)), e, cache, value)
+        return x
+
+
+@dataclass(eq=False)
+class _PatternViaZ(_Step):
+    """A pattern edit of head(s) ``e.unit`` carried out on z, the output projection's input (module doc)."""
+    layer: int
+    e: Edit
+    in_place = True
+
+    def apply(self, plan, z, output):
+        e, a = self.e, plan.a
+        cache = plan.cache(e)
+        for h in plan.units(e):
+            cols = (Ellipsis, a.out_columns(h))
+            if e.op != "replace":
+                _edited(z, cols, e, cache)
+                continue
+            v = plan.stash[self.layer]["v"][..., a.value_slice(a.kv_group(h))]     # [B, T, d]
+            p = _on(e.value, v, cache, "value")
+            if isinstance(p, torch.Tensor) and e.unit is None and p.ndim == 4:
+                p = p[:, h]                                                      # [B, H, T, T] given
+            if not isinstance(p, torch.Tensor) or p.shape[-2:] != (v.shape[1], v.shape[1]):
+                raise InterventionError(f"{e.where()}: a pattern is [..., T, T] with T = {v.shape[1]}")
+            _edited(z, cols, e, cache, torch.matmul(p, v))
+        return z
+
+
+@dataclass(eq=False)
+class _PatternCapture(_Step):
+    """The weights the attention of ``layer`` computed, with the pattern edits listed ``before`` it applied."""
+    layer: int
+    e: Edit
+    before: list
+
+    def apply(self, plan, x, output):
+        p = self._pattern(plan, output)
+        if self.before:
+            p = p.clone()
+            for b in self.before:
+                for h in plan.units(b):
+                    value = b.value[:, h] if (b.op == "replace" and b.unit is None and
+                                              isinstance(b.value, torch.Tensor) and b.value.ndim == 4) else None
+                    _edited(p, (slice(None), h), b, plan.cache(b), value)
+        rows = _rows(self.e, p, plan.cache(self.e))
+        got = p if self.e.unit is None else p[:, self.e.unit]
+        plan.captures[self.e.name].append((got if rows is None else got[rows]).detach())
+        return x
+
+    def _pattern(self, plan, output) -> torch.Tensor:
+        """The weights the model computed [batch, heads, T, T]: returned by the attention module, or
+        recomputed from the stashed q and k by the family's rules."""
+        a = plan.a
+        if a.family.pattern == "weights":
+            p = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if p is None:
+                raise InterventionError(
+                    f"layer {self.layer}: the attention module returned no weights; load the model with "
+                    "attn_implementation='eager'")
+            return p
+        s = plan.stash[self.layer]
+        q, k = split_heads(a, s["q"], s["k"])
+        return recomputed_pattern(a, self.layer, q.float(), k.float()).to(s["q"].dtype)
+
+
+@dataclass(eq=False)
+class _Whole(_Step):
+    """A zero / scale / replace / capture of a whole site's tensor (``mlp_out``, ``resid``, ``resid_in``,
+    ``resid_mid``, ``mlp_in``)."""
+    e: Edit
+
+    def __post_init__(self):
+        self.in_place = self.e.op != "capture"
+
+    def apply(self, plan, x, output):
+        e = self.e
+        if e.op == "capture":
+            rows = _rows(e, x, plan.cache(e))
+            plan.captures[e.name].append(x if e.grad else (x if rows is None else x[rows]).detach())
+        else:
+            _edited(x, (Ellipsis,), e, plan.cache(e))
+        return x
+
+
+@dataclass(eq=False)
+class _Call(_Step):
+    """A function of the whole site's tensor; what it returns replaces the tensor (None keeps it)."""
+    e: Edit
+
+    def apply(self, plan, x, output):
+        y = self.e.value(x)
+        if y is None:
+            return x
+        if y.shape != x.shape:
+            raise InterventionError(f"{self.e.where()}: the function returned {tuple(y.shape)} for the "
+                                    f"site's {tuple(x.shape)}")
+        return y
+
+
+@dataclass(eq=False)
+class _StopGrad(_Step):
+    """Block ``layer``'s output, the same numbers, its gradient passed to the block's input only."""
+    layer: int
+
+    def apply(self, plan, x, output):
+        return _ResidualOnly.apply(x, plan.stash[self.layer]["resid_in"])
+
+
+@dataclass(eq=False)
+class _Hook:
+    """The steps run on one module's input (``side`` ``in``: positional, ``in_kw``: ``hidden_states``
+    too) or output (``out``), in order; then the tensors a later hook reads are stashed
+    (``stashes``: (layer, which), after this hook's edits)."""
+    module: nn.Module
+    side: str
+    steps: list = field(default_factory=list)
+    stashes: list = field(default_factory=list)
+
+    def run(self, plan: "_Plan", x: torch.Tensor, output=None) -> torch.Tensor:
+        cloned = False
+        for step in self.steps:
+            if step.in_place and not cloned:
+                x, cloned = x.clone(), True
+            y = step.apply(plan, x, output)
+            if y is not x:
+                x, cloned = y, True          # a new tensor: this hook's own
+        for layer, which in self.stashes:
+            plan.stash.setdefault(layer, {})[which] = x
+        return x
+
+    def register(self, plan: "_Plan"):
+        """The hook on its module; returns its handle."""
+        if self.side == "in":
+            def pre(mod, args):
+                return (self.run(plan, args[0]),) + tuple(args[1:])
+            return self.module.register_forward_pre_hook(pre)
+        if self.side == "in_kw":
+            def pre_kw(mod, args, kwargs):
+                if args:
+                    return (self.run(plan, args[0]),) + tuple(args[1:]), kwargs
+                return args, dict(kwargs, hidden_states=self.run(plan, kwargs["hidden_states"]))
+            return self.module.register_forward_pre_hook(pre_kw, with_kwargs=True)
+
+        def post(mod, args, output):
+            if isinstance(output, tuple):
+                return (self.run(plan, output[0], output),) + tuple(output[1:])
+            return self.run(plan, output, output)
+        return self.module.register_forward_hook(post)
+
+
 class _Plan:
-    """Every edit checked and sorted into one hook per (module, side); nothing registered yet."""
+    """Every edit checked and placed as a step of one hook per (module, side); nothing registered yet.
+    What the steps share while the passes run: the captures, the tensors stashed for later hooks, each
+    edit's tensors on the device (:meth:`cache`)."""
 
     def __init__(self, adapter: Adapter, edits: Sequence[Edit]):
         self.a = adapter
@@ -304,234 +524,77 @@ class _Plan:
             raise InterventionError(f"two captures named {', '.join(twice)}: give each its own key")
         self.captures = Captures({n: [] for n in names})
         self.stash: dict[int, dict[str, torch.Tensor]] = {}
-        self.hooks: dict[tuple[int, str], tuple[nn.Module, str, list]] = {}
-        self.caches: dict[int, dict] = {}
+        self.hooks: dict[tuple[int, str], _Hook] = {}
+        self._caches: dict[int, dict] = {}
         self.pattern_edits: dict[int, list[Edit]] = {}     # per layer, in order: a capture sees those before it
         for e in edits:
-            if e is self.skip:
-                continue
-            self._add(e)
+            if e is not self.skip:
+                self._place(e)
 
-    # one list of actions per (module, side), in the order the edits were listed
-    def _hook(self, module: nn.Module, side: str) -> list:
-        key = (id(module), side)
-        if key not in self.hooks:
-            self.hooks[key] = (module, side, [])
-        return self.hooks[key][2]
+    def cache(self, e: Edit) -> dict:
+        """The edit's own tensors (value, rows) moved to a pass's device and dtype, kept while it lives."""
+        return self._caches.setdefault(id(e), {})
 
-    def _need(self, layer: int, which: str) -> None:
-        """Keep ``which`` of each forward pass: the q, k or v projection's output (after any k/v
-        edits), or ``resid_in``, the block's input (after any resid_in edits)."""
+    def units(self, e: Edit) -> list[int]:
+        return list(range(self.a.site_units(e.site))) if e.unit is None else [e.unit]
+
+    def _hook(self, module: nn.Module, side: str) -> _Hook:
+        return self.hooks.setdefault((id(module), side), _Hook(module, side))
+
+    def _keep(self, layer: int, which: str) -> None:
+        """Stash ``which`` of each forward pass for a later hook: the q, k or v projection's output (after
+        any k/v edits), or ``resid_in``, the block's input (after any resid_in edits)."""
         if which == "resid_in":
-            actions = self._hook(self.a.block(layer), "in_kw")
+            hook = self._hook(self.a.block(layer), "in_kw")
         else:
-            module = {"q": self.a.query_proj, "k": self.a.key_proj, "v": self.a.value_proj}[which](layer)
-            actions = self._hook(module, "out")
-        tag = ("stash", layer, which)
-        if tag not in [a[:3] for a in actions if a[0] == "stash"]:
-            actions.append(("stash", layer, which, None))
+            hook = self._hook({"q": self.a.query_proj, "k": self.a.key_proj, "v": self.a.value_proj}[which](layer),
+                              "out")
+        if (layer, which) not in hook.stashes:
+            hook.stashes.append((layer, which))
 
-    def _add(self, e: Edit) -> None:
+    def _place(self, e: Edit) -> None:
+        """The edit as a step of the hook on the tensor it touches."""
         a, L = self.a, e.layer
         if e.op == "call":
             module, side = (a.block(L), "out") if e.site == "resid" else (a.block(L), "in_kw") \
                 if e.site == "resid_in" else (a.site_module(e.site, L), _SIDE[e.site])
-            self._hook(module, side).append(("call", e.site, e, None))
+            self._hook(module, side).steps.append(_Call(e))
         elif e.site in ("q", "k", "v", "z"):
-            actions = self._hook(a.site_module(e.site, L), "in" if e.site == "z" else "out")
-            if self._constant(e):
-                # Consecutive zero / constant replace edits of distinct units: one where() in all.
-                last = actions[-1] if actions else None
-                if last and last[0] == "run" and last[1] == e.site and \
-                        e.unit not in {x.unit for x in last[2]}:
-                    last[2].append(e)
-                else:
-                    actions.append(("run", e.site, [e], {}))
+            steps = self._hook(a.site_module(e.site, L), "in" if e.site == "z" else "out").steps
+            if not _constant(e):
+                steps.append(_Features(e.site, e))
+            elif steps and isinstance(steps[-1], _Constants) and steps[-1].takes(e):
+                steps[-1].edits.append(e)
             else:
-                actions.append(("features", e.site, e, None))
+                steps.append(_Constants(e.site, [e]))
+        elif e.site == "pattern" and e.op == "capture":
+            if a.family.pattern == "recompute":
+                self._keep(L, "q")
+                self._keep(L, "k")
+            before = list(self.pattern_edits.get(L, []))
+            self._hook(a.attention(L), "out").steps.append(_PatternCapture(L, e, before))
         elif e.site == "pattern":
-            if e.op == "capture":
-                if a.family.pattern == "recompute":
-                    self._need(L, "q")
-                    self._need(L, "k")
-                before = list(self.pattern_edits.get(L, []))
-                self._hook(a.attention(L), "out").append(("pattern_capture", L, e, before))
-            else:
-                if e.op == "replace":
-                    self._need(L, "v")
-                self.pattern_edits.setdefault(L, []).append(e)
-                self._hook(a.out_proj(L), "in").append(("pattern_via_z", L, e, None))
-        elif e.site == "mlp_out":
-            self._hook(a.site_module("mlp_out", L), "out").append(("whole", "mlp_out", e, None))
-        elif e.site == "resid" and e.op == "stop_grad":
-            self._need(L, "resid_in")
-            self._hook(a.block(L), "out").append(("stop_grad", L, e, None))
-        elif e.site == "resid":
-            self._hook(a.block(L), "out").append(("whole", "resid", e, None))
-        elif e.site in ("resid_mid", "mlp_in"):
-            self._hook(a.site_module(e.site, L), "in_kw").append(("whole", e.site, e, None))
-        else:
-            self._hook(a.block(L), "in_kw").append(("whole", "resid_in", e, None))
-
-    @staticmethod
-    def _constant(e: Edit) -> bool:
-        """A zero, or a replace by one vector of the unit's size (or a number), of one unit."""
-        return e.unit is not None and (e.op == "zero" or (
-            e.op == "replace" and (not isinstance(e.value, torch.Tensor) or e.value.ndim <= 1)))
-
-    # ---- what runs inside the hooks
-    def _run_of(self, x: torch.Tensor, site: str, edits: list[Edit], cache: dict) -> torch.Tensor:
-        """A run of constant edits as one ``where(mask, fill, x)``; mask and fill built once per
-        device, dtype and batch size."""
-        key = (x.device, x.dtype, x.shape[0])
-        if key not in cache:
-            per_row = any(e.rows is not None for e in edits)
-            mask = torch.zeros(x.shape[0] if per_row else 1, 1, x.shape[-1], dtype=torch.bool, device=x.device)
-            fill = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device)
-            for e in edits:
-                sl = self.a.site_slice(site, e.unit)
-                rows = _rows(e, x, self.caches.setdefault(id(e), {}))
-                mask[:, 0, sl] = True if rows is None else rows[:, None]
-                if e.op == "replace":
-                    fill[sl] = _on(e.value, x)
-            cache[key] = (mask, fill)
-        mask, fill = cache[key]
-        return torch.where(mask, fill, x)
-
-    def _units(self, e: Edit) -> list[int]:
-        return list(range(self.a.site_units(e.site))) if e.unit is None else [e.unit]
-
-    def _features(self, x: torch.Tensor, site: str, e: Edit) -> None:
-        """A zero / scale / replace / capture of z, q, k or v on ``x`` [batch, T, features] (in place)."""
-        cache = self.caches.setdefault(id(e), {})
-        units = self._units(e)
-        if e.op == "capture" and e.grad:
-            self.captures[e.name].append(x)
-            return
-        if e.op == "capture":
-            rows = _rows(e, x, cache)
-            got = torch.cat([x[..., self.a.site_slice(site, u)] for u in units], dim=-1)
-            self.captures[e.name].append((got if rows is None else got[rows]).detach())
-            return
-        d = self.a.head_dim
-        for i, u in enumerate(units):
-            value = None
-            if e.op == "replace" and e.unit is None and isinstance(e.value, torch.Tensor) \
-                    and e.value.ndim and e.value.shape[-1] == len(units) * d:
-                value = e.value[..., i * d:(i + 1) * d]        # whole-site values, this unit's slice
-            _edited(x, (Ellipsis, self.a.site_slice(site, u)), e, cache, value)
-
-    def _pattern_via_z(self, z: torch.Tensor, layer: int, e: Edit) -> None:
-        """A pattern edit of head(s) ``e.unit`` carried out on z (see the module doc)."""
-        cache = self.caches.setdefault(id(e), {})
-        for h in self._units(e):
-            cols = (Ellipsis, self.a.out_columns(h))
-            if e.op != "replace":
-                _edited(z, cols, e, cache)
-                continue
-            v = self.stash[layer]["v"][..., self.a.value_slice(self.a.kv_group(h))]     # [B, T, d]
-            p = _on(e.value, v, cache, "value")
-            if isinstance(p, torch.Tensor) and e.unit is None and p.ndim == 4:
-                p = p[:, h]                                                      # [B, H, T, T] given
-            if not isinstance(p, torch.Tensor) or p.shape[-2:] != (v.shape[1], v.shape[1]):
-                raise InterventionError(f"{e.where()}: a pattern is [..., T, T] with T = {v.shape[1]}")
-            _edited(z, cols, e, cache, torch.matmul(p, v))
-
-    def _pattern(self, layer: int, output) -> torch.Tensor:
-        """The weights the model computed in ``layer`` [batch, heads, T, T]."""
-        if self.a.family.pattern == "weights":
-            p = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-            if p is None:
-                raise InterventionError(
-                    f"layer {layer}: the attention module returned no weights; load the model with "
-                    "attn_implementation='eager'")
-            return p
-        s = self.stash[layer]
-        q, k = split_heads(self.a, s["q"], s["k"])
-        return recomputed_pattern(self.a, layer, q.float(), k.float()).to(s["q"].dtype)
-
-    def _pattern_capture(self, layer: int, e: Edit, before: list[Edit], output) -> None:
-        p = self._pattern(layer, output)
-        if before:
-            p = p.clone()
-            for b in before:
-                cache = self.caches.setdefault(id(b), {})
-                for h in self._units(b):
-                    value = b.value[:, h] if (b.op == "replace" and b.unit is None and
-                                              isinstance(b.value, torch.Tensor) and b.value.ndim == 4) else None
-                    _edited(p, (slice(None), h), b, cache, value)
-        rows = _rows(e, p, self.caches.setdefault(id(e), {}))
-        got = p if e.unit is None else p[:, e.unit]
-        self.captures[e.name].append((got if rows is None else got[rows]).detach())
-
-    def _whole(self, x: torch.Tensor, e: Edit) -> None:
-        cache = self.caches.setdefault(id(e), {})
-        if e.op == "capture":
-            rows = _rows(e, x, cache)
-            self.captures[e.name].append(x if e.grad else (x if rows is None else x[rows]).detach())
-        else:
-            _edited(x, (Ellipsis,), e, cache)
-
-    def _run(self, actions: list, x: torch.Tensor, output=None) -> torch.Tensor:
-        """Every action of one hook on the tensor ``x`` (cloned once before the first edit); the
-        projection outputs a later hook needs are kept last, after this hook's edits."""
-        cloned = False
-        for kind, what, e, extra in actions:
-            if kind == "stash":
-                continue
-            if kind == "pattern_capture":
-                self._pattern_capture(what, e, extra, output)
-                continue
-            if kind == "run":
-                x, cloned = self._run_of(x, what, e, extra), True       # a new tensor
-                continue
-            if kind == "call":
-                y = e.value(x)
-                if y is not None:
-                    if y.shape != x.shape:
-                        raise InterventionError(f"{e.where()}: the function returned {tuple(y.shape)} for the "
-                                                f"site's {tuple(x.shape)}")
-                    x, cloned = y, True
-                continue
-            if kind == "stop_grad":                                      # a new tensor, the same numbers
-                x, cloned = _ResidualOnly.apply(x, self.stash[what]["resid_in"]), True
-                continue
-            if e.op != "capture" and not cloned:
-                x, cloned = x.clone(), True
-            if kind == "features":
-                if x.ndim != 3:
-                    raise InterventionError(f"{e.where()}: expected [batch, T, features], got {tuple(x.shape)}")
-                self._features(x, what, e)
-            elif kind == "pattern_via_z":
-                self._pattern_via_z(x, what, e)
-            else:
-                self._whole(x, e)
-        for kind, layer, which, _ in actions:
-            if kind == "stash":
-                self.stash.setdefault(layer, {})[which] = x
-        return x
+            if e.op == "replace":
+                self._keep(L, "v")
+            self.pattern_edits.setdefault(L, []).append(e)
+            self._hook(a.out_proj(L), "in").steps.append(_PatternViaZ(L, e))
+        elif e.op == "stop_grad":
+            self._keep(L, "resid_in")
+            self._hook(a.block(L), "out").steps.append(_StopGrad(L))
+        elif e.site in ("mlp_out", "resid_mid", "mlp_in"):
+            self._hook(a.site_module(e.site, L), _SIDE[e.site]).steps.append(_Whole(e))
+        else:                                   # resid: the block's output; resid_in: its input
+            self._hook(a.block(L), "out" if e.site == "resid" else "in_kw").steps.append(_Whole(e))
 
     def register(self) -> list:
         """Register every hook; returns [(module, handle)]."""
-        handles = []
-        for module, side, actions in self.hooks.values():
-            if side == "in":
-                def pre(mod, args, _actions=actions):
-                    return (self._run(_actions, args[0]),) + tuple(args[1:])
-                handles.append((module, module.register_forward_pre_hook(pre)))
-            elif side == "in_kw":
-                def pre_kw(mod, args, kwargs, _actions=actions):
-                    if args:
-                        return (self._run(_actions, args[0]),) + tuple(args[1:]), kwargs
-                    return args, dict(kwargs, hidden_states=self._run(_actions, kwargs["hidden_states"]))
-                handles.append((module, module.register_forward_pre_hook(pre_kw, with_kwargs=True)))
-            else:
-                def post(mod, args, output, _actions=actions):
-                    if isinstance(output, tuple):
-                        return (self._run(_actions, output[0], output),) + tuple(output[1:])
-                    return self._run(_actions, output, output)
-                handles.append((module, module.register_forward_hook(post)))
-        return handles
+        return [(hook.module, hook.register(self)) for hook in self.hooks.values()]
+
+
+def _constant(e: Edit) -> bool:
+    """A zero, or a replace by one vector of the unit's size (or a number), of one unit."""
+    return e.unit is not None and (e.op == "zero" or (
+        e.op == "replace" and (not isinstance(e.value, torch.Tensor) or e.value.ndim <= 1)))
 
 
 @contextlib.contextmanager
