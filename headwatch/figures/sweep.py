@@ -45,14 +45,14 @@ def loss_vs_heads(summary: pd.DataFrame, finals: pd.DataFrame, contrast: pd.Seri
                                "heads (head size)")
     c = contrast
     ax.set_title(f"width {c['split_width']}, {c['split_params']:,} parameters each\n"
-                 f"spread {c['spread']:.3f} ({_interval(c, 'spread', '.3f')}) = {c['spread_over_gain']:.2f}× "
-                 f"the {c['capacity_from']}→{c['capacity_to']} gain ({_interval(c, 'spread_over_gain', '.2f')})\n"
+                 f"spread {c['spread']:.3f} ({_interval_text(c, 'spread', '.3f')}) = {c['spread_over_gain']:.2f}× "
+                 f"the {c['capacity_from']}→{c['capacity_to']} gain ({_interval_text(c, 'spread_over_gain', '.2f')})\n"
                  f"{split_verdict(c)}", fontsize=6)
     ax.legend(frameon=False)
     return fig
 
 
-def _interval(c: pd.Series, name: str, spec: str) -> str:
+def _interval_text(c: pd.Series, name: str, spec: str) -> str:
     """``<level> %: lo–hi`` of one of the contrast's quantities."""
     return f"{100 * c['level']:g} %: {c[name + '_lo']:{spec}}–{c[name + '_hi']:{spec}}"
 

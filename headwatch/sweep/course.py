@@ -53,7 +53,7 @@ from .. import paths
 from ..settings.sweep import BootstrapSettings
 from ..tableio import read_note, read_parquet
 from .summary import SummaryError, markdown_table
-from .summary import _interval as percentile
+from .summary import percentile_interval
 
 RUN_KEYS = ("sweep", "shape", "width", "heads", "seed")
 VERDICTS = ("holds", "narrows", "flips", "not resolved")
@@ -130,10 +130,6 @@ def events_table(runs: list[dict], margin: float, threshold: float) -> pd.DataFr
 
 
 # ------------------------------------------------------------------ intervals over seeds
-def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
-    return percentile(np.asarray(values, dtype=float), level)
-
-
 def mean_interval(values, bootstrap: BootstrapSettings | dict,
                   minus=None) -> tuple[float | None, float | None, float | None]:
     """(mean, low, high) of the percentile bootstrap interval of the mean of ``values`` (None where
@@ -290,7 +286,7 @@ def gaps(curves: pd.DataFrame, reference: str, bootstrap: BootstrapSettings | di
             found = resampled[np.isfinite(resampled)]
             row["crossover_resamples"] = int(len(found))
             if len(found):
-                row["crossover_lo"], row["crossover_hi"] = _interval(found, level)
+                row["crossover_lo"], row["crossover_hi"] = percentile_interval(found, level)
         verdict_rows.append(row)
     out = pd.DataFrame(verdict_rows)
     for col in ("crossover_step",):

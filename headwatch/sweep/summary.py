@@ -116,8 +116,9 @@ def _losses(finals: pd.DataFrame, sweep: str, shape: str) -> pd.Series:
     return rows.set_index("seed")["val_loss"].sort_index()
 
 
-def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
+def percentile_interval(values, level: float) -> tuple[float, float]:
     """The percentile interval at ``level`` of a bootstrap distribution's defined (finite) values."""
+    values = np.asarray(values, dtype=float)
     tail = (1 - level) / 2
     lo, hi = np.quantile(values[np.isfinite(values)], [tail, 1 - tail])
     return float(lo), float(hi)
@@ -167,7 +168,7 @@ def contrast_intervals(finals: pd.DataFrame, split_sweep: str, split_shapes: lis
     out = dict(level=level, resamples=resamples, resample_seed=bootstrap.seed,
                undefined_resamples=int((~np.isfinite(dist)).any(axis=0).sum()))
     for name, row in zip(QUANTITIES, dist):
-        out[f"{name}_lo"], out[f"{name}_hi"] = _interval(row, level)
+        out[f"{name}_lo"], out[f"{name}_hi"] = percentile_interval(row, level)
 
     by_seed = [_losses(finals, split_sweep, a) for a in split_shapes]
     seeds = by_seed[0].index
@@ -379,8 +380,8 @@ def overfitting(finals: pd.DataFrame, split_sweep: str, bootstrap: BootstrapSett
                    rank_last=int(rank["last"][(sweep, shape)]), rank_best=int(rank["best"][(sweep, shape)]),
                    level=b.level, resamples=b.resamples, resample_seed=b.seed)
         if dist is not None:
-            row["rise_lo"], row["rise_hi"] = _interval(dist[i], b.level)
-            row["rise_over_noise_lo"], row["rise_over_noise_hi"] = _interval(dist[len(keys) + i], b.level)
+            row["rise_lo"], row["rise_hi"] = percentile_interval(dist[i], b.level)
+            row["rise_over_noise_lo"], row["rise_over_noise_hi"] = percentile_interval(dist[len(keys) + i], b.level)
         row["verdict"] = fit_verdict(row)
         rows.append(row)
     out = pd.DataFrame(rows)
