@@ -32,9 +32,6 @@ import pandas as pd
 
 from ..settings.edges import MIB_FRACTIONS
 
-SENDER_KINDS = ("input", "head", "mlp")
-RECEIVER_KINDS = ("q", "k", "v", "mlp", "logits")
-
 
 class GraphError(ValueError):
     """A model whose edge graph cannot be built, or a circuit that does not fit the graph."""

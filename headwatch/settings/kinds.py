@@ -255,5 +255,3 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          figure=("vocab_study", 1, 4.4), vocabularies=True),
 )}
 """Every study kind, by name (the module docstring)."""
-STUDY_SETTINGS = ("tolerance", "head_size", "bytes_per_number")
-"""Every kind's own keys of a ``study`` block (each kind reads those of its ``settings``)."""

@@ -57,10 +57,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from torch.nn import functional as F
 
 from ..model.arch import Adapter
-from ..model.interventions import at_least_float32
 from ..charlm.corpus import batch_offsets, eval_offsets
 from ..charlm.loop import Trainer
 from ..charlm.model import CharLM
@@ -142,23 +140,6 @@ def peak_memory(device: torch.device) -> dict:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss     # KiB on Linux, bytes on macOS
     return dict(peak_memory_mb=rss / (2**20 if sys.platform == "darwin" else 2**10),
                 peak_memory_of="process max RSS")
-
-
-@torch.no_grad()
-def evaluate(model, ids: torch.Tensor, offsets, batch: int, context: int, amp) -> float:
-    """Mean loss per character over the windows at ``offsets``: summed on the device (float64,
-    the same sum as adding each batch's float32 sum on the host) and read once."""
-    was = model.training
-    model.eval()
-    offsets = torch.as_tensor(offsets, device=ids.device)
-    total = torch.zeros((), dtype=torch.float64, device=ids.device)
-    for i in range(0, len(offsets), batch):
-        x, y = windows(ids, offsets[i:i + batch], context)
-        with amp:
-            logits = model(x)
-        total += F.cross_entropy(at_least_float32(logits).flatten(0, 1), y.flatten(), reduction="sum").double()
-    model.train(was)
-    return total.item() / (len(offsets) * context)
 
 
 @torch.no_grad()

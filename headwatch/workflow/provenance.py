@@ -133,9 +133,6 @@ def run_attempts(root: Path, record: Path, commit: str) -> list[dict]:
     return attempts
 
 
-#: What :func:`page_header` writes, as a pattern: group 1 is the full commit hash.
-HEADER_PATTERN = re.compile(r"From commit `[0-9a-f]{7}` \(`([0-9a-f]{40}|[0-9a-f]{64})`\) of headwatch, "
-                            r"with a clean tree")
 
 
 def page_header(commit: str, command: str) -> str:
