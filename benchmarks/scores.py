@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from headwatch.model.load import load_prepared, prepare_model
-from headwatch.scores.heads import head_scores
+from headwatch.scores.heads import four_scores
 from headwatch.scores.sequences import ids_tensor, make_set, set_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,10 +47,10 @@ def main():
     prose = make_set(tokenizer, "prose", set_params("prose", config))
     sentences = [torch.tensor(list(ids)) for ids in prose.token_ids]
     batch = args.batch or config["attention"]["batch"]
-    head_scores(model, adapter, sentences[:1], ids_tensor(induction)[:1], 25)  # warm-up
+    four_scores(model, adapter, sentences[:1], ids_tensor(induction)[:1], 25)  # warm-up
     before = rss_mb()
     t0 = time.perf_counter()
-    table = head_scores(model, adapter, sentences, ids_tensor(induction), 25, 0, batch)
+    table = four_scores(model, adapter, sentences, ids_tensor(induction), 25, 0, batch)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("| what | value |\n|---|---|")

@@ -427,7 +427,7 @@ def head_scores(m, induction: pd.DataFrame | None = None, prose: pd.DataFrame | 
     import torch
 
     from .config.memory import maps_estimate
-    from .scores.heads import head_scores as scores
+    from .scores.heads import four_scores as scores
     from .scores.sequences import ids_tensor
 
     m = _model(m)

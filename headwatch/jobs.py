@@ -293,7 +293,7 @@ def clear_outputs(outputs) -> None:
             path.unlink()
 
 
-def run_config() -> dict | None:
+def job_config() -> dict | None:
     """The config of the Snakemake run this process is a job of (set by :func:`log_to`), else None:
     what :func:`headwatch.config.checked_section` checks a public function's settings against
     instead of the checkout's config/config.yaml — the run's overlays and ``raise_bounds`` included."""
@@ -307,7 +307,7 @@ def log_to(path, threads: int | None = None):
     ``threads`` (the rule's ``threads``) caps torch's intra-op threads, so that
     jobs Snakemake runs side by side do not oversubscribe the cores. In a Snakemake script, the
     run's config becomes the one the public functions check their settings against
-    (:func:`run_config`: its raised bounds too), and the job's previous outputs are removed
+    (:func:`job_config`: its raised bounds too), and the job's previous outputs are removed
     (:func:`clear_outputs`: Snakemake holds a copy until the job ends).
     An exception is written to the log with its traceback, the log is kept as
     ``<log>.attempt-<n>.log`` (:func:`keep_attempt_log`), and the exception is

@@ -22,7 +22,7 @@ from headwatch.model.arch import Adapter
 from headwatch.scores.attention import phrase_outputs
 from headwatch.explorer import (ExplorerDataError, build_explorer, config_shape, decode_phrase, display_token,
                                 encode_phrase, explorer_payload, flat_index, percent, readout_text, rotary_options)
-from headwatch.scores.heads import head_scores
+from headwatch.scores.heads import four_scores
 from tiny import tiny_model
 
 CHROMIUM = os.environ.get("HEADWATCH_CHROMIUM", "/usr/bin/chromium")
@@ -100,7 +100,7 @@ def tiny_tables():
     first = torch.randint(1, 500, (4, 10), generator=g)
     prose = [torch.randint(1, 500, (1, 12), generator=g) for _ in range(3)]
     repeated = torch.cat([first, first], dim=1)
-    scores = head_scores(model, adapter, prose, repeated, half_length=10)
+    scores = four_scores(model, adapter, prose, repeated, half_length=10)
     shape = config_shape(model.config, "float32")
     return dict(maps=maps, tokens=tokens, predictions=predictions, scores=scores, shape=shape,
                 layers=adapter.n_layers, heads=adapter.n_heads,

@@ -4,7 +4,7 @@ import torch
 
 from headwatch.model.arch import Adapter
 from headwatch.names import top_heads
-from headwatch.scores.heads import (head_scores, induction_cells, induction_scores, prev_cells, scores_table,
+from headwatch.scores.heads import (four_scores, induction_cells, induction_scores, prev_cells, scores_table,
                                     self_cells, sink_cells)
 from tiny import random_ids, tiny_model
 
@@ -81,7 +81,7 @@ def test_worked_check_one_head_on_one_phrase_is_the_plain_mean_of_its_cells(fami
     model = tiny_model(family)
     adapter = Adapter(model)
     ids = random_ids(1, 12, seed=5)
-    scores = head_scores(model, adapter, [ids[0]], random_ids(2, 10, seed=6), half_length=5)
+    scores = four_scores(model, adapter, [ids[0]], random_ids(2, 10, seed=6), half_length=5)
     layer, head = 1, 3
     with torch.no_grad():
         A = model(ids, output_attentions=True).attentions[layer][0, head]

@@ -140,7 +140,7 @@ def test_the_api_gives_the_rules_tables(tiny_model_dir):
     on the same inputs, gives the same table (scores and the head patching sweep on a tiny model),
     with its guards readable as a table."""
     from headwatch.patching.heads import run_patching
-    from headwatch.scores.heads import head_scores
+    from headwatch.scores.heads import four_scores
     from headwatch.scores.sequences import ids_tensor
     from headwatch.settings.patching import PatchingSettings
     from headwatch.tableio import guard_records
@@ -150,7 +150,7 @@ def test_the_api_gives_the_rules_tables(tiny_model_dir):
     cfg = hw.load_config("config/quick.yaml")
     induction, prose = hw.token_set(m, "induction", cfg), hw.token_set(m, "prose", cfg)
     scores = hw.head_scores(m, induction, prose, 4)
-    want = head_scores(m.model, m.adapter, [torch.tensor(list(i)) for i in prose.token_ids], ids_tensor(induction),
+    want = four_scores(m.model, m.adapter, [torch.tensor(list(i)) for i in prose.token_ids], ids_tensor(induction),
                        int(induction.half_length.iloc[0]), int(induction.offset.iloc[0]), 4)
     pd.testing.assert_frame_equal(scores, want)
     settings = dict(cfg["patching"], n=4, guard_prompts=2, top_k=2)

@@ -160,11 +160,11 @@ def prompt_set_errors(patching: dict, m) -> list[str]:
     every name one token with its space, the templates' slots, lengths and context, the guard's prompts
     within ``n``) on the ``patching`` mapping a public function was given (a rule's slice: over the run's
     section), for ``m`` (a loaded model, or a tokenizer alone)."""
-    from ..jobs import run_config
+    from ..jobs import job_config
     from ..settings.patching import patching_errors
     from .verdict import load
 
     facts = loaded_facts(m) if hasattr(m, "adapter") else ModelFacts("tokenizer", "loaded", m, {}, "the tokenizer")
-    base = run_config() or load()
+    base = job_config() or load()
     config = dict(base, patching={**base["patching"], **patching}, models_studied=[facts.key])
     return patching_errors(config, facts)

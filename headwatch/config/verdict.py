@@ -261,10 +261,10 @@ def checked_section(section: str, given: dict | None, overrides: dict, function:
     and the overrides in it (what the settings object is built from)."""
     import copy
 
-    from ..jobs import run_config
+    from ..jobs import job_config
     from .checks import call_errors
 
-    config = copy.deepcopy(config if config is not None else run_config() or load())
+    config = copy.deepcopy(config if config is not None else job_config() or load())
     given = dict(given or {})
     mapping = isinstance(config.get(section), dict)         # a list section (prose) is given whole
     section_cfg = {**(config.get(section) or {}), **given, **overrides} if mapping else overrides[section]

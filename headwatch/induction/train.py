@@ -42,7 +42,7 @@ from ..charlm.stack import StackedCharLM
 from ..model.arch import Adapter
 from ..model.interventions import attention_maps
 from ..scores.heads import prev_cells
-from ..settings.induction import InductionSettings, TaskSettings, model_spec, shape_of, task_of, vocab_of
+from ..settings.induction import InductionSettings, TaskSettings, cell_shape, model_spec, task_of, vocab_of
 from . import tasks
 
 EVAL_STREAM, PROBE_STREAM = 1_000_001, 1_000_002
@@ -90,7 +90,7 @@ def uniform_induction(probe: tasks.Batch) -> float:
 
 
 @torch.no_grad()
-def head_scores(model: CharLM, probe: tasks.Batch, adapter: Adapter, mask=None) -> dict[str, np.ndarray]:
+def prev_induction_scores(model: CharLM, probe: tasks.Batch, adapter: Adapter, mask=None) -> dict[str, np.ndarray]:
     """Every head's ``prev`` and ``induction`` score on the probe rows ([layers, heads] each); ``mask``:
     the probe's :func:`successor_mask`, when made once for many calls."""
     ids = torch.as_tensor(probe.ids[:, :-1])
@@ -145,7 +145,7 @@ def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings,
     cell = _Cell(task, width, heads, [int(x) for x in seeds], s, torch.device(device))
     trainer = Trainer(cell.stack, lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, steps=cell.cap,
                       weight_decay=s.weight_decay, betas=s.betas,
-                      labels=[f"{task} {shape_of(width, heads)} seed {seed}" for seed in cell.seeds])
+                      labels=[f"{task} {cell_shape(width, heads)} seed {seed}" for seed in cell.seeds])
     trainer.stack.train()
     with torch.no_grad():        # the untrained models; their training loss on the first batch, before any update
         cell.evaluate(0, trainer.losses(*cell.batch(0)).tolist())
@@ -244,7 +244,7 @@ class _Cell:
             view, adapter, p = self.views[j], self.adapters[j], self.per[i]
             loss = predictable_loss(view, p["evaluation"])
             own_loss = loss if p["own"] is p["evaluation"] else predictable_loss(view, p["own"])
-            sc = head_scores(view, p["evaluation"], adapter, p["mask"])
+            sc = prev_induction_scores(view, p["evaluation"], adapter, p["mask"])
             p["curve"].append(dict(step=step, loss=loss, reference=p["reference"], unigram=p["unigram"],
                                    gap=loss - p["reference"], own_loss=own_loss, train_loss=train_losses[j],
                                    best_prev=float(sc["prev"].max()), best_induction=float(sc["induction"].max()),
@@ -307,7 +307,7 @@ def train_job(job: dict, log=None, device=None) -> tuple[pd.DataFrame, pd.DataFr
             c = r.curve
             log.info("%s %s seed %d: stopped at step %d (%s), %.1f CPU s; loss on the predictable part %.3f -> %.3f "
                      "(unordered %.3f, best %.3f); best induction %.3f above uniform; key edge %+.3f", task,
-                     shape_of(width, heads), seed, r.stop_step, r.stop_reason, r.seconds, c.loss.iloc[0],
+                     cell_shape(width, heads), seed, r.stop_step, r.stop_reason, r.seconds, c.loss.iloc[0],
                      c.loss.iloc[-1], c.unigram.iloc[-1], c.reference.iloc[-1], c.best_induction_excess.iloc[-1],
                      r.edges["edge_k"])
     note = dict(job=job, model=dict(width=width, heads=heads, layers=2, context=settings.context, rotary=True,

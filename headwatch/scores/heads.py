@@ -105,7 +105,7 @@ def scores_table(adapter, scores: dict[str, torch.Tensor]) -> pd.DataFrame:
     return df
 
 
-def head_scores(model, adapter, sentences: list[torch.Tensor], induction_ids: torch.Tensor,
+def four_scores(model, adapter, sentences: list[torch.Tensor], induction_ids: torch.Tensor,
                 half_length: int, offset: int = 0, batch: int = 8) -> pd.DataFrame:
     """The scores table of protocol §4 for every head of ``model`` (two named phases of the call's
     progress: the prose scores, the induction score)."""

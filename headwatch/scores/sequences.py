@@ -46,7 +46,7 @@ def candidate_ids(tokenizer, low: int, high: int):
     return np.array([i for i in range(low, high) if i not in special], dtype=np.int64)
 
 
-def repeated_random(candidates, n: int, half_length: int, seed: int):
+def repeated_distinct(candidates, n: int, half_length: int, seed: int):
     """``n`` sequences of ``half_length`` distinct random ids, each repeated once: [n, 2T].
 
     Ids are distinct within a sequence so that every token of copy 2 has exactly
@@ -62,7 +62,7 @@ def repeated_random(candidates, n: int, half_length: int, seed: int):
 def random_set(tokenizer, n: int, seed: int, half_length: int, low: int, high: int):
     import pandas as pd
 
-    ids = repeated_random(candidate_ids(tokenizer, low, high), n, half_length, seed)
+    ids = repeated_distinct(candidate_ids(tokenizer, low, high), n, half_length, seed)
     bos = adds_bos(tokenizer)
     rows = []
     for i, seq in enumerate(ids):
@@ -99,7 +99,7 @@ def phrases_table(tokenizer, phrases: dict, low: int, high: int):
     bos = adds_bos(tokenizer)
     for name, spec in phrases.items():
         if "random" in spec:  # noise: random ids repeated once; expected = the first of them
-            seq = repeated_random(candidate_ids(tokenizer, low, high), 1, spec["random"], spec["seed"])[0]
+            seq = repeated_distinct(candidate_ids(tokenizer, low, high), 1, spec["random"], spec["seed"])[0]
             ids = ([tokenizer.bos_token_id] if bos else []) + seq.tolist()
             expected_id, also_id = int(seq[0]), None
             text = tokenizer.decode(ids)

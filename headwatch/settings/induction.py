@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from . import Settings, read_fields
 from ..charlm.spec import ModelSpec
+from .shapes import slug
 
 
 @dataclass(frozen=True)
@@ -162,9 +163,10 @@ def eval_steps(steps: int, every: int) -> list[int]:
     return sorted({*range(0, steps + 1, every), steps})
 
 
-def shape_of(width: int, heads: int) -> str:
-    """A shape's slug, the sweep's: ``w{width}-h{heads}``."""
-    return f"w{width}-h{heads}"
+def cell_shape(width: int, heads: int) -> str:
+    """A cell's shape name, written as the sweep writes every shape (:func:`headwatch.settings.shapes.slug`):
+    ``w{width}-h{heads}``."""
+    return slug({"width": int(width), "heads": int(heads)})
 
 
 def task_of(task: str) -> str:
@@ -176,7 +178,7 @@ def shapes(s: InductionSettings) -> list[tuple[str, int, int]]:
     """(shape, width, heads) of every model this scale trains: the grid's cells (smallest head size
     first, fewest heads first within it); only those ``shapes`` names, when it names any."""
     cells = s.grid.cells() if s.grid is not None else []
-    return [(shape_of(w, h), w, h) for w, h in cells if s.shapes is None or shape_of(w, h) in s.shapes]
+    return [(cell_shape(w, h), w, h) for w, h in cells if s.shapes is None or cell_shape(w, h) in s.shapes]
 
 
 def jobs(s: InductionSettings) -> list[tuple[str, str]]:
@@ -241,7 +243,7 @@ def induction_errors(config: dict) -> list[str]:
         if not g.cells():
             errors.append(f"induction.grid: no cell of head_size {list(g.head_size)} x heads {list(g.heads)} is "
                           f"within max_width = {g.max_width}")
-    known = {shape_of(w, h) for w, h in (g.cells() if g is not None else [])}
+    known = {cell_shape(w, h) for w, h in (g.cells() if g is not None else [])}
     errors += [f"induction.shapes[{i}] = {k!r}: not a cell of the grid ({sorted(known)})"
                for i, k in enumerate(s.shapes or ()) if k not in known]
     if s.eval_every < 1 or s.eval_every > min(s.steps, s.control_steps):

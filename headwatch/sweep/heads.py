@@ -84,7 +84,7 @@ def make_probe(val_ids, vocab_size: int, context: int, cfg: HeadsSettings | dict
         raise ValueError(err)
     starts = torch.as_tensor(eval_offsets(len(val), h.windows, context))
     windows = val[starts.unsqueeze(1) + torch.arange(context + 1)]
-    random = repeated_random(vocab_size, h.sequences, T, h.seed, PROBE_STREAM)
+    random = repeated_uniform(vocab_size, h.sequences, T, h.seed, PROBE_STREAM)
     passages = torch.as_tensor(eval_offsets(len(val), h.sequences, T))
     text = val[passages.unsqueeze(1) + torch.arange(T)]
     return Probe(windows, random, text.repeat(1, 2), T, int(h.early), int(h.late))
@@ -94,7 +94,7 @@ PROBE_STREAM, CUT_STREAM = 0, 1
 """The random streams of the probe's sequences and of the cut's (never the same sequences)."""
 
 
-def repeated_random(vocab_size: int, n: int, half_length: int, seed: int, stream: int) -> torch.Tensor:
+def repeated_uniform(vocab_size: int, n: int, half_length: int, seed: int, stream: int) -> torch.Tensor:
     """``n`` sequences of ``half_length`` ids uniform over the vocabulary, each repeated once:
     ``numpy.random.default_rng([seed, stream])``. [n, 2 × half_length]"""
     rng = np.random.default_rng([int(seed), int(stream)])
@@ -154,7 +154,7 @@ def cut_table(model, scores: dict[str, torch.Tensor], cfg: HeadsSettings | dict,
     h = HeadsSettings.of(cfg).need("seed", "cut_sequences")
     adapter = Adapter(model)
     T = model.spec.context // 2
-    ids = repeated_random(model.spec.vocab_size, int(h.cut_sequences), T, h.seed, CUT_STREAM)
+    ids = repeated_uniform(model.spec.vocab_size, int(h.cut_sequences), T, h.seed, CUT_STREAM)
     eval_df = pd.DataFrame(dict(token_ids=list(ids.numpy()), half_length=T, offset=0))
     return run_topk(model, adapter, eval_df, scores_table(adapter, scores),
                     AblationSettings.from_config(dict(ablation, top_n=1, k=[1])))

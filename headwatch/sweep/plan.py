@@ -105,13 +105,14 @@ def train_jobs(sweep_cfg: dict) -> list[dict]:
     return [r for r in runs(sweep_cfg) if r["trained_under"] == r["sweep"]]
 
 
-STACK_PATTERN = rf"w\d+-l\d+(-a\d+)?(-kv\d+)?(-e\d+x\d+)?(-drop[0-9.e+-]+)?(-v({VOCAB_PATTERN}))?(-\d+)?"
+STACK_PATTERN = rf"w\d+-l\d+(-a\d+)?(-kvw\d+)?(-e\d+x\d+)?(-drop[0-9.e+-]+)?(-v({VOCAB_PATTERN}))?(-\d+)?"
 """A stack's name (:func:`stacks`): the parameter shapes its models share, and its part when split."""
 
 
 def stack_signature(model: dict, vocab: str) -> str:
     """The parameter shapes of a grid entry's model, as a name: ``w{width}-l{layers}``, the attention's
-    inner width (``-a``) and key/value width (``-kv``) where they differ from the width, the experts
+    inner width (``-a``) and key/value width (``-kvw``; a shape name's ``-kv`` is the key/value head
+    count) where they differ from the width, the experts
     and their width (``-e{E}x{X}``), the dropout (``-drop``: a stack draws one mask a site for all its
     models, so they share it), the vocabulary (``-v``). Entries of one sweep with the same
     signature can train in one stack (:class:`headwatch.charlm.stack.StackedCharLM`): e.g. every head
@@ -122,7 +123,7 @@ def stack_signature(model: dict, vocab: str) -> str:
     inner, kv = spec.heads * spec.head_dim, spec.kv_groups * spec.head_dim
     name = f"w{spec.width}-l{spec.layers}"
     name += f"-a{inner}" if inner != spec.width else ""
-    name += f"-kv{kv}" if kv != inner else ""
+    name += f"-kvw{kv}" if kv != inner else ""
     name += f"-e{spec.experts}x{spec.expert_hidden}" if spec.experts else ""
     name += f"-drop{spec.dropout:g}" if spec.dropout else ""
     return name + (f"-v{vocab}" if vocab != CHAR else "")

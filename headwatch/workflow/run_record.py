@@ -90,7 +90,7 @@ def config_of(basedir, *files: str) -> dict:
     return out
 
 
-def run_config(config: dict) -> dict:
+def without_report_key(config: dict) -> dict:
     """The configuration as the run uses it (without the report's own computed key)."""
     return {k: v for k, v in config.items() if k != COMPUTED_KEY}
 
@@ -136,7 +136,7 @@ def describe(config: dict, basedir, record) -> dict:
     reStructuredText (:func:`headwatch.markup.escaped`), which the captions print from. In
     ``rst`` each sweep's ``train`` is the one it trains with (:func:`train_of`: its own keys over
     the scale's ``sweep.train``), so that a caption reads one mapping per sweep."""
-    cfg = run_config(config)
+    cfg = without_report_key(config)
     scale, text = run_scale(cfg, basedir)
     files, diff = recorded_run(record, cfg)
     out = dict(scale=scale, scale_text=text, record=str(record), recorded_files=files,
@@ -174,7 +174,7 @@ def write_record(record, config: dict, files: str) -> None:
                  f"# written: {datetime.now().isoformat(timespec='seconds')} by process {os.getpid()} "
                  f"on {socket.gethostname()}\n")
         # (a JSON round trip turns a JSON config's OrderedDicts into plain dicts for YAML)
-        yaml.safe_dump(json.loads(json.dumps(run_config(config))), fh, sort_keys=False, allow_unicode=True)
+        yaml.safe_dump(json.loads(json.dumps(without_report_key(config))), fh, sort_keys=False, allow_unicode=True)
 
 
 # ------------------------------------------------------------------ a timed run (make laptop)
