@@ -92,8 +92,8 @@ quick: venv
 	$(CHECK_YAML) config/quick.yaml
 	$(SNAKEMAKE) --configfile config/quick.yaml
 
-# The sweep studies (experts, depth at a fixed budget, shared keys/values,
-# experts x top-k, vocabulary: 48 more models and 5 tokenizers, ~35 min on 2 CPU
+# The sweep studies (every sweep with a `study` block in config/config.yaml; the kinds are
+# headwatch/settings/kinds.py's: 48 more models and 5 tokenizers, ~35 min on 2 CPU
 # cores when quick trained 150 steps a model, 100 now) at the quick scale, which
 # `make quick` leaves out (config/quick.yaml: sweep.studies: false); config/quick_more.yaml turns
 # them on again. Run after (or instead of) `make quick`: what quick made is not redone.
@@ -115,7 +115,7 @@ laptop: venv
 	$(CHECK_YAML) config/laptop.yaml
 	$(TIMED) laptop -- $(SNAKEMAKE) --configfile config/laptop.yaml
 
-# The sweep studies (experts, depth, shared keys/values, experts x top-k, vocabulary) at laptop
+# The sweep studies (every sweep with a `study` block in config/config.yaml) at laptop
 # scale: 48 more models and 5 tokenizers: 98 min on 2 idle AMD EPYC cores (117 before the whole
 # stack's one routing; 68 min on Intel Xeon cores before it; config/laptop_more.yaml).
 # Run after `make laptop`: what it made is not redone. Ctrl-C stops it; run it again to resume

@@ -19,7 +19,7 @@
 # the same split and width control with dropout), with the same script, into results/sweep/pairs/{pair}/
 # (rule sweep_pair). A sweep a further pair names joins that pair's tables only.
 #
-# Studies: a sweep with a `study` block (experts | depth | kv | vocab) is summarized on
+# Studies: a sweep with a `study` block (a kind of headwatch/settings/kinds.py) is summarized on
 # its own (rule sweep_study) after checking its invariant, instead of joining
 # summary.parquet, with its contrasts (each arm against its reference, fixed by the study
 # block and the grid, with a bootstrap interval over seeds: sweep.summary.bootstrap, and a verdict). Sweeps in `sweep.skip` are not planned at all, nor the studies when

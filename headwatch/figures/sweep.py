@@ -294,16 +294,17 @@ def study_panels(kind: str):
 
 
 def _contrast_note(c) -> str:
-    """The words beside a contrast's bar: its verdict (and, for kv, what a byte saved costs)."""
+    """The words beside a contrast's bar: its verdict, and what its kind's extra columns say
+    (``extra_note`` of :data:`headwatch.settings.kinds.KINDS`: a kv study's cost of a byte saved)."""
     if c["verdict"] == "too few seeds":
         return f"too few seeds ({int(c['seeds'])}): no interval"
     text = c["verdict"] + ((": the arm better" if better(c) == c["arm"] else ": the reference better")
                            if c["verdict"] == "resolved" else "")
     if c["selected"]:
         text += f" (relabelling p = {c['relabel_p']:.2g})"
-    if c["kind"] == "kv" and pd.notna(c["nats_per_byte_saved"]):
-        text += f"\n{c['nats_per_byte_saved']:+.2g} nats/char per byte saved"
-    return text
+    note = KINDS[c["kind"]].extra_note if c["kind"] in KINDS else None
+    extra = note(c) if note is not None else ""
+    return text + (f"\n{extra}" if extra else "")
 
 
 def contrast_panel(ax, contrasts: pd.DataFrame) -> None:

@@ -12,7 +12,8 @@ says what makes their comparison fair and what is compared. Everything a kind me
 * ``settings`` — the keys of the ``study`` block the kind reads, each with its default (another kind's
   key is refused before any job);
 * ``beside`` — the columns of its summary set beside each contrast (what the loss is weighed against),
-  ``beside_text`` — those in words, and ``extra`` — columns a contrast of the kind adds (its arithmetic);
+  ``beside_text`` — those in words, and ``extra`` — columns a contrast of the kind adds (its arithmetic),
+  ``extra_note`` — those columns in the few words a figure writes under the contrast's bar;
 * ``vocabularies`` — its arms read different vocabularies: its metric is bits per character of the whole
   validation split (recorded by each training job, at the end only), its runs name their vocabulary, and
   its contrasts pair by seed only where both arms read the same one;
@@ -204,6 +205,12 @@ def _vocab_beside(c: dict) -> str:
             f"parameters; {c['arm_chars_per_window']:.0f} vs {c['reference_chars_per_window']:.0f} characters per window")
 
 
+def _kv_note(c: dict) -> str:
+    """What a byte of KV cache saved costs, under a kv contrast's bar ('' where no byte is saved)."""
+    value = c.get("nats_per_byte_saved")
+    return "" if value is None or value != value else f"{value:+.2g} nats/char per byte saved"
+
+
 def _kv_extra(arm: dict, reference: dict, diff: float, lo: float | None, hi: float | None) -> dict:
     """The KV cache's trade in one number: nats per character of loss for each byte of cache per token
     saved, difference × ln 2 ÷ bytes saved, its interval the difference's, scaled (the bytes are fixed
@@ -231,6 +238,7 @@ class Kind:
     figure: tuple[str, int, float]
     settings: dict = field(default_factory=dict)
     extra: Callable[..., dict] | None = None
+    extra_note: Callable[[dict], str] | None = None
     vocabularies: bool = False
 
 
@@ -248,7 +256,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("kv", "keys and values shared among query heads: loss against KV-cache bytes", _kv_invariant,
          contrasts=("first", "extremes", "full"), default_contrasts=("full",),
          beside=("kv_heads", "kv_cache_bytes_per_token"), beside_text=_kv_beside, figure=("kv_study", 1, 2.6),
-         settings=dict(bytes_per_number=BYTES_PER_NUMBER["float32"]), extra=_kv_extra),
+         settings=dict(bytes_per_number=BYTES_PER_NUMBER["float32"]), extra=_kv_extra,
+         extra_note=_kv_note),
     Kind("vocab", "the vocabulary's size, in bits per character of the same text", _vocab_invariant,
          contrasts=("first", "extremes", "char"), default_contrasts=("char",),
          beside=("vocab_size", "embedding_share", "chars_per_window"), beside_text=_vocab_beside,

@@ -32,7 +32,7 @@ If the settings differ, each sweep trains its own copy. Sweeps named in
 ``sweep.studies`` is off (``make quick`` and ``make laptop`` leave them out;
 ``make quick-more`` and ``make laptop-more`` run them).
 
-A sweep with a ``study`` block (``kind``: experts | depth | kv | vocab) gets its own
+A sweep with a ``study`` block (its ``kind`` one of :data:`headwatch.settings.kinds.KINDS`) gets its own
 summary and figure (:mod:`headwatch.sweep.study`) instead of joining the
 split/capacity summary (:mod:`headwatch.sweep.summary`); a sweep that a further pair of
 ``sweep.summary.pairs`` names joins that pair's summary instead of the default one
