@@ -44,6 +44,7 @@ the induction score reads (protocol §4).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -205,21 +206,7 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
         return torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
                            dim=1).double().numpy()
 
-    rows = []
-    for method in methods:
-        loss = per_copy(method)
-        for k in ks:
-            t = index[("targeted", k)]
-            r = index[("random", k)]
-            row = dict(method=method, k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=len(variants[r[0]]),
-                       n_draws=len(r), targeted_heads=heads_label(variants[t]),
-                       random_heads=[heads_label(variants[v]) for v in r])
-            for c, name in ((0, "copy1"), (1, "copy2")):
-                rl = loss[r, c]
-                row.update({f"intact_{name}": loss[0, c], f"targeted_{name}": loss[t, c],
-                            f"random_{name}_mean": rl.mean(), f"random_{name}_min": rl.min(),
-                            f"random_{name}_max": rl.max()})
-            rows.append(row)
+    rows = [row for method in methods for row in _topk_rows(method, per_copy(method), variants, index, ks)]
     df = pd.DataFrame(rows)
     note = dict(positions=LOSS_POSITIONS_NOTE, half_length=T, offset=offset, sequences=len(ids),
                 top_n=top_n, targeted_set=heads_label(targeted), random_pool=len(pool),
@@ -229,6 +216,25 @@ def topk_table(model, adapter: Adapter, eval_df: pd.DataFrame, scores: pd.DataFr
                        "the same heads and draws for both",
                 **METHOD_NOTE)
     return df, note
+
+
+def _topk_rows(method: str, loss: np.ndarray, variants: list, index: dict, ks: list[int]) -> list[dict]:
+    """5a's rows of one cut method: per k, the intact, targeted and random (mean, min, max over the
+    draws) loss on each copy (``loss`` [variant, copy], ``index``: the variants of each cut)."""
+    rows = []
+    for k in ks:
+        t = index[("targeted", k)]
+        r = index[("random", k)]
+        row = dict(method=method, k=k, n_cut_targeted=len(set(variants[t])), n_cut_random=len(variants[r[0]]),
+                   n_draws=len(r), targeted_heads=heads_label(variants[t]),
+                   random_heads=[heads_label(variants[v]) for v in r])
+        for c, name in ((0, "copy1"), (1, "copy2")):
+            rl = loss[r, c]
+            row.update({f"intact_{name}": loss[0, c], f"targeted_{name}": loss[t, c],
+                        f"random_{name}_mean": rl.mean(), f"random_{name}_min": rl.min(),
+                        f"random_{name}_max": rl.max()})
+        rows.append(row)
+    return rows
 
 
 # ----------------------------------------------------------------- 5b
@@ -276,7 +282,6 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
     """
     settings.need("top_n", "random_draws", "seed", "circuit", "guard_sequences")
     top_n, draws = settings.top_n, settings.random_draws
-    thr = settings.circuit.half_threshold
     targeted = _targeted(scores, top_n, adapter)
     prev = normalize_heads(adapter, top_heads(scores, "prev", 1))[0]
     best = targeted[0]
@@ -291,72 +296,9 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
 
     ids = ids_tensor(circuit_df)
     T, offset = int(circuit_df.half_length.iloc[0]), int(circuit_df.offset.iloc[0])
-    variants = [[], [prev]] + [[h] for h in rand]
-    guards.step(f"every head's induction score under {len(variants)} cuts")
-    sums, cells = induction_under_cuts(model, adapter, ids, T, offset, variants, settings.batch, means)
-    ind = pooled_induction(sums, cells)                                                     # [V, L, H]
-    # Guard 3 on the guard sequences: the batched re-scoring pooled over them equals
-    # scores.induction_scores of them run under cut_heads.
-    g = min(settings.guard_sequences, len(ids))
-    guards.step("guard batched_vs_loop: induction scores under 3 cuts, one at a time")
-    looped = []
-    for v in (0, 1, 2):
-        with cut_heads(adapter, variants[v], means):
-            looped.append(induction_scores(model, adapter, ids[:g], T, offset, settings.batch))
-    guards.loop(pooled_induction(sums[:3], cells, g), torch.stack(looped),
-                f"5b induction scores of every head on {g} sequences: intact, previous-token cut, first random cut",
-                attention=True)
-
-    intact, after, rnd = ind[0].double().numpy(), ind[1].double().numpy(), ind[2:].double().numpy()
-    above = intact > thr
-    n_above = int(above.sum())
-    n_half_prev = int((above & (after < intact / 2)).sum())
-    n_half_rand = [int((above & (r < intact / 2)).sum()) for r in rnd]
-    rows = []
-    for rank, (l, h) in enumerate(targeted, start=1):
-        shifts = rnd[:, l, h] - intact[l, h]
-        j = int(np.argmax(np.abs(shifts)))
-        rows.append(dict(rank=rank, layer=l, head=h, kv_group=adapter.kv_group(h),
-                         label=head_label(l, h),
-                         scores_induction=float(scores[(scores.layer == l) & (scores["head"] == h)]
-                                                      .induction.iloc[0]),
-                         intact=intact[l, h], after_prev_cut=after[l, h],
-                         prev_shift=after[l, h] - intact[l, h],
-                         random_max_shift=shifts[j], random_max_shift_head=head_label(*rand[j]),
-                         random_at_max_shift=rnd[j, l, h]))
-    sc = pd.DataFrame(rows)
-    sc["prev_head"] = head_label(*prev)
-    sc["prev_score"] = float(scores[(scores.layer == prev[0]) & (scores["head"] == prev[1])].prev.iloc[0])
-    sc["half_threshold"] = thr
-    sc["n_above_threshold"] = n_above
-    sc["n_lose_half_prev_cut"] = n_half_prev
-    sc["n_lose_half_random_max"] = max(n_half_rand)
-    sc["n_random_draws"] = len(rand)
-
-    # Loss table on the circuit set: copy 2, with copy 1 as control.
-    c1, c2 = copy_positions(T, offset)
-    positions = torch.cat([c1, c2])
-    loss_variants = [[], [best], [prev]] + [[h] for h in rand]
-    guards.step(f"the loss under {len(loss_variants)} cuts")
-    runner = BatchedCuts(model, adapter, ids, positions, settings.batch, means=means)
-    reduce = token_losses(ids, positions)
-    losses = runner.run_variants(loss_variants, reduce).cpu()
-    guards.step("guard batched_vs_loop: the loss under 3 cuts, one at a time")
-    looped = loop_cuts(model, adapter, ids[:g], loss_variants[:3], reduce, positions, settings.batch, means).cpu()
-    guards.loop(losses[:3, :g], looped,
-                f"5b loss per token (nats) on {g} sequences: intact, best induction cut, previous-token cut")
-    n1 = len(c1)
-    per = torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
-                      dim=1).double().numpy()
-    lrows = []
-    for cond, vs in (("intact", [0]), ("random head", list(range(3, 3 + len(rand)))),
-                     ("best induction head", [1]), ("previous-token head", [2])):
-        row = dict(condition=cond, heads=[heads_label(loss_variants[v]) for v in vs],
-                   n_heads_cut=len(loss_variants[vs[0]]), n_draws=len(vs))
-        for c, name in ((0, "copy1"), (1, "copy2")):
-            x = per[vs, c]
-            row.update({f"loss_{name}": x.mean(), f"loss_{name}_min": x.min(), f"loss_{name}_max": x.max()})
-        lrows.append(row)
+    run = _CircuitRun(model, adapter, ids, T, offset, settings, guards, means)
+    sc = run.rescored(scores, targeted, prev, rand)
+    losses = run.losses(best, prev, rand)
     note = dict(positions=LOSS_POSITIONS_NOTE, half_length=T, offset=offset, sequences=len(ids),
                 prev_head=head_label(*prev), best_induction_head=head_label(*best),
                 random=f"{len(rand)} distinct single heads, not the previous-token head nor in the top "
@@ -364,7 +306,103 @@ def circuit_tables(model, adapter: Adapter, circuit_df: pd.DataFrame, scores: pd
                        f"stream={STREAMS['circuit']}, 0])",
                 lose_half="intact induction > half_threshold and score after the cut < intact / 2",
                 method=method, cut=METHOD_NOTE[f"{method}_cut"])
-    return sc, pd.DataFrame(lrows), note
+    return sc, losses, note
+
+
+@dataclass
+class _CircuitRun:
+    """5b's passes over the circuit set under one cut method: the induction scores re-scored and the
+    loss, each batched and checked against its loop on the guard sequences."""
+    model: object
+    adapter: Adapter
+    ids: torch.Tensor
+    T: int
+    offset: int
+    settings: AblationSettings
+    guards: AblationGuards
+    means: torch.Tensor | None
+
+    @property
+    def g(self) -> int:
+        return min(self.settings.guard_sequences, len(self.ids))
+
+    def rescored(self, scores: pd.DataFrame, targeted: list[Head], prev: Head, rand: list[Head]) -> pd.DataFrame:
+        """Every targeted head's induction score intact, with the previous-token head cut and with each
+        random head cut; the counts of heads above the threshold that lose half."""
+        adapter, settings, guards, ids, g = self.adapter, self.settings, self.guards, self.ids, self.g
+        variants = [[], [prev]] + [[h] for h in rand]
+        guards.step(f"every head's induction score under {len(variants)} cuts")
+        sums, cells = induction_under_cuts(self.model, adapter, ids, self.T, self.offset, variants, settings.batch,
+                                           self.means)
+        ind = pooled_induction(sums, cells)                                                     # [V, L, H]
+        # Guard 3 on the guard sequences: the batched re-scoring pooled over them equals
+        # scores.induction_scores of them run under cut_heads.
+        guards.step("guard batched_vs_loop: induction scores under 3 cuts, one at a time")
+        looped = []
+        for v in (0, 1, 2):
+            with cut_heads(adapter, variants[v], self.means):
+                looped.append(induction_scores(self.model, adapter, ids[:g], self.T, self.offset, settings.batch))
+        guards.loop(pooled_induction(sums[:3], cells, g), torch.stack(looped),
+                    f"5b induction scores of every head on {g} sequences: intact, previous-token cut, first random "
+                    "cut", attention=True)
+        intact, after, rnd = ind[0].double().numpy(), ind[1].double().numpy(), ind[2:].double().numpy()
+        thr = settings.circuit.half_threshold
+        above = intact > thr
+        rows = []
+        for rank, (l, h) in enumerate(targeted, start=1):
+            shifts = rnd[:, l, h] - intact[l, h]
+            j = int(np.argmax(np.abs(shifts)))
+            rows.append(dict(rank=rank, layer=l, head=h, kv_group=adapter.kv_group(h),
+                             label=head_label(l, h), scores_induction=_score(scores, (l, h), "induction"),
+                             intact=intact[l, h], after_prev_cut=after[l, h],
+                             prev_shift=after[l, h] - intact[l, h],
+                             random_max_shift=shifts[j], random_max_shift_head=head_label(*rand[j]),
+                             random_at_max_shift=rnd[j, l, h]))
+        sc = pd.DataFrame(rows)
+        sc["prev_head"] = head_label(*prev)
+        sc["prev_score"] = _score(scores, prev, "prev")
+        sc["half_threshold"] = thr
+        sc["n_above_threshold"] = int(above.sum())
+        sc["n_lose_half_prev_cut"] = int((above & (after < intact / 2)).sum())
+        sc["n_lose_half_random_max"] = max(int((above & (r < intact / 2)).sum()) for r in rnd)
+        sc["n_random_draws"] = len(rand)
+        return sc
+
+    def losses(self, best: Head, prev: Head, rand: list[Head]) -> pd.DataFrame:
+        """The loss on the circuit set, copy 2 with copy 1 as control: intact, the best induction head cut,
+        the previous-token head cut, each random head cut (mean, min and max over them)."""
+        settings, guards, ids, g = self.settings, self.guards, self.ids, self.g
+        c1, c2 = copy_positions(self.T, self.offset)
+        positions = torch.cat([c1, c2])
+        loss_variants = [[], [best], [prev]] + [[h] for h in rand]
+        guards.step(f"the loss under {len(loss_variants)} cuts")
+        runner = BatchedCuts(self.model, self.adapter, ids, positions, settings.batch, means=self.means)
+        reduce = token_losses(ids, positions)
+        losses = runner.run_variants(loss_variants, reduce).cpu()
+        guards.step("guard batched_vs_loop: the loss under 3 cuts, one at a time")
+        looped = loop_cuts(self.model, self.adapter, ids[:g], loss_variants[:3], reduce, positions, settings.batch,
+                           self.means).cpu()
+        guards.loop(losses[:3, :g], looped,
+                    f"5b loss per token (nats) on {g} sequences: intact, best induction cut, previous-token cut")
+        n1 = len(c1)
+        per = torch.stack([losses[:, :, :n1].mean(dim=(1, 2)), losses[:, :, n1:].mean(dim=(1, 2))],
+                          dim=1).double().numpy()
+        rows = []
+        for cond, vs in (("intact", [0]), ("random head", list(range(3, 3 + len(rand)))),
+                         ("best induction head", [1]), ("previous-token head", [2])):
+            row = dict(condition=cond, heads=[heads_label(loss_variants[v]) for v in vs],
+                       n_heads_cut=len(loss_variants[vs[0]]), n_draws=len(vs))
+            for c, name in ((0, "copy1"), (1, "copy2")):
+                x = per[vs, c]
+                row.update({f"loss_{name}": x.mean(), f"loss_{name}_min": x.min(), f"loss_{name}_max": x.max()})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def _score(scores: pd.DataFrame, head: Head, name: str) -> float:
+    """One head's score ``name`` in a scores table, read by its (layer, head) key."""
+    row = scores[(scores.layer == head[0]) & (scores["head"] == head[1])]
+    return float(row[name].iloc[0])
 
 
 def _distinct_singles(pool: Sequence[Head], draws: int, seed: int) -> list[Head]:
