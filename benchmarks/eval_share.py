@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from headwatch.charlm.corpus import build_corpus  # noqa: E402
 from headwatch.settings.sweep import CorpusSettings, HeadsSettings, TrainSettings, model_of, train_of  # noqa: E402
 from headwatch.sweep.plan import entry_of  # noqa: E402
-from headwatch.sweep.train import train  # noqa: E402
+from headwatch.sweep.train import RunOptions, train  # noqa: E402
 from headwatch.workflow.run_record import config_of  # noqa: E402
 
 GPU_RECORD = ROOT / "benchmarks/gpu/runs/2026-12-04-h200/run-2/report.json"
@@ -89,7 +89,7 @@ def main(argv=None) -> None:
           f"{torch.__version__}", flush=True)
     for probe in ([heads, None] if heads else [None]):
         t0 = time.perf_counter()
-        info = train(ids, meta, model, 0, run, full_eval=False, heads=probe)[2]
+        info = train(ids, meta, model, 0, run, heads=probe, run=RunOptions(full_eval=False))[2]
         print(f"{'with' if probe else 'without'} the heads probe: steps {info['train_seconds']:.1f} s, evaluations "
               f"{info['eval_seconds']:.1f} s ({info['eval_seconds'] / args.evaluations:.2f} s "
               f"each): {info['eval_share']:.1%} of the steps' time ({time.perf_counter() - t0:.0f} s in all)", flush=True)

@@ -46,17 +46,17 @@ def measure(ids, meta, model_cfg: dict, train_cfg, heads: dict, repeats: int = 5
 
     from headwatch.model.arch import Adapter
     from headwatch.sweep.heads import in_context_score, make_probe, probe_scores, records
-    from headwatch.sweep.train import train
+    from headwatch.sweep.train import RunOptions, train
 
     def run(steps: int):
         settings = replace(train_cfg, steps=steps, eval_every=steps)
-        return lambda: train(ids, meta, model_cfg, 0, settings, full_eval=False)
+        return lambda: train(ids, meta, model_cfg, 0, settings, run=RunOptions(full_eval=False))
 
     steps = train_cfg.steps
     run(steps)()                                 # warm-up: imports, allocator, first-call costs
     short = cpu_time(run(steps))
     step = (cpu_time(run(2 * steps)) - short) / steps
-    model = train(ids, meta, model_cfg, 0, replace(train_cfg, eval_every=steps), full_eval=False)[0]
+    model = train(ids, meta, model_cfg, 0, replace(train_cfg, eval_every=steps), run=RunOptions(full_eval=False))[0]
     probe = make_probe(ids[meta["n_train"]:], meta["vocab_size"], model.spec.context, heads)
     adapter = Adapter(model)
 

@@ -100,7 +100,7 @@ sys.path.insert(0, str(ROOT))
 from headwatch.charlm.model import CharLM, route_experts  # noqa: E402
 from headwatch.charlm.spec import ModelSpec  # noqa: E402
 from headwatch.settings.sweep import BootstrapSettings, CorpusSettings, TrainSettings  # noqa: E402
-from headwatch.charlm.loop import Trainer  # noqa: E402
+from headwatch.charlm.loop import Schedule, Trainer  # noqa: E402
 from headwatch.charlm.stack import StackedCharLM  # noqa: E402
 from headwatch.sweep.train import bf16_supported  # noqa: E402
 
@@ -186,7 +186,7 @@ def make_step(args, variant: str, arm: str = "dense", routing: str = "stack"):
         raise RuntimeError("CUDA graphs need a CUDA device")
     amp = (torch.autocast(device.type, dtype=torch.bfloat16) if variant.startswith("bf16")
            else torch.autocast(device.type, enabled=False))
-    trainer = Trainer((RoutedByModel if routing == "model" else StackedCharLM)(models).to(device), lr=1e-3, min_lr=1e-4, warmup=0, steps=10 ** 6,
+    trainer = Trainer((RoutedByModel if routing == "model" else StackedCharLM)(models).to(device), Schedule(1e-3, 1e-4, 0, 10 ** 6),
                       weight_decay=0.1, betas=(0.9, 0.99), grad_clip=1.0, balance=[balance] * args.stack, amp=amp,
                       compile=variant in ("compile", "bf16-compile"))
     if variant == "cudagraphs":

@@ -18,7 +18,7 @@ from headwatch.charlm.corpus import load_ids
 from headwatch.charlm.tokenizer import load_split_ids, load_vocab, token_lengths
 from headwatch.model.device import pick_device
 from headwatch.settings.sweep import SweepSettings, TrainingJob
-from headwatch.sweep.train import finished_run, member_fingerprint, save_trained, train_stack
+from headwatch.sweep.train import finished_run, member_fingerprint, save_trained, RunOptions, train_stack
 from headwatch.tableio import write_parquet
 from headwatch.jobs import log_to
 from headwatch.workflow.outputs import fresh_folder
@@ -58,9 +58,9 @@ with log_to(snakemake.log[0]) as log:
             todo.append((shape, job))
     device = pick_device(SweepSettings.from_config(sm.config["sweep"]).device)   # not a param (rules/common.smk)
     trained = train_stack(ids, meta, [dict(model=j.model, seed=j.seed, val_full=j.val_full) for _, j in todo],
-                          first.train, checkpoint=paths.sweep_stack_checkpoint(sweep, stack), device=device,
-                          precision=first.precision, lengths=lengths, heads=first.heads,
-                          compile=first.compile) if todo else []
+                          first.train, lengths=lengths, heads=first.heads,
+                          run=RunOptions(checkpoint=paths.sweep_stack_checkpoint(sweep, stack), device=device,
+                                         precision=first.precision, compile=first.compile)) if todo else []
     for (shape, job), (model, metrics, info, heads) in zip(todo, trained):
         folder = out / shape / f"seed{job.seed}"
         run = dict(sweep=sweep, shape=shape, seed=job.seed)

@@ -17,7 +17,7 @@ import torch
 from headwatch import paths
 
 from headwatch.charlm.corpus import build_corpus
-from headwatch.sweep.train import Interrupted, train
+from headwatch.sweep.train import Interrupted, RunOptions, train
 from headwatch.tableio import read_note, read_parquet
 from headwatch.jobs import log_to
 from workflow import SCORES_TARGET as TARGET  # models_prepare, two sequence sets, scores_heads
@@ -238,12 +238,12 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_training_goes_on(corpus, st
     torch.set_num_threads(1)
     ckpt = tmp_path / "checkpoint.pt"
     with pytest.raises(Interrupted):                    # "killed" after the checkpoint of step 6
-        train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt, stop_after=5)
+        train(*corpus, TINY_MODEL, 3, TINY, run=RunOptions(checkpoint=ckpt, stop_after=5))
     assert ckpt.exists() and (tmp_path / "checkpoint.prev.pt").exists()
     for name in broken:
         truncate(tmp_path / name)
     caplog.set_level(logging.INFO, logger="headwatch.sweep")
-    model, metrics, info, _ = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
+    model, metrics, info, _ = train(*corpus, TINY_MODEL, 3, TINY, run=RunOptions(checkpoint=ckpt))
     for name in broken:
         aside = tmp_path / f"{name}.corrupt"
         assert aside.exists()
@@ -267,11 +267,11 @@ def test_a_failed_attempts_log_is_kept_when_the_rerun_replaces_the_rules_log(cor
     log.parent.mkdir()
     with pytest.raises(Interrupted):
         with log_to(log):
-            train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt, stop_after=5)
+            train(*corpus, TINY_MODEL, 3, TINY, run=RunOptions(checkpoint=ckpt, stop_after=5))
     first = log.read_text()
     log.unlink()                       # what Snakemake does before it runs the job again
     with log_to(log):
-        _, _, info, _ = train(*corpus, TINY_MODEL, 3, TINY, checkpoint=ckpt)
+        _, _, info, _ = train(*corpus, TINY_MODEL, 3, TINY, run=RunOptions(checkpoint=ckpt))
     kept = tmp_path / "logs" / "seed3.attempt-1.log"
     assert kept.read_text() == first and "Interrupted: stopped after the checkpoint of step 6" in first
     assert info["earlier_attempt_logs"] == [str(kept)]

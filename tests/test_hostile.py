@@ -646,7 +646,7 @@ def test_a_checkpoint_that_is_not_the_file_written_is_moved_aside(tmp_path, capl
     import torch
 
     from headwatch.charlm.corpus import Corpus
-    from headwatch.sweep.train import Interrupted, hash_record, previous_checkpoint, train
+    from headwatch.sweep.train import Interrupted, RunOptions, hash_record, previous_checkpoint, train
 
     torch.set_num_threads(1)
     text = "".join(f"{w} " for w in ("whether tis nobler in the mind to suffer the slings " * 60).split())
@@ -657,13 +657,13 @@ def test_a_checkpoint_that_is_not_the_file_written_is_moved_aside(tmp_path, capl
         checkpoint_every=2)
     ckpt = tmp_path / "checkpoint.pt"
     with pytest.raises(Interrupted):
-        train(ids, meta, shape, 0, settings, checkpoint=ckpt, stop_after=4)
+        train(ids, meta, shape, 0, settings, run=RunOptions(checkpoint=ckpt, stop_after=4))
     assert hash_record(ckpt).exists() and hash_record(previous_checkpoint(ckpt)).exists()
     saved = torch.load(ckpt, weights_only=True)
     saved["model"] = {k: v + 1 for k, v in saved["model"].items()}
     torch.save(saved, ckpt)                                   # a valid checkpoint, not the one written
     caplog.set_level(logging.INFO, logger="headwatch.sweep")
-    _, _, info, _ = train(ids, meta, shape, 0, settings, checkpoint=ckpt)
+    _, _, info, _ = train(ids, meta, shape, 0, settings, run=RunOptions(checkpoint=ckpt))
     assert info["resumed_from"] == 2 and [r["file"] for r in info["checkpoints_moved_aside"]] == [str(ckpt)]
     assert "its SHA-256" in info["checkpoints_moved_aside"][0]["error"]
     assert not ckpt.exists() and not hash_record(ckpt).exists()

@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from headwatch.charlm.loop import Trainer
+from headwatch.charlm.loop import Schedule, Trainer
 from headwatch.charlm.model import CharLM
 from headwatch.charlm.spec import ModelSpec
 from headwatch.charlm.stack import StackedCharLM
@@ -43,8 +43,8 @@ def trainer_of(specs, seeds=None, **kw) -> Trainer:
     for spec, seed in zip(specs, seeds or range(len(specs))):
         torch.manual_seed(seed)
         models.append(CharLM(spec))
-    settings = dict(lr=3e-3, min_lr=3e-4, warmup=2, steps=20, weight_decay=0.1, betas=(0.9, 0.99), grad_clip=0.5)
-    return Trainer(StackedCharLM(models), **{**settings, **kw})
+    settings = dict(weight_decay=0.1, betas=(0.9, 0.99), grad_clip=0.5)
+    return Trainer(StackedCharLM(models), Schedule(3e-3, 3e-4, 2, 20), **{**settings, **kw})
 
 
 def rows(M, batch=3, T=8, seed=0):

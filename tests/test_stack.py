@@ -15,7 +15,7 @@ from headwatch.charlm.model import CharLM
 from headwatch.charlm.spec import ModelSpec
 from headwatch.charlm.stack import StackedCharLM, clip_per_model, stack_key
 from headwatch.charlm.loop import lr_at
-from headwatch.sweep.train import train_stack
+from headwatch.sweep.train import RunOptions, train_stack
 
 TRAIN = dict(steps=6, batch=3, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, betas=[0.9, 0.99], grad_clip=0.5,
              eval_every=1, eval_batches=2, checkpoint_every=100)
@@ -136,7 +136,7 @@ MEMBERS = {
 def test_training_a_stack_equals_training_each_model_alone(corpus, kind, float64):
     ids, meta = corpus
     members = MEMBERS[kind]
-    together = train_stack(ids, meta, members, TRAIN, full_eval=False)
+    together = train_stack(ids, meta, members, TRAIN, run=RunOptions(full_eval=False))
     assert len(together) == len(members)
     for m, (model, metrics, info, _) in zip(members, together):
         train_losses, val_losses, sample_losses, ref = alone(ids, meta, m["model"], m["seed"], TRAIN)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from headwatch.sweep.heads import formation_step, in_context_from_losses, make_probe, probe_scores, cut_table
-from headwatch.sweep.train import train
+from headwatch.sweep.train import RunOptions, train
 
 HEADS = dict(windows=8, sequences=8, seed=0, early=4, late=8, threshold=0.3, cut_sequences=16)
 MODEL = dict(width=32, heads=2, layers=2, context=32)
@@ -43,7 +43,7 @@ def blocks(repeat: bool, n: int = 2000, seed: int = 0):
 @pytest.fixture(scope="module")
 def grown():
     torch.set_num_threads(1)
-    return {repeat: train(*blocks(repeat), MODEL, 0, TRAIN, full_eval=False, heads=HEADS)
+    return {repeat: train(*blocks(repeat), MODEL, 0, TRAIN, heads=HEADS, run=RunOptions(full_eval=False))
             for repeat in (True, False)}
 
 

@@ -14,7 +14,7 @@ from headwatch.charlm.stack import StackedCharLM, clip_per_model
 from headwatch.settings.sweep import TrainSettings
 from headwatch.charlm.loop import lr_at, member_losses
 from test_loop import HostReads
-from headwatch.sweep.train import (Interrupted, load_trained, make_model, save_trained, train,
+from headwatch.sweep.train import (Interrupted, RunOptions, load_trained, make_model, save_trained, train,
                                    windows)
 
 TRAIN = dict(steps=10, batch=4, lr=3e-3, min_lr=3e-4, warmup=2, weight_decay=0.1, eval_every=4,
@@ -124,7 +124,7 @@ def test_a_run_records_its_course_its_best_and_its_evaluations_cost(corpus):
 
 
 def test_with_dropout_a_run_is_reproducible_and_its_evaluations_draw_nothing(corpus):
-    from headwatch.charlm.loop import Trainer
+    from headwatch.charlm.loop import Schedule, Trainer
 
     ids, meta = corpus
     cfg, settings = dict(DENSE, dropout=0.3), dict(TRAIN, steps=6, eval_every=3)
@@ -138,8 +138,8 @@ def test_with_dropout_a_run_is_reproducible_and_its_evaluations_draw_nothing(cor
     n_train, context = meta["n_train"], cfg["context"]
     val = torch.as_tensor(ids.astype(np.int64))[n_train:]
     x, y = windows(val, eval_offsets(len(val), t.eval_batches * t.batch, context), context)
-    trainer = Trainer(StackedCharLM([model]), lr=t.lr, min_lr=t.min_lr, warmup=t.warmup, steps=t.steps,
-                      weight_decay=t.weight_decay, betas=t.betas)
+    trainer = Trainer(StackedCharLM([model]), Schedule(t.lr, t.min_lr, t.warmup, t.steps), weight_decay=t.weight_decay,
+                      betas=t.betas)
     assert (trainer.loss_sums(x, y, t.batch) / y.numel()).item() == metrics["val_loss"].iloc[-1]
 
 
@@ -187,9 +187,9 @@ def test_a_resumed_run_ends_exactly_like_an_uninterrupted_one(small_corpus, tmp_
     straight, m1, info1, h1 = train(ids, meta, TINY_MODEL, 3, TINY, heads=HEADS)
     ckpt = tmp_path / "checkpoint.pt"
     with pytest.raises(Interrupted):                   # "killed" right after step 6's checkpoint
-        train(ids, meta, TINY_MODEL, 3, TINY, checkpoint=ckpt, stop_after=5, heads=HEADS)
+        train(ids, meta, TINY_MODEL, 3, TINY, heads=HEADS, run=RunOptions(checkpoint=ckpt, stop_after=5))
     assert ckpt.exists()
-    resumed, m2, info2, h2 = train(ids, meta, TINY_MODEL, 3, TINY, checkpoint=ckpt, heads=HEADS)
+    resumed, m2, info2, h2 = train(ids, meta, TINY_MODEL, 3, TINY, heads=HEADS, run=RunOptions(checkpoint=ckpt))
     assert info2["resumed_from"] == 6 and info1["resumed_from"] == 0
     assert not ckpt.exists()                           # removed once the run is complete
     assert m1["step"].tolist() == m2["step"].tolist() == [4, 8, 12]
@@ -209,8 +209,8 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(small_corpus, tmp_path):
     ids, meta = small_corpus.ids(), small_corpus.meta()
     ckpt = tmp_path / "checkpoint.pt"
     with pytest.raises(Interrupted):
-        train(ids, meta, TINY_MODEL, 3, dict(TINY, lr=1e-2), checkpoint=ckpt, stop_after=3)
-    _, _, info, _ = train(ids, meta, TINY_MODEL, 3, dict(TINY, steps=6), checkpoint=ckpt)
+        train(ids, meta, TINY_MODEL, 3, dict(TINY, lr=1e-2), run=RunOptions(checkpoint=ckpt, stop_after=3))
+    _, _, info, _ = train(ids, meta, TINY_MODEL, 3, dict(TINY, steps=6), run=RunOptions(checkpoint=ckpt))
     assert info["resumed_from"] == 0
 
 
@@ -238,13 +238,13 @@ def test_bf16_without_bfloat16_matmuls_trains_in_float32_and_the_run_says_so(sma
     assert (info["precision"], info["precision_requested"], info["precision_fallback"], info["compiled"]) == (
         "float32", "float32", None, False)
     monkeypatch.setattr(training, "bf16_supported", lambda device: False)
-    _, fell, info, _ = train(ids, meta, TINY_MODEL, 0, settings, precision="bf16")
+    _, fell, info, _ = train(ids, meta, TINY_MODEL, 0, settings, run=RunOptions(precision="bf16"))
     assert info["precision"] == "float32" and info["precision_requested"] == "bf16"
     assert "no bfloat16 matmul kernels" in info["precision_fallback"]
     pd.testing.assert_frame_equal(fell.drop(columns="tokens_per_s"), exact.drop(columns="tokens_per_s"))
     # Where the device has them, bf16 is what it computes in: other losses.
     monkeypatch.setattr(training, "bf16_supported", lambda device: True)
-    _, low, info, _ = train(ids, meta, TINY_MODEL, 0, settings, precision="bf16")
+    _, low, info, _ = train(ids, meta, TINY_MODEL, 0, settings, run=RunOptions(precision="bf16"))
     assert info["precision"] == "bf16" and info["precision_fallback"] is None
     assert not np.array_equal(low["val_loss"].to_numpy(), exact["val_loss"].to_numpy())
 

@@ -14,7 +14,7 @@ from headwatch.charlm.model import CharLM
 from headwatch.charlm.tokenizer import (bits_per_char, encode_splits, eval_windows, load_split_ids, load_vocab,
                                         read_splits, token_lengths, train_vocab)
 from headwatch.charlm.vocab import VocabError, assert_same_validation, parse_vocab_name, vocab_name
-from headwatch.charlm.loop import Trainer
+from headwatch.charlm.loop import Schedule, Trainer
 from headwatch.charlm.stack import StackedCharLM
 from headwatch.sweep.train import windows
 from conftest import ROOT
@@ -202,8 +202,7 @@ def test_bits_per_char_of_a_char_model_is_its_nats_per_char_over_ln2(vocabs):
     res = bits_per_char(model, val[:n], token_lengths(tok), batch=7)
     # the training loop's own validation loss (mean nats per character) on the same windows: the sum
     # its Trainer reads at an evaluation, over windows as sweep.train cuts them
-    trainer = Trainer(StackedCharLM([model]), lr=1e-3, min_lr=1e-4, warmup=0, steps=1, weight_decay=0.0,
-                      betas=(0.9, 0.99))
+    trainer = Trainer(StackedCharLM([model]), Schedule(1e-3, 1e-4, 0, 1), weight_decay=0.0, betas=(0.9, 0.99))
     ref = float(trainer.loss_sums(*windows(torch.as_tensor(val[:n]), np.arange(0, n - 1, C), C), 5)[0]) / (n - 1)
     assert res["tokens"] == res["chars"] == n - 1
     assert res["bits_per_char"] * math.log(2) == pytest.approx(ref, rel=1e-6)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
@@ -39,6 +40,19 @@ def lr_at(step: int, lr: float, min_lr: float, warmup: int, steps: int) -> float
         return lr * (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (lr - min_lr)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Every step's learning rate (:func:`lr_at`): a linear warm-up over ``warmup`` steps to ``lr``, then a
+    cosine to ``min_lr`` at ``steps``, the schedule's last step."""
+    lr: float
+    min_lr: float
+    warmup: int
+    steps: int
+
+    def lr_at(self, step: int) -> float:
+        return lr_at(step, self.lr, self.min_lr, self.warmup, self.steps)
 
 
 def make_optimizer(stack: StackedCharLM, lr: float, betas, weight_decay: float) -> torch.optim.AdamW:
@@ -61,19 +75,19 @@ def member_losses(logits: torch.Tensor, targets: torch.Tensor, reduction: str = 
 class Trainer:
     """A stack, its optimizer and schedule, and the accumulators of its training losses (module doc).
 
-    ``steps``: the schedule's last step (the cosine reaches ``min_lr`` there); ``grad_clip``: each
+    ``schedule``: the learning rate of every step (:class:`Schedule`); ``grad_clip``: each
     member's gradient norm capped at it (0: none); ``balance``: each member's weight of its experts'
     balancing loss (the mean of its expert layers'; None or all 0: none); ``amp``: the precision's
     context (autocast) of every forward pass; ``compile``: the training steps' forward pass through
     ``torch.compile``; ``labels``: each member in words, for an error."""
 
-    def __init__(self, stack: StackedCharLM, *, lr: float, min_lr: float, warmup: int, steps: int,
-                 weight_decay: float, betas, grad_clip: float = 0.0, balance=None, amp=None, compile: bool = False,
+    def __init__(self, stack: StackedCharLM, schedule: Schedule, *, weight_decay: float, betas,
+                 grad_clip: float = 0.0, balance=None, amp=None, compile: bool = False,
                  labels: list[str] | None = None):
         self.stack, self.compiled = stack, bool(compile)
         self.forward = torch.compile(stack) if compile else stack
-        self.opt = make_optimizer(stack, lr, betas, weight_decay)
-        self.schedule = dict(lr=lr, min_lr=min_lr, warmup=warmup, steps=steps)
+        self.opt = make_optimizer(stack, schedule.lr, betas, weight_decay)
+        self.schedule = schedule
         self.grad_clip = float(grad_clip)
         self.amp = amp if amp is not None else contextlib.nullcontext()
         self.labels = list(labels) if labels is not None else [f"member {i}" for i in range(stack.M)]
@@ -118,7 +132,7 @@ class Trainer:
         if self._clock is None:
             self._clock = time.perf_counter()
         for g in self.opt.param_groups:
-            g["lr"] = lr_at(step, **self.schedule)
+            g["lr"] = self.schedule.lr_at(step)
         losses = self.losses(x, y)
         self.opt.zero_grad(set_to_none=True)
         total = losses.sum()            # each member's parameters get their own loss's gradient only

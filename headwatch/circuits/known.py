@@ -194,11 +194,11 @@ def repeated_tokens(vocab: int, half: Sequence[int], repeat: bool, n: int, seed:
 
 def train_known(known: dict, repeat: bool, model: dict = KNOWN_MODEL, training: dict = KNOWN_TRAIN):
     """The known circuit's model (``repeat``) or its control, trained on the CPU."""
-    from ..sweep.train import train
+    from ..sweep.train import RunOptions, train
     ids, meta = repeated_tokens(known["vocab"], known["half"], repeat, KNOWN_SEQUENCES, known["seed"])
     steps = known["steps"]
     trained, *_ = train(ids, meta, model, known["seed"], dict(training, steps=steps, eval_every=steps),
-                        full_eval=False)
+                        run=RunOptions(full_eval=False))
     return trained.eval()
 
 

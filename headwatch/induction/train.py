@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..charlm.loop import Trainer
+from ..charlm.loop import Schedule, Trainer
 from ..charlm.model import CharLM
 from ..charlm.stack import StackedCharLM
 from ..model.arch import Adapter
@@ -143,8 +143,8 @@ def train_runs(task: str, width: int, heads: int, seeds, s: InductionSettings,
     leaves the stack there (:meth:`~headwatch.charlm.loop.Trainer.subset`) and the others train on,
     each still as alone."""
     cell = _Cell(task, width, heads, [int(x) for x in seeds], s, torch.device(device))
-    trainer = Trainer(cell.stack, lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, steps=cell.cap,
-                      weight_decay=s.weight_decay, betas=s.betas,
+    trainer = Trainer(cell.stack, Schedule(s.lr, s.min_lr, s.warmup, cell.cap), weight_decay=s.weight_decay,
+                      betas=s.betas,
                       labels=[f"{task} {cell_shape(width, heads)} seed {seed}" for seed in cell.seeds])
     trainer.stack.train()
     with torch.no_grad():        # the untrained models; their training loss on the first batch, before any update

@@ -60,7 +60,7 @@ import torch
 
 from ..model.arch import Adapter
 from ..charlm.corpus import batch_offsets, eval_offsets
-from ..charlm.loop import Trainer
+from ..charlm.loop import Schedule, Trainer
 from ..charlm.model import CharLM
 from ..charlm.stack import StackedCharLM
 from ..charlm.spec import OPTIONS, TRAINING_OPTIONS, ModelSpec
@@ -274,21 +274,37 @@ def validation_record(val_ids: np.ndarray, meta: dict, lengths: np.ndarray | Non
                 val_chars=meta["val_chars"], train_chars_per_token=meta["train_chars_per_token"])
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How a training job runs, not what it trains (none of these moves a result beyond the precision
+    asked for): ``checkpoint``, the file to resume from and to save to every ``checkpoint_every``
+    steps (it and the one before it are removed at the end; unreadable ones are moved aside, see
+    :func:`load_checkpoint`; it holds the whole stack, and is resumed only by the same members with
+    the same settings); ``device``; ``precision`` as asked (``sweep.precision``: bf16 on a device
+    without bfloat16 matmuls trains in float32, :func:`resolve_precision`, said in the log);
+    ``compile``: the training steps' forward and backward through ``torch.compile`` (``sweep.compile``;
+    the evaluations stay eager); ``full_eval``: score the whole validation split in bits per character
+    at the end (``val_full`` in the info); ``stop_after``: raise :class:`Interrupted` right after the
+    checkpoint of that step (to test resuming)."""
+    checkpoint: str | Path | None = None
+    device: str | torch.device = "cpu"
+    precision: str = "float32"
+    compile: bool = False
+    full_eval: bool = True
+    stop_after: int | None = None
+
+
 def train(ids: np.ndarray, meta: dict, model_cfg: dict, seed: int, train_cfg: TrainSettings | dict,
-          checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
-          precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None,
-          full_eval: bool = True, heads: HeadsSettings | dict | None = None, compile: bool = False):
+          run: RunOptions = RunOptions(), lengths: np.ndarray | None = None,
+          heads: HeadsSettings | dict | None = None):
     """Train one model; return (model, metrics DataFrame, info dict, heads DataFrame): a stack of one
     (:func:`train_stack`, whose arguments these are)."""
-    return train_stack(ids, meta, [dict(model=model_cfg, seed=seed)], train_cfg, checkpoint, device, precision,
-                       stop_after, lengths, full_eval, heads, compile)[0]
+    return train_stack(ids, meta, [dict(model=model_cfg, seed=seed)], train_cfg, run, lengths, heads)[0]
 
 
 def train_stack(ids: np.ndarray, meta: dict, members: list[dict], train_cfg: TrainSettings | dict,
-                checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
-                precision: str = "float32", stop_after: int | None = None, lengths: np.ndarray | None = None,
-                full_eval: bool = True, heads: HeadsSettings | dict | None = None,
-                compile: bool = False) -> list[tuple]:
+                run: RunOptions = RunOptions(), lengths: np.ndarray | None = None,
+                heads: HeadsSettings | dict | None = None) -> list[tuple]:
     """Train several models in one process and one optimizer step, their weights stacked
     (:class:`~headwatch.charlm.stack.StackedCharLM`); return, per member, (model, metrics DataFrame,
     info dict, heads DataFrame) — what training it alone returns, equal to float rounding.
@@ -303,15 +319,9 @@ def train_stack(ids: np.ndarray, meta: dict, members: list[dict], train_cfg: Tra
 
     ``ids``/``meta``: the corpus's character ids (:func:`headwatch.charlm.corpus.load_ids`) or a
     vocabulary's (:func:`headwatch.charlm.tokenizer.load_split_ids`, with ``lengths`` =
-    :func:`~headwatch.charlm.tokenizer.token_lengths` of its tokenizer). ``full_eval``: score the
-    whole validation split in bits per character at the end (``val_full`` in the info).
-    ``train_cfg``: the job's training settings (:class:`TrainSettings`, or its mapping).
-
-    ``checkpoint``: file to resume from and to save to every ``checkpoint_every``
-    steps (it and the one before it are removed at the end; unreadable ones are
-    moved aside, see :func:`load_checkpoint`); it holds the whole stack, and is resumed only by
-    the same members with the same settings. ``stop_after``: raise :class:`Interrupted` right
-    after the checkpoint of that step (to test resuming).
+    :func:`~headwatch.charlm.tokenizer.token_lengths` of its tokenizer).
+    ``train_cfg``: the job's training settings (:class:`TrainSettings`, or its mapping); ``run``: how
+    the job runs (:class:`RunOptions`: checkpoint, device, precision, compile, the final evaluation).
 
     ``heads``: the ``sweep.heads`` settings (:class:`HeadsSettings` or its mapping; protocol §7b): at
     every evaluation step every head's scores on a fixed probe (:mod:`headwatch.sweep.heads`) are
@@ -319,21 +329,20 @@ def train_stack(ids: np.ndarray, meta: dict, members: list[dict], train_cfg: Tra
     rows get the in-context score (``in_context``). Both are kept in the checkpoint, so a resumed run
     ends with the same records.
 
-    ``precision``: as asked (``sweep.precision``); bf16 on a device without bfloat16 matmuls
-    trains in float32 (:func:`resolve_precision`, said in the log). ``compile``: the training
-    steps' forward and backward through ``torch.compile`` (``sweep.compile``; the evaluations stay
-    eager). The info records both: ``precision_requested``, ``precision`` (what was computed),
-    ``precision_fallback`` (why they differ, or None) and ``compiled``.
+    The info records the precision and compilation: ``precision_requested``, ``precision`` (what was
+    computed), ``precision_fallback`` (why they differ, or None) and ``compiled``.
     """
-    run = _setup(ids, meta, members, train_cfg, checkpoint, device, precision, lengths, heads, compile)
+    options = run
+    run = _setup(ids, meta, members, train_cfg, options.checkpoint, options.device, options.precision, lengths,
+                 heads, options.compile)
     s, trainer = run.s, run.trainer
     every = (s.eval_every,) + ((s.checkpoint_every,) if run.ckpt else ())
     for done in trainer.train(run.first, s.steps, run.batch, every):    # each reads the losses (the one host read)
         if done % s.eval_every == 0 or done == s.steps:
             _evaluation(run, done)
         if run.ckpt and done % s.checkpoint_every == 0 and done < s.steps:
-            _checkpoint(run, done, stop_after)
-    return _finish(run, ids, meta, lengths, full_eval)
+            _checkpoint(run, done, options.stop_after)
+    return _finish(run, ids, meta, lengths, options.full_eval)
 
 
 @dataclass
@@ -424,8 +433,7 @@ def _setup(ids, meta, members, train_cfg, checkpoint, device, precision, lengths
         if b and not spec.experts:
             raise ValueError(f"balance {b} needs experts (model {spec.to_dict()})")
     stack = StackedCharLM([make_model(meta["vocab_size"], m["model"], seed) for m, seed in zip(members, seeds)])
-    trainer = Trainer(stack.to(device), lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, steps=s.steps,
-                      weight_decay=s.weight_decay, betas=s.betas, grad_clip=s.grad_clip, balance=balance,
+    trainer = Trainer(stack.to(device), Schedule(s.lr, s.min_lr, s.warmup, s.steps), weight_decay=s.weight_decay, betas=s.betas, grad_clip=s.grad_clip, balance=balance,
                       amp=precision_context(device, precision), compile=compile,
                       labels=[f"model {spec.to_dict()}, seed {seed}" for spec, seed in zip(specs, seeds)])
     params = [spec.param_counts()["total"] for spec in specs]
