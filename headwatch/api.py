@@ -135,7 +135,6 @@ def load_config(*overlays: str | Path, base: str | Path | None = None) -> dict:
     ``config/schema.yaml`` — what every rule reads. Each file is read as data: a regular file of at most
     32 MiB holding a YAML mapping (never a FIFO, a device or a folder).
 
-
     >>> cfg = hw.load_config("config/quick.yaml")
     >>> cfg["patching"]["n"]
     8
@@ -204,13 +203,54 @@ def _settings(cls, section: str, settings, overrides: dict, config: dict | None 
         raise ConfigError(f"{_caller()}: {argument}={shown(settings)} is not the {section} settings: give a mapping "
                           f"of {section}'s keys (a rule's slice), or leave it out for the protocol's")
     given = None if settings is None else settings if isinstance(settings, dict) else _plain(dataclasses.asdict(settings))
-    given = None if given is None else _config_form(given)
+    given = None if given is None else _config_form(_bounded_lists(section, given, {}, argument))
+    overrides = _bounded_lists(section, overrides, names or {})
     checked = checked_section(section, given, _config_form(overrides), _caller(), config,
                               None if m is None else loaded_facts(_model(m)), names, overrides, argument)
     return checked if cls is None else cls.of(checked)
 
 
+def _bounded_lists(section: str, values: dict, names: dict, given_as: str | None = None) -> dict:
+    """``values`` (a section's keys as a call gives them) with each list a key of ``section`` holds read lazily
+    up to its bound (the schema's ``x-bound`` in force, or the choices of a list of distinct choices) and
+    refused past it — before any other check reads it whole (a million receivers took 80 s to refuse); a
+    range or a generator given for a list is read as one."""
+    import itertools
+
+    from .config import ConfigError, load_schema
+    from .config.bounds import BOUND, bound_table, resolve_ref
+    from .jobs import run_config
+    from .model.sources.limits import limit, refusal
+    from .settings.tables import shown
+
+    schema = load_schema(ROOT / "config" / "schema.yaml")
+    node = resolve_ref((schema.get("properties") or {}).get(section) or {}, schema)
+    out = dict(values)
+    for key, value in values.items():
+        sub = resolve_ref((node.get("properties") or {}).get(key) or {}, schema)
+        if sub.get("type") != "array" or isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+            continue
+        name, items = f"{section}.{key}", resolve_ref(sub.get("items") or {}, schema)
+        if BOUND in sub:
+            bound, why = limit(name, bound_table(schema), run_config() or {}), sub[BOUND]["why"]
+        elif "enum" in items and sub.get("uniqueItems"):
+            bound, why = len(items["enum"]), f"each of {items['enum']} at most once"
+        else:
+            continue
+        taken = value if isinstance(value, (list, tuple)) else list(itertools.islice(value, bound + 1))
+        if len(taken) > bound:
+            said = f"{given_as} ({name})" if given_as else f"{names.get(key, key)}={shown(value)} ({name})"
+            held = f"holds {'more than ' * (len(taken) == bound + 1 and not isinstance(value, (list, tuple)))}" \
+                   f"{len(taken) - (not isinstance(value, (list, tuple))):,} entries"
+            raise ConfigError(f"{_caller()}: " + (refusal(said, f"{held}, which is", bound, name, why) if BOUND in sub
+                                                   else f"{said}: {held}; {why}"))
+
+        out[key] = taken
+    return out
+
+
 HEAD_LISTS = ("receivers", "senders")
+
 """Settings that name heads: a notebook may give ``(layer, head)`` pairs, the config's form is
 ``{layer: …, head: …}``."""
 
@@ -732,7 +772,6 @@ def _eta(m, prompts: pd.DataFrame, what: str, per_prompt: int, held: int | None 
                   m, held)
 
 
-
 @_public
 def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, positions: bool = False,
                 phrases: pd.DataFrame | None = None, **overrides) -> pd.DataFrame:
@@ -914,7 +953,6 @@ def edge_faithfulness(m, prompts: pd.DataFrame, edges: pd.DataFrame, settings=No
     (``edges``: :func:`edge_scores`, every edge of the model's graph, matched to it by ``sender, receiver``,
     its nodes by ``name``: sorted or shuffled, the same) at the MIB benchmark's sizes (0.1 % … 100 % of the
     edges), and random
-
     circuits of the same sizes, each run with every edge outside it carrying the corrupted run. One
     row per circuit (``method, ranking, draw, fraction, edges, kept, metric, faithfulness``: 1 = the
     whole model, 0 = none of it); ``attrs["tables"]["areas"]``: the area under each curve (CPR,
@@ -1136,7 +1174,6 @@ def guards_of(table: pd.DataFrame) -> pd.DataFrame:
 @functools.wraps(names.top_heads)
 def top_heads(table, column: str, n: int) -> list[tuple[int, int]]:
     table = _table(None, table, (("layer", "layer"), ("head", "head")), "table", keys="heads")
-
     _value(column, tuple(c for c in map(str, table.columns) if c not in ("layer", "head")), "column")
     _table(None, table, ((column, "number"),), "table")
     n = _value(n, "positive", "n")
@@ -1368,7 +1405,6 @@ def _explore_tables(m, scores, cuts, heads, paths, edges) -> dict:
     if edges is not None:
         edges = _table(m, edges, "edges", "edges")
         _table(m, edges, tuple((c, "any") for c in EDGE_SCORE_COLUMNS), "edges")
-
         if not set(EDGE_METHODS) & set(edges.columns):
             raise TableError(f"hw.explore: edges has no score column ({' or '.join(EDGE_METHODS)}): pass the table "
                              "hw.edge_scores returned")

@@ -154,14 +154,18 @@ def doubled(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plain(value):
-    """What a result is, to compare: a table with its note and companion tables (timings left out), a
-    figure's pixels, the explorer's page, a list as it is."""
+    """What a result is, to compare: a table — its rows in the order of what they hold (a phrase's rows come in
+    the order its phrases were given) — with its note and companion tables (timings left out), a figure's
+    pixels, the explorer's page, a list as it is."""
     import matplotlib.figure
 
     timing = lambda k: "second" in str(k)
-    if isinstance(value, pd.DataFrame):
-        return dict(table=value[[c for c in value.columns if not timing(c)]],
-                    attrs={k: plain(v) for k, v in value.attrs.items()})
+    if isinstance(value, pd.DataFrame):          # its rows by what they hold: a table means its keys, not its order
+        table = value[[c for c in value.columns if not timing(c)]]
+        sortable = [c for c in table.columns if table[c].map(lambda v: isinstance(v, (str, int, float, bool))).all()]
+        table = table.sort_values(sortable, kind="mergesort", na_position="first") if sortable else table
+        attrs = {k: plain(hw.guards_of(value) if k == "guards" else v) for k, v in value.attrs.items()}
+        return dict(table=table.reset_index(drop=True), attrs=attrs)      # the guards: what each compared, found
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items() if not timing(k)}
     if isinstance(value, matplotlib.figure.Figure):
@@ -240,6 +244,33 @@ def test_the_faithfulness_of_the_edges_sorted_is_the_faithfulness_of_the_edges(t
     part.attrs = dict(edges.attrs)
     with pytest.raises(hw.TableError, match=r"edges lacks \d+ of the model's \d+ edges"):
         hw.edge_faithfulness(m, prompts, part, **SMALL["edges"])
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda p: p.assign(corrupted_ids=[ids[:-1] for ids in p["corrupted_ids"]]), "the clean prompt gives \\d+ tokens "
+                                                                                 "and the corrupted one \\d+"),
+    (lambda p: p.assign(corrupted_ids=p["clean_ids"]), "the clean and the corrupted ids are the same"),
+    (lambda p: p.assign(distractor_id=p["answer_id"]), "answer_id and distractor_id are the same token"),
+], ids=["lengths", "same ids", "same answer"])
+def test_a_prompts_table_no_patch_can_read_is_refused_by_every_function_that_takes_one(t, damage, said):
+    """Clean and corrupted ids of other lengths (a numpy ValueError in six functions), or degenerate prompts
+    that every other patching function refused after its passes and edge_scores computed: refused by each
+    before any model pass, naming the row."""
+    m, prompts, heads, edges = t["m"], damage(t["prompts"]), t["heads"], t["edges"]
+    calls = dict(patch_heads=lambda: hw.patch_heads(m, prompts), attribution=lambda: hw.attribution(m, prompts),
+                 patch_positions=lambda: hw.patch_positions(m, prompts, heads),
+                 patch_kv_groups=lambda: hw.patch_kv_groups(m, prompts),
+                 path_patching=lambda: hw.path_patching(m, prompts, heads), edge_scores=lambda: hw.edge_scores(m, prompts),
+                 edge_faithfulness=lambda: hw.edge_faithfulness(m, prompts, edges))
+    passes = []
+    handle = m.model.register_forward_pre_hook(lambda *a: passes.append(1))
+    try:
+        for name, call in calls.items():
+            with pytest.raises(hw.TableError, match=f"^hw.{name}: prompts, row 0: {said}"):
+                call()
+    finally:
+        handle.remove()
+    assert passes == []
 
 
 def test_own_phrases_without_an_expected_token_get_their_maps(t):
@@ -377,7 +408,7 @@ def test_a_float64_model_runs_the_guarded_calls_the_advice_names(tiny_model_dir,
     from headwatch.guards import FLOAT64_HINT
 
     assert "dtype='float64'" in FLOAT64_HINT
-    m = hw.load_model(tiny_model_dir, dtype="float64", device="cpu")
+    m = hw.load_model({"source": str(tiny_model_dir), "dtype": "float64"}, device="cpu")     # a config entry's too
     assert next(m.model.parameters()).dtype.__repr__() == "torch.float64"
     heads = hw.patch_heads(m, t["prompts"], top_k=2)
     assert heads.attrs["guards"]["passed"] is True and heads.attrs["guards"]["dtype"] == "float64"

@@ -35,7 +35,6 @@ from ..settings.edges import EdgesSettings
 from .edges import edge_attribution, last_logits, logit_diff, patched_metric
 from .graph import EdgeGraph, areas, faithfulness, node_circuit, on_graph, random_circuit, sizes, top_circuit
 
-
 log = logging.getLogger("headwatch.circuits.faithfulness")
 
 NODE_METHOD = "atp-nodes"

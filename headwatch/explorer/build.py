@@ -512,7 +512,6 @@ def render(payload: dict, compress: bool = False) -> str:
     return re.sub(r"\{\{(TITLE|CSS|JS|ENCODING|DATA)\}\}", lambda hit: parts[hit.group(1)], html)
 
 
-
 def build_explorer(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
                    shape: dict, quantum: int, out: str | Path | None = None, compress: bool = False,
                    **optional) -> str:

@@ -30,7 +30,6 @@ from .. import paths
 from .sources import ConfigError, ModelFileError, ModelNotFoundError, custom_code, one_line, read_json, source_of
 from ..tableio import NonFiniteError, assert_finite, write_json
 
-
 log = logging.getLogger("headwatch.model.load")
 
 
@@ -82,7 +81,7 @@ def _model_files(src, what: str = "model", passed: tuple = ()):
         yield
     except (ConfigError, ModelNotFoundError, *passed):
         raise
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001  (transformers refuses in many ways: each re-raised as ours, unchained)
         raise ModelFileError(f"transformers cannot load the {what} of {str(src)!r}: {one_line(err)}") from None
 
 

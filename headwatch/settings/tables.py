@@ -56,9 +56,14 @@ KEYS = {
     "areas": ("method", "draw"), "cuts": ("method", "k"),
 }
 """Each table kind's key: the columns that name a row. A public function reads a table by its key — one row
-a key, taken in the key's order (:func:`keyed`) —, never by its rows' order or its index, so that a table
-sorted, shuffled or reindexed gives the same result, and a key given twice is refused. A key column the
-table lacks is left out of its key (a cuts table without ``method``: one method)."""
+a key, taken in the key's order (:func:`keyed`; phrases, :data:`GIVEN_ORDER`, each in turn) —, never by its
+rows' order or its index, so that a table sorted, shuffled or reindexed gives the same result, and a key given
+twice is refused. A key column the table lacks is left out of its key (a cuts table without ``method``: one
+method)."""
+GIVEN_ORDER = ("phrases",)
+"""Tables whose rows are each computed alone (a phrase: its own passes, its own rows of every result): read in
+the order given (the protocol's phrases in the config's order), a key given twice refused; their results are
+the same, row for row, whatever the order."""
 CONTENT_KEYS = {"prompts": ("clean_ids", "corrupted_ids", "answer_id", "distractor_id"), "repeated": ("token_ids",),
                 "prose": ("token_ids",)}
 """The key of a table made by hand without its numbering column (``prompt``, ``seq``): its rows' own ids."""
@@ -106,7 +111,6 @@ float32 (the fused-kernel families) can pass 1 by a few units of float32's round
 class TableError(ValueError):
     """A table a public function cannot read: the message names the function, the argument and the row (or
     the key given twice). The explorer's own checks of its tables raise its subclass ``ExplorerDataError``.
-
 
     >>> try:
     ...     hw.head_scores(m, prose=pd.DataFrame({"ids": [[1, 2]]}))
@@ -295,8 +299,9 @@ def keyed(table, kind: str | tuple, function: str, argument: str, keep_index: bo
     """``table`` as a public function reads it: by its key (:data:`KEYS` of ``kind``, or the columns
     ``kind`` names; :data:`CONTENT_KEYS` where a hand-made table lacks its numbering column) — its rows
     sorted by the key, its index 0, 1, … (``keep_index``: its own labels kept, for errors that name them),
-    its ``attrs`` kept — so that no result depends on the order or the index of the rows handed over.
-    A key given twice is refused, naming it and the two rows (by their index labels)."""
+    its ``attrs`` kept — so that no result depends on the order or the index of the rows handed over (a kind
+    of :data:`GIVEN_ORDER` keeps its rows' order: its rows are computed each alone). A key given twice is
+    refused, naming it and the two rows (by their index labels)."""
     import numpy as np
     import pandas as pd
 
@@ -321,7 +326,7 @@ def keyed(table, kind: str | tuple, function: str, argument: str, keep_index: bo
         raise TableError(f"{function}: {argument} holds {said} twice (rows {_label(table.index[first])!r} and "
                          f"{_label(table.index[i])!r}); a table is read by its key ({', '.join(keys)}), one row each: drop "
                          f"the repeat ({argument}.drop_duplicates({keys}))")
-    order = frame.sort_values(keys, kind="mergesort").index.to_numpy()
+    order = frame.index.to_numpy() if kind in GIVEN_ORDER else frame.sort_values(keys, kind="mergesort").index.to_numpy()
     out = table.iloc[order] if keep_index else table.iloc[order].reset_index(drop=True)
     out.attrs = dict(table.attrs)
     return out
