@@ -210,6 +210,10 @@ HOSTILE: dict[str, list[Case]] = {
         c("random_draws=-1 (ablation.random_draws)", M, T("scores"), random_draws=-1),
         c("method='max' (ablation.method)", M, T("scores"), method="max"),
         c("eval lacks the column 'half_length'", M, T("scores"), lambda x: x["rep"].drop(columns="half_length")),
+        c("k=range(1, 100000000) (ablation.k): holds more than 4,096 entries, which is above its bound 4,096", M,
+          T("scores"), k=range(1, 10 ** 8)),
+        c("k=[1, 2, 3, 4, 5, 6, 7, 8, ...] (ablation.k): holds 999,999 entries, which is above its bound 4,096", M,
+          T("scores"), k=list(range(1, 10 ** 6))),
     ],
     "cut_circuit": [
         c("settings=[1] is not the ablation settings", M, T("scores"), settings=[1]),
@@ -241,6 +245,8 @@ HOSTILE: dict[str, list[Case]] = {
         c("guard_prompts=8 (patching.guard_prompts = 8): more than the patching.n = 4 prompts", M, n=4,
           guard_prompts=8),
         c("m='x' is a str, not a loaded model", "x", PAIRS),
+        c("pairs is given twice, as the argument in its place and as pairs=...; to set the setting 'pairs' of the same "
+          "name, give it in settings=dict(pairs=...)", M, PAIRS, pairs="pairs.csv"),
     ],
     "patch_heads": [
         c("prompts, row 0: answer = ' Maryland and' is split by the tokenizer into 2 tokens", M,
@@ -288,6 +294,8 @@ HOSTILE: dict[str, list[Case]] = {
         c("receivers_top_k=0 (circuits.receivers_top_k)", M, T("prompts"), T("heads"), receivers_top_k=0),
         c("patching='abc' is not the patching settings", M, T("prompts"), T("heads"), patching="abc"),
         c("heads lacks the column 'score'", M, T("prompts"), lambda x: x["heads"].drop(columns="score")),
+        c("(circuits.receivers): holds 1,000,000 entries, which is above its bound 1,024", M, T("prompts"), T("heads"),
+          receivers=[(1, 0)] * 10 ** 6),
     ],
     "edge_scores": [
         c("score_batch=-1 (edges.score_batch): -1 is less than the minimum of 1", M, T("prompts"), score_batch=-1),
@@ -295,6 +303,10 @@ HOSTILE: dict[str, list[Case]] = {
         c("ig_steps=1000000000 (edges.ig_steps)", M, T("prompts"), ig_steps=10 ** 9),
         c("rounding_factor=inf (edges.rounding_factor): inf is not a finite number", M, T("prompts"),
           rounding_factor=float("inf")),
+        c("(edges.fractions): holds 1,000,000 entries, which is above its bound 1,000", M, T("prompts"),
+          fractions=[0.5] * 10 ** 6),
+        c("methods=['eap', 'eap', 'eap', 'eap', 'eap', 'eap', 'eap', 'eap', ...] (edges.methods): holds 1,000,000 "
+          "entries; each of ['eap', 'eap-ig'] at most once", M, T("prompts"), methods=["eap"] * 10 ** 6),
         c("tolerance=1e-05 (edges.tolerance): 'tolerance' is now `edges.rounding_factor`", M, T("prompts"),
           tolerance=1e-5),
         c("method='eap' (edges.method): unknown key 'method' under `edges`; did you mean `methods`?", M,

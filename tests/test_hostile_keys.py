@@ -417,7 +417,10 @@ def test_a_float64_model_runs_the_guarded_calls_the_advice_names(tiny_model_dir,
 
 def test_explore_shows_a_model_folder_named_like_a_placeholder_as_text(tiny_model_dir, tmp_path, t):
     """A model folder named ``{{DATA}}`` raised the template's RuntimeError; its name is the page's title,
-    escaped, and the page's data is where it belongs."""
+    escaped, and the page's data is where it belongs. The page's own checks raise a hw.TableError."""
+    from headwatch.explorer import ExplorerDataError
+
+    assert issubclass(ExplorerDataError, hw.TableError)
     folder = tmp_path / "{{DATA}} <b>"
     shutil.copytree(tiny_model_dir, folder)
     m = hw.load_model(folder)
