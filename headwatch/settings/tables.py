@@ -324,8 +324,8 @@ def keyed(table, kind: str | tuple, function: str, argument: str, keep_index: bo
         first = int(same.argmax())
         said = ", ".join(f"{c} {shown(list(v) if isinstance(v, tuple) else _label(v))}" for c, v in zip(keys, key))
         raise TableError(f"{function}: {argument} holds {said} twice (rows {_label(table.index[first])!r} and "
-                         f"{_label(table.index[i])!r}); a table is read by its key ({', '.join(keys)}), one row each: drop "
-                         f"the repeat ({argument}.drop_duplicates({keys}))")
+                         f"{_label(table.index[i])!r}); a table is read by its key ({', '.join(keys)}), one row each: "
+                         "drop a row given twice, or give rows that differ keys of their own (tables put together)")
     order = frame.index.to_numpy() if kind in GIVEN_ORDER else frame.sort_values(keys, kind="mergesort").index.to_numpy()
     out = table.iloc[order] if keep_index else table.iloc[order].reset_index(drop=True)
     out.attrs = dict(table.attrs)
