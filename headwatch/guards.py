@@ -77,7 +77,8 @@ __all__ = ["GuardError", "Compared", "Rounding", "rounding", "unit_roundoff", "l
 
 FLOAT64_HINT = ("to tell rounding from a wrong computation, run the call again with the model in float64: "
                 "`from headwatch.model.interventions import in_float64`, then `with in_float64(m.adapter): ...` "
-                "(every step in float64, the bound with it about 1e9 times smaller): a rounding difference "
+                "(every step in float64, the bound with it about 1e9 times smaller; or load it so, "
+                "hw.load_model(..., dtype='float64'), its norms and softmax still in float32): a rounding difference "
                 "shrinks as much, a wrong computation stays as large")
 """What a failed guard's message says to do (:class:`GuardError`)."""
 

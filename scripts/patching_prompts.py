@@ -10,7 +10,7 @@ from headwatch.tableio import write_parquet
 
 settings = PatchingSettings.from_config(snakemake.params.patching)   # the rule's slice of patching:, typed
 with log_to(snakemake.log[0]) as log:
-    tokenizer = AutoTokenizer.from_pretrained(Path(snakemake.input.model).parent)
+    tokenizer = AutoTokenizer.from_pretrained(Path(snakemake.input.model).parent, trust_remote_code=False)
     table = hw.prompt_pairs(tokenizer, settings=settings, model=snakemake.wildcards.model)
     note = table.attrs["note"]
     if settings.pairs:     # a researcher's prompt pairs (headwatch/patching/pairs.py)

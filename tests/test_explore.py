@@ -421,5 +421,5 @@ def test_the_saved_page_is_the_cells_page(saved_output, tiny, tmp_path):
     got = _payload(hw.explore(m, phrases).html)
     assert [p["name"] for p in got["phrases"]] == phrases["phrase"].tolist()
     assert [p["prediction"]["expected"] for p in got["phrases"]] == [markup.display_token(e) for e in phrases.expected]
-    with pytest.raises(TableError, match=r"hw.explore: texts names a phrase twice: \['names'\]"):
+    with pytest.raises(TableError, match=r"hw.explore: texts holds phrase 'names' twice \(rows 2 and 2\)"):
         hw.explore(m, pd.concat([phrases, phrases[phrases.phrase == "names"]]))

@@ -16,7 +16,9 @@ key/value heads, SmolLM2's tokenizer, a context of 256); a case changes one thin
 """
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -26,6 +28,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from types import SimpleNamespace
+
+import torch
 
 import headwatch as hw
 import headwatch.api as api
@@ -82,6 +86,16 @@ def bare(table: pd.DataFrame, *keep: str) -> pd.DataFrame:
     return out
 
 
+def keep_attrs(table: pd.DataFrame, source: pd.DataFrame | None, guards: dict | None = None, **tables) -> pd.DataFrame:
+    """``table`` with the ``attrs`` of ``source`` (its companion ``tables`` replaced by name, its ``guards`` set)."""
+    table.attrs = dict(source.attrs) if source is not None else {}
+    if tables:
+        table.attrs["tables"] = api.Tables({**table.attrs.get("tables", {}), **tables})
+    if guards is not None:
+        table.attrs["guards"] = guards
+    return table
+
+
 M = lambda x: x["m"]                       # the cases' shorthand for the model
 T = lambda name: (lambda x: x[name])       # ... and for a table of the context
 
@@ -93,6 +107,13 @@ HOSTILE: dict[str, list[Case]] = {
         c("base=3 is not a config file's path", base=3),
         c("nope.yaml does not exist", "config/nope.yaml"),
         c("patching.top_kk: unknown key 'top_kk' under `patching`; did you mean `top_k`?", lambda x: x["typo.yaml"]),
+        c("overlays[0]=None is not a config file's path", None),
+        c("/dev/zero: not a config file: /dev/zero is a character device, not a regular file", "/dev/zero"),
+        c("/dev/urandom is a character device, not a regular file", "/dev/urandom"),
+        c("is a FIFO (named pipe), not a regular file", lambda x: x["fifo"]),
+        c("is a folder, not a regular file", lambda x: x["empty"]),
+        c("list.yaml holds a YAML list, not a mapping of config keys", lambda x: x["list.yaml"]),
+        c("scalar.yaml holds a YAML str, not a mapping of config keys", lambda x: x["scalar.yaml"]),
     ],
     "load_model": [
         c("source='smollm' is not a model key", "smollm"),
@@ -107,6 +128,19 @@ HOSTILE: dict[str, list[Case]] = {
         c("device='cuda:99', but", lambda x: x["tiny"], device="cuda:99"),
         c("dtype='f32' is not one of", lambda x: x["tiny"], dtype="f32"),
         c("dtype='float16' on the CPU", lambda x: x["tiny"], dtype="float16", device="cpu"),
+        c("is no model key, folder or hub id: File name too long", "x" * 10_000),
+        c("source=Linear(in_features=2, out_features=2, bias=True) is a Linear of no family headwatch knows",
+          lambda x: x["linear"]),
+        c("source={} is not a model's entry of the config", {}),
+        c("source['source']=5 is not a folder or a hub id", {"source": 5}),
+        c("source['dtype']='float8' is not one of", lambda x: {"source": x["tiny"], "dtype": "float8"}),
+        c("tokenizer_config.json names code of its own (auto_map: ", lambda x: x["auto_map"]),
+        c("tokenizer_config.json names code of its own (auto_map: ", lambda x: {"source": x["auto_map"]}),
+        c("model.safetensors is not a safetensors file headwatch can read: it ends before its header's length",
+          lambda x: x["empty weights"]),
+        c("model.safetensors is not a safetensors file headwatch can read: its header's length", lambda x: x["garbage weights"]),
+        c("tokenizer.json is not a tokenizer the tokenizers library can read", lambda x: x["bad tokenizer"]),
+        c("config.json is nested deeper than any model's JSON file", lambda x: x["deep config"]),
     ],
     "token_set": [
         c("name='inductoin' is not one of", M, "inductoin"),
@@ -132,6 +166,12 @@ HOSTILE: dict[str, list[Case]] = {
         c("give texts (a list of strings) or ids", M, ["a b"], ids=[[1, 2]]),
         c("texts=", M, ["x" * 100_001]),
         c("longer than the model's context of 256 positions", M, ["word " * 300]),
+        c("ids[0] holds more than 256 token ids (the model's context is 256 positions)", M, ids=[range(3 * 10 ** 8)]),
+        c("ids[0] holds more than 256 token ids", M, ids=lambda x: [np.arange(10 ** 7)]),
+        c("texts holds more than 256 texts", M, lambda x: itertools.repeat("w1 w2")),
+        c("texts holds more than 256 texts", M, ["w1 w2"] * 10 ** 6),
+        c("ids holds more than 256 rows", M, ids=[[1, 2]] * 10 ** 6),
+        c("texts[0]='abc \\ud800 def' holds '\\ud800' at character 4, half of a UTF-16 pair", M, ["abc \ud800 def"]),
     ],
     "attention_maps": [
         c("quantum=0 (attention.quantum): 0 is less than the minimum of 2", M, quantum=0),
@@ -170,6 +210,10 @@ HOSTILE: dict[str, list[Case]] = {
         c("random_draws=-1 (ablation.random_draws)", M, T("scores"), random_draws=-1),
         c("method='max' (ablation.method)", M, T("scores"), method="max"),
         c("eval lacks the column 'half_length'", M, T("scores"), lambda x: x["rep"].drop(columns="half_length")),
+        c("k=range(1, 100000000) (ablation.k): holds more than 4,096 entries, which is above its bound 4,096", M,
+          T("scores"), k=range(1, 10 ** 8)),
+        c("k=[1, 2, 3, 4, 5, 6, 7, 8, ...] (ablation.k): holds 999,999 entries, which is above its bound 4,096", M,
+          T("scores"), k=list(range(1, 10 ** 6))),
     ],
     "cut_circuit": [
         c("settings=[1] is not the ablation settings", M, T("scores"), settings=[1]),
@@ -201,6 +245,8 @@ HOSTILE: dict[str, list[Case]] = {
         c("guard_prompts=8 (patching.guard_prompts = 8): more than the patching.n = 4 prompts", M, n=4,
           guard_prompts=8),
         c("m='x' is a str, not a loaded model", "x", PAIRS),
+        c("pairs is given twice, as the argument in its place and as pairs=...; to set the setting 'pairs' of the same "
+          "name, give it in settings=dict(pairs=...)", M, PAIRS, pairs="pairs.csv"),
     ],
     "patch_heads": [
         c("prompts, row 0: answer = ' Maryland and' is split by the tokenizer into 2 tokens", M,
@@ -248,6 +294,8 @@ HOSTILE: dict[str, list[Case]] = {
         c("receivers_top_k=0 (circuits.receivers_top_k)", M, T("prompts"), T("heads"), receivers_top_k=0),
         c("patching='abc' is not the patching settings", M, T("prompts"), T("heads"), patching="abc"),
         c("heads lacks the column 'score'", M, T("prompts"), lambda x: x["heads"].drop(columns="score")),
+        c("(circuits.receivers): holds 1,000,000 entries, which is above its bound 1,024", M, T("prompts"), T("heads"),
+          receivers=[(1, 0)] * 10 ** 6),
     ],
     "edge_scores": [
         c("score_batch=-1 (edges.score_batch): -1 is less than the minimum of 1", M, T("prompts"), score_batch=-1),
@@ -255,26 +303,50 @@ HOSTILE: dict[str, list[Case]] = {
         c("ig_steps=1000000000 (edges.ig_steps)", M, T("prompts"), ig_steps=10 ** 9),
         c("rounding_factor=inf (edges.rounding_factor): inf is not a finite number", M, T("prompts"),
           rounding_factor=float("inf")),
+        c("(edges.fractions): holds 1,000,000 entries, which is above its bound 1,000", M, T("prompts"),
+          fractions=[0.5] * 10 ** 6),
+        c("methods=['eap', 'eap', 'eap', 'eap', 'eap', 'eap', 'eap', 'eap', ...] (edges.methods): holds 1,000,000 "
+          "entries; each of ['eap', 'eap-ig'] at most once", M, T("prompts"), methods=["eap"] * 10 ** 6),
         c("tolerance=1e-05 (edges.tolerance): 'tolerance' is now `edges.rounding_factor`", M, T("prompts"),
           tolerance=1e-5),
         c("method='eap' (edges.method): unknown key 'method' under `edges`; did you mean `methods`?", M,
           T("prompts"), method="eap"),
+        c("prompts, row 0: answer_id and distractor_id are the same token", M,
+          lambda x: x["prompts"].assign(distractor_id=x["prompts"]["answer_id"])),
+        c("prompts, row 0: the clean and the corrupted ids are the same", M,
+          lambda x: x["prompts"].assign(corrupted_ids=x["prompts"]["clean_ids"])),
+        c("prompts, row 0: the clean prompt gives 14 tokens and the corrupted one 13", M,
+          lambda x: x["prompts"].assign(corrupted_ids=[ids[:-1] for ids in x["prompts"]["corrupted_ids"]])),
+        c("prompts is given twice, as the argument in its place and as prompts=...; to set the setting 'prompts' of "
+          "the same name, give it in settings=dict(prompts=...)", M, T("prompts"), prompts=1),
     ],
     "edge_faithfulness": [
         c("edges carries no node table", M, T("prompts"), lambda x: bare(x["edges"])),
         c("edges, row 0, column 'eap': '0.5' is not a finite number", M, T("prompts"),
           lambda x: changed(x["edges"], eap="0.5")),
         c("fractions=[0] (edges.fractions[0])", M, T("prompts"), T("edges"), fractions=[0]),
+        c("edges lacks 1 of the model's 190 edges (L2 MLP -> logits)", M, T("prompts"),
+          lambda x: keep_attrs(x["graph edges"].iloc[:-1].copy(), x["graph edges"])),
+        c("and holds 1 edges the model's graph has not (L99H99 -> logits)", M, T("prompts"),
+          lambda x: keep_attrs(x["graph edges"].assign(sender=[*x["graph edges"]["sender"][:-1], "L99H99"]),
+                               x["graph edges"])),
+        c("edges.attrs['tables']['nodes'] lacks 1 of the model's 16 sender nodes (L2 MLP)", M, T("prompts"),
+          lambda x: keep_attrs(x["graph edges"].copy(), x["graph edges"],
+                               nodes=x["graph edges"].attrs["tables"]["nodes"].iloc[:-1])),
     ],
     "guards_of": [
         c("table is a list, not a pandas DataFrame", [1]),
         c("table carries no guard record", pd.DataFrame(dict(a=[1]))),
         c("table has no rows", pd.DataFrame()),
+        c("table's guard record (attrs['guards']) holds no guard (no entry that names its 'guard'; passed: False)",
+          lambda x: keep_attrs(pd.DataFrame(dict(a=[1])), None, guards=dict(passed=False, x=dict(y=1)))),
     ],
     "top_heads": [
         c("n=-1 is not a whole number >= 1", T("scores"), "induction", -1),
         c("n=1.5 is not a whole number >= 1", T("scores"), "induction", 1.5),
         c("n=500: table holds 12 heads; ask for at most that many", T("scores"), "induction", 500),
+        c("table holds layer 0, head 0 twice (rows 0 and 0); a table is read by its key (layer, head)",
+          lambda x: pd.concat([x["scores"], x["scores"]]), "induction", 3),
         c("column='inductoin' is not one of", T("scores"), "inductoin", 3),
         c("table is a list, not a pandas DataFrame", [1], "induction", 3),
         c("table, row 0, column 'layer': -1 is not a whole number >= 0", lambda x: changed(x["scores"], layer=-1),
@@ -295,6 +367,8 @@ HOSTILE: dict[str, list[Case]] = {
           lambda x: changed(x["cuts"], targeted_copy2=np.nan)),
         c("cuts, row 0, column 'k': -1 is not a whole number >= 0", lambda x: changed(x["cuts"], k=-1)),
         c("cuts lacks the column 'random_copy1_min'", lambda x: x["cuts"].drop(columns="random_copy1_min")),
+        c("cuts holds method 'zero', k 1 twice (rows 0 and 2)", lambda x: pd.concat([x["cuts"], x["cuts"].iloc[[0]]],
+                                                                                    ignore_index=True)),
     ],
     "plot_heads": [
         c("heads, row 0, column 'layer': -1 is not a whole number >= 0", lambda x: changed(x["heads"], layer=-1)),
@@ -314,6 +388,8 @@ HOSTILE: dict[str, list[Case]] = {
         c("paths, row 0, column 'input': 'x' is not one of ['q', 'k', 'v']", lambda x: changed(x["paths"], input="x")),
         c("paths's note (attrs['note']) lacks 'edge_threshold'", lambda x: noted(x["paths"], "edge_threshold")),
         c("paths would draw 2,500 arrows", lambda x: x["many paths"]),
+        c("paths holds sender_layer 0, sender_head 0, receiver_layer 2, receiver_head 0, input 'q' twice",
+          lambda x: keep_attrs(pd.concat([x["paths"], x["paths"].iloc[[0]]]), x["paths"])),
     ],
     "plot_edges": [
         c("n=-1 is not a whole number >= 1", T("edges"), n=-1),
@@ -332,6 +408,8 @@ HOSTILE: dict[str, list[Case]] = {
           lambda x: changed(x["curves"], faithfulness=np.nan)),
         c("curves carries no areas", lambda x: bare(x["curves"], "note")),
         c("curves, row 0, column 'ranking': 'x' is not one of", lambda x: changed(x["curves"], ranking="x")),
+        c("curves.attrs['tables']['areas'], row 0, column 'cmd': 'x' is not a finite number",
+          lambda x: keep_attrs(x["curves"].copy(), x["curves"], areas=x["curves"].attrs["tables"]["areas"].assign(cmd="x"))),
     ],
     "explore": [
         c("m=None is a NoneType, not a loaded model", None, "a b c"),
@@ -350,6 +428,10 @@ HOSTILE: dict[str, list[Case]] = {
           paths=lambda x: changed(x["paths"].assign(rank_into_receiver=1), score="x")),
         c("edges has no score column (eap or eap_ig)", M, "a b c", edges=lambda x: bare(x["edges"])[["sender", "receiver"]]),
         c("cuts is a list, not a pandas DataFrame", M, "a b c", cuts=[1, 2]),
+        c("texts, row 5, column 'weight': nan is not a finite number", M,
+          lambda x: keep_attrs(changed(x["maps"], 5, weight=np.nan), x["maps"])),
+        c("texts holds phrase 'noise', layer 0, head 0, row 0, col 0 twice", M,
+          lambda x: keep_attrs(pd.concat([x["maps"], x["maps"].iloc[[0]]]), x["maps"])),
     ],
     "set_progress": [
         c("on='False' is not True or False", "False"),
@@ -381,7 +463,7 @@ def ctx(tiny_model_dir, tmp_path_factory):
                           for l in range(2) for h in range(4) for i in "qkv"])
     paths.attrs["note"] = dict(edge_threshold=0.05, receivers="L2H0", prompts=1, clean_logit_diff=2.0,
                                corrupted_logit_diff=-1.0)
-    many = pd.DataFrame([dict(sender_layer=0, sender_head=h % 1000, receiver_layer=1, receiver_head=h % 1000, input="q",
+    many = pd.DataFrame([dict(sender_layer=0, sender_head=h % 50, receiver_layer=1, receiver_head=h // 50, input="q",
                               score=1.0) for h in range(2500)])
     many.attrs["note"] = dict(paths.attrs["note"])
     edges = pd.DataFrame(dict(edge=range(4), sender=["input", "L0H0", "L0H1", "L1H0"], receiver=["L1H0.q"] * 3 + ["logits"],
@@ -406,15 +488,37 @@ def ctx(tiny_model_dir, tmp_path_factory):
         raw = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(change if isinstance(change, str) else json.dumps({**raw, **change}))
         folders[name] = str(folder)
+    for name, change in (("auto_map", None), ("empty weights", b""), ("garbage weights", b"\xff" * 64),
+                         ("bad tokenizer", '{"not": "a tokenizer"}'), ("deep config", "[" * 100_000 + "]" * 100_000)):
+        folder = tmp / name.replace(" ", "_")
+        shutil.copytree(tiny_model_dir, folder)
+        if name == "auto_map":
+            raw = json.loads((folder / "tokenizer_config.json").read_text())
+            (folder / "tokenizer_config.json").write_text(json.dumps(dict(raw, auto_map={"AutoTokenizer": ["x.X", None]})))
+        elif isinstance(change, bytes):
+            (folder / "model.safetensors").write_bytes(change)
+        else:
+            (folder / ("tokenizer.json" if name == "bad tokenizer" else "config.json")).write_text(change)
+        folders[name] = str(folder)
+    from headwatch.circuits.graph import EdgeGraph
+
+    graph = EdgeGraph.of(m.adapter)
+    graph_edges = graph.edges().assign(eap=0.1, eap_ig=0.2)
+    graph_edges.attrs["tables"] = api.Tables(nodes=graph.senders.assign(atp=0.3))
     (tmp / "empty").mkdir()
+    os.mkfifo(tmp / "fifo")
     (tmp / "typo.yaml").write_text("patching:\n  top_kk: 3\n")
+    (tmp / "list.yaml").write_text("- patching\n- top_k\n")
+    (tmp / "scalar.yaml").write_text("just a line of text\n")
     return dict(m=m, tiny=str(tiny_model_dir), config=hw.load_config(), prompts=prompts, uneven=uneven, heads=heads,
                 scores=scores, paths=paths, edges=edges, curves=curves, cuts=cuts, **{"many paths": many},
                 **{"many scores": pd.DataFrame([dict(layer=l, head=h, sink=0.5, prev=0.1, self=0.1, induction=0.1)
                                                  for l in range(20) for h in range(1000)])},
                 rep=hw.sequences(m, ["a b c d e f g h"], repeat=True), prose=hw.sequences(m, ["The cat sat."]),
                 phrases=hw.token_set(m, "phrases"), empty=str(tmp / "empty"), **{"typo.yaml": str(tmp / "typo.yaml")},
-                **folders)
+                fifo=str(tmp / "fifo"), **{"list.yaml": str(tmp / "list.yaml"), "scalar.yaml": str(tmp / "scalar.yaml")},
+                linear=torch.nn.Linear(2, 2), maps=hw.attention_maps(m, hw.token_set(m, "phrases").head(1)),
+                **{"graph edges": graph_edges}, **folders)
 
 
 @pytest.fixture

@@ -126,8 +126,11 @@ def test_a_dataframe_of_pairs_gives_the_prompts_a_pairs_file_gives(tiny_model_di
     path = tmp_path / "pairs.csv"
     pairs.to_csv(path, index=False)
     from_frame, from_file = hw.prompt_pairs(m, pairs), hw.prompt_pairs(m, path)
-    assert list(from_frame.line) == [1, 2] and list(from_file.line) == [2, 3]      # a row's number; a file's line
-    pd.testing.assert_frame_equal(from_frame.drop(columns="line"), from_file.drop(columns="line"))
+    assert list(from_file.line) == [2, 3]                     # a file's pairs in its order, each named by its line
+    assert list(from_frame.clean_text) == sorted(pairs.clean)   # a table's by its key, the texts: numbered so
+    assert list(from_frame.line) == [1, 2] and list(from_frame.prompt) == [0, 1]
+    by_text = from_file.sort_values("clean_text", ignore_index=True)
+    pd.testing.assert_frame_equal(from_frame.drop(columns=["line", "prompt"]), by_text.drop(columns=["line", "prompt"]))
     assert from_file.attrs["note"]["pairs_sha256"] and "pairs_sha256" not in from_frame.attrs["note"]
     with pytest.raises(ValueError, match="lacks the column"):
         hw.prompt_pairs(m, pairs.drop(columns="distractor"))

@@ -62,12 +62,12 @@ def build_model(args) -> dict:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(recipe["config"], indent=1))
-    config = AutoConfig.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
     model.save_pretrained(folder)
     unpack_tokenizer(folder)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     if len(tokenizer) != config.vocab_size:
         raise SystemExit(f"the tokenizer has {len(tokenizer)} tokens, the model's vocabulary {config.vocab_size}")
     rec = dict(recipe=recipe, layers=config.num_hidden_layers, heads=config.num_attention_heads,

@@ -33,7 +33,7 @@ from ..model.interventions import capture, intervene, replace
 from ..patching.patcher import prompt_mask, prompt_tensors
 from ..settings.edges import EdgesSettings
 from .edges import edge_attribution, last_logits, logit_diff, patched_metric
-from .graph import EdgeGraph, areas, faithfulness, node_circuit, random_circuit, sizes, top_circuit
+from .graph import EdgeGraph, areas, faithfulness, node_circuit, on_graph, random_circuit, sizes, top_circuit
 
 log = logging.getLogger("headwatch.circuits.faithfulness")
 
@@ -223,9 +223,7 @@ def run_faithfulness(model, adapter, prompts: pd.DataFrame, scores: pd.DataFrame
 
 def _run_faithfulness(model, adapter, prompts, scores, nodes, edges: EdgesSettings, progress, step):
     graph = EdgeGraph.of(adapter)
-    if len(scores) != graph.n_edges:
-        raise ValueError(f"edges_faithfulness: the scores table has {len(scores)} edges; the model's graph "
-                         f"has {graph.n_edges}")
+    scores, nodes = on_graph(graph, scores), on_graph(graph, nodes, ("name",))    # by their names, never by position
     clean, corrupted, io, s, mask = _prompts(prompts, edges.prompts)
     step("the clean and corrupted prompts' gap")
     require_a_gap(adapter, clean, corrupted, io, s, mask)
@@ -329,6 +327,7 @@ def best_circuit(scores: pd.DataFrame, curves: pd.DataFrame, edges: EdgesSetting
         note.update(found=False, best=float(curves[(curves["method"] == method)
                                                    & (curves["ranking"] == "signed")]["faithfulness"].max()))
         return pd.DataFrame(columns=columns), note
+    scores = on_graph(graph, scores)
     keep = top_circuit(graph, scores[_column(method)].to_numpy(), int(hit["edges"]), False)
     rows = scores[keep].copy()
     rows["score"] = rows[_column(method)]

@@ -169,7 +169,31 @@ class EdgeGraph:
         return r, np.concatenate(self.readers)
 
 
+def on_graph(graph: EdgeGraph, table: pd.DataFrame, keys: tuple = ("sender", "receiver")) -> pd.DataFrame:
+    """``table`` read by its keys in the graph's order: one row per edge (``keys`` ``sender, receiver``, named as
+    :meth:`EdgeGraph.edges` names them) or per sender node (``keys`` ``name``), row ``i`` the graph's edge (or
+    sender) ``i``, index 0, 1, … (``attrs`` kept). :class:`GraphError` names the edges (nodes) the table lacks,
+    those the graph has not, and a key given twice: scores are never read by their rows' position."""
+    want = graph.edges()[list(keys)] if len(keys) == 2 else graph.senders[list(keys)]
+    noun = "edges" if len(keys) == 2 else "sender nodes"
+    have = pd.MultiIndex.from_frame(table[list(keys)].astype(str))
+    wanted = pd.MultiIndex.from_frame(want.astype(str))
+    said = lambda index: ", ".join(" -> ".join(k) for k in list(index[:3])) + (", …" if len(index) > 3 else "")
+    if have.has_duplicates:
+        raise GraphError(f"holds {said(have[have.duplicated()])} twice")
+    missing, foreign = wanted.difference(have, sort=False), have.difference(wanted, sort=False)
+    if len(missing) or len(foreign):
+        parts = ([f"lacks {len(missing):,} of the model's {len(wanted):,} {noun} ({said(missing)})"] if len(missing)
+                 else []) + ([f"holds {len(foreign):,} {noun} the model's graph has not ({said(foreign)})"]
+                             if len(foreign) else [])
+        raise GraphError(" and ".join(parts))
+    out = table.iloc[have.get_indexer(wanted)].reset_index(drop=True)
+    out.attrs = dict(table.attrs)
+    return out
+
+
 # ------------------------------------------------------------------ pruning
+
 def prune(graph: EdgeGraph, keep: np.ndarray) -> np.ndarray:
     """``keep`` (bool ``[edges]``) less every edge not on a path from the embeddings to the logits
     through kept edges: a node is *reached* when a kept edge from a reached sender enters one of

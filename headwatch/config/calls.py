@@ -7,7 +7,8 @@ in hand.
   :func:`headwatch.config.checked_section` and :func:`headwatch.settings.tables.check_table` hold a call's
   settings and tables to: heads, token ids and lengths within the model);
 * :func:`memory_refusal` — the memory a call needs, estimated as the jobs' are (:mod:`.memory`, each a
-  lower bound) and refused above this machine's, naming the estimate and the argument to change.
+  lower bound) and refused above this machine's, naming the estimate and the argument to change;
+* :func:`call_estimate` — the time a long call needs, and when it will end, said before its first pass.
 
 Reads a loaded model's attributes only: importing it imports neither torch nor transformers.
 """
@@ -51,7 +52,62 @@ def memory_refusal(function: str, estimates: list[dict], meminfo=None) -> None:
         raise ConfigError(f"{function}: " + "; ".join(errors))
 
 
+LONG_CALL_S = 60.0
+"""A call estimated to take at least this long says so before its first pass (:func:`call_estimate`), as a
+warning of the ``headwatch`` logger (a notebook shows it under the cell; a workflow job's log holds it)."""
+_RATES: dict = {}
+
+
+def matmul_rate(model) -> float:
+    """This machine's floating-point operations a second on ``model``'s device and dtype: a product of two
+    ``[n, n]`` matrices (``n`` the model's width, at least 512) timed for at least 50 ms, once per device,
+    dtype and width — a speed a forward pass does not beat (no model pass: the call's time is said before any)."""
+    import time
+
+    import torch
+
+    p = next(model.model.parameters())
+    width = max(int(model.adapter.width), 512)
+    key = (str(p.device), p.dtype, width)
+    if key not in _RATES:
+        a = torch.ones(width, width, dtype=p.dtype, device=p.device)
+        a @ a
+        n, t0 = 0, time.perf_counter()
+        while n < 3 or time.perf_counter() - t0 < 0.05:
+            a @ a
+            n += 1
+        if p.device.type == "cuda":
+            torch.cuda.synchronize(p.device)
+        _RATES[key] = 2 * width ** 3 * n / (time.perf_counter() - t0)
+    return _RATES[key]
+
+
+
+def call_estimate(function: str, what: str, passes: int, tokens: int, m, memory_bytes: int | None = None,
+                  log=None) -> dict:
+    """The time of a call of ``passes`` forward passes of ``tokens`` tokens each (``what`` they are) on the
+    loaded model ``m``: at least 2 × parameters × tokens floating-point operations a pass, at this machine's
+    rate (:func:`matmul_rate`: a lower bound, as the memory estimates are), said before the call's first pass
+    with its memory estimate and when it should end (ETA): a warning from :data:`LONG_CALL_S` on, else an
+    info line. Returns the estimate (``passes, tokens, seconds, eta``)."""
+    import datetime
+    import logging
+
+    params = memory.model_params(loaded_shape(m)) or sum(p.numel() for p in m.model.parameters())
+    seconds = passes * tokens * 2 * params / matmul_rate(m)
+    eta = datetime.datetime.now() + datetime.timedelta(seconds=seconds)
+    when = eta.strftime("%H:%M" if seconds < 20 * 3600 else "%Y-%m-%d %H:%M")
+    took = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
+        f"{seconds / 3600:.1f} h"
+    held = f"; memory at least {memory_bytes / (1 << 30):.2f} GiB" if memory_bytes else ""
+    text = (f"{function}: about {passes:,} forward passes of {tokens:,} tokens ({what}): at least {took} on this "
+            f"machine, ends about {when} (ETA){held}")
+    (log or logging.getLogger("headwatch")).log(logging.WARNING if seconds >= LONG_CALL_S else logging.INFO, text)
+    return dict(passes=passes, tokens=tokens, seconds=seconds, eta=eta.isoformat(timespec="seconds"))
+
+
 def model_source(source, models):
+
     """(what :func:`headwatch.model.load.load_model` reads, the config's dtype for it) of the ``source`` a
     caller names, refused before anything is loaded and without a network: a key of the config's ``models``
     (``models``: the mapping, or a function that reads it, called only for a name that is no path) matched
@@ -60,7 +116,10 @@ def model_source(source, models):
     each naming the file (:func:`headwatch.model.sources.facts.read_shape`); a hub id (``owner/name``, the
     only names the hub is asked for), refused at once where it is not in this machine's cache and
     ``HF_HUB_OFFLINE`` says there is no network or the hub cannot be reached (asked once, at most 3 s); anything
-    else refused with the key it most likely means."""
+    else refused with the key it most likely means. A mapping (a model's entry of the config: ``{"source":
+    …}`` or ``{"gguf": {package, file}}``, with its ``dtype``) goes through the same checks; a folder or a
+    hub cache whose files name code of their own (``auto_map``) is refused, as are weights whose safetensors
+    header is not one (empty, garbage, a tensor past the file's end)."""
     from pathlib import Path
 
     from ..model.sources import (Located, ModelFileError, ModelNotFoundError, family_error, folder_error, hub_file,
@@ -69,13 +128,25 @@ def model_source(source, models):
     from ..settings.tables import shown
 
     if isinstance(source, dict):
-        return {k: v for k, v in source.items() if k != "dtype"}, source.get("dtype")
+        return _entry_source(source, models)
     if not isinstance(source, (str, Path)):
         if callable(getattr(source, "parameters", None)):        # a loaded nn.Module
+            from ..model.arch import family_of_model
+
+            try:
+                family_of_model(source)
+            except ValueError as err:
+                raise ConfigError(f"source={shown(source)} is a {type(source).__name__} of no family headwatch knows: "
+                                  f"{err}") from None
             return source, None
         raise ConfigError(f"source={shown(source)} is a {type(source).__name__}: give a model key, a folder, a hub "
                           "id or a loaded nn.Module")
     text, path = str(source), Path(source)
+    try:
+        path.exists()
+    except (OSError, ValueError) as err:           # a name no file system takes (too long, a NUL in it)
+        raise ModelNotFoundError(f"source={shown(text)} is no model key, folder or hub id: "
+                                 f"{getattr(err, 'strerror', None) or err}") from None
     if not path.exists():
         models = models() if callable(models) else models
     keys = {} if path.exists() else {str(k).lower(): k for k in models}
@@ -105,12 +176,66 @@ def model_source(source, models):
         folder = path
     try:
         shape, where = read_shape(Located("source", "folder", folder, folder), {})
+        folder_files(folder)
     except ModelFileError as err:            # its message names the file and the parser's words: not its traceback
         raise ModelFileError(str(err)) from None
     bad = family_error(ModelFacts("source", "folder", None, shape, where))
     if bad:
         raise ModelFileError(f"{where}: {bad.split(': ', 1)[1]}")
     return text, None
+
+
+def folder_files(folder) -> None:
+    """A model folder's other files read as data before anything loads them: ``tokenizer_config.json`` naming
+    no code of its own, ``tokenizer.json`` a tokenizer, every safetensors file's header one
+    (:class:`ModelFileError` naming the file)."""
+    from pathlib import Path
+
+    from ..model.sources import FileTokenizer, custom_code, read_json, safetensors_header
+
+    folder = Path(folder)
+    if (folder / "tokenizer_config.json").exists():
+        custom_code(read_json(folder / "tokenizer_config.json"), folder / "tokenizer_config.json")
+    if (folder / "tokenizer.json").exists():
+        FileTokenizer(folder)
+    for path in sorted(folder.glob("*.safetensors")):
+        safetensors_header(path)
+
+
+def _entry_source(entry: dict, models):
+    """:func:`model_source` of a mapping: a model's entry of the config (``source`` or ``gguf``, and ``dtype``),
+    its keys checked as the config's are and its source as a name is."""
+    from ..model.sources import Located, ModelFileError, family_error, gguf_path, read_shape
+    from ..names import BYTES_PER_NUMBER
+    from ..settings.tables import shown
+
+    keys = {"source", "gguf", "dtype"}
+    extra = sorted(map(str, set(entry) - keys))
+    if extra or len({"source", "gguf"} & set(entry)) != 1:
+        raise ConfigError(f"source={shown(entry)} is not a model's entry of the config: it holds "
+                          + (f"the keys {extra}, not " if extra else "")
+                          + "exactly one of source (a folder or a hub id) and gguf ({package, file}), and a dtype")
+    dtype = entry.get("dtype")
+    if dtype is not None and dtype not in (*BYTES_PER_NUMBER, "float64"):
+        raise ConfigError(f"source['dtype']={shown(dtype)} is not one of {[*BYTES_PER_NUMBER, 'float64']}")
+    if "source" in entry:
+        if not isinstance(entry["source"], str) or not entry["source"]:
+            raise ConfigError(f"source['source']={shown(entry['source'])} is not a folder or a hub id (a text)")
+        return model_source(entry["source"], models)[0], dtype
+    gguf = entry["gguf"]
+    if not (isinstance(gguf, dict) and set(gguf) == {"package", "file"}
+            and all(isinstance(v, str) and v for v in gguf.values())):
+        raise ConfigError(f"source['gguf']={shown(gguf)} is not {{package: ..., file: ...}} (two texts)")
+    path = gguf_path(gguf["package"], gguf["file"])
+    try:
+        shape, where = read_shape(Located("source", "gguf", None, None, gguf=path), {})
+    except ModelFileError as err:
+        raise ModelFileError(str(err)) from None
+    bad = family_error(ModelFacts("source", "gguf", None, shape, where))
+    if bad:
+        raise ModelFileError(f"{where}: {bad.split(': ', 1)[1]}")
+    return {"gguf": dict(gguf)}, dtype
+
 
 
 def device_refusal(device, dtype: str | None = None) -> None:

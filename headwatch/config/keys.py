@@ -141,11 +141,14 @@ def yaml_errors(path) -> list[str]:
     try:
         json.loads(text)
         return []
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     try:
         yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         return []
+    except RecursionError:
+        return [f"{path}: nested deeper than a config is (Python's recursion limit)"]
+
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

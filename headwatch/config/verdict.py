@@ -160,20 +160,31 @@ def load(*overlays, base=None) -> dict:
 
     from .keys import check_yaml
 
+    from ..model.sources import ModelFileError
+    from ..model.sources.files import read_text
+
     base = Path(base) if base is not None else ROOT / "config" / "config.yaml"
-    files = [base] + [f for f in (Path(o) if Path(o).is_absolute() or Path(o).exists() else ROOT / o
+    files = [base] + [f for f in (Path(o) if Path(o).is_absolute() or _exists(Path(o)) else ROOT / o
                                   for o in overlays) if f.resolve() != base.resolve()]
     for f in files:
-        if not f.exists():
+        if not _exists(f):
             raise ConfigError(f"{f} does not exist (the protocol's settings are config/config.yaml of a headwatch "
                               "checkout; an overlay is a file of its own)")
+        try:                      # a regular file within its size, before YAML reads it (never /dev/zero, a FIFO)
+            read_text(f, "config file")
+        except ModelFileError as err:
+            raise ConfigError(f"{str(f)[:200]}: not a config file: {err}") from None
     schema = base.parent / "schema.yaml"
     key = tuple((str(f.resolve()), f.stat().st_mtime_ns, f.stat().st_size) for f in [*files, schema])
     if key not in _LOADED:
         config: dict = {}
         for f in files:
             check_yaml(str(f))
-            update_config(config, yaml.load(f.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {})
+            given = yaml.load(f.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+            if not isinstance(given, dict):
+                raise ConfigError(f"{f} holds a YAML {type(given).__name__}, not a mapping of config keys (a config "
+                                  "file is `key: value` lines, as config/config.yaml)")
+            update_config(config, given)
         check_keys(config, schema)
         errors = schema_messages(config, load_schema(schema))
         if errors:
@@ -184,7 +195,16 @@ def load(*overlays, base=None) -> dict:
     return copy.deepcopy(_LOADED[key])
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` names something (False for a name no file system takes: too long, a NUL in it)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 _LOADED: dict = {}
+
 """The config :func:`load` read last, by its files' paths, sizes and times (a public function reads the
 protocol's settings on every call: parsed and checked once per version of the files, a copy handed out)."""
 

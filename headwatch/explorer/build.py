@@ -37,12 +37,14 @@ from .. import markup
 from ..model.arch import context_length, head_label, shape_of
 from ..markup import display_token
 from ..names import BYTES_PER_NUMBER, SCORES
+from ..settings.tables import TableError
 
 ESCAPE = 255
 
 
-class ExplorerDataError(ValueError):
-    """A table the page is built from is incomplete or inconsistent."""
+class ExplorerDataError(TableError):
+    """A table the page is built from is incomplete or inconsistent: a :class:`~headwatch.settings.tables.TableError`
+    (``except hw.TableError`` catches it), raised by the page's own checks."""
 
 
 # ------------------------------------------------------------------ helpers
@@ -167,7 +169,7 @@ def model_shape(folder, dtype: str = "float32") -> dict:
     """Layers, heads, kv heads, head size, rotary and context of a prepared model folder (config only)."""
     from transformers import AutoConfig     # here: the table pages (report_table) import this module, never a config
 
-    return config_shape(AutoConfig.from_pretrained(str(folder)), dtype)
+    return config_shape(AutoConfig.from_pretrained(str(folder), trust_remote_code=False), dtype)
 
 
 def config_shape(cfg, dtype: str = "float32") -> dict:
@@ -497,14 +499,17 @@ def render(payload: dict, compress: bool = False) -> str:
     if compress:                            # base64: nothing in it is markup either
         data = base64.b64encode(zlib.compress(data.encode("utf-8"), 6)).decode()
         encoding = f' data-encoding="{COMPRESSED}"'
+    import re
+
     html = _asset("template.html")
     title = markup.html(f"headwatch explorer: {payload['model']}")
-    for key, value in (("{{TITLE}}", title), ("{{CSS}}", _asset("explorer.css")),
-                       ("{{JS}}", _asset("explorer.js")), ("{{ENCODING}}", encoding), ("{{DATA}}", data)):
-        if html.count(key) != 1:
-            raise RuntimeError(f"explorer template must hold {key} exactly once")
-        html = html.replace(key, value)
-    return html
+    parts = {"TITLE": title, "CSS": _asset("explorer.css"), "JS": _asset("explorer.js"), "ENCODING": encoding,
+             "DATA": data}
+    for key in parts:
+        if html.count(f"{{{{{key}}}}}") != 1:
+            raise RuntimeError(f"explorer template must hold {{{{{key}}}}} exactly once")
+    # One pass over the template: a placeholder inside a part (a model folder named {{DATA}}) stays its text.
+    return re.sub(r"\{\{(TITLE|CSS|JS|ENCODING|DATA)\}\}", lambda hit: parts[hit.group(1)], html)
 
 
 def build_explorer(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,

@@ -82,7 +82,11 @@ def ranked_scores(scores: pd.DataFrame, label_top: int = 5):
     fig, axes = figure(TWO_COLUMNS, 4.8, nrows=2, ncols=2)
     for ax, name, colour in zip(axes.flat, SCORES, PALETTE):
         ranked = top_rows(scores, name, len(scores)).reset_index(drop=True)
-        ax.bar(np.arange(len(ranked)), ranked[name], width=1.0, color=colour)
+        # a bar per head as one filled outline: 16,384 heads draw in a second, as bars in minutes
+        y = ranked[name].to_numpy()
+        ax.fill_between(np.arange(len(y) + 1) - 0.5, np.append(y, y[-1]), step="post", color=colour, lw=0)
+
+
         top = "\n".join(f"{head_label(int(r.layer), int(r.head))}  {getattr(r, name):.3f}"
                         for r in ranked.head(label_top).itertuples())
         ax.text(0.98, 0.95, f"top {label_top}\n{top}", transform=ax.transAxes, ha="right", va="top",

@@ -12,6 +12,7 @@ preparation leaves the earlier prepared folder as it was.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -26,8 +27,8 @@ from .device import pick_device
 from ..names import BYTES_PER_NUMBER
 from ..paths import PREPARED_RECORD
 from .. import paths
-from .sources import ConfigError, ModelFileError, ModelNotFoundError, one_line, source_of
-from ..tableio import assert_finite, write_json
+from .sources import ConfigError, ModelFileError, ModelNotFoundError, custom_code, one_line, read_json, source_of
+from ..tableio import NonFiniteError, assert_finite, write_json
 
 log = logging.getLogger("headwatch.model.load")
 
@@ -44,7 +45,10 @@ AutoModelForCausalLM, AutoTokenizer, TRANSFORMERS_IMPORT_S = _import_transformer
 something imported them before): part of every model job's start-up, logged with the rest by
 :func:`load_prepared`."""
 
-DTYPES = {name: getattr(torch, name) for name in BYTES_PER_NUMBER}    # the config's dtype → torch's
+DTYPES = {name: getattr(torch, name) for name in (*BYTES_PER_NUMBER, "float64")}    # the config's dtype → torch's
+NO_CODE = dict(trust_remote_code=False)
+"""Passed to every transformers ``from_pretrained``: no code from a model folder or a hub repository ever runs
+(a folder that names some is refused before, :func:`headwatch.model.sources.custom_code`; never a prompt)."""
 
 
 class LoadedModel(NamedTuple):
@@ -68,13 +72,44 @@ def _not_found(src: str, err: Exception) -> ModelNotFoundError:
         f"cache (huggingface-cli download {src}) or point `source:` at a folder. ({err})")
 
 
+@contextlib.contextmanager
+def _model_files(src, what: str = "model", passed: tuple = ()):
+    """transformers' refusals of a model's files (a shape the weights do not have, a tokenizer it cannot
+    build, …) as :class:`ModelFileError` naming the source, in one line, nothing chained (``passed``: errors
+    the caller names itself)."""
+    try:
+        yield
+    except (ConfigError, ModelNotFoundError, *passed):
+        raise
+    except Exception as err:  # noqa: BLE001  (transformers refuses in many ways: each re-raised as ours, unchained)
+        raise ModelFileError(f"transformers cannot load the {what} of {str(src)!r}: {one_line(err)}") from None
+
+
+def _no_foreign_classes(folder: Path) -> None:
+    """Refuse a folder whose ``config.json`` (``architectures``) or ``tokenizer_config.json``
+    (``tokenizer_class``) names a class transformers does not have (or code of its own:
+    :func:`headwatch.model.sources.custom_code`), before transformers reads it."""
+    import transformers
+
+    for name, key in (("config.json", "architectures"), ("tokenizer_config.json", "tokenizer_class")):
+        if (folder / name).exists():
+            raw = read_json(folder / name)
+            custom_code(raw, folder / name)
+            given = raw.get(key) or []
+            unknown = [c for c in ([given] if isinstance(given, str) else given if isinstance(given, list) else [given])
+                       if not isinstance(c, str) or not c.isidentifier() or not hasattr(transformers, c)]
+            if unknown:
+                raise ModelFileError(f"{folder / name}: {key} names {unknown!r}, no class of transformers: code of the "
+                                     "folder's own, which headwatch never runs")
+
+
 def load_tokenizer(model_cfg: dict, prepared: str | Path | None = None):
     """The model's tokenizer, from the prepared folder when it exists (fast)."""
     if prepared is not None and (Path(prepared) / PREPARED_RECORD).exists():
-        return AutoTokenizer.from_pretrained(prepared)
+        return AutoTokenizer.from_pretrained(prepared, **NO_CODE)
     src, kw = source_of(model_cfg)
     try:
-        return AutoTokenizer.from_pretrained(src, **kw)
+        return AutoTokenizer.from_pretrained(src, **kw, **NO_CODE)
     except OSError as err:
         raise _not_found(src, err) from err
 
@@ -113,7 +148,7 @@ def prepare_model(model_cfg: dict, out_dir: str | Path) -> dict:
     log.info("loading %s %s", src, kw)
     try:
         model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32,
-                                                     attn_implementation="eager", **kw)
+                                                     attn_implementation="eager", **kw, **NO_CODE)
     except OSError as err:
         raise _not_found(src, err) from err
     except Exception as err:    # transformers refuses a config or a shape in many ways: re-raised as ours
@@ -166,17 +201,31 @@ def load_prepared(folder: str | Path, dtype: str = "float32", device: str = "aut
     dev = pick_device(device)
     torch_dtype = DTYPES[dtype]
     refuse_half_on_cpu(torch_dtype, dev, f"load {folder} as {dtype} on {dev.type}")
+    _no_foreign_classes(folder)
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, attn_implementation="eager")
+    with _model_files(folder):
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, attn_implementation="eager", **NO_CODE)
     t1 = time.perf_counter()
     model = model.to(dev).eval()          # on a GPU the process's first CUDA call: its context starts here
     t2 = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with _model_files(folder, "tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(folder, **NO_CODE)
     # The start-up's parts, as key=value (benchmarks/startup.py reads them from every job's log).
     log.info("loaded %s: dtype=%s device=%s import_s=%.3f weights_s=%.3f to_device_s=%.3f tokenizer_s=%.3f",
              folder, model.dtype, dev, TRANSFORMERS_IMPORT_S, t1 - t0, t2 - t1, time.perf_counter() - t2)
-    assert_forward_finite(model, f"load {folder}")
-    return LoadedModel(model, tokenizer, Adapter(model))
+    with _model_files(folder):
+        _finite_weights(model, f"load {folder}")
+        return LoadedModel(model, tokenizer, Adapter(model))
+
+
+def _finite_weights(model, what: str) -> None:
+    """:func:`assert_forward_finite`, a NaN or inf of the weights named as the model files' fault."""
+    try:
+        assert_forward_finite(model, what)
+    except NonFiniteError as err:
+        bad = [n for n, p in model.named_parameters() if p.is_floating_point() and not torch.isfinite(p).all()]
+        raise ModelFileError(f"{what}: {err}" + (f"; its weights hold NaN or inf ({', '.join(bad[:3])}"
+                                                  f"{', …' if len(bad) > 3 else ''})" if bad else "")) from None
 
 
 def load_model(source, dtype: str = "float32", device: str = "auto") -> LoadedModel:
@@ -186,7 +235,10 @@ def load_model(source, dtype: str = "float32", device: str = "auto") -> LoadedMo
     refused before any weight is read, as at every load (:func:`refuse_half_on_cpu`); the model runs
     one forward pass whose logits must be finite (:func:`assert_forward_finite`)."""
     if isinstance(source, torch.nn.Module):
-        return LoadedModel(source, None, Adapter(source))
+        try:
+            return LoadedModel(source, None, Adapter(source))
+        except ValueError as err:
+            raise ConfigError(f"{type(source).__name__} is not a model headwatch can read: {err}") from None
     if not isinstance(source, dict) and Path(source, "config.json").exists():
         return load_prepared(source, dtype, device)
     dev = pick_device(device)
@@ -194,12 +246,17 @@ def load_model(source, dtype: str = "float32", device: str = "auto") -> LoadedMo
     src, kw = source_of(model_cfg)
     refuse_half_on_cpu(DTYPES[dtype], dev, f"load {src} as {dtype} on {dev.type}")
     try:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype], attn_implementation="eager", **kw)
+        with _model_files(src, passed=(OSError,)):
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype], attn_implementation="eager", **kw,
+                                                         **NO_CODE)
     except OSError as err:
         raise _not_found(src, err) from err
     if kw.get("gguf_file"):      # dequantized to float32 by transformers; forget the quantizer, as prepare_model
         model.hf_quantizer = None
-    tok = load_tokenizer(model_cfg)
+    with _model_files(src, "tokenizer", (OSError,)):
+        tok = load_tokenizer(model_cfg)
+
     model = model.to(dev).eval()
-    assert_forward_finite(model, f"load {src}")
-    return LoadedModel(model, tok, Adapter(model))
+    with _model_files(src):
+        _finite_weights(model, f"load {src}")
+        return LoadedModel(model, tok, Adapter(model))

@@ -7,7 +7,8 @@ argument, the row by the table's own index label and, for a misspelt column, the
 A column (or an argument) has a kind: ``ids`` (a list of token ids), ``id`` (one token id), ``count``
 (a whole number ≥ 0), ``positive`` (a whole number ≥ 1), ``number`` (a finite number), ``fraction`` (a
 finite number from 0 to 1), ``share`` (a finite number above 0, at most 1), ``text`` (a non-empty
-string), ``flag`` (True or False), ``layer`` and ``head`` (a head's address: a whole number ≥ 0 below
+string), ``number_or_nan`` (a finite number, or NaN where a table has none), ``flag`` (True or False),
+``layer`` and ``head`` (a head's address: a whole number ≥ 0 below
 the model's layers or heads — or, for a table drawn without its model, below the bounds of the
 largest model headwatch reads, :data:`headwatch.model.arch.FIELD_BOUNDS`), a tuple of the values
 allowed, or ``any``. Token ids are below the model's vocabulary when it is known. :data:`TABLES`
@@ -41,12 +42,31 @@ TABLES = {
     "edges": (("sender", "text"), ("receiver", "text")),
     "curves": (("method", "text"), ("ranking", ("signed", "absolute", "none")), ("fraction", "share"),
                ("faithfulness", "number")),
-    "areas": (("method", "text"), ("draw", "any"), ("cpr", "any"), ("cmd", "any")),   # NaN where a ranking gives none
+    "areas": (("method", "text"), ("draw", "any"), ("cpr", "number_or_nan"), ("cmd", "number_or_nan")),
     "cuts": (("k", "count"), ("n_cut_targeted", "count"), ("n_cut_random", "count"), ("n_draws", "count"),
              *((f"{what}_{copy}", "number") for copy in ("copy1", "copy2") for what in ("intact", "targeted")),
              *((f"random_{copy}_{stat}", "number") for copy in ("copy1", "copy2") for stat in ("mean", "min", "max"))),
 }
 """Each table kind's columns and their kinds (the rest of a table's columns are the caller's)."""
+KEYS = {
+    "prompts": ("prompt",), "pairs": ("clean", "corrupted", "answer", "distractor"), "repeated": ("seq",),
+    "prose": ("seq",), "phrases": ("phrase",), "scores": ("layer", "head"), "heads": ("layer", "head"),
+    "heads_map": ("layer", "head"), "paths": ("sender_layer", "sender_head", "receiver_layer", "receiver_head", "input"),
+    "edges": ("sender", "receiver"), "nodes": ("name",), "curves": ("method", "ranking", "draw", "fraction"),
+    "areas": ("method", "draw"), "cuts": ("method", "k"),
+}
+"""Each table kind's key: the columns that name a row. A public function reads a table by its key — one row
+a key, taken in the key's order (:func:`keyed`; phrases, :data:`GIVEN_ORDER`, each in turn) —, never by its
+rows' order or its index, so that a table sorted, shuffled or reindexed gives the same result, and a key given
+twice is refused. A key column the table lacks is left out of its key (a cuts table without ``method``: one
+method)."""
+GIVEN_ORDER = ("phrases",)
+"""Tables whose rows are each computed alone (a phrase: its own passes, its own rows of every result): read in
+the order given (the protocol's phrases in the config's order), a key given twice refused; their results are
+the same, row for row, whatever the order."""
+CONTENT_KEYS = {"prompts": ("clean_ids", "corrupted_ids", "answer_id", "distractor_id"), "repeated": ("token_ids",),
+                "prose": ("token_ids",)}
+"""The key of a table made by hand without its numbering column (``prompt``, ``seq``): its rows' own ids."""
 SCORE_COLUMNS = {"edges": ("eap", "eap_ig")}
 """A table's score columns, each a finite number where present, at least one of them present."""
 MADE_BY = {"prompts": "hw.prompt_pairs(m, pairs)", "pairs": "a DataFrame with one row per prompt pair",
@@ -89,7 +109,8 @@ float32 (the fused-kernel families) can pass 1 by a few units of float32's round
 
 
 class TableError(ValueError):
-    """A table a public function cannot read: the message names the function, the argument and the row.
+    """A table a public function cannot read: the message names the function, the argument and the row (or
+    the key given twice). The explorer's own checks of its tables raise its subclass ``ExplorerDataError``.
 
     >>> try:
     ...     hw.head_scores(m, prose=pd.DataFrame({"ids": [[1, 2]]}))
@@ -136,6 +157,10 @@ def _kind_error(value, kind, limits: dict) -> str | None:
         return None if isinstance(value, str) and value.strip() else f"{shown(value)} is not a non-empty text"
     if kind == "flag":
         return None if type(value).__name__ in ("bool", "bool_") else f"{shown(value)} is not True or False"
+    if kind == "number_or_nan":
+        if value is None or isinstance(value, Real) and not isinstance(value, bool) and math.isnan(float(value)):
+            return None
+        kind = "number"
     if kind in ("number", "fraction", "share"):
         if not (isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))):
             return f"{shown(value)} is not a finite number"
@@ -176,22 +201,42 @@ def _kind_error(value, kind, limits: dict) -> str | None:
     raise ValueError(f"unknown kind {kind!r}")
 
 
-def _column_error(column, kind, limits: dict):
-    """(index label, what is wrong) of the first bad cell of ``column`` (a Series), or None: numeric columns
-    of a numeric kind at once (numpy), the rest cell by cell."""
-    import numpy as np
+_NONE = object()
 
-    numeric = column.dtype.kind in "iuf" and kind in ("number", "fraction", "share", "count", "positive", "layer",
-                                                         "head", "id")
-    if numeric and not (column.dtype.kind == "f" and kind not in ("number", "fraction", "share")):
+
+def _column_error(column, kind, limits: dict):
+    """(index label, what is wrong) of a bad cell of ``column`` (a Series), or None: numeric columns of a
+    numeric kind at once (numpy), texts by their distinct values, the rest cell by cell."""
+    import numpy as np
+    import pandas as pd
+
+    numbers = ("number", "fraction", "share", "number_or_nan")
+    numeric = column.dtype.kind in "iuf" and kind in (*numbers, "count", "positive", "layer", "head", "id")
+    if numeric and not (column.dtype.kind == "f" and kind not in numbers):
         values = column.to_numpy()
         ok = np.isfinite(values) if column.dtype.kind == "f" else np.ones(len(values), bool)
+        if kind == "number_or_nan":
+            ok |= np.isnan(values)
         if not ok.all():
             i = int(np.argmin(ok))
             return column.index[i], _kind_error(float(values[i]), kind, limits)
-        wrong = [_kind_error(v.item(), kind, limits) for v in (values.min(), values.max())] if len(values) else []
+        finite = values[np.isfinite(values)] if column.dtype.kind == "f" else values
+        wrong = [_kind_error(v.item(), kind, limits) for v in (finite.min(), finite.max())] if len(finite) else []
         if not any(wrong):
             return None
+    elif column.dtype == object and (kind == "text" or isinstance(kind, tuple)):     # a long table: its values once
+        try:
+            values = pd.unique(column.to_numpy())
+        except TypeError:                                   # unhashable cells: read one by one below
+            values = None
+        if values is not None:
+            bad = next((v for v in values if _kind_error(v, kind, limits)), _NONE)
+            if bad is _NONE:
+                return None
+            hits = column.isna().to_numpy() if pd.api.types.is_scalar(bad) and pd.isna(bad) else \
+                np.array([v is bad or isinstance(v, type(bad)) and v == bad for v in column.to_numpy()])
+            label = column.index[int(np.argmax(hits))]
+            return label, _kind_error(bad, kind, limits)
     for label, value in column.items():
         why = _kind_error(value, kind, limits)
         if why:
@@ -244,6 +289,49 @@ def check_table(table, kind: str | tuple, function: str, argument: str, shape: d
     _relation_errors(table, kind, where)
 
 
+def _label(x):
+    """An index label as Python writes it (``3``, not numpy's ``np.int64(3)``)."""
+    return x.item() if hasattr(x, "item") and not isinstance(x, (str, bytes)) else x
+
+
+def keyed(table, kind: str | tuple, function: str, argument: str, keep_index: bool = False):
+
+    """``table`` as a public function reads it: by its key (:data:`KEYS` of ``kind``, or the columns
+    ``kind`` names; :data:`CONTENT_KEYS` where a hand-made table lacks its numbering column) — its rows
+    sorted by the key, its index 0, 1, … (``keep_index``: its own labels kept, for errors that name them),
+    its ``attrs`` kept — so that no result depends on the order or the index of the rows handed over (a kind
+    of :data:`GIVEN_ORDER` keeps its rows' order: its rows are computed each alone). A key given twice is
+    refused, naming it and the two rows (by their index labels)."""
+    import numpy as np
+    import pandas as pd
+
+    wanted = KEYS[kind] if isinstance(kind, str) else tuple(kind)
+    keys = [c for c in wanted if c in table.columns]
+    if isinstance(kind, str) and not [c for c in keys if c in wanted[:1]] and kind in CONTENT_KEYS:
+        keys = [c for c in CONTENT_KEYS[kind] if c in table.columns]
+    if not keys:
+        return table
+    frame = pd.DataFrame({c: [tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v for v in table[c]]
+                          if table[c].dtype == object else table[c].to_numpy() for c in keys})
+    twice = frame.duplicated()
+    if twice.any():
+        i = int(twice.to_numpy().argmax())
+        key = tuple(frame.iloc[i])
+        same = np.ones(len(frame), dtype=bool)
+        for c, v in zip(keys, key):
+            same &= np.array([x == v for x in frame[c]], dtype=bool) if frame[c].dtype == object else \
+                (frame[c].to_numpy() == v)
+        first = int(same.argmax())
+        said = ", ".join(f"{c} {shown(list(v) if isinstance(v, tuple) else _label(v))}" for c, v in zip(keys, key))
+        raise TableError(f"{function}: {argument} holds {said} twice (rows {_label(table.index[first])!r} and "
+                         f"{_label(table.index[i])!r}); a table is read by its key ({', '.join(keys)}), one row each: "
+                         "drop a row given twice, or give rows that differ keys of their own (tables put together)")
+    order = frame.index.to_numpy() if kind in GIVEN_ORDER else frame.sort_values(keys, kind="mergesort").index.to_numpy()
+    out = table.iloc[order] if keep_index else table.iloc[order].reset_index(drop=True)
+    out.attrs = dict(table.attrs)
+    return out
+
+
 def check_note(table, kind: str, function: str, argument: str) -> dict:
     """The note a figure of ``kind`` writes into its labels (``table.attrs["note"]``), refused without the
     keys of :data:`NOTES` or with one not of its kind (a table read back from its Parquet file keeps it)."""
@@ -283,6 +371,19 @@ def _relation_errors(table, kind, where: str) -> None:
             label = table.index[int(back.to_numpy().argmax())]
             raise TableError(f"{where}, row {label!r}: receiver layer {table.loc[label, 'receiver_layer']} is not "
                              f"after sender layer {table.loc[label, 'sender_layer']}; a path runs to a later layer")
+    if kind == "prompts":
+        for label, r in table[["clean_ids", "corrupted_ids", "answer_id", "distractor_id"]].iterrows():
+            clean, corrupted = list(r["clean_ids"]), list(r["corrupted_ids"])
+            if len(clean) != len(corrupted):
+                raise TableError(f"{where}, row {label!r}: the clean prompt gives {len(clean)} tokens and the corrupted "
+                                 f"one {len(corrupted)}; the two prompts of a pair give the same number of tokens (a head "
+                                 "is patched over every position of its pair)")
+            if clean == corrupted:
+                raise TableError(f"{where}, row {label!r}: the clean and the corrupted ids are the same; patching one "
+                                 "run into the other changes nothing, and every score would divide by a gap of 0")
+            if r["answer_id"] == r["distractor_id"]:
+                raise TableError(f"{where}, row {label!r}: answer_id and distractor_id are the same token "
+                                 f"{r['answer_id']}; their logit difference would be 0")
     if kind == "prose":
         for label, ids in table["token_ids"].items():
             if len(ids) < MIN_TOKENS:

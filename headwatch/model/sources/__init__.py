@@ -13,15 +13,18 @@ tokenizer excepted, made once):
   naming the file);
 * :mod:`.tokenizer` — a tokenizer read from ``tokenizer.json`` without transformers;
 * :mod:`.facts` — a model's shape (``config.json``, a GGUF's header read within its file's size)
-  and tokenizer, its shape numbers checked against their bounds (:mod:`.limits`);
+  and tokenizer, its shape numbers checked against their bounds (:mod:`.limits`); a safetensors file's
+  header read as data;
+
 * :mod:`.errors` — :class:`ConfigError`, :class:`ModelNotFoundError`, :class:`ModelFileError`.
 
 Every public name is importable from ``headwatch.model.sources``.
 """
 from .errors import ConfigError, ModelFileError, ModelNotFoundError  # noqa: F401
-from .facts import (ModelFacts, family_error, gguf_header, model_facts, read_shape, shape_from_config,  # noqa: F401
-                                   shape_from_gguf)
-from .files import one_line, read_json  # noqa: F401
+from .facts import (ModelFacts, family_error, gguf_header, model_facts, read_shape, safetensors_header,  # noqa: F401
+                    shape_from_config, shape_from_gguf)
+from .files import custom_code, one_line, read_json  # noqa: F401
+
 from .limits import MODEL_FILE, RAISE, field_limit, limit, model_file_bounds, refusal  # noqa: F401
 from .resolve import (CACHE_DIR, PREPARED_RECORD, WEIGHT_FILES, Located, fingerprint, folder_error,  # noqa: F401
                       gguf_path, hub_file, hub_unreachable, key_errors, locate, looks_like_path, offline, source_errors, source_of)

@@ -2,15 +2,18 @@
 header, the tokenizer from ``tokenizer.json``."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import struct
+
 from dataclasses import dataclass
 
 from ..arch import (CONFIG_KEYS, FAMILIES, GGUF_KEYS, GGUF_TOKENS, context_length, gguf_model_type, gguf_value,
                     shape_of, vocab_size)
 from .errors import ConfigError, ModelFileError, ModelNotFoundError
-from .files import one_line, open_regular, read_json
+from .files import custom_code, one_line, open_regular, read_json
+
 from .limits import MODEL_FILE, field_limit, refusal
 from .resolve import PREPARED_RECORD, Located
 from .tokenizer import FileTokenizer, convert_tokenizer
@@ -139,6 +142,49 @@ class _GGUFHeader:
         return out
 
 
+# ------------------------------------------------------------------ a safetensors file's header
+_SAFETENSORS_MAX_HEADER = 100 << 20      # the safetensors library's own limit on a header
+_SAFETENSORS_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2,
+                      "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+
+
+def safetensors_header(path) -> dict:
+    """The tensors a ``.safetensors`` file describes (``{name: {dtype, shape, data_offsets}}``), its header read
+    as data: a regular file, its 8-byte length within the file, a JSON object whose every tensor lies inside
+    the file with the bytes its dtype and shape need — else :class:`ModelFileError` naming the file (an empty
+    or garbage file is refused before the loader reads it)."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        bad = lambda why: ModelFileError(f"{path} is not a safetensors file headwatch can read: {why} ({size:,} bytes)")
+        head = fh.read(8)
+        if len(head) < 8:
+            raise bad("it ends before its header's length")
+        n = _U64.unpack(head)[0]
+        if n > min(size - 8, _SAFETENSORS_MAX_HEADER):
+            raise bad(f"its header's length {n:,} is past the end of the file")
+        try:
+            header = json.loads(fh.read(n).decode("utf-8"))
+        except (ValueError, RecursionError) as err:
+            raise bad(f"its header is not JSON ({one_line(err)})") from None
+    if not isinstance(header, dict):
+        raise bad("its header is not a JSON object")
+    data = size - 8 - n
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            begin, end = t["data_offsets"]
+            count = math.prod(t["shape"]) * _SAFETENSORS_BYTES[t["dtype"]]
+            fits = 0 <= begin <= end <= data and end - begin == count
+        except (TypeError, KeyError, ValueError):
+            raise bad(f"tensor {name[:80]!r}: not a description of a tensor (dtype, shape, data_offsets)") from None
+        if not fits:
+            raise bad(f"tensor {name[:80]!r}: its bytes {t['data_offsets']} do not lie in the file's {data:,} bytes "
+                      f"of data, or are not its shape's {t['shape']}")
+    return header
+
+
 # ------------------------------------------------------------------ shapes without transformers
 SHAPE_FIELDS = ("layers", "heads", "kv_heads", "width", "head_dim", "ffn", "vocab", "context")
 """The shape numbers a model file says (keys of :data:`headwatch.model.arch.CONFIG_KEYS` and
@@ -244,6 +290,7 @@ def read_shape(loc: Located, config: dict) -> tuple[dict, str]:
         make = lambda: shape_from_gguf(header)
     else:
         raw = read_json(loc.folder / "config.json")
+        custom_code(raw, loc.folder / "config.json")
         where, fields, model_type = str(loc.folder / "config.json"), config_fields(raw), raw.get("model_type")
         base_key = "rope_theta"
         make = lambda: shape_from_config(raw)

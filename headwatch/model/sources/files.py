@@ -31,7 +31,10 @@ CAPS = {
                    "thousand characters each fit with a wide margin"),
     "corpus": (512 * MiB, "a corpus file", "the corpus is cut at sweep.corpus.target_chars, at most 100 M "
                "characters (its bound), and its ids are held in memory"),
+    "config file": (32 * MiB, "a config file", "the protocol's config.yaml is tens of KB; a config's largest "
+                    "list, prose, holds at most 256 texts of 100,000 characters (their bounds): 26 MB"),
 }
+
 """The most bytes a file of each kind may hold, what it is called in an error and the reason (a
 GGUF is not capped: it holds the weights; its header is read within the file's size,
 :func:`.facts.gguf_header`)."""
@@ -122,9 +125,24 @@ def read_json(path, kind: str = "JSON file"):
         value = json.loads(text)
     except ValueError as err:
         raise ModelFileError(f"{path} is not JSON ({err})") from err
+    except RecursionError:
+        raise ModelFileError(f"{path} is nested deeper than any model's JSON file (Python's recursion limit)") from None
     if not isinstance(value, dict):
         raise ModelFileError(f"{path} holds a JSON {type(value).__name__}, not an object")
     return value
+
+
+def custom_code(raw: dict, path) -> None:
+    """Refuse a model's ``config.json`` or ``tokenizer_config.json`` (``raw``, read from ``path``) that names
+    code of its own — ``auto_map``: Python files of the folder (or of a hub repository) that transformers would
+    run —, before anything is loaded: headwatch never runs code from a model folder (every transformers call
+    passes ``trust_remote_code=False``; docs/security.md)."""
+    if "auto_map" in raw:
+        named = raw["auto_map"]
+        said = ", ".join(f"{k}: {v}" for k, v in named.items())[:200] if isinstance(named, dict) else repr(named)[:200]
+        raise ModelFileError(f"{path} names code of its own (auto_map: {said}); headwatch never runs code from a model "
+                             "folder: use a model whose family transformers has (model_type), without auto_map")
+
 
 
 def one_line(err: BaseException) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from .errors import ModelFileError, ModelNotFoundError
-from .files import one_line, read_json, read_text
+from .files import custom_code, one_line, read_json, read_text
+
 from ... import paths
 
 
@@ -89,13 +90,15 @@ def folder_tokenizer(folder):
         return FileTokenizer(folder)
     from transformers import AutoTokenizer      # a class that builds its own pipeline
 
-    return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
 
 
 def _tokenizer_config(folder: Path) -> dict:
     """``tokenizer_config.json`` of ``folder`` ({} when there is none), read as data."""
     path = folder / "tokenizer_config.json"
-    return read_json(path) if path.exists() else {}
+    raw = read_json(path) if path.exists() else {}
+    custom_code(raw, path)                    # a tokenizer class of the folder's own code: refused, never run
+    return raw
 
 
 def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
@@ -106,7 +109,7 @@ def convert_tokenizer(folder: Path, src: str, kw: dict) -> None:
     from transformers import AutoTokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(src, **kw)
+        tok = AutoTokenizer.from_pretrained(src, **kw, trust_remote_code=False)
     except OSError as err:
         raise ModelNotFoundError(f"cannot read the tokenizer of {src!r}: {err}") from err
     except Exception as err:    # transformers refuses a file (its config, a shape) in many ways: re-raised as ours
