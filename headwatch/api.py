@@ -219,7 +219,7 @@ def _bounded_lists(section: str, values: dict, names: dict, given_as: str | None
 
     from .config import ConfigError, load_schema
     from .config.bounds import BOUND, bound_table, resolve_ref
-    from .jobs import run_config
+    from .jobs import job_config
     from .model.sources.limits import limit, refusal
     from .settings.tables import shown
 
@@ -232,7 +232,7 @@ def _bounded_lists(section: str, values: dict, names: dict, given_as: str | None
             continue
         name, items = f"{section}.{key}", resolve_ref(sub.get("items") or {}, schema)
         if BOUND in sub:
-            bound, why = limit(name, bound_table(schema), run_config() or {}), sub[BOUND]["why"]
+            bound, why = limit(name, bound_table(schema), job_config() or {}), sub[BOUND]["why"]
         elif "enum" in items and sub.get("uniqueItems"):
             bound, why = len(items["enum"]), f"each of {items['enum']} at most once"
         else:
@@ -385,11 +385,11 @@ def _prose_bound() -> tuple[int, str]:
     """(the most texts :func:`sequences` takes — the config's ``prose`` bound in force —, why)."""
     from .config import load_schema
     from .config.bounds import bound_table
-    from .jobs import run_config
+    from .jobs import job_config
     from .model.sources.limits import limit
 
     table = bound_table(load_schema(ROOT / "config" / "schema.yaml"))
-    return limit("prose", table, run_config() or {}), table["prose"]["why"]
+    return limit("prose", table, job_config() or {}), table["prose"]["why"]
 
 
 @_public
