@@ -197,7 +197,8 @@ def bar_class():
     leaves nothing behind in the saved notebook. A widget's output keeps, beside the widget, the text of the bar
     when it was first shown (``"14%|█▍ | 1/7"``), and a notebook saved without its widgets' state (or as HTML,
     ``jupyter nbconvert --to html``) shows that text for good; this bar is displayed under a display id and,
-    closed with ``leave=False``, empties its output (an update to nothing): the saved notebook keeps no bar."""
+    closed with ``leave=False``, empties its output (an update to an empty text) and its widgets' text: the saved
+    notebook keeps no bar."""
     from tqdm.auto import tqdm
 
     notebook = sys.modules.get("tqdm.notebook")
