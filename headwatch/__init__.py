@@ -21,7 +21,8 @@ same functions::
 
 A wrong argument, setting or table is refused before any model pass, in one line naming the function
 and the argument: ``hw.ConfigError``, ``hw.TableError``, ``hw.PatchingError`` (prompt pairs),
-``hw.ModelNotFoundError``, ``hw.ModelFileError`` (a model's file); a failed guard raises ``hw.GuardError``.
+``hw.ModelNotFoundError``, ``hw.ModelFileError`` (a model's file); a failed guard raises ``hw.GuardError``;
+prompt pairs that do not separate clean from corrupted warn ``hw.WeakPairsWarning``.
 
 Every function returns a pandas DataFrame with the columns of the workflow's table of the same
 name (docs/api.md); notes, guard records and companion tables ride on its ``attrs``.
@@ -59,7 +60,8 @@ __all__ = ["load_config", "load_model", "token_set", "sequences", "attention_map
            "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
            "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
            "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "explore", "set_progress",
-           "ConfigError", "ModelFileError", "ModelNotFoundError", "TableError", "PatchingError", "GuardError"]
+           "ConfigError", "ModelFileError", "ModelNotFoundError", "TableError", "PatchingError", "GuardError",
+           "WeakPairsWarning"]
 
 
 def __getattr__(name: str):

@@ -33,6 +33,9 @@ from .tableio import Tables, with_attrs as _done  # noqa: F401  (Tables: the att
 ERRORS = {"ConfigError": "headwatch.model.sources.errors", "ModelFileError": "headwatch.model.sources.errors",
           "ModelNotFoundError": "headwatch.model.sources.errors", "TableError": "headwatch.settings.tables",
           "PatchingError": "headwatch.settings.patching", "GuardError": "headwatch.guards"}
+WARNINGS = {"WeakPairsWarning": "headwatch.settings.patching"}
+"""The library's warnings, exported from ``hw`` as :data:`ERRORS` are (``warnings.simplefilter("error",
+hw.WeakPairsWarning)``)."""
 """The library's errors, exported from ``hw`` (``except hw.TableError``) and read from their modules on
 first use (the guards' imports torch, which importing the functions here must not). A wrong argument,
 setting or table is refused with a :class:`ConfigError` (a keyword, a setting, a model's file:
@@ -43,10 +46,10 @@ that is not here with :class:`ModelNotFoundError`, all before any model pass; a 
 
 def __getattr__(name: str):
     """The errors of :data:`ERRORS`, each read from its module on first use."""
-    if name in ERRORS:
+    if name in ERRORS or name in WARNINGS:
         import importlib
 
-        return getattr(importlib.import_module(ERRORS[name]), name)
+        return getattr(importlib.import_module(ERRORS.get(name) or WARNINGS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -56,7 +59,7 @@ __all__ = [
            "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
            "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
            "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "explore",
-           "set_progress", *ERRORS]
+           "set_progress", *ERRORS, *WARNINGS]
 
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: its ``config/`` holds the protocol's settings."""
@@ -167,7 +170,10 @@ def load_model(source: str | Path | dict | object = BUNDLED, dtype: str | None =
     (CUDA when there is one), cpu, cuda or cuda:N. Before anything is loaded, and without a network: a
     name that is no key, folder or hub id is refused with the key it most likely means; a folder that is
     not a model, a malformed ``config.json`` or a shape no model can have, naming the file; a device this
-    machine lacks.
+    machine lacks; offline, the hub id of the bundled model's family, naming the key that loads it.
+    A GGUF (the bundled model) is converted once and kept, float32, in the cache of prepared models
+    (``$HEADWATCH_CACHE``, else ``$XDG_CACHE_HOME/headwatch``, else ``~/.cache/headwatch``: keyed by the
+    file's bytes, checked at every load, made again when damaged): later loads, in any process, take seconds.
 
     >>> m = hw.load_model()                      # SmolLM2-135M, float32, CUDA if there is one
     >>> m.adapter.n_layers, m.adapter.n_heads
@@ -785,7 +791,10 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
     at a time (``attrs["tables"]["positions"]``); ``phrases`` adds the model's probabilities on the
     protocol's names phrase to the note (the workflow's rule asks for all three). Cost: one forward
     pass per (head, prompt) in batches, and the guards' passes (docs/benchmarks.md times SmolLM2-135M's
-    270 heads on the README's pair and on four pairs of five tokens, on two CPU cores).
+    270 heads on the README's pair and on four pairs of five tokens, on two CPU cores). The note says whether
+    the pairs separate clean from corrupted (``pairs_separate``: the 95 % interval of the gap clean − corrupted,
+    which every score divides by, excludes 0); where they do not, one ``hw.WeakPairsWarning``: the scores are
+    noise.
 
     >>> heads = hw.patch_heads(m, prompts)
     >>> heads.nsmallest(5, "score_rank")[["label", "score", "estimate_score"]]
@@ -805,8 +814,20 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
          (m.adapter.n_layers if resid else 0) + (settings.top_k if positions else 0))
     heads, resid_table, where, note, guards = run_patching(m.model, m.adapter, prompts, phrases, settings, resid,
                                                            positions)
+    _warn_weak(note)
     tables = {k: v for k, v in dict(resid=resid_table, positions=where).items() if v is not None}
     return _done(heads, note, guards, **tables)
+
+
+def _warn_weak(note: dict) -> None:
+    """One :class:`~headwatch.settings.patching.WeakPairsWarning` where the note says the pairs do not separate
+    clean from corrupted (:mod:`headwatch.patching.separation`), pointing at the caller's line."""
+    if note.get("pairs_separate") is False:
+        import warnings
+
+        from .settings.patching import WeakPairsWarning
+
+        warnings.warn(WeakPairsWarning(f"{_caller()}: {note['separation']}"), stacklevel=4)
 
 
 @_public

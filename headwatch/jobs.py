@@ -186,9 +186,62 @@ def progress(iterable=None, total: int | None = None, desc: str = "", unit: str 
     :data:`PROGRESS_DELAY` seconds)."""
     if not _PROGRESS["on"] or "config" in _RUN:
         return iterable if iterable is not None else _Quiet()
+    return bar_class()(iterable, total=total, desc=desc, unit=unit, mininterval=1.0, delay=PROGRESS_DELAY, leave=False)
+
+
+_BAR: dict = {}
+
+
+def bar_class():
+    """The bar :func:`progress` shows: ``tqdm.auto``'s, and in a notebook's kernel a subclass of its widget that
+    leaves nothing behind in the saved notebook. A widget's output keeps, beside the widget, the text of the bar
+    when it was first shown (``"14%|█▍ | 1/7"``), and a notebook saved without its widgets' state (or as HTML,
+    ``jupyter nbconvert --to html``) shows that text for good; this bar is displayed under a display id and,
+    closed with ``leave=False``, empties its output (an update to an empty text) and its widgets' text: the saved
+    notebook keeps no bar."""
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, unit=unit, mininterval=1.0, delay=PROGRESS_DELAY, leave=False)
+    notebook = sys.modules.get("tqdm.notebook")
+    if notebook is None or not issubclass(tqdm, notebook.tqdm_notebook):
+        return tqdm
+    if tqdm not in _BAR:
+        from IPython.display import display
+
+        class CellBar(tqdm):
+            """tqdm.auto's widget, displayed under a display id and emptied when closed without ``leave``."""
+
+            def __init__(self, *args, **kwargs):
+                self._shown = None
+                super().__init__(*args, **{**kwargs, "display": False})
+                if not self.disable and self.delay <= 0:
+                    self._show()
+
+            def _show(self) -> None:
+                self.displayed = True
+                self._shown = display(self.container, display_id=True)
+
+            def display(self, *args, check_delay: bool = True, **kwargs):
+                if check_delay and self.delay > 0 and not self.displayed:      # the delay is over: shown here
+                    super().display(*args, check_delay=False, **kwargs)
+                    self._show()
+                    return
+                super().display(*args, check_delay=check_delay, **kwargs)
+
+            def close(self):
+                closing = not self.disable and not self.leave       # tqdm's close sets disable
+                super().close()
+                if not closing:
+                    return
+                if self._shown is not None:
+                    self._shown.update({"text/plain": ""}, raw=True)    # emptied: nothing stale when saved
+                    self._shown = None
+                for part in self.container.children:       # nor in the widgets' state a notebook may save
+                    if isinstance(getattr(part, "value", None), str):
+                        part.value = ""
+                    part.close()
+
+        _BAR[tqdm] = CellBar
+    return _BAR[tqdm]
 
 
 class Phases:
@@ -239,7 +292,8 @@ def library_progress():
     """transformers' own progress bars (loading weights, converting a GGUF) follow :func:`set_progress`
     while inside: off while progress is off or in a workflow job, as they were after."""
     if _PROGRESS["on"] and "config" not in _RUN:
-        yield
+        with _library_bars_in_cell():
+            yield
         return
     import functools
 
@@ -255,6 +309,33 @@ def library_progress():
         gguf.tqdm = bar
         if was:
             hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def _library_bars_in_cell():
+    """In a notebook's kernel, transformers' own bars (loading weights, converting a GGUF) as :func:`progress`'s
+    (:func:`bar_class`, ``leave=False``): shown while they run, nothing left in the saved notebook."""
+    bar = bar_class()
+    from tqdm.auto import tqdm
+
+    if bar is tqdm:
+        yield
+        return
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf
+    from transformers.utils import logging as hf_logging
+
+    def in_cell(factory, args, kwargs):
+        return bar(*args, **{**kwargs, "leave": False}) if factory is tqdm else factory(*args, **kwargs)
+
+    before, was = hf_logging.set_tqdm_hook(in_cell), gguf.tqdm
+    gguf.tqdm = functools.partial(bar, leave=False)
+    try:
+        yield
+    finally:
+        gguf.tqdm = was
+        hf_logging.set_tqdm_hook(before)
 
 
 class _Quiet:

@@ -1,6 +1,7 @@
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The user's cache of prepared models (headwatch/model/sources/cache.py) in a folder of the tests' own, shared by
+# their runs and workers (two filling it at once is safe), never the home's.
+os.environ.setdefault("HEADWATCH_CACHE", str(Path(tempfile.gettempdir()) / f"headwatch-tests-cache-{os.getuid()}"))
 
 import torch  # noqa: E402
 

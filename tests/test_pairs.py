@@ -19,7 +19,7 @@ from headwatch.patching.patcher import (Patch, Patcher, head_patches, position_p
                                         resid_patches)
 from headwatch.patching.attribution import attribution_patching
 from headwatch.patching.heads import run_patching
-from headwatch.settings.pairs import PairsError, pairs_path, read_pairs
+from headwatch.settings.pairs import COLUMNS, PairsError, pair_errors, pairs_path, read_pairs
 from headwatch.model.sources.files import CAPS
 from headwatch.settings.patching import PatchingSettings, patching_errors, prompt_keys
 from tiny import random_ids, tiny_model
@@ -214,7 +214,7 @@ def test_hostile_pairs_files_are_refused_before_any_job_naming_the_line(smollm2_
     name = str(tmp_path / "pairs.csv")
     cases = {
         "clean,corrupted,answer\nA b,C d, Mary\n": r"pairs.csv: the header line \['clean', 'corrupted', 'answer'\] "
-                                                   r"lacks the column\(s\) \['distractor'\]",
+                                                   r"lacks the column\(s\) 'distractor'; the columns are",
         GOOD + '"",x, Mary, John\n': r"pairs.csv, line 5: clean is empty",
         GOOD + 'a b,c d, Maryland-upon-Thames, John\n': r"pairs.csv, line 5: answer = ' Maryland-upon-Thames' is split "
                                                         r".*\(model m1\)",
@@ -231,7 +231,7 @@ def test_hostile_pairs_files_are_refused_before_any_job_naming_the_line(smollm2_
         assert name in got or "pairs.csv" in got
     assert "pairs.csv is not UTF-8" in _errors(tmp_path, tok, b"clean,corrupted\n\xff\xfe\n")
     got = _errors(tmp_path, tok, '{"clean": "a b", "corrupted": "c d", "answer": " Mary"}\n', "pairs.jsonl")
-    assert "pairs.jsonl, line 1: lacks the key(s) ['distractor']" in got
+    assert "pairs.jsonl, line 1: its keys ['clean', 'corrupted', 'answer'] lacks the column(s) 'distractor'" in got
     assert "pairs.jsonl, line 2: not JSON" in _errors(tmp_path, tok, json.dumps(ROWS[0]) + "\n{oops\n", "pairs.jsonl")
     assert "pairs.jsonl, line 1: a JSON list" in _errors(tmp_path, tok, "[1, 2]\n", "pairs.jsonl")
     assert "pairs.jsonl, line 1: answer is a int, not text" in _errors(
@@ -240,6 +240,66 @@ def test_hostile_pairs_files_are_refused_before_any_job_naming_the_line(smollm2_
     # both sources, or neither
     both = dict(CONFIG, models_studied=["m1"], patching=dict(CONFIG["patching"], pairs="pairs.csv"))
     assert "exactly one of patching.templates and patching.pairs" in "".join(patching_errors(both, _facts(tok), tmp_path))
+
+
+def test_a_misspelt_header_gets_did_you_mean_and_spaces_after_its_commas_are_stripped(smollm2_tokenizer, tmp_path):
+    """The CSV path names the column a header misspells, as the table path does (and JSON Lines its key); a header
+    written ``clean, corrupted, …`` is read by its names, the values as written."""
+    tok = smollm2_tokenizer
+    got = _errors(tmp_path, tok, GOOD.replace("corrupted", "corupted", 1))
+    assert "the header line ['clean', 'corupted', 'answer', 'distractor'] lacks the column(s) 'corrupted' (it has " \
+           "'corupted': did you mean 'corrupted'?)" in got, got
+    got = _errors(tmp_path, tok, json.dumps(dict(ROWS[0], anwser=" Mary")).replace('"answer"', '"x"') + "\n",
+                  "pairs.jsonl")
+    assert "lacks the column(s) 'answer' (it has 'anwser': did you mean 'answer'?)" in got, got
+    spaced = GOOD.replace("clean,corrupted,answer,distractor", "clean, corrupted,  answer ,distractor", 1)
+    assert _errors(tmp_path, tok, spaced) == ""
+    (tmp_path / "spaced.csv").write_text(spaced)
+    rows = read_pairs(tmp_path / "spaced.csv")
+    assert [r["answer"] for r in rows] == [r["answer"] for r in ROWS] and set(rows[0]) == {"line", *COLUMNS}
+
+
+def test_a_digit_with_its_space_is_refused_with_the_fix_and_the_readmes_pairs_hold(smollm2_tokenizer, tmp_path):
+    """On SmolLM2 " 7" is two tokens (" " and "7"): the refusal says to end the prompts with the space and answer
+    "7"; the README's example pairs file (names, digits, code) passes every check as written."""
+    import re
+
+    rows = [dict(line=2, clean="3 + 4 =", corrupted="3 + 5 =", answer=" 7", distractor=" 12")]
+    answer, distractor = pair_errors(rows, smollm2_tokenizer, "pairs.csv", "smollm2-135m")
+    assert answer.startswith("pairs.csv, line 2: answer = ' 7' is split by the tokenizer into 2 tokens [' ', '7']")
+    assert "end the clean and the corrupted prompt with it ('3 + 4 = ', not '3 + 4 =') and give the answer as '7', " \
+           "one token; the distractor likewise" in answer
+    assert "choose a distractor of one token after it ('12' is 2); the answer likewise" in distractor
+    fixed = [dict(line=2, clean="3 + 4 = ", corrupted="3 + 5 = ", answer="7", distractor="8")]
+    assert pair_errors(fixed, smollm2_tokenizer, "pairs.csv", "smollm2-135m") == []
+    plain = pair_errors([dict(rows[0], answer=" Maryland-upon-Thames", distractor=" John")], smollm2_tokenizer,
+                        "pairs.csv", "m")
+    assert len(plain) == 1 and "token of its own" not in plain[0]         # a word split for other reasons: no such fix
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```csv\n(.*?)```", readme, re.S).group(1)
+    (tmp_path / "readme.csv").write_text(block)
+    rows = read_pairs(tmp_path / "readme.csv")
+    assert pair_errors(rows, smollm2_tokenizer, "readme.csv", "smollm2-135m") == []
+    assert [r["answer"] for r in rows] == [" Mary", "7", ")"]              # names, digits, code
+
+
+def test_pd_read_csv_digits_are_refused_with_dtype_str(smollm2_tokenizer, tmp_path):
+    """pd.read_csv turns a column of digits into integers (and an empty cell into NaN): refused with the fix, since
+    the number has lost its text (" 7" and "7" both read as 7); read with dtype=str the same file is the pairs."""
+    import headwatch as hw
+
+    path = tmp_path / "sums.csv"
+    path.write_text('clean,corrupted,answer,distractor\n"3 + 4 = ","3 + 5 = ",7,8\n"2 + 5 = ","2 + 6 = ",7,8\n')
+    with pytest.raises(hw.PatchingError) as err:
+        hw.prompt_pairs(smollm2_tokenizer, pd.read_csv(path))
+    said = str(err.value)
+    assert said.startswith("hw.prompt_pairs: pairs, row 0, column 'answer': 7 is a number, not a text") and \
+           "pd.read_csv(path, dtype=str, keep_default_na=False)" in said, said
+    (tmp_path / "empty.csv").write_text(path.read_text().replace(",7,8\n", ",7,\n", 1))   # an empty cell
+    with pytest.raises(hw.PatchingError, match=r"row 0, column 'distractor': nan is empty \(NaN\): pd.read_csv reads"):
+        hw.prompt_pairs(smollm2_tokenizer, pd.read_csv(tmp_path / "empty.csv", dtype=str))
+    prompts = hw.prompt_pairs(smollm2_tokenizer, pd.read_csv(path, dtype=str, keep_default_na=False))
+    assert [smollm2_tokenizer.decode([i]) for i in prompts.answer_id] == ["7", "7"]
 
 
 def test_a_pairs_file_outside_the_project_or_not_a_file_is_refused(tmp_path):

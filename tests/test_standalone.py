@@ -300,5 +300,70 @@ def test_each_package_has_one_pinned_version_everywhere():
     assert "grep -E '^torch==' requirements.txt" in makefile and "torch" in required
 
 
+# ------------------------------------------------------------------ the documents' Snakemake commands
+def snakemake_commands(text: str) -> list[list[str]]:
+    """The arguments of every ``snakemake`` command in a Markdown text: in its code blocks (lines joined at a
+    trailing backslash, comments cut) and its inline code (split across lines as a paragraph may), each cut at
+    ``&&``, ``;`` or ``|``; a command with a placeholder (``<m>``, ``FILE…``) left out."""
+    import shlex
+
+    pieces = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+        pieces += [re.sub(r"\s#\s.*$", "", line) for line in block.replace("\\\n", " ").splitlines()]
+    pieces += re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S).replace("\n", " "))
+    out = []
+    for piece in pieces:
+        for part in re.split(r"&&|;|\|", piece):
+            try:
+                words = shlex.split(part)
+            except ValueError:
+                continue
+            at = next((i for i, w in enumerate(words) if w == "snakemake" or w.endswith("/snakemake")), None)
+            if at is not None and not any(c in part for c in "<…") and "..." not in part \
+                    and not words[-1].startswith("-"):             # not prose naming an option ("snakemake --lint")
+                out.append(words[at + 1:])
+    return out
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def configfile_errors(args: list[str]) -> list[str]:
+    """What Snakemake's own parser makes of ``args`` that a reader would not mean: a command it refuses (a target
+    after ``--resources``, which reads every word after it as a resource), a path after ``--configfile`` (which reads
+    every path after it as a config file) that is no config file, a YAML file read as a target."""
+    from snakemake.cli import get_argument_parser
+
+    said = " ".join(args)
+    try:
+        parsed = get_argument_parser().parse_args(args)
+    except (SystemExit, ValueError) as err:
+        return [f"`snakemake {said}` does not parse ({type(err).__name__}: {err}): put the targets first"]
+    return ([f"`snakemake {said}`: --configfile reads {str(f)!r} as a config file (put the targets first)"
+             for f in parsed.configfile or [] if not str(f).endswith(CONFIG_SUFFIXES)]
+            + [f"`snakemake {said}`: the target {str(t)!r} is a config file" for t in parsed.targets
+               if str(t).endswith((".yaml", ".yml"))])
+
+
+def test_every_snakemake_command_of_the_readme_and_docs_means_what_it_says():
+    """Every ``snakemake`` command the README and docs/ show, read by Snakemake's own parser: each ``--configfile``
+    a config file and each target a target — a target after ``--configfile`` is read as a config file (once a raw
+    UnicodeDecodeError from a Parquet file). The README shows one with a target and an overlay."""
+    found = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        found[path.relative_to(ROOT)] = snakemake_commands(path.read_text())
+    errors = [e for commands in found.values() for args in commands for e in configfile_errors(args)]
+    assert errors == []
+    readme = found[Path("README.md")]
+    assert any("--configfile" in args and any(a.startswith("figures/") for a in args) for args in readme), readme
+    assert sum(len(c) for c in found.values()) >= 10
+    bad = snakemake_commands("```sh\nsnakemake --cores 2 --configfile my.yaml \\\n  results/m/patching/heads.parquet\n```")
+    assert bad == [["--cores", "2", "--configfile", "my.yaml", "results/m/patching/heads.parquet"]]
+    assert configfile_errors(bad[0]) and not configfile_errors(["results/m/x.parquet", "--configfile", "my.yaml"])
+    assert configfile_errors(["--resources", "gpu=1", "results/m/x.parquet"])          # --resources takes many too
+    assert snakemake_commands("as `snakemake --configfile` merges them") == []
+    assert not configfile_errors(["--configfile", "my.yaml", "--", "results/m/x.parquet"])
+
+
 if __name__ == "__main__":
     print(json.dumps(dump(sys.argv[1], *sys.argv[2:]), default=str))

@@ -40,7 +40,7 @@ import pandas as pd
 import torch
 
 from ..guards import GuardRecords, batched_vs_loop, rounding
-from ..patching import guards
+from ..patching import guards, separation
 from ..model.arch import head_label
 from ..ablation.cut import heads_one_per_layer, plan_chunks
 from ..model.device import exact_numerics
@@ -316,7 +316,7 @@ def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, setti
     threshold = settings.edge_threshold
     kept = table[table["score"].abs() >= threshold]
     note = dict(PATHS_NOTE, **subset, prompts=patcher.n, clean_logit_diff=patcher.clean_mean,
-                corrupted_logit_diff=patcher.corrupted_mean,
+                corrupted_logit_diff=patcher.corrupted_mean, **separation.of_patcher(patcher, patching.rounding_factor),
                 receivers=" ".join(head_label(*r) for r in receivers),
                 receivers_from="circuits.receivers" if settings.receivers else
                 f"the top {settings.receivers_top_k} heads of the head sweep by score (circuits.receivers_top_k)",

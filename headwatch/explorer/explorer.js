@@ -727,6 +727,14 @@
     const P = D.patching;
     if (!P) return;
     $('patching-section').hidden = false;
+    $('patching-title').textContent = P.title;
+    if (P.separation) {       // whether the pairs separate clean from corrupted (protocol §5d): weak pairs, in red
+      const sep = $('patching-separation');
+      sep.hidden = false;
+      sep.className = P.separation.weak ? 'weak-pairs' : 'muted';
+      sep.textContent = P.separation.said;
+      sep.dataset.weak = String(P.separation.weak);
+    }
     const score = col(P.heads, 'score'), est = col(P.heads, 'estimate_score'), ld = col(P.heads, 'logit_diff');
     const m = P.summary;
     let vmax = 1e-9;

@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.patches import FancyArrowPatch
 
 from .style import PALETTE, TWO_COLUMNS, figure, styled
+from .patching import separated
 
 INPUT_COLOURS = {"q": PALETTE[0], "k": PALETTE[1], "v": PALETTE[2]}
 
@@ -48,5 +49,5 @@ def edge_graph(paths: pd.DataFrame, note: dict):
     ax.legend(loc="upper left", fontsize=6, frameon=False, ncols=5)
     ax.set_title(f"{len(kept)} of {len(paths)} edges with |score| ≥ {threshold:g} into {note['receivers']}; "
                  f"{note['prompts']} prompts, logit difference clean {note['clean_logit_diff']:.3f}, corrupted "
-                 f"{note['corrupted_logit_diff']:.3f}", fontsize=7)
+                 f"{note['corrupted_logit_diff']:.3f}{separated(note)}", fontsize=7)
     return fig

@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..model.arch import head_label
 from ..names import SCORES, top_rows
+from ..patching.separation import headline
 from .style import DIVERGING, TWO_COLUMNS, figure, styled
 
 
@@ -32,10 +33,19 @@ def _fmt(x) -> str:
 def _baseline(note: dict) -> str:
     if "pairs" in note:        # a researcher's pairs file (headwatch/patching/pairs.py): its lengths, not its path
         lengths = note["lengths"]
-        return (f"{note['prompts']} prompt pairs of {lengths[0]}–{lengths[-1]} tokens: logit difference "
+        said = (f"{note['prompts']} prompt pairs of {lengths[0]}–{lengths[-1]} tokens: logit difference "
                 f"answer − distractor clean {note['clean_logit_diff']:.3f}, corrupted {note['corrupted_logit_diff']:.3f}")
-    return (f"{note['prompts']} prompts: logit difference answer − distractor clean {note['clean_logit_diff']:.3f}, "
-            f"corrupted {note['corrupted_logit_diff']:.3f}")
+    else:
+        said = (f"{note['prompts']} prompts: logit difference answer − distractor clean {note['clean_logit_diff']:.3f}, "
+                f"corrupted {note['corrupted_logit_diff']:.3f}")
+    return said + separated(note)
+
+
+def separated(note: dict) -> str:
+    """Whether the pairs separate clean from corrupted (:func:`headwatch.patching.separation.headline`) on a line of
+    its own; nothing for a note made before the verdict was kept."""
+    line = headline(note)
+    return "" if line is None else f"\n{line}"
 
 
 @styled
@@ -123,4 +133,4 @@ def top_heads_table(heads: pd.DataFrame, scores: pd.DataFrame, note: dict):
     return fig
 
 
-__all__ = ["heads_maps", "resid_map", "top_heads_table"]
+__all__ = ["heads_maps", "resid_map", "top_heads_table", "separated"]

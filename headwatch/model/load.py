@@ -245,6 +245,9 @@ def load_model(source, dtype: str = "float32", device: str = "auto") -> LoadedMo
     model_cfg = source if isinstance(source, dict) else {"source": str(source)}
     src, kw = source_of(model_cfg)
     refuse_half_on_cpu(DTYPES[dtype], dev, f"load {src} as {dtype} on {dev.type}")
+    cached = cached_prepared(model_cfg)       # a GGUF converted once, in the user's cache: seconds, not a minute
+    if cached is not None:
+        return from_cache(cached, src, dtype, device)
     try:
         with _model_files(src, passed=(OSError,)):
             model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype], attn_implementation="eager", **kw,
@@ -260,3 +263,68 @@ def load_model(source, dtype: str = "float32", device: str = "auto") -> LoadedMo
     with _model_files(src):
         _finite_weights(model, f"load {src}")
         return LoadedModel(model, tok, Adapter(model))
+
+
+# ------------------------------------------------------------------ the user's cache of prepared models
+def cached_prepared(model_cfg: dict, files=None) -> Path | None:
+    """The prepared folder of the model ``model_cfg`` in the user's cache (:mod:`headwatch.model.sources.cache`:
+    where, the key, the checks), made by :func:`prepare_model` when it is missing or damaged; None for a
+    source the cache does not keep (a folder, a hub id: ``files`` None) or where the cache cannot be written
+    (the model then loads from its source, as without a cache). ``files``: the source's files its key
+    hashes (default: :func:`~headwatch.model.sources.cache.source_files`).
+
+    The entry is made under a name no other writer has and renamed into place (:func:`headwatch.paths.written`):
+    two processes filling it at once each make one, and the later finds the earlier's, verified, in place."""
+    from .sources import cache
+
+    files = cache.source_files(model_cfg) if files is None else files
+    if files is None:
+        return None
+    src, kw = source_of(model_cfg)
+    t0 = time.perf_counter()
+    key = cache.source_key(files, kw)
+    entry = cache.entry_path(key, Path(kw.get("gguf_file") or src).stem)
+    why = cache.damage(entry, key)
+    if why is None:
+        log.info("model cache: %s verified in %.2f s (source %s)", entry, time.perf_counter() - t0, src)
+        return entry
+    if why != "missing":
+        log.warning("model cache: %s is damaged (%s): made again from %s", entry, why, src)
+        _set_aside(entry)
+    step = "its folder"
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with paths.written(entry) as tmp:
+            step = "the entry"
+            prepare_model(model_cfg, tmp)          # the source's own errors (not found, a bad file) go to the caller
+            cache.seal(tmp, key, src)
+            step = "its name"                      # the rename: refused where another process's entry stands
+    except ModelNotFoundError:
+        raise
+    except OSError as err:
+        if step == "its name" and cache.damage(entry, key) is None:
+            log.info("model cache: %s was filled by another process meanwhile; using it", entry)
+            return entry
+        log.warning("model cache: cannot write %s of %s (%s); loading %s without the cache", step, entry,
+                    one_line(err), src)
+        return None
+    log.info("model cache: %s made from %s in %.1f s", entry, src, time.perf_counter() - t0)
+    return entry
+
+
+def _set_aside(entry: Path) -> None:
+    """Move a damaged entry out of the way in one rename, then remove it (another process may have done so)."""
+    aside = paths.temporary(entry)
+    try:
+        os.rename(entry, aside)
+    except OSError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def from_cache(entry: Path, src: str, dtype: str = "float32", device: str = "auto") -> LoadedModel:
+    """:func:`load_prepared` of a cache entry, the model named by its source ``src`` as a load from the
+    source names it (its ``name_or_path``: what a page and an error call the model)."""
+    loaded = load_prepared(entry, dtype, device)
+    loaded.model.config._name_or_path = src
+    return loaded

@@ -19,7 +19,7 @@ from ..jobs import phases
 from ..model.arch import head_label
 from ..model.device import exact_numerics
 from ..names import top_heads
-from . import guards, pairs
+from . import guards, pairs, separation
 from .attribution import attribution_patching
 from .patcher import Patch, Patcher, head_patches, position_patches, prompt_mask, prompt_tensors, resid_patches
 from .prompts import task_note, position_labels
@@ -175,6 +175,7 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, 
     names = phrase_probabilities(model, adapter, phrases, settings.phrase) if phrases is not None else None
     note = dict(task_note(prompts), prompts=len(prompts), length=patcher.length, position_labels=labels,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,
+                **separation.of_patcher(patcher, settings.rounding_factor),
                 **(dict(names_phrase=f"{names['phrase']}: p(IO = {names['io']!r}) = {names['p_io']:.4g}, "
                                      f"p(S = {names['s']!r}) = {names['p_s']:.4g} at its last position",
                         names_phrase_p_io=names["p_io"], names_phrase_p_s=names["p_s"]) if names else {}),

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..guards import GuardRecords, rounding
 from ..jobs import phases
-from . import guards
+from . import guards, separation
 from ..model.arch import Adapter, head_label, ungrouped_config
 from ..model.device import exact_numerics
 from .pairs import one_length
@@ -153,6 +153,7 @@ def _run_kv_patching(model, adapter, prompts, settings: PatchingSettings, step):
     note = dict(task_note(prompts), **subset, prompts=n, length=patcher.length, kv_heads=adapter.n_kv_heads, heads=adapter.n_heads,
                 group_size=adapter.group_size,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,
+                **separation.of_patcher(patcher, settings.rounding_factor),
                 patched_kv="a key/value group's slice of the key (k) or value (v) projection output, before any "
                            "rotary embedding, from the clean run over every position; read by every query head "
                            "of the group (heads); with kv heads = heads each group is one head",

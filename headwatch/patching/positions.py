@@ -54,6 +54,7 @@ from ..ablation.cut import heads_one_per_layer, plan_chunks
 from ..model.device import exact_numerics
 from ..model.interventions import capture, intervene, skip
 from ..names import top_heads
+from . import separation
 from .pairs import one_length
 from .prompts import task_note, position_labels
 from .patcher import Patch, Patcher, logit_diff, position_patches, prompt_tensors
@@ -232,6 +233,7 @@ def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingS
                               logit_diff=mean, score=patcher.score(mean)))
     note = dict(task_note(prompts), **subset, prompts=patcher.n, length=patcher.length, position_labels=labels,
                 clean_logit_diff=patcher.clean_mean, corrupted_logit_diff=patcher.corrupted_mean,
+                **separation.of_patcher(patcher, settings.rounding_factor),
                 heads_patched=len(heads), heads_total=len(heads_table),
                 heads_chosen="every head" if k == len(heads_table) else f"the top {k} heads of the head sweep by score",
                 cached="a head's z patched at one position p: positions p.. of the layers from the head's up "

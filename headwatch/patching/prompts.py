@@ -27,6 +27,13 @@ TASK_KEYS = ("task", "metric", "score", "patched", "padding")
 """The keys of a prompts table's note that say what its patching measures."""
 
 
+def carried(note: dict) -> str:
+    """What the heads a patching sweep finds carry, in the words of the prompts' task (``note["task"]``): the
+    name, on the two-names prompts (the indirect object); the answer, on a researcher's pairs of any kind
+    (digits, code, names)."""
+    return "the name" if note.get("task") == TASK_NOTE["task"] else "the answer"
+
+
 def task_note(prompts: pd.DataFrame) -> dict:
     """What patching on ``prompts`` measures (:data:`TASK_KEYS`): the prompts' own note where it says
     (the two-names set's, a pairs file's, a notebook's pairs); else, for a table without one, the

@@ -56,13 +56,26 @@ def pairs_path(value: str, workdir: str | Path = ".", outside: bool = False) -> 
                          else str(err)) from err
 
 
+def _lacks(have, what: str) -> str:
+    """``what`` (the header line, a line's keys) lacks the columns it does: each with the name it has that most
+    likely misspells it (``'corupted': did you mean 'corrupted'?``), and the columns."""
+    from ..names import did_you_mean
+
+    missing = [c for c in COLUMNS if c not in have]
+    said = []
+    for c in missing:
+        typo = next((h for h in have if h not in COLUMNS and did_you_mean(h, [c])), None)
+        said.append(f"{c!r}" + (f" (it has {typo!r}: {did_you_mean(typo, [c])})" if typo else ""))
+    return f"{what} lacks the column(s) {', '.join(said)}; the columns are {list(COLUMNS)}" if missing else ""
+
+
 def _rows_csv(text: str, name: str):
     reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
-    header = reader.fieldnames or []
-    missing = [c for c in COLUMNS if c not in header]
-    if missing:
-        raise PairsError(f"{name}: the header line {header} lacks the column(s) {missing}; the columns are "
-                         f"{list(COLUMNS)}")
+    header = [h.strip() for h in reader.fieldnames or []]      # "clean, corrupted, …": the names, not the spaces
+    reader.fieldnames = header
+    lacks = _lacks(header, f"the header line {header}")
+    if lacks:
+        raise PairsError(f"{name}: {lacks}")
     try:
         for row in reader:
             extra = row.get(None)
@@ -85,9 +98,9 @@ def _rows_jsonl(text: str, name: str):
         if not isinstance(row, dict):
             raise PairsError(f"{name}, line {line}: a JSON {type(row).__name__}, not an object with the keys "
                              f"{list(COLUMNS)}")
-        missing = [c for c in COLUMNS if c not in row]
-        if missing:
-            raise PairsError(f"{name}, line {line}: lacks the key(s) {missing}; each line holds {list(COLUMNS)}")
+        lacks = _lacks(list(row), f"its keys {list(row)}")
+        if lacks:
+            raise PairsError(f"{name}, line {line}: {lacks}")
         yield line, row
 
 
@@ -124,6 +137,27 @@ def read_pairs(path: str | Path, max_rows: int = MAX_ROWS) -> list[dict]:
     return rows
 
 
+def _space_fix(tokenizer, r: dict, col: str) -> str:
+    """The fix for an answer (``col`` of row ``r``) whose leading space the tokenizer keeps as a token of its own
+    (SmolLM2's digits: ``" 7"`` is ``" "`` and ``"7"``): the space goes to the end of both prompts, and the answer
+    is the token after it."""
+    text = r[col]
+    bare = text.lstrip(" ")
+    if bare == text or not bare:
+        return ""
+    ids = tokenizer(bare, add_special_tokens=False).input_ids
+    spaced = tokenizer(text, add_special_tokens=False).input_ids
+    if spaced[len(spaced) - len(ids):] != ids:
+        return ""
+    other = "distractor" if col == "answer" else "answer"
+    fix = (f"give the {col} as {bare!r}, one token" if len(ids) == 1 else
+           f"choose a {col} of one token after it ({bare!r} is {len(ids)})")
+    clean = r["clean"].rstrip(" ")
+    shown = clean if len(clean) <= 40 else "…" + clean[-39:]
+    return (f". The leading space is a token of its own here: end the clean and the corrupted prompt with it "
+            f"({shown + ' '!r}, not {shown!r}) and {fix}; the {other} likewise")
+
+
 def pair_errors(rows: list[dict], tokenizer, name: str, model: str, context: int | None = None) -> list[str]:
     """Each row's tokens for one model: the answer and the distractor one token each (and not the
     same), the clean and corrupted prompts of the same number of tokens, within the context."""
@@ -136,7 +170,7 @@ def pair_errors(rows: list[dict], tokenizer, name: str, model: str, context: int
             try:
                 ids[col] = single_token(tokenizer, r[col], f"{where}: {col}")
             except ValueError as err:
-                errors.append(f"{err}{of}")
+                errors.append(f"{err}{of}{_space_fix(tokenizer, r, col)}")
         if r["clean"] == r["corrupted"]:
             errors.append(f"{where}: the clean and the corrupted prompt are the same text{of}; patching "
                           "one run into the other changes nothing, and every score would divide by a gap of 0")

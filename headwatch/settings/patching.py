@@ -44,6 +44,17 @@ class PatchingError(ValueError):
     """
 
 
+class WeakPairsWarning(UserWarning):
+    """Prompt pairs that do not separate clean from corrupted: the interval of the gap clean − corrupted
+    (the scores' denominator) holds 0, so the normalized scores are noise (protocol §5d, "Do the pairs
+    separate?"; :mod:`headwatch.patching.separation`). :func:`headwatch.patch_heads` warns once per call; every
+    patching table's note says it (``pairs_separate``, ``separation``).
+
+    >>> import warnings
+    >>> warnings.simplefilter("error", hw.WeakPairsWarning)     # make weak pairs stop a script
+    """
+
+
 @dataclass(frozen=True)
 class PatchingSettings(Settings):
     """Every key under ``patching:`` (config/config.yaml says what each means); a key outside the

@@ -140,6 +140,14 @@ def limits_of(shape: dict | None) -> dict:
     return out
 
 
+READ_AS_NUMBER = ("a number, not a text: pd.read_csv reads a column of digits as numbers, and a number has lost the "
+                  "text the tokenizer reads (' 7' and '7' both become 7, '07' too); read the file with "
+                  "pd.read_csv(path, dtype=str, keep_default_na=False)")
+"""A text cell that holds a number: refused, not turned back into a text, since which text it was is lost."""
+READ_AS_NAN = ("empty (NaN): pd.read_csv reads an empty cell, and texts such as 'NA' or 'null', as NaN; read the file "
+               "with pd.read_csv(path, dtype=str, keep_default_na=False)")
+
+
 def _whole(value) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
@@ -154,7 +162,11 @@ def _kind_error(value, kind, limits: dict) -> str | None:
         hint = did_you_mean(value, kind) if isinstance(value, str) else ""
         return f"{shown(value)} is not one of {list(kind)}" + (f"; {hint}" if hint else "")
     if kind == "text":
-        return None if isinstance(value, str) and value.strip() else f"{shown(value)} is not a non-empty text"
+        if isinstance(value, str) and value.strip():
+            return None
+        if isinstance(value, Real) and not isinstance(value, bool):
+            return f"{shown(value)} is {READ_AS_NUMBER if value == value else READ_AS_NAN}"
+        return f"{shown(value)} is not a non-empty text"
     if kind == "flag":
         return None if type(value).__name__ in ("bool", "bool_") else f"{shown(value)} is not True or False"
     if kind == "number_or_nan":

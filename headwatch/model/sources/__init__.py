@@ -15,10 +15,12 @@ tokenizer excepted, made once):
 * :mod:`.facts` — a model's shape (``config.json``, a GGUF's header read within its file's size)
   and tokenizer, its shape numbers checked against their bounds (:mod:`.limits`); a safetensors file's
   header read as data;
+* :mod:`.errors` — :class:`ConfigError`, :class:`ModelNotFoundError`, :class:`ModelFileError`;
+* :mod:`.cache` — the user's cache of prepared models: where it lives, an entry's key (the source's
+  bytes), its record and its check (the loader fills it: :func:`headwatch.model.load.cached_prepared`).
 
-* :mod:`.errors` — :class:`ConfigError`, :class:`ModelNotFoundError`, :class:`ModelFileError`.
-
-Every public name is importable from ``headwatch.model.sources``.
+Every public name is importable from ``headwatch.model.sources``, the cache's from its module
+(``sources.cache``).
 """
 from .errors import ConfigError, ModelFileError, ModelNotFoundError  # noqa: F401
 from .facts import (ModelFacts, family_error, gguf_header, model_facts, read_shape, safetensors_header,  # noqa: F401
