@@ -163,8 +163,11 @@ def test_identical_prompts_and_a_gap_of_zero_are_said_not_computed(api):
     with pytest.raises(ValueError, match="the clean and the corrupted prompt are the same text"):
         hw.prompt_pairs(m, same)
     flat = prompts.assign(corrupted_ids=prompts["clean_ids"])       # corrupted = clean, made past the pairs check
-    with pytest.raises(ValueError, match="no circuit can be measured against it"):
-        hw.edge_faithfulness(m, flat, hw.edge_scores(m, flat.head(2)))
+    edges = hw.edge_scores(m, prompts)
+    for call in (lambda: hw.edge_scores(m, flat.head(2)), lambda: hw.edge_faithfulness(m, flat, edges)):
+        with pytest.raises(ValueError, match="the clean and the corrupted ids are the same; patching one run into "
+                                             "the other changes nothing, and every score would divide by a gap of 0"):
+            call()
 
 
 # ------------------------------------------------------------------ a failed rerun loses nothing

@@ -23,8 +23,8 @@ WEAK = pd.DataFrame(dict(clean=["When Mary and John went to the shop, John gave 
                                     "When Mary and John went to the shop, John gave a drink to",
                                     "When Alice and Bob went to the park, Tom gave a book to"],
                          answer=[" Mary"] * 3, distractor=[" John"] * 3))
-#: One pair three times: no spread, a gap far above rounding.
-STRONG = pd.DataFrame({c: [WEAK[c][0]] * 3 for c in WEAK.columns})
+#: One pair: no spread to weigh, its gap far above rounding (a pair given twice is refused: tables by their keys).
+STRONG = WEAK.head(1)
 
 
 def test_the_verdict_on_hand_computed_gaps():

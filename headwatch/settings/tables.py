@@ -152,8 +152,8 @@ def _whole(value) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
-def _kind_error(value, kind, limits: dict) -> str | None:
-    """What is wrong with one cell (or argument) of ``kind`` (None: nothing)."""
+def _kind_error(value, kind, limits: dict, cell: bool = True) -> str | None:
+    """What is wrong with one cell (or, ``cell`` False, an argument) of ``kind`` (None: nothing)."""
     if kind == "any":
         return None
     if isinstance(kind, tuple):
@@ -164,7 +164,7 @@ def _kind_error(value, kind, limits: dict) -> str | None:
     if kind == "text":
         if isinstance(value, str) and value.strip():
             return None
-        if isinstance(value, Real) and not isinstance(value, bool):
+        if cell and isinstance(value, Real) and not isinstance(value, bool):     # a table's cell: pd.read_csv's
             return f"{shown(value)} is {READ_AS_NUMBER if value == value else READ_AS_NAN}"
         return f"{shown(value)} is not a non-empty text"
     if kind == "flag":
@@ -259,7 +259,7 @@ def _column_error(column, kind, limits: dict):
 def check_value(value, kind, function: str, argument: str, shape: dict | None = None):
     """Refuse an argument that is not of ``kind`` (one of the column kinds above), naming ``function``
     (``"hw.sequences"``) and ``argument`` as given; returned as it is."""
-    why = _kind_error(value, kind, limits_of(shape))
+    why = _kind_error(value, kind, limits_of(shape), cell=False)
     if why:
         said = why[len(shown(value)):] if why.startswith(f"{shown(value)} ") else f": {why}"
         raise ConfigError(f"{function}: {argument}={shown(value)}{said}")
