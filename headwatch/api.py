@@ -1231,8 +1231,8 @@ def _lens_memory(m, prompts: pd.DataFrame, settings, lens: bool) -> None:
 
 def _patched_heads(m, heads, prompts) -> int:
     """``heads`` (:func:`patch_heads`' table) checked for :func:`direct_effects`: one row per head of ``m``, its
-    ``logit_diff`` and ``score_rank``, patched on as many prompts as ``prompts`` where its note says; the protocol's
-    ``patching.top_k`` (the heads that matter) returned."""
+    ``logit_diff`` and ``score_rank``, patched on as many prompts as ``prompts`` where its note says; the heads that
+    matter returned: the top ``top_k`` its note names (the sweep's own), else the protocol's ``patching.top_k``."""
     from .settings.tables import TableError
 
     _table(m, heads, "heads", "heads")
@@ -1241,11 +1241,13 @@ def _patched_heads(m, heads, prompts) -> int:
     if len(heads) != L * H or heads.duplicated(["layer", "head"]).any():
         raise TableError(f"heads has {len(heads)} rows, not one per head of the model's {L} layers × {H} heads: pass "
                          "the table hw.patch_heads(m, prompts) returned")
-    said = (heads.attrs.get("note") or {}).get("prompts")
+    note = heads.attrs.get("note") or {}
+    said = note.get("prompts")
     if said is not None and said != len(prompts):
         raise TableError(f"heads were patched on {said} prompts, prompts holds {len(prompts)}: a head's total effect "
                          "and its direct effect must be of the same prompts")
-    return _patching(None, {}).top_k
+    top_k = note.get("top_k")
+    return int(top_k) if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0 else _patching(None, {}).top_k
 
 
 @_public

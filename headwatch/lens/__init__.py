@@ -7,5 +7,6 @@ without patching, each beside what patching measures.
   the Q-, K- and V-composition scores of every pair of heads, each beside a null of random matrices;
 * :mod:`.prediction` — the weights against the activations: composition scores against path patching,
   the copying score against the induction score, a verdict per model; the known circuit ranked by the
-  weights.
+  weights; the explorer panel's table (:func:`~headwatch.lens.prediction.explorer_panel`: per head what
+  it writes, matches, reads and feeds).
 """
