@@ -1259,8 +1259,9 @@ def direct_effects(m, prompts: pd.DataFrame, heads: pd.DataFrame | None = None, 
     direct part of patching the component clean → corrupted (``component, kind, layer, head, clean,
     corrupted, direct, direct_sem``); its guard: the terms sum to the logit difference. With ``heads``
     (:func:`patch_heads`' table on the same prompts), ``attrs["tables"]["heads"]``: each head's direct
-    effect beside its total effect, the indirect rest and its share, the heads of patching's top ``top_k``
-    that act mostly through others (``through_others``). Cost: the clean and the corrupted forward pass.
+    effect beside its total effect, the indirect rest and its share (with its range over the direct effect's
+    interval), the heads of patching's top ``top_k`` that act mostly through others (``through_others``;
+    ``resolved`` when the share's range is on one side of 1/2). Cost: the clean and the corrupted forward pass.
 
     >>> direct = hw.direct_effects(m, prompts, heads)
     >>> direct.attrs["tables"]["heads"].nlargest(5, "total")[["label", "direct", "total", "indirect_share"]]

@@ -18,7 +18,7 @@ rule lens_direct:
         logit_lens=paths.lens_table("{model}", "logit_lens"),
         guards=paths.lens_guards("{model}"),
     params:
-        lens=lens_slice("batch", "rounding_factor"),
+        lens=lens_slice("batch", "rounding_factor", "confidence"),
         top_k=config["patching"]["top_k"],
         dtype=lambda w: get_dtype(w.model),
     log:

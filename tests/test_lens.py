@@ -145,6 +145,13 @@ def test_each_head_beside_its_total_effect_by_hand():
     assert t.loc["L0H1", "indirect_share"] == pytest.approx(1 / 2) and not t.loc["L0H1", "through_others"]
     assert not D.beside_patching(direct, heads, 0.5, top_k=1).set_index("label").loc["L1H1", "through_others"]
     assert D.THROUGH_OTHERS == 0.5
+    assert (t["share_low"] == t["indirect_share"]).all() and (t["share_high"] == t["indirect_share"]).all()
+    assert list(t["resolved"]) == [True, False, True, True]      # without a spread; 1/2 itself is on no side
+    # direct 1 ± 1 (q = 1 at 68.27 %), total 3: the share runs from 1/3 (direct 2) to 1 (direct 0)
+    low, high = D.share_interval(np.array([1.0]), np.array([1.0]), np.array([3.0]), 0.682689492)
+    assert low[0] == pytest.approx(1 / 3, abs=1e-6) and high[0] == pytest.approx(1.0)
+    wide = D.beside_patching(direct.assign(direct_sem=1.0), heads, 0.5, top_k=3, confidence=0.682689492)
+    assert not wide.set_index("label").loc["L0H0", "resolved"]          # 1/3 … 1 meets 1/2
 
 
 # ------------------------------------------------------------------ the weights' circuits by hand

@@ -350,7 +350,8 @@ def _direct_effects(model, adapter, prompts, settings: LensSettings, heads, top_
         with records.guard("lens_is_the_output"):
             records.add(lens_is_the_output(adapter, lens_cases, settings.rounding_factor))
         lens_table = _lens_table(prompts, lens_sums, adapter.n_layers)
-    heads_table = None if heads is None else beside_patching(table, heads, lds["corrupted"], top_k)
+    heads_table = None if heads is None else beside_patching(table, heads, lds["corrupted"], top_k,
+                                                             settings.confidence or 0.95)
     note = dict(task_note(prompts), **DIRECT_NOTE, prompts=n, clean_logit_diff=lds["clean"],
                 corrupted_logit_diff=lds["corrupted"], components=len(labels),
                 softcap=reader.softcap or 0.0,
@@ -362,12 +363,15 @@ def _direct_effects(model, adapter, prompts, settings: LensSettings, heads, top_
                         + f" ({reader.final['kind']}) at each run's own scale"),
                 seconds=round(seconds, 3),
                 **(dict(through_others_rule=f"|indirect| / (|direct| + |indirect|) > {THROUGH_OTHERS:g} among the "
-                                            f"top {top_k} heads by patching score", top_k=top_k)
+                                            f"top {top_k} heads by patching score; resolved when the share's range "
+                                            "over the direct effect's interval (share_low, share_high) is on one "
+                                            f"side of {THROUGH_OTHERS:g}", top_k=top_k)
                    if heads is not None else {}),
                 **(dict(LENS_NOTE, depths=adapter.n_layers + 1) if lens else {}))
     if heads_table is not None:
-        named = heads_table[heads_table["through_others"]]
-        note["through_others"] = " ".join(named.sort_values("score_rank")["label"]) or "none"
+        named = heads_table[heads_table["through_others"]].sort_values("score_rank")
+        note["through_others"] = " ".join(f"{r.label}" + ("" if r.resolved else " (not resolved)")
+                                          for r in named.itertuples()) or "none"
     tables = dict(direct=table, heads=heads_table, logit_lens=lens_table)
     guarded = records.record(model, tables, note)
     log.info("direct effects of %d components on %d prompts in %.2f s; clean %.4f, corrupted %.4f", len(labels), n,
@@ -376,28 +380,51 @@ def _direct_effects(model, adapter, prompts, settings: LensSettings, heads, top_
 
 
 # ------------------------------------------------------------------ beside patching's total effect
-def beside_patching(direct: pd.DataFrame, heads: pd.DataFrame, corrupted: float, top_k: int | None) -> pd.DataFrame:
+def _share(direct, total):
+    """``|total − direct| / (|direct| + |total − direct|)`` (0 where both are 0), elementwise."""
+    ind = total - direct
+    size = np.abs(direct) + np.abs(ind)
+    return np.divide(np.abs(ind), size, out=np.zeros_like(size, dtype=float), where=size > 0)
+
+
+def share_interval(direct: np.ndarray, sem: np.ndarray, total: np.ndarray, confidence: float) -> tuple:
+    """The indirect share's range over the direct effect's interval ``direct ± q·sem`` (``q`` the normal
+    quantile of ``confidence``; the total held at its mean): (lowest, highest) per head, the share taken at
+    the interval's ends, at 0 and at the total (where it turns) when inside, and on a grid between."""
+    from scipy.stats import norm
+
+    q = float(norm.ppf(0.5 + confidence / 2))
+    lo, hi = direct - q * sem, direct + q * sem
+    grid = np.linspace(0, 1, 101)[:, None]
+    points = [lo + grid * (hi - lo)] + [np.where((lo <= c) & (c <= hi), c, lo)[None] for c in (0 * total, total)]
+    shares = _share(np.concatenate(points), np.broadcast_to(total, (len(grid) + 2, len(total))))
+    return shares.min(0), shares.max(0)
+
+
+def beside_patching(direct: pd.DataFrame, heads: pd.DataFrame, corrupted: float, top_k: int | None,
+                    confidence: float = 0.95) -> pd.DataFrame:
     """Per head: its direct effect (the direct part of patching it clean -> corrupted), its total effect
     (:func:`headwatch.patch_heads`' patched − corrupted logit difference on the same prompts), the rest
-    (indirect), the indirect share of the effect's size, and whether it acts mostly through others
-    (:data:`THROUGH_OTHERS`, among the top ``top_k`` heads by patching score; None: every head)."""
+    (indirect), the indirect share of the effect's size with its range over the direct effect's interval
+    (``confidence``; the head sweep keeps no per-prompt total, so the total's own spread is not in it),
+    and whether it acts mostly through others (:data:`THROUGH_OTHERS`, among the top ``top_k`` heads by
+    patching score; None: every head) — ``resolved`` when the share's whole range is on one side of it."""
     mine = direct[direct["kind"] == "head"].set_index(["layer", "head"])
     theirs = heads.assign(layer=heads["layer"].astype(int), head=heads["head"].astype(int)).set_index(["layer", "head"])
     keys = [(int(l), int(h)) for l, h in mine.index]
     total = np.array([float(theirs.loc[k, "logit_diff"]) for k in keys]) - corrupted
-    dir_ = mine["direct"].to_numpy(dtype=float)
-    ind = total - dir_
-    size = np.abs(dir_) + np.abs(ind)
-    share = np.divide(np.abs(ind), size, out=np.zeros_like(size), where=size > 0)
+    dir_, sem = mine["direct"].to_numpy(dtype=float), mine["direct_sem"].to_numpy(dtype=float)
+    share = _share(dir_, total)
+    low, high = share_interval(dir_, sem, total, confidence)
     matter = set(top_heads(theirs.reset_index(), "score", top_k)) if top_k else set(keys)
     out = pd.DataFrame(dict(layer=[k[0] for k in keys], head=[k[1] for k in keys],
-                            label=[head_label(*k) for k in keys], direct=dir_,
-                            direct_sem=mine["direct_sem"].to_numpy(dtype=float),
-                            direct_clean=mine["clean"].to_numpy(dtype=float), total=total, indirect=ind,
-                            indirect_share=share,
+                            label=[head_label(*k) for k in keys], direct=dir_, direct_sem=sem,
+                            direct_clean=mine["clean"].to_numpy(dtype=float), total=total, indirect=total - dir_,
+                            indirect_share=share, share_low=low, share_high=high,
                             score_rank=[int(theirs.loc[k, "score_rank"]) if "score_rank" in theirs.columns else 0
                                         for k in keys]))
     out["through_others"] = [bool(s > THROUGH_OTHERS and k in matter) for s, k in zip(share, keys)]
+    out["resolved"] = (low > THROUGH_OTHERS) | (high < THROUGH_OTHERS)
     return out
 
 
