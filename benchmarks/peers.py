@@ -26,8 +26,9 @@ The tasks (SmolLM2-135M, float32, the protocol's phrases and two-names prompts):
 * ``direct``      — every head's direct logit attribution, clean and corrupted runs (TransformerLens's
                     ``stack_head_results`` with ``apply_ln``, on a bridge whose weights are processed as
                     HookedTransformer's; ``hw.direct_effects``);
-* ``composition`` — the Q-, K- and V-composition scores of every pair of heads (TransformerLens's
-                    ``all_composition_scores`` on the processed weights; ``hw.weight_circuits``).
+* ``composition`` — the Q-, K- and V-composition scores of every pair of heads of the first layers
+                    (TransformerLens's ``composition_scores``, what its ``all_composition_scores`` calls, on
+                    the processed weights; headwatch's factored forms, ``headwatch.lens.composition``).
 
 For each task every peer runs once untimed and its result is compared with headwatch's (max |Δ| within
 the task's tolerance, else the run stops: a time counts only for the same numbers); then ``--rounds``
@@ -68,11 +69,13 @@ import torch  # noqa: E402
 PREPARED = ROOT / "results" / "models" / "smollm2-135m"
 TASKS = ("maps", "cuts", "patch_heads", "positions", "attribution", "paths", "edges", "direct", "composition")
 QUICK = dict(prompts=4, phrases=("names", "noise"), heads=6, position_heads=2, receiver_layers=1, edge_prompts=4,
-             rounds=2)
-FULL = dict(prompts=8, phrases=None, heads=27, position_heads=4, receiver_layers=2, edge_prompts=4, rounds=3)
+             rounds=2, composition_layers=8)
+FULL = dict(prompts=8, phrases=None, heads=27, position_heads=4, receiver_layers=2, edge_prompts=4, rounds=3,
+            composition_layers=12)
 """The two forms: prompts of the two-names task, phrases (None: every phrase of the protocol), heads of
 the every-head tasks (None: all 270; 27 is every tenth), heads of the per-position task, the layers below
-the receiver whose heads send (None: every earlier layer), prompts of the edges task, rounds. The full
+the receiver whose heads send (None: every earlier layer), prompts of the edges task, rounds, the layers whose
+heads' composition scores are compared (None: all; TransformerLens's all-pairs tensor grows with their square). The full
 form is sized to take about 20 minutes on 2 cores: TransformerLens's loops grow with every head and
 edge, and its edge attribution takes 20 s a prompt — the ratios, not the sizes, are what it measures."""
 
@@ -634,43 +637,52 @@ def task_direct(st: Setup) -> Task:
 
 
 def task_composition(st: Setup) -> Task:
-    import headwatch as hw
+    from types import SimpleNamespace
+
+    from transformer_lens.utilities.matrix import composition_scores
+
     from headwatch.guards import Rounding
+    from headwatch.lens import composition as C
 
     b = _processed_bridge(st)
     a = st.adapter
-    L, H, W, d = a.n_layers, a.n_heads, a.width, a.head_dim
-    settings = dict(hw.load_config()["lens"])
+    k = min(st.form["composition_layers"] or a.n_layers, a.n_layers)
+    H, W, d, g = a.n_heads, a.width, a.head_dim, a.group_size
+    first = SimpleNamespace(n_layers=k, n_heads=H, group_size=g)          # the first k layers, as an adapter says them
 
     def headwatch():
-        c = hw.weight_circuits(st.m, settings=settings).attrs["tables"]["composition"]
+        made = [C.factors(C.layer_weights(a, l)) for l in range(k)]
+        c = C.composition_table(first, made)
         return np.concatenate([c.loc[c["input"] == i, "head_score"].to_numpy() for i in ("q", "k", "v")])
 
     @torch.no_grad()
     def transformer_lens():
+        later = torch.tensor([(l, h, m, j) for l in range(k) for h in range(H) for m in range(l + 1, k)
+                              for j in range(H)])
+        OV, QK = b.OV[:k], b.QK[:k]
         out = []
-        later = torch.tensor([(l, h, m, k) for l in range(L) for h in range(H) for m in range(l + 1, L)
-                              for k in range(H)])
-        for mode in "QKV":
-            scores = b.all_composition_scores(mode).scores
+        for right in (QK, QK.T, OV):                  # what all_composition_scores pairs with OV for Q, K, V
+            scores = composition_scores(OV, right, broadcast_dims=True)
             out.append(scores[later[:, 0], later[:, 1], later[:, 2], later[:, 3]].double().numpy())
         return np.concatenate(out)
 
-    pairs = H * H * L * (L - 1) // 2
-    g = a.group_size
+    pairs = H * H * k * (k - 1) // 2
     mine = pairs * W * d * d * (1 + 2 / g) + 2 * pairs * d ** 3 * (1 + 1 / g)
-    theirs = 3 * (L * H) ** 2 * W * d * d
+    theirs = 3 * (k * H) ** 2 * W * d * d
     bound = Rounding(1.0, "float32", 1.0, 3, W * d, of="a composition score's largest value, 1").bound
-    return Task("composition", f"Q-, K- and V-composition scores of all {pairs:,} pairs of heads in different layers",
+    return Task("composition", f"Q-, K- and V-composition scores of all {pairs:,} pairs of heads in different layers "
+                               f"among the first {k} of {a.n_layers} layers",
                 dict(headwatch=headwatch, transformer_lens=transformer_lens), bound,
                 needed=3 * pairs * W * d * d, macs=dict(headwatch=mine, transformer_lens=theirs),
                 compared="every pair's per-head composition score ||W_OV^A W^B||_F / (||W_OV^A||_F ||W^B||_F) (W^B the "
-                         "receiver's QK, its transpose or its OV): TransformerLens's all_composition_scores on its "
-                         "processed weights, headwatch's head_score; tolerance: float32 rounding of a ratio of three "
-                         "norms of products over width x head size terms",
-                notes=["composition: headwatch's call also makes each head's copying and same-token scores, the key "
-                       "and value groups' scores and the nulls (lens.null_draws draws); TransformerLens scores every "
-                       "ordered pair and masks the ones that do not run to a later layer"])
+                         "receiver's QK, its transpose or its OV): TransformerLens's composition_scores (the function "
+                         "its all_composition_scores calls) on its processed weights, headwatch's head_score; "
+                         "tolerance: float32 rounding of a ratio of three norms of products over width x head size terms",
+                notes=["composition: the first layers only, for both: TransformerLens pairs every head with every head "
+                       "as one [layers, heads, layers, heads, head_dim, head_dim] tensor and more, whose all_composition_"
+                       "scores on all 30 of SmolLM2's layers passed 22 GB of memory and was killed on a 23 GB machine; "
+                       "headwatch's hw.weight_circuits scores all 30 layers (105,705 scores with their nulls) in "
+                       "1.5 GB (docs/protocol.md, §5h)"])
 
 
 BUILDERS = dict(maps=task_maps, cuts=task_cuts, patch_heads=task_patch_heads, positions=task_positions,
