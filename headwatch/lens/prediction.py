@@ -179,8 +179,8 @@ def run_known_weights(models: dict, known: dict, settings: LensSettings) -> tupl
 def explorer_panel(circuits: pd.DataFrame, composition: pd.DataFrame, direct_heads: pd.DataFrame | None = None,
                    paths: pd.DataFrame | None = None) -> pd.DataFrame:
     """The explorer's panel as a plain table, one row per head: what it writes (its OV copying score and
-    its z; with ``direct_heads``, its direct and total effect, the indirect share and whether it acts
-    mostly through others), what it matches (its QK same-token score), whom it reads (the earlier head
+    its z; with ``direct_heads``, its direct and total effect, the indirect share with its range and whether
+    it acts mostly through others, resolved or not), what it matches (its QK same-token score), whom it reads (the earlier head
     and input of the highest composition score into it) and whom it feeds (the later head and input of
     the highest from it), and with ``paths`` the strongest path patching measured into it. Labels
     computed from the tables; a head of layer 0 reads from no head (``reads`` empty), one of the last
@@ -197,7 +197,7 @@ def explorer_panel(circuits: pd.DataFrame, composition: pd.DataFrame, direct_hea
     out["feeds_z"] = [float(out_of.loc[k, "z"]) if k in out_of.index else 0.0 for k in keys]
     if direct_heads is not None:
         d = direct_heads.set_index(["layer", "head"])
-        for col in ("direct", "total", "indirect_share", "through_others"):
+        for col in ("direct", "total", "indirect_share", "share_low", "share_high", "through_others", "resolved"):
             out[col] = [d.loc[k, col] if k in d.index else None for k in keys]
     if paths is not None:
         strongest = paths.reindex(paths["score"].abs().sort_values(ascending=False).index).drop_duplicates(
