@@ -22,7 +22,13 @@ The tasks (SmolLM2-135M, float32, the protocol's phrases and two-names prompts):
 * ``edges``       — edge attribution over the whole graph (TransformerLens 4.3's ``attribution_patch``,
                     edge granularity, which refuses grouped keys: both run on SmolLM2's ungrouped twin, the
                     same function with a key and value per head; its gradient is at the corrupted run, so
-                    headwatch runs EAP-IG's first step, the gradient at the corrupted embeddings).
+                    headwatch runs EAP-IG's first step, the gradient at the corrupted embeddings);
+* ``direct``      — every head's direct logit attribution, clean and corrupted runs (TransformerLens's
+                    ``stack_head_results`` with ``apply_ln``, on a bridge whose weights are processed as
+                    HookedTransformer's; ``hw.direct_effects``);
+* ``composition`` — the Q-, K- and V-composition scores of every pair of heads of the first layers
+                    (TransformerLens's ``composition_scores``, what its ``all_composition_scores`` calls, on
+                    the processed weights; headwatch's factored forms, ``headwatch.lens.composition``).
 
 For each task every peer runs once untimed and its result is compared with headwatch's (max |Δ| within
 the task's tolerance, else the run stops: a time counts only for the same numbers); then ``--rounds``
@@ -61,13 +67,15 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 PREPARED = ROOT / "results" / "models" / "smollm2-135m"
-TASKS = ("maps", "cuts", "patch_heads", "positions", "attribution", "paths", "edges")
+TASKS = ("maps", "cuts", "patch_heads", "positions", "attribution", "paths", "edges", "direct", "composition")
 QUICK = dict(prompts=4, phrases=("names", "noise"), heads=6, position_heads=2, receiver_layers=1, edge_prompts=4,
-             rounds=2)
-FULL = dict(prompts=8, phrases=None, heads=27, position_heads=4, receiver_layers=2, edge_prompts=4, rounds=3)
+             rounds=2, composition_layers=8)
+FULL = dict(prompts=8, phrases=None, heads=27, position_heads=4, receiver_layers=2, edge_prompts=4, rounds=3,
+            composition_layers=12)
 """The two forms: prompts of the two-names task, phrases (None: every phrase of the protocol), heads of
 the every-head tasks (None: all 270; 27 is every tenth), heads of the per-position task, the layers below
-the receiver whose heads send (None: every earlier layer), prompts of the edges task, rounds. The full
+the receiver whose heads send (None: every earlier layer), prompts of the edges task, rounds, the layers whose
+heads' composition scores are compared (None: all; TransformerLens's all-pairs tensor grows with their square). The full
 form is sized to take about 20 minutes on 2 cores: TransformerLens's loops grow with every head and
 edge, and its edge attribution takes 20 s a prompt — the ratios, not the sizes, are what it measures."""
 
@@ -575,8 +583,111 @@ def task_edges(st: Setup) -> Task:
                "headwatch with EAP-IG's first step (the gradient at the corrupted embeddings)"])
 
 
+def _processed_bridge(st: Setup):
+    """A second TransformerLens bridge of the model, its weights processed as HookedTransformer processes them
+    (``enable_compatibility_mode``: the norms' weights folded, centring): the coordinates its direct logit
+    attribution and composition scores are read in (made once, apart from the raw bridge the other tasks hook)."""
+    from ablation import transformer_lens_bridge
+
+    if getattr(st, "processed", None) is None:
+        st.processed, _ = transformer_lens_bridge(st.folder, st.tokenizer, "float32", st.device)
+        st.processed.enable_compatibility_mode(disable_warnings=True)
+    return st.processed
+
+
+def task_direct(st: Setup) -> Task:
+    import headwatch as hw
+
+    b = _processed_bridge(st)
+    H = st.adapter.n_heads
+    heads = len(st.adapter.heads())
+    settings = dict(hw.load_config()["lens"])
+    checked = hw.direct_effects(st.m, st.prompts, settings=settings)        # untimed: the guard's bound
+    bound = checked.attrs["guards"]["sum_is_logit_diff"]["bound"]
+
+    def headwatch():
+        t = hw.direct_effects(st.m, st.prompts, settings=settings)
+        t = t[t["kind"] == "head"]
+        return np.concatenate([t["clean"].to_numpy(), t["corrupted"].to_numpy()])
+
+    @torch.no_grad()
+    def transformer_lens():
+        out = []
+        direction = b.tokens_to_residual_directions(st.io) - b.tokens_to_residual_directions(st.s)
+        for ids in (st.clean, st.corrupted):
+            _, cache = b.run_with_cache(ids)
+            stack = cache.stack_head_results(layer=-1, pos_slice=-1, apply_ln=True)    # [heads, prompts, width]
+            out.append((stack * direction).sum(-1).double().mean(-1).numpy())
+        return np.concatenate(out)
+
+    n, T = st.clean.shape
+    needed = 2 * st.forward_macs(n * T, 0, n) + 2 * n * heads * st.adapter.head_dim * st.adapter.width
+    full = 2 * st.forward_macs(n * T) + 2 * n * heads * st.adapter.head_dim * st.adapter.width
+    return Task("direct", f"every head's direct logit attribution on {n} prompts, clean and corrupted", dict(
+        headwatch=headwatch, transformer_lens=transformer_lens), bound,
+        needed=needed, macs=dict(headwatch=needed, transformer_lens=full),
+        compared=f"each of the {H * st.adapter.n_layers} heads' term of the logit difference answer − distractor at the "
+                 "last position (the final norm's scale frozen: TransformerLens's stack_head_results with apply_ln), "
+                 "mean over the prompts, both runs; tolerance: the sum guard's bound (float32 rounding of every "
+                 "component's products)",
+        notes=["direct effects: TransformerLens on a bridge in compatibility mode (its weights processed as "
+               "HookedTransformer's: the final norm's weight folded into W_U), which runs and caches every hook; "
+               "headwatch captures z, the feed-forward outputs and the stream at the last position, its call with "
+               "the sum guard"])
+
+
+def task_composition(st: Setup) -> Task:
+    from types import SimpleNamespace
+
+    from transformer_lens.utilities.matrix import composition_scores
+
+    from headwatch.guards import Rounding
+    from headwatch.lens import composition as C
+
+    b = _processed_bridge(st)
+    a = st.adapter
+    k = min(st.form["composition_layers"] or a.n_layers, a.n_layers)
+    H, W, d, g = a.n_heads, a.width, a.head_dim, a.group_size
+    first = SimpleNamespace(n_layers=k, n_heads=H, group_size=g)          # the first k layers, as an adapter says them
+
+    def headwatch():
+        made = [C.factors(C.layer_weights(a, l)) for l in range(k)]
+        c = C.composition_table(first, made)
+        return np.concatenate([c.loc[c["input"] == i, "head_score"].to_numpy() for i in ("q", "k", "v")])
+
+    @torch.no_grad()
+    def transformer_lens():
+        later = torch.tensor([(l, h, m, j) for l in range(k) for h in range(H) for m in range(l + 1, k)
+                              for j in range(H)])
+        OV, QK = b.OV[:k], b.QK[:k]
+        out = []
+        for right in (QK, QK.T, OV):                  # what all_composition_scores pairs with OV for Q, K, V
+            scores = composition_scores(OV, right, broadcast_dims=True)
+            out.append(scores[later[:, 0], later[:, 1], later[:, 2], later[:, 3]].double().numpy())
+        return np.concatenate(out)
+
+    pairs = H * H * k * (k - 1) // 2
+    mine = pairs * W * d * d * (1 + 2 / g) + 2 * pairs * d ** 3 * (1 + 1 / g)
+    theirs = 3 * (k * H) ** 2 * W * d * d
+    bound = Rounding(1.0, "float32", 1.0, 3, W * d, of="a composition score's largest value, 1").bound
+    return Task("composition", f"Q-, K- and V-composition scores of all {pairs:,} pairs of heads in different layers "
+                               f"among the first {k} of {a.n_layers} layers",
+                dict(headwatch=headwatch, transformer_lens=transformer_lens), bound,
+                needed=3 * pairs * W * d * d, macs=dict(headwatch=mine, transformer_lens=theirs),
+                compared="every pair's per-head composition score ||W_OV^A W^B||_F / (||W_OV^A||_F ||W^B||_F) (W^B the "
+                         "receiver's QK, its transpose or its OV): TransformerLens's composition_scores (the function "
+                         "its all_composition_scores calls) on its processed weights, headwatch's head_score; "
+                         "tolerance: float32 rounding of a ratio of three norms of products over width x head size terms",
+                notes=["composition: the first layers only, for both: TransformerLens pairs every head with every head "
+                       "as one [layers, heads, layers, heads, head_dim, head_dim] tensor and more, whose all_composition_"
+                       "scores on all 30 of SmolLM2's layers passed 22 GB of memory and was killed on a 23 GB machine; "
+                       "headwatch's hw.weight_circuits scores all 30 layers (105,705 scores with their nulls) in "
+                       "1.5 GB (docs/protocol.md, §5h)"])
+
+
 BUILDERS = dict(maps=task_maps, cuts=task_cuts, patch_heads=task_patch_heads, positions=task_positions,
-                attribution=task_attribution, paths=task_paths, edges=task_edges)
+                attribution=task_attribution, paths=task_paths, edges=task_edges, direct=task_direct,
+                composition=task_composition)
 
 
 # ------------------------------------------------------------------ the run and its record

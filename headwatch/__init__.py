@@ -16,6 +16,8 @@ same functions::
     paths = hw.path_patching(m, prompts, heads)  # head -> head paths into the top heads
     edges = hw.edge_scores(m, prompts)           # every edge of the graph: EAP, EAP-IG
     curves = hw.edge_faithfulness(m, prompts, edges)   # circuits of MIB's sizes, how faithful
+    direct = hw.direct_effects(m, prompts, heads)    # what each head writes into the answer, beside patching
+    circuits = hw.weight_circuits(m)             # OV copying, QK, composition scores: the weights alone
     hw.guards_of(heads)                          # the checks the numbers passed
     mine = hw.sequences(m, ["your own text"])    # your text as the tables the scores read
 
@@ -39,6 +41,8 @@ The library, by stage (each package mirrors a file of ``rules/``; docs/architect
                 groups, attribution patching (AtP, AtP*), the guards of §5d–§5e
     circuits    path patching between heads (§5e), the circuit known before looking (§5f), the
                 edge graph, its attribution (EAP, EAP-IG) and circuits' faithfulness (§5g)
+    lens        direct effects, the logit lens, the weights' circuits (composition, copying) and
+                whether they predict the paths patching measures (§5h)
     anatomy     configs, parameters by block, rotary, KV cache, weights by hand (§6)
     charlm      the sweep's character-level model, its corpus and tokenizers (§7)
     sweep       the training sweep: plan, training, the heads it grows, summaries, studies, course
@@ -60,7 +64,8 @@ __all__ = ["load_config", "load_model", "token_set", "sequences", "attention_map
            "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
            "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
            "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "explore", "set_progress",
-           "ConfigError", "ModelFileError", "ModelNotFoundError", "TableError", "PatchingError", "GuardError",
+           "direct_effects", "logit_lens", "weight_circuits", "weights_vs_paths", "plot_direct", "plot_logit_lens",
+           "plot_weights", "ConfigError", "ModelFileError", "ModelNotFoundError", "TableError", "PatchingError", "GuardError",
            "WeakPairsWarning"]
 
 

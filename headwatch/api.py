@@ -59,7 +59,8 @@ __all__ = [
            "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
            "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
            "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "explore",
-           "set_progress", *ERRORS, *WARNINGS]
+           "set_progress", "direct_effects", "logit_lens", "weight_circuits", "weights_vs_paths", "plot_direct",
+           "plot_logit_lens", "plot_weights", *ERRORS, *WARNINGS]
 
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: its ``config/`` holds the protocol's settings."""
@@ -1432,6 +1433,212 @@ def _explore_tables(m, scores, cuts, heads, paths, edges) -> dict:
         out["edge_scores"] = edges
         made_by["edge_scores"] = "hw.edge_scores"
     return dict(out, made_by=made_by)
+
+
+# ------------------------------------------------------------------ the lens: direct effects, the logit lens, the weights (§5h)
+def _lens(settings, overrides, m=None):
+    from .settings.lens import LensSettings
+
+    return _settings(LensSettings, "lens", settings, overrides, m=m)
+
+
+def _lens_memory(m, prompts: pd.DataFrame, settings, lens: bool) -> None:
+    """Direct effects' (and the logit lens') estimate (:func:`headwatch.config.memory.lens_estimate`): a batch of
+    ``batch`` prompts, both runs' every layer captured, the lens's logits of a depth."""
+    from .config.memory import lens_estimate
+
+    shape, T = _shape(m), max(len(x) for x in prompts.clean_ids)
+    rows = min(settings.batch, len(prompts))
+    _memory(lens_estimate("batch", f"{'the logit lens' if lens else 'direct effects'} of {rows} prompts of {T} tokens "
+                                   "a pass (both runs' every layer captured)", rows, T, shape, shape["weights"], lens,
+                          "give a smaller batch"))
+
+
+def _patched_heads(m, heads, prompts) -> tuple[pd.DataFrame, int]:
+    """``heads`` (:func:`patch_heads`' table) checked for :func:`direct_effects`: one row per head of ``m``, its
+    ``logit_diff`` and ``score_rank``, patched on as many prompts as ``prompts`` where its note says; returned read
+    by its key, with how many heads matter: the top ``top_k`` its note names (the sweep's own), else the protocol's
+    ``patching.top_k``."""
+    from .settings.tables import TableError
+
+    heads = _table(m, heads, "heads", "heads")
+    _table(m, heads, (("logit_diff", "number"), ("score_rank", "positive")), "heads")
+    L, H = m.adapter.n_layers, m.adapter.n_heads
+    if len(heads) != L * H or heads.duplicated(["layer", "head"]).any():
+        raise TableError(f"heads has {len(heads)} rows, not one per head of the model's {L} layers × {H} heads: pass "
+                         "the table hw.patch_heads(m, prompts) returned")
+    note = heads.attrs.get("note") or {}
+    said = note.get("prompts")
+    if said is not None and said != len(prompts):
+        raise TableError(f"heads were patched on {said} prompts, prompts holds {len(prompts)}: a head's total effect "
+                         "and its direct effect must be of the same prompts")
+    top_k = note.get("top_k")
+    return heads, (int(top_k) if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0
+                   else _patching(None, {}).top_k)
+
+
+@_public
+def direct_effects(m, prompts: pd.DataFrame, heads: pd.DataFrame | None = None, settings=None,
+                   **overrides) -> pd.DataFrame:
+    """What each component writes into the answer: the logit difference ``answer − distractor`` at the last
+    position as the sum of every head's, MLP's, embedding's and bias's term, the final norm's scale frozen at
+    the run's own (TransformerLens's ``apply_ln_to_stack``), on the clean run, the corrupted run and as the
+    direct part of patching the component clean → corrupted (``component, kind, layer, head, clean,
+    corrupted, direct, direct_sem``); its guard: the terms sum to the logit difference. With ``heads``
+    (:func:`patch_heads`' table on the same prompts), ``attrs["tables"]["heads"]``: each head's direct
+    effect beside its total effect, the indirect rest and its share (with its range over the direct effect's
+    interval), the heads of patching's top ``top_k`` that act mostly through others (``through_others``;
+    ``resolved`` when the share's range is on one side of 1/2). Cost: the clean and the corrupted forward pass.
+
+    >>> direct = hw.direct_effects(m, prompts, heads)
+    >>> direct.attrs["tables"]["heads"].nlargest(5, "total")[["label", "direct", "total", "indirect_share"]]
+    """
+    from .lens.direct import direct_effects as run
+
+    m = _model(m)
+    s = _lens(settings, overrides, m)
+    prompts = _prompts(m, prompts)
+    heads, top_k = (None, None) if heads is None else _patched_heads(m, heads, prompts)
+    _lens_memory(m, prompts, s, lens=False)
+    table, beside, _, note, guards = run(m.model, m.adapter, prompts, s, heads, top_k)
+    return _done(table, note, guards, **({} if beside is None else dict(heads=beside)))
+
+
+@_public
+def logit_lens(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.DataFrame:
+    """The logit lens: the residual stream after each layer (``depth`` 0: the embeddings) through the final
+    norm — with its own scale, not frozen — and the unembedding, on the clean and the corrupted run: the
+    answer's logit difference, its rank among the vocabulary (1 = the top) and its probability, per depth
+    and position, averaged over the prompts (``run, depth, after, position, token, logit_diff, rank,
+    p_answer, prompts``); its guard: the last depth is the model's output. ``attrs["tables"]["direct"]``:
+    :func:`direct_effects`' table of the same passes. Cost: the vocabulary at every position of every depth.
+
+    >>> lens = hw.logit_lens(m, prompts)
+    >>> hw.plot_logit_lens(lens)
+    """
+    from .lens.direct import direct_effects as run
+
+    m = _model(m)
+    s = _lens(settings, overrides, m)
+    prompts = _prompts(m, prompts)
+    _lens_memory(m, prompts, s, lens=True)
+    table, _, lens, note, guards = run(m.model, m.adapter, prompts, s, lens=True)
+    return _done(lens, note, guards, direct=table)
+
+
+@_public
+def weight_circuits(m, settings=None, **overrides) -> pd.DataFrame:
+    """What the weights alone say, no forward pass: each head's OV copying score (the eigenvalues of its full
+    OV circuit: 1 = it copies what it reads) and QK same-token score, each beside a null of random matrices
+    of the head's shapes (``layer, head, label, kv_group, ov_copying, qk_same_token, ov_copying_z,
+    qk_same_token_z``); ``attrs["tables"]["composition"]``: the Q-, K- and V-composition scores of every
+    pair of heads in different layers (``head_score``: TransformerLens's, per head; ``score``: what a path
+    patches, a key or value group's where heads share them; ``null_mean, null_sd, z``), and
+    ``attrs["tables"]["null"]``: the nulls. A rotary model's QK matrices at query − key offset ``qk_offset``.
+    Cost: about 20 s for SmolLM2-135M's 105,705 scores on two CPU cores.
+
+    >>> circuits = hw.weight_circuits(m)
+    >>> circuits.attrs["tables"]["composition"].nlargest(5, "z")
+    """
+    from .lens.composition import weight_circuits as run
+
+    m = _model(m)
+    s = _lens(settings, overrides, m)
+    with jobs.library_progress():
+        heads, composition, null, note = run(m.adapter, s)
+    return _done(heads, note, composition=composition, null=null)
+
+
+def _composition_of(circuits, argument: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the heads' table, its composition scores), each read by its key."""
+    from .settings.tables import TableError
+
+    circuits, _ = _drawn(circuits, "circuits", argument)
+    composition = (circuits.attrs.get("tables") or {}).get("composition")
+    if composition is None:
+        raise TableError(f"{argument} carries no composition scores (attrs['tables']['composition']): pass the table "
+                         "hw.weight_circuits(m) returned")
+    composition, _ = _drawn(composition, "composition", f"{argument}.attrs['tables']['composition']")
+    return circuits, composition
+
+
+@_public
+def weights_vs_paths(circuits: pd.DataFrame, paths: pd.DataFrame, scores: pd.DataFrame | None = None, settings=None,
+                     **overrides) -> pd.DataFrame:
+    """Do the weights predict the paths that matter? The composition scores (:func:`weight_circuits`) against
+    :func:`path_patching`'s paths on the same edges — Spearman's ρ, its bootstrap interval and the null's
+    range (scores independent of the paths) —, over every input and per input, and with ``scores``
+    (:func:`head_scores`) the OV copying score against the induction score; each row a verdict (yes, no,
+    or not resolved: ``comparison, n, rho, low, high, null_low, null_high, p_null, resolved, verdict``).
+    ``attrs["tables"]["top_paths"]``: each receiver's strongest path and its rank by the weights.
+
+    >>> hw.weights_vs_paths(hw.weight_circuits(m), paths, scores)[["comparison", "verdict"]]
+    """
+    from .lens.prediction import weights_vs_activations
+
+    s = _lens(settings, overrides)
+    circuits, composition = _composition_of(circuits, "circuits")
+    paths, _ = _drawn(paths, "paths", "paths")
+    if scores is not None:
+        scores, _ = _drawn(scores, "scores", "scores")
+    table, top, note = weights_vs_activations(composition, paths, s, circuits, scores)
+    return _done(table, note, top_paths=top)
+
+
+@_public
+def plot_direct(direct: pd.DataFrame):
+    """Direct effects (:func:`direct_effects`): every head's on the clean run as a layer × head map and the
+    largest components; with the heads' table beside patching, each head's direct against its total effect,
+    the heads that act mostly through others named. A Figure.
+
+    >>> hw.plot_direct(hw.direct_effects(m, prompts, heads))
+    """
+    from .settings.tables import PLOT_HEADS
+
+    direct, _ = _drawn(direct, "direct", "direct")
+    beside = (direct.attrs.get("tables") or {}).get("heads")
+    if beside is not None:
+        beside, _ = _drawn(beside, "direct_heads", "direct.attrs['tables']['heads']")
+    heads = direct[direct["kind"] == "head"]
+    if heads.empty:
+        from .settings.tables import TableError
+
+        raise TableError("direct has no head rows (kind 'head'): pass the table hw.direct_effects returned")
+    _at_most((int(heads["layer"].max()) + 1) * (int(heads["head"].max()) + 1), PLOT_HEADS, "cells (layers × heads)",
+             "direct")
+    from .figures.lens import direct_figure
+
+    return _figure(direct_figure(direct, beside))
+
+
+@_public
+def plot_logit_lens(lens: pd.DataFrame):
+    """The logit lens (:func:`logit_lens`): the answer's logit difference, rank and probability at the last
+    position against depth for both runs, and the clean run's logit difference at every depth and position.
+    A Figure.
+
+    >>> hw.plot_logit_lens(hw.logit_lens(m, prompts))
+    """
+    lens, _ = _drawn(lens, "logit_lens", "lens")
+    from .figures.lens import lens_figure
+
+    return _figure(lens_figure(lens))
+
+
+@_public
+def plot_weights(circuits: pd.DataFrame, paths: pd.DataFrame | None = None):
+    """The weights' circuits (:func:`weight_circuits`): each head's OV copying score as a layer × head map and
+    the composition scores beside their null; with ``paths`` (:func:`path_patching`), each measured path's
+    size against its composition score, input by input. A Figure.
+
+    >>> hw.plot_weights(hw.weight_circuits(m), paths)
+    """
+    circuits, composition = _composition_of(circuits, "circuits")
+    if paths is not None:
+        paths, _ = _drawn(paths, "paths", "paths")
+    from .figures.lens import weights_figure
+
+    return _figure(weights_figure(circuits, composition, paths))
 
 
 # ------------------------------------------------------------------ docs/api.md

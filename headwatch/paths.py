@@ -137,6 +137,35 @@ def edges_figure(model: str, name: str, ext: str) -> str:
     return _join(FIGURES, model, "edges", f"{name}.{ext}")
 
 
+# ------------------------------------------------------------------ the lens (§5h)
+LENS_TABLES = ("direct", "direct_heads", "logit_lens", "circuits", "composition", "null", "verdict", "top_paths")
+"""A studied model's lens tables: every component's direct effect, each head's beside patching's total
+effect, the logit lens, each head's OV copying and QK same-token scores, every pair's composition scores,
+the nulls, the weights against the activations (the verdict) and each receiver's strongest path by the
+weights."""
+LENS_FIGURES = ("direct", "logit_lens", "weights")
+
+
+def lens_table(model: str, name: str) -> str:
+    """One of :data:`LENS_TABLES`: ``results/{model}/lens/{name}.parquet``."""
+    return _join(RESULTS, model, "lens", f"{name}.parquet")
+
+
+def lens_guards(model: str) -> str:
+    """The direct effects' guard record (the sum guard, the lens's)."""
+    return _join(RESULTS, model, "lens", "guards.json")
+
+
+def known_weights_table() -> str:
+    """The circuit known before looking (§5f) read by the weights: ``results/circuits/known_weights.parquet``."""
+    return _join(RESULTS, "circuits", "known_weights.parquet")
+
+
+def lens_figure(model: str, name: str, ext: str) -> str:
+    """One of :data:`LENS_FIGURES`."""
+    return _join(FIGURES, model, "lens", f"{name}.{ext}")
+
+
 # ------------------------------------------------------------------ anatomy
 def anatomy_table(name: str) -> str:
     """A model-independent anatomy table (survey, params_by_block, rotary, ...)."""

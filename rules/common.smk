@@ -294,3 +294,9 @@ def induction_summary_params():
 def edges_slice(*keys):
     """The part of config["edges"] a job depends on (its params, so that only stale jobs rerun)."""
     return {key: config["edges"][key] for key in keys}
+
+
+# ------------------------------------------------------------------ the lens (§5h)
+def lens_slice(*keys):
+    """The part of config["lens"] a job depends on (its params, so that only stale jobs rerun)."""
+    return {key: config["lens"][key] for key in keys}

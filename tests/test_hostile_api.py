@@ -96,6 +96,40 @@ def keep_attrs(table: pd.DataFrame, source: pd.DataFrame | None, guards: dict | 
     return table
 
 
+def _circuits() -> pd.DataFrame:
+    """hw.weight_circuits' table of the tiny model's shape, by hand, its composition scores on its attrs."""
+    heads = pd.DataFrame([dict(layer=l, head=h, label=f"L{l}H{h}", kv_group=h // 2, ov_copying=0.1 * h - 0.1,
+                               qk_same_token=0.0) for l in range(3) for h in range(4)])
+    comp = pd.DataFrame([dict(sender=f"L{l}H{h}", sender_layer=l, sender_head=h, receiver=f"L{r}H{j}", receiver_layer=r,
+                              receiver_head=j, input=i, head_score=0.1, score=0.1 + 0.01 * h, null_mean=0.1, null_sd=0.01,
+                              z=float(h)) for l in range(3) for h in range(4) for r in range(l + 1, 3) for j in range(4)
+                         for i in "qkv"])
+    heads.attrs["tables"] = api.Tables(composition=comp)
+    return heads
+
+
+def _with_composition(composition: pd.DataFrame) -> pd.DataFrame:
+    """:func:`_circuits` carrying ``composition`` instead."""
+    out = _circuits()
+    out.attrs["tables"] = api.Tables(composition=composition)
+    return out
+
+
+def _direct() -> pd.DataFrame:
+    """hw.direct_effects' table of the tiny model's shape, by hand."""
+    rows = [dict(component="embed", kind="embed", layer=None, head=None)] + [
+        dict(component=f"L{l}H{h}", kind="head", layer=l, head=h) for l in range(3) for h in range(4)]
+    return pd.DataFrame(rows).assign(clean=0.1, corrupted=0.0, direct=0.1, direct_sem=0.01).astype(
+        {"layer": "Int64", "head": "Int64"})
+
+
+def _lens() -> pd.DataFrame:
+    """hw.logit_lens' table, by hand: two runs, four depths, three positions."""
+    return pd.DataFrame([dict(run=r, depth=d, after=f"L{d - 1}", position=p, token=f"t{p}", logit_diff=0.1 * d,
+                              rank=10.0 - d, p_answer=0.1, prompts=1) for r in ("clean", "corrupted") for d in range(4)
+                         for p in range(3)])
+
+
 M = lambda x: x["m"]                       # the cases' shorthand for the model
 T = lambda name: (lambda x: x[name])       # ... and for a table of the context
 
@@ -432,6 +466,56 @@ HOSTILE: dict[str, list[Case]] = {
           lambda x: keep_attrs(changed(x["maps"], 5, weight=np.nan), x["maps"])),
         c("texts holds phrase 'noise', layer 0, head 0, row 0, col 0 twice", M,
           lambda x: keep_attrs(pd.concat([x["maps"], x["maps"].iloc[[0]]]), x["maps"])),
+    ],
+    "direct_effects": [
+        c("prompts is a str, not a pandas DataFrame", M, "prompts"),
+        c("heads lacks the column 'logit_diff'", M, T("prompts"), T("heads")),
+        c("heads were patched on 1 prompts, prompts holds 2", M, T("uneven"),
+          lambda x: x["heads"].assign(logit_diff=0.1, score_rank=range(1, 13))),
+        c("heads has 3 rows, not one per head", M, T("prompts"),
+          lambda x: x["heads"].assign(logit_diff=0.1, score_rank=range(1, 13)).head(3)),
+        c("batch=0 (lens.batch): 0 is less than the minimum of 1", M, T("prompts"), batch=0),
+        c("settings=5 is not the lens settings", M, T("prompts"), settings=5),
+    ],
+    "logit_lens": [
+        c("rounding_factor=inf (lens.rounding_factor): inf is not a finite number", M, T("prompts"),
+          rounding_factor=float("inf")),
+        c("prompts has no rows", M, lambda x: x["prompts"].iloc[:0]),
+        c("batch=100000 (lens.batch)", M, T("prompts"), batch=100_000),
+        c("colour=1 (lens.colour): unknown key 'colour' under `lens`", M, T("prompts"), colour=1),
+    ],
+    "weight_circuits": [
+        c("qk_offset=1000 (lens.qk_offset", M, qk_offset=1000),
+        c("null_draws=1 (lens.null_draws): 1 is less than the minimum of 2", M, null_draws=1),
+        c("seed=-1 (lens.seed)", M, seed=-1),
+        c("m='m' is a str, not a loaded model", "m"),
+    ],
+    "weights_vs_paths": [
+        c("circuits carries no composition scores", lambda x: bare(_circuits()), T("paths")),
+        c("confidence=1.0 (lens.confidence)", lambda x: _circuits(), T("paths"), confidence=1.0),
+        c("paths, row 0, column 'input': 'x' is not one of", lambda x: _circuits(),
+          lambda x: changed(x["paths"], input="x")),
+        c("scores lacks the column 'induction'", lambda x: _circuits(), T("paths"),
+          lambda x: x["scores"].drop(columns="induction")),
+        c("circuits, row 1: layer 0, head 0 again", lambda x: changed(_circuits(), 1, head=0), T("paths")),
+    ],
+    "plot_direct": [
+        c("direct lacks the column 'kind'", pd.DataFrame(dict(component=["x"]))),
+        c("direct, row 1, column 'clean': nan is not a finite number", lambda x: changed(_direct(), 1, clean=np.nan)),
+        c("direct has no head rows", lambda x: _direct().iloc[:1]),
+        c("direct is a list, not a pandas DataFrame", [1]),
+    ],
+    "plot_logit_lens": [
+        c("lens has no rows", pd.DataFrame()),
+        c("lens, row 0, column 'run': 'x' is not one of", lambda x: changed(_lens(), run="x")),
+        c("lens, row 0, column 'p_answer': 2.0 is not a fraction from 0 to 1", lambda x: changed(_lens(), p_answer=2.0)),
+    ],
+    "plot_weights": [
+        c("circuits carries no composition scores", lambda x: bare(_circuits())),
+        c("circuits.attrs['tables']['composition'], row 0: receiver layer 0 is not after sender layer 0",
+          lambda x: _with_composition(changed(_circuits().attrs["tables"]["composition"], receiver_layer=0))),
+        c("paths, row 0, column 'input': 'x' is not one of", lambda x: _circuits(),
+          lambda x: changed(x["paths"], input="x")),
     ],
     "set_progress": [
         c("on='False' is not True or False", "False"),

@@ -64,6 +64,9 @@ def t(tiny_model_dir):
     x["edges"] = hw.edge_scores(m, x["prompts"], ig_steps=2)
     x["curves"] = hw.edge_faithfulness(m, x["prompts"], x["edges"], **SMALL["edges"])
     x["maps"] = hw.attention_maps(m, x["phrases"])
+    x["direct"] = hw.direct_effects(m, x["prompts"], x["heads"])
+    x["lens"] = hw.logit_lens(m, x["prompts"])
+    x["circuits"] = hw.weight_circuits(m, null_draws=20)
     return x
 
 
@@ -96,6 +99,13 @@ CALLS = {
     "plot_paths": (("paths",), lambda x, m: hw.plot_paths(x["paths"])),
     "plot_edges": (("edges",), lambda x, m: hw.plot_edges(x["edges"], n=5)),
     "plot_faithfulness": (("curves",), lambda x, m: hw.plot_faithfulness(x["curves"])),
+    "direct_effects": (("prompts", "heads"), lambda x, m: hw.direct_effects(m, x["prompts"], x["heads"])),
+    "logit_lens": (("prompts",), lambda x, m: hw.logit_lens(m, x["prompts"])),
+    "weights_vs_paths": (("circuits", "paths", "scores"),
+                         lambda x, m: hw.weights_vs_paths(x["circuits"], x["paths"], x["scores"])),
+    "plot_direct": (("direct",), lambda x, m: hw.plot_direct(x["direct"])),
+    "plot_logit_lens": (("lens",), lambda x, m: hw.plot_logit_lens(x["lens"])),
+    "plot_weights": (("circuits", "paths"), lambda x, m: hw.plot_weights(x["circuits"], x["paths"])),
     "explore": (("maps", "scores", "cuts", "heads", "paths", "edges"),
                 lambda x, m: hw.explore(m, x["maps"], x["scores"], x["cuts"], x["heads"], x["paths"], x["edges"])),
 }
@@ -106,7 +116,8 @@ NO_KEY = {"guards_of"}
 twice changes nothing there."""
 KEY_OF = {"phrases": "phrases", "rep": "repeated", "prose": "prose", "scores": "scores", "pairs": "pairs",
           "prompts": "prompts", "heads": "heads", "paths": "paths", "edges": "edges", "cuts": "cuts", "curves": "curves",
-          "maps": ("phrase", "layer", "head", "row", "col")}
+          "maps": ("phrase", "layer", "head", "row", "col"), "direct": "direct", "lens": "logit_lens",
+          "circuits": "circuits"}
 """The key of each table of the context (:data:`headwatch.settings.tables.KEYS`)."""
 
 

@@ -154,6 +154,52 @@ def test_patching_outputs_guards_figures_and_pages(run):
     assert '"circuits":{"edges":{"columns":["sender","receiver","input","group","score"' in page
 
 
+def test_the_lens_tables_guards_figures_and_pages(run):
+    """The lens (protocol §5h) on the tiny model: every component's direct effect summing to the logit
+    difference (its guard passed, the lens's too), each head beside the head sweep's total effect, the
+    logit lens at every depth, the weights' circuits of every pair with their nulls, the verdict against
+    path patching's paths, the known circuit's two models by the weights, the figures and the pages."""
+    workdir, _, config = run
+    res = workdir / "results" / "tiny-llama" / "lens"
+    direct = pd.read_parquet(res / "direct.parquet")
+    note = read_note(res / "direct.parquet")
+    assert list(direct.columns) == ["component", "kind", "layer", "head", "clean", "corrupted", "direct", "direct_sem"]
+    assert len(direct[direct["kind"] == "head"]) == 3 * 4 and note["prompts"] == config["patching"]["n"]
+    assert abs(direct["clean"].sum() - note["clean_logit_diff"]) < 1e-4
+    assert abs(direct["corrupted"].sum() - note["corrupted_logit_diff"]) < 1e-4
+    guards = read_record(res / "guards.json")
+    assert guards["passed"] and guards["sum_is_logit_diff"]["passed"] and guards["lens_is_the_output"]["passed"]
+    heads = pd.read_parquet(workdir / "results" / "tiny-llama" / "patching" / "heads.parquet")
+    beside = pd.read_parquet(res / "direct_heads.parquet")
+    assert len(beside) == 3 * 4 and beside["indirect_share"].between(0, 1).all()
+    total = heads.set_index(["layer", "head"])["logit_diff"] - note["corrupted_logit_diff"]
+    assert (beside.set_index(["layer", "head"])["total"] - total).abs().max() < 1e-4
+    lens = pd.read_parquet(res / "logit_lens.parquet")
+    assert set(lens["depth"]) == set(range(4)) and set(lens["run"]) == {"clean", "corrupted"}
+    circuits = pd.read_parquet(res / "circuits.parquet")
+    composition = pd.read_parquet(res / "composition.parquet")
+    null = pd.read_parquet(res / "null.parquet")
+    assert len(circuits) == 12 and len(composition) == 3 * 4 * 4 * 3     # 3 inputs × 16 pairs × 3 pairs of layers
+    assert (null["draws"] == config["lens"]["null_draws"]).all() and len(null) == 2 + 6
+    paths = pd.read_parquet(workdir / "results" / "tiny-llama" / "circuits" / "paths.parquet")
+    verdict = pd.read_parquet(res / "verdict.parquet")
+    assert verdict["comparison"].iloc[0] == "composition vs path patching (q, k, v)" and verdict["n"].iloc[0] == len(paths)
+    assert verdict["verdict"].str.match(r"(yes|no|not resolved): ").all()
+    assert ((verdict["low"] <= verdict["rho"]) & (verdict["rho"] <= verdict["high"])).all()
+    assert "OV copying vs induction score" in set(verdict["comparison"])
+    assert len(pd.read_parquet(res / "top_paths.parquet")) == paths["receiver"].nunique()
+    known = pd.read_parquet(workdir / "results" / "circuits" / "known_weights.parquet")
+    assert list(known["model"]) == ["repeated", "control: never repeated"] and (known["edges"] == 12).all()
+    assert not known["recovered"].iloc[1]                                   # the control has no circuit to find
+    for name in ("direct", "logit_lens", "weights"):
+        for ext in ("pdf", "png"):
+            assert (workdir / "figures" / "tiny-llama" / "lens" / f"{name}.{ext}").stat().st_size > 0
+    pages = workdir / "results" / "tables"
+    for table in ("tiny-llama/lens/direct_heads.html", "tiny-llama/lens/verdict.html", "tiny-llama/lens/top_paths.html",
+                  "circuits/known_weights.html"):
+        assert (pages / table).stat().st_size > 0, table
+
+
 def test_key_value_groups_and_every_position_with_the_cache(run):
     """The key/value group sweep (one row per layer x group x k|v of the tiny Llama: 2 groups of
     2 heads) and the cached per-position sweep, their guard records and figures."""
@@ -211,7 +257,7 @@ TABLE_ONLY_SCRIPTS = ("anatomy_rotary", "anatomy_kv_cache", "anatomy_cells", "fi
                       "figures_anatomy_params", "figures_anatomy_rotary", "figures_anatomy_kv_cache",
                       "figures_anatomy_kv_cut", "figures_grid", "figures_head", "figures_scores", "figures_sweep",
                       "figures_sweep_study", "figures_patching", "figures_patching_groups", "report_explorer", "report_table", "sweep_study",
-                      "sweep_summary", "sweep_course", "figures_sweep_course")
+                      "sweep_summary", "sweep_course", "figures_sweep_course", "lens_verdict", "figures_lens")
 """Scripts whose jobs read tables and write tables, figures or pages, never a model: about half
 the jobs of a run. Importing torch would cost each of them ~2 s of CPU."""
 

@@ -17,6 +17,7 @@ from ..settings.anatomy import anatomy_errors, shape_errors
 from ..settings.circuits import circuits_errors
 from ..settings.edges import edges_errors
 from ..settings.induction import induction_errors
+from ..settings.lens import lens_errors
 from ..settings.patching import PatchingSettings, head_count_errors, patching_errors
 from ..settings.sweep import check_sweeps
 from ..model.sources import ConfigError, Located, ModelFacts, ModelNotFoundError, family_error, model_facts
@@ -202,6 +203,8 @@ def call_errors(section: str, config: dict, facts: ModelFacts, function: str = "
         return circuits_errors(dict(config, models_studied=[facts.key]), facts)
     if section == "patching":
         return head_count_errors(PatchingSettings.from_config(config["patching"]), facts)
+    if section == "lens":
+        return lens_errors(config, facts)
     if section == "attention":
         top, vocab = config["attention"]["top_predictions"], facts.shape.get("vocab")
         return [f"attention.top_predictions = {top}: model {facts.key} has {vocab} tokens"] if vocab and top > vocab \
@@ -239,7 +242,7 @@ def run_checks(config: dict, located: list[Located], workdir: Path, cuda=cuda_av
         errs, warns = token_errors(config, facts)
         warns = warns + ([no_edges] if no_edges else [])
         model = (errs + length_errors(config, facts) + head_errors(config, facts) + patching_errors(config, facts, workdir)
-                 + circuits_errors(config, facts))
+                 + circuits_errors(config, facts) + lens_errors(config, facts))
         errors += model
         warnings += warns
         if not model:

@@ -231,3 +231,14 @@ def memory_errors(estimates: list[dict], meminfo: dict) -> tuple[list[str], list
     warnings = [f"{_said(e)}, more than the {_gib(available)} free now (MemAvailable in /proc/meminfo)"
                 for e in estimates if available is not None and available < e["bytes"] <= total]
     return errors, warnings
+
+
+def lens_estimate(key: str, what: str, rows: int, T: int, shape: dict, weights: int, lens: bool,
+                  change: str = "lower it") -> dict:
+    """Direct effects (and with ``lens`` the logit lens) on ``rows`` prompts of ``T`` tokens a pass: both
+    runs' every block's output and ``z`` (every position), and the lens's logits of a depth (every position,
+    the vocabulary, in float32 and its softmax in float64)."""
+    L, H, W = shape["layers"], shape["heads"], shape["width"]
+    D = shape.get("head_dim") or W // H
+    return estimate(key, what, dict(weights=weights, activations=2 * rows * T * L * (H * D + 2 * W) * F32,
+                                    logits=(3 * rows * T * (shape.get("vocab") or 0) * F32) if lens else 0), change)

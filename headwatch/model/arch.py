@@ -155,6 +155,11 @@ class Family:
     # feed-forward output and the residual stream makes a head's output no term of the sum a later
     # receiver reads.
     no_edges: str = ""
+    # The direct effects (headwatch.lens): the norm between attention's output and the residual stream
+    # (a path inside a block; "" = none: Gemma 2/3's and OLMo 2's post-attention norms), and the config
+    # key of the final logits' soft-cap c·tanh(logit / c) (Gemma 2/3: "final_logit_softcapping"; "" = none).
+    attn_out_norm: str = ""
+    logit_softcap: str = ""
 
     @property
     def gguf_arch(self) -> str:
@@ -189,7 +194,8 @@ _POST_NORMS = ("a norm after attention and after the feed-forward network, befor
                "(post-norms): a head's output is not a term of the sum a later receiver reads")
 _GEMMA = dict(norm_offset=1.0, scale_by="query_pre_attn_scalar", softcap="attn_logit_softcapping",
               window="sliding_window", window_layers=_LAYER_TYPES, heads_divide_width=True, site_paths=_POST_FFN,
-              mlp_norm="pre_feedforward_layernorm", no_edges=_POST_NORMS)
+              mlp_norm="pre_feedforward_layernorm", no_edges=_POST_NORMS, attn_out_norm="post_attention_layernorm",
+              logit_softcap="final_logit_softcapping")
 
 FAMILIES = {f.name: f for f in (
     Family("gpt_neox", "gpt_neox.layers", "attention", "attention.dense", ("attention.query_key_value",),
@@ -208,7 +214,7 @@ FAMILIES = {f.name: f for f in (
                 window_layers=_LAYER_TYPES),
     _llama_like("olmo2", input_norm="", qk_norm="projection", qk_norm_paths=_QK_NORMS,
                 site_paths={"q": "self_attn.q_norm", "k": "self_attn.k_norm", **_POST_FFN}, mlp_norm="",
-                no_edges=_POST_NORMS),
+                no_edges=_POST_NORMS, attn_out_norm="post_attention_layernorm"),
     _llama_like("phi3", qkv=("self_attn.qkv_proj",), fused_layout="qkv", window="sliding_window"),
     _llama_like("mistral", window="sliding_window"),
     Family("gptj", "transformer.h", "attn", "attn.out_proj", ("attn.q_proj", "attn.k_proj", "attn.v_proj"),
@@ -625,6 +631,16 @@ class Adapter:
     def final_norm(self) -> nn.Module:
         """The norm in front of the unembedding (:attr:`Family.final_norm`)."""
         return _get(self.model, self.family.final_norm)
+
+    def attn_out_norm(self, layer: int) -> nn.Module | None:
+        """The norm between a block's attention output and the residual stream (:attr:`Family.attn_out_norm`;
+        None where attention adds its output as it is)."""
+        return _get(self.blocks[layer], self.family.attn_out_norm) if self.family.attn_out_norm else None
+
+    def logit_softcap(self) -> float | None:
+        """The final logits' soft-cap c (logit → c·tanh(logit / c)), None without one."""
+        c = _attr(self.config, self.family.logit_softcap)
+        return float(c) if c else None
 
     @property
     def parallel(self) -> bool:

@@ -46,6 +46,16 @@ TABLES = {
     "cuts": (("k", "count"), ("n_cut_targeted", "count"), ("n_cut_random", "count"), ("n_draws", "count"),
              *((f"{what}_{copy}", "number") for copy in ("copy1", "copy2") for what in ("intact", "targeted")),
              *((f"random_{copy}_{stat}", "number") for copy in ("copy1", "copy2") for stat in ("mean", "min", "max"))),
+    "direct": (("component", "text"), ("kind", "text"), ("clean", "number"), ("corrupted", "number"),
+               ("direct", "number")),
+    "direct_heads": (*HEAD, ("direct", "number"), ("total", "number"), ("indirect_share", "fraction"),
+                     ("through_others", "flag")),
+    "logit_lens": (("run", ("clean", "corrupted")), ("depth", "count"), ("position", "any"), ("logit_diff", "number"),
+                   ("rank", "number"), ("p_answer", "fraction")),
+    "circuits": (*HEAD, ("ov_copying", "number"), ("qk_same_token", "number")),
+    "composition": (("sender_layer", "layer"), ("sender_head", "head"), ("receiver_layer", "layer"),
+                    ("receiver_head", "head"), ("input", ("q", "k", "v")), ("head_score", "number"),
+                    ("score", "number"), ("z", "number")),
 }
 """Each table kind's columns and their kinds (the rest of a table's columns are the caller's)."""
 KEYS = {
@@ -53,7 +63,9 @@ KEYS = {
     "prose": ("seq",), "phrases": ("phrase",), "scores": ("layer", "head"), "heads": ("layer", "head"),
     "heads_map": ("layer", "head"), "paths": ("sender_layer", "sender_head", "receiver_layer", "receiver_head", "input"),
     "edges": ("sender", "receiver"), "nodes": ("name",), "curves": ("method", "ranking", "draw", "fraction"),
-    "areas": ("method", "draw"), "cuts": ("method", "k"),
+    "areas": ("method", "draw"), "cuts": ("method", "k"), "direct": ("component",), "direct_heads": ("layer", "head"),
+    "logit_lens": ("run", "depth", "position"), "circuits": ("layer", "head"),
+    "composition": ("sender_layer", "sender_head", "receiver_layer", "receiver_head", "input"),
 }
 """Each table kind's key: the columns that name a row. A public function reads a table by its key — one row
 a key, taken in the key's order (:func:`keyed`; phrases, :data:`GIVEN_ORDER`, each in turn) —, never by its
@@ -75,7 +87,10 @@ MADE_BY = {"prompts": "hw.prompt_pairs(m, pairs)", "pairs": "a DataFrame with on
            "scores": "hw.head_scores(m)", "heads": "hw.patch_heads(m, prompts)",
            "heads_map": "hw.patch_heads(m, prompts)", "paths": "hw.path_patching(m, prompts, heads)",
            "edges": "hw.edge_scores(m, prompts)", "curves": "hw.edge_faithfulness(m, prompts, edges)",
-           "areas": "hw.edge_faithfulness(m, prompts, edges)", "cuts": "hw.cut_heads(m, scores)"}
+           "areas": "hw.edge_faithfulness(m, prompts, edges)", "cuts": "hw.cut_heads(m, scores)",
+           "direct": "hw.direct_effects(m, prompts)", "direct_heads": "hw.direct_effects(m, prompts, heads)",
+           "logit_lens": "hw.logit_lens(m, prompts)", "circuits": "hw.weight_circuits(m)",
+           "composition": "hw.weight_circuits(m)"}
 """What makes a table of each kind (said in an error)."""
 NOTES = {
     "heads_map": (("prompts", "count"), ("clean_logit_diff", "number"), ("corrupted_logit_diff", "number"),
@@ -94,7 +109,7 @@ PLOT_ITEMS = 2_000
 draws: ``plot_edges``' figure is 1.2 inches and 0.16 a bar tall, and matplotlib's Agg draws at most 2^16
 pixels a side, 327 inches at the house style's 200 dpi: 2,040 bars (an arrow takes milliseconds to draw:
 2,000 about 10 s on one core)."""
-ONE_ROW_PER_HEAD = ("scores", "heads", "heads_map")
+ONE_ROW_PER_HEAD = ("scores", "heads", "heads_map", "direct_heads", "circuits")
 """Tables with one row per head: a head twice would be drawn or read over itself."""
 MIN_TOKENS = 2
 """The fewest tokens of a prose row (as the model reads it): sink, prev and self read a token's attention
@@ -377,7 +392,7 @@ def _relation_errors(table, kind, where: str) -> None:
             r = table.loc[label]
             raise TableError(f"{where}, row {label!r}: layer {r['layer']}, head {r['head']} again; the table has one "
                              "row per head")
-    if kind == "paths":
+    if kind in ("paths", "composition"):
         back = table["receiver_layer"] <= table["sender_layer"]
         if back.any():
             label = table.index[int(back.to_numpy().argmax())]

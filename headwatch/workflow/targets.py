@@ -143,13 +143,21 @@ def edges(config: dict, families: dict | None = None) -> list[str]:
         paths.known_edges_table(t) for t in paths.KNOWN_EDGES_TABLES]
 
 
+def lens(config: dict) -> list[str]:
+    """Each studied model's lens tables and guard record (§5h: direct effects, the logit lens, the weights'
+    circuits, their verdict), and the known circuit read by the weights."""
+    return [p for m in models(config)
+            for p in [paths.lens_table(m, t) for t in paths.LENS_TABLES] + [paths.lens_guards(m)]] + [
+        paths.known_weights_table()]
+
+
 def rule_guard_records(model: str) -> list[str]:
     """The guard records one model's rules write, each holding its guards by name: each ablation
     rule's, activation patching's (the head sweep's, the key/value groups', the cached sweep's) and
     path patching's."""
     return ([paths.guard_record(model, e) for e in ABLATION_EXPERIMENTS] + [paths.patching_guards(model)]
             + [paths.patching_guards(model, f"{t}_guards") for t in PATCHING_GROUP_TABLES]
-            + [paths.circuits_guards(model)])
+            + [paths.circuits_guards(model), paths.lens_guards(model)])
 
 
 def guard_records(config: dict) -> list[str]:
@@ -226,6 +234,7 @@ def model_figures(config: dict, families: dict | None = None) -> list[str]:
         out += [f for name in PATCHING_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
         out += [f for name in PATCHING_GROUP_FIGURES for f in figure_pair(paths.patching_figure, m, name)]
         out += [f for name in CIRCUITS_FIGURES for f in figure_pair(paths.circuits_figure, m, name)]
+        out += [f for name in paths.LENS_FIGURES for f in figure_pair(paths.lens_figure, m, name)]
     return out
 
 
@@ -285,7 +294,7 @@ def all_targets(config: dict, producible: Producible, families: dict | None = No
     model's ``model_type``, so that models without an edge graph get no edge circuits)."""
     wanted = parts(config)
     models_part = (sequences(config) + attention(config) + scores(config) + ablation(config)
-                   + patching(config) + circuits(config) + edges(config, families)
+                   + patching(config) + circuits(config) + edges(config, families) + lens(config)
                    + anatomy(config)) if "models" in wanted else []
     return (models_part + (sweep(config) if "sweep" in wanted else [])
             + (induction(config) if "induction" in wanted else []) + figures(config, families)

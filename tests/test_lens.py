@@ -1,0 +1,408 @@
+"""The lens (protocol §5h): direct effects and their sum guard on every family, the logit lens, the
+weights' circuits against their formulas on the dense matrices, the nulls, the verdicts' rules, the
+known circuit ranked first by the weights, and the public functions' refusals before any model pass."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+import headwatch as hw
+from conftest import ROOT
+from headwatch.guards import GuardError
+from headwatch.lens import composition as C
+from headwatch.lens import direct as D
+from headwatch.lens.prediction import (MIN_PAIRS, explorer_panel, known_ranking, spearman, verdict,
+                                       weights_vs_activations)
+from headwatch.model.arch import Adapter
+from headwatch.model.interventions import capture, in_float64, intervene
+from headwatch.settings.lens import LensSettings
+from tiny import ALL_FAMILIES, CHARLM_VARIANTS, patching_prompts, tiny_model
+
+CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+SETTINGS = LensSettings(batch=3, rounding_factor=1.0, qk_offset=0, null_draws=30, bootstrap=300, confidence=0.95,
+                        seed=0)
+
+
+def _prompts(n: int = 4, length: int = 10) -> pd.DataFrame:
+    clean, corrupted, io, s = patching_prompts(n, length)
+    return pd.DataFrame(dict(clean_ids=clean.tolist(), corrupted_ids=corrupted.tolist(), answer_id=io.tolist(),
+                             distractor_id=s.tolist(), tokens=[[f"t{t}" for t in x] for x in clean.tolist()]))
+
+
+# ------------------------------------------------------------------ direct effects by hand
+@torch.no_grad()
+def test_a_one_layer_models_terms_by_hand():
+    """One Llama block (grouped keys) by hand in float64 from its weights and the attention weights it
+    computed: each head's z = its pattern times its group's values, its output z · W_O's columns, read
+    through the final RMSNorm's weight and scale and the answer − distractor rows; the MLP's and the
+    embedding's the same; they are the table's clean terms, and their sum the logit difference."""
+    model = tiny_model("llama", layers=1)
+    a = Adapter(model)
+    prompts = _prompts(3, 8)
+    with in_float64(a):                     # every step in float64, transformers' float32 RMSNorms included
+        table, _, _, note, _ = D.direct_effects(model, a, prompts, SETTINGS)
+        _by_hand(model, a, prompts, table, note)
+
+
+def _by_hand(model, a, prompts, table, note):
+    ids = torch.tensor(prompts["clean_ids"].tolist())
+    io, s = torch.tensor(prompts["answer_id"].tolist()), torch.tensor(prompts["distractor_id"].tolist())
+    with intervene(a, [capture("pattern", 0)]) as cap:
+        logits = model(ids).logits[:, -1]
+    P = cap.one(("pattern", 0, None))                                     # [B, heads, T, T]
+    blk, H, d = model.model.layers[0], a.n_heads, a.head_dim
+    x = model.model.embed_tokens(ids)
+    rms = lambda v, n: v / torch.sqrt((v * v).mean(-1, keepdim=True) + n.variance_epsilon) * n.weight
+    values = rms(x, blk.input_layernorm) @ blk.self_attn.v_proj.weight.T   # [B, T, groups·d]
+    outs = []
+    for h in range(H):
+        g = h // a.group_size
+        z = torch.einsum("bt,btd->bd", P[:, h, -1], values[..., g * d:(g + 1) * d])   # the last position's
+        outs.append(z @ blk.self_attn.o_proj.weight[:, h * d:(h + 1) * d].T)
+    x1 = x[:, -1] + sum(outs)
+    mlp = blk.mlp(rms(x1, blk.post_attention_layernorm))
+    final = x1 + mlp
+    n = model.model.norm
+    direction = n.weight * (model.lm_head.weight[io] - model.lm_head.weight[s])
+    scale = torch.sqrt((final * final).mean(-1) + n.variance_epsilon)
+    by_hand = {f"L0H{h}": float(((o * direction).sum(-1) / scale).mean()) for h, o in enumerate(outs)}
+    by_hand["L0 mlp"] = float(((mlp * direction).sum(-1) / scale).mean())
+    by_hand["embed"] = float(((x[:, -1] * direction).sum(-1) / scale).mean())
+    got = table.set_index("component")["clean"]
+    assert list(got.index) == ["embed", *(f"L0H{h}" for h in range(H)), "L0 mlp"]
+    for name, want in by_hand.items():
+        assert got[name] == pytest.approx(want, abs=1e-12), name
+    ld = logits.gather(1, io[:, None])[:, 0] - logits.gather(1, s[:, None])[:, 0]
+    assert got.sum() == pytest.approx(float(ld.mean()), abs=1e-12)
+    assert note["clean_logit_diff"] == pytest.approx(got.sum(), abs=1e-12)
+
+
+@pytest.mark.parametrize("family", [*ALL_FAMILIES, *CHARLM_VARIANTS])
+def test_the_terms_sum_to_the_logit_difference_on_every_family(family):
+    """Every family (grouped keys, fused projections, learned positions, LayerNorm's mean, Gemma's offset
+    norms and post-norms and soft-cap, OLMo 2's post-norms, GPT-J's parallel block): the guard holds in
+    float32 within its bound, and in float64 the sum is the model's logit difference to 1e-10 of its size (the
+    soft-capped through the cap); the lens at the last depth is the model's output."""
+    model = tiny_model(family)
+    a = Adapter(model)
+    prompts = _prompts()
+    table, _, lens, note, guards = D.direct_effects(model, a, prompts, SETTINGS, lens=True)
+    assert guards["sum_is_logit_diff"]["passed"] and guards["lens_is_the_output"]["passed"]
+    assert guards["sum_is_logit_diff"]["components"] == len(table)
+    kinds = set(table["kind"])
+    assert ("position" in kinds) == (family in ("gpt2", "gpt_neo", "charlm"))
+    assert ("attention bias" in kinds) == (family in ("gpt_neox", "gpt2", "gpt_neo"))
+    assert ("unembedding bias" in kinds) == (family == "gptj")
+    assert len(table[table["kind"] == "head"]) == a.n_layers * a.n_heads
+    assert set(lens["depth"]) == set(range(a.n_layers + 1)) and set(lens["run"]) == {"clean", "corrupted"}
+    with in_float64(a):
+        *_, exact, exact_guards = D.direct_effects(model, a, prompts, SETTINGS)
+    worst = exact_guards["sum_is_logit_diff"]["max_abs_diff"]
+    assert worst <= 1e-10 * max(1.0, abs(exact["clean_logit_diff"])), worst
+    assert exact_guards["sum_is_logit_diff"]["rounding"]["dtype"] == "float64"
+
+
+@pytest.mark.parametrize("family, broken", [("llama", "scale"), ("gpt2", "mean"), ("gemma2", "softcap"),
+                                            ("olmo2", "post-norm")])
+def test_a_wrong_decomposition_fails_the_guard_and_the_table_rides_on_it(family, broken, monkeypatch):
+    """The final norm's scale 0.1 % off, a LayerNorm's mean left in, Gemma 2's soft-cap left out, OLMo 2's
+    norm after attention read as if absent: each moves the sum far past the bound, and the guard's error
+    carries the table the call made."""
+    model = tiny_model(family)
+    a = Adapter(model)
+    if broken == "scale":
+        real = D._scale
+        monkeypatch.setattr(D, "_scale", lambda x, p: real(x, p) * 1.001)
+    elif broken == "mean":
+        real_through = D._through
+        monkeypatch.setattr(D, "_through", lambda d, p, s: real_through(d, dict(p, kind="RMSNorm", offset=0.0), s))
+    elif broken == "softcap":
+        monkeypatch.setattr(D.Reader, "capped", lambda self, x: x)
+    else:
+        monkeypatch.setattr(type(a), "attn_out_norm", lambda self, layer: None)
+    with pytest.raises(GuardError, match="sum_is_logit_diff") as err:
+        D.direct_effects(model, a, _prompts(), SETTINGS)
+    assert err.value.record["ratio"] > 10, err.value.record
+    assert list(err.value.table.columns[:4]) == ["component", "kind", "layer", "head"]
+
+
+def test_each_head_beside_its_total_effect_by_hand():
+    """direct 1, total 3: indirect 2, share 2/3, mostly through others when among the top heads; a share of
+    exactly 1/2 is not "mostly"; a head outside the top k is never named."""
+    direct = pd.DataFrame(dict(component=["L0H0", "L0H1", "L1H0", "L1H1"], kind="head", layer=[0, 0, 1, 1],
+                               head=[0, 1, 0, 1], clean=0.0, corrupted=0.0, direct=[1.0, 1.0, 2.0, -1.0],
+                               direct_sem=0.0))
+    heads = pd.DataFrame(dict(layer=[0, 0, 1, 1], head=[0, 1, 0, 1], score=[0.9, 0.1, 0.5, 0.8],
+                              logit_diff=[3.5, 2.5, 2.5, 3.5], score_rank=[1, 4, 3, 2]))
+    t = D.beside_patching(direct, heads, corrupted=0.5, top_k=3).set_index("label")
+    assert t.loc["L0H0", "total"] == 3.0 and t.loc["L0H0", "indirect"] == 2.0
+    assert t.loc["L0H0", "indirect_share"] == pytest.approx(2 / 3) and t.loc["L0H0", "through_others"]
+    assert t.loc["L1H0", "indirect_share"] == 0.0 and not t.loc["L1H0", "through_others"]
+    assert t.loc["L1H1", "indirect_share"] == pytest.approx(4 / 5) and t.loc["L1H1", "through_others"]
+    assert t.loc["L0H1", "indirect_share"] == pytest.approx(1 / 2) and not t.loc["L0H1", "through_others"]
+    assert not D.beside_patching(direct, heads, 0.5, top_k=1).set_index("label").loc["L1H1", "through_others"]
+    assert D.THROUGH_OTHERS == 0.5
+    assert (t["share_low"] == t["indirect_share"]).all() and (t["share_high"] == t["indirect_share"]).all()
+    assert list(t["resolved"]) == [True, False, True, True]      # without a spread; 1/2 itself is on no side
+    # direct 1 ± 1 (q = 1 at 68.27 %), total 3: the share runs from 1/3 (direct 2) to 1 (direct 0)
+    low, high = D.share_interval(np.array([1.0]), np.array([1.0]), np.array([3.0]), 0.682689492)
+    assert low[0] == pytest.approx(1 / 3, abs=1e-6) and high[0] == pytest.approx(1.0)
+    wide = D.beside_patching(direct.assign(direct_sem=1.0), heads, 0.5, top_k=3, confidence=0.682689492)
+    assert not wide.set_index("label").loc["L0H0", "resolved"]          # 1/3 … 1 meets 1/2
+
+
+# ------------------------------------------------------------------ the weights' circuits by hand
+def _dense(model, family: str):
+    """Each layer's (W_Q, W_K, W_V, W_O) per head, float64, from the module weights by hand: the input
+    norm's weight on the reading matrices' rows, and for a LayerNorm family every reading matrix centred
+    over the width and every writing one across it; and the processed (W_E, W_U)."""
+    if family == "llama":
+        blocks, heads, groups = model.model.layers, model.config.num_attention_heads, model.config.num_key_value_heads
+        E, U, wf = model.model.embed_tokens.weight, model.lm_head.weight, model.model.norm.weight
+        parts = lambda b: (b.self_attn.q_proj.weight, b.self_attn.k_proj.weight, b.self_attn.v_proj.weight,
+                           b.self_attn.o_proj.weight, b.input_layernorm.weight)
+    else:                                                     # the sweep's character model: LayerNorms
+        blocks, heads, groups = model.blocks, model.heads, model.kv_heads
+        E, U, wf = model.tok.weight, model.head.weight, model.ln_f.weight
+        parts = lambda b: (b.attn.q.weight, b.attn.k.weight, b.attn.v.weight, b.attn.o.weight, b.ln1.weight)
+    ln = family != "llama"
+    centre_rows = (lambda x: x - x.mean(0, keepdim=True)) if ln else (lambda x: x)
+    centre_cols = (lambda x: x - x.mean(1, keepdim=True)) if ln else (lambda x: x)
+    d = blocks[0].self_attn.head_dim if family == "llama" else model.head_dim
+    layers = []
+    for b in blocks:
+        q, k, v, o, w = (t.detach().double() for t in parts(b))
+        per = lambda m, i: centre_rows(w[:, None] * m[i * d:(i + 1) * d].T)
+        layers.append(([per(q, h) for h in range(heads)], [per(k, g) for g in range(groups)],
+                       [per(v, g) for g in range(groups)], [centre_cols(o[:, h * d:(h + 1) * d].T) for h in range(heads)]))
+    E = E.detach().double()
+    E = E - E.mean(1, keepdim=True) if ln else E
+    U = U.detach().double().T * wf.detach().double()[:, None]
+    return layers, E, U - U.mean(1, keepdim=True), heads // groups
+
+
+@pytest.mark.parametrize("family", ["llama", "charlm"])
+def test_composition_and_copying_scores_are_the_formulas_on_the_dense_matrices(family):
+    """Every pair's Q-, K- and V-composition score ||OV_A W_B|| / (||OV_A|| ||W_B||) from the width × width
+    matrices by hand; a key or value path's the receiver's group's QK (OV) matrices side by side; each
+    head's copying score from the eigenvalues of the vocabulary × vocabulary OV circuit — as the factored
+    forms give them (grouped keys and values in both; RMSNorm and LayerNorm)."""
+    model = tiny_model(family, layers=3)
+    a = Adapter(model)
+    heads, comp, _, _ = C.weight_circuits(a, SETTINGS)
+    layers, E, U, n = _dense(model, family)
+    fro = lambda m: float(torch.linalg.matrix_norm(m))
+    got = comp.set_index(["sender_layer", "sender_head", "receiver_layer", "receiver_head", "input"])
+    assert len(comp) == 3 * (a.n_heads ** 2) * 3          # 3 inputs × (L0→L1, L0→L2, L1→L2) × heads²
+    for la, lb in ((0, 1), (0, 2), (1, 2)):
+        Q, K, V, O = layers[lb]
+        for ha in range(a.n_heads):
+            A = layers[la][2][ha // n] @ layers[la][3][ha]
+            for hb in range(a.n_heads):
+                g = hb // n
+                qk = [Q[x] @ K[g].T for x in range(g * n, (g + 1) * n)]
+                ov = [V[g] @ O[x] for x in range(g * n, (g + 1) * n)]
+                mine = Q[hb] @ K[g].T
+                want = dict(q=fro(A @ mine) / (fro(A) * fro(mine)), k=fro(A @ mine.T) / (fro(A) * fro(mine)),
+                            v=fro(A @ V[g] @ O[hb]) / (fro(A) * fro(V[g] @ O[hb])))
+                group = dict(k=fro(torch.cat([A @ m.T for m in qk], 1)) / (fro(A) * fro(torch.cat(qk, 1))),
+                             v=fro(torch.cat([A @ m for m in ov], 1)) / (fro(A) * fro(torch.cat(ov, 1))))
+                for i in "qkv":
+                    row = got.loc[(la, ha, lb, hb, i)]
+                    assert row["head_score"] == pytest.approx(want[i], rel=1e-9), (la, ha, lb, hb, i)
+                    assert row["score"] == pytest.approx(want[i] if i == "q" else group[i], rel=1e-9)
+    for r in heads.itertuples():
+        Q, K, V, O = layers[r.layer]
+        lam = torch.linalg.eigvals(E @ V[r.head // n] @ O[r.head] @ U)
+        assert r.ov_copying == pytest.approx(float(lam.sum().real / lam.abs().sum()), abs=1e-8)
+        lam = torch.linalg.eigvals(E @ Q[r.head] @ K[r.head // n].T @ E.T)
+        assert r.qk_same_token == pytest.approx(float(lam.sum().real / lam.abs().sum()), abs=1e-8)
+
+
+def test_a_hand_made_matrix_shares_and_an_offsets_rotation():
+    """Σλ / Σ|λ| of diag(1, −1, 2) is 2/4; the QK matrix at offset Δ turns a query Δ positions after its key
+    exactly as the rotary embedding turns both: (q R_{i+Δ}) · (k R_i) = q R(Δ) kᵀ at every i."""
+    from headwatch.model.recompute import apply_rotary
+
+    assert C._shares(torch.diag(torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64))[None])[0] == pytest.approx(0.5)
+    model = tiny_model("charlm-rotary")
+    a = Adapter(model)
+    r = a.rope(0)
+    R = C.rotation(a, 0, 3)
+    q, k = torch.randn(2, a.head_dim, dtype=torch.float64)
+    for i in (0, 5, 11):
+        turned_q = apply_rotary(q.expand(i + 4, -1), r["dims"], r["base"], r["layout"], r["factor"])[i + 3]
+        turned_k = apply_rotary(k.expand(i + 1, -1), r["dims"], r["base"], r["layout"], r["factor"])[i]
+        assert float(turned_q @ turned_k) == pytest.approx(float(q @ R @ k), abs=1e-10)
+    assert torch.equal(C.rotation(a, 0, 0), torch.eye(a.head_dim, dtype=torch.float64))
+
+
+def test_the_nulls_shape_and_seed():
+    """One row per input and kind, of the draws asked for, reproducible from its seed; a receiving group of
+    one head is its head; with three heads a key or value path's null is the group's own; the null's mean
+    lies between its 5 % and 95 % quantiles."""
+    shape = dict(width=64, head_dim=16)
+    one, again = C.composition_null(shape, 1, 40, seed=3), C.composition_null(shape, 1, 40, seed=3)
+    pd.testing.assert_frame_equal(one, again)
+    assert not C.composition_null(shape, 1, 40, seed=4)["mean"].equals(one["mean"])
+    assert sorted(zip(one["score"], one["kind"])) == sorted((f"composition {i}", k) for i in "qkv"
+                                                             for k in ("head", "path"))
+    assert (one["draws"] == 40).all() and (one["sd"] > 0).all() and ((one["q05"] < one["mean"]) & (one["mean"] < one["q95"])).all()
+    s = one.set_index(["score", "kind"])
+    for i in "qkv":
+        assert s.loc[(f"composition {i}", "head"), "mean"] == s.loc[(f"composition {i}", "path"), "mean"]
+    three = C.composition_null(shape, 3, 40, seed=3).set_index(["score", "kind"])
+    for i in "kv":
+        assert three.loc[(f"composition {i}", "path"), "mean"] != three.loc[(f"composition {i}", "head"), "mean"]
+    assert three.loc[("composition q", "path"), "mean"] == three.loc[("composition q", "head"), "mean"]
+
+
+# ------------------------------------------------------------------ the verdicts
+def test_spearman_and_the_verdicts_rules():
+    """ρ is scipy's spearmanr (ties averaged); a monotone relation is a yes, a reversed one a no, too few
+    pairs or a constant side not resolved, and independent numbers not resolved either."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 5, 30), rng.normal(size=30)
+    assert spearman(x, y) == pytest.approx(spearmanr(x, y).statistic)
+    x = np.arange(40.0)
+    yes = verdict(x, x ** 2, SETTINGS, "c", "weights", "paths")
+    assert yes["resolved"] and yes["verdict"].startswith("yes") and yes["low"] > yes["null_high"]
+    no = verdict(x, -x, SETTINGS, "c", "weights", "paths")
+    assert no["resolved"] and no["verdict"].startswith("no") and no["high"] < no["null_low"]
+    noise = verdict(x, rng.normal(size=40), SETTINGS, "c", "weights", "paths")
+    assert not noise["resolved"] and noise["verdict"].startswith("not resolved") and noise["low"] <= noise["null_high"]
+    few = verdict(x[:MIN_PAIRS - 1], x[:MIN_PAIRS - 1], SETTINGS, "c", "weights", "paths")
+    assert not few["resolved"] and "fewer than" in few["verdict"]
+    flat = verdict(x, np.ones(40), SETTINGS, "c", "weights", "paths")
+    assert not flat["resolved"] and "does not vary" in flat["verdict"]
+
+
+def test_paths_of_another_model_are_refused():
+    from headwatch.settings.lens import LensError
+
+    a = Adapter(tiny_model("llama"))
+    _, comp, _, _ = C.weight_circuits(a, SETTINGS)
+    paths = pd.DataFrame(dict(sender="L0H0", sender_layer=[0], sender_head=[0], receiver="L7H0", receiver_layer=[7],
+                              receiver_head=[0], input=["q"], score=[0.3]))
+    with pytest.raises(LensError, match="different models"):
+        weights_vs_activations(comp, paths, SETTINGS)
+
+
+# ------------------------------------------------------------------ the known circuit (§5f)
+def test_the_known_circuit_ranks_first_by_the_weights():
+    """The two-layer model trained on repeated random tokens (config's circuits.known): the previous-token
+    head its attention names in layer 0 → the induction head's key is the first of every edge between the
+    two layers by composition score, far above its null; the induction heads copy (positive copying
+    scores, above their null)."""
+    from headwatch.circuits.known import induction_prompts, known_attention, train_known
+
+    known = CONFIG["circuits"]["known"]
+    model = train_known(known, True)
+    a = Adapter(model)
+    clean, *_ = induction_prompts(known["vocab"], known["prompts"], known["half"][1], known["seed"] + 1)
+    attn = known_attention(model, a, clean, known["half"][1])
+    previous = [f"L0H{h}" for h in attn[(attn.layer == 0) & (attn.prev >= known["min_attention"])]["head"]]
+    ind = attn[attn.layer == 1].sort_values("induction").iloc[-1]
+    assert previous and ind["induction"] >= known["min_attention"]
+    heads, comp, _, _ = C.weight_circuits(a, LensSettings(**{**SETTINGS.__dict__, "null_draws": 200}))
+    got = known_ranking(comp, previous, f"L1H{int(ind['head'])}")
+    assert got["recovered"] and got["known_rank"] == 1 and got["edges"] == 12, got
+    assert got["known_z"] > 5, got
+    induction = heads[heads["layer"] == 1]
+    assert (induction["ov_copying"] > 0).all() and (induction["ov_copying_z"] > 2).all(), induction
+
+
+# ------------------------------------------------------------------ the public functions
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    hw.set_progress(False)
+    return hw.load_model(tiny_model_dir)
+
+
+PAIRS = dict(clean=["When Mary and John went to the shop, John gave a drink to",
+                    "Then Ann and Tom sat down, and Tom handed it to"],
+             corrupted=["When Alice and Bob went to the shop, Tom gave a drink to",
+                        "Then Sue and Bob sat down, and Jim handed it to"],
+             answer=[" Mary", " Ann"], distractor=[" John", " Tom"])
+
+
+def test_every_wrong_argument_is_refused_before_any_model_pass(tiny, monkeypatch):
+    m = tiny
+    prompts = hw.prompt_pairs(m, pd.DataFrame(PAIRS))
+    L, H = m.adapter.n_layers, m.adapter.n_heads
+    heads = pd.DataFrame(dict(layer=[l for l in range(L) for _ in range(H)], head=list(range(H)) * L,
+                              score=0.1, logit_diff=0.2, score_rank=range(1, L * H + 1)))
+    heads.attrs["note"] = dict(prompts=len(prompts))
+    other = heads.copy()
+    other.attrs = dict(note=dict(prompts=7))              # patched on other prompts
+    circuits = pd.DataFrame(dict(layer=[0], head=[0], ov_copying=[0.1], qk_same_token=[0.0]))
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("a model pass before the refusal")
+    monkeypatch.setattr(m.model, "forward", no_pass)
+    cases = [
+        (lambda: hw.direct_effects(m, "prompts.csv"), hw.TableError, "prompts"),
+        (lambda: hw.direct_effects(m, prompts, heads.head(3)), hw.TableError, "one per head"),
+        (lambda: hw.direct_effects(m, prompts, heads.assign(head=heads["head"] + H)), hw.TableError, "heads"),
+        (lambda: hw.direct_effects(m, prompts, heads.drop(columns="logit_diff")), hw.TableError, "logit_diff"),
+        (lambda: hw.direct_effects(m, prompts, heads.assign(score_rank=0)), hw.TableError, "score_rank"),
+        (lambda: hw.direct_effects(m, prompts, other), hw.TableError, "7 prompts"),
+        (lambda: hw.direct_effects(m, prompts, batch=0), hw.ConfigError, "batch=0"),
+        (lambda: hw.direct_effects(m, prompts, settings=[1]), hw.ConfigError, "settings"),
+        (lambda: hw.logit_lens(m, prompts, rounding_factor=-1.0), hw.ConfigError, "rounding_factor"),
+        (lambda: hw.logit_lens(m, prompts, colour=1), hw.ConfigError, "colour"),
+        (lambda: hw.weight_circuits(m, qk_offset=10 ** 6), hw.ConfigError, "qk_offset"),
+        (lambda: hw.weight_circuits(m, null_draws=1), hw.ConfigError, "null_draws"),
+        (lambda: hw.weight_circuits("m"), hw.ConfigError, "not a loaded model"),
+        (lambda: hw.weights_vs_paths(circuits, pd.DataFrame()), hw.TableError, "composition"),
+        (lambda: hw.weights_vs_paths(circuits, pd.DataFrame(), confidence=1.0), hw.ConfigError, "confidence"),
+        (lambda: hw.plot_direct(pd.DataFrame(dict(component=["x"]))), hw.TableError, "kind"),
+        (lambda: hw.plot_logit_lens(pd.DataFrame()), hw.TableError, "no rows"),
+        (lambda: hw.plot_weights(circuits), hw.TableError, "composition"),
+    ]
+    for call, error, said in cases:
+        with pytest.raises(error, match=said) as err:
+            call()
+        assert str(err.value).startswith("hw."), err.value
+        assert "\n" not in str(err.value), err.value
+
+
+def test_the_public_functions_end_to_end(tiny):
+    """Direct effects beside patching's total effect (the totals are the head sweep's), the logit lens, the
+    weights' circuits, their verdict, the figures and the explorer panel's table, on the tiny model."""
+    m = tiny
+    prompts = hw.prompt_pairs(m, pd.DataFrame(PAIRS))
+    heads = hw.patch_heads(m, prompts, top_k=2)
+    direct = hw.direct_effects(m, prompts, heads)
+    beside = direct.attrs["tables"]["heads"]
+    corrupted = direct.attrs["note"]["corrupted_logit_diff"]
+    assert corrupted == pytest.approx(heads.attrs["note"]["corrupted_logit_diff"], abs=1e-5)
+    assert np.allclose(beside["total"], heads["logit_diff"] - corrupted)
+    assert np.allclose(beside["direct"] + beside["indirect"], beside["total"])
+    assert hw.guards_of(direct)["passed"].all()
+    lens = hw.logit_lens(m, prompts)
+    last = lens[(lens["run"] == "clean") & (lens["depth"] == m.adapter.n_layers) & (lens["position"] == -1)]
+    assert float(last["logit_diff"].iloc[0]) == pytest.approx(direct.attrs["note"]["clean_logit_diff"], abs=1e-5)
+    circuits = hw.weight_circuits(m, null_draws=20)
+    paths = hw.path_patching(m, prompts, heads, receivers=[(2, 1)])
+    v = hw.weights_vs_paths(circuits, paths, hw.head_scores(m), bootstrap=200, null_draws=50)
+    assert list(v["comparison"]) == ["composition vs path patching (q, k, v)", *(
+        f"composition vs path patching ({i})" for i in "kqv"), "OV copying vs induction score"]
+    assert (v["n"].iloc[1:4] == len(paths) // 3).all() and (v["low"] <= v["rho"]).all() and (v["rho"] <= v["high"]).all()
+    top = v.attrs["tables"]["top_paths"]
+    assert list(top["receiver"]) == ["L2H1"] and 1 <= int(top["rank_by_weights"].iloc[0]) <= len(paths)
+    for fig in (hw.plot_direct(direct), hw.plot_logit_lens(lens), hw.plot_weights(circuits, paths),
+                hw.plot_weights(circuits)):
+        assert fig.axes
+    panel = explorer_panel(circuits, circuits.attrs["tables"]["composition"], beside, paths)
+    assert len(panel) == m.adapter.n_layers * m.adapter.n_heads
+    assert (panel.loc[panel["layer"] == 0, "reads"] == "").all() and (panel.loc[panel["layer"] == 2, "feeds"] == "").all()
+    assert panel.loc[(panel["layer"] == 2) & (panel["head"] == 1), "strongest_path"].iloc[0] != ""
+    comp = circuits.attrs["tables"]["composition"]
+    best = comp[(comp["receiver_layer"] == 1) & (comp["receiver_head"] == 0)].sort_values("z").iloc[-1]
+    assert panel.set_index("label").loc["L1H0", "reads"] == f"{best['sender']} ({best['input']})"
