@@ -28,39 +28,18 @@ from pathlib import Path
 import pandas as pd
 
 from . import jobs, names
+from . import ERRORS, WARNINGS, __all__  # (the public names, written once: headwatch/__init__.py)
 from .tableio import Tables, with_attrs as _done  # noqa: F401  (Tables: the attrs["tables"] of a result)
-
-ERRORS = {"ConfigError": "headwatch.model.sources.errors", "ModelFileError": "headwatch.model.sources.errors",
-          "ModelNotFoundError": "headwatch.model.sources.errors", "TableError": "headwatch.settings.tables",
-          "PatchingError": "headwatch.settings.patching", "GuardError": "headwatch.guards"}
-WARNINGS = {"WeakPairsWarning": "headwatch.settings.patching"}
-"""The library's warnings, exported from ``hw`` as :data:`ERRORS` are (``warnings.simplefilter("error",
-hw.WeakPairsWarning)``)."""
-"""The library's errors, exported from ``hw`` (``except hw.TableError``) and read from their modules on
-first use (the guards' imports torch, which importing the functions here must not). A wrong argument,
-setting or table is refused with a :class:`ConfigError` (a keyword, a setting, a model's file:
-:class:`ModelFileError`), a :class:`TableError` or a :class:`PatchingError` (prompt pairs), a model
-that is not here with :class:`ModelNotFoundError`, all before any model pass; a failed guard raises
-:class:`GuardError`."""
 
 
 def __getattr__(name: str):
-    """The errors of :data:`ERRORS`, each read from its module on first use."""
+    """The errors and warnings of :data:`ERRORS` and :data:`WARNINGS`, each read from its module on first use."""
     if name in ERRORS or name in WARNINGS:
         import importlib
 
         return getattr(importlib.import_module(ERRORS.get(name) or WARNINGS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-# The errors are given by __getattr__ above (the guards' module imports torch; this one does not at import).
-__all__ = [
-    "load_config", "load_model", "token_set", "sequences", "attention_maps", "head_scores", "cut_heads",
-           "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
-           "attribution", "path_patching", "edge_scores", "edge_faithfulness", "guards_of", "top_heads", "plot_scores",
-           "plot_cuts", "plot_heads", "plot_paths", "plot_edges", "plot_faithfulness", "explore",
-           "set_progress", "direct_effects", "logit_lens", "weight_circuits", "weights_vs_paths", "plot_direct",
-           "plot_logit_lens", "plot_weights", *ERRORS, *WARNINGS]
 
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: its ``config/`` holds the protocol's settings."""
@@ -1221,14 +1200,16 @@ MAP_COLUMNS = (("phrase", "text"), ("layer", "count"), ("head", "count"), ("row"
 @_public
 def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | None = None,
             heads: pd.DataFrame | None = None, paths: pd.DataFrame | None = None, edges: pd.DataFrame | None = None,
-            max_tokens: int = 256, max_mb: float = 5.0):
+            lens=None, max_tokens: int = 256, max_mb: float = 5.0):
     """The explorer page of your own text and results, shown in the notebook's cell (JupyterLab, the
     classic Notebook, VS Code): one head's attention as lines from each token to the tokens it reads
     (hover a token), the text coloured by a head's attention from a position you click, a layer ×
     head grid of every head's map (click one to enlarge it), the heads ranked by each score — each
     view naming the head's scores —, and, when given, the tables of :func:`cut_heads`,
-    :func:`patch_heads`, :func:`path_patching` and :func:`edge_scores`. The workflow's explorer page,
-    offline (no CDN, no server); ``.save("page.html")`` writes it as one file.
+    :func:`patch_heads`, :func:`path_patching` and :func:`edge_scores`, and ``lens``: what each head
+    writes, reads and feeds — :func:`weight_circuits`' table, or a list of it with :func:`direct_effects`'
+    and :func:`weights_vs_paths`' tables. The workflow's explorer page, offline (no CDN, no server);
+    ``.save("page.html")`` writes it as one file.
 
     ``texts``: a text, a list of texts, a table of :func:`sequences` (the tokens as the model reads
     them), phrases (``token_set(m, "phrases")``: their expected tokens said), or a table of
@@ -1242,42 +1223,16 @@ def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | N
     >>> page = hw.explore(m, ["your text ...", "another"], hw.head_scores(m), heads=heads, paths=paths)
     >>> page.save("explorer.html")
     """
-    from .config import ConfigError
     from .explorer import build, notebook
     from .paths import reference_config
-    from .scores.sequences import adds_bos
 
     m = _model(m)
-    L, H = m.adapter.n_layers, m.adapter.n_heads
-    given = _explore_tables(m, scores, cuts, heads, paths, edges)
-    scores = given.pop("scores", scores)
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise ConfigError(f"max_tokens={max_tokens!r}; give a whole number of tokens >= 1")
-    max_tokens = min(max_tokens, _shape(m).get("context") or max_tokens)   # never past what the model reads
-    if not isinstance(max_mb, (int, float)) or isinstance(max_mb, bool) or not 0 < max_mb < float("inf"):
-        raise ConfigError(f"max_mb={max_mb!r}; give the page's largest size in MB, a number > 0")
-    if max_mb * 1e6 <= notebook.code_bytes():
-        raise ConfigError(f"max_mb={max_mb!r} is not more than the page's own code "
-                         f"({notebook.code_bytes() / 1e6:.3f} MB); give room for the maps too")
+    scores, tables, made_by = _explore_tables(m, scores, dict(cuts=cuts, heads=heads, paths=paths, edges=edges), lens)
+    max_tokens, max_mb = _explore_size(m, max_tokens, max_mb)
     cfg = load_config()
-    quantum = cfg["attention"]["quantum"]
     maps, tokens, predictions, lengths = _explore_maps(m, texts, max_tokens, cfg)
     seen = tokens.groupby("phrase", sort=False).size().to_dict()            # the tokens the predictions follow
-    own_scores = {}
-
-    def text_scores(n: int) -> pd.DataFrame:            # the scores of the text as the page keeps it
-        if n not in own_scores:
-            bos = m.tokenizer.bos_token_id if adds_bos(m.tokenizer) else None
-            ids = [t.sort_values("pos")["token_id"].tolist()[:n] for _, t in tokens.groupby("phrase", sort=False)]
-            plain = [x[1:] if bos is not None and x[0] == bos else x for x in ids]
-            if not all(plain):
-                raise ConfigError(f"max_mb = {max_mb:g} keeps no token of a text but its first; raise max_mb")
-            half = ((_shape(m).get("context") or 2 * n + 1) - 1) // 2         # a copy and its repeat fit the context
-            own_scores[n] = head_scores(m, sequences(m, ids=[x[:half] for x in plain], repeat=True),
-                                        pd.DataFrame(dict(token_ids=ids)),
-                                        cfg["attention"]["batch"])
-        return own_scores[n]
-
+    text_scores = _text_scores(m, tokens, max_mb, cfg)
     explorer = cfg["report"]["explorer"]
     shape = build.loaded_shape(m.model)
     name = _model_name(m, cfg, shape["family"])
@@ -1291,17 +1246,57 @@ def explore(m, texts, scores: pd.DataFrame | None = None, cuts: pd.DataFrame | N
         text = dict(note=notebook.kept_note(lengths, n), scores_on=None if scores is not None else (
             "On this page, the scores of your text as the page keeps it: sink, prev and self on it, induction on "
             "each text repeated once (all cut to the shortest, and to half the model's context)."))
-        return build.build_explorer(shown, shown_tokens, scores if scores is not None else text_scores(n),
-                                    model=name, shape=shape, quantum=quantum, compress=True, predictions=said,
-                                    rotary=rotary, rotary_distance=explorer["rotary_distance"], text=text, **given)
+        return build.build_explorer(build.ExplorerTables(
+            shown, shown_tokens, scores if scores is not None else text_scores(n), model=name, shape=shape,
+            quantum=cfg["attention"]["quantum"], predictions=said, tables=tables, rotary=rotary,
+            rotary_distance=explorer["rotary_distance"], made_by=made_by, text=text), compress=True)
 
     html, n = notebook.fit_page(page, min(max_tokens, max(lengths.values())), int(max_mb * 1e6))
-    parts = [k for k, t in dict(cuts=cuts, heads=heads, paths=paths, edges=edges).items() if t is not None]
-    summary = (f"{name}, {L} layers × {H} heads; {len(lengths)} text{'s' if len(lengths) > 1 else ''}, "
-               + ", ".join(f"{min(v, n):,} of {v:,} tokens" for v in lengths.values())
+    parts = [k for k, t in dict(cuts=cuts, heads=heads, paths=paths, edges=edges, lens=lens).items() if t is not None]
+    summary = (f"{name}, {m.adapter.n_layers} layers × {m.adapter.n_heads} heads; {len(lengths)} "
+               f"text{'s' if len(lengths) > 1 else ''}, " + ", ".join(f"{min(v, n):,} of {v:,} tokens"
+                                                                    for v in lengths.values())
                + (f"; with {', '.join(parts)}" if parts else "") + f"; {len(html.encode()) / 1e6:.2f} MB "
                "(.save(path) writes the page)")
     return notebook.Explorer(html, summary)
+
+
+def _explore_size(m, max_tokens, max_mb) -> tuple[int, float]:
+    """:func:`explore`'s size bounds checked: the tokens it keeps (at most the model's context) and the page's MB."""
+    from .config import ConfigError
+    from .explorer import notebook
+
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ConfigError(f"max_tokens={max_tokens!r}; give a whole number of tokens >= 1")
+    max_tokens = min(max_tokens, _shape(m).get("context") or max_tokens)   # never past what the model reads
+    if not isinstance(max_mb, (int, float)) or isinstance(max_mb, bool) or not 0 < max_mb < float("inf"):
+        raise ConfigError(f"max_mb={max_mb!r}; give the page's largest size in MB, a number > 0")
+    if max_mb * 1e6 <= notebook.code_bytes():
+        raise ConfigError(f"max_mb={max_mb!r} is not more than the page's own code "
+                          f"({notebook.code_bytes() / 1e6:.3f} MB); give room for the maps too")
+    return max_tokens, max_mb
+
+
+def _text_scores(m, tokens: pd.DataFrame, max_mb, cfg: dict):
+    """``scores(n)``: the scores of :func:`explore`'s texts as the page keeps them (their first ``n`` tokens),
+    each ``n`` computed once."""
+    from .config import ConfigError
+    from .scores.sequences import adds_bos
+
+    made = {}
+
+    def scores(n: int) -> pd.DataFrame:
+        if n not in made:
+            bos = m.tokenizer.bos_token_id if adds_bos(m.tokenizer) else None
+            ids = [t.sort_values("pos")["token_id"].tolist()[:n] for _, t in tokens.groupby("phrase", sort=False)]
+            plain = [x[1:] if bos is not None and x[0] == bos else x for x in ids]
+            if not all(plain):
+                raise ConfigError(f"max_mb = {max_mb:g} keeps no token of a text but its first; raise max_mb")
+            half = ((_shape(m).get("context") or 2 * n + 1) - 1) // 2         # a copy and its repeat fit the context
+            made[n] = head_scores(m, sequences(m, ids=[x[:half] for x in plain], repeat=True),
+                                  pd.DataFrame(dict(token_ids=ids)), cfg["attention"]["batch"])
+        return made[n]
+    return scores
 
 
 def _explore_maps(m, texts, max_tokens: int, cfg: dict):
@@ -1372,47 +1367,28 @@ def _texts(texts) -> list[str]:
     return list(texts)
 
 
-def _explore_tables(m, scores, cuts, heads, paths, edges) -> dict:
-    """The tables :func:`explore` shows, checked against ``m`` before any model pass (columns, kinds,
-    one row per head, heads the model has, the notes the page reads), as the builder's arguments."""
-    from .explorer.build import CIRCUITS_SUMMARY, EDGE_METHODS, EDGE_SCORE_COLUMNS, PATCHING_SUMMARY
+def _explore_tables(m, scores, given: dict, lens) -> tuple[pd.DataFrame | None, dict, dict]:
+    """(scores, the sections' tables by name, what made each) of :func:`explore`'s tables (``given``: cuts,
+    heads, paths, edges; ``lens``), each checked against ``m`` before any model pass (columns, kinds, one row
+    per head, heads the model has, the notes the page reads) and read by its key."""
+    from .explorer.panels import CIRCUITS_SUMMARY, EDGE_METHODS, EDGE_SCORE_COLUMNS, PATCHING_SUMMARY
     from .settings.tables import TableError
 
-    L, H = m.adapter.n_layers, m.adapter.n_heads
-
-    def one_per_head(table, argument):
-        _table(m, table, (("layer", "layer"), ("head", "head")), argument)     # heads the model has
-        got = sorted(zip(table["layer"].astype(int), table["head"].astype(int)))
-        if got != [(l, h) for l in range(L) for h in range(H)]:
-            twice = len(got) - len(set(got))
-            raise TableError(f"hw.explore: {argument} has {len(table)} rows"
-                             + (f", {twice} of them a head given again" if twice else "")
-                             + f", not one per head of the model's {L} layers × {H} heads")
-
-    def note(table, argument, keys, made_by):
-        have = table.attrs.get("note") or {}
-        missing = [k for k in keys if k not in have]
-        if missing:
-            raise TableError(f"hw.explore: {argument}'s note (attrs['note']) lacks {missing}: pass the table "
-                             f"{made_by} returned")
-        return have
-
-    out = {}
-    made_by = {}
     if scores is not None:
-        out["scores"] = _table(m, scores, "scores", "scores")
-        one_per_head(out["scores"], "scores")
+        scores = _one_per_head(m, _table(m, scores, "scores", "scores"), "scores")
+    cuts, heads, paths, edges = (given[k] for k in ("cuts", "heads", "paths", "edges"))
+    tables, made_by = {}, {}
     if cuts is not None:
-        out["topk"] = _table(m, cuts, "cuts", "cuts")
-        made_by["topk"] = "hw.cut_heads"
+        tables["topk"], made_by["topk"] = _table(m, cuts, "cuts", "cuts"), "hw.cut_heads"
     if heads is not None:
         heads = _table(m, heads, (("layer", "layer"), ("head", "head"), ("score", "number"),
                                   ("estimate_score", "number"), ("logit_diff", "number")), "heads", keys="heads")
-        one_per_head(heads, "heads")
-        out.update(patching_heads=heads, patching_note=note(heads, "heads", PATCHING_SUMMARY, "hw.patch_heads"),
-                   patching_resid=(heads.attrs.get("tables") or {}).get("resid"))
+        _explore_note(_one_per_head(m, heads, "heads"), "heads", PATCHING_SUMMARY, "hw.patch_heads")
+        resid = (heads.attrs.get("tables") or {}).get("resid")
+        tables.update(patching_heads=heads, **({} if resid is None else dict(patching_resid=resid)))
         made_by["patching_heads"] = "hw.patch_heads"
     if paths is not None:
+        L, H = m.adapter.n_layers, m.adapter.n_heads
         ends = ("sender_layer", "sender_head", "receiver_layer", "receiver_head")
         paths = _table(m, paths, (("sender", "text"), ("receiver", "text"), ("input", "text"), ("score", "number"),
                                   ("logit_diff", "number"), ("rank_into_receiver", "count"), ("group", "any"),
@@ -1422,17 +1398,77 @@ def _explore_tables(m, scores, cuts, heads, paths, edges) -> dict:
         if outside.any():
             raise TableError(f"hw.explore: paths, row {outside.idxmax()!r}: a head outside the model's {L} layers × "
                              f"{H} heads")
-        out.update(circuits_paths=paths, circuits_note=note(paths, "paths", CIRCUITS_SUMMARY, "hw.path_patching"))
-        made_by["circuits_paths"] = "hw.path_patching"
+        _explore_note(paths, "paths", CIRCUITS_SUMMARY, "hw.path_patching")
+        tables["circuits_paths"], made_by["circuits_paths"] = paths, "hw.path_patching"
     if edges is not None:
         edges = _table(m, edges, "edges", "edges")
         _table(m, edges, tuple((c, "any") for c in EDGE_SCORE_COLUMNS), "edges")
         if not set(EDGE_METHODS) & set(edges.columns):
             raise TableError(f"hw.explore: edges has no score column ({' or '.join(EDGE_METHODS)}): pass the table "
                              "hw.edge_scores returned")
-        out["edge_scores"] = edges
-        made_by["edge_scores"] = "hw.edge_scores"
-    return dict(out, made_by=made_by)
+        tables["edge_scores"], made_by["edge_scores"] = edges, "hw.edge_scores"
+    if lens is not None:
+        tables.update(_explore_lens(m, lens))
+        made_by.update(lens_circuits="hw.weight_circuits")
+    return scores, tables, made_by
+
+
+def _one_per_head(m, table, argument) -> pd.DataFrame:
+    """``table``, refused unless it holds one row per head of ``m``."""
+    from .settings.tables import TableError
+
+    L, H = m.adapter.n_layers, m.adapter.n_heads
+    _table(m, table, (("layer", "layer"), ("head", "head")), argument)     # heads the model has
+    got = sorted(zip(table["layer"].astype(int), table["head"].astype(int)))
+    if got != [(l, h) for l in range(L) for h in range(H)]:
+        twice = len(got) - len(set(got))
+        raise TableError(f"hw.explore: {argument} has {len(table)} rows"
+                         + (f", {twice} of them a head given again" if twice else "")
+                         + f", not one per head of the model's {L} layers × {H} heads")
+    return table
+
+
+def _explore_note(table, argument, keys, made_by) -> dict:
+    """The note the page reads of ``table`` (its ``attrs["note"]``), refused without ``keys``."""
+    from .settings.tables import TableError
+
+    have = table.attrs.get("note") or {}
+    missing = [k for k in keys if k not in have]
+    if missing:
+        raise TableError(f"hw.explore: {argument}'s note (attrs['note']) lacks {missing}: pass the table "
+                         f"{made_by} returned")
+    return have
+
+
+def _explore_lens(m, lens) -> dict:
+    """The lens section's tables of :func:`explore`'s ``lens``: :func:`weight_circuits`' table (its composition
+    scores on its attrs), and, in a list with it, :func:`direct_effects`' (its heads beside patching on its
+    attrs) and :func:`weights_vs_paths`' tables, each told by its columns and read by its key."""
+    from .config import ConfigError
+
+    given = list(lens) if isinstance(lens, (list, tuple)) else [lens]
+    if not all(isinstance(t, pd.DataFrame) for t in given):
+        raise ConfigError("lens: give hw.weight_circuits(m)'s table, or a list of it with hw.direct_effects' and "
+                          "hw.weights_vs_paths' tables")
+    kinds = {"ov_copying": "circuits", "component": "direct", "comparison": "verdict"}
+    found = {}
+    for i, t in enumerate(given):
+        kind = next((k for c, k in kinds.items() if c in t.columns), None)
+        if kind is None or kind in found:
+            raise ConfigError(f"lens[{i}] is " + ("a second " + kind + " table" if kind else "none of "
+                              "hw.weight_circuits', hw.direct_effects' or hw.weights_vs_paths' tables"))
+        found[kind] = t
+    if "circuits" not in found:
+        raise ConfigError("lens holds no hw.weight_circuits(m) table: the section is per head of the weights' table")
+    circuits, composition = _composition_of(found["circuits"], "lens")
+    _one_per_head(m, circuits, "lens")
+    out = dict(lens_circuits=circuits, lens_composition=composition)
+    beside = (found["direct"].attrs.get("tables") or {}).get("heads") if "direct" in found else None
+    if beside is not None:
+        out["lens_direct_heads"], _ = _drawn(beside, "direct_heads", "lens's direct_effects table's heads")
+    if "verdict" in found:
+        out["lens_verdict"] = found["verdict"]
+    return out
 
 
 # ------------------------------------------------------------------ the lens: direct effects, the logit lens, the weights (§5h)

@@ -22,7 +22,8 @@ from nbclient import NotebookClient
 import headwatch as hw
 from headwatch import markup
 from headwatch.explorer import ExplorerDataError, readout_text
-from headwatch.explorer.build import COMPRESSED, edge_scores_payload, render
+from headwatch.explorer.build import COMPRESSED, render
+from headwatch.explorer.panels import edge_scores_payload
 from headwatch.explorer.notebook import Explorer, fit_page, keep_first, kept_note
 from headwatch.settings.tables import TableError
 from test_explorer import _hover, chromium   # Chromium, as the explorer's own tests drive it
@@ -423,3 +424,41 @@ def test_the_saved_page_is_the_cells_page(saved_output, tiny, tmp_path):
     assert [p["prediction"]["expected"] for p in got["phrases"]] == [markup.display_token(e) for e in phrases.expected]
     with pytest.raises(TableError, match=r"hw.explore: texts holds phrase 'names' twice \(rows 2 and 2\)"):
         hw.explore(m, pd.concat([phrases, phrases[phrases.phrase == "names"]]))
+
+
+def test_the_lens_section_says_what_a_head_writes_reads_and_feeds(tiny, browser, tmp_path):
+    """hw.explore's ``lens``: the weights' circuits with the direct effects and the verdict. The section's grid
+    colours every head by its OV copying score; a click (in the section or on the page's grid) says what that
+    head writes, reads and feeds — its numbers the tables' —, and the verdict and the logit lens are drawn."""
+    from selenium.webdriver.common.by import By
+
+    m = tiny
+    prompts = hw.prompt_pairs(m, pd.DataFrame(dict(
+        clean=["When Mary and John went to the shop, John gave a drink to"],
+        corrupted=["When Alice and Bob went to the shop, Tom gave a drink to"], answer=[" Mary"], distractor=[" John"])))
+    heads = hw.patch_heads(m, prompts)
+    paths = hw.path_patching(m, prompts, heads, receivers_top_k=1)
+    circuits = hw.weight_circuits(m, null_draws=20)
+    direct = hw.direct_effects(m, prompts, heads)
+    verdict = hw.weights_vs_paths(circuits, paths)
+    page = hw.explore(m, "a b c d e", paths=paths, lens=[circuits, direct, verdict])
+    assert "with paths, lens" in page.summary
+    _open_frame(browser, page, tmp_path / "lens.html")
+    d = browser
+    assert d.find_element(By.ID, "lens-section").is_displayed()
+    assert "What each head writes, reads and feeds" in [a.text for a in d.find_elements(By.CSS_SELECTOR, "#toc a")]
+    assert len(d.find_elements(By.CSS_SELECTOR, "#lens-grid .cell")) == m.adapter.n_layers * m.adapter.n_heads
+    d.find_element(By.ID, "lens-cell-L2-H1").click()
+    line = d.find_element(By.ID, "lens-head")
+    row = circuits.set_index(["layer", "head"]).loc[(2, 1)]
+    assert line.get_attribute("data-head") == "L2 H1" and f"OV copying {row.ov_copying:.3g}"[:14] in line.text
+    mine = direct.attrs["tables"]["heads"].set_index(["layer", "head"]).loc[(2, 1)]
+    assert "direct " in line.text and "of total " in line.text, (line.text, mine.direct, mine.total)
+    assert "feeds no head" in line.text                                  # the last layer feeds none
+    d.find_element(By.ID, "cell-L0-H2").click()                           # the page's own grid selects it too
+    assert d.find_element(By.ID, "lens-head").get_attribute("data-head") == "L0 H2"
+    assert "reads from no head" in d.find_element(By.ID, "lens-head").text
+    verdict_rows = d.find_elements(By.CSS_SELECTOR, "#lens-verdict-table tbody tr")
+    assert len(verdict_rows) == len(verdict)
+    assert d.find_elements(By.CSS_SELECTOR, "#lens-logit-lens svg") == []          # no logit lens given: none drawn
+    assert _errors(d) == []

@@ -20,7 +20,7 @@ import torch
 
 from headwatch.model.arch import Adapter
 from headwatch.scores.attention import phrase_outputs
-from headwatch.explorer import (ExplorerDataError, build_explorer, config_shape, decode_phrase, display_token,
+from headwatch.explorer import (ExplorerDataError, ExplorerTables, build_explorer, config_shape, decode_phrase, display_token,
                                 encode_phrase, explorer_payload, flat_index, percent, readout_text, rotary_options)
 from headwatch.scores.heads import four_scores
 from tiny import tiny_model
@@ -165,7 +165,7 @@ def test_guards_raise_and_name_what_is_wrong(tiny_tables):
         encode_phrase(maps, "p", 2, 1, 2, 256)
     t = tiny_tables
     with pytest.raises(ExplorerDataError, match=r"scores: 11 rows, but the model has 3 layers × 4 heads"):
-        explorer_payload(t["maps"], t["tokens"], t["scores"].iloc[1:], model="tiny", shape=t["shape"], quantum=256)
+        explorer_payload(page_of(t, scores=t["scores"].iloc[1:]))
 
 
 def test_display_and_readout_text():
@@ -184,16 +184,28 @@ def test_rotary_options_dedupe_bases_and_keep_the_model_first():
                                                  dict(label="qwen", base=1e6)]
 
 
+def page_of(t: dict, tables: dict | None = None, **facts) -> ExplorerTables:
+    """The tiny model's page: its spine (``scores`` etc. replaced by ``facts``), the sections' ``tables``."""
+    spine = dict(maps=t["maps"], tokens=t["tokens"], scores=t["scores"], model="tiny", shape=t["shape"], quantum=256)
+    return ExplorerTables(**{**spine, **facts}, tables=tables or {})
+
+
+def with_note(table: pd.DataFrame, note: dict) -> pd.DataFrame:
+    """``table`` carrying ``note`` as its ``attrs["note"]`` (as report_explorer reads it from its file)."""
+    out = table.copy()
+    out.attrs["note"] = note
+    return out
+
+
 def test_optional_sections_and_self_contained_html(tiny_tables):
     t = tiny_tables
-    base = dict(model="tiny", shape=t["shape"], quantum=256, predictions=t["predictions"])
-    bare = explorer_payload(t["maps"], t["tokens"], t["scores"], **base)
+    bare = explorer_payload(page_of(t, predictions=t["predictions"]))
     assert "ablation" not in bare and "sweep" not in bare
-    full = explorer_payload(t["maps"], t["tokens"], t["scores"], **base, **t["ablation"], **t["sweep"])
+    full = explorer_payload(page_of(t, {**t["ablation"], **t["sweep"]}, predictions=t["predictions"]))
     assert set(full["ablation"]) == {"topk", "circuit_scores", "circuit_loss", "attribution", "attribution_summary"}
     assert len(full["ablation"]["attribution"]["names"]["drop"]) == t["layers"] * t["heads"]
     assert full["sweep"]["summary"]["columns"][:2] == ["sweep", "shape"]
-    html = build_explorer(t["maps"], t["tokens"], t["scores"], **base)
+    html = build_explorer(page_of(t, predictions=t["predictions"]))
     lower = html.lower()
     for bad in ("<script src", "<link", "@import", "url(http", "cdn.", "fetch(", "xmlhttprequest"):
         assert bad not in lower, bad
@@ -224,7 +236,7 @@ def _paths_table(threshold=0.15):
 
 
 def test_the_edges_go_strongest_first_and_a_table_that_cannot_be_one_is_refused(tiny_tables):
-    from headwatch.explorer.build import circuits_payload
+    from headwatch.explorer.panels import circuits_payload
 
     t, note = _paths_table()
     got = circuits_payload(t, note, 3, 4)
@@ -246,8 +258,7 @@ def test_the_edges_go_strongest_first_and_a_table_that_cannot_be_one_is_refused(
     refused(lambda x: None, r"lacks \['grouped_note'\]", {k: v for k, v in note.items() if k != "grouped_note"})
     refused(lambda x: None, "edge_threshold -1 is not a number", dict(note, edge_threshold=-1))
     with pytest.raises(ExplorerDataError, match="come together"):
-        explorer_payload(tiny_tables["maps"], tiny_tables["tokens"], tiny_tables["scores"], model="tiny",
-                         shape=tiny_tables["shape"], quantum=256, circuits_paths=t)
+        explorer_payload(page_of(tiny_tables, dict(circuits_paths=t)))
 
 
 # --------------------------------------------------------------------- the browser
@@ -289,10 +300,9 @@ def browser(tmp_path_factory):
 def page(tiny_tables, tmp_path_factory):
     t = tiny_tables
     out = tmp_path_factory.mktemp("explorer") / "explorer.html"
-    build_explorer(t["maps"], t["tokens"], t["scores"], model="tiny-llama", shape=t["shape"], quantum=256,
-                   predictions=t["predictions"], out=out,
-                   rotary=rotary_options("tiny-llama", t["shape"], [dict(label="a-1e6-model", base=1e6)]),
-                   rotary_distance=100, **t["ablation"], **t["sweep"])
+    build_explorer(page_of(t, {**t["ablation"], **t["sweep"]}, model="tiny-llama", predictions=t["predictions"],
+                           rotary=rotary_options("tiny-llama", t["shape"], [dict(label="a-1e6-model", base=1e6)]),
+                           rotary_distance=100), out=out)
     return out
 
 
@@ -457,8 +467,7 @@ def test_the_path_patching_panel_draws_and_lists_the_edges_of_a_hand_made_table(
     t = tiny_tables
     edges, note = _paths_table()
     out = tmp_path / "circuits.html"
-    build_explorer(t["maps"], t["tokens"], t["scores"], model="tiny-llama", shape=t["shape"], quantum=256,
-                   circuits_paths=edges, circuits_note=note, out=out)
+    build_explorer(page_of(t, dict(circuits_paths=with_note(edges, note)), model="tiny-llama"), out=out)
     d, by = browser, "css selector"
     _open(d, out)
     assert d.find_element(by, "#circuits-section").is_displayed()
@@ -525,7 +534,7 @@ def _edge_circuit():
 
 
 def test_the_edge_circuit_panel_lists_the_circuit_strongest_first_and_its_areas(browser, tiny_tables, tmp_path):
-    from headwatch.explorer.build import edges_payload
+    from headwatch.explorer.panels import edges_payload
 
     circuit, note, areas = _edge_circuit()
     got = edges_payload(circuit, note, areas, 3)
@@ -536,8 +545,8 @@ def test_the_edge_circuit_panel_lists_the_circuit_strongest_first_and_its_areas(
         edges_payload(circuit, note, areas.drop(columns="cmd"), 3)
     t = tiny_tables
     out = tmp_path / "edges.html"
-    build_explorer(t["maps"], t["tokens"], t["scores"], model="tiny-llama", shape=t["shape"], quantum=256,
-                   edges_circuit=circuit, edges_note=note, edges_areas=areas, out=out)
+    build_explorer(page_of(t, dict(edges_circuit=with_note(circuit, note), edges_areas=areas), model="tiny-llama"),
+                   out=out)
     d, by = browser, "css selector"
     _open(d, out)
     assert d.find_element(by, "#edges-section").is_displayed()
@@ -553,8 +562,7 @@ def test_the_edge_circuit_panel_lists_the_circuit_strongest_first_and_its_areas(
 def test_page_without_optional_tables_omits_their_sections(browser, tiny_tables, tmp_path):
     t = tiny_tables
     out = tmp_path / "bare.html"
-    build_explorer(t["maps"], t["tokens"], t["scores"], model="bare", shape=dict(t["shape"], rotary_dims=0),
-                   quantum=256, out=out)
+    build_explorer(page_of(t, model="bare", shape=dict(t["shape"], rotary_dims=0)), out=out)
     _open(browser, out)
     by = "css selector"
     assert not browser.find_element(by, "#ablation-section").is_displayed()

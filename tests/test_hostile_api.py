@@ -99,7 +99,7 @@ def keep_attrs(table: pd.DataFrame, source: pd.DataFrame | None, guards: dict | 
 def _circuits() -> pd.DataFrame:
     """hw.weight_circuits' table of the tiny model's shape, by hand, its composition scores on its attrs."""
     heads = pd.DataFrame([dict(layer=l, head=h, label=f"L{l}H{h}", kv_group=h // 2, ov_copying=0.1 * h - 0.1,
-                               qk_same_token=0.0) for l in range(3) for h in range(4)])
+                               ov_copying_z=float(h), qk_same_token=0.0) for l in range(3) for h in range(4)])
     comp = pd.DataFrame([dict(sender=f"L{l}H{h}", sender_layer=l, sender_head=h, receiver=f"L{r}H{j}", receiver_layer=r,
                               receiver_head=j, input=i, head_score=0.1, score=0.1 + 0.01 * h, null_mean=0.1, null_sd=0.01,
                               z=float(h)) for l in range(3) for h in range(4) for r in range(l + 1, 3) for j in range(4)
@@ -466,6 +466,11 @@ HOSTILE: dict[str, list[Case]] = {
           lambda x: keep_attrs(changed(x["maps"], 5, weight=np.nan), x["maps"])),
         c("texts holds phrase 'noise', layer 0, head 0, row 0, col 0 twice", M,
           lambda x: keep_attrs(pd.concat([x["maps"], x["maps"].iloc[[0]]]), x["maps"])),
+        c("lens: give hw.weight_circuits(m)'s table", M, "a b c", lens=5),
+        c("lens holds no hw.weight_circuits(m) table", M, "a b c", lens=lambda x: [_direct()]),
+        c("lens[1] is a second circuits table", M, "a b c", lens=lambda x: [_circuits(), _circuits()]),
+        c("lens carries no composition scores", M, "a b c", lens=lambda x: bare(_circuits())),
+        c("lens lacks the column 'ov_copying_z'", M, "a b c", lens=lambda x: _circuits().drop(columns="ov_copying_z")),
     ],
     "direct_effects": [
         c("prompts is a str, not a pandas DataFrame", M, "prompts"),

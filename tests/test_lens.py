@@ -340,7 +340,7 @@ def test_every_wrong_argument_is_refused_before_any_model_pass(tiny, monkeypatch
     heads.attrs["note"] = dict(prompts=len(prompts))
     other = heads.copy()
     other.attrs = dict(note=dict(prompts=7))              # patched on other prompts
-    circuits = pd.DataFrame(dict(layer=[0], head=[0], ov_copying=[0.1], qk_same_token=[0.0]))
+    circuits = pd.DataFrame(dict(layer=[0], head=[0], ov_copying=[0.1], ov_copying_z=[1.0], qk_same_token=[0.0]))
 
     def no_pass(*args, **kwargs):
         raise AssertionError("a model pass before the refusal")

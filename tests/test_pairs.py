@@ -349,7 +349,7 @@ def test_a_hostile_pairs_file_stops_the_config_check_before_any_job(tiny_model_d
 
 
 def test_the_explorer_panel_carries_the_positions_from_the_end():
-    from headwatch.explorer.build import PATCHING_SUMMARY, patching_payload
+    from headwatch.explorer.panels import PATCHING_SUMMARY, patching_payload
 
     heads = pd.DataFrame(dict(layer=[0, 0], head=[0, 1], score=[0.5, 0.25], estimate_score=[0.4, 0.2],
                               logit_diff=[1.0, 0.5]))

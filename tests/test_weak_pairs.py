@@ -87,7 +87,7 @@ def test_patch_heads_warns_once_on_weak_pairs_and_every_result_says_it(m, tmp_pa
 
 
 def test_the_explorers_patching_section_says_its_task_and_whether_the_pairs_separate(m):
-    from headwatch.explorer.build import patching_payload
+    from headwatch.explorer.panels import patching_payload
     from headwatch.patching.prompts import TASK_NOTE
 
     heads, _ = _patched(m, WEAK)

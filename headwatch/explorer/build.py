@@ -1,5 +1,11 @@
 """Build the explorer page: one self-contained HTML file, data embedded as JSON.
 
+:class:`ExplorerTables` is everything a page is built from (the spine's tables, the page's facts, each
+optional section's tables by name); :func:`explorer_payload` makes the page's data of it — the phrases'
+maps and tokens, every head's scores, and each section of :data:`headwatch.explorer.panels.PANELS` whose
+tables are given —; :func:`render` inlines it in the page; :func:`build_explorer` does both (the rule
+report_explorer and :func:`headwatch.explore` call it).
+
 The page (``template.html`` + ``explorer.css`` + ``explorer.js``, inlined) works
 offline from ``file://``: no CDN, no server, no framework. Everything it shows
 comes from the workflow's tables:
@@ -12,11 +18,12 @@ comes from the workflow's tables:
   list (flat index → q, uint32 each). Flat index of a cell:
   ``(layer * heads + head) * n(n+1)/2 + row(row+1)/2 + col`` for ``col <= row``.
 * tokens, predictions and head scores;
-* optional sections, each rendered only when its table is given: ablation
-  (top-k, circuit, attribution), activation patching (every head's score and its
+* optional sections, each rendered only when its tables are given (:mod:`headwatch.explorer.panels`):
+  ablation (top-k, circuit, attribution), activation patching (every head's score and its
   estimate, the residual stream by layer and position), path patching (the edges
-  sender → receiver's q, k or v, drawn above the table's threshold), the training
-  sweep, and always the rotary clock and KV-cache calculator (from the model's config).
+  sender → receiver's q, k or v, drawn above the table's threshold), edge circuits and scores, the
+  training sweep, what a head writes, reads and feeds (the lens), and always the rotary clock and
+  KV-cache calculator (from the model's config).
 
 Guards raise :class:`ExplorerDataError` (the rule fails) when a map is
 incomplete, a weight is not a multiple of 1/quantum, or the tables disagree on
@@ -27,6 +34,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -34,17 +42,13 @@ import numpy as np
 import pandas as pd
 
 from .. import markup
-from ..model.arch import context_length, head_label, shape_of
+from ..model.arch import context_length, shape_of
 from ..markup import display_token
 from ..names import BYTES_PER_NUMBER, SCORES
-from ..settings.tables import TableError
+from .panels import panels_payload
+from .records import ExplorerDataError, plain, records  # noqa: F401  (ExplorerDataError, records: the package's)
 
 ESCAPE = 255
-
-
-class ExplorerDataError(TableError):
-    """A table the page is built from is incomplete or inconsistent: a :class:`~headwatch.settings.tables.TableError`
-    (``except hw.TableError`` catches it), raised by the page's own checks."""
 
 
 # ------------------------------------------------------------------ helpers
@@ -67,31 +71,6 @@ def _b64(arr: np.ndarray) -> str:
 
 def _unb64(text: str, dtype) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype=np.dtype(dtype).newbyteorder("<"))
-
-
-def _plain(value):
-    """A JSON-able Python value from a pandas/numpy cell (lists joined by the page)."""
-    if isinstance(value, (np.ndarray, list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, (np.integer, int)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        f = float(value)
-        if not math.isfinite(f):
-            return None
-        return f
-    return str(value)
-
-
-def records(df: pd.DataFrame) -> dict:
-    """A table as {columns, rows} (rows as lists), JSON-able, column order kept."""
-    cols = [str(c) for c in df.columns]
-    rows = [[_plain(v) for v in row] for row in df.itertuples(index=False, name=None)]
-    return dict(columns=cols, rows=rows)
 
 
 # ------------------------------------------------------------------ maps
@@ -192,7 +171,7 @@ def _shape(s: dict, context, dtype: str) -> dict:
     if dtype not in BYTES_PER_NUMBER:
         raise ExplorerDataError(f"dtype {dtype!r}: bytes per number unknown "
                                 f"(know {sorted(BYTES_PER_NUMBER)})")
-    out = {k: _plain(v) for k, v in s.items()}
+    out = {k: plain(v) for k, v in s.items()}
     out.update(context=int(context) if context else None, dtype=dtype, bytes=BYTES_PER_NUMBER[dtype])
     if out["rotary_dims"] is None:
         out["rotary_dims"] = 0
@@ -207,7 +186,7 @@ def reference_base(path) -> dict:
     raw = json.loads(path.read_text())
     cfg = AutoConfig.for_model(**raw)
     s = shape_of(cfg)
-    return dict(label=path.stem, base=_plain(s["rotary_base"]), rotary_dims=int(s["rotary_dims"] or 0))
+    return dict(label=path.stem, base=plain(s["rotary_base"]), rotary_dims=int(s["rotary_dims"] or 0))
 
 
 def rotary_options(model_key: str, shape: dict, references: list[dict]) -> list[dict]:
@@ -228,172 +207,50 @@ def rotary_options(model_key: str, shape: dict, references: list[dict]) -> list[
     return opts
 
 
-# ------------------------------------------------------------------ payload
-def _attribution(attr: pd.DataFrame, phrases: list[str], layers: int, heads: int) -> dict:
-    """Per phrase: every head's drop (percentage points, column ``drop_points``) in layer-major order."""
-    col = next((c for c in ("drop_points", "drop") if c in attr.columns), None)
-    if col is None or "p_cut" not in attr.columns or "p_intact" not in attr.columns:
-        raise ExplorerDataError(f"attribution: needs columns drop_points, p_cut, p_intact; has {list(attr.columns)}")
-    out = {}
-    for p in phrases:
-        a = attr[attr["phrase"] == p]
-        if a.empty:
-            continue
-        if len(a) != layers * heads:
-            raise ExplorerDataError(f"attribution, phrase {p!r}: {len(a)} rows, expected one per head "
-                                    f"({layers} × {heads})")
-        a = a.sort_values(["layer", "head"])
-        exp = a["expected"].iloc[0] if "expected" in a else None
-        out[p] = dict(drop=[_plain(x) for x in a[col]], p_cut=[_plain(x) for x in a["p_cut"]],
-                      p_intact=_plain(a["p_intact"].iloc[0]),
-                      expected=display_token(str(exp)) if exp is not None else None)
-    return out
+@dataclass
+class ExplorerTables:
+    """Everything one page is built from (the module doc): the spine — every head's maps, the phrases' tokens,
+    every head's scores, the predictions —, the page's facts (the model's name and shape, the maps' quantum,
+    the rotary clock's options, the tables' sources and makers, the notebook's text), and each optional
+    section's tables by name (``tables``: :data:`~headwatch.explorer.panels.TABLES`, each with its note on
+    ``attrs["note"]``; :data:`~headwatch.explorer.panels.PANELS` says which section shows which)."""
+    maps: pd.DataFrame
+    tokens: pd.DataFrame
+    scores: pd.DataFrame
+    model: str
+    shape: dict
+    quantum: int
+    predictions: pd.DataFrame | None = None
+    tables: dict = field(default_factory=dict)
+    rotary: list = field(default_factory=list)
+    rotary_distance: int = 1000
+    sources: dict = field(default_factory=dict)
+    made_by: dict = field(default_factory=dict)
+    text: dict | None = None
 
 
-PATCHING_SUMMARY = ("prompts", "clean_logit_diff", "corrupted_logit_diff", "estimate_pearson",
-                    "estimate_spearman", "estimate_top10_overlap", "top10", "exact_seconds", "estimate_seconds",
-                    "top_heads")
-"""What the patching panel's line reads from the tables' note (headwatch.patching)."""
-PATCHING_OPTIONAL = ("names_phrase",)
-"""What the line reads when the note has it (the rule's run on the names phrase; a notebook's
-``hw.patch_heads`` without ``phrases`` has none)."""
-
-
-def patching_payload(heads: pd.DataFrame, resid: pd.DataFrame | None, note: dict) -> dict:
-    """The patching panel: every head's exact score and estimate (layer-major), the residual
-    stream's score by layer and position with the position labels (when ``resid`` is given), and
-    the note's summary."""
-    missing = [k for k in PATCHING_SUMMARY + (("position_labels",) if resid is not None else ()) if k not in note]
-    if missing:
-        raise ExplorerDataError(f"patching/heads.parquet's note lacks {missing}")
-    from ..patching.prompts import carried
-
-    out = dict(heads=records(heads.sort_values(["layer", "head"])),
-               summary={k: _plain(note[k]) for k in PATCHING_SUMMARY + PATCHING_OPTIONAL if k in note},
-               title=f"Activation patching: the heads that carry {carried(note)}",
-               separation=dict(weak=not note["pairs_separate"], said=note["separation"])
-               if "pairs_separate" in note else None)
-    if resid is not None:
-        labels = list(note["position_labels"])
-        r = resid.sort_values(["layer", "position"])
-        if len(r) != (int(r["layer"].max()) + 1) * len(labels):
-            raise ExplorerDataError(f"patching/resid: {len(r)} rows, not one per layer and each of the "
-                                    f"{len(labels)} positions")
-        out["resid"] = dict(score=[_plain(x) for x in r["score"]], layers=int(r["layer"].max()) + 1,
-                            tokens=labels, positions=sorted(int(x) for x in r["position"].unique()))
-    return out
-
-
-CIRCUITS_SUMMARY = ("prompts", "edges", "edge_threshold", "receivers", "receivers_from", "senders_from",
-                    "clean_logit_diff", "corrupted_logit_diff", "grouped_note")
-"""What the path-patching panel's line reads from the edge table's note (headwatch.circuits)."""
-PATH_COLUMNS = ("sender", "receiver", "input", "group", "score", "logit_diff", "rank_into_receiver",
-                "sender_layer", "sender_head", "receiver_layer", "receiver_head")
-"""The edge table's columns the panel shows and draws (circuits/paths.parquet)."""
-INPUTS = ("q", "k", "v")
-
-
-def circuits_payload(paths: pd.DataFrame, note: dict, layers: int, heads: int) -> dict:
-    """The path-patching panel: every edge, strongest (|score|) first, and the note's summary;
-    the page draws and lists those whose |score| reaches the note's ``edge_threshold`` (the
-    rule's ``circuits.edge_threshold``). Raises when a column or note entry is missing, an edge
-    names a head the model lacks, runs to the same or an earlier layer, into an input other than
-    q, k or v, or a head label disagrees with its layer and head."""
-    missing = [c for c in PATH_COLUMNS if c not in paths.columns] + [k for k in CIRCUITS_SUMMARY if k not in note]
-    if missing:
-        raise ExplorerDataError(f"circuits/paths.parquet (or its note) lacks {missing}")
-    threshold = _plain(note["edge_threshold"])
-    if not isinstance(threshold, float | int) or isinstance(threshold, bool) or threshold < 0:
-        raise ExplorerDataError(f"circuits/paths.parquet's note: edge_threshold {note['edge_threshold']!r} is not "
-                                "a number ≥ 0")
-    for r in paths.itertuples():
-        where = f"circuits/paths, edge {r.sender!r} -> {r.receiver!r} ({r.input!r})"
-        ends = ((r.sender_layer, r.sender_head), (r.receiver_layer, r.receiver_head))
-        if not all(0 <= int(l) < layers and 0 <= int(h) < heads for l, h in ends):
-            raise ExplorerDataError(f"{where}: a head outside the model's {layers} layers × {heads} heads")
-        if int(r.sender_layer) >= int(r.receiver_layer):
-            raise ExplorerDataError(f"{where}: the sender's layer {r.sender_layer} is not below the receiver's "
-                                    f"{r.receiver_layer}")
-        if r.input not in INPUTS:
-            raise ExplorerDataError(f"{where}: the input is none of {list(INPUTS)}")
-        if (r.sender, r.receiver) != tuple(head_label(int(l), int(h)) for l, h in ends):
-            raise ExplorerDataError(f"{where}: the labels disagree with the layers and heads "
-                                    f"{head_label(*map(int, ends[0]))} -> {head_label(*map(int, ends[1]))}")
-    order = paths["score"].abs().sort_values(ascending=False, kind="mergesort").index
-    return dict(edges=records(paths.loc[order, list(PATH_COLUMNS)]),
-                summary={k: _plain(note[k]) for k in CIRCUITS_SUMMARY})
-
-
-EDGE_COLUMNS = ("sender", "receiver", "score", "sender_role", "receiver_role", "sender_kind", "sender_layer",
-                "receiver_kind", "receiver_layer")
-"""The best small circuit's columns the edge-circuit panel lists (edges/circuit.parquet)."""
-EDGE_SUMMARY = ("method", "threshold", "found")
-AREA_COLUMNS = ("method", "draw", "cpr", "cmd")
-
-
-def edges_payload(circuit: pd.DataFrame, note: dict, areas: pd.DataFrame, layers: int) -> dict:
-    """The edge-circuit panel (§5g): the smallest faithful circuit's edges, strongest first, the
-    note's summary (method, threshold, size, faithfulness) and every method's CPR and CMD. Raises
-    when a column or note entry is missing, or an edge's layers lie outside the model."""
-    missing = ([c for c in EDGE_COLUMNS if c not in circuit.columns] + [k for k in EDGE_SUMMARY if k not in note]
-               + [c for c in AREA_COLUMNS if c not in areas.columns])
-    if missing:
-        raise ExplorerDataError(f"edges/circuit.parquet, its note or edges/areas.parquet lacks {missing}")
-    for r in circuit.itertuples():
-        if not (-1 <= int(r.sender_layer) < layers and 0 <= int(r.receiver_layer) <= layers):
-            raise ExplorerDataError(f"edges/circuit, edge {r.sender!r} -> {r.receiver!r}: a layer outside the "
-                                    f"model's {layers}")
-    order = circuit["score"].abs().sort_values(ascending=False, kind="mergesort").index
-    summary = {k: _plain(note.get(k)) for k in ("method", "threshold", "found", "fraction", "edges", "kept",
-                                               "faithfulness", "best")}
-    return dict(circuit=records(circuit.loc[order, list(EDGE_COLUMNS)]), summary=summary,
-                areas=records(areas[list(AREA_COLUMNS)]))
-
-
-EDGE_SCORE_COLUMNS = ("edge", "sender", "receiver", "sender_kind", "sender_layer", "receiver_kind",
-                      "receiver_layer")
-"""The columns of an edge score table (edges/scores.parquet, ``hw.edge_scores``) the page lists
-beside each method's score."""
-EDGE_METHODS = ("eap_ig", "eap")
-"""The edge score methods, each a column of the table (§5g): EAP-IG first, shown first."""
-
-
-def edge_scores_payload(edges: pd.DataFrame, top: int) -> dict:
-    """The strongest ``top`` edges by |score| of each method the table holds (their union, in the
-    table's columns :data:`EDGE_SCORE_COLUMNS` and the methods'), the number of edges scored; the
-    page lists one method's top at a time. Raises when a column is missing or no method is scored."""
-    methods = [c for c in EDGE_METHODS if c in edges.columns]
-    missing = [c for c in EDGE_SCORE_COLUMNS if c not in edges.columns]
-    if missing or not methods:
-        raise ExplorerDataError(f"edge scores lack {missing + ([] if methods else [' or '.join(EDGE_METHODS)])}")
-    keep = set()
-    for m in methods:
-        keep |= set(edges[m].abs().sort_values(ascending=False, kind="mergesort").index[:top])
-    rows = edges.loc[sorted(keep), list(EDGE_SCORE_COLUMNS) + methods]
-    return dict(methods=methods, top=int(top), total=len(edges), edges=records(rows))
-
-
-def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
-                     shape: dict, quantum: int, predictions: pd.DataFrame | None = None,
-                     topk: pd.DataFrame | None = None, circuit_scores: pd.DataFrame | None = None,
-                     circuit_loss: pd.DataFrame | None = None, attribution: pd.DataFrame | None = None,
-                     attribution_summary: pd.DataFrame | None = None,
-                     sweep_summary: pd.DataFrame | None = None, sweep_contrast: pd.DataFrame | None = None,
-                     patching_heads: pd.DataFrame | None = None, patching_resid: pd.DataFrame | None = None,
-                     patching_note: dict | None = None, patching_kv_groups: pd.DataFrame | None = None,
-                     circuits_paths: pd.DataFrame | None = None, circuits_note: dict | None = None,
-                     edges_circuit: pd.DataFrame | None = None, edges_note: dict | None = None,
-                     edges_areas: pd.DataFrame | None = None, edge_scores: pd.DataFrame | None = None,
-                     edge_scores_top: int = 50,
-                     rotary: list[dict] | None = None, rotary_distance: int = 1000,
-                     sources: dict | None = None, made_by: dict | None = None, text: dict | None = None) -> dict:
-    """Everything the page shows, as one JSON-able dict (see the module doc for the map encoding)."""
-    L, H = int(shape["layers"]), int(shape["heads"])
-    if len(scores) != L * H:
-        raise ExplorerDataError(f"scores: {len(scores)} rows, but the model has {L} layers × {H} heads")
+def explorer_payload(page: ExplorerTables) -> dict:
+    """Everything the page shows, as one JSON-able dict (see the module doc for the map encoding): the
+    spine's phrases and scores, the colour maps, and each section whose tables are given."""
+    L, H = int(page.shape["layers"]), int(page.shape["heads"])
+    maps = page.maps
     if int(maps["layer"].max()) + 1 != L or int(maps["head"].max()) + 1 != H:
         raise ExplorerDataError(f"maps cover {int(maps['layer'].max()) + 1} layers × "
                                 f"{int(maps['head'].max()) + 1} heads; the model has {L} × {H}")
+    phrases = _phrases(page, L, H)
+    names = [p["name"] for p in phrases]
+    payload = dict(model=page.model, shape=page.shape, quantum=int(page.quantum), phrases=phrases,
+                   scores=_score_columns(page.scores, L, H), score_names=list(SCORES), colormaps=_colormaps(),
+                   rotary=dict(options=page.rotary or [], distance=int(page.rotary_distance)),
+                   sources=page.sources or {}, made_by=page.made_by or {})
+    if page.text is not None:
+        payload["text"] = page.text
+    return dict(payload, **panels_payload(page.tables, L, H, names))
+
+
+def _phrases(page: ExplorerTables, L: int, H: int) -> list[dict]:
+    """Each phrase's tokens, its maps encoded (:func:`encode_phrase`) and the model's prediction after it."""
+    tokens, predictions = page.tokens, page.predictions
     phrases = []
     names = list(dict.fromkeys(tokens["phrase"]))
     for name in names:
@@ -403,34 +260,43 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
             raise ExplorerDataError(f"tokens, phrase {name!r}: positions are not 0..{n - 1}")
         entry = dict(name=name, n=n, tokens=[str(x) for x in t["token"]],
                      display=[display_token(str(x)) for x in t["token"]],
-                     **encode_phrase(maps, name, n, L, H, quantum))
-        if predictions is not None:
-            p = predictions[predictions["phrase"] == name].sort_values("rank")
-            if len(p):
-                first = p.iloc[0]
-                shown = lambda v: display_token(str(v)) if _plain(v) is not None else None
-                entry["prediction"] = dict(
-                    expected=shown(first.get("expected")), expected_prob=_plain(first.get("expected_prob")),
-                    expected_rank=_plain(first.get("expected_rank")), also=shown(first.get("also")),
-                    also_prob=_plain(first.get("also_prob")), also_rank=_plain(first.get("also_rank")),
-                    top=[dict(token=display_token(str(r.token)), prob=_plain(r.prob)) for r in p.itertuples()])
+                     **encode_phrase(page.maps, name, n, L, H, page.quantum))
+        p = predictions[predictions["phrase"] == name].sort_values("rank") if predictions is not None else ()
+        if len(p):
+            first = p.iloc[0]
+            shown = lambda v: display_token(str(v)) if plain(v) is not None else None
+            entry["prediction"] = dict(
+                expected=shown(first.get("expected")), expected_prob=plain(first.get("expected_prob")),
+                expected_rank=plain(first.get("expected_rank")), also=shown(first.get("also")),
+                also_prob=plain(first.get("also_prob")), also_rank=plain(first.get("also_rank")),
+                top=[dict(token=display_token(str(r.token)), prob=plain(r.prob)) for r in p.itertuples()])
         phrases.append(entry)
-    extra = set(maps["phrase"]) - set(names)
+    extra = set(page.maps["phrase"]) - set(names)
     if extra:
         raise ExplorerDataError(f"maps hold phrases without tokens: {sorted(extra)}")
+    return phrases
 
+
+def _score_columns(scores: pd.DataFrame, L: int, H: int) -> dict:
+    """Every head's scores and their ranks, layer-major, one row per (layer, head)."""
+    if len(scores) != L * H:
+        raise ExplorerDataError(f"scores: {len(scores)} rows, but the model has {L} layers × {H} heads")
     s = scores.sort_values(["layer", "head"]).reset_index(drop=True)
     expected = [(l, h) for l in range(L) for h in range(H)]
     if list(zip(s["layer"].astype(int), s["head"].astype(int))) != expected:
         raise ExplorerDataError("scores: not exactly one row per (layer, head)")
-    score_cols = {"layer": [int(x) for x in s["layer"]], "head": [int(x) for x in s["head"]]}
+    out = {"layer": [int(x) for x in s["layer"]], "head": [int(x) for x in s["head"]]}
     if "kv_group" in s:
-        score_cols["kv_group"] = [int(x) for x in s["kv_group"]]
+        out["kv_group"] = [int(x) for x in s["kv_group"]]
     for name in SCORES:
-        score_cols[name] = [_plain(x) for x in s[name]]
+        out[name] = [plain(x) for x in s[name]]
         rank = s[f"{name}_rank"] if f"{name}_rank" in s else s[name].rank(ascending=False, method="min")
-        score_cols[f"{name}_rank"] = [int(x) for x in rank]
+        out[f"{name}_rank"] = [int(x) for x in rank]
+    return out
 
+
+def _colormaps() -> dict:
+    """The figures' sequential and diverging colour maps as 256 hex colours each."""
     import matplotlib     # here, with the figures' style: the table pages (report_table) draw no colours
 
     from ..figures.style import DIVERGING, SEQUENTIAL
@@ -439,50 +305,8 @@ def explorer_payload(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFr
         cmap = matplotlib.colormaps[name]
         return [matplotlib.colors.to_hex(cmap(i / 255)) for i in range(256)]
 
-    payload = dict(model=model, shape=shape, quantum=int(quantum), phrases=phrases, scores=score_cols,
-                   score_names=list(SCORES),
-                   colormaps=dict(sequential=lut(SEQUENTIAL), diverging=lut(DIVERGING),
-                                  sequential_name=SEQUENTIAL, diverging_name=DIVERGING),
-                   rotary=dict(options=rotary or [], distance=int(rotary_distance)),
-                   sources=sources or {}, made_by=made_by or {})
-    if text is not None:
-        payload["text"] = text
-    ablation = {}
-    if topk is not None:
-        ablation["topk"] = records(topk)       # every cut method; the page switches between them
-    if circuit_scores is not None:
-        ablation["circuit_scores"] = records(circuit_scores)
-    if circuit_loss is not None:
-        ablation["circuit_loss"] = records(circuit_loss)
-    if attribution is not None:
-        ablation["attribution"] = _attribution(attribution, names, L, H)
-    if attribution_summary is not None:
-        ablation["attribution_summary"] = records(attribution_summary)
-    if ablation:
-        payload["ablation"] = ablation
-    if patching_heads is not None:
-        if len(patching_heads) != L * H or patching_note is None:
-            raise ExplorerDataError(f"patching: the heads table ({len(patching_heads)} rows for {L} × {H} heads) "
-                                    "and its note come together")
-        payload["patching"] = patching_payload(patching_heads, patching_resid, patching_note)
-        if patching_kv_groups is not None:      # key/value groups, highest score first
-            payload["patching"]["kv_groups"] = records(patching_kv_groups.sort_values(
-                ["score_rank", "layer", "group", "site"], kind="mergesort"))
-    if circuits_paths is not None:
-        if circuits_note is None:
-            raise ExplorerDataError("circuits: the edge table and its note come together")
-        payload["circuits"] = circuits_payload(circuits_paths, circuits_note, L, H)
-    if edges_circuit is not None:
-        if edges_note is None or edges_areas is None:
-            raise ExplorerDataError("edges: the circuit table, its note and the areas table come together")
-        payload["edges"] = edges_payload(edges_circuit, edges_note, edges_areas, L)
-    if edge_scores is not None:
-        payload["edge_scores"] = edge_scores_payload(edge_scores, edge_scores_top)
-    if sweep_summary is not None:
-        payload["sweep"] = dict(summary=records(sweep_summary))
-        if sweep_contrast is not None:
-            payload["sweep"]["contrast"] = records(sweep_contrast)
-    return payload
+    return dict(sequential=lut(SEQUENTIAL), diverging=lut(DIVERGING), sequential_name=SEQUENTIAL,
+                diverging_name=DIVERGING)
 
 
 def _asset(name: str) -> str:
@@ -517,24 +341,10 @@ def render(payload: dict, compress: bool = False) -> str:
     return re.sub(r"\{\{(TITLE|CSS|JS|ENCODING|DATA)\}\}", lambda hit: parts[hit.group(1)], html)
 
 
-def build_explorer(maps: pd.DataFrame, tokens: pd.DataFrame, scores: pd.DataFrame, *, model: str,
-                   shape: dict, quantum: int, out: str | Path | None = None, compress: bool = False,
-                   **optional) -> str:
-    """The explorer page as HTML (written to ``out`` when given).
-
-    ``optional``: predictions, topk, circuit_scores, circuit_loss, attribution,
-    attribution_summary, patching_heads, patching_resid (with ``patching_note``, the
-    heads table's note), patching_kv_groups (the key/value group sweep), circuits_paths (path
-    patching's edges, with ``circuits_note``, its note), edges_circuit (the smallest faithful edge
-    circuit, with ``edges_note``, its note, and ``edges_areas``, every method's CPR and CMD),
-    edge_scores (every edge's score, its strongest ``edge_scores_top`` of each method listed),
-    sweep_summary, sweep_contrast (DataFrames; a section is omitted when its table is None), rotary
-    (list of {label, base}), rotary_distance, sources ({name: path} shown in the page's footer),
-    made_by ({table: what made it}, named in the captions instead of the workflow's file), text
-    (the notebook's own text: what the page keeps of it; shows the views of one head on the text).
-    """
-    html = render(explorer_payload(maps, tokens, scores, model=model, shape=shape, quantum=quantum,
-                                   **optional), compress)
+def build_explorer(page: ExplorerTables, out: str | Path | None = None, compress: bool = False) -> str:
+    """The explorer page of ``page`` (:class:`ExplorerTables`) as HTML, written to ``out`` when given;
+    ``compress``: its data compressed (:data:`COMPRESSED`)."""
+    html = render(explorer_payload(page), compress)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(html, encoding="utf-8")

@@ -397,6 +397,7 @@
     if (bar) bar.classList.add('selected');
     renderHead();
     renderText();
+    if (D.lens) renderLensHead(l, h);
     if (scroll) $('heads-section').scrollIntoView({ block: 'start' });
   }
 
@@ -1237,6 +1238,67 @@
       G.total.toLocaleString('en-US') + ' edges by |' + method + '| (' + madeBy('edge_scores', 'edges/scores.parquet') + ')');
   }
 
+  // ------------------------------------------------------------ what a head writes, reads and feeds (the lens)
+  // Per head: its OV copying score (a grid coloured by it, click a head), its QK same-token score, the earlier head
+  // it reads most from and the later one it feeds most by the weights' composition, its direct against its total
+  // effect, the strongest path patching measured into it; the verdict rows; the logit lens at the last position.
+  function lensRow(l, h) {
+    const G = D.lens, L0 = col(G.heads, 'layer'), H0 = col(G.heads, 'head');
+    for (let i = 0; i < L0.length; i++) if (L0[i] === l && H0[i] === h) return i;
+    return -1;
+  }
+  function lensValue(name, i) { const c = col(D.lens.heads, name); return c === null ? null : c[i]; }
+  function renderLensHead(l, h) {
+    const G = D.lens, i = lensRow(l, h), p = $('lens-head');
+    if (!G || i < 0) return;
+    p.dataset.head = headLabel(l, h);
+    const parts = [headLabel(l, h) + ' writes: OV copying ' + fmtNum(lensValue('ov_copying', i)) + ' (z ' +
+      fmtNum(lensValue('ov_copying_z', i)) + ')', 'matches the same token: QK ' + fmtNum(lensValue('qk_same_token', i))];
+    const reads = lensValue('reads', i), feeds = lensValue('feeds', i);
+    parts.push(reads ? 'reads most from ' + reads + ' (z ' + fmtNum(lensValue('reads_z', i)) + ')' : 'reads from no head');
+    parts.push(feeds ? 'feeds ' + feeds + ' most (z ' + fmtNum(lensValue('feeds_z', i)) + ')' : 'feeds no head');
+    if (lensValue('direct', i) !== null) {
+      parts.push('direct ' + fmtNum(lensValue('direct', i)) + ' of total ' + fmtNum(lensValue('total', i)) +
+        (lensValue('through_others', i) ? ': acts mostly through others' + (lensValue('resolved', i) ? '' : ' (not resolved)') : ''));
+    }
+    if (lensValue('strongest_path', i)) parts.push('strongest measured path in: ' + lensValue('strongest_path', i) + ' (' + fmtNum(lensValue('strongest_path_score', i)) + ')');
+    p.textContent = parts.join('; ');
+    for (const c of document.querySelectorAll('#lens-grid .selected')) c.classList.remove('selected');
+    const cell = $('lens-cell-' + headId(l, h));
+    if (cell) cell.classList.add('selected');
+  }
+  function renderLens() {
+    const G = D.lens;
+    if (!G) return;
+    $('lens-section').hidden = false;
+    const copying = col(G.heads, 'ov_copying'), vmax = Math.max.apply(null, copying.map(function (x) { return Math.abs(x || 0); })) || 1;
+    $('lens-line').textContent = 'From the weights alone (' + madeBy('lens_circuits', 'lens/circuits.parquet') + '): each head’s OV ' +
+      'copying score (1: it copies what it reads; the grid’s colour) and the heads it reads from and feeds by composition; ' +
+      (G.heads.columns.indexOf('direct') >= 0 ? 'its direct effect on the answer beside patching’s total; ' : '') +
+      'click a head.';
+    headGrid($('lens-grid'), function (l, h) {
+      const i = lensRow(l, h);
+      const c = el('div', { class: 'cell', id: 'lens-cell-' + headId(l, h), title: headLabel(l, h) + ': OV copying ' + fmtNum(copying[i]) });
+      c.style.background = divColor(copying[i] || 0, vmax);
+      c.addEventListener('click', function () { renderLensHead(l, h); });
+      return c;
+    });
+    if (G.verdict) table('lens-verdict-table', G.verdict, 'do the weights predict the paths that matter? Spearman’s ρ, its ' +
+      'interval and the null’s (lens/verdict.parquet)');
+    if (G.logit_lens) {
+      const runs = Array.from(new Set(col(G.logit_lens, 'run')));
+      const depth = col(G.logit_lens, 'depth'), ld = col(G.logit_lens, 'logit_diff'), run = col(G.logit_lens, 'run');
+      plot($('lens-logit-lens'), { id: 'lens-logit-lens-plot', title: 'the logit lens at the last position',
+        xlabel: 'depth (0: the embeddings)', ylabel: 'logit difference', hlines: [{ y: 0, label: '0' }],
+        series: runs.map(function (r, k) {
+          return { name: r, color: PALETTE[k % PALETTE.length], points: depth.map(function (d, i) { return { x: d, y: ld[i], run: run[i] }; })
+            .filter(function (p) { return p.run === r; }) };
+        }) });
+    }
+    table('lens-heads-table', G.heads, 'every head (' + madeBy('lens_circuits', 'lens/circuits.parquet') + ')');
+    renderLensHead(st.layer, st.head);
+  }
+
   // ------------------------------------------------------------ footer
   function footer() {
     const dataLen = json.length;
@@ -1261,6 +1323,7 @@
   renderCircuits();
   renderEdges();
   renderEdgeScores();
+  renderLens();
   renderSweep();
   buildRotary();
   buildKv();

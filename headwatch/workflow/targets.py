@@ -62,6 +62,9 @@ EXPLORER_CIRCUITS = {"circuits_paths": "paths"}
 EXPLORER_EDGES = {"edges_circuit": "circuit", "edges_areas": "areas"}
 """The explorer's edge-circuit inputs by key (report_explorer) and table name."""
 EXPLORER_SWEEP = {"sweep_summary": "summary", "sweep_contrast": "contrast"}
+EXPLORER_LENS = {"lens_circuits": "circuits", "lens_composition": "composition", "lens_direct_heads": "direct_heads",
+                 "lens_verdict": "verdict", "lens_logit_lens": "logit_lens"}
+"""The explorer's lens inputs by key (report_explorer; headwatch.explorer.panels' names) and table name."""
 
 PARTS = ("models", "sweep", "induction")
 """What the default target may make (config ``default_target``): ``models`` = every stage on the
@@ -324,4 +327,7 @@ def explorer_inputs(model: str, config: dict, producible: Producible, families: 
     for key, name in EXPLORER_SWEEP.items():
         if producible(paths.sweep_table(name)) and summarized(config):
             inputs[key] = paths.sweep_table(name)
+    for key, name in EXPLORER_LENS.items():
+        if producible(paths.lens_table(model, name)):
+            inputs[key] = paths.lens_table(model, name)
     return inputs
