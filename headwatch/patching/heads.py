@@ -21,7 +21,8 @@ from ..model.device import exact_numerics
 from ..names import top_heads
 from . import guards, pairs, separation
 from .attribution import attribution_patching
-from .patcher import Patch, Patcher, head_patches, position_patches, prompt_mask, prompt_tensors, resid_patches
+from .batch import PromptBatch
+from .patcher import Patch, Patcher, head_patches, position_patches, resid_patches
 from .prompts import task_note, position_labels
 from ..settings.patching import PatchingError, PatchingSettings
 
@@ -74,7 +75,7 @@ def run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, r
     a failure raises :class:`~headwatch.guards.GuardError` once the tables are made, carrying them. Each
     step is a named phase of the call's progress (:func:`headwatch.jobs.phases`).
     """
-    total = 7 + (prompt_mask(prompts) is not None) + resid + positions + (phrases is not None)
+    total = 7 + (PromptBatch.of(prompts).mask is not None) + resid + positions + (phrases is not None)
     with exact_numerics(), phases("patch_heads", total) as step:
         return _run_patching(model, adapter, prompts, phrases, settings, resid, positions, step)
 
@@ -83,15 +84,15 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, 
                   step):
     settings.need("top_k", "batch", "rounding_factor", "guard_prompts", *(("phrase",) if phrases is not None else ()))
     batch, k = settings.batch, settings.top_k
-    clean, corrupted, io, s = prompt_tensors(prompts)
-    mask = prompt_mask(prompts)                      # None unless the prompts differ in length (pairs)
+    prompt_batch = PromptBatch.of(prompts)
+    clean, corrupted, mask = prompt_batch.clean, prompt_batch.corrupted, prompt_batch.mask   # mask: pairs of lengths
     sample = list(range(min(settings.guard_prompts, len(prompts))))
     from_end = pairs.from_pairs(prompts)             # a pairs file's prompts: positions counted from the end
     labels = pairs.labels_from_end(prompts) if from_end else position_labels(prompts)
     records = GuardRecords(step)
     t0 = time.perf_counter()
     step("run the clean and corrupted prompts")
-    patcher = Patcher(model, adapter, clean, corrupted, io, s, batch, mask)
+    patcher = Patcher(model, adapter, prompt_batch, batch)
     heads = head_patches(adapter)
     step("patch every head")
     head_ld = patcher.run(heads)
@@ -106,7 +107,7 @@ def _run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, 
         records.check(guards.padded_vs_alone, patcher, shortest, settings.rounding_factor)
     t0 = time.perf_counter()
     step("attribution patching's estimate")
-    estimate = attribution_patching(model, adapter, clean, corrupted, io, s, batch, mask).numpy()
+    estimate = attribution_patching(model, adapter, prompt_batch, batch).numpy()
     t_estimate = time.perf_counter() - t0
 
     mean = head_ld.double().mean(dim=1).numpy()
