@@ -813,11 +813,10 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
     held = _patching_memory(m, prompts, settings)
     _eta(m, prompts, "every head patched", m.adapter.n_layers * m.adapter.n_heads + 5, held,
          (m.adapter.n_layers if resid else 0) + (settings.top_k if positions else 0))
-    heads, resid_table, where, note, guards = run_patching(m.model, m.adapter, prompts, phrases, settings, resid,
-                                                           positions)
-    _warn_weak(note)
-    tables = {k: v for k, v in dict(resid=resid_table, positions=where).items() if v is not None}
-    return _done(heads, note, guards, **tables)
+    got = run_patching(m.model, m.adapter, prompts, phrases, settings, resid, positions)
+    _warn_weak(got.note)
+    tables = {k: v for k, v in dict(resid=got.resid, positions=got.positions).items() if v is not None}
+    return _done(got.heads, got.note, got.guards, **tables)
 
 
 def _warn_weak(note: dict) -> None:

@@ -137,7 +137,8 @@ def test_the_sweep_on_pairs_aligns_positions_from_the_end():
     phrases = pd.DataFrame([dict(phrase="names", text="x", token_ids=[5, 6, 7], expected=" a", expected_id=3,
                                  also=" b", also_id=4)])
     settings = PatchingSettings.from_config(dict(CONFIG["patching"], top_k=2, batch=16, guard_prompts=2))
-    heads, resid, positions, note, record = run_patching(model, Adapter(model), prompts, phrases, settings)
+    got = run_patching(model, Adapter(model), prompts, phrases, settings)
+    resid, positions, note, record = got.resid, got.positions, got.note, got.guards
     T = max(LENGTHS)
     assert sorted(set(resid["position"])) == list(range(-T, 0)) and len(note["position_labels"]) == T
     assert note["position_labels"][-1].startswith("−1")
