@@ -523,7 +523,7 @@ def task_edges(st: Setup) -> Task:
     from ablation import transformer_lens_bridge
 
     from headwatch.circuits.edges import edge_attribution
-    from headwatch.circuits.graph import EdgeGraph
+    from headwatch.circuits.graph import EdgeGraph, node_name
     from headwatch.patching.kv import ungrouped_twin
 
     twin, tw = ungrouped_twin(st.model, st.adapter)
@@ -535,17 +535,13 @@ def task_edges(st: Setup) -> Task:
     names = graph.edges()
     index = {(s, r): i for i, (s, r) in enumerate(zip(names["sender"], names["receiver"]))}
 
-    def reader(node) -> str:
-        kind = {"q_input": "q", "k_input": "k", "v_input": "v"}.get(node.kind, node.kind)
-        if kind == "q":
-            return f"L{node.layer}H{node.head} q"
-        if kind in ("k", "v"):
-            return f"L{node.layer}G{node.head} {kind}"
-        return f"L{node.layer} MLP" if kind == "mlp_in" else "logits"
+    def reader(node) -> str:           # TransformerLens's receiver kinds, by the graph's names (its head: a group)
+        kind = {"q_input": "q", "k_input": "k", "v_input": "v", "mlp_in": "mlp"}.get(node.kind, "logits")
+        return node_name(kind, node.layer, node.head)
 
     def writer(node) -> str:
-        return {"embed": "input", "attn_head_out": f"L{node.layer}H{node.head}",
-                "mlp_out": f"L{node.layer} MLP"}[node.kind]
+        return node_name({"embed": "input", "attn_head_out": "head", "mlp_out": "mlp"}[node.kind], node.layer,
+                         node.head)
 
     k = st.form["edge_prompts"]
     part = st.batch.rows(slice(None, k))

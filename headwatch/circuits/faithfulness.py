@@ -33,7 +33,8 @@ from ..model.interventions import capture, intervene, replace
 from ..patching.batch import PromptBatch
 from ..settings.edges import EdgesSettings
 from .edges import edge_attribution, last_logits, patched_metric
-from .graph import EdgeGraph, areas, faithfulness, node_circuit, on_graph, random_circuit, sizes, top_circuit
+from .graph import (EdgeGraph, areas, faithfulness, node_circuit, node_name, on_graph, random_circuit, sizes,
+                    top_circuit)
 
 log = logging.getLogger("headwatch.circuits.faithfulness")
 
@@ -343,8 +344,8 @@ def agreement(scores: pd.DataFrame, paths: pd.DataFrame, methods, top_k: int) ->
     patching measured (a sender head into a receiver head's query, or its group's key or value):
     the rank correlation (Spearman) of the scores and how many of the top ``top_k`` by |score|
     the two share, per input and for all."""
-    key = lambda r: (r.sender, f"{r.receiver} q" if r.input == "q"
-                     else f"L{int(r.receiver_layer)}G{int(r.group)} {r.input}")
+    key = lambda r: (r.sender, node_name(r.input, int(r.receiver_layer),
+                                         int(r.receiver_head) if r.input == "q" else int(r.group)))
     index = {(a, b): i for i, (a, b) in enumerate(zip(scores["sender"], scores["receiver"]))}
     rows = []
     matched = [index.get(key(r)) for r in paths.itertuples()]
@@ -382,8 +383,8 @@ def known_edges(model, adapter, prompts: PromptBatch, edges: EdgesSettings, min_
     graph = EdgeGraph.of(adapter)
     table = graph.edges()
     counts = list(range(0, graph.n_edges + 1))
-    prev_names = {f"L{l}H{h}" for l, h in prev_heads}
-    key_names = {f"L{l}G{adapter.kv_group(h)} k" for l, h in induction_heads}
+    prev_names = {node_name("head", l, h) for l, h in prev_heads}
+    key_names = {node_name("k", l, adapter.kv_group(h)) for l, h in induction_heads}
     wanted = [i for i, (a, b) in enumerate(zip(table["sender"], table["receiver"])) if a in prev_names and b in key_names]
     rows, curves = [], []
     everything = np.ones(graph.n_edges, dtype=bool)
