@@ -40,7 +40,7 @@ from headwatch.patching.attribution import GRADDROP, blind_spots  # noqa: E402
 from headwatch.model.device import exact_numerics  # noqa: E402
 from headwatch.model.load import load_prepared  # noqa: E402
 from headwatch.patching.prompts import prompt_set  # noqa: E402
-from headwatch.patching.patcher import prompt_tensors  # noqa: E402
+from headwatch.patching.batch import PromptBatch  # noqa: E402
 from headwatch.settings.patching import PatchingSettings  # noqa: E402
 
 
@@ -59,12 +59,11 @@ def main(argv=None):
                                    n=args.n)
     model, tokenizer, adapter = load_prepared(args.model, "float32", args.device)
     prompts, note = prompt_set(tokenizer, settings)
-    clean, corrupted, io, s = prompt_tensors(prompts)
     print(f"model {args.model}: {adapter.n_layers} layers × {adapter.n_heads} heads ({adapter.n_kv_heads} key/value "
           f"groups); {len(prompts)} prompts of {note['length']} tokens; top {args.top_k}; torch threads "
           f"{torch.get_num_threads()}, batch {settings.batch}")
     with exact_numerics():
-        table, effects = blind_spots(model, adapter, clean, corrupted, io, s, settings.batch, args.top_k,
+        table, effects = blind_spots(model, adapter, PromptBatch.of(prompts), settings.batch, args.top_k,
                                      graddrop=not args.no_graddrop)
 
     def pearson(site, method, magnitude):

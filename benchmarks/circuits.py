@@ -41,7 +41,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from ablation import peak_rss_gb, pick_heads  # noqa: E402
 from headwatch.circuits.path_patching import PATH_SITES, PathPatcher, edges_into  # noqa: E402
 from headwatch.model.load import load_prepared  # noqa: E402
-from headwatch.patching.patcher import Patch, Patcher, prompt_tensors  # noqa: E402
+from headwatch.patching.batch import PromptBatch  # noqa: E402
+from headwatch.patching.patcher import Patch, Patcher  # noqa: E402
 from headwatch.patching.prompts import prompt_set  # noqa: E402
 from headwatch.settings.circuits import CircuitsSettings  # noqa: E402
 from headwatch.settings.patching import PatchingSettings  # noqa: E402
@@ -54,13 +55,12 @@ def part(args) -> dict:
     settings = dataclasses.replace(PatchingSettings.from_config(config["patching"]), n=args.n)
     model, tokenizer, adapter = load_prepared(args.model, "float32", args.device)
     prompts, _ = prompt_set(tokenizer, settings)
-    clean, corrupted, io, s = prompt_tensors(prompts)
     dev = next(model.parameters()).device
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     # path patching's Patcher also keeps every block's mlp_out (pass A freezes it): part of its memory
-    patcher = Patcher(model, adapter, clean, corrupted, io, s, settings.batch,
+    patcher = Patcher(model, adapter, PromptBatch.of(prompts), settings.batch,
                       extra_sites=PATH_SITES if args.part == "paths" else ())
     if args.part == "heads":
         heads = pick_heads(adapter.heads(), args.heads)

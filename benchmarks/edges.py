@@ -54,7 +54,7 @@ def phase(name: str, n: int, threads: int) -> dict:
     import headwatch as hw
     from headwatch.circuits.edges import edge_attribution
     from headwatch.circuits.graph import EdgeGraph
-    from headwatch.patching.patcher import prompt_tensors
+    from headwatch.patching.batch import PromptBatch
     from headwatch.settings.edges import EdgesSettings
 
     m, prompts = _model_and_prompts(n, threads)
@@ -62,8 +62,7 @@ def phase(name: str, n: int, threads: int) -> dict:
     out = dict(phase=name, prompts=n, threads=threads)
     t0 = time.perf_counter()
     if name in ("eap", "eap-ig"):
-        clean, corrupted, io, s = prompt_tensors(prompts)
-        got = edge_attribution(m.adapter, EdgeGraph.of(m.adapter), clean, corrupted, io, s, name, edges.ig_steps,
+        got = edge_attribution(m.adapter, EdgeGraph.of(m.adapter), PromptBatch.of(prompts), name, edges.ig_steps,
                                edges.score_batch)
         out.update(seconds=round(time.perf_counter() - t0, 2), steps=got["steps"],
                    per_step=round(got["seconds"]["gradients"] / got["steps"], 2),
@@ -101,16 +100,16 @@ def known(threads: int) -> dict:
     a = Adapter(model)
     g = EdgeGraph.of(a)
     names = g.edges()
-    clean, corrupted, good, bad = induction_prompts(k["vocab"], k["prompts"], k["half"][1], k["seed"] + 1)
+    prompts = induction_prompts(k["vocab"], k["prompts"], k["half"][1], k["seed"] + 1)
     every = np.ones(g.n_edges, dtype=bool)
-    run = lambda circuits: patched_metric(a, g, clean, corrupted, good, bad, np.stack(circuits), 64).mean(dim=1).numpy()
+    run = lambda circuits: patched_metric(a, g, prompts, np.stack(circuits), 64).mean(dim=1).numpy()
     ends = run([every, ~every])
     single = run([every & (np.arange(g.n_edges) != e) for e in range(g.n_edges)])
     exact = ends[0] - single
     rank = lambda x: np.argsort(np.argsort(x))
     out = dict(gap=round(float(ends[0] - ends[1]), 3), edges=g.n_edges)
     for method in edges.methods:
-        sc = edge_attribution(a, g, clean, corrupted, good, bad, method, edges.ig_steps, edges.score_batch)["scores"]
+        sc = edge_attribution(a, g, prompts, method, edges.ig_steps, edges.score_batch)["scores"]
         out[f"pearson_{method}"] = round(float(np.corrcoef(sc, exact)[0, 1]), 2)
         out[f"spearman_{method}"] = round(float(np.corrcoef(rank(sc), rank(exact))[0, 1]), 2)
         out[f"{method}_on"] = {f"{names['sender'][e]} -> {names['receiver'][e]}": [round(float(sc[e]), 3),

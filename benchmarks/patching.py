@@ -83,7 +83,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ablation import compare_bridge_logits, peak_rss_gb, pick_heads, timed, transformer_lens_bridge  # noqa: E402
 from headwatch.model.load import load_prepared  # noqa: E402
-from headwatch.patching.patcher import Patch, Patcher, logit_diff, position_patches, prompt_tensors  # noqa: E402
+from headwatch.patching.batch import PromptBatch  # noqa: E402
+from headwatch.patching.patcher import Patch, Patcher, position_patches  # noqa: E402
 from headwatch.patching.attribution import attribution_patching  # noqa: E402
 from headwatch.patching.heads import correlations  # noqa: E402
 from headwatch.patching.prompts import prompt_set  # noqa: E402
@@ -91,10 +92,10 @@ from headwatch.patching.positions import CachedPositions, multiply_adds as posit
 from headwatch.settings.patching import PatchingSettings  # noqa: E402
 
 
-def batched(model, adapter, clean, corrupted, io, s, batch, heads):
+def batched(model, adapter, prompts, batch, heads):
     """(ii): (scores [L, H] by the rule's path — NaN for heads left out —, the Patcher with its
     clean and corrupted baselines)."""
-    p = Patcher(model, adapter, clean, corrupted, io, s, batch)
+    p = Patcher(model, adapter, prompts, batch)
     out = np.full((adapter.n_layers, adapter.n_heads), np.nan)
     layers, units = zip(*heads)
     out[list(layers), list(units)] = p.score(p.run([Patch("z", l, h) for l, h in heads]).double().mean(dim=1).numpy())
@@ -114,30 +115,30 @@ def multiply_adds(adapter, heads, n: int, length: int) -> tuple[float, float]:
     return float(loop), float(batched)
 
 
-def estimate(model, adapter, clean, corrupted, io, s, batch):
+def estimate(model, adapter, prompts, batch):
     """(iii): the estimated change of the mean logit difference [L, H]."""
-    return attribution_patching(model, adapter, clean, corrupted, io, s, batch).numpy()
+    return attribution_patching(model, adapter, prompts, batch).numpy()
 
 
 @torch.no_grad()
-def transformer_lens_loop(bridge, clean, corrupted, io, s, heads):
+def transformer_lens_loop(bridge, prompts, heads):
     """(i): TransformerLens's patching of hook_z over every position, one forward per head;
     scores [L, H] (NaN where ``heads`` leaves a head out)."""
     from transformer_lens import patching
 
     def metric(logits):
-        return logit_diff(logits[:, -1], io, s).double().mean()
+        return prompts.logit_diff(logits[:, -1]).double().mean()
 
-    clean_logits, cache = bridge.run_with_cache(clean)
-    c, r = float(metric(clean_logits)), float(metric(bridge(corrupted)))
+    clean_logits, cache = bridge.run_with_cache(prompts.clean)
+    c, r = float(metric(clean_logits)), float(metric(bridge(prompts.corrupted)))
     L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
     if heads is None:
-        out = patching.get_act_patch_attn_head_out_all_pos(bridge, corrupted, cache, metric).double().cpu().numpy()
+        out = patching.get_act_patch_attn_head_out_all_pos(bridge, prompts.corrupted, cache, metric).double().cpu().numpy()
     else:
         import pandas as pd
 
         index = pd.DataFrame(heads, columns=["layer", "head_index"])
-        flat = patching.generic_activation_patch(bridge, corrupted, cache, metric,
+        flat = patching.generic_activation_patch(bridge, prompts.corrupted, cache, metric,
                                                  patch_setter=patching.layer_head_vector_patch_setter,
                                                  activation_name="z", index_df=index).double().cpu().numpy()
         out = np.full((L, H), np.nan)
@@ -146,43 +147,43 @@ def transformer_lens_loop(bridge, clean, corrupted, io, s, heads):
 
 
 @torch.no_grad()
-def transformer_lens_by_position(bridge, clean, corrupted, io, s, patches):
+def transformer_lens_by_position(bridge, prompts, patches):
     """(a): TransformerLens's patching of hook_z at one (layer, position, head) per forward pass;
     the mean patched logit difference of each patch."""
     import pandas as pd
     from transformer_lens import patching
 
     def metric(logits):
-        return logit_diff(logits[:, -1], io, s).double().mean()
+        return prompts.logit_diff(logits[:, -1]).double().mean()
 
-    _, cache = bridge.run_with_cache(clean)
+    _, cache = bridge.run_with_cache(prompts.clean)
     index = pd.DataFrame([(q.layer, q.position, q.unit) for q in patches], columns=["layer", "pos", "head_index"])
-    return patching.generic_activation_patch(bridge, corrupted, cache, metric,
+    return patching.generic_activation_patch(bridge, prompts.corrupted, cache, metric,
                                              patch_setter=patching.layer_pos_head_vector_patch_setter,
                                              activation_name="z", index_df=index).double().cpu().numpy()
 
 
-def loop_by_position(model, adapter, clean, corrupted, io, s, batch, patches):
+def loop_by_position(model, adapter, prompts, batch, patches):
     """(b): one patch per forward pass, every block, full logits; mean logit difference per patch."""
-    return Patcher(model, adapter, clean, corrupted, io, s, batch).loop(patches).double().mean(dim=1).numpy()
+    return Patcher(model, adapter, prompts, batch).loop(patches).double().mean(dim=1).numpy()
 
 
-def cached_by_position(model, adapter, clean, corrupted, io, s, batch, patches):
+def cached_by_position(model, adapter, prompts, batch, patches):
     """(c): the cached sweep (both runs captured inside the timing, the corrupted one through the cache)."""
-    p = Patcher(model, adapter, clean, corrupted, io, s, batch, kv_cache=True)
+    p = Patcher(model, adapter, prompts, batch, kv_cache=True)
     return CachedPositions(p).run(patches).double().mean(dim=1).numpy()
 
 
-def positions_benchmark(args, model, adapter, bridge, version, clean, corrupted, io, s, batch, heads, length):
+def positions_benchmark(args, model, adapter, bridge, version, prompts, batch, heads, length):
     device = next(model.parameters()).device
     patches = position_patches(heads, length)
-    n = len(clean)
+    n = len(prompts)
     print(f"per-position sweep: {len(heads)} heads ({' '.join(f'L{l}H{h}' for l, h in heads)}) × {length} positions "
           f"= {len(patches)} patches × {n} prompts", flush=True)
     t, c, out = {}, {}, {}
-    paths = {"c": (cached_by_position, (model, adapter, clean, corrupted, io, s, batch, patches)),
-             "a": (transformer_lens_by_position, (bridge, clean, corrupted, io, s, patches)),
-             "b": (loop_by_position, (model, adapter, clean, corrupted, io, s, batch, patches))}
+    paths = {"c": (cached_by_position, (model, adapter, prompts, batch, patches)),
+             "a": (transformer_lens_by_position, (bridge, prompts, patches)),
+             "b": (loop_by_position, (model, adapter, prompts, batch, patches))}
     for key in ["c", "a", "b"] + ([] if args.no_repeat else ["c2"]):
         fn, fargs = paths[key[0]]
         out[key], t[key], c[key] = timed(fn, device, *fargs)
@@ -251,8 +252,8 @@ def main(argv=None):
                          "(make venv installs requirements.txt's pin)") from None
     model, tokenizer, adapter = load_prepared(args.model, "float32", args.device)
     device = next(model.parameters()).device
-    prompts, note = prompt_set(tokenizer, settings)
-    clean, corrupted, io, s = (t.to(device) for t in prompt_tensors(prompts))
+    table, note = prompt_set(tokenizer, settings)
+    prompts = PromptBatch.of(table).to(device)
     heads = pick_heads(adapter.heads(), args.heads or (6 if args.positions else None))
     n_heads, full = len(heads), len(heads) == len(adapter.heads())
     print(f"model {args.model}: {adapter.n_layers} layers × {adapter.n_heads} heads; {len(prompts)} prompts of "
@@ -261,28 +262,28 @@ def main(argv=None):
     print(f"device {device.type}, dtype {model.dtype}, torch threads {torch.get_num_threads()}, "
           f"batch {batch} rows per forward (headwatch)")
     bridge, version = transformer_lens_bridge(args.model, tokenizer, "float32", device)
-    worst, identical = compare_bridge_logits(bridge, model, [(clean, None), (corrupted, None)], device,
+    worst, identical = compare_bridge_logits(bridge, model, [(prompts.clean, None), (prompts.corrupted, None)], device,
                                            args.tl_logit_tolerance)
     print(f"TransformerLens {version}: TransformerBridge.boot_transformers on the same weights; its logits vs "
           f"the model's on the clean and corrupted prompts: max |Δ| = {worst:g} "
           f"({'identical' if identical else 'within ' + format(args.tl_logit_tolerance, 'g')})")
     with torch.no_grad():                                     # warm-up
-        model(input_ids=clean[:2])
-        bridge(clean[:2])
+        model(input_ids=prompts.clean[:2])
+        bridge(prompts.clean[:2])
     if args.positions:
-        return positions_benchmark(args, model, adapter, bridge, version, clean, corrupted, io, s, batch, heads,
+        return positions_benchmark(args, model, adapter, bridge, version, prompts, batch, heads,
                                    note["length"])
 
     t, c = {}, {}
-    (b1, base), t["b1"], c["b1"] = timed(batched, device, model, adapter, clean, corrupted, io, s, batch, heads)
+    (b1, base), t["b1"], c["b1"] = timed(batched, device, model, adapter, prompts, batch, heads)
     print(f"  batched (ii): wall {t['b1']:.2f} s", flush=True)
-    tl, t["tl"], c["tl"] = timed(transformer_lens_loop, device, bridge, clean, corrupted, io, s,
+    tl, t["tl"], c["tl"] = timed(transformer_lens_loop, device, bridge, prompts,
                                  None if full else heads)
     print(f"  TransformerLens (i): wall {t['tl']:.2f} s", flush=True)
     if not args.no_repeat:
-        (b2, _), t["b2"], c["b2"] = timed(batched, device, model, adapter, clean, corrupted, io, s, batch, heads)
+        (b2, _), t["b2"], c["b2"] = timed(batched, device, model, adapter, prompts, batch, heads)
         print(f"  batched (ii) again: wall {t['b2']:.2f} s", flush=True)
-    est, t["est"], c["est"] = timed(estimate, device, model, adapter, clean, corrupted, io, s, batch)
+    est, t["est"], c["est"] = timed(estimate, device, model, adapter, prompts, batch)
     runs = ["b1"] + ([] if args.no_repeat else ["b2"])
     t_b, c_b = np.mean([t[k] for k in runs]), np.mean([c[k] for k in runs])
 

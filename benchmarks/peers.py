@@ -199,7 +199,7 @@ class Setup:
     def __init__(self, form: dict, folder: Path | None = None):
         import headwatch as hw
         from ablation import compare_bridge_logits, transformer_lens_bridge
-        from headwatch.patching.patcher import prompt_tensors
+        from headwatch.patching.batch import PromptBatch
         from headwatch.scores.sequences import phrases_table
 
         self.form = form
@@ -222,9 +222,9 @@ class Setup:
                               self.cfg["sequences"]["vocab_high"])
         self.phrases = [(torch.tensor([list(r.token_ids)]), int(r.expected_id)) for r in table.itertuples()]
         self.prompts = hw.prompt_pairs(self.m, n=form["prompts"])
-        self.clean, self.corrupted, self.io, self.s = prompt_tensors(self.prompts)
+        self.batch = PromptBatch.of(self.prompts)
         self.bridge, self.tl_version = transformer_lens_bridge(folder, self.tokenizer, "float32", self.device)
-        compare_bridge_logits(self.bridge, self.model, [(self.clean, None), (self.corrupted, None)], self.device, 1e-4)
+        compare_bridge_logits(self.bridge, self.model, [(self.batch.clean, None), (self.batch.corrupted, None)], self.device, 1e-4)
         from importlib.metadata import version
         from nnsight import LanguageModel
 
@@ -333,36 +333,34 @@ def task_patch_heads(st: Setup) -> Task:
     all_heads = len(heads) == len(st.adapter.heads())
 
     def headwatch():
-        return batched(st.model, st.adapter, st.clean, st.corrupted, st.io, st.s, 64, heads)[0][sel]
+        return batched(st.model, st.adapter, st.batch, 64, heads)[0][sel]
 
     def transformer_lens():
-        return transformer_lens_loop(st.bridge, st.clean, st.corrupted, st.io, st.s,
+        return transformer_lens_loop(st.bridge, st.batch,
                                      None if all_heads else heads)[sel]
 
     @torch.no_grad()
     def nnsight():
-        from headwatch.patching.patcher import logit_diff
-
         layers = st.nns.model.layers
         L = st.adapter.n_layers
         zs = []
-        with st.nns.trace(st.clean):
+        with st.nns.trace(st.batch.clean):
             zs.extend(layers[l].self_attn.o_proj.input.save() for l in range(L))
             clean_logits = st.nns.output.logits.save()
-        with st.nns.trace(st.corrupted):
+        with st.nns.trace(st.batch.corrupted):
             corrupted_logits = st.nns.output.logits.save()
-        c = float(logit_diff(clean_logits[:, -1], st.io, st.s).double().mean())
-        r = float(logit_diff(corrupted_logits[:, -1], st.io, st.s).double().mean())
+        c = float(st.batch.logit_diff(clean_logits[:, -1]).double().mean())
+        r = float(st.batch.logit_diff(corrupted_logits[:, -1]).double().mean())
         out = []
         for l, h in heads:
             sl = _z_slice(st, h)
-            with st.nns.trace(st.corrupted):
+            with st.nns.trace(st.batch.corrupted):
                 layers[l].self_attn.o_proj.input[:, :, sl] = zs[l][:, :, sl]
                 logits = st.nns.output.logits.save()
-            out.append((float(logit_diff(logits[:, -1], st.io, st.s).double().mean()) - r) / (c - r))
+            out.append((float(st.batch.logit_diff(logits[:, -1]).double().mean()) - r) / (c - r))
         return np.array(out)
 
-    n, T = st.clean.shape
+    n, T = st.batch.clean.shape
     loop = len(heads) * st.forward_macs(n * T)
     needed = sum(n * (T * sum(st.block[l:]) + st.vocab) for l, _ in heads)
     return Task("patch_heads", f"{len(heads)} heads' z patched clean → corrupted, {n} prompts", dict(
@@ -374,33 +372,33 @@ def task_patch_heads(st: Setup) -> Task:
 def task_positions(st: Setup) -> Task:
     from patching import cached_by_position, transformer_lens_by_position
 
-    from headwatch.patching.patcher import logit_diff, position_patches
+    from headwatch.patching.patcher import position_patches
     from headwatch.patching.positions import multiply_adds
 
     heads = pick(st.adapter.heads(), st.form["position_heads"])
-    n, T = st.clean.shape
+    n, T = st.batch.clean.shape
     patches = position_patches(heads, T)
 
     def headwatch():
-        return cached_by_position(st.model, st.adapter, st.clean, st.corrupted, st.io, st.s, 64, patches)
+        return cached_by_position(st.model, st.adapter, st.batch, 64, patches)
 
     def transformer_lens():
-        return transformer_lens_by_position(st.bridge, st.clean, st.corrupted, st.io, st.s, patches)
+        return transformer_lens_by_position(st.bridge, st.batch, patches)
 
     @torch.no_grad()
     def nnsight():
         layers = st.nns.model.layers
         zs = {}
-        with st.nns.trace(st.clean):
+        with st.nns.trace(st.batch.clean):
             for l in sorted({p.layer for p in patches}):
                 zs[l] = layers[l].self_attn.o_proj.input.save()
         out = []
         for p in patches:
             sl = _z_slice(st, p.unit)
-            with st.nns.trace(st.corrupted):
+            with st.nns.trace(st.batch.corrupted):
                 layers[p.layer].self_attn.o_proj.input[:, p.position, sl] = zs[p.layer][:, p.position, sl]
                 logits = st.nns.output.logits.save()
-            out.append(float(logit_diff(logits[:, -1], st.io, st.s).double().mean()))
+            out.append(float(st.batch.logit_diff(logits[:, -1]).double().mean()))
         return np.array(out)
 
     loop, mine = multiply_adds(st.adapter, patches, n, T)
@@ -414,34 +412,33 @@ def task_positions(st: Setup) -> Task:
 
 def task_attribution(st: Setup) -> Task:
     from headwatch.patching.attribution import attribution_patching
-    from headwatch.patching.patcher import logit_diff
 
     L, H = st.adapter.n_layers, st.adapter.n_heads
 
     def headwatch():
-        return attribution_patching(st.model, st.adapter, st.clean, st.corrupted, st.io, st.s, 64).numpy().ravel()
+        return attribution_patching(st.model, st.adapter, st.batch, 64).numpy().ravel()
 
     def transformer_lens():
         from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
 
         out = np.zeros((L, H))
-        for i in range(len(st.clean)):      # its metric reads one example's logits: one pair at a time
-            metric = lambda logits, i=i: logit_diff(logits[:, -1], st.io[i:i + 1], st.s[i:i + 1]).mean()
-            got = attribution_patch(st.bridge, st.clean[i:i + 1], st.corrupted[i:i + 1], metric,
+        for i in range(len(st.batch.clean)):      # its metric reads one example's logits: one pair at a time
+            metric = lambda logits, i=i: st.batch.logit_diff(logits[:, -1], slice(i, i + 1)).mean()
+            got = attribution_patch(st.bridge, st.batch.clean[i:i + 1], st.batch.corrupted[i:i + 1], metric,
                                     EdgeAttributionConfig(granularity="node"))
             for node, score in got.node_scores.items():
                 if node.kind == "attn_head_out":
-                    out[node.layer, node.head] += score / len(st.clean)
+                    out[node.layer, node.head] += score / len(st.batch.clean)
         return out.ravel()
 
     def nnsight():
         layers = st.nns.model.layers
         zc, zk, grads = [], [], []
-        with torch.no_grad(), st.nns.trace(st.clean):
+        with torch.no_grad(), st.nns.trace(st.batch.clean):
             zc.extend(layers[l].self_attn.o_proj.input.save() for l in range(L))
-        with st.nns.trace(st.corrupted):            # nnsight 0.8's recipe: .grad inside `with loss.backward()`
+        with st.nns.trace(st.batch.corrupted):            # nnsight 0.8's recipe: .grad inside `with loss.backward()`
             zk.extend(layers[l].self_attn.o_proj.input.save() for l in range(L))
-            metric = logit_diff(st.nns.output.logits[:, -1], st.io, st.s).mean()
+            metric = st.batch.logit_diff(st.nns.output.logits[:, -1]).mean()
             with metric.backward():                  # gradients arrive in reverse order of the forward
                 grads.extend(zk[l].grad.save() for l in reversed(range(L)))
         grads = grads[::-1]
@@ -452,7 +449,7 @@ def task_attribution(st: Setup) -> Task:
             out[l] = prod.detach().double().numpy()
         return out.ravel()
 
-    n, T = st.clean.shape
+    n, T = st.batch.clean.shape
     work = 3 * st.forward_macs(n * T)            # a clean forward, a corrupted forward and its backward (2 x)
     return Task("attribution", f"attribution patching at every head's z, {n} prompts", dict(
         headwatch=headwatch, transformer_lens=transformer_lens, nnsight=nnsight), 1e-4,
@@ -463,7 +460,7 @@ def task_attribution(st: Setup) -> Task:
 
 def task_paths(st: Setup) -> Task:
     from headwatch.circuits.path_patching import PathPatcher, edges_into
-    from headwatch.patching.patcher import Patcher, logit_diff
+    from headwatch.patching.patcher import Patcher
 
     receiver = (st.adapter.n_layers - 7, 3) if st.adapter.n_layers > 7 else (st.adapter.n_layers - 1, 0)
     below = st.form["receiver_layers"]
@@ -472,14 +469,14 @@ def task_paths(st: Setup) -> Task:
     g = a.group_size
 
     def headwatch():
-        p = Patcher(st.model, a, st.clean, st.corrupted, st.io, st.s, 64, extra_sites=("q", "k", "v", "mlp_out"))
+        p = Patcher(st.model, a, st.batch, 64, extra_sites=("q", "k", "v", "mlp_out"))
         return PathPatcher(p).run(edges).double().mean(dim=1).numpy()
 
     @torch.no_grad()
     def transformer_lens():
         b = st.bridge
-        _, clean_cache = b.run_with_cache(st.clean, names_filter=lambda n: n.endswith("hook_z"))
-        _, corr_cache = b.run_with_cache(st.corrupted, names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out")))
+        _, clean_cache = b.run_with_cache(st.batch.clean, names_filter=lambda n: n.endswith("hook_z"))
+        _, corr_cache = b.run_with_cache(st.batch.corrupted, names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out")))
         out = []
         for e in edges:
             def freeze(layer, name):                 # the bridge calls a hook by its own name: bind ours
@@ -499,17 +496,17 @@ def task_paths(st: Setup) -> Task:
             hooks += [(f"blocks.{l}.hook_mlp_out", freeze(l, f"blocks.{l}.hook_mlp_out"))
                       for l in range(e.sender_layer, a.n_layers)]
             hooks.append((site, lambda act, hook: kept.__setitem__("x", act[:, :, unit].clone())))
-            b.run_with_hooks(st.corrupted, fwd_hooks=hooks)
+            b.run_with_hooks(st.batch.corrupted, fwd_hooks=hooks)
 
             def put(act, hook):
                 act = act.clone()
                 act[:, :, unit] = kept["x"]
                 return act
-            logits = b.run_with_hooks(st.corrupted, fwd_hooks=[(site, put)])
-            out.append(float(logit_diff(logits[:, -1], st.io, st.s).double().mean()))
+            logits = b.run_with_hooks(st.batch.corrupted, fwd_hooks=[(site, put)])
+            out.append(float(st.batch.logit_diff(logits[:, -1]).double().mean()))
         return np.array(out)
 
-    n, T = st.clean.shape
+    n, T = st.batch.clean.shape
     loop = 2 * len(edges) * st.forward_macs(n * T)
     needed = sum(n * T * sum(st.block[e.sender_layer:e.receiver_layer + 1]) + n * (T * sum(st.block[e.receiver_layer:])
                                                                                    + st.vocab) for e in edges)
@@ -526,9 +523,8 @@ def task_edges(st: Setup) -> Task:
     from ablation import transformer_lens_bridge
 
     from headwatch.circuits.edges import edge_attribution
-    from headwatch.circuits.graph import EdgeGraph
+    from headwatch.circuits.graph import EdgeGraph, node_name
     from headwatch.patching.kv import ungrouped_twin
-    from headwatch.patching.patcher import logit_diff
 
     twin, tw = ungrouped_twin(st.model, st.adapter)
     folder = Path(tempfile.mkdtemp(prefix="headwatch-twin-"))
@@ -539,23 +535,19 @@ def task_edges(st: Setup) -> Task:
     names = graph.edges()
     index = {(s, r): i for i, (s, r) in enumerate(zip(names["sender"], names["receiver"]))}
 
-    def reader(node) -> str:
-        kind = {"q_input": "q", "k_input": "k", "v_input": "v"}.get(node.kind, node.kind)
-        if kind == "q":
-            return f"L{node.layer}H{node.head} q"
-        if kind in ("k", "v"):
-            return f"L{node.layer}G{node.head} {kind}"
-        return f"L{node.layer} MLP" if kind == "mlp_in" else "logits"
+    def reader(node) -> str:           # TransformerLens's receiver kinds, by the graph's names (its head: a group)
+        kind = {"q_input": "q", "k_input": "k", "v_input": "v", "mlp_in": "mlp"}.get(node.kind, "logits")
+        return node_name(kind, node.layer, node.head)
 
     def writer(node) -> str:
-        return {"embed": "input", "attn_head_out": f"L{node.layer}H{node.head}",
-                "mlp_out": f"L{node.layer} MLP"}[node.kind]
+        return node_name({"embed": "input", "attn_head_out": "head", "mlp_out": "mlp"}[node.kind], node.layer,
+                         node.head)
 
     k = st.form["edge_prompts"]
-    clean, corrupted, io, s = st.clean[:k], st.corrupted[:k], st.io[:k], st.s[:k]
+    part = st.batch.rows(slice(None, k))
 
     def headwatch():
-        return edge_attribution(tw, graph, clean, corrupted, io, s, "eap-ig", steps=1, batch=16)["scores"]
+        return edge_attribution(tw, graph, part, "eap-ig", steps=1, batch=16)["scores"]
 
     def transformer_lens():
         from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
@@ -563,15 +555,15 @@ def task_edges(st: Setup) -> Task:
         out = np.full(graph.n_edges, np.nan)
         total = np.zeros(graph.n_edges)
         for i in range(k):
-            metric = lambda logits, i=i: logit_diff(logits[:, -1], io[i:i + 1], s[i:i + 1]).mean()
-            got = attribution_patch(bridge, clean[i:i + 1], corrupted[i:i + 1], metric,
+            metric = lambda logits, i=i: part.logit_diff(logits[:, -1], slice(i, i + 1)).mean()
+            got = attribution_patch(bridge, part.clean[i:i + 1], part.corrupted[i:i + 1], metric,
                                     EdgeAttributionConfig(granularity="edge"))
             for (w, r), score in got.edge_scores.items():
                 total[index[(writer(w), reader(r))]] += score / k
                 out[index[(writer(w), reader(r))]] = 0.0
         return out + total
 
-    n, T = clean.shape
+    n, T = part.clean.shape
     work = 3 * st.forward_macs(n * T) + len(graph.senders) * len(graph.receivers) * n * T * st.adapter.width
     return Task("edges", f"EAP over all {graph.n_edges:,} edges of SmolLM2's ungrouped twin, {n} prompts", dict(
         headwatch=headwatch, transformer_lens=transformer_lens), 1e-4,
@@ -613,14 +605,14 @@ def task_direct(st: Setup) -> Task:
     @torch.no_grad()
     def transformer_lens():
         out = []
-        direction = b.tokens_to_residual_directions(st.io) - b.tokens_to_residual_directions(st.s)
-        for ids in (st.clean, st.corrupted):
+        direction = b.tokens_to_residual_directions(st.batch.answer) - b.tokens_to_residual_directions(st.batch.distractor)
+        for ids in (st.batch.clean, st.batch.corrupted):
             _, cache = b.run_with_cache(ids)
             stack = cache.stack_head_results(layer=-1, pos_slice=-1, apply_ln=True)    # [heads, prompts, width]
             out.append((stack * direction).sum(-1).double().mean(-1).numpy())
         return np.concatenate(out)
 
-    n, T = st.clean.shape
+    n, T = st.batch.clean.shape
     needed = 2 * st.forward_macs(n * T, 0, n) + 2 * n * heads * st.adapter.head_dim * st.adapter.width
     full = 2 * st.forward_macs(n * T) + 2 * n * heads * st.adapter.head_dim * st.adapter.width
     return Task("direct", f"every head's direct logit attribution on {n} prompts, clean and corrupted", dict(

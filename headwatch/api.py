@@ -792,11 +792,10 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
     held = _patching_memory(m, prompts, settings)
     _eta(m, prompts, "every head patched", m.adapter.n_layers * m.adapter.n_heads + 5, held,
          (m.adapter.n_layers if resid else 0) + (settings.top_k if positions else 0))
-    heads, resid_table, where, note, guards = run_patching(m.model, m.adapter, prompts, phrases, settings, resid,
-                                                           positions)
-    _warn_weak(note)
-    tables = {k: v for k, v in dict(resid=resid_table, positions=where).items() if v is not None}
-    return _done(heads, note, guards, **tables)
+    got = run_patching(m.model, m.adapter, prompts, phrases, settings, resid, positions)
+    _warn_weak(got.note)
+    tables = {k: v for k, v in dict(resid=got.resid, positions=got.positions).items() if v is not None}
+    return _done(got.heads, got.note, got.guards, **tables)
 
 
 def _warn_weak(note: dict) -> None:
@@ -861,7 +860,7 @@ def attribution(m, prompts: pd.DataFrame, top_k: int = 10, graddrop: bool = True
     >>> hw.attribution(m, prompts)[["site", "method", "false_negatives", "seconds"]]
     """
     from .patching.attribution import blind_spots
-    from .patching.patcher import prompt_mask, prompt_tensors
+    from .patching.batch import PromptBatch
     from .settings.patching import PatchingError
 
     m = _model(m)
@@ -869,13 +868,13 @@ def attribution(m, prompts: pd.DataFrame, top_k: int = 10, graddrop: bool = True
     top_k, batch = settings.top_k, settings.batch
     _value(graddrop, "flag", "graddrop")
     prompts = _prompts(m, prompts, settings=settings)
-    if prompt_mask(prompts) is not None:
+    prompt_batch = PromptBatch.of(prompts)
+    if prompt_batch.mask is not None:
         raise PatchingError("the prompts differ in length; AtP's reference patches every position of prompts that "
                             "line up (give prompts of one length)")
     held = _patching_memory(m, prompts, settings)
     _eta(m, prompts, "the exact patching it is compared with", 3 * m.adapter.n_layers * m.adapter.n_heads + 3, held)
-    clean, corrupted, io, s = prompt_tensors(prompts)
-    table, effects = blind_spots(m.model, m.adapter, clean, corrupted, io, s, batch, top_k, graddrop)
+    table, effects = blind_spots(m.model, m.adapter, prompt_batch, batch, top_k, graddrop)
     rows = [dict(site=site, method=method, layer=l, unit=u, effect=float(v))
             for site, by in effects.items() for method, x in by.items()
             for l, row in enumerate(x.tolist()) for u, v in enumerate(row)]

@@ -45,7 +45,7 @@ def _run(model, ids, drop=None, patch=None):
             h.remove()
 
 
-def _direct_graddrop(model, clean, corrupted, io, s):
+def _direct_graddrop(model, prompts):
     """GradDrop by its definition, one prompt and one dropped layer at a time: the prompt's logit
     difference differentiated with torch.autograd.grad at every layer's z and attention weights;
     per head, the plain z estimate, and the QK-fixed q (k: every head of the group) estimate with
@@ -56,6 +56,7 @@ def _direct_graddrop(model, clean, corrupted, io, s):
     L, H, G = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
     d = cfg.hidden_size // H
     total = {"z": np.zeros((L, H)), "q": np.zeros((L, H)), "k": np.zeros((L, G))}
+    clean, corrupted, answer, distractor = prompts.clean, prompts.corrupted, prompts.answer, prompts.distractor
     n = len(clean)
     for i in range(n):
         c, x = clean[i:i + 1], corrupted[i:i + 1]
@@ -71,7 +72,7 @@ def _direct_graddrop(model, clean, corrupted, io, s):
         for drop in range(L):
             with torch.enable_grad():
                 logits, run = _run(model, x, drop=drop)
-                ld = logits[0, io[i]] - logits[0, s[i]]
+                ld = logits[0, answer[i]] - logits[0, distractor[i]]
                 wrt = [run["z"][l] for l in range(L)] + [run["p"][l] for l in range(L)]
                 grads = [torch.zeros_like(t) if g is None else g
                          for t, g in zip(wrt, torch.autograd.grad(ld, wrt, allow_unused=True))]
@@ -93,15 +94,15 @@ def test_graddrop_equals_its_direct_implementation():
     """On a tiny Llama (3 layers, 4 heads in 2 key/value groups), in float64: every unit of z, q
     and k, batched two prompts at a time, against the direct implementation."""
     model = tiny_model("llama").double()
-    clean, corrupted, io, s = patching_prompts(4, 10)
-    got = graddrop_estimates(model, Adapter(model), clean, corrupted, io, s, batch=2)
-    want = _direct_graddrop(model, clean, corrupted, io, s)
+    prompts = patching_prompts(4, 10)
+    got = graddrop_estimates(model, Adapter(model), prompts, batch=2)
+    want = _direct_graddrop(model, prompts)
     for site in SITES:
         scale = np.abs(want[site]).max()
         assert scale > 1e-3, site                                           # the estimates are not all 0
         np.testing.assert_allclose(got[site].numpy(), want[site], rtol=1e-4, atol=1e-5 * scale, err_msg=site)
     # GradDrop is not the plain estimate in magnitude: dropping a layer changes what earlier layers get
-    plain = attribution_patching(model, Adapter(model), clean, corrupted, io, s, batch=2).numpy()
+    plain = attribution_patching(model, Adapter(model), prompts, batch=2).numpy()
     assert np.abs(np.abs(plain[0]) - got["z"].numpy()[0]).max() > 1e-3 * np.abs(plain).max()
 
 
@@ -113,11 +114,11 @@ def test_the_last_layers_graddrop_is_the_mean_magnitude_of_each_prompts_estimate
     z, AtP* at q and k, each prompt estimated alone."""
     model = tiny_model(family)
     a = Adapter(model)
-    clean, corrupted, io, s = patching_prompts(3, 9)
-    got = graddrop_estimates(model, a, clean, corrupted, io, s, batch=2)
-    alone = [(attribution_patching(model, a, clean[i:i + 1], corrupted[i:i + 1], io[i:i + 1], s[i:i + 1]),
-              qk_estimates(model, a, clean[i:i + 1], corrupted[i:i + 1], io[i:i + 1], s[i:i + 1]))
-             for i in range(len(clean))]
+    prompts = patching_prompts(3, 9)
+    got = graddrop_estimates(model, a, prompts, batch=2)
+    alone = [(attribution_patching(model, a, prompts.rows(slice(i, i + 1))),
+              qk_estimates(model, a, prompts.rows(slice(i, i + 1))))
+             for i in range(len(prompts))]
     want = {"z": np.mean([np.abs(z[-1].numpy()) for z, _ in alone], axis=0),
             "q": np.mean([np.abs(qk["q"]["atp*"][-1].numpy()) for _, qk in alone], axis=0),
             "k": np.mean([np.abs(qk["k"]["atp*"][-1].numpy()) for _, qk in alone], axis=0)}
@@ -130,16 +131,15 @@ def test_the_last_layers_graddrop_is_the_mean_magnitude_of_each_prompts_estimate
 
 def test_graddrop_needs_two_layers():
     model = tiny_model("llama", layers=1)
-    clean, corrupted, io, s = patching_prompts(2, 9)
     with pytest.raises(ValueError, match="L − 1 layers .* 1 layer"):
-        graddrop_estimates(model, Adapter(model), clean, corrupted, io, s)
+        graddrop_estimates(model, Adapter(model), patching_prompts(2, 9))
 
 
 def test_the_blind_spots_table_has_the_graddrop_rows_with_their_passes():
     model = tiny_model("llama")
     a = Adapter(model)
-    clean, corrupted, io, s = patching_prompts(4, 10)
-    table, effects = blind_spots(model, a, clean, corrupted, io, s, batch=3, top_k=3)
+    prompts = patching_prompts(4, 10)
+    table, effects = blind_spots(model, a, prompts, batch=3, top_k=3)
     assert list(table["site"]) == [x for x in SITES for _ in range(4)]
     gd = table[table["method"].str.startswith(GRADDROP)]
     assert list(gd["site"]) == list(SITES) and gd["method"].iloc[0].endswith("no softmax to fix at z)")
@@ -147,5 +147,5 @@ def test_the_blind_spots_table_has_the_graddrop_rows_with_their_passes():
     assert (gd["forward_passes"] == (1 + L) * batches).all() and (gd["backward_passes"] == L * batches).all()
     assert gd["seconds"].nunique() == 1 and (gd["false_negatives"] <= 3).all()
     assert effects["k"][GRADDROP].shape == (L, a.n_kv_heads) and (effects["q"][GRADDROP] >= 0).all()
-    without, _ = blind_spots(model, a, clean, corrupted, io, s, batch=3, top_k=3, graddrop=False)
+    without, _ = blind_spots(model, a, prompts, batch=3, top_k=3, graddrop=False)
     assert len(without) == 9 and not without["method"].str.startswith(GRADDROP).any()

@@ -13,20 +13,17 @@ from headwatch.patching import guards
 from headwatch.model.arch import Adapter
 from headwatch.circuits.path_patching import PATH_SITES, Edge, PathPatcher, edges_into, require_edges
 from headwatch.model.interventions import capture, intervene
+from headwatch.patching.batch import PromptBatch
 from headwatch.patching.patcher import Patcher
 from headwatch.settings.circuits import CircuitsError, CircuitsSettings, circuits_errors
-from tiny import random_ids, tiny_model
+from tiny import patching_prompts, random_ids, tiny_model
 
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
 def _paths(model, batch=16):
     """Clean and corrupted prompts that differ at three positions, random answers (as test_patching)."""
-    clean = random_ids(4, 10, seed=1)
-    corrupted = clean.clone()
-    corrupted[:, [2, 4, 7]] = random_ids(4, 3, seed=2)
-    io, s = random_ids(1, 4, seed=3)[0], random_ids(1, 4, seed=4)[0]
-    return PathPatcher(Patcher(model, Adapter(model), clean, corrupted, io, s, batch, extra_sites=PATH_SITES))
+    return PathPatcher(Patcher(model, Adapter(model), patching_prompts(4, 10), batch, extra_sites=PATH_SITES))
 
 
 # ------------------------------------------------------------------ guards, every family
@@ -214,10 +211,9 @@ def test_atp_star_is_exact_where_only_the_softmax_is_not_linear_and_plain_is_not
     clean = random_ids(4, 10, seed=1)
     corrupted = clean.clone()
     corrupted[:, [2, 4, 7, 9]] = random_ids(4, 4, seed=2)          # the last position too: its query differs
-    io, s = random_ids(1, 4, seed=3)[0], random_ids(1, 4, seed=4)[0]
-    p = Patcher(model, Adapter(model), clean, corrupted, io, s, 16)
-    sp = site_patcher(model, p.adapter, p.clean, p.corrupted, p.io, p.s, 16)
-    est = qk_estimates(model, p.adapter, p.clean, p.corrupted, p.io, p.s, batch=3)
+    prompts = PromptBatch(clean, corrupted, random_ids(1, 4, seed=3)[0], random_ids(1, 4, seed=4)[0])
+    sp = site_patcher(model, Adapter(model), prompts, 16)
+    est = qk_estimates(model, sp.adapter, prompts, batch=3)
     for site in ("q", "k"):
         exact = exact_effects(sp, site)
         assert np.abs(exact).max() > 1e-2, site                        # the patches do move the answer
@@ -234,16 +230,16 @@ def test_exact_q_and_k_patches_take_the_units_slice_on_every_family(model):
     from headwatch.patching.patcher import Patch
     a = Adapter(model)
     p = _paths(model).patcher
-    sp = site_patcher(model, a, p.clean, p.corrupted, p.io, p.s, 16)
+    sp = site_patcher(model, a, p.prompts, 16)
     for site in ("q", "k"):
         patches = [Patch(site, l, u) for l in range(a.n_layers) for u in range(a.site_units(site))][::3]
         got = sp.run(patches)
         for patch, row in zip(patches, got):
             with torch.no_grad(), intervene(a, [capture(site, patch.layer, patch.unit)]) as cap:
-                a.run_body(p.clean)
+                a.run_body(p.prompts.clean)
             with torch.no_grad(), intervene(a, [replace(site, patch.layer, cap.one((site, patch.layer, patch.unit)),
                                                         patch.unit)]):
-                want = p.logit_diff(a.logits(p.corrupted)[:, -1], p.io, p.s)
+                want = p.prompts.logit_diff(a.logits(p.prompts.corrupted)[:, -1])
             assert (row - want.cpu()).abs().max() < 1e-5, (patch, row, want)
         assert (got - p.corrupted_ld.cpu()).abs().max() > 1e-4, site      # the patches do something
 
@@ -251,11 +247,12 @@ def test_exact_q_and_k_patches_take_the_units_slice_on_every_family(model):
 # ------------------------------------------------------------------ the known circuit (§5f)
 def test_the_induction_prompts_differ_only_in_the_first_half_and_not_at_the_cue():
     from headwatch.circuits.known import induction_prompts
-    clean, corrupted, correct, other = induction_prompts(8, 64, 10, seed=3)
-    assert clean.shape == corrupted.shape == (64, 19)
-    assert torch.equal(clean[:, :10], torch.cat([clean[:, 10:], correct[:, None]], dim=1))   # a + a[:-1]
+    prompts = induction_prompts(8, 64, 10, seed=3)
+    clean, corrupted, answer, distractor = prompts.clean, prompts.corrupted, prompts.answer, prompts.distractor
+    assert clean.shape == corrupted.shape == (64, 19) and prompts.mask is None
+    assert torch.equal(clean[:, :10], torch.cat([clean[:, 10:], answer[:, None]], dim=1))    # a + a[:-1]
     assert torch.equal(clean[:, 10:], corrupted[:, 10:])                                   # the same second half
-    assert (corrupted[:, 9] == other).all() and (other != correct).all()
+    assert (corrupted[:, 9] == distractor).all() and (distractor != answer).all()
     assert (corrupted[:, 8] != clean[:, 8]).all()                                          # no cue in b
 
 
@@ -272,7 +269,7 @@ def test_an_untrained_model_recovers_nothing():
     from headwatch.circuits.known import KNOWN_MODEL, induction_prompts, known_circuit
     torch.manual_seed(0)
     model = CharLM(ModelSpec(vocab_size=16, **KNOWN_MODEL)).eval()
-    table, note = known_circuit(model, Adapter(model), *induction_prompts(16, 8, 10, seed=1), KNOWN["min_effect"],
+    table, note = known_circuit(model, Adapter(model), induction_prompts(16, 8, 10, seed=1), KNOWN["min_effect"],
                                 KNOWN["min_attention"])
     assert list(table["method"]) == KNOWN_METHODS
     assert not table["recovered"].any(), table
@@ -328,7 +325,7 @@ def test_path_patching_needs_the_patchers_own_mlp_out():
     p = _paths(model).patcher
     assert PathPatcher(p).mlp_out is p.acts["corrupted"]["mlp_out"]
     with pytest.raises(CircuitsError, match="extra_sites"):
-        PathPatcher(Patcher(model, p.adapter, p.clean, p.corrupted, p.io, p.s, 16))
+        PathPatcher(Patcher(model, p.adapter, p.prompts, 16))
 
 
 def test_the_known_circuit_read_edge_by_edge(known):

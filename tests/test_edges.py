@@ -108,18 +108,17 @@ def run64(request):
     return a, EdgeGraph.of(a)
 
 
-def _metric(a, ids, io, s):
-    return E.logit_diff(E.last_logits(a, ids, None), io, s).double()
+def _metric(a, prompts, ids):
+    return prompts.logit_diff(E.last_logits(a, ids, None)).double()
 
 
 def test_every_edge_kept_is_clean_and_none_the_corrupted_run(run64):
     a, g = run64
-    clean, corrupted, io, s = patching_prompts()
+    prompts = patching_prompts()
     with torch.no_grad(), in_float64(a):
-        got = E.patched_metric(a, g, clean, corrupted, io, s, np.stack([np.ones(g.n_edges, bool),
-                                                                        np.zeros(g.n_edges, bool)]), batch=8)
-        assert torch.allclose(got[0], _metric(a, clean, io, s), atol=1e-10, rtol=0)
-        assert torch.allclose(got[1], _metric(a, corrupted, io, s), atol=1e-10, rtol=0)
+        got = E.patched_metric(a, g, prompts, np.stack([np.ones(g.n_edges, bool), np.zeros(g.n_edges, bool)]), batch=8)
+        assert torch.allclose(got[0], _metric(a, prompts, prompts.clean), atol=1e-10, rtol=0)
+        assert torch.allclose(got[1], _metric(a, prompts, prompts.corrupted), atol=1e-10, rtol=0)
 
 
 def test_a_heads_out_edges_are_its_z_and_a_receivers_in_edges_its_input(run64):
@@ -127,18 +126,17 @@ def test_a_heads_out_edges_are_its_z_and_a_receivers_in_edges_its_input(run64):
     its query from the corrupted run; into key/value group 0 of layer 1 = that group's key (value):
     the interventions' replace, which shares no code with the edge run."""
     a, g = run64
-    clean, corrupted, io, s = patching_prompts()
+    prompts = patching_prompts()
     names = g.edges()
     cases = {("z", 1, 1): names["sender"] == "L1H1", ("q", 1, 0): names["receiver"] == "L1H0 q",
              ("k", 1, 0): names["receiver"] == "L1G0 k", ("v", 1, 0): names["receiver"] == "L1G0 v"}
     with torch.no_grad(), in_float64(a):
-        got = E.patched_metric(a, g, clean, corrupted, io, s, np.stack([~m.to_numpy() for m in cases.values()]),
-                               batch=16)
+        got = E.patched_metric(a, g, prompts, np.stack([~m.to_numpy() for m in cases.values()]), batch=16)
         for i, (site, layer, unit) in enumerate(cases):
             with intervene(a, [capture(site, layer, unit=unit)]) as cap:
-                a.logits(corrupted)
+                a.logits(prompts.corrupted)
             with intervene(a, [replace(site, layer, cap.one((site, layer, unit)), unit=unit)]):
-                want = _metric(a, clean, io, s)
+                want = _metric(a, prompts, prompts.clean)
             assert torch.allclose(got[i], want, atol=1e-10, rtol=0), (site, layer, unit)
 
 
@@ -154,17 +152,17 @@ def test_an_edges_eap_score_is_the_first_order_term_of_patching_it(run64):
     within 1e-6 relative (measured: 1e-8 on Llama and GPT-2). Where attention rounds through float32
     (:data:`FLOAT32_ATTENTION`) t = ±1e-3 and 5e-4 (the rounding over t; measured 1.1e-4)."""
     a, g = run64
-    clean, corrupted, io, s = patching_prompts()
+    prompts = patching_prompts()
     rounded = a.family.name in FLOAT32_ATTENTION
     with in_float64(a):
-        scores = E.edge_attribution(a, g, clean, corrupted, io, s, "eap", batch=4)["scores"]
+        scores = E.edge_attribution(a, g, prompts, "eap", batch=4)["scores"]
         picked = list(np.argsort(-np.abs(scores))[:3]) + [g.n_edges - 1]
         eps = 1e-3 if rounded else 1e-4
         w = torch.zeros(2 * len(picked), len(g.senders), len(g.receivers), dtype=torch.float64)
         for i, e in enumerate(picked):
             w[2 * i, g.sender[e], g.receiver[e]] = eps
             w[2 * i + 1, g.sender[e], g.receiver[e]] = -eps
-        m = E.patched_metric(a, g, clean, corrupted, io, s, None, weights=w, batch=16).mean(dim=1)
+        m = E.patched_metric(a, g, prompts, None, weights=w, batch=16).mean(dim=1)
     brute = [(float(m[2 * i + 1]) - float(m[2 * i])) / (2 * eps) for i in range(len(picked))]
     assert np.allclose(scores[picked], brute, rtol=5e-4 if rounded else 1e-6, atol=1e-9), (scores[picked], brute)
     assert abs(scores[picked[0]]) > 1e-3                                  # a real effect, not 0 = 0
@@ -176,16 +174,17 @@ def test_eap_ig_with_one_step_is_eap_at_the_corrupted_run():
     model = tiny_model("llama")
     a = Adapter(model)
     g = EdgeGraph.of(a)
-    clean, corrupted, io, s = patching_prompts()
+    prompts = patching_prompts()
+    clean, corrupted = prompts.clean, prompts.corrupted
     with in_float64(a):
-        ig = E.edge_attribution(a, g, clean, corrupted, io, s, "eap-ig", steps=1, batch=4)["scores"]
+        ig = E.edge_attribution(a, g, prompts, "eap-ig", steps=1, batch=4)["scores"]
         # EAP on the corrupted prompts whose "clean" side is the clean one: the same differences, the
         # gradient at the corrupted run (every receiver's input there is the corrupted run's)
         with intervene(a, [capture("resid_in", 0)]) as cap:
             a.logits(corrupted)
         with torch.enable_grad(), intervene(a, [replace("resid_in", 0, cap.one(("resid_in", 0, None)))]), \
                 E.EdgeRun(a, g, probe=True) as run:
-            metric = E.logit_diff(E.last_logits(a, clean, None), io, s).sum()
+            metric = prompts.logit_diff(E.last_logits(a, clean, None)).sum()
             grad = torch.cat(torch.autograd.grad(metric, run.probes))
         out_c, _ = E.sender_outputs(a, g, clean)
         out_k, _ = E.sender_outputs(a, g, corrupted)
@@ -196,8 +195,8 @@ def test_eap_ig_with_one_step_is_eap_at_the_corrupted_run():
 def test_unknown_method_and_bad_steps_are_refused():
     a = Adapter(tiny_model("llama"))
     g = EdgeGraph.of(a)
-    clean, corrupted, io, s = patching_prompts()
+    prompts = patching_prompts()
     with pytest.raises(ValueError, match="unknown edge attribution method 'eap-x'"):
-        E.edge_attribution(a, g, clean, corrupted, io, s, "eap-x")
+        E.edge_attribution(a, g, prompts, "eap-x")
     with pytest.raises(ValueError, match="at least 1 interpolation step"):
-        E.edge_attribution(a, g, clean, corrupted, io, s, "eap-ig", steps=0)
+        E.edge_attribution(a, g, prompts, "eap-ig", steps=0)

@@ -20,7 +20,8 @@ from headwatch.guards import GuardError, batched_vs_loop, rounding
 from headwatch.model.device import exact_numerics
 from headwatch.settings.circuits import CircuitsError
 from headwatch.patching import guards
-from headwatch.patching.patcher import Patch, Patcher, prompt_mask, prompt_tensors
+from headwatch.patching.batch import PromptBatch
+from headwatch.patching.patcher import Patch, Patcher
 from headwatch.patching.positions import CachedPositions
 from headwatch.tableio import guard_records
 
@@ -118,7 +119,7 @@ def test_every_patching_guard_holds_on_every_prompt_family(family, family_models
     (qwen3): every prompt family at once, several lengths padded together."""
     m = family_models[family]
     prompts = hw.prompt_pairs(m, pairs.drop(columns="family"))
-    assert prompt_mask(prompts) is not None                              # lengths differ: padding guarded too
+    assert PromptBatch.of(prompts).mask is not None                      # lengths differ: padding guarded too
     heads = hw.patch_heads(m, prompts, resid=True, positions=True)
     _passed(heads, "batched_vs_loop", "padded_vs_alone")
     _passed(hw.patch_positions(m, prompts, heads, positions_all_heads=2), "batched_vs_loop")
@@ -224,8 +225,8 @@ def test_circuits_that_drop_a_heads_edges_fail(llama, pairs, monkeypatch):
     patched = faithfulness.patched_metric
 
     def dropping(adapter, graph, *args, **kw):                       # the top head's out-edges always patched
-        circuits = np.asarray(args[4]) & (graph.sender != top)       # args: clean, corrupted, io, s, circuits, …
-        return patched(adapter, graph, *args[:4], circuits, *args[5:], **kw)
+        circuits = np.asarray(args[1]) & (graph.sender != top)       # args: prompts, circuits, …
+        return patched(adapter, graph, args[0], circuits, *args[2:], **kw)
 
     monkeypatch.setattr(faithfulness, "patched_metric", dropping)
     with pytest.raises(GuardError) as failed:
@@ -264,9 +265,9 @@ def test_the_four_antonym_pairs_pass_every_guard_on_smollm2(smollm2):
     assert record["rounding"]["magnitude"] > 10 and record["rounding"]["depth"] == 31
     assert record["rounding"]["terms"] == 1536 and record["bound"] > 1e-3     # SmolLM2's feed-forward sum
     a = smollm2.adapter                  # path patching's guard on them: the path into everything
-    clean, corrupted, io, s = prompt_tensors(hw.prompt_pairs(smollm2, ANTONYMS))
+    prompts = PromptBatch.of(hw.prompt_pairs(smollm2, ANTONYMS))
     with exact_numerics():
-        p = Patcher(smollm2.model, a, clean, corrupted, io, s, 64, extra_sites=PATH_SITES)
+        p = Patcher(smollm2.model, a, prompts, 64, extra_sites=PATH_SITES)
         rec = guards.path_into_everything(PathPatcher(p), [(3, 1), (20, 4)], range(4), rounding(a, 1.0, p.largest_logit))
     assert rec["passed"] and rec["ratio"] <= 1
 
@@ -278,9 +279,8 @@ def test_every_family_at_once_on_smollm2_and_a_wrong_head_fails(smollm2, pairs):
     m = smollm2
     a = m.adapter
     prompts = hw.prompt_pairs(m, pairs.drop(columns="family"))
-    clean, corrupted, io, s = prompt_tensors(prompts)
     with exact_numerics():
-        p = Patcher(m.model, a, clean, corrupted, io, s, 64, prompt_mask(prompts), extra_sites=PATH_SITES)
+        p = Patcher(m.model, a, PromptBatch.of(prompts), 64, extra_sites=PATH_SITES)
         everyone = list(range(p.n))
         bound = rounding(a, 1.0, p.largest_logit)
         assert guards.padded_vs_alone(p, everyone, 1.0)["passed"]

@@ -27,9 +27,9 @@ SETTINGS = LensSettings(batch=3, rounding_factor=1.0, qk_offset=0, null_draws=30
 
 
 def _prompts(n: int = 4, length: int = 10) -> pd.DataFrame:
-    clean, corrupted, io, s = patching_prompts(n, length)
-    return pd.DataFrame(dict(clean_ids=clean.tolist(), corrupted_ids=corrupted.tolist(), answer_id=io.tolist(),
-                             distractor_id=s.tolist(), tokens=[[f"t{t}" for t in x] for x in clean.tolist()]))
+    p = patching_prompts(n, length)
+    return pd.DataFrame(dict(clean_ids=p.clean.tolist(), corrupted_ids=p.corrupted.tolist(), answer_id=p.answer.tolist(),
+                             distractor_id=p.distractor.tolist(), tokens=[[f"t{t}" for t in x] for x in p.clean.tolist()]))
 
 
 # ------------------------------------------------------------------ direct effects by hand
@@ -49,7 +49,7 @@ def test_a_one_layer_models_terms_by_hand():
 
 def _by_hand(model, a, prompts, table, note):
     ids = torch.tensor(prompts["clean_ids"].tolist())
-    io, s = torch.tensor(prompts["answer_id"].tolist()), torch.tensor(prompts["distractor_id"].tolist())
+    answer, distractor = torch.tensor(prompts["answer_id"].tolist()), torch.tensor(prompts["distractor_id"].tolist())
     with intervene(a, [capture("pattern", 0)]) as cap:
         logits = model(ids).logits[:, -1]
     P = cap.one(("pattern", 0, None))                                     # [B, heads, T, T]
@@ -66,7 +66,7 @@ def _by_hand(model, a, prompts, table, note):
     mlp = blk.mlp(rms(x1, blk.post_attention_layernorm))
     final = x1 + mlp
     n = model.model.norm
-    direction = n.weight * (model.lm_head.weight[io] - model.lm_head.weight[s])
+    direction = n.weight * (model.lm_head.weight[answer] - model.lm_head.weight[distractor])
     scale = torch.sqrt((final * final).mean(-1) + n.variance_epsilon)
     by_hand = {f"L0H{h}": float(((o * direction).sum(-1) / scale).mean()) for h, o in enumerate(outs)}
     by_hand["L0 mlp"] = float(((mlp * direction).sum(-1) / scale).mean())
@@ -75,7 +75,7 @@ def _by_hand(model, a, prompts, table, note):
     assert list(got.index) == ["embed", *(f"L0H{h}" for h in range(H)), "L0 mlp"]
     for name, want in by_hand.items():
         assert got[name] == pytest.approx(want, abs=1e-12), name
-    ld = logits.gather(1, io[:, None])[:, 0] - logits.gather(1, s[:, None])[:, 0]
+    ld = logits.gather(1, answer[:, None])[:, 0] - logits.gather(1, distractor[:, None])[:, 0]
     assert got.sum() == pytest.approx(float(ld.mean()), abs=1e-12)
     assert note["clean_logit_diff"] == pytest.approx(got.sum(), abs=1e-12)
 
@@ -304,7 +304,7 @@ def test_the_known_circuit_ranks_first_by_the_weights():
     known = CONFIG["circuits"]["known"]
     model = train_known(known, True)
     a = Adapter(model)
-    clean, *_ = induction_prompts(known["vocab"], known["prompts"], known["half"][1], known["seed"] + 1)
+    clean = induction_prompts(known["vocab"], known["prompts"], known["half"][1], known["seed"] + 1).clean
     attn = known_attention(model, a, clean, known["half"][1])
     previous = [f"L0H{h}" for h in attn[(attn.layer == 0) & (attn.prev >= known["min_attention"])]["head"]]
     ind = attn[attn.layer == 1].sort_values("induction").iloc[-1]

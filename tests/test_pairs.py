@@ -15,8 +15,8 @@ from headwatch.guards import batched_vs_loop, rounding
 from headwatch.patching import guards
 from headwatch.model.arch import Adapter
 from headwatch.patching.pairs import pair_prompt_set, position_scores
-from headwatch.patching.patcher import (Patch, Patcher, head_patches, position_patches, prompt_mask, prompt_tensors,
-                                        resid_patches)
+from headwatch.patching.batch import PromptBatch
+from headwatch.patching.patcher import Patch, Patcher, head_patches, position_patches, resid_patches
 from headwatch.patching.attribution import attribution_patching
 from headwatch.patching.heads import run_patching
 from headwatch.settings.pairs import COLUMNS, PairsError, pair_errors, pairs_path, read_pairs
@@ -44,14 +44,14 @@ def _prompts(lengths=LENGTHS, per=2):
 
 def _patcher(model, prompts=None, batch=16):
     prompts = _prompts() if prompts is None else prompts
-    clean, corrupted, io, s = prompt_tensors(prompts)
-    return Patcher(model, Adapter(model), clean, corrupted, io, s, batch, prompt_mask(prompts))
+    return Patcher(model, Adapter(model), PromptBatch.of(prompts), batch)
 
 
 # ------------------------------------------------------------------ padding, every family
 def test_a_padded_batch_gives_each_prompt_as_run_alone_on_every_family(model):
     p = _patcher(model)
-    assert p.mask is not None and p.mask.shape == (6, max(LENGTHS)) and p.mask.sum(1).tolist() == [7, 7, 10, 10, 12, 12]
+    mask = p.prompts.mask
+    assert mask is not None and mask.shape == (6, max(LENGTHS)) and mask.sum(1).tolist() == [7, 7, 10, 10, 12, 12]
     rec = guards.padded_vs_alone(p, range(6), 1.0)
     assert rec["passed"] and rec["n_cases"] == 12 and rec["max_abs_diff"] <= rec["bound"]
     assert {c["padding"] for c in rec["cases"]} == {5, 2, 0}
@@ -106,18 +106,17 @@ def test_the_metric_is_each_prompts_last_token_and_a_patch_is_the_same_padded_or
     patches = [Patch("z", 1, 2), Patch("resid_in", 2, None, p.length - 1)]
     padded = p.run(patches)
     n = len(prompts)
-    estimate = attribution_patching(model, p.adapter, p.clean, p.corrupted, p.io, p.s, 4, p.mask)
+    estimate = attribution_patching(model, p.adapter, p.prompts, 4)
     by_length = torch.zeros_like(estimate)
     for T in LENGTHS:
         rows = [i for i in range(n) if len(prompts.clean_ids[i]) == T]
         alone = _patcher(model, prompts.iloc[rows].reset_index(drop=True))
-        assert alone.mask is None
+        assert alone.prompts.mask is None
         torch.testing.assert_close(p.clean_ld[rows], alone.clean_ld, atol=1e-5, rtol=0)
         torch.testing.assert_close(p.corrupted_ld[rows], alone.corrupted_ld, atol=1e-5, rtol=0)
         own = [Patch("z", 1, 2), Patch("resid_in", 2, None, T - 1)]
         torch.testing.assert_close(padded[:, rows], alone.run(own), atol=1e-5, rtol=0)
-        by_length += attribution_patching(model, alone.adapter, alone.clean, alone.corrupted, alone.io, alone.s,
-                                          4) * len(rows) / n
+        by_length += attribution_patching(model, alone.adapter, alone.prompts, 4) * len(rows) / n
     assert estimate.abs().max() > 1e-4
     torch.testing.assert_close(estimate, by_length, atol=1e-6, rtol=1e-4)
 
@@ -138,7 +137,8 @@ def test_the_sweep_on_pairs_aligns_positions_from_the_end():
     phrases = pd.DataFrame([dict(phrase="names", text="x", token_ids=[5, 6, 7], expected=" a", expected_id=3,
                                  also=" b", also_id=4)])
     settings = PatchingSettings.from_config(dict(CONFIG["patching"], top_k=2, batch=16, guard_prompts=2))
-    heads, resid, positions, note, record = run_patching(model, Adapter(model), prompts, phrases, settings)
+    got = run_patching(model, Adapter(model), prompts, phrases, settings)
+    resid, positions, note, record = got.resid, got.positions, got.note, got.guards
     T = max(LENGTHS)
     assert sorted(set(resid["position"])) == list(range(-T, 0)) and len(note["position_labels"]) == T
     assert note["position_labels"][-1].startswith("−1")
@@ -182,8 +182,8 @@ def test_a_pairs_file_of_three_lengths_is_the_prompt_set(smollm2_tokenizer, tmp_
     assert [smollm2_tokenizer.decode([i]) for i in table.answer_id] == [" Mary", " Mary", " Sarah"]
     import hashlib
     assert note["pairs_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-    mask = prompt_mask(table)
-    clean, _, _, _ = prompt_tensors(table)
+    batch = PromptBatch.of(table)
+    clean, mask = batch.clean, batch.mask
     assert clean.shape == mask.shape and (clean[mask == 0] == 0).all()
     assert [list(clean[i][mask[i].bool()].tolist()) for i in range(3)] == [list(x) for x in table.clean_ids]
     assert prompt_keys({"pairs": "p.csv", "templates": None}) == ("pairs", "pairs_outside_project")

@@ -16,7 +16,7 @@ from headwatch.patching.patcher import Patch, Patcher, head_patches, position_pa
 from headwatch.patching.attribution import attribution_patching
 from headwatch.patching.prompts import position_labels, prompt_set
 from headwatch.settings.patching import PatchingSettings, patching_errors
-from tiny import random_ids, tiny_model
+from tiny import patching_prompts, random_ids, tiny_model
 
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 PARAMS = dict(CONFIG["patching"], n=8, top_k=2, batch=16, guard_prompts=2)
@@ -25,11 +25,7 @@ SETTINGS = PatchingSettings.from_config(PARAMS)
 
 def _patcher(model, batch=16):
     """Clean and corrupted prompts that differ at three positions (like names), random answers."""
-    clean = random_ids(4, 10, seed=1)
-    corrupted = clean.clone()
-    corrupted[:, [2, 4, 7]] = random_ids(4, 3, seed=2)
-    io, s = random_ids(1, 4, seed=3)[0], random_ids(1, 4, seed=4)[0]
-    return Patcher(model, Adapter(model), clean, corrupted, io, s, batch)
+    return Patcher(model, Adapter(model), patching_prompts(4, 10), batch)
 
 
 # ------------------------------------------------------------------ guards, every family
@@ -89,18 +85,19 @@ def test_one_head_score_equals_two_runs_written_out(model):
     seen = {}
     with torch.no_grad():
         h = proj.register_forward_pre_hook(lambda m, args: seen.__setitem__("z", args[0].clone()))
-        clean = model(p.clean).logits[:, -1]
+        clean = model(p.prompts.clean).logits[:, -1]
         h.remove()
 
         def put(m, args):
             z = args[0].clone()
             z[..., cols] = seen["z"][..., cols]
             return (z,)
-        corrupted = model(p.corrupted).logits[:, -1]
+        corrupted = model(p.prompts.corrupted).logits[:, -1]
         h = proj.register_forward_pre_hook(put)
-        patched = model(p.corrupted).logits[:, -1]
+        patched = model(p.prompts.corrupted).logits[:, -1]
         h.remove()
-    ld = [float((x[rows, p.io] - x[rows, p.s]).double().mean()) for x in (clean, corrupted, patched)]
+    ld = [float((x[rows, p.prompts.answer] - x[rows, p.prompts.distractor]).double().mean())
+          for x in (clean, corrupted, patched)]
     by_hand = (ld[2] - ld[1]) / (ld[0] - ld[1])
     got = p.score(p.run([Patch("z", layer, head)]).double().mean(dim=1).numpy())[0]
     assert abs(p.clean_mean - ld[0]) < 1e-5 and abs(p.corrupted_mean - ld[1]) < 1e-5
@@ -125,7 +122,7 @@ def test_estimate_equals_exact_on_a_linear_model():
         model.model.embed_tokens.weight.mul_(10.0)
     p = _patcher(model)
     exact = p.run(head_patches(p.adapter)).double().mean(dim=1).numpy() - p.corrupted_mean
-    estimate = attribution_patching(model, p.adapter, p.clean, p.corrupted, p.io, p.s, batch=3).numpy().ravel()
+    estimate = attribution_patching(model, p.adapter, p.prompts, batch=3).numpy().ravel()
     assert np.abs(exact).max() > 1e-3                      # the heads do move the answer
     np.testing.assert_allclose(estimate, exact, rtol=1e-4, atol=1e-6)
 

@@ -7,6 +7,7 @@ import torch
 from headwatch.guards import batched_vs_loop, rounding
 from headwatch.patching import guards
 from headwatch.model.arch import Adapter
+from headwatch.patching.batch import PromptBatch
 from headwatch.patching.patcher import Patch, Patcher, position_patches
 from headwatch.patching.positions import CachedPositions, multiply_adds, position_chunks, run_positions_all
 from headwatch.settings.patching import PatchingError, PatchingSettings
@@ -14,7 +15,7 @@ from tiny import patching_prompts, tiny_model
 
 
 def _patcher(model, batch=16, kv_cache=True):
-    return Patcher(model, Adapter(model), *patching_prompts(), batch, kv_cache=kv_cache)
+    return Patcher(model, Adapter(model), patching_prompts(), batch, kv_cache=kv_cache)
 
 
 def test_cached_sweep_equals_one_patch_per_forward_pass_on_every_family(model):
@@ -61,11 +62,12 @@ def test_what_the_cached_sweep_refuses():
     p.corrupted_caches[0].layers.pop()                                 # a cache that skipped a layer
     with pytest.raises(PatchingError, match=f"holds {p.adapter.n_layers - 1} layers; expected {p.adapter.n_layers}"):
         CachedPositions(p)
-    clean, corrupted, io, s = patching_prompts()
-    mask = torch.ones_like(clean)
+    four = patching_prompts()
+    mask = torch.ones_like(four.clean)
     mask[0, :2] = 0                                                    # the first prompt padded
+    padded = PromptBatch(four.clean, four.corrupted, four.answer, four.distractor, mask)
     with pytest.raises(PatchingError, match="prompts of one length"):
-        CachedPositions(Patcher(p.model, p.adapter, clean, corrupted, io, s, 16, mask, kv_cache=True))
+        CachedPositions(Patcher(p.model, p.adapter, padded, 16, kv_cache=True))
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2"])
@@ -111,9 +113,10 @@ def test_multiply_adds_by_hand():
 def test_the_rule_patches_the_top_heads_at_every_position():
     model = tiny_model("qwen3")
     a = Adapter(model)
-    clean, corrupted, io, s = patching_prompts(n=4)
-    prompts = pd.DataFrame(dict(clean_ids=list(clean.numpy()), corrupted_ids=list(corrupted.numpy()),
-                                answer_id=io.numpy(), distractor_id=s.numpy(), tokens=[[f"t{i}" for i in range(10)]] * 4))
+    four = patching_prompts(n=4)
+    prompts = pd.DataFrame(dict(clean_ids=list(four.clean.numpy()), corrupted_ids=list(four.corrupted.numpy()),
+                                answer_id=four.answer.numpy(), distractor_id=four.distractor.numpy(),
+                                tokens=[[f"t{i}" for i in range(10)]] * 4))
     heads = pd.DataFrame([(l, h) for l, h in a.heads()], columns=["layer", "head"])
     heads["score"] = [0.1 * ((7 * i) % 12) for i in range(12)]
     heads["score_rank"] = heads["score"].rank(ascending=False, method="min").astype(int)
@@ -133,7 +136,7 @@ def test_the_rule_patches_the_top_heads_at_every_position():
     assert "the top 3 heads of the head sweep by score (3 of 12)" in title and f"{ratio:.2f}× fewer" in title
     every = run_positions_all(model, a, prompts, heads, PatchingSettings(batch=16, rounding_factor=1.0, guard_prompts=2))
     assert len(every[0]) == 12 * 10 and every[1]["heads_chosen"] == "every head"
-    p = Patcher(model, a, clean, corrupted, io, s, 16)
+    p = Patcher(model, a, four, 16)
     row = table[(table.layer == top.layer.iloc[0]) & (table["head"] == top["head"].iloc[0]) & (table.position == 4)]
     want = p.loop([Patch("z", int(top.layer.iloc[0]), int(top["head"].iloc[0]), 4)]).double().mean()
     assert float(row.logit_diff.iloc[0]) == pytest.approx(float(want), abs=1e-5)

@@ -17,7 +17,7 @@ GQA = tuple(f for f in FAMILIES if EXPECT[f]["kv_heads"] < 4)      # the tiny de
 
 
 def _patcher(model, batch=16):
-    return Patcher(model, Adapter(model), *patching_prompts(), batch, extra_sites=QKV)
+    return Patcher(model, Adapter(model), patching_prompts(), batch, extra_sites=QKV)
 
 
 def test_every_gqa_family_is_tested():
@@ -37,7 +37,7 @@ def test_kv_guards_pass_on_every_gqa_family(family):
     twin_model, twin = ungrouped_twin(model, a)
     assert twin.n_kv_heads == twin.n_heads == a.n_heads
     with torch.no_grad():       # the twin is the same function: same logits with nothing patched
-        ids = p.corrupted[:2]
+        ids = p.prompts.corrupted[:2]
         assert torch.allclose(twin.logits(ids), a.logits(ids), atol=1e-5)
     rec = guards.kv_ungrouped(p, twin, sample, [(q, ld[i, sample]) for i, q in enumerate(patches)], group_heads,
                               rounding(a, 1.0, p.largest_logit))
@@ -59,7 +59,7 @@ def test_a_key_group_patch_is_the_group_slice_of_the_key_projection_replaced_by_
     kept = []
     h = proj.register_forward_hook(lambda m, i, o: kept.append(o.detach().clone()))
     with torch.no_grad():
-        a.logits(p.clean)
+        a.logits(p.prompts.clean)
     h.remove()
 
     def put(m, i, o):
@@ -69,7 +69,7 @@ def test_a_key_group_patch_is_the_group_slice_of_the_key_projection_replaced_by_
 
     h = proj.register_forward_hook(put)
     with torch.no_grad():
-        want = p.logit_diff(a.logits(p.corrupted)[:, -1], p.io, p.s)
+        want = p.prompts.logit_diff(a.logits(p.prompts.corrupted)[:, -1])
     h.remove()
     got = p.run([Patch("k", 1, 1)])[0]
     assert torch.allclose(got, want, atol=1e-5)
@@ -129,9 +129,9 @@ def test_an_unwritten_twin_entry_is_refused(monkeypatch):
 
 def test_the_rule_writes_one_row_per_layer_group_and_site():
     model = tiny_model("olmo2")
-    clean, corrupted, io, s = patching_prompts(n=6)
-    prompts = pd.DataFrame(dict(clean_ids=list(clean.numpy()), corrupted_ids=list(corrupted.numpy()),
-                                answer_id=io.numpy(), distractor_id=s.numpy()))
+    six = patching_prompts(n=6)
+    prompts = pd.DataFrame(dict(clean_ids=list(six.clean.numpy()), corrupted_ids=list(six.corrupted.numpy()),
+                                answer_id=six.answer.numpy(), distractor_id=six.distractor.numpy()))
     settings = PatchingSettings(batch=16, rounding_factor=1.0, guard_prompts=2, kv_prompts=4)
     table, note, record = run_kv_patching(model, Adapter(model), prompts, settings)
     assert len(table) == 3 * 2 * 2 and note["prompts"] == 4 and note["group_size"] == 2
@@ -140,7 +140,7 @@ def test_the_rule_writes_one_row_per_layer_group_and_site():
     assert table["label"].iloc[3] == "L0V1" and table["heads"].iloc[3] == "L0H2 L0H3"
     assert record["passed"] and {"nothing_patched", "qkv_is_z", "kv_ungrouped"} <= set(record)
     # the table's scores are the Patcher's, normalized by the first kv_prompts prompts' runs
-    p = Patcher(model, Adapter(model), clean[:4], corrupted[:4], io[:4], s[:4], 16, extra_sites=QKV)
+    p = Patcher(model, Adapter(model), six.rows(slice(None, 4)), 16, extra_sites=QKV)
     ld = p.run([Patch("v", 2, 1)]).double().mean()
     row = table[(table.layer == 2) & (table.group == 1) & (table.site == "v")].iloc[0]
     assert row.logit_diff == pytest.approx(float(ld)) and row.score == pytest.approx(float(p.score(ld.numpy())))
@@ -161,7 +161,7 @@ def test_a_replace_at_k_of_the_whole_site_splits_the_values_by_group():
     d = a.head_dim
     whole = p.acts["clean"]["k"][1]
     with torch.no_grad(), intervene(a, [replace("k", 1, whole[..., d:2 * d], unit=1)]):
-        by_unit = p.logit_diff(a.logits(p.corrupted)[:, -1], p.io, p.s)
+        by_unit = p.prompts.logit_diff(a.logits(p.prompts.corrupted)[:, -1])
     assert torch.allclose(p.run([Patch("k", 1, 1)])[0], by_unit, atol=1e-6)
 
 

@@ -159,8 +159,8 @@ def test_the_api_gives_the_rules_tables(tiny_model_dir):
     settings = dict(cfg["patching"], n=4, guard_prompts=2, top_k=2)
     prompts = hw.prompt_pairs(m, settings=settings)
     heads = hw.patch_heads(m, prompts, settings, resid=True, positions=True, phrases=hw.token_set(m, "phrases", cfg))
-    table, resid, positions, _, guards = run_patching(m.model, m.adapter, prompts, hw.token_set(m, "phrases", cfg),
-                                                      PatchingSettings.from_config(settings))
+    got = run_patching(m.model, m.adapter, prompts, hw.token_set(m, "phrases", cfg), PatchingSettings.from_config(settings))
+    table, resid, guards = got.heads, got.resid, got.guards
     pd.testing.assert_frame_equal(heads, table)
     pd.testing.assert_frame_equal(heads.attrs["tables"]["resid"], resid)
     alone = hw.patch_heads(m, prompts, settings)           # heads only, what a notebook asks for first

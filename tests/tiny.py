@@ -172,9 +172,12 @@ def random_ids(batch: int, length: int, vocab: int = VOCAB, seed: int = 0) -> to
 
 
 def patching_prompts(n: int = 4, length: int = 10):
-    """(clean, corrupted ``[n, length]``, io, s ``[n]``) for patching tests: random prompts whose
-    corrupted twins differ at three positions (like the names of protocol §5d), random answers."""
+    """A :class:`~headwatch.patching.batch.PromptBatch` for patching tests (clean, corrupted ``[n, length]``,
+    answer, distractor ``[n]``): random prompts whose corrupted twins differ at three positions (like the
+    names of protocol §5d), random answers and distractors."""
+    from headwatch.patching.batch import PromptBatch
+
     clean = random_ids(n, length, seed=1)
     corrupted = clean.clone()
     corrupted[:, [2, 4, 7]] = random_ids(n, 3, seed=2)
-    return clean, corrupted, random_ids(1, n, seed=3)[0], random_ids(1, n, seed=4)[0]
+    return PromptBatch(clean, corrupted, random_ids(1, n, seed=3)[0], random_ids(1, n, seed=4)[0])

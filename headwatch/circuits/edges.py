@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ..model.interventions import call, intervene, replace
+from ..patching.batch import PromptBatch
 from ..settings.edges import METHODS
 from .graph import EdgeGraph
 from ..jobs import progress as progress_bar
@@ -260,13 +261,6 @@ def last_logits(adapter, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.
     return adapter.logits(ids, keep=1, mask=mask)[:, -1]
 
 
-def logit_diff(logits: torch.Tensor, good: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
-    """``logits[i, good[i]] − logits[i, bad[i]]`` (float32 or wider)."""
-    rows = torch.arange(len(logits), device=logits.device)
-    x = logits if logits.dtype == torch.float64 else logits.float()
-    return x[rows, good.to(x.device)] - x[rows, bad.to(x.device)]
-
-
 @torch.no_grad()
 def sender_outputs(adapter, graph: EdgeGraph, ids: torch.Tensor, mask=None,
                    embeddings: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -278,16 +272,11 @@ def sender_outputs(adapter, graph: EdgeGraph, ids: torch.Tensor, mask=None,
     return run.outputs, logits
 
 
-def _rows(x: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
-    return None if x is None else x[sl]
-
-
-def edge_attribution(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: torch.Tensor, good: torch.Tensor,
-                     bad: torch.Tensor, method: str = "eap", steps: int = 5, batch: int = 16, mask=None,
-                     progress: Callable[[str], None] | None = None) -> dict:
+def edge_attribution(adapter, graph: EdgeGraph, prompts: PromptBatch, method: str = "eap", steps: int = 5,
+                     batch: int = 16, progress: Callable[[str], None] | None = None) -> dict:
     """Every edge's attribution score (``[edges]`` float64, in the graph's edge order): the clean −
     corrupted difference of the sender's output times the gradient of the mean metric (logit
-    difference ``good − bad`` at the last position) at the receiver's input, summed over positions
+    difference answer − distractor at the last position) at the receiver's input, summed over positions
     — the first-order estimate of how much the metric falls when that one edge is patched to the
     corrupted run. ``eap``: the gradient at the clean run; ``eap-ig``: its mean over ``steps``
     runs whose embeddings go from the corrupted prompts' to the clean ones' (``k / steps``, ``k =
@@ -297,16 +286,16 @@ def edge_attribution(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: 
         raise ValueError(f"unknown edge attribution method {method!r}; known: {list(METHODS)}")
     if method == "eap-ig" and steps < 1:
         raise ValueError(f"eap-ig needs at least 1 interpolation step; got {steps}")
-    S, R, N = len(graph.senders), len(graph.receivers), len(clean)
+    S, R, N = len(graph.senders), len(graph.receivers), len(prompts)
     dense = torch.zeros(S, R, dtype=torch.float64, device=adapter.device)
     alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
     seconds = {"outputs": 0.0, "gradients": 0.0}
     for start in progress_bar(range(0, N, batch), desc=f"{method}: edges", unit="batch"):
         sl = slice(start, min(start + batch, N))
-        m = _rows(mask, sl)
+        part = prompts.rows(sl)
         t0 = time.perf_counter()
-        out_clean, _ = sender_outputs(adapter, graph, clean[sl], m)
-        out_corr, _ = sender_outputs(adapter, graph, corrupted[sl], m)
+        out_clean, _ = sender_outputs(adapter, graph, part.clean, part.mask)
+        out_corr, _ = sender_outputs(adapter, graph, part.corrupted, part.mask)
         diff = (out_clean - out_corr).flatten(1)                                   # [S, rows·T·width]
         seconds["outputs"] += time.perf_counter() - t0
         for alpha in alphas:
@@ -314,7 +303,7 @@ def edge_attribution(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: 
             emb = None if alpha == 1.0 else out_corr[0] + alpha * (out_clean[0] - out_corr[0])
             edits = [] if emb is None else [replace("resid_in", 0, emb)]
             with torch.enable_grad(), EdgeRun(adapter, graph, probe=True, edits=edits) as run:
-                metric = logit_diff(last_logits(adapter, clean[sl], m), good[sl], bad[sl]).sum()
+                metric = part.logit_diff(last_logits(adapter, part.clean, part.mask)).sum()
                 grad = torch.cat(torch.autograd.grad(metric, run.probes))              # [R, rows, T, width]
             dense += (diff @ grad.flatten(1).t().to(diff.dtype)).double()
             seconds["gradients"] += time.perf_counter() - t0
@@ -337,15 +326,14 @@ def circuit_weights(graph: EdgeGraph, circuits: np.ndarray) -> torch.Tensor:
 
 
 @torch.no_grad()
-def patched_metric(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: torch.Tensor, good: torch.Tensor,
-                   bad: torch.Tensor, circuits: np.ndarray, batch: int = 64, mask=None,
+def patched_metric(adapter, graph: EdgeGraph, prompts: PromptBatch, circuits: np.ndarray | None, batch: int = 64,
                    weights: torch.Tensor | None = None, progress: Callable[[str], None] | None = None) -> torch.Tensor:
     """The metric of every prompt ``[circuits, prompts]`` with every edge outside each circuit
     (bool ``[circuits, edges]``) patched to the corrupted run; or, with ``weights`` (``[circuits, S,
     R]``, any numbers), each edge's sender difference scaled by its weight. Rows of one pass:
     circuits × prompts, about ``batch``."""
     w_all = circuit_weights(graph, circuits) if weights is None else weights
-    C, N = len(w_all), len(clean)
+    C, N = len(w_all), len(prompts)
     out = torch.empty(C, N, dtype=torch.float64)
     per = max(1, min(N, batch))
     done = 0
@@ -353,16 +341,16 @@ def patched_metric(adapter, graph: EdgeGraph, clean: torch.Tensor, corrupted: to
     for start in range(0, N, per):
         sl = slice(start, min(start + per, N))
         p = sl.stop - sl.start
-        m = _rows(mask, sl)
-        base, _ = sender_outputs(adapter, graph, corrupted[sl], m)
+        part = prompts.rows(sl)
+        base, _ = sender_outputs(adapter, graph, part.corrupted, part.mask)
         step = max(1, batch // p)
         for c0 in range(0, C, step):
             c1 = min(C, c0 + step)
             w = w_all[c0:c1].repeat_interleave(p, dim=0)                          # rows: circuit-major
-            rep = lambda t: None if t is None else t[sl].repeat(c1 - c0, *([1] * (t.ndim - 1)))
+            rows = part.rows(torch.arange(p).repeat(c1 - c0))                       # each prompt once a circuit
             with EdgeRun(adapter, graph, weights=w, base=base):
-                logits = last_logits(adapter, rep(clean), rep(mask))
-            out[c0:c1, sl] = logit_diff(logits, rep(good), rep(bad)).double().view(c1 - c0, p).cpu()
+                logits = last_logits(adapter, rows.clean, rows.mask)
+            out[c0:c1, sl] = rows.logit_diff(logits).double().view(c1 - c0, p).cpu()
             done += (c1 - c0) * p
             bar.update((c1 - c0) * p)
             if progress:

@@ -30,10 +30,11 @@ from ..guards import GuardRecords, batched_vs_loop, compare, rounding
 from ..jobs import phases
 from ..model.device import exact_numerics
 from ..model.interventions import capture, intervene, replace
-from ..patching.patcher import prompt_mask, prompt_tensors
+from ..patching.batch import PromptBatch
 from ..settings.edges import EdgesSettings
-from .edges import edge_attribution, last_logits, logit_diff, patched_metric
-from .graph import EdgeGraph, areas, faithfulness, node_circuit, on_graph, random_circuit, sizes, top_circuit
+from .edges import edge_attribution, last_logits, patched_metric
+from .graph import (EdgeGraph, areas, faithfulness, node_circuit, node_name, on_graph, random_circuit, sizes,
+                    top_circuit)
 
 log = logging.getLogger("headwatch.circuits.faithfulness")
 
@@ -53,10 +54,9 @@ SCORES_NOTE = dict(
         "at it: attribution patching of the node)")
 
 
-def _prompts(prompts: pd.DataFrame, n: int | None):
-    p = prompts if n is None else prompts.head(n)
-    clean, corrupted, io, s = prompt_tensors(p)
-    return clean, corrupted, io, s, prompt_mask(p)
+def _prompts(prompts: pd.DataFrame, n: int | None) -> PromptBatch:
+    """The batch of the first ``n`` prompts (None: every prompt)."""
+    return PromptBatch.of(prompts if n is None else prompts.head(n))
 
 
 def _column(method: str) -> str:
@@ -69,24 +69,23 @@ def run_scores(model, adapter, prompts: pd.DataFrame, edges: EdgesSettings, prog
     score —, one row per node with its attribution, the note)."""
     edges.need("methods", "ig_steps", "score_batch")
     graph = EdgeGraph.of(adapter)
-    clean, corrupted, io, s, mask = _prompts(prompts, edges.prompts)
+    prompt_batch = _prompts(prompts, edges.prompts)
     table = graph.edges()
     nodes = graph.senders[["name", "kind", "layer", "unit"]].copy()
     note = dict(SCORES_NOTE, graph=dict(layers=graph.layers, heads=graph.heads, groups=graph.groups,
                                         parallel=graph.parallel),
                 edges=graph.n_edges, senders=len(graph.senders), receivers=len(graph.receivers),
-                prompts=len(clean), methods=list(edges.methods), ig_steps=edges.ig_steps, seconds={})
+                prompts=len(prompt_batch), methods=list(edges.methods), ig_steps=edges.ig_steps, seconds={})
     with exact_numerics(), phases("edge_scores", len(edges.methods)) as step:
         for method in edges.methods:
             step(f"{method}: score every edge")
             t0 = time.perf_counter()
-            got = edge_attribution(adapter, graph, clean, corrupted, io, s, method, edges.ig_steps,
-                                   edges.score_batch, mask, progress)
+            got = edge_attribution(adapter, graph, prompt_batch, method, edges.ig_steps, edges.score_batch, progress)
             table[_column(method)] = got["scores"]
             nodes[_column(method)] = got["nodes"]
             note["seconds"][method] = dict(total=round(time.perf_counter() - t0, 2),
                                            **{k: round(v, 2) for k, v in got["seconds"].items()},
-                                           gradient_passes=got["steps"] * -(-len(clean) // edges.score_batch))
+                                           gradient_passes=got["steps"] * -(-len(prompt_batch) // edges.score_batch))
             progress(f"{method}: {graph.n_edges} edges scored in {note['seconds'][method]['total']} s")
     nodes = nodes.rename(columns={"eap": "atp"}) if "eap" in nodes else nodes
     return table, nodes, note
@@ -127,29 +126,30 @@ def _unique(circuits: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 @torch.no_grad()
-def _plain_metric(adapter, ids, good, bad, mask, batch: int) -> tuple[torch.Tensor, float]:
-    """(each prompt's logit difference, the largest |logit| at the last position)."""
+def _plain_metric(adapter, prompts: PromptBatch, run: str, batch: int) -> tuple[torch.Tensor, float]:
+    """(each prompt's logit difference on its ``run`` — clean or corrupted —, the largest |logit| at the
+    last position)."""
     out, largest = [], 0.0
-    for i in range(0, len(ids), batch):
-        sl = slice(i, i + batch)
-        logits = last_logits(adapter, ids[sl], None if mask is None else mask[sl])
-        out.append(logit_diff(logits, good[sl], bad[sl]))
+    for i in range(0, len(prompts), batch):
+        part = prompts.rows(slice(i, i + batch))
+        logits = last_logits(adapter, getattr(part, run), part.mask)
+        out.append(part.logit_diff(logits))
         largest = max(largest, float(logits.abs().max()))
     return torch.cat(out).double().cpu(), largest
 
 
 @torch.no_grad()
-def _z_patched(adapter, clean, corrupted, good, bad, mask, layer: int, head: int) -> torch.Tensor:
+def _z_patched(adapter, prompts: PromptBatch, layer: int, head: int) -> torch.Tensor:
     """The clean run with one head's ``z`` replaced by the corrupted run's (§5d's noising patch)."""
-    m = {} if mask is None else dict(mask=mask)
+    m = {} if prompts.mask is None else dict(mask=prompts.mask)
     with intervene(adapter, [capture("z", layer, unit=head)]) as cap:
-        adapter.logits(corrupted, keep=1, **m)
+        adapter.logits(prompts.corrupted, keep=1, **m)
     with intervene(adapter, [replace("z", layer, cap.one(("z", layer, head)), unit=head)]):
-        return logit_diff(last_logits(adapter, clean, mask), good, bad).double().cpu()
+        return prompts.logit_diff(last_logits(adapter, prompts.clean, prompts.mask)).double().cpu()
 
 
-def faithfulness_guards(adapter, graph: EdgeGraph, clean, corrupted, io, s, mask, per_prompt: torch.Tensor,
-                        unique: np.ndarray, full: int, empty: int, senders: list[int], edges: EdgesSettings,
+def faithfulness_guards(adapter, graph: EdgeGraph, prompts: PromptBatch, per_prompt: torch.Tensor, unique: np.ndarray,
+                        full: int, empty: int, senders: list[int], edges: EdgesSettings,
                         records: GuardRecords) -> None:
     """The guards of the faithfulness runs (module doc); ``per_prompt`` ``[circuits, prompts]`` the
     batched runs' metric, ``full`` / ``empty`` the rows of the full and empty circuits. Each compares
@@ -157,17 +157,17 @@ def faithfulness_guards(adapter, graph: EdgeGraph, clean, corrupted, io, s, mask
     (:func:`headwatch.guards.rounding`, its magnitude the largest |logit| of the clean and corrupted
     runs, its factor ``edges.rounding_factor``)."""
     with records.guard("full_circuit_is_clean"):
-        plain_clean, top_clean = _plain_metric(adapter, clean, io, s, mask, edges.batch)
-        plain_corrupted, top_corrupted = _plain_metric(adapter, corrupted, io, s, mask, edges.batch)
+        plain_clean, top_clean = _plain_metric(adapter, prompts, "clean", edges.batch)
+        plain_corrupted, top_corrupted = _plain_metric(adapter, prompts, "corrupted", edges.batch)
         tol = rounding(adapter, edges.rounding_factor, max(top_clean, top_corrupted))
         records.add(compare("full_circuit_is_clean", [(dict(circuit="every edge kept"), per_prompt[full], plain_clean)],
                             tol, "logit difference of every prompt: every edge kept (each receiver fed from its own "
-                                 "copy of the stream) vs the clean run", prompts=len(clean)))
+                                 "copy of the stream) vs the clean run", prompts=len(prompts)))
     with records.guard("empty_circuit_is_corrupted"):
         records.add(compare("empty_circuit_is_corrupted", [(dict(circuit="no edge kept"), per_prompt[empty],
                                                             plain_corrupted)],
                             tol, "logit difference of every prompt: every edge patched (every receiver fed the "
-                                 "corrupted run's senders) vs the corrupted run", prompts=len(clean)))
+                                 "corrupted run's senders) vs the corrupted run", prompts=len(prompts)))
     heads = [int(x) for x in senders]
     circuits = []
     for h in heads:
@@ -175,33 +175,33 @@ def faithfulness_guards(adapter, graph: EdgeGraph, clean, corrupted, io, s, mask
         circuits.append(keep)
     if circuits:
         with records.guard("out_edges_are_z_patch"):
-            got = patched_metric(adapter, graph, clean, corrupted, io, s, np.stack(circuits), edges.batch, mask)
+            got = patched_metric(adapter, graph, prompts, np.stack(circuits), edges.batch)
             pairs = []
             for i, h in enumerate(heads):
                 row = graph.senders.iloc[h]
-                want = _z_patched(adapter, clean, corrupted, io, s, mask, int(row.layer), int(row.unit))
+                want = _z_patched(adapter, prompts, int(row.layer), int(row.unit))
                 pairs.append((dict(head=row["name"]), got[i], want))
             records.add(compare("out_edges_are_z_patch", pairs, tol,
                                 "logit difference of every prompt: every edge out of a head patched vs that head's z "
                                 "replaced by the corrupted run's in the clean run (§5d's patch, run by the "
-                                "interventions)", prompts=len(clean)))
+                                "interventions)", prompts=len(prompts)))
     sample = [0, 1] if len(unique) > 1 else [0]
     with records.guard("batched_vs_loop"):
-        alone = [patched_metric(adapter, graph, clean, corrupted, io, s, unique[i:i + 1], 1, mask)[0] for i in sample]
+        alone = [patched_metric(adapter, graph, prompts, unique[i:i + 1], 1)[0] for i in sample]
         records.add(batched_vs_loop([(dict(circuit=int(i), kept=int(unique[i].sum())), per_prompt[i], a)
                                      for i, a in zip(sample, alone)], tol,
                                     "logit difference of every prompt: circuits x prompts batched vs one circuit and "
-                                    "one prompt per forward pass", prompts=len(clean)))
+                                    "one prompt per forward pass", prompts=len(prompts)))
 
 
 @torch.no_grad()
-def require_a_gap(adapter, clean, corrupted, io, s, mask) -> float:
+def require_a_gap(adapter, prompts: PromptBatch) -> float:
     """The gap m(clean) − m(corrupted) of the mean metric, which faithfulness divides by; a gap of
     zero (prompts that do not move the metric) is refused before any circuit is run: every circuit's
     faithfulness, and the areas, would be NaN."""
     with exact_numerics():
-        clean_m = float(logit_diff(last_logits(adapter, clean, mask), io, s).double().mean())
-        corrupted_m = float(logit_diff(last_logits(adapter, corrupted, mask), io, s).double().mean())
+        clean_m, corrupted_m = (float(prompts.logit_diff(last_logits(adapter, ids, prompts.mask)).double().mean())
+                                for ids in (prompts.clean, prompts.corrupted))
     if clean_m == corrupted_m:
         raise ValueError(f"edge faithfulness: the mean logit difference is {clean_m:g} on the clean prompts and on "
                          "the corrupted ones alike; faithfulness divides by their gap, so no circuit can be measured "
@@ -224,9 +224,9 @@ def run_faithfulness(model, adapter, prompts: pd.DataFrame, scores: pd.DataFrame
 def _run_faithfulness(model, adapter, prompts, scores, nodes, edges: EdgesSettings, progress, step):
     graph = EdgeGraph.of(adapter)
     scores, nodes = on_graph(graph, scores), on_graph(graph, nodes, ("name",))    # by their names, never by position
-    clean, corrupted, io, s, mask = _prompts(prompts, edges.prompts)
+    prompt_batch = _prompts(prompts, edges.prompts)
     step("the clean and corrupted prompts' gap")
-    require_a_gap(adapter, clean, corrupted, io, s, mask)
+    require_a_gap(adapter, prompt_batch)
     table = circuits_of(graph, scores, nodes, edges)
     everything, nothing = np.ones(graph.n_edges, dtype=bool), np.zeros(graph.n_edges, dtype=bool)
     unique, index = _unique(list(table["circuit"]) + [everything, nothing])
@@ -234,15 +234,15 @@ def _run_faithfulness(model, adapter, prompts, scores, nodes, edges: EdgesSettin
     records = GuardRecords(step)
     t0 = time.perf_counter()
     with exact_numerics():
-        step(f"run {len(unique)} circuits × {len(clean)} prompts")
-        progress(f"faithfulness: {len(unique)} distinct circuits x {len(clean)} prompts")
-        per_prompt = patched_metric(adapter, graph, clean, corrupted, io, s, unique, edges.batch, mask, progress=progress)
+        step(f"run {len(unique)} circuits × {len(prompt_batch)} prompts")
+        progress(f"faithfulness: {len(unique)} distinct circuits x {len(prompt_batch)} prompts")
+        per_prompt = patched_metric(adapter, graph, prompt_batch, unique, edges.batch, progress=progress)
         seconds = time.perf_counter() - t0
         top_nodes = nodes[nodes["kind"] == "head"].reindex(
             nodes[nodes["kind"] == "head"]["atp"].abs().sort_values(ascending=False).index).head(edges.guard_senders) \
             if "atp" in nodes else nodes[nodes["kind"] == "head"].head(edges.guard_senders)
-        faithfulness_guards(adapter, graph, clean, corrupted, io, s, mask, per_prompt, unique, full, empty,
-                            list(top_nodes.index), edges, records)
+        faithfulness_guards(adapter, graph, prompt_batch, per_prompt, unique, full, empty, list(top_nodes.index), edges,
+                            records)
     means = per_prompt.mean(dim=1).numpy()
     m_full, m_empty = float(means[full]), float(means[empty])
     table["metric"] = means[index[:-2]]
@@ -250,15 +250,15 @@ def _run_faithfulness(model, adapter, prompts, scores, nodes, edges: EdgesSettin
     curves = table.drop(columns="circuit")
     note = dict(metric="logit difference logit(IO) - logit(S) at the last position, mean over the prompts",
                 faithfulness="(m(circuit) - m(empty)) / (m(full) - m(empty)), each m a mean over the prompts",
-                full=m_full, empty=m_empty, edges=graph.n_edges, prompts=len(clean), distinct_circuits=len(unique),
+                full=m_full, empty=m_empty, edges=graph.n_edges, prompts=len(prompt_batch), distinct_circuits=len(unique),
                 fractions=list(edges.fractions), seconds=round(seconds, 2),
-                rows_per_second=round(len(unique) * len(clean) / seconds, 2) if seconds else None,
+                rows_per_second=round(len(unique) * len(prompt_batch) / seconds, 2) if seconds else None,
                 cpr="the area under the faithfulness of the signed ranking's circuits over the sizes (fractions of "
                     "every edge, a linear axis): higher is better",
                 cmd="the area under |1 - faithfulness| of the absolute ranking's circuits: lower is better",
                 random="random circuits of the same sizes, drawn uniformly from every edge and pruned: the control")
     areas = area_table(curves)
-    return curves, areas, note, records.record(model, dict(faithfulness=curves, areas=areas), note, prompts=len(clean))
+    return curves, areas, note, records.record(model, dict(faithfulness=curves, areas=areas), note, prompts=len(prompt_batch))
 
 
 def area_table(curves: pd.DataFrame) -> pd.DataFrame:
@@ -344,8 +344,8 @@ def agreement(scores: pd.DataFrame, paths: pd.DataFrame, methods, top_k: int) ->
     patching measured (a sender head into a receiver head's query, or its group's key or value):
     the rank correlation (Spearman) of the scores and how many of the top ``top_k`` by |score|
     the two share, per input and for all."""
-    key = lambda r: (r.sender, f"{r.receiver} q" if r.input == "q"
-                     else f"L{int(r.receiver_layer)}G{int(r.group)} {r.input}")
+    key = lambda r: (r.sender, node_name(r.input, int(r.receiver_layer),
+                                         int(r.receiver_head) if r.input == "q" else int(r.group)))
     index = {(a, b): i for i, (a, b) in enumerate(zip(scores["sender"], scores["receiver"]))}
     rows = []
     matched = [index.get(key(r)) for r in paths.itertuples()]
@@ -373,8 +373,8 @@ KNOWN_COLUMNS = ["model", "method", "edges", "gap", "smallest_faithful", "faithf
                  "edges_named", "recovered", "claim"]
 
 
-def known_edges(model, adapter, clean, corrupted, correct, other, edges: EdgesSettings, min_effect: float,
-                prev_heads: list, induction_heads: list) -> tuple[list[dict], pd.DataFrame]:
+def known_edges(model, adapter, prompts: PromptBatch, edges: EdgesSettings, min_effect: float, prev_heads: list,
+                induction_heads: list) -> tuple[list[dict], pd.DataFrame]:
     """One known-circuit model read by each method and by the exact single-edge effects (:data:`EXACT`):
     its faithfulness curve over every circuit size (0 … every edge: the graph is small), the smallest
     faithful circuit (faithfulness at least
@@ -383,25 +383,25 @@ def known_edges(model, adapter, clean, corrupted, correct, other, edges: EdgesSe
     graph = EdgeGraph.of(adapter)
     table = graph.edges()
     counts = list(range(0, graph.n_edges + 1))
-    prev_names = {f"L{l}H{h}" for l, h in prev_heads}
-    key_names = {f"L{l}G{adapter.kv_group(h)} k" for l, h in induction_heads}
+    prev_names = {node_name("head", l, h) for l, h in prev_heads}
+    key_names = {node_name("k", l, adapter.kv_group(h)) for l, h in induction_heads}
     wanted = [i for i, (a, b) in enumerate(zip(table["sender"], table["receiver"])) if a in prev_names and b in key_names]
     rows, curves = [], []
     everything = np.ones(graph.n_edges, dtype=bool)
     # every edge alone patched (the exact counterpart of the attribution scores), then all and none kept
     alone = np.stack([everything & (np.arange(graph.n_edges) != e) for e in range(graph.n_edges)]
                      + [everything, ~everything])
-    runs = patched_metric(adapter, graph, clean, corrupted, correct, other, alone, edges.batch).mean(dim=1).numpy()
+    runs = patched_metric(adapter, graph, prompts, alone, edges.batch).mean(dim=1).numpy()
     m_full, m_empty = float(runs[-2]), float(runs[-1])
     gap = m_full - m_empty
     ranked_by = {EXACT: m_full - runs[:-2]}
     for method in edges.methods:
-        ranked_by[method] = edge_attribution(adapter, graph, clean, corrupted, correct, other, method,
-                                             edges.ig_steps, edges.score_batch)["scores"]
+        ranked_by[method] = edge_attribution(adapter, graph, prompts, method, edges.ig_steps,
+                                             edges.score_batch)["scores"]
     for method, scores in ranked_by.items():
         circuits = np.stack([top_circuit(graph, scores, n, False) for n in counts])
-        f = faithfulness(patched_metric(adapter, graph, clean, corrupted, correct, other, circuits,
-                                        edges.batch).mean(dim=1).numpy(), m_full, m_empty)
+        f = faithfulness(patched_metric(adapter, graph, prompts, circuits, edges.batch).mean(dim=1).numpy(),
+                         m_full, m_empty)
         curves.append(pd.DataFrame(dict(method=method, edges=counts, kept=circuits.sum(axis=1), faithfulness=f)))
         ok = [i for i, x in enumerate(f) if gap >= min_effect and x >= edges.faithful]
         first = ok[0] if ok else None
@@ -423,19 +423,17 @@ def run_known_edges(models: dict, known: dict, edges: EdgesSettings, progress=lo
     from .known import induction_prompts, known_attention
 
     edges.need("methods", "ig_steps", "faithful", "batch", "score_batch")
-    clean, corrupted, correct, other = induction_prompts(known["vocab"], known["prompts"], known["half"][1],
-                                                         known["seed"] + 1)
+    prompts = induction_prompts(known["vocab"], known["prompts"], known["half"][1], known["seed"] + 1)
     rows, curves, note = [], [], dict(threshold=edges.faithful, min_effect=known["min_effect"],
                                       min_attention=known["min_attention"])
     with exact_numerics():
         for name, (model, adapter) in models.items():
-            attn = known_attention(model, adapter, clean, (clean.shape[1] + 1) // 2)
+            attn = known_attention(model, adapter, prompts.clean, (prompts.length + 1) // 2)
             prev = [(int(r.layer), int(r.head)) for r in attn.itertuples()
                     if r.layer == 0 and r.prev >= known["min_attention"]]
             induction = [(int(r.layer), int(r.head)) for r in attn.itertuples()
                          if r.layer == 1 and r.induction >= known["min_attention"]]
-            got, curve = known_edges(model, adapter, clean, corrupted, correct, other, edges, known["min_effect"],
-                                     prev, induction)
+            got, curve = known_edges(model, adapter, prompts, edges, known["min_effect"], prev, induction)
             control = name != "repeated"
             for r in got:
                 r.update(model=name)

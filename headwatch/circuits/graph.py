@@ -37,7 +37,11 @@ class GraphError(ValueError):
     """A model whose edge graph cannot be built, or a circuit that does not fit the graph."""
 
 
-def _name(kind: str, layer: int, unit: int) -> str:
+def node_name(kind: str, layer: int = -1, unit: int = 0) -> str:
+    """A node's name in the graph's tables (``sender``, ``receiver``, ``name``): ``input``; ``L{l}H{h}`` (a
+    head's output); ``L{l} MLP``; ``L{l}H{h} q`` (a head's query input); ``L{l}G{g} k``, ``L{l}G{g} v`` (a
+    key/value group's inputs); ``logits``. ``kind`` is a sender's or a receiver's (``head``, ``mlp``,
+    ``q``, …); the layer and unit of ``input`` and ``logits`` (and the unit of ``mlp``) are not read."""
     if kind == "input":
         return "input"
     if kind == "logits":
@@ -81,7 +85,7 @@ class EdgeGraph:
             rows += [dict(kind="head", layer=l, unit=h, time=2 * l + 1) for h in range(self.heads)]
             rows.append(dict(kind="mlp", layer=l, unit=0, time=2 * l + 1 if self.parallel else 2 * l + 2))
         out = pd.DataFrame(rows)
-        out.insert(0, "name", [_name(r.kind, r.layer, r.unit) for r in out.itertuples()])
+        out.insert(0, "name", [node_name(r.kind, r.layer, r.unit) for r in out.itertuples()])
         return out
 
     @cached_property
@@ -94,7 +98,7 @@ class EdgeGraph:
             rows.append(dict(kind="mlp", layer=l, unit=0, reads=2 * l if self.parallel else 2 * l + 1))
         rows.append(dict(kind="logits", layer=self.layers, unit=0, reads=2 * self.layers + 1))
         out = pd.DataFrame(rows)
-        out.insert(0, "name", [_name(r.kind, r.layer, r.unit) for r in out.itertuples()])
+        out.insert(0, "name", [node_name(r.kind, r.layer, r.unit) for r in out.itertuples()])
         return out
 
     @cached_property

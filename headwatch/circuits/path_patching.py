@@ -47,7 +47,8 @@ from ..model.device import exact_numerics
 from ..model.interventions import capture, intervene, replace, skip
 from ..names import top_heads
 from ..patching.pairs import one_length
-from ..patching.patcher import Patcher, logit_diff, prompt_tensors
+from ..patching.batch import PromptBatch
+from ..patching.patcher import Patcher
 from ..settings.circuits import INPUTS, CircuitsError, CircuitsSettings
 from ..settings.patching import PatchingSettings
 from ..jobs import phases, progress
@@ -126,7 +127,7 @@ class PathPatcher:
         if not set(PATH_SITES) <= set(patcher.sites):
             raise CircuitsError(f"path patching freezes every block's mlp_out at the corrupted run: the Patcher "
                                 f"captures {list(patcher.sites)}; build it with extra_sites={PATH_SITES}")
-        if patcher.mask is not None:       # its passes run without a mask: a padded prompt's logits are not its own
+        if patcher.prompts.mask is not None:       # its passes run without a mask: a padded prompt's logits are not its own
             raise CircuitsError("path patching runs prompts of one length (headwatch.patching.pairs.one_length); "
                                 "this Patcher's prompts are padded to several lengths")
         self.patcher, self.adapter, self.device = patcher, patcher.adapter, patcher.device
@@ -162,7 +163,7 @@ class PathPatcher:
         if below and start > 0:
             edits.append(skip(start - 1, self.patcher.acts["corrupted"]["resid_in"][start][prompts]))
         with torch.no_grad(), intervene(self.adapter, edits) as cap:
-            self.adapter.run_body(self.patcher.corrupted[prompts])
+            self.adapter.run_body(self.patcher.prompts.corrupted[prompts])
         return {r: cap.one((r[0], r[1] % L, r[2])) for r in receivers}
 
     def pass_b(self, receiver, value, prompts, below: bool = True) -> torch.Tensor:
@@ -173,10 +174,10 @@ class PathPatcher:
         edits = [replace(site, layer, value, unit)]
         if below and layer > 0:
             edits.append(skip(layer - 1, self.patcher.acts["corrupted"]["resid_in"][layer][prompts]))
-        p = self.patcher
+        batch = self.patcher.prompts
         with torch.no_grad(), intervene(self.adapter, edits):
-            logits = self.adapter.logits(p.corrupted[prompts], keep=1)[:, -1]
-        return logit_diff(logits, p.io[prompts], p.s[prompts])
+            logits = self.adapter.logits(batch.corrupted[prompts], keep=1)[:, -1]
+        return batch.logit_diff(logits, prompts)
 
     # ---- batched and looped
     def run(self, edges: Sequence[Edge], prompts: Sequence[int] | None = None) -> torch.Tensor:
@@ -281,11 +282,10 @@ def _run_paths(model, adapter, prompts, heads, patching: PatchingSettings, setti
     patching.need("batch", "rounding_factor", "guard_prompts")
     settings.need("receivers_top_k", "inputs", "guard_senders")
     prompts, subset = one_length(prompts)        # a pairs file of several lengths: its first row's length
-    clean, corrupted, io, s = prompt_tensors(prompts)
     records = GuardRecords(step)
     t0 = time.perf_counter()
     step("run the clean and corrupted prompts")
-    patcher = Patcher(model, adapter, clean, corrupted, io, s, patching.batch, extra_sites=PATH_SITES)
+    patcher = Patcher(model, adapter, PromptBatch.of(prompts), patching.batch, extra_sites=PATH_SITES)
     pp = PathPatcher(patcher)
     receivers = receivers_of(heads, settings)
     if not receivers:

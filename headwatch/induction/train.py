@@ -264,7 +264,7 @@ def edge_effects(model: CharLM, adapter: Adapter, records: pd.DataFrame, t: Task
                  s: InductionSettings) -> dict:
     """Path patching (§5e) from the layer-0 head of the highest final ``prev`` into the layer-1 head
     of the highest final ``induction``, through its q, k and v: each edge's effect (patched −
-    corrupted mean logit difference, correct − other token) on §5f's prompts in the task's vocabulary."""
+    corrupted mean logit difference, answer − distractor: the correct next token − another) on §5f's prompts in the task's vocabulary."""
     from ..circuits.known import induction_prompts
     from ..circuits.path_patching import Edge, PathPatcher
     from ..patching.patcher import Patcher
@@ -274,8 +274,8 @@ def edge_effects(model: CharLM, adapter: Adapter, records: pd.DataFrame, t: Task
     receiver = last[last.layer == 1].sort_values(["induction", "head"], ascending=[False, True]).iloc[0]
     vocab = vocab_of(task, t)
     half = min(t.half[1] if task.startswith("repeat") else s.context // 2, vocab, s.context // 2)
-    clean, corrupted, correct, other = induction_prompts(vocab, s.edge_prompts, half, seed + PROBE_STREAM)
-    patcher = Patcher(model, adapter, clean, corrupted, correct, other, batch=s.edge_prompts, extra_sites=("mlp_out",))
+    prompts = induction_prompts(vocab, s.edge_prompts, half, seed + PROBE_STREAM)
+    patcher = Patcher(model, adapter, prompts, batch=s.edge_prompts, extra_sites=("mlp_out",))
     pp = PathPatcher(patcher)
     sh, rh = (int(sender["layer"]), int(sender["head"])), (int(receiver["layer"]), int(receiver["head"]))
     edges = [Edge(*sh, *rh, x) for x in ("q", "k", "v")]

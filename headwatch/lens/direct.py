@@ -46,7 +46,7 @@ from ..model.device import exact_numerics
 from ..model.interventions import at_least_float32, capture, intervene
 from ..names import top_heads
 from ..patching import pairs
-from ..patching.patcher import prompt_mask, prompt_tensors
+from ..patching.batch import PromptBatch, logit_diff
 from ..patching.prompts import position_labels, task_note
 from ..settings.lens import LensSettings
 
@@ -260,7 +260,7 @@ def sum_is_logit_diff(reader: Reader, cases: list, factor: float) -> dict:
     pairs, largest, n = [], 0.0, 0
     for run, terms, logits, answer, distractor in cases:
         sums = reader.capped(terms.values.sum(1))
-        want = _logit_diff(logits, answer, distractor)
+        want = logit_diff(logits, answer, distractor, exact=True).cpu()
         pairs.append((dict(run=run), (sums[:, 0] - sums[:, 1]).cpu(), want))
         largest, n = max(largest, terms.largest), terms.values.shape[1]
     cap = "" if reader.softcap is None else f", each logit's sum through the soft-cap {reader.softcap:g}·tanh(x / " \
@@ -283,12 +283,6 @@ def lens_is_the_output(adapter, cases: list, factor: float) -> dict:
 
 
 # ------------------------------------------------------------------ the rule
-def _logit_diff(logits, answer, distractor) -> torch.Tensor:
-    """Each row's ``logit(answer) − logit(distractor)`` (float64, on the CPU)."""
-    rows = torch.arange(len(logits), device=logits.device)
-    return (logits[rows, answer.to(logits.device)].double() - logits[rows, distractor.to(logits.device)].double()).cpu()
-
-
 def _batches(n: int, size: int):
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
@@ -307,19 +301,17 @@ def direct_effects(model, adapter, prompts: pd.DataFrame, settings: LensSettings
 
 def _direct_effects(model, adapter, prompts, settings: LensSettings, heads, top_k, lens: bool, step):
     settings.need("batch", "rounding_factor")
-    clean, corrupted, answer, distractor = prompt_tensors(prompts)
-    mask = prompt_mask(prompts)
+    prompt_batch = PromptBatch.of(prompts)
     device = next(model.parameters()).device
     reader, records = Reader(adapter), GuardRecords(step)
     t0 = time.perf_counter()
     step("run the clean and corrupted prompts, every component's direct effect")
     got = dict(clean=[], corrupted=[], direct=[])
     cases, lens_sums, lens_cases = [], None, []
-    for sl in _batches(len(clean), settings.batch):
-        m = None if mask is None else mask[sl].to(device)
-        a, d = answer[sl].to(device), distractor[sl].to(device)
-        runs = {name: capture_run(adapter, ids[sl].to(device), m, lens) for name, ids in
-                (("clean", clean), ("corrupted", corrupted))}
+    for sl in _batches(len(prompt_batch), settings.batch):
+        part = prompt_batch.rows(sl).to(device)
+        m, a, d = part.mask, part.answer, part.distractor
+        runs = {name: capture_run(adapter, getattr(part, name), m, lens) for name in ("clean", "corrupted")}
         frozen = reader.scales(runs["corrupted"], a, d)
         terms = {name: reader.terms(run, a, d) for name, run in runs.items()}
         terms["direct"] = reader.terms(runs["corrupted"], a, d, frozen, clean=runs["clean"])
@@ -332,7 +324,7 @@ def _direct_effects(model, adapter, prompts, settings: LensSettings, heads, top_
     labels = got["clean"][0].labels
     values = {name: torch.cat([t.values for t in ts]) for name, ts in got.items()}      # [N, C, 2]
     effect = {name: (v[..., 0] - v[..., 1]).cpu().numpy() for name, v in values.items()}   # [N, C]
-    n = len(clean)
+    n = len(prompt_batch)
     table = pd.DataFrame(dict(component=[x[0] for x in labels], kind=[x[1] for x in labels],
                               layer=pd.array([x[2] for x in labels], dtype="Int64"),
                               head=pd.array([x[3] for x in labels], dtype="Int64"),
@@ -342,7 +334,7 @@ def _direct_effects(model, adapter, prompts, settings: LensSettings, heads, top_
     step("guard: the components sum to the logit difference")
     with records.guard("sum_is_logit_diff"):
         records.add(sum_is_logit_diff(reader, cases, settings.rounding_factor))
-    lds = {r: float(torch.cat([_logit_diff(c[2], c[3], c[4]) for c in cases if c[0] == r]).mean())
+    lds = {r: float(torch.cat([logit_diff(c[2], c[3], c[4], exact=True).cpu() for c in cases if c[0] == r]).mean())
            for r in ("clean", "corrupted")}
     lens_table = None
     if lens:

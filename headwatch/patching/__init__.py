@@ -54,9 +54,9 @@ prompts: ``corrupted + Σ ∂metric/∂z · (z_clean − z_corrupted)``, summed 
 and the head's slice (the gradient through a ``capture`` with ``grad=True``).
 
 **A researcher's own prompts** (``patching.pairs``, :mod:`.pairs`): rows of a file
-instead of the templates, of different lengths: :func:`.patcher.prompt_tensors` pads them on the left
-(:func:`.patcher.prompt_mask`, the patcher's ``mask``; every forward pass here passes it with
-its position ids), the residual and top-head sweeps count positions from the end.
+instead of the templates, of different lengths: :meth:`.batch.PromptBatch.of` pads them on the left
+(the batch's ``mask``; every forward pass here passes it with its position ids), the residual and
+top-head sweeps count positions from the end.
 
 **Guards** (:mod:`.guards`): nothing patched gives the corrupted logits exactly; the
 last block's output patched at every position gives the clean logits exactly; a head patched
@@ -69,6 +69,7 @@ The modules, one rule each where a rule reads them:
 
     prompts      the two-names prompt set (rule patching_prompts)
     pairs        a researcher's prompt pairs file instead (rule patching_prompts)
+    batch        PromptBatch: the prompts every patching, circuit and edge computation runs on
     patcher      Patch, Patcher: many patches per forward pass, and the plain loop
     heads        rule patching_sweep: every head, the residual stream, the top heads by position
     kv           rule patching_kv: each layer's key and value groups at every position

@@ -45,7 +45,9 @@ import torch
 
 from ..model.arch import head_label
 from ..model.interventions import capture, intervene, stop_grad
-from .patcher import Patch, Patcher, logit_diff
+from .batch import PromptBatch
+from .patcher import Patch, Patcher
+from ..settings.patching import PatchingError
 from ..model.recompute import pattern, split_heads
 
 SITES = ("z", "q", "k")
@@ -55,28 +57,27 @@ GRADDROP = "atp*+graddrop"
 
 
 # ------------------------------------------------------------------ attribution patching at z
-def attribution_patching(model, adapter, clean, corrupted, io, s, batch: int = 64, mask=None):
+def attribution_patching(model, adapter, prompts: PromptBatch, batch: int = 64):
     """The first-order estimate of every head's patched mean logit difference minus the
     corrupted one, ``[n_layers, n_heads]`` (float64, CPU): one forward pass over the clean
     prompts (their z), then per batch of corrupted prompts one forward and one backward pass —
     ``∂metric/∂z`` (``capture`` with ``grad=True``) times ``z_clean − z_corrupted``, summed over
     prompts, positions and the head's ``head_dim`` slice; the metric is the mean over all
-    prompts of the logit difference at the last position. ``mask``: left-padded prompts' attention
-    mask (the padding's gradient is 0: no position reads it)."""
+    prompts of the logit difference at the last position. Left-padded prompts run with their
+    attention mask (the padding's gradient is 0: no position reads it)."""
     dev = next(model.parameters()).device
-    rows_mask = lambda rows: None if mask is None else mask[rows].to(dev)
-    clean, corrupted, io, s = clean.to(dev), corrupted.to(dev), io.to(dev), s.to(dev)
+    prompts = prompts.to(dev)
     L, H, d = adapter.n_layers, adapter.n_heads, adapter.head_dim
-    n = len(clean)
+    n = len(prompts)
     total = torch.zeros(L, H, dtype=torch.float64, device=dev)
     for i in range(0, n, batch):
         rows = slice(i, i + batch)
         with torch.no_grad(), intervene(adapter, [capture("z", l) for l in range(L)]) as cap:
-            adapter.run_body(clean[rows], mask=rows_mask(rows))
+            adapter.run_body(prompts.clean[rows], mask=prompts.mask_of(rows))
         z_clean = [cap.one(("z", l, None)) for l in range(L)]
         with torch.enable_grad(), intervene(adapter, [capture("z", l, grad=True) for l in range(L)]) as cap:
-            logits = adapter.logits(corrupted[rows], keep=1, mask=rows_mask(rows))[:, -1]
-            metric = logit_diff(logits, io[rows], s[rows]).sum() / n
+            logits = adapter.logits(prompts.corrupted[rows], keep=1, mask=prompts.mask_of(rows))[:, -1]
+            metric = prompts.logit_diff(logits, rows).sum() / n
             zs = [cap.one(("z", l, None)) for l in range(L)]
             grads = torch.autograd.grad(metric, zs)
         for l in range(L):
@@ -86,10 +87,10 @@ def attribution_patching(model, adapter, clean, corrupted, io, s, batch: int = 6
 
 
 # ------------------------------------------------------------------ the exact reference, AtP at q and k, AtP*
-def site_patcher(model, adapter, clean, corrupted, io, s, batch: int = 64) -> Patcher:
+def site_patcher(model, adapter, prompts: PromptBatch, batch: int = 64) -> Patcher:
     """The exact reference: a :class:`~headwatch.patching.patcher.Patcher` whose runs also capture ``q``
     (unit: a head) and ``k`` (unit: a key/value group), so that a patch takes the unit's slice."""
-    return Patcher(model, adapter, clean, corrupted, io, s, batch, extra_sites=("q", "k"))
+    return Patcher(model, adapter, _one_length(prompts), batch, extra_sites=("q", "k"))
 
 
 def units(adapter, site: str) -> list[tuple[int, int]]:
@@ -120,8 +121,8 @@ def _clean_run(adapter, ids) -> dict:
     return {key: cap.one(key) for key in keys}
 
 
-def _corrupted_pass(adapter, ids, io, s, n: int, drop: int | None = None) -> tuple[dict, dict]:
-    """One forward and one backward pass over corrupted prompts, the metric the sum of their
+def _corrupted_pass(adapter, prompts: PromptBatch, n: int, drop: int | None = None) -> tuple[dict, dict]:
+    """One forward and one backward pass over the corrupted ``prompts``, the metric the sum of their
     logit differences / ``n``; with ``drop``, block ``drop``'s gradient stopped (GradDrop).
     Returns (the run's q, k, z and v ``{(site, layer): tensor}``, detached; the gradients at q,
     k and z — 0 at the dropped block's own sites)."""
@@ -132,8 +133,8 @@ def _corrupted_pass(adapter, ids, io, s, n: int, drop: int | None = None) -> tup
     edits = ([capture(x, l, grad=True, key=(x, l)) for x, l in keys + [("v", l) for l in range(L)]]
              + ([stop_grad(drop)] if drop is not None else []))
     with torch.enable_grad(), intervene(adapter, edits) as cap:
-        logits = adapter.logits(ids, keep=1)[:, -1]
-        metric = logit_diff(logits, io, s).sum() / n
+        logits = adapter.logits(prompts.corrupted, keep=1)[:, -1]
+        metric = prompts.logit_diff(logits).sum() / n
         wrt = [cap.one(key) for key in keys]
         grads = torch.autograd.grad(metric, wrt, materialize_grads=True)
     run = {key: cap.one(key).detach() for key in keys + [("v", l) for l in range(L)]}
@@ -180,30 +181,37 @@ def _row_estimates(adapter, clean: dict, run: dict, grads: dict,
     return {key: torch.stack(rows, dim=1).cpu() for key, rows in out.items()}
 
 
-def _batches(model, clean, corrupted, io, s, batch: int):
-    """The prompts on the model's device, and the row slices of each batch."""
-    dev = next(model.parameters()).device
-    clean, corrupted, io, s = clean.to(dev), corrupted.to(dev), io.to(dev), s.to(dev)
-    return clean, corrupted, io, s, [slice(i, i + batch) for i in range(0, len(clean), batch)]
+def _one_length(prompts: PromptBatch) -> PromptBatch:
+    """``prompts``, or PatchingError where they are padded: the estimates at q and k and their exact
+    reference patch every position of prompts that line up."""
+    if prompts.mask is not None:
+        raise PatchingError("the prompts differ in length; AtP at q and k and its exact reference patch every "
+                            "position of prompts that line up (give prompts of one length)")
+    return prompts
 
 
-def qk_estimates(model, adapter, clean, corrupted, io, s, batch: int = 64) -> dict[str, dict[str, torch.Tensor]]:
+def _batches(model, prompts: PromptBatch, batch: int) -> list[PromptBatch]:
+    """The prompts (of one length) on the model's device, in batches of ``batch``."""
+    prompts = _one_length(prompts).to(next(model.parameters()).device)
+    return [prompts.rows(slice(i, i + batch)) for i in range(0, len(prompts), batch)]
+
+
+def qk_estimates(model, adapter, prompts: PromptBatch, batch: int = 64) -> dict[str, dict[str, torch.Tensor]]:
     """Plain and AtP* estimates of every query and key patch: ``{"q": {"plain", "atp*"}, "k":
     {...}}``, each ``[layers, units]`` (float64, CPU; patched − corrupted mean logit difference).
     Per batch: one forward pass over the clean prompts (their q, k and z) and one forward and one
     backward pass over the corrupted prompts (the gradient at q, k and z; v captured)."""
-    clean, corrupted, io, s, batches = _batches(model, clean, corrupted, io, s, batch)
     out = {site: {m: torch.zeros(adapter.n_layers, adapter.site_units(site), dtype=torch.float64)
                   for m in ("plain", "atp*")} for site in ("q", "k")}
-    for rows in batches:
-        run, grads = _corrupted_pass(adapter, corrupted[rows], io[rows], s[rows], len(clean))
-        est = _row_estimates(adapter, _clean_run(adapter, clean[rows]), run, grads)
+    for part in _batches(model, prompts, batch):
+        run, grads = _corrupted_pass(adapter, part, len(prompts))
+        est = _row_estimates(adapter, _clean_run(adapter, part.clean), run, grads)
         for site, m in ((x, m) for x in ("q", "k") for m in ("plain", "atp*")):
             out[site][m] += est[(site, m)].sum(dim=0)
     return out
 
 
-def graddrop_estimates(model, adapter, clean, corrupted, io, s, batch: int = 64) -> dict[str, torch.Tensor]:
+def graddrop_estimates(model, adapter, prompts: PromptBatch, batch: int = 64) -> dict[str, torch.Tensor]:
     """AtP* with GradDrop for every unit of z, q and k: ``{site: [layers, units]}`` (float64, CPU,
     ≥ 0), the mean over prompts of ``1/(L − 1) · Σ_ℓ |estimate with block ℓ's gradient stopped|``
     (see the module doc; the QK-fixed estimate at q and k, the plain one at z). Per batch: one
@@ -213,12 +221,11 @@ def graddrop_estimates(model, adapter, clean, corrupted, io, s, batch: int = 64)
     if L < 2:
         raise ValueError(f"GradDrop averages over the L − 1 layers whose dropped gradient can reach a unit; "
                          f"this model has {L} layer")
-    clean, corrupted, io, s, batches = _batches(model, clean, corrupted, io, s, batch)
     total = {site: torch.zeros(L, adapter.site_units(site), dtype=torch.float64) for site in SITES}
-    for rows in batches:
-        clean_run, moves = _clean_run(adapter, clean[rows]), None
+    for part in _batches(model, prompts, batch):
+        clean_run, moves = _clean_run(adapter, part.clean), None
         for drop in range(L):
-            run, grads = _corrupted_pass(adapter, corrupted[rows], io[rows], s[rows], len(clean), drop)
+            run, grads = _corrupted_pass(adapter, part, len(prompts), drop)
             moves = moves or _pattern_moves(adapter, clean_run, run)       # the forward pass is the same
             est = _row_estimates(adapter, clean_run, run, grads, moves)
             for site in SITES:
@@ -234,7 +241,7 @@ def false_negatives(exact: np.ndarray, estimate: np.ndarray, k: int) -> list[int
     return sorted(int(i) for i in top if int(i) not in est)
 
 
-def blind_spots(model, adapter, clean, corrupted, io, s, batch: int, top_k: int,
+def blind_spots(model, adapter, prompts: PromptBatch, batch: int, top_k: int,
                 graddrop: bool = True) -> tuple[pd.DataFrame, dict]:
     """The false negatives of each estimate against exact patching, for z, q and k, plain, AtP*
     and (``graddrop``) AtP* + GradDrop, side by side: (one row per site and method — ``site,
@@ -242,9 +249,9 @@ def blind_spots(model, adapter, clean, corrupted, io, s, batch: int, top_k: int,
     the effects ``{site: {"exact" or method: [layers, units]}}``). ``seconds`` is each estimate's
     own passes: q and k share one set, and GradDrop's L sets per batch serve z, q and k at once."""
     t0 = time.perf_counter()
-    patcher = site_patcher(model, adapter, clean, corrupted, io, s, batch)
+    patcher = site_patcher(model, adapter, prompts, batch)
     setup = time.perf_counter() - t0
-    n_batches = -(-len(clean) // batch)
+    n_batches = -(-len(prompts) // batch)
     rows, effects = [], {}
     for site in SITES:
         t0 = time.perf_counter()
@@ -253,19 +260,19 @@ def blind_spots(model, adapter, clean, corrupted, io, s, batch: int, top_k: int,
         n = exact.size
         rows.append(dict(site=site, method="exact (batched patching)", units=n, top_k=top_k, false_negatives=0,
                          missed="", seconds=setup + time.perf_counter() - t0,
-                         forward_passes=-(-n * len(clean) // batch) + 2 * n_batches, backward_passes=0))
+                         forward_passes=-(-n * len(prompts) // batch) + 2 * n_batches, backward_passes=0))
     t0 = time.perf_counter()
-    z = attribution_patching(model, adapter, clean, corrupted, io, s, batch).numpy()
+    z = attribution_patching(model, adapter, prompts, batch).numpy()
     t_z = time.perf_counter() - t0
     t0 = time.perf_counter()
-    qk = qk_estimates(model, adapter, clean, corrupted, io, s, batch)
+    qk = qk_estimates(model, adapter, prompts, batch)
     t_qk = time.perf_counter() - t0
     one = (2 * n_batches, n_batches)                  # forward, backward passes of a one-pass estimate
     estimates = {("z", "plain"): (z, t_z, one), ("z", "atp*"): (z, t_z, one)}
     estimates.update({(site, m): (qk[site][m].numpy(), t_qk, one) for site in ("q", "k") for m in ("plain", "atp*")})
     if graddrop:
         t0 = time.perf_counter()
-        gd = graddrop_estimates(model, adapter, clean, corrupted, io, s, batch)
+        gd = graddrop_estimates(model, adapter, prompts, batch)
         t_gd = time.perf_counter() - t0
         L = adapter.n_layers
         estimates.update({(site, GRADDROP): (gd[site].numpy(), t_gd, ((1 + L) * n_batches, L * n_batches))

@@ -34,17 +34,14 @@ import torch
 from ..guards import GuardError, Rounding, compare, rounding
 from ..model.arch import Adapter
 from ..model.interventions import at_least_float32, capture, intervene, replace, skip
+from .batch import PromptBatch
 from .patcher import Patch
 
 
 # ------------------------------------------------------------------ activation patching (§5d)
-def _rows(ids: torch.Tensor, prompts: Sequence[int]) -> torch.Tensor:
-    return ids[torch.as_tensor(list(prompts), dtype=torch.long, device=ids.device)]
-
-
-def _mask(patcher, prompts: Sequence[int]) -> torch.Tensor | None:
-    """The attention mask of ``prompts`` in a left-padded batch (None: nothing padded)."""
-    return None if patcher.mask is None else _rows(patcher.mask, prompts)
+def _rows(patcher, prompts: Sequence[int]) -> PromptBatch:
+    """The patcher's prompts ``prompts`` (indices into them), on its device."""
+    return patcher.prompts.rows(torch.as_tensor(list(prompts), dtype=torch.long, device=patcher.device))
 
 
 @torch.no_grad()
@@ -59,13 +56,14 @@ def padded_vs_alone(patcher, prompts: Sequence[int], rounding_factor: float) -> 
     without the position ids it needs shifts every token of a shorter prompt by the padding's
     length: on GPT-2 (absolute positions) one pad token moved the next-token distribution by 0.9 in
     total variation, orders of magnitude past the bound."""
-    if patcher.mask is None:
+    if patcher.prompts.mask is None:
         raise GuardError("guard padded_vs_alone: the prompts have one length; nothing is padded")
     a = patcher.adapter
-    mask = _mask(patcher, prompts)
+    chosen = _rows(patcher, prompts)
+    mask = chosen.mask
     cases = []
     for run in ("clean", "corrupted"):
-        ids = _rows(getattr(patcher, run), prompts)
+        ids = getattr(chosen, run)
         batch = at_least_float32(a.logits(ids, mask=mask))
         for r, i in enumerate(prompts):
             own = mask[r].bool()
@@ -75,7 +73,7 @@ def padded_vs_alone(patcher, prompts: Sequence[int], rounding_factor: float) -> 
     scale = max(float(alone.abs().max()) for _, _, alone in cases)
     return compare("padded_vs_alone", cases, rounding(a, rounding_factor, scale),
                    "full logits of each prompt's own tokens in the left-padded batch vs the prompt run alone",
-                   prompts=len(prompts), width=int(patcher.mask.shape[1]))
+                   prompts=len(prompts), width=patcher.length)
 
 
 @torch.no_grad()
@@ -88,7 +86,8 @@ def nothing_patched(patcher, prompts: Sequence[int]) -> dict:
     Both sides are computed here, on ``prompts`` (indices into the patcher's prompts), in one
     batch shape, so that the same kernels see the same numbers."""
     a = patcher.adapter
-    ids, mask = _rows(patcher.corrupted, prompts), _mask(patcher, prompts)
+    chosen = _rows(patcher, prompts)
+    ids, mask = chosen.corrupted, chosen.mask
     with intervene(a, [capture("resid_in", l) for l in range(1, a.n_layers)]) as cap:
         want = a.logits(ids, mask=mask)
 
@@ -110,15 +109,14 @@ def everything_patched(patcher, prompts: Sequence[int]) -> dict:
     (1 by construction)."""
     a = patcher.adapter
     last = a.n_layers - 1
-    clean, corrupted = _rows(patcher.clean, prompts), _rows(patcher.corrupted, prompts)
-    mask = _mask(patcher, prompts)
+    chosen = _rows(patcher, prompts)
+    clean, corrupted, mask = chosen.clean, chosen.corrupted, chosen.mask
     with intervene(a, [capture("resid", last)]) as cap:
         want = a.logits(clean, mask=mask)
     plain = a.logits(corrupted, mask=mask)
     with intervene(a, [replace("resid", last, cap.one(("resid", last, None)))]):
         got = a.logits(corrupted, mask=mask)
-    io, s = patcher.io[list(prompts)], patcher.s[list(prompts)]
-    ld = [float(patcher.logit_diff(x[:, -1], io, s).double().mean()) for x in (got, want, plain)]
+    ld = [float(chosen.logit_diff(x[:, -1]).double().mean()) for x in (got, want, plain)]
     score = (ld[0] - ld[2]) / (ld[1] - ld[2]) if ld[1] != ld[2] else None
     return compare("everything_patched", [(dict(layer=last), got, want)], 0.0,
                    f"full logits of the corrupted prompts with the clean run's resid of layer {last} (every "
@@ -133,7 +131,8 @@ def clean_to_clean(patcher, prompts: Sequence[int], heads: Sequence[tuple[int, i
     below it as they are: the patched run starts at block ``l``, on the clean run's output of
     block ``l-1`` (captured with the unpatched logits), as the batched sweep does."""
     a = patcher.adapter
-    clean, mask = _rows(patcher.clean, prompts), _mask(patcher, prompts)
+    chosen = _rows(patcher, prompts)
+    clean, mask = chosen.clean, chosen.mask
     layers = sorted({l for l, _ in heads})
     below = sorted({l - 1 for l in layers if l > 0})
     with intervene(a, [capture("z", l) for l in layers] + [capture("resid", l) for l in below]) as cap:
@@ -168,7 +167,8 @@ def qkv_is_z(patcher, prompts: Sequence[int], layers: Iterable[int], sites: Sequ
     same stand-in, in one batch shape: the same kernels see the same numbers, so identical, not
     merely close. Leaving ``v`` out of ``sites`` breaks it (the test shows the guard firing)."""
     a = patcher.adapter
-    clean, corrupted = _rows(patcher.clean, prompts), _rows(patcher.corrupted, prompts)
+    chosen = _rows(patcher, prompts)
+    clean, corrupted = chosen.clean, chosen.corrupted
     layers = list(layers)
     with intervene(a, [capture(site, l) for l in layers for site in ("z", *sites)]) as cap:
         a.run_body(clean)
@@ -199,8 +199,8 @@ def kv_ungrouped(patcher, twin: Adapter, prompts: Sequence[int], cases, heads_of
     model's logits): the twin computes the same numbers with other matrix shapes (more key and value
     rows), which may round differently."""
     a, d = patcher.adapter, patcher.adapter.head_dim
-    clean, corrupted = _rows(patcher.clean, prompts), _rows(patcher.corrupted, prompts)
-    io, s = patcher.io[list(prompts)], patcher.s[list(prompts)]
+    chosen = _rows(patcher, prompts)
+    clean, corrupted = chosen.clean, chosen.corrupted
     sites = sorted({(p.site, p.layer) for p, _ in cases})
     with intervene(twin, [capture(site, l) for site, l in sites]) as cap:
         twin.run_body(clean)
@@ -217,7 +217,7 @@ def kv_ungrouped(patcher, twin: Adapter, prompts: Sequence[int], cases, heads_of
             with intervene(twin, edits):
                 logits = twin.logits(corrupted, keep=1)[:, -1]
             yield (dict(site=p.site, layer=p.layer, group=p.unit, heads=heads), batched.to(logits.device),
-                   patcher.logit_diff(logits, io, s))
+                   chosen.logit_diff(logits))
 
     return compare("kv_ungrouped", pairs(), bound,
                    "logit difference answer − distractor of every guard prompt: a key/value group patched (the sweep) vs the "

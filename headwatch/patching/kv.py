@@ -41,7 +41,8 @@ from ..model.arch import Adapter, head_label, ungrouped_config
 from ..model.device import exact_numerics
 from .pairs import one_length
 from .prompts import task_note
-from .patcher import Patch, Patcher, prompt_tensors
+from .batch import PromptBatch
+from .patcher import Patch, Patcher
 from ..settings.patching import PatchingError, PatchingSettings
 
 log = logging.getLogger("headwatch.patching.kv")
@@ -120,13 +121,12 @@ def run_kv_patching(model, adapter, prompts, settings: PatchingSettings):
 def _run_kv_patching(model, adapter, prompts, settings: PatchingSettings, step):
     settings.need("batch", "rounding_factor", "guard_prompts")
     prompts, subset = one_length(prompts)        # a pairs file of several lengths: its first row's length
-    clean, corrupted, io, s = prompt_tensors(prompts)
     n = len(prompts) if settings.kv_prompts is None else min(settings.kv_prompts, len(prompts))
     sample = list(range(min(settings.guard_prompts, n)))
     records = GuardRecords(step)
     t0 = time.perf_counter()
     step("run the clean and corrupted prompts")
-    patcher = Patcher(model, adapter, clean[:n], corrupted[:n], io[:n], s[:n], settings.batch, extra_sites=QKV)
+    patcher = Patcher(model, adapter, PromptBatch.of(prompts).rows(slice(None, n)), settings.batch, extra_sites=QKV)
     patches = kv_patches(adapter)
     step("patch every key and value group")
     ld = patcher.run(patches)

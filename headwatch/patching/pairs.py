@@ -8,8 +8,8 @@ text tokenized as they are, the answer's and the distractor's ids in the columns
 logit(distractor)`` at the last token. Rows may differ in length; the two prompts of a row may
 not. The note records the file as given, its SHA-256 and the lengths.
 
-**Padding.** :func:`headwatch.patching.patcher.prompt_tensors` pads prompts of different lengths on the
-left to the longest, with the attention mask :func:`headwatch.patching.patcher.prompt_mask` and the
+**Padding.** :meth:`headwatch.patching.batch.PromptBatch.of` pads prompts of different lengths on the
+left to the longest, with the batch's attention mask and the
 position ids it implies (:func:`headwatch.model.arch.padded_inputs`): each prompt's last token is the
 batch's last position, where the metric is read, and its first token is at position 0 as when
 run alone (guard :func:`headwatch.patching.guards.padded_vs_alone`).

@@ -3,8 +3,8 @@
 :class:`Patch` names what one patch replaces; :class:`Patcher` runs the clean and corrupted
 prompts once, captures every site it patches, and runs many (patch, prompt) pairs per forward
 pass (:meth:`Patcher.run`), with the plain loop beside it (:meth:`Patcher.loop`), which its
-guard compares with (:func:`headwatch.guards.batched_vs_loop`). Prompts of different lengths
-are padded on the left (:func:`prompt_tensors`, :func:`prompt_mask`).
+guard compares with (:func:`headwatch.guards.batched_vs_loop`). The prompts are a
+:class:`~headwatch.patching.batch.PromptBatch` (left-padded where their lengths differ, with its mask).
 """
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import torch
 
 from ..ablation.cut import plan_chunks
 from ..model.arch import padded_inputs
-from ..model.interventions import at_least_float32, capture, intervene, replace, skip
+from ..model.interventions import capture, intervene, replace, skip
 from ..settings.patching import PatchingError
 from ..jobs import progress
+from .batch import PromptBatch
 
 
 # ------------------------------------------------------------------ patches
@@ -48,73 +49,29 @@ def position_patches(heads: Sequence[tuple[int, int]], length: int) -> list[Patc
     return [Patch("z", l, h, p) for l, h in heads for p in range(length)]
 
 
-def logit_diff(logits, io, s):
-    """``logits[i, io[i]] − logits[i, s[i]]`` for ``logits`` ``[B, vocab]`` (float32, or float64 for a
-    model in float64: :func:`headwatch.model.interventions.in_float64`)."""
-    rows = torch.arange(len(logits), device=logits.device)
-    x = at_least_float32(logits)
-    return x[rows, io.to(logits.device)] - x[rows, s.to(logits.device)]
-
-
-def prompt_tensors(prompts):
-    """(clean ids, corrupted ids ``[N, T]``, IO ids, S ids ``[N]``) of ``prompts.parquet``; prompts
-    of different lengths (a pairs file) padded on the left to the longest (:func:`prompt_mask`)."""
-    lengths = prompts["clean_ids"].map(len).to_numpy()
-    if len(set(lengths.tolist())) == 1:
-        stack = lambda col: torch.tensor(np.stack(prompts[col].to_numpy()), dtype=torch.long)
-    else:
-        T = int(lengths.max())
-        stack = lambda col: torch.tensor(np.stack([np.concatenate([np.full(T - len(x), PAD_ID), x])
-                                                   for x in prompts[col]]), dtype=torch.long)
-    return (stack("clean_ids"), stack("corrupted_ids"), torch.tensor(prompts["answer_id"].to_numpy()),
-            torch.tensor(prompts["distractor_id"].to_numpy()))
-
-
-PAD_ID = 0
-"""The id on the padding of a left-padded batch; the attention mask hides it (the guard
-:func:`headwatch.guards.padded_vs_alone` shows each prompt's logits as when run alone)."""
-
-
-def prompt_mask(prompts):
-    """The attention mask ``[N, T]`` of :func:`prompt_tensors` (1 = a token, 0 = left padding), or
-    None when every prompt has the same length (nothing padded: the batch runs without a mask)."""
-    lengths = torch.tensor(prompts["clean_ids"].map(len).to_numpy())
-    T = int(lengths.max())
-    if bool((lengths == T).all()):
-        return None
-    return (torch.arange(T).unsqueeze(0) >= (T - lengths).unsqueeze(1)).long()
-
-
 class Patcher:
     """Patches of a clean run into a corrupted run, many per forward pass (see the module doc).
 
-    Created with the prompts (``clean``, ``corrupted`` ``[N, T]``, ``io``, ``s`` ``[N]``): runs
-    both once, capturing every layer's ``z`` and ``resid_in`` (and the ``extra_sites``, e.g.
-    ``q``, ``k``, ``v``: :mod:`headwatch.patching_kv`) and each prompt's logit difference
-    (``clean_ld``, ``corrupted_ld``; their means ``clean_mean``, ``corrupted_mean``; the largest |logit|
-    of both runs at the last position, ``largest_logit``: the magnitude of the guards' bounds). With
-    ``kv_cache``, the corrupted run goes through an empty transformers ``DynamicCache`` per batch
-    of prompts, kept in ``corrupted_caches`` (every layer's keys and values as attention stores
-    them): the cached per-position sweep reads them (:mod:`headwatch.patching_cache`) instead of
+    Created with the prompts (a :class:`~headwatch.patching.batch.PromptBatch`, kept on the model's device
+    as ``prompts``): runs the clean and corrupted prompts once, capturing every layer's ``z`` and
+    ``resid_in`` (and the ``extra_sites``, e.g. ``q``, ``k``, ``v``: :mod:`headwatch.patching.kv`) and each
+    prompt's logit difference (``clean_ld``, ``corrupted_ld``; their means ``clean_mean``, ``corrupted_mean``;
+    the largest |logit| of both runs at the last position, ``largest_logit``: the magnitude of the guards'
+    bounds). With ``kv_cache``, the corrupted run goes through an empty transformers ``DynamicCache`` per
+    batch of prompts, kept in ``corrupted_caches`` (every layer's keys and values as attention stores
+    them): the cached per-position sweep reads them (:mod:`headwatch.patching.positions`) instead of
     running the corrupted prompts a second time.
     """
 
     SITES = ("z", "resid_in")
 
-    def __init__(self, model, adapter, clean, corrupted, io, s, batch: int = 64, mask=None,
-                 extra_sites: Sequence[str] = (), kv_cache: bool = False):
+    def __init__(self, model, adapter, prompts: PromptBatch, batch: int = 64, extra_sites: Sequence[str] = (),
+                 kv_cache: bool = False):
         self.model, self.adapter, self.batch = model, adapter, int(batch)
         self.sites = self.SITES + tuple(x for x in extra_sites if x not in self.SITES)   # captured, patchable
         self.device = next(model.parameters()).device
-        self.clean, self.corrupted = clean.to(self.device), corrupted.to(self.device)
-        if self.clean.shape != self.corrupted.shape:
-            raise PatchingError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} prompts "
-                                "differ in shape")
-        self.mask = None if mask is None else mask.to(self.device)
-        if self.mask is not None and self.mask.shape != self.clean.shape:
-            raise PatchingError(f"the mask {tuple(mask.shape)} is not the prompts' shape {tuple(clean.shape)}")
-        self.io, self.s = io.to(self.device), s.to(self.device)
-        self.n, self.length = self.clean.shape
+        self.prompts = prompts.to(self.device)
+        self.n, self.length = len(self.prompts), self.prompts.length
         self.overhead = 1 if self.device.type == "cpu" else self.batch     # as cut.BatchedCuts
         if kv_cache and not adapter.family.has_config:
             raise PatchingError(f"family {adapter.family.name}: its model takes no transformers key/value cache")
@@ -122,8 +79,9 @@ class Patcher:
         with torch.no_grad():
             self.acts = {}
             lds, largest = {}, []
-            for run, ids in (("clean", self.clean), ("corrupted", self.corrupted)):
-                self.acts[run], lds[run], top = self._capture(ids, self.corrupted_caches if run == "corrupted" else None)
+            for run in ("clean", "corrupted"):
+                self.acts[run], lds[run], top = self._capture(getattr(self.prompts, run),
+                                                              self.corrupted_caches if run == "corrupted" else None)
                 largest.append(top)
         self.clean_ld, self.corrupted_ld = lds["clean"], lds["corrupted"]
         self.largest_logit = float(torch.stack(largest).max())
@@ -132,8 +90,6 @@ class Patcher:
         if self.clean_mean == self.corrupted_mean:
             raise PatchingError(f"the clean and corrupted logit differences are equal ({self.clean_mean:g}): "
                                 "the normalized score (patched - corrupted) / (clean - corrupted) is undefined")
-
-    logit_diff = staticmethod(logit_diff)
 
     def _capture(self, ids, caches: list | None = None):
         """Run ``ids``, capturing every site; ``caches``: a list that gets each batch's filled
@@ -146,22 +102,18 @@ class Patcher:
             rows = slice(i, i + self.batch)
             with intervene(self.adapter, edits) as cap:
                 if caches is None:
-                    logits = self.adapter.logits(ids[rows], keep=1, mask=self.mask_of(rows))[:, -1]
+                    logits = self.adapter.logits(ids[rows], keep=1, mask=self.prompts.mask_of(rows))[:, -1]
                 else:
                     from transformers import DynamicCache     # only where a cache is asked for, as in headwatch.arch
                     caches.append(DynamicCache())
                     logits = self.model(input_ids=ids[rows], past_key_values=caches[-1], use_cache=True,
-                                        logits_to_keep=1, **padded_inputs(self.mask_of(rows))).logits[:, -1]
-            lds.append(logit_diff(logits, self.io[i:i + self.batch], self.s[i:i + self.batch]))
+                                        logits_to_keep=1, **padded_inputs(self.prompts.mask_of(rows))).logits[:, -1]
+            lds.append(self.prompts.logit_diff(logits, rows))
             top.append(logits.detach().abs().max().double())
             for key in parts:
                 parts[key].append(cap.one((*key, None)))
         acts = {site: [torch.cat(parts[(site, l)]) for l in range(L)] for site in self.sites}
         return acts, torch.cat(lds), torch.stack(top).max().cpu()
-
-    def mask_of(self, rows):
-        """The attention mask of the prompts ``rows`` (None: nothing is padded)."""
-        return None if self.mask is None else self.mask[rows]
 
     # ---- the values a patch puts in
     def _slice(self, site: str, unit: int | None):
@@ -222,8 +174,9 @@ class Patcher:
                 if start > 0:     # blocks below the first patched layer: the corrupted run's input to it
                     edits.append(skip(start - 1, self.acts["corrupted"]["resid_in"][start][sidx]))
                 with intervene(self.adapter, edits):
-                    logits = self.adapter.logits(self.corrupted[sidx], keep=1, mask=self.mask_of(sidx))[:, -1]
-                out[rows.to(self.device)] = logit_diff(logits, self.io[sidx], self.s[sidx])
+                    logits = self.adapter.logits(self.prompts.corrupted[sidx], keep=1,
+                                                 mask=self.prompts.mask_of(sidx))[:, -1]
+                out[rows.to(self.device)] = self.prompts.logit_diff(logits, sidx)
         return out.reshape(len(patches), k).cpu()
 
     def loop(self, patches: Sequence[Patch], prompts: Sequence[int] | None = None):
@@ -238,8 +191,8 @@ class Patcher:
                 for i in range(0, len(prompts), self.batch):
                     sidx = prompts[i:i + self.batch].to(self.device)
                     with intervene(self.adapter, self._edits([p], torch.zeros(len(sidx), dtype=torch.long), sidx)):
-                        logits = self.adapter.logits(self.corrupted[sidx], mask=self.mask_of(sidx))[:, -1]
-                    parts.append(logit_diff(logits, self.io[sidx], self.s[sidx]))
+                        logits = self.adapter.logits(self.prompts.corrupted[sidx], mask=self.prompts.mask_of(sidx))[:, -1]
+                    parts.append(self.prompts.logit_diff(logits, sidx))
                 out.append(torch.cat(parts))
         return torch.stack(out).cpu()
 

@@ -57,7 +57,8 @@ from ..names import top_heads
 from . import separation
 from .pairs import one_length
 from .prompts import task_note, position_labels
-from .patcher import Patch, Patcher, logit_diff, position_patches, prompt_tensors
+from .batch import PromptBatch
+from .patcher import Patch, Patcher, position_patches
 from ..settings.patching import PatchingError, PatchingSettings
 
 log = logging.getLogger("headwatch.patching.positions")
@@ -73,7 +74,7 @@ class CachedPositions:
                                 "kv_cache=True")
         from transformers import DynamicCache     # not at the top: the settings modules import this one's callers
 
-        if patcher.mask is not None:
+        if patcher.prompts.mask is not None:
             raise PatchingError("the cached sweep patches prompts of one length: a cached position is a "
                                 "position of every prompt, and these are padded")
         a = patcher.adapter
@@ -136,7 +137,8 @@ class CachedPositions:
             edits.append(skip(start - 1, P.acts["corrupted"]["resid_in"][start][sidx, p:]))
         edits.append(capture("resid", a.n_layers - 1))
         with intervene(a, edits) as cap:
-            a.model.base_model(input_ids=P.corrupted[sidx, p:], past_key_values=self._cache(sidx, p), use_cache=True)
+            a.model.base_model(input_ids=P.prompts.corrupted[sidx, p:], past_key_values=self._cache(sidx, p),
+                               use_cache=True)
         return cap.one(("resid", a.n_layers - 1, None))[:, -1]
 
     def _head(self, rows, last, prompt_of, out) -> None:
@@ -148,8 +150,8 @@ class CachedPositions:
         for i in range(0, len(rows), step):
             sidx = prompt_of[rows[i:i + step]].to(P.device)
             with intervene(a, [skip(a.n_layers - 1, last[i:i + step, None])]):
-                logits = a.logits(P.corrupted[sidx, -1:], keep=1)[:, -1]
-            out[rows[i:i + step].to(P.device)] = logit_diff(logits, P.io[sidx], P.s[sidx])
+                logits = a.logits(P.prompts.corrupted[sidx, -1:], keep=1)[:, -1]
+            out[rows[i:i + step].to(P.device)] = P.prompts.logit_diff(logits, sidx)
 
 
 def position_chunks(layers: Sequence[int], n_layers: int, batch: int, overhead: float, length: int,
@@ -189,14 +191,14 @@ def run_positions_all(model, adapter, prompts, heads_table, settings: PatchingSe
 def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingSettings, step):
     settings.need("batch", "rounding_factor", "guard_prompts")
     prompts, subset = one_length(prompts)        # a pairs file of several lengths: its first row's length
-    clean, corrupted, io, s = prompt_tensors(prompts)
+    prompt_batch = PromptBatch.of(prompts)
     sample = list(range(min(settings.guard_prompts, len(prompts))))
     k = len(heads_table) if settings.positions_all_heads is None else min(settings.positions_all_heads,
                                                                            len(heads_table))
     heads = sorted(top_heads(heads_table, "score", k))            # layer-major
     t0 = time.perf_counter()
     step("run the clean and corrupted prompts (the corrupted run's key/value cache kept)")
-    patcher = Patcher(model, adapter, clean, corrupted, io, s, settings.batch, kv_cache=True)
+    patcher = Patcher(model, adapter, prompt_batch, settings.batch, kv_cache=True)
     cached = CachedPositions(patcher)
     patches = position_patches(heads, patcher.length)
     step(f"patch {len(heads)} heads at each position through the cache")
@@ -209,7 +211,7 @@ def _run_positions_all(model, adapter, prompts, heads_table, settings: PatchingS
     # The cached sweep vs one patch per forward pass: the top head at every position, and one
     # chosen head per layer at a name's position and the last position.
     top = top_heads(heads_table, "score", 1)[0]                  # the first of the chosen heads
-    slot = int((clean != corrupted).any(dim=0).nonzero()[0, 0])
+    slot = int((prompt_batch.clean != prompt_batch.corrupted).any(dim=0).nonzero()[0, 0])
     per_layer = [h for h in heads_one_per_layer(adapter) if h in heads] or heads[:1]
     probe = list(dict.fromkeys([Patch("z", *top, q) for q in range(patcher.length)]
                                + [Patch("z", l, h, q) for l, h in per_layer for q in sorted({slot, patcher.length - 1})]))
