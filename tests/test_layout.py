@@ -105,3 +105,24 @@ def test_one_layer_registers_hooks():
     hooks = re.compile(r"\.register_(forward|forward_pre|full_backward|full_backward_pre)_hook\(|\.register_hook\(")
     where = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "headwatch").rglob("*.py") if hooks.search(p.read_text()))
     assert where == ["headwatch/model/interventions.py"]
+
+
+def test_no_function_is_over_80_lines_or_takes_over_10_arguments():
+    """A function a maintainer can read on one screen, called with what it needs (self and cls not counted):
+    docs/architecture.md, "The rooms every change passes through"."""
+    long, wide = [], []
+    for path in sorted(LIB.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
+            lines = node.end_lineno - node.lineno + 1
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs] + [x for x in (a.vararg, a.kwarg) if x is not None]
+            if a.args and a.args[0].arg in ("self", "cls"):
+                params = params[1:]
+            if lines > 80:
+                long.append(f"{where}: {lines} lines")
+            if len(params) > 10:
+                wide.append(f"{where}: {len(params)} arguments")
+    assert not long and not wide, long + wide
