@@ -28,8 +28,11 @@ from pathlib import Path
 import pandas as pd
 
 from . import jobs, names
-from . import ERRORS, WARNINGS, __all__  # (the public names, written once: headwatch/__init__.py)
+from .names import ERRORS, PUBLIC, WARNINGS
 from .tableio import Tables, with_attrs as _done  # noqa: F401  (Tables: the attrs["tables"] of a result)
+
+
+__all__ = list(PUBLIC)      # the public names, written once: headwatch/names.py
 
 
 def __getattr__(name: str):

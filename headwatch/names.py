@@ -2,6 +2,29 @@
 pandas (Snakemake reads them on every parse of the Snakefile)."""
 import difflib
 
+# ------------------------------------------------------------------ the public names (import headwatch as hw)
+FUNCTIONS = ("load_config", "load_model", "token_set", "sequences", "attention_maps", "head_scores", "cut_heads",
+             "cut_circuit", "cut_each_head", "prompt_pairs", "patch_heads", "patch_positions", "patch_kv_groups",
+             "attribution", "path_patching", "edge_scores", "edge_faithfulness", "direct_effects", "logit_lens",
+             "weight_circuits", "weights_vs_paths", "guards_of", "top_heads", "plot_scores", "plot_cuts", "plot_heads",
+             "plot_paths", "plot_edges", "plot_faithfulness", "plot_direct", "plot_logit_lens", "plot_weights",
+             "explore", "set_progress")
+"""The public functions (:mod:`headwatch.api` defines each), in the order docs/api.md gives them."""
+ERRORS = {"ConfigError": "headwatch.model.sources.errors", "ModelFileError": "headwatch.model.sources.errors",
+          "ModelNotFoundError": "headwatch.model.sources.errors", "TableError": "headwatch.settings.tables",
+          "PatchingError": "headwatch.settings.patching", "GuardError": "headwatch.guards"}
+"""The library's errors, each read from its module on first use (the guards' imports torch, which importing
+headwatch must not). A wrong argument, setting or table is refused with a :class:`ConfigError` (a keyword, a
+setting, a model's file: :class:`ModelFileError`), a :class:`TableError` or a :class:`PatchingError` (prompt
+pairs), a model that is not here with :class:`ModelNotFoundError`, all before any model pass; a failed guard
+raises :class:`GuardError`."""
+WARNINGS = {"WeakPairsWarning": "headwatch.settings.patching"}
+"""The library's warnings, read as the errors are (``warnings.simplefilter("error", hw.WeakPairsWarning)``)."""
+PUBLIC = (*FUNCTIONS, *ERRORS, *WARNINGS)
+"""Everything ``import headwatch as hw`` gives, written here once: the ``__all__`` of :mod:`headwatch` and of
+:mod:`headwatch.api`."""
+
+
 #: The four head scores (protocol §4), in the order of every table, figure and page.
 SCORES = ("sink", "prev", "self", "induction")
 
