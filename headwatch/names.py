@@ -59,7 +59,7 @@ SAFE_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
 #: of one number: the one table that KV-cache sizes (anatomy, the explorer's calculator, the
 #: sweep's kv study) and loading a model read. config/schema.yaml's ``dtype`` enum is its keys
 #: (a test compares them, and torch's sizes with the bytes).
-BYTES_PER_NUMBER = {"float16": 2, "bfloat16": 2, "float32": 4}
+BYTES_PER_NUMBER = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
 def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, bytes_per_number: int) -> int:

@@ -217,8 +217,8 @@ def _entry_source(entry: dict, models):
                           + (f"the keys {extra}, not " if extra else "")
                           + "exactly one of source (a folder or a hub id) and gguf ({package, file}), and a dtype")
     dtype = entry.get("dtype")
-    if dtype is not None and dtype not in (*BYTES_PER_NUMBER, "float64"):
-        raise ConfigError(f"source['dtype']={shown(dtype)} is not one of {[*BYTES_PER_NUMBER, 'float64']}")
+    if dtype is not None and dtype not in BYTES_PER_NUMBER:
+        raise ConfigError(f"source['dtype']={shown(dtype)} is not one of {list(BYTES_PER_NUMBER)}")
     if "source" in entry:
         if not isinstance(entry["source"], str) or not entry["source"]:
             raise ConfigError(f"source['source']={shown(entry['source'])} is not a folder or a hub id (a text)")

@@ -45,7 +45,7 @@ AutoModelForCausalLM, AutoTokenizer, TRANSFORMERS_IMPORT_S = _import_transformer
 something imported them before): part of every model job's start-up, logged with the rest by
 :func:`load_prepared`."""
 
-DTYPES = {name: getattr(torch, name) for name in (*BYTES_PER_NUMBER, "float64")}    # the config's dtype → torch's
+DTYPES = {name: getattr(torch, name) for name in BYTES_PER_NUMBER}    # the config's dtype → torch's
 NO_CODE = dict(trust_remote_code=False)
 """Passed to every transformers ``from_pretrained``: no code from a model folder or a hub repository ever runs
 (a folder that names some is refused before, :func:`headwatch.model.sources.custom_code`; never a prompt)."""
