@@ -9,6 +9,7 @@ the real workflow with two different configurations, each of whose records must 
 record — the run that started last (docs/outputs.md)."""
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import subprocess
@@ -105,33 +106,59 @@ def two_configs(tmp_path_factory, tiny_model_dir):
     return workdir, sizes
 
 
+#: Each round: two Snakemake runs, each a process of its own forked from one that imported Snakemake once (its
+#: import is half of a run's CPU here), started together; every run's exit status and output, then the record.
+STARTER = """
+import json, os, sys
+from snakemake.cli import main
+
+workdir, rounds, argvs = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+os.chdir(workdir)
+for i in range(rounds):
+    pids = {}
+    for name, argv in argvs.items():
+        log = open(f"round{i}-{name}.log", "w")
+        pid = os.fork()
+        if pid == 0:                      # the run: this process's stdout and stderr to its log
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                main(argv)
+            except SystemExit as stop:
+                os._exit(stop.code if isinstance(stop.code, int) else 1)
+            os._exit(0)
+        pids[name] = pid
+    codes = {name: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for name, pid in pids.items()}
+    record = open("results/run_config.yaml").read()
+    print(json.dumps(dict(codes=codes, record=record)), flush=True)
+"""
+
+
 def test_twenty_double_starts_of_the_workflow_never_collide(two_configs):
     """Two Snakemake runs of the workflow started together in one folder (``--nolock``), with two
     configurations, 20 times: every run succeeds, the record is always one run's whole record
     (the one whose start came last), and nothing temporary is left. The runs touch their job's
     outputs (``--touch``) instead of computing them: every write two runs share happens as a run
-    starts (the record, the checks' cache); a job's own files are one job's."""
+    starts (the record, the checks' cache); a job's own files are one job's. Each run is a process of
+    its own, forked from one that imported Snakemake once (:data:`STARTER`)."""
     from workflow import job_env
 
     workdir, sizes = two_configs
-    env = job_env()
-    target = paths.sweep_corpus("meta")
-
-    def start(name: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "snakemake", target, "--configfile", f"{name}.yaml",
-                                 "--forcerun", "sweep_corpus", "--touch", "--nolock", "--cores", "1"],
-                                cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
+    argvs = {name: [paths.sweep_corpus("meta"), "--configfile", f"{name}.yaml", "--forcerun", "sweep_corpus",
+                    "--touch", "--nolock", "--cores", "1"] for name in sizes}
+    done = subprocess.run([sys.executable, "-c", STARTER, str(workdir), str(DOUBLE_STARTS), json.dumps(argvs)],
+                          env=job_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rounds = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(rounds) == DOUBLE_STARTS, done.stdout[-2000:] + done.stderr[-2000:]
     expected = {name: (lambda body, n=size: body["sweep"]["corpus"]["target_chars"] == n)
                 for name, size in sizes.items()}
-    failures, recorded = [], []
-    for i in range(DOUBLE_STARTS):
-        runs = {name: start(name) for name in sizes}
-        for name, proc in runs.items():
-            out, _ = proc.communicate(timeout=300)
-            if proc.returncode:
-                failures.append((i, name, out[-1500:]))
-        recorded.append(_whole_record(workdir / paths.run_config(), expected))
+    failures = [(i, name, (workdir / f"round{i}-{name}.log").read_text()[-1500:])
+                for i, r in enumerate(rounds) for name, code in r["codes"].items() if code != 0]
     assert not failures, failures[:2]
+    for r in rounds:
+        record = workdir / "record.yaml"
+        record.write_text(r["record"])
+        _whole_record(record, expected)
     leftovers = [str(p) for p in (workdir / "results").rglob("*.tmp")]
     assert not leftovers, leftovers
