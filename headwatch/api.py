@@ -1467,10 +1467,23 @@ def _explore_lens(m, lens) -> dict:
     out = dict(lens_circuits=circuits, lens_composition=composition)
     beside = (found["direct"].attrs.get("tables") or {}).get("heads") if "direct" in found else None
     if beside is not None:
-        out["lens_direct_heads"], _ = _drawn(beside, "direct_heads", "lens's direct_effects table's heads")
+        said = "lens's direct_effects table's heads"
+        out["lens_direct_heads"] = _one_per_head(m, _table(m, beside, "direct_heads", said), said)
     if "verdict" in found:
-        out["lens_verdict"] = found["verdict"]
+        out["lens_verdict"] = _verdict_table(found["verdict"])
     return out
+
+
+def _verdict_table(verdict: pd.DataFrame) -> pd.DataFrame:
+    """:func:`weights_vs_paths`' table checked for the page: at most its comparisons' rows
+    (:data:`headwatch.settings.tables.VERDICT_ROWS`), counted before anything is read, then its columns and kinds."""
+    from .settings.tables import VERDICT_ROWS, TableError
+
+    said = "lens's weights_vs_paths table"
+    if len(verdict) > VERDICT_ROWS:
+        raise TableError(f"hw.explore: {said} has {len(verdict):,} rows, more than the {VERDICT_ROWS} comparisons "
+                         "hw.weights_vs_paths makes: pass the table it returned")
+    return _table(None, verdict, "verdict", said)
 
 
 # ------------------------------------------------------------------ the lens: direct effects, the logit lens, the weights (§5h)
@@ -1482,21 +1495,23 @@ def _lens(settings, overrides, m=None):
 
 def _lens_memory(m, prompts: pd.DataFrame, settings, lens: bool) -> None:
     """Direct effects' (and the logit lens') estimate (:func:`headwatch.config.memory.lens_estimate`): a batch of
-    ``batch`` prompts, both runs' every layer captured, the lens's logits of a depth."""
+    ``batch`` prompts, both runs' every layer captured, the lens's logits of a depth; every prompt's last logits."""
     from .config.memory import lens_estimate
 
-    shape, T = _shape(m), max(len(x) for x in prompts.clean_ids)
-    rows = min(settings.batch, len(prompts))
-    _memory(lens_estimate("batch", f"{'the logit lens' if lens else 'direct effects'} of {rows} prompts of {T} tokens "
-                                   "a pass (both runs' every layer captured)", rows, T, shape, shape["weights"], lens,
-                          "give a smaller batch"))
+    shape, T, n = _shape(m), max(len(x) for x in prompts.clean_ids), len(prompts)
+    rows = min(settings.batch, n)
+    _memory(lens_estimate(f"{'the logit lens' if lens else 'direct effects'} of {n} prompts of {T} tokens, {rows} a "
+                          "pass (both runs' every layer captured)", rows, T, shape, shape["weights"], lens, n,
+                          dict(batch=("batch", "give a smaller batch"), prompts=("prompts", "give fewer prompts"))))
 
 
 def _patched_heads(m, heads, prompts) -> tuple[pd.DataFrame, int]:
     """``heads`` (:func:`patch_heads`' table) checked for :func:`direct_effects`: one row per head of ``m``, its
-    ``logit_diff`` and ``score_rank``, patched on as many prompts as ``prompts`` where its note says; returned read
-    by its key, with how many heads matter: the top ``top_k`` its note names (the sweep's own), else the protocol's
-    ``patching.top_k``."""
+    ``logit_diff`` and ``score_rank``, its note saying the clean and corrupted logit differences it was patched at
+    (compared with the call's own once its passes have run: :func:`headwatch.lens.direct.same_prompts`) and, where
+    it says so, patched on as many prompts as ``prompts``; returned read by its key, with how many heads matter:
+    the top ``top_k`` its note names (the sweep's own), else the protocol's ``patching.top_k``."""
+    from .lens.direct import heads_note
     from .settings.tables import TableError
 
     heads = _table(m, heads, "heads", "heads")
@@ -1505,7 +1520,7 @@ def _patched_heads(m, heads, prompts) -> tuple[pd.DataFrame, int]:
     if len(heads) != L * H or heads.duplicated(["layer", "head"]).any():
         raise TableError(f"heads has {len(heads)} rows, not one per head of the model's {L} layers × {H} heads: pass "
                          "the table hw.patch_heads(m, prompts) returned")
-    note = heads.attrs.get("note") or {}
+    note = heads_note(heads)
     said = note.get("prompts")
     if said is not None and said != len(prompts):
         raise TableError(f"heads were patched on {said} prompts, prompts holds {len(prompts)}: a head's total effect "
@@ -1560,7 +1575,7 @@ def logit_lens(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.DataF
     s = _lens(settings, overrides, m)
     prompts = _prompts(m, prompts)
     _lens_memory(m, prompts, s, lens=True)
-    table, _, lens, note, guards = run(m.model, m.adapter, prompts, s, lens=True)
+    table, _, lens, note, guards = run(m.model, m.adapter, prompts, s, lens=True, called="logit_lens")
     return _done(lens, note, guards, direct=table)
 
 
@@ -1578,17 +1593,22 @@ def weight_circuits(m, settings=None, **overrides) -> pd.DataFrame:
     >>> circuits = hw.weight_circuits(m)
     >>> circuits.attrs["tables"]["composition"].nlargest(5, "z")
     """
+    from .config.memory import weights_estimate
     from .lens.composition import weight_circuits as run
 
     m = _model(m)
     s = _lens(settings, overrides, m)
+    shape = _shape(m)
+    _memory(weights_estimate("m", "the weights' circuits of every pair of heads", shape, shape["weights"],
+                             "a model of fewer layers or heads (the pairs grow as their squares)"))
     with jobs.library_progress():
         heads, composition, null, note = run(m.adapter, s)
     return _done(heads, note, composition=composition, null=null)
 
 
 def _composition_of(circuits, argument: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the heads' table, its composition scores), each read by its key."""
+    """(the heads' table, its composition scores), each read by its key; a key or value score's group a whole
+    number (what it patches is its receiver's group's)."""
     from .settings.tables import TableError
 
     circuits, _ = _drawn(circuits, "circuits", argument)
@@ -1596,8 +1616,12 @@ def _composition_of(circuits, argument: str) -> tuple[pd.DataFrame, pd.DataFrame
     if composition is None:
         raise TableError(f"{argument} carries no composition scores (attrs['tables']['composition']): pass the table "
                          "hw.weight_circuits(m) returned")
-    composition, _ = _drawn(composition, "composition", f"{argument}.attrs['tables']['composition']")
-    return circuits, composition
+    said = f"{argument}.attrs['tables']['composition']"
+    keyed, _ = _drawn(composition, "composition", said)
+    kv = composition[composition["input"] != "q"]
+    if len(kv):             # a key or value path's score is its receiver's group's: the group named
+        _drawn(kv, (("group", "count"),), said)
+    return circuits, keyed
 
 
 @_public
@@ -1606,8 +1630,10 @@ def weights_vs_paths(circuits: pd.DataFrame, paths: pd.DataFrame, scores: pd.Dat
     """Do the weights predict the paths that matter? The composition scores (:func:`weight_circuits`) against
     :func:`path_patching`'s paths on the same edges — Spearman's ρ, its bootstrap interval and the null's
     range (scores independent of the paths) —, over every input and per input, and with ``scores``
-    (:func:`head_scores`) the OV copying score against the induction score; each row a verdict (yes, no,
-    or not resolved: ``comparison, n, rho, low, high, null_low, null_high, p_null, resolved, verdict``).
+    (:func:`head_scores`, one row per head of the circuits' model) the OV copying score against the induction
+    score; each row a verdict (yes, no, or not resolved: ``comparison, n, rho, low, high, null_low, null_high,
+    p_null, resolved, verdict``). A query path counts once per receiving head, a key or value path once per
+    receiver's key/value group (its heads read one key and value: one measurement; the note's ``paths_read``).
     ``attrs["tables"]["top_paths"]``: each receiver's strongest path and its rank by the weights.
 
     >>> hw.weights_vs_paths(hw.weight_circuits(m), paths, scores)[["comparison", "verdict"]]
@@ -1627,7 +1653,7 @@ def weights_vs_paths(circuits: pd.DataFrame, paths: pd.DataFrame, scores: pd.Dat
 def plot_direct(direct: pd.DataFrame):
     """Direct effects (:func:`direct_effects`): every head's on the clean run as a layer × head map and the
     largest components; with the heads' table beside patching, each head's direct against its total effect,
-    the heads that act mostly through others named. A Figure.
+    the heads that act mostly through others named. A Figure. At most 16,384 cells (layers × heads).
 
     >>> hw.plot_direct(hw.direct_effects(m, prompts, heads))
     """
@@ -1653,11 +1679,14 @@ def plot_direct(direct: pd.DataFrame):
 def plot_logit_lens(lens: pd.DataFrame):
     """The logit lens (:func:`logit_lens`): the answer's logit difference, rank and probability at the last
     position against depth for both runs, and the clean run's logit difference at every depth and position.
-    A Figure.
+    A Figure. At most 2,000 positions (a column and a token's label each).
 
     >>> hw.plot_logit_lens(hw.logit_lens(m, prompts))
     """
+    from .settings.tables import PLOT_ITEMS
+
     lens, _ = _drawn(lens, "logit_lens", "lens")
+    _at_most(int(lens["position"].nunique()), PLOT_ITEMS, "positions (a column and a token's label each)", "lens")
     from .figures.lens import lens_figure
 
     return _figure(lens_figure(lens))
@@ -1667,13 +1696,19 @@ def plot_logit_lens(lens: pd.DataFrame):
 def plot_weights(circuits: pd.DataFrame, paths: pd.DataFrame | None = None):
     """The weights' circuits (:func:`weight_circuits`): each head's OV copying score as a layer × head map and
     the composition scores beside their null; with ``paths`` (:func:`path_patching`), each measured path's
-    size against its composition score, input by input. A Figure.
+    size against its composition score, input by input. A Figure. At most 16,384 cells (layers × heads) and
+    16,384 paths (a point each).
 
     >>> hw.plot_weights(hw.weight_circuits(m), paths)
     """
+    from .settings.tables import PLOT_HEADS
+
     circuits, composition = _composition_of(circuits, "circuits")
+    _at_most((int(circuits["layer"].max()) + 1) * (int(circuits["head"].max()) + 1), PLOT_HEADS,
+             "cells (layers × heads)", "circuits")
     if paths is not None:
         paths, _ = _drawn(paths, "paths", "paths")
+        _at_most(len(paths), PLOT_HEADS, "points (a path each)", "paths")
     from .figures.lens import weights_figure
 
     return _figure(weights_figure(circuits, composition, paths))

@@ -101,9 +101,10 @@ def _circuits() -> pd.DataFrame:
     heads = pd.DataFrame([dict(layer=l, head=h, label=f"L{l}H{h}", kv_group=h // 2, ov_copying=0.1 * h - 0.1,
                                ov_copying_z=float(h), qk_same_token=0.0) for l in range(3) for h in range(4)])
     comp = pd.DataFrame([dict(sender=f"L{l}H{h}", sender_layer=l, sender_head=h, receiver=f"L{r}H{j}", receiver_layer=r,
-                              receiver_head=j, input=i, head_score=0.1, score=0.1 + 0.01 * h, null_mean=0.1, null_sd=0.01,
-                              z=float(h)) for l in range(3) for h in range(4) for r in range(l + 1, 3) for j in range(4)
-                         for i in "qkv"])
+                              receiver_head=j, input=i, group=None if i == "q" else j // 2, head_score=0.1,
+                              score=0.1 + 0.01 * h, null_mean=0.1, null_sd=0.01, z=float(h))
+                         for l in range(3) for h in range(4) for r in range(l + 1, 3) for j in range(4) for i in "qkv"])
+    comp["group"] = comp["group"].astype("Int64")          # as hw.weight_circuits makes it: none for a query
     heads.attrs["tables"] = api.Tables(composition=comp)
     return heads
 
@@ -123,11 +124,28 @@ def _direct() -> pd.DataFrame:
         {"layer": "Int64", "head": "Int64"})
 
 
-def _lens() -> pd.DataFrame:
+def _direct_heads(layers: int = 3, heads: int = 4) -> pd.DataFrame:
+    """hw.direct_effects' table with its heads beside patching (attrs["tables"]["heads"]) of a model of ``layers`` ×
+    ``heads``, by hand."""
+    beside = pd.DataFrame([dict(layer=l, head=h, label=f"L{l}H{h}", direct=0.1, total=0.2, indirect_share=0.5,
+                                through_others=False) for l in range(layers) for h in range(heads)])
+    out = _direct()
+    out.attrs["tables"] = api.Tables(heads=beside)
+    return out
+
+
+def _verdict(rows: int = 5) -> pd.DataFrame:
+    """hw.weights_vs_paths' table, by hand."""
+    return pd.DataFrame([dict(comparison=f"c{i}", weights="w", activations="a", n=10, rho=0.1, low=-0.1, high=0.3,
+                              null_low=-0.2, null_high=0.2, p_null=0.5, resolved=False, verdict="not resolved")
+                         for i in range(rows)])
+
+
+def _lens(positions: int = 3) -> pd.DataFrame:
     """hw.logit_lens' table, by hand: two runs, four depths, three positions."""
     return pd.DataFrame([dict(run=r, depth=d, after=f"L{d - 1}", position=p, token=f"t{p}", logit_diff=0.1 * d,
-                              rank=10.0 - d, p_answer=0.1, prompts=1) for r in ("clean", "corrupted") for d in range(4)
-                         for p in range(3)])
+                              rank=10.0 - d, p_answer=0.1, prompts=1) for r in ("clean", "corrupted")
+                         for d in range(4 if positions < 10 else 1) for p in range(positions)])
 
 
 M = lambda x: x["m"]                       # the cases' shorthand for the model
@@ -471,6 +489,19 @@ HOSTILE: dict[str, list[Case]] = {
         c("lens[1] is a second circuits table", M, "a b c", lens=lambda x: [_circuits(), _circuits()]),
         c("lens carries no composition scores", M, "a b c", lens=lambda x: bare(_circuits())),
         c("lens lacks the column 'ov_copying_z'", M, "a b c", lens=lambda x: _circuits().drop(columns="ov_copying_z")),
+        c("lens's direct_effects table's heads, row 0, column 'layer': layer 3 is past the 3 layers", M, "a b c",
+          lens=lambda x: [_circuits(), _direct_heads(4, 4).pipe(lambda t: keep_attrs(t, t, heads=t.attrs["tables"][
+              "heads"].iloc[::-1].reset_index(drop=True)))]),
+        c("lens's direct_effects table's heads has 8 rows, not one per head of the model's 3 layers × 4 heads", M,
+          "a b c", lens=lambda x: [_circuits(), _direct_heads(2, 4)]),
+        c("lens's weights_vs_paths table has 1,000,000 rows, more than the 5 comparisons", M, "a b c",
+          lens=lambda x: [_circuits(), pd.DataFrame(dict(comparison=range(10 ** 6)))]),
+        c("lens's weights_vs_paths table lacks the column 'null_high'", M, "a b c",
+          lens=lambda x: [_circuits(), _verdict().drop(columns="null_high")]),
+        c("lens's weights_vs_paths table, row 0, column 'rho': nan is not a finite number", M, "a b c",
+          lens=lambda x: [_circuits(), changed(_verdict(), rho=np.nan)]),
+        c("lens's weights_vs_paths table holds comparison 'c0' twice", M, "a b c",
+          lens=lambda x: [_circuits(), changed(_verdict(), 1, comparison="c0")]),
     ],
     "direct_effects": [
         c("prompts is a str, not a pandas DataFrame", M, "prompts"),
@@ -479,6 +510,10 @@ HOSTILE: dict[str, list[Case]] = {
           lambda x: x["heads"].assign(logit_diff=0.1, score_rank=range(1, 13))),
         c("heads has 3 rows, not one per head", M, T("prompts"),
           lambda x: x["heads"].assign(logit_diff=0.1, score_rank=range(1, 13)).head(3)),
+        c("heads carries no note (attrs['note']) saying the clean and corrupted logit differences", M, T("prompts"),
+          lambda x: bare(x["heads"].assign(logit_diff=0.1, score_rank=range(1, 13)))),
+        c("heads' note (attrs['note']) has corrupted_logit_diff = 'x', not a finite number", M, T("prompts"),
+          lambda x: noted(x["heads"].assign(logit_diff=0.1, score_rank=range(1, 13)), corrupted_logit_diff="x")),
         c("batch=0 (lens.batch): 0 is less than the minimum of 1", M, T("prompts"), batch=0),
         c("settings=5 is not the lens settings", M, T("prompts"), settings=5),
     ],
@@ -503,6 +538,17 @@ HOSTILE: dict[str, list[Case]] = {
         c("scores lacks the column 'induction'", lambda x: _circuits(), T("paths"),
           lambda x: x["scores"].drop(columns="induction")),
         c("circuits, row 1: layer 0, head 0 again", lambda x: changed(_circuits(), 1, head=0), T("paths")),
+        c("scores has 20,000 rows, L0H4 among them, not one per head of the circuits' model (3 layers × 4 heads)",
+          lambda x: _circuits(), T("paths"), T("many scores")),
+        c("scores has 4 rows, not one per head of the circuits' model (3 layers × 4 heads)", lambda x: _circuits(),
+          T("paths"), lambda x: x["scores"].head(4)),
+        c("circuits.attrs['tables']['composition'] lacks the column 'group'", lambda x: _with_composition(
+            _circuits().attrs["tables"]["composition"].drop(columns="group")), T("paths")),
+        c("circuits.attrs['tables']['composition'], row 1, column 'group': 'x' is not", lambda x: _with_composition(
+            changed(_circuits().attrs["tables"]["composition"], 1, group="x")), T("paths")),
+        c("paths holds 1 edges with no composition score, the first L0H0 -> L2H0 (q)", lambda x: _with_composition(
+            _circuits().attrs["tables"]["composition"].query("not (sender == 'L0H0' and receiver == 'L2H0' and "
+                                                             "input == 'q')")), T("paths")),
     ],
     "plot_direct": [
         c("direct lacks the column 'kind'", pd.DataFrame(dict(component=["x"]))),
@@ -514,6 +560,8 @@ HOSTILE: dict[str, list[Case]] = {
         c("lens has no rows", pd.DataFrame()),
         c("lens, row 0, column 'run': 'x' is not one of", lambda x: changed(_lens(), run="x")),
         c("lens, row 0, column 'p_answer': 2.0 is not a fraction from 0 to 1", lambda x: changed(_lens(), p_answer=2.0)),
+        c("lens would draw 2,001 positions (a column and a token's label each), more than a figure draws (2,000)",
+          lambda x: _lens(2001)),
     ],
     "plot_weights": [
         c("circuits carries no composition scores", lambda x: bare(_circuits())),
@@ -521,6 +569,12 @@ HOSTILE: dict[str, list[Case]] = {
           lambda x: _with_composition(changed(_circuits().attrs["tables"]["composition"], receiver_layer=0))),
         c("paths, row 0, column 'input': 'x' is not one of", lambda x: _circuits(),
           lambda x: changed(x["paths"], input="x")),
+        c("circuits would draw 20,100 cells (layers × heads), more than a figure draws (16,384)",
+          lambda x: keep_attrs(pd.DataFrame(dict(layer=[200], head=[99], ov_copying=[0.1], ov_copying_z=[1.0],
+                                                 qk_same_token=[0.0])), _circuits())),
+        c("paths would draw 16,385 points (a path each), more than a figure draws (16,384)", lambda x: _circuits(),
+          lambda x: pd.DataFrame(dict(sender_layer=0, sender_head=np.arange(16385) % 100, receiver_layer=1 + np.arange(
+              16385) // 100, receiver_head=0, input="q", score=0.1))),
     ],
     "set_progress": [
         c("on='False' is not True or False", "False"),
@@ -729,6 +783,9 @@ def test_each_cut_is_refused_only_for_the_settings_it_uses(ctx, monkeypatch):
     (lambda x: hw.edge_scores(x["m"], x["prompts"]), "hw.edge_scores: score_batch: edge attribution"),
     (lambda x: hw.cut_each_head(x["m"], settings=dict(x["config"]["ablation"], top_n=3, k=[1], random_draws=1)),
      "hw.cut_each_head: batch: the cuts' "),
+    (lambda x: hw.logit_lens(x["m"], x["prompts"]), "hw.logit_lens: "),
+    (lambda x: hw.direct_effects(x["m"], x["prompts"]), "hw.direct_effects: "),
+    (lambda x: hw.weight_circuits(x["m"]), "hw.weight_circuits: m: the weights' circuits of every pair of heads"),
 ])
 def test_a_call_that_cannot_fit_in_this_machines_memory_is_refused_naming_the_estimate(ctx, watched, monkeypatch,
                                                                                       call, said):
@@ -767,7 +824,9 @@ def test_the_security_page_and_the_docstrings_say_the_bounds_the_code_holds():
             f"`patching.batch` (1 to {bounds['patching.batch']:,})",
             f"below {FIELD_BOUNDS['layers'][0]} layers and {FIELD_BOUNDS['heads'][0]:,} heads"]
     assert [s for s in said if s not in " ".join(section.split())] == []
-    for name in ("plot_scores", "plot_heads", "plot_paths"):
+    for name in ("plot_scores", "plot_heads", "plot_paths", "plot_direct", "plot_weights"):
         assert f"{PLOT_HEADS:,}" in getattr(hw, name).__doc__, name
-    for name in ("plot_paths", "plot_edges"):
+    for name in ("plot_paths", "plot_edges", "plot_logit_lens"):
         assert f"{PLOT_ITEMS:,}" in getattr(hw, name).__doc__, name
+    assert f"{PLOT_ITEMS:,} bars or arrows (`plot_edges`' `n`; Agg draws at most 2^16 pixels a side, 2,040 bars at " \
+           "200 dpi) or positions (`plot_logit_lens`" in " ".join(section.split())

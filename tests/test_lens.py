@@ -3,6 +3,8 @@ weights' circuits against their formulas on the dense matrices, the nulls, the v
 known circuit ranked first by the weights, and the public functions' refusals before any model pass."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -154,6 +156,53 @@ def test_each_head_beside_its_total_effect_by_hand():
     assert not wide.set_index("label").loc["L0H0", "resolved"]          # 1/3 … 1 meets 1/2
 
 
+PEAK = """
+import resource, sys
+sys.path.insert(0, {tests!r})
+import pandas as pd, torch
+torch.set_num_threads(1)
+from headwatch.config.memory import lens_estimate
+from headwatch.lens import direct as D
+from headwatch.model.arch import Adapter
+from headwatch.settings.lens import LensSettings
+from tiny import random_ids, tiny_model
+B, T, V = 4, 64, 16384
+model = tiny_model("llama", vocab=V)
+a = Adapter(model)
+clean = random_ids(B, T, V, seed=1)
+corrupted = clean.clone()
+corrupted[:, [2, 4, 7]] = random_ids(B, 3, V, seed=2)
+prompts = pd.DataFrame(dict(clean_ids=clean.tolist(), corrupted_ids=corrupted.tolist(),
+                            answer_id=random_ids(1, B, V, seed=3)[0].tolist(),
+                            distractor_id=random_ids(1, B, V, seed=4)[0].tolist(),
+                            tokens=[[f"t{{t}}" for t in x] for x in clean.tolist()]))
+s = LensSettings(batch=B, rounding_factor=1.0)
+D.direct_effects(model, a, prompts.head(1), s, lens=True)          # every import and first call done
+start = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+D.direct_effects(model, a, prompts, s, lens=True)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+shape = dict(layers=a.n_layers, heads=a.n_heads, width=a.width, head_dim=a.head_dim, vocab=V)
+e = lens_estimate("the lens", B, T, shape, 0, True, B, dict(batch=("batch", ""), prompts=("prompts", "")))
+print(peak - start, e["bytes"], e["parts"]["the lens's logits at a depth"])
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc/self/statm")
+def test_the_logit_lens_memory_estimate_is_a_lower_bound_of_its_peak():
+    """The estimate a logit lens call is refused by (headwatch/config/memory.py) is a lower bound of the memory
+    it holds: in a fresh process, the resident peak of the lens of 4 prompts × 64 positions × 16,384 tokens above
+    the call's start is at least the estimate, which counts a depth's logits in float32 beside their float64
+    copy and its softmax (20 bytes a logit: 80 MiB here)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", PEAK.format(tests=str(ROOT / "tests"))], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    peak, estimate, depth = (int(x) for x in out.stdout.split()[-3:])
+    assert depth == 4 * 64 * 16384 * 20 and estimate <= peak, (estimate, peak)
+
+
 # ------------------------------------------------------------------ the weights' circuits by hand
 def _dense(model, family: str):
     """Each layer's (W_Q, W_K, W_V, W_O) per head, float64, from the module weights by hand: the input
@@ -260,6 +309,58 @@ def test_the_nulls_shape_and_seed():
     assert three.loc[("composition q", "path"), "mean"] == three.loc[("composition q", "head"), "mean"]
 
 
+def test_the_nulls_drawn_a_chunk_at_a_time_are_those_drawn_at_once():
+    """A null's memory does not grow with its draws: scored a chunk of draws at a time, down to one draw a
+    chunk, its random matrices are the rows of those drawn whole, number for number, and so are its
+    rows; the chunk is as many draws as the budget holds, on a block of 16 numbers of the whole tensor."""
+    g = torch.Generator().manual_seed(5)
+    shapes = [(6, 5), (3, 6, 5), (5, 6)]             # 30 numbers a draw: a piece starts on a block every 8 draws
+    whole = [torch.randn(37, *x, generator=g, dtype=torch.float64) for x in shapes]
+    for chunk in (8, 16, 37):
+        pieces = list(C.null_draws(5, shapes, 37, chunk))
+        assert len(pieces) == -(-37 // chunk)
+        for k in range(3):
+            assert torch.equal(torch.cat([m[k] for m in pieces]), whole[k])
+    assert C.chunk_of([30, 90, 30], 37, budget=1) == 8 and C.chunk_of([32, 64], 37, budget=1) == 1
+    assert C.chunk_of([30, 90, 30], 37, budget=8 * 150 * 17) == 16 and C.chunk_of([32], 37) == 37
+    for n, shape in ((1, dict(width=64, head_dim=16)), (3, dict(width=24, head_dim=5))):
+        once = C.composition_null(shape, n, 45, 3)
+        for budget in (1, 8 * 24 * 5 * 12 * 10):
+            pd.testing.assert_frame_equal(C.composition_null(shape, n, 45, 3, budget=budget), once, check_exact=True)
+    a = Adapter(tiny_model("llama"))
+    layers = [C.layer_weights(a, l) for l in range(a.n_layers)]
+    heads, null = C.head_scores(a, layers, SETTINGS)
+    chunked_heads, chunked_null = C.head_scores(a, layers, SETTINGS, budget=1)
+    pd.testing.assert_frame_equal(chunked_heads, heads, check_exact=True)
+    pd.testing.assert_frame_equal(chunked_null, null, check_exact=True)
+
+
+def test_every_seed_the_schema_takes_gives_every_stream_its_own():
+    """lens.seed from 0 to 2^32 − 1: each of a call's streams (the composition null and the bootstrap, the
+    copying null, the verdict's pairings) gets a seed numpy and torch take, distinct within the call, the
+    same as before (seed + stream) below 2^32 − stream; the top seeds run the whole verdict."""
+    from headwatch.settings.lens import stream_seed
+
+    assert [stream_seed(7, k) for k in range(3)] == [7, 8, 9]
+    assert [stream_seed(2 ** 32 - 1, k) for k in range(3)] == [2 ** 32 - 1, 0, 1]
+    assert [stream_seed(2 ** 32 - 2, k) for k in range(3)] == [2 ** 32 - 2, 2 ** 32 - 1, 0]
+    x = np.arange(20.0)
+    for seed in (2 ** 32 - 1, 2 ** 32 - 2):
+        top = LensSettings(**{**SETTINGS.__dict__, "seed": seed})
+        row = verdict(x, x ** 3, top, "c", "weights", "paths")
+        assert row["resolved"] and row["verdict"].startswith("yes"), row
+        a = Adapter(tiny_model("llama", layers=2))
+        heads, comp, null, _ = C.weight_circuits(a, top)
+        assert null["seed"].between(0, 2 ** 32 - 1).all() and heads["ov_copying_z"].notna().all()
+    from scipy.stats import bootstrap
+
+    y = np.sin(x)        # a small seed draws as it did: the bootstrap from seed itself
+    want = bootstrap((x, y), spearman, paired=True, vectorized=True, n_resamples=SETTINGS.bootstrap,
+                     confidence_level=SETTINGS.confidence, method="percentile", random_state=SETTINGS.seed)
+    got = verdict(x, y, SETTINGS, "c", "weights", "paths")
+    assert (got["low"], got["high"]) == tuple(float(v) for v in want.confidence_interval)
+
+
 # ------------------------------------------------------------------ the verdicts
 def test_spearman_and_the_verdicts_rules():
     """ρ is scipy's spearmanr (ties averaged); a monotone relation is a yes, a reversed one a no, too few
@@ -280,6 +381,59 @@ def test_spearman_and_the_verdicts_rules():
     assert not few["resolved"] and "fewer than" in few["verdict"]
     flat = verdict(x, np.ones(40), SETTINGS, "c", "weights", "paths")
     assert not flat["resolved"] and "does not vary" in flat["verdict"]
+
+
+def test_resamples_and_pairings_in_batches_are_those_drawn_at_once():
+    """The verdict's memory does not grow with lens.bootstrap or lens.null_draws: its resamples and pairings
+    drawn in batches of any size (down to one) give the interval, the null's range and p-value drawn at once."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=60)
+    y = x + rng.normal(size=60)
+    once = verdict(x, y, SETTINGS, "c", "weights", "paths", numbers=10 ** 9)
+    for numbers in (1, 60 * 7, 60 * 299):
+        assert verdict(x, y, SETTINGS, "c", "weights", "paths", numbers=numbers) == once
+
+
+def test_a_key_or_value_path_counts_once_per_group_of_heads():
+    """Path patching gives every head of a key/value group the group's key and value path, one measurement under
+    each head's name: the verdict counts it once per (sender, group, input) — the composition table's group, its
+    score the group's — and a query path once per head; the note says how many paths were read."""
+    a = Adapter(tiny_model("llama"))                      # 4 heads, 2 key/value groups
+    _, comp, _, _ = C.weight_circuits(a, SETTINGS)
+    size = lambda s: float(np.cos(3 * s.sender_layer + s.sender_head + (s.receiver_head if s.input == "q" else 0)
+                                  + ord(s.input)))
+
+    def paths(receivers):
+        rows = comp[comp["receiver_layer"].eq(2) & comp["receiver_head"].isin(receivers)].copy()
+        return rows.assign(score=[size(r) for r in rows.itertuples()])[
+            ["sender", "sender_layer", "sender_head", "receiver", "receiver_layer", "receiver_head", "input", "score"]]
+    both, one = paths([0, 1]), paths([0])
+    got, _, note = weights_vs_activations(comp, both, SETTINGS)
+    want, _, _ = weights_vs_activations(comp, one, SETTINGS)
+    got, want = got.set_index("comparison"), want.set_index("comparison")
+    for i in "kv":
+        row = f"composition vs path patching ({i})"
+        assert got.loc[row].equals(want.loc[row]) and got.loc[row, "n"] == (one["input"] == i).sum() == 8
+    q = "composition vs path patching (q)"
+    assert got.loc[q, "n"] == 2 * want.loc[q, "n"] == (both["input"] == "q").sum()
+    assert note["edges"] == len(both) == 48 and note["paths_read"] == 32 and "32 of the 48 paths" in note["counted"]
+    with pytest.raises(hw.TableError, match="no key/value group"):
+        weights_vs_activations(comp.assign(group=pd.NA), both, SETTINGS)
+
+
+def test_scores_of_another_model_are_refused():
+    """The copying score against the induction score reads one row per head of the circuits' model: a scores
+    table of another model (30 layers × 9 heads, or 4 rows of this one) is refused, not read on its overlap."""
+    a = Adapter(tiny_model("llama"))
+    heads, comp, _, _ = C.weight_circuits(a, SETTINGS)
+    paths = comp[comp["receiver_layer"] == 2].assign(score=0.5)
+    scores = lambda L, H: pd.DataFrame(dict(layer=np.repeat(np.arange(L), H), head=np.tile(np.arange(H), L),
+                                            induction=np.linspace(0, 1, L * H)))
+    assert len(weights_vs_activations(comp, paths, SETTINGS, heads, scores(3, 4))[0]) == 5
+    for other, said in ((scores(30, 9), "270 rows, L0H4 among them"), (scores(3, 4).head(4), "4 rows")):
+        with pytest.raises(hw.TableError, match=f"scores has {said}, not one per head of the circuits' model "
+                                                r"\(3 layers × 4 heads\)"):
+            weights_vs_activations(comp, paths, SETTINGS, heads, other)
 
 
 def test_paths_of_another_model_are_refused():
@@ -337,9 +491,13 @@ def test_every_wrong_argument_is_refused_before_any_model_pass(tiny, monkeypatch
     L, H = m.adapter.n_layers, m.adapter.n_heads
     heads = pd.DataFrame(dict(layer=[l for l in range(L) for _ in range(H)], head=list(range(H)) * L,
                               score=0.1, logit_diff=0.2, score_rank=range(1, L * H + 1)))
-    heads.attrs["note"] = dict(prompts=len(prompts))
+    heads.attrs["note"] = dict(prompts=len(prompts), clean_logit_diff=1.0, corrupted_logit_diff=-1.0)
     other = heads.copy()
-    other.attrs = dict(note=dict(prompts=7))              # patched on other prompts
+    other.attrs = dict(note=dict(heads.attrs["note"], prompts=7))              # patched on other prompts
+    unsaid = heads.copy()
+    unsaid.attrs = dict(note=dict(prompts=len(prompts), clean_logit_diff=float("nan"), corrupted_logit_diff=0.0))
+    bare = heads.copy()
+    bare.attrs = {}
     circuits = pd.DataFrame(dict(layer=[0], head=[0], ov_copying=[0.1], ov_copying_z=[1.0], qk_same_token=[0.0]))
 
     def no_pass(*args, **kwargs):
@@ -352,6 +510,8 @@ def test_every_wrong_argument_is_refused_before_any_model_pass(tiny, monkeypatch
         (lambda: hw.direct_effects(m, prompts, heads.drop(columns="logit_diff")), hw.TableError, "logit_diff"),
         (lambda: hw.direct_effects(m, prompts, heads.assign(score_rank=0)), hw.TableError, "score_rank"),
         (lambda: hw.direct_effects(m, prompts, other), hw.TableError, "7 prompts"),
+        (lambda: hw.direct_effects(m, prompts, bare), hw.TableError, "heads carries no note"),
+        (lambda: hw.direct_effects(m, prompts, unsaid), hw.TableError, "clean_logit_diff = nan, not a finite number"),
         (lambda: hw.direct_effects(m, prompts, batch=0), hw.ConfigError, "batch=0"),
         (lambda: hw.direct_effects(m, prompts, settings=[1]), hw.ConfigError, "settings"),
         (lambda: hw.logit_lens(m, prompts, rounding_factor=-1.0), hw.ConfigError, "rounding_factor"),
@@ -372,12 +532,42 @@ def test_every_wrong_argument_is_refused_before_any_model_pass(tiny, monkeypatch
         assert "\n" not in str(err.value), err.value
 
 
-def test_the_public_functions_end_to_end(tiny):
+@pytest.fixture(scope="module")
+def made(tiny):
+    """The prompts of :data:`PAIRS` and the head sweep on them (top 2)."""
+    prompts = hw.prompt_pairs(tiny, pd.DataFrame(PAIRS))
+    return dict(prompts=prompts, heads=hw.patch_heads(tiny, prompts, top_k=2))
+
+
+def test_a_heads_table_patched_on_other_prompts_is_refused(tiny, made):
+    """A head's total effect and its direct effect must be of the same prompts: the heads' note says the clean and
+    corrupted logit differences it was patched at, and a call whose own differ by more than rounding of numbers
+    that size explains (as many prompts, other pairs) is refused naming heads; within the bound, it is read."""
+    other = hw.prompt_pairs(tiny, pd.DataFrame(dict(PAIRS, answer=PAIRS["distractor"], distractor=PAIRS["answer"])))
+    with pytest.raises(hw.TableError, match=r"^hw.direct_effects: heads were patched at clean and corrupted logit "
+                                            r"differences .* these prompts give .* more than rounding explains"):
+        hw.direct_effects(tiny, other, made["heads"])
+    note = made["heads"].attrs["note"]
+    lds = dict(clean=note["clean_logit_diff"], corrupted=note["corrupted_logit_diff"])
+    bound = D.rounding(tiny.adapter, 1.0, 2 * 10.0).bound           # float32's, the magnitude 2 × |logit| 10
+    D.same_prompts(tiny.adapter, note, dict(lds, clean=lds["clean"] + 0.9 * bound), 10.0, 1.0)
+    with pytest.raises(hw.TableError, match="heads were patched at"):
+        D.same_prompts(tiny.adapter, note, dict(lds, corrupted=lds["corrupted"] - 1.1 * bound), 10.0, 1.0)
+    with in_float64(tiny.adapter):          # a float64 call still allows float32's rounding (the sweep's)
+        D.same_prompts(tiny.adapter, note, dict(lds, clean=lds["clean"] + 0.9 * bound), 10.0, 1.0)
+
+
+def test_the_public_functions_end_to_end(tiny, made, monkeypatch):
     """Direct effects beside patching's total effect (the totals are the head sweep's), the logit lens, the
-    weights' circuits, their verdict, the figures and the explorer panel's table, on the tiny model."""
+    weights' circuits, their verdict, the figures and the explorer panel's table, on the tiny model; each call's
+    progress named after it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     m = tiny
-    prompts = hw.prompt_pairs(m, pd.DataFrame(PAIRS))
-    heads = hw.patch_heads(m, prompts, top_k=2)
+    prompts, heads = made["prompts"], made["heads"]
+    named = []
+    real = D.phases
+    monkeypatch.setattr(D, "phases", lambda call, total=None: named.append(call) or real(call, total))
     direct = hw.direct_effects(m, prompts, heads)
     beside = direct.attrs["tables"]["heads"]
     corrupted = direct.attrs["note"]["corrupted_logit_diff"]
@@ -386,6 +576,7 @@ def test_the_public_functions_end_to_end(tiny):
     assert np.allclose(beside["direct"] + beside["indirect"], beside["total"])
     assert hw.guards_of(direct)["passed"].all()
     lens = hw.logit_lens(m, prompts)
+    assert named == ["direct_effects", "logit_lens"]
     last = lens[(lens["run"] == "clean") & (lens["depth"] == m.adapter.n_layers) & (lens["position"] == -1)]
     assert float(last["logit_diff"].iloc[0]) == pytest.approx(direct.attrs["note"]["clean_logit_diff"], abs=1e-5)
     circuits = hw.weight_circuits(m, null_draws=20)
@@ -399,6 +590,18 @@ def test_the_public_functions_end_to_end(tiny):
     for fig in (hw.plot_direct(direct), hw.plot_logit_lens(lens), hw.plot_weights(circuits, paths),
                 hw.plot_weights(circuits)):
         assert fig.axes
+        canvas = FigureCanvasAgg(fig)           # every axis label inside the figure, none cut off
+        canvas.draw()
+        for ax in fig.axes:
+            for label in (x for x in (ax.xaxis.label, ax.yaxis.label) if x.get_text()):
+                box = label.get_window_extent(canvas.get_renderer())
+                assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 + 0.5, label.get_text()
+    fig = hw.plot_logit_lens(lens)              # the middle panel's two lines named, on their two axes
+    assert [t.get_text() for t in fig.axes[1].get_legend().get_texts()] == ["p(answer) (left axis)", "rank (right axis)"]
+    clean = lens[(lens["run"] == "clean") & (lens["depth"] == 0)].sort_values("position")
+    varies = [str(t).strip() == f"−{-p}" for p, t in zip(clean["position"], clean["token"])]   # tokens differ there
+    ticks = [t.get_text() for t in fig.axes[2].get_xticklabels()]
+    assert any(varies) and not all(varies) and [t.endswith(" (varies)") for t in ticks] == varies, ticks
     panel = explorer_panel(circuits, circuits.attrs["tables"]["composition"], beside, paths)
     assert len(panel) == m.adapter.n_layers * m.adapter.n_heads
     assert (panel.loc[panel["layer"] == 0, "reads"] == "").all() and (panel.loc[panel["layer"] == 2, "feeds"] == "").all()

@@ -27,6 +27,7 @@ from ..settings.sweep import SummarySettings, TrainSettings, active_sweeps, entr
 GiB = 1 << 30
 F32 = 4            # bytes of a float32: logits, activations, the prepared model
 I64 = 8            # bytes of an int64: token ids, window offsets, bootstrap indices
+F64 = 8            # bytes of a float64: the lens's probabilities, the weights' circuits
 
 
 def model_params(shape: dict) -> int | None:
@@ -75,7 +76,8 @@ def patching_estimate(key: str, what: str, prompts: int, length: int, batch: int
 
 def model_estimates(config: dict, facts, workdir: str | Path = ".") -> list[dict]:
     """The jobs that run studied model ``facts.key``: its preparation, the attention maps, the
-    cuts, activation patching and the ungrouped key/value control."""
+    cuts, activation patching, the edge circuits, the lens (direct effects and the logit lens, the
+    weights' circuits) and the ungrouped key/value control."""
     shape, key = facts.shape, facts.key
     params = model_params(shape)
     if params is None:
@@ -103,6 +105,13 @@ def model_estimates(config: dict, facts, workdir: str | Path = ".") -> list[dict
                                  n, length, p["batch"], shape, weights))
     if config.get("edges"):
         out += edge_estimates(config["edges"], shape, key, weights, n, length)
+    if config.get("lens"):
+        rows = min(config["lens"]["batch"], n)
+        out.append(lens_estimate(f"model {key}'s direct effects and logit lens ({n} prompts of {length} tokens, {rows} "
+                                 "a pass)", rows, length, shape, weights, True, n,
+                                 dict(batch=("lens.batch", "lower it"), prompts=("patching.n", "lower it"))))
+        out.append(weights_estimate(f"models.{key}", f"model {key}'s weights' circuits (every pair of heads)", shape,
+                                    weights))
     layers = AnatomySettings.from_config(config["anatomy"]).need("kv_control").kv_control.layers
     control = model_params(dict(shape, layers=layers, kv_heads=H))
     out.append(estimate("anatomy.kv_control.layers", f"model {key}'s ungrouped control (kv_control.layers = {layers})",
@@ -233,12 +242,35 @@ def memory_errors(estimates: list[dict], meminfo: dict) -> tuple[list[str], list
     return errors, warnings
 
 
-def lens_estimate(key: str, what: str, rows: int, T: int, shape: dict, weights: int, lens: bool,
-                  change: str = "lower it") -> dict:
-    """Direct effects (and with ``lens`` the logit lens) on ``rows`` prompts of ``T`` tokens a pass: both
-    runs' every block's output and ``z`` (every position), and the lens's logits of a depth (every position,
-    the vocabulary, in float32 and its softmax in float64)."""
-    L, H, W = shape["layers"], shape["heads"], shape["width"]
+def lens_estimate(what: str, rows: int, T: int, shape: dict, weights: int, lens: bool, prompts: int,
+                  keys: dict) -> dict:
+    """Direct effects (and with ``lens`` the logit lens) on ``prompts`` prompts of ``T`` tokens, ``rows`` a pass:
+    a pass's both runs' every block's output and ``z`` (every position) and the lens's peak at a depth (every
+    position, the vocabulary: the logits in float32, their float64 copy and its softmax at once, 20 bytes a logit;
+    measured: 8 prompts × 64 positions × 32,768 tokens, this estimate 326 MiB, the peak resident memory 361 MiB
+    above the pass's start); and every prompt's logits at the last position of both runs, kept for the sum guard
+    (and with ``lens`` the lens's at the last depth beside them, for its guard). Its key is the one that drives
+    the larger part: ``keys["batch"]`` (the pass's) or ``keys["prompts"]`` (every prompt's), each ``(key, what to
+    change)``."""
+    L, H, W, V = shape["layers"], shape["heads"], shape["width"], shape.get("vocab") or 0
     D = shape.get("head_dim") or W // H
-    return estimate(key, what, dict(weights=weights, activations=2 * rows * T * L * (H * D + 2 * W) * F32,
-                                    logits=(3 * rows * T * (shape.get("vocab") or 0) * F32) if lens else 0), change)
+    batch = {"activations": 2 * rows * T * L * (H * D + 2 * W) * F32,
+             "the lens's logits at a depth": rows * T * V * (F32 + 2 * F64) if lens else 0}
+    every = (2 + 2 * lens) * prompts * V * F32
+    key, change = keys["prompts" if every > sum(batch.values()) else "batch"]
+    return estimate(key, what, {"weights": weights, **batch, "every prompt's last logits": every}, change)
+
+
+def weights_estimate(key: str, what: str, shape: dict, weights: int, change: str = "lower it") -> dict:
+    """The weights' circuits (:mod:`headwatch.lens.composition`): the model's ``weights``, and in float64 every
+    layer's query, key, value and output matrices, each layer's factored forms (a head's ``P`` and ``Sq``) and
+    the receivers' stack of them (``Sq``, the keys and values again), and the composition table (3 inputs ×
+    every pair of heads in different layers, at least 12 numbers of 8 bytes a row: the four heads' addresses,
+    the input's and the labels' pointers, the group, the head's and the path's score, the null's mean and
+    spread, z). The nulls are scored a chunk at a time (:data:`headwatch.lens.composition.NULL_CHUNK_BYTES`),
+    whatever ``lens.null_draws`` is."""
+    L, H, W = shape["layers"], shape["heads"], shape["width"]
+    D, K = shape.get("head_dim") or W // H, shape.get("kv_heads") or H
+    return estimate(key, what, {"weights": weights, "matrices": L * (2 * H + 2 * K) * W * D * F64,
+                                "factored forms": L * (3 * H + 2 * K) * W * D * F64,
+                                "composition table": 3 * H * H * L * (L - 1) // 2 * 12 * F64}, change)

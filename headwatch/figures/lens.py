@@ -81,13 +81,15 @@ def lens_figure(lens: pd.DataFrame):
     axes[0].set_ylabel("logit difference at the last position")
     axes[0].legend(frameon=False)
     clean = last[last["run"] == "clean"].sort_values("depth")
-    axes[1].plot(clean["depth"], clean["p_answer"], marker=".", color=PALETTE[2], label="p(answer)")
+    axes[1].plot(clean["depth"], clean["p_answer"], marker=".", color=PALETTE[2], label="p(answer) (left axis)")
     axes[1].set_ylabel("p(answer), clean")
     twin = axes[1].twinx()
-    twin.plot(clean["depth"], clean["rank"], marker=".", color=PALETTE[4], label="rank")
+    twin.plot(clean["depth"], clean["rank"], marker=".", color=PALETTE[4], label="rank (right axis)")
     twin.set_yscale("log")
     twin.set_ylabel("answer's rank (1 = top), clean")
     axes[1].set_xlabel("depth")
+    lines = axes[1].get_lines() + twin.get_lines()
+    axes[1].legend(lines, [line.get_label() for line in lines], loc="center left", frameon=False)
     grid_rows = lens[lens["run"] == "clean"]
     positions = sorted(grid_rows["position"].unique())
     grid = grid_rows.pivot_table(index="depth", columns="position", values="logit_diff").reindex(columns=positions)
@@ -95,7 +97,7 @@ def lens_figure(lens: pd.DataFrame):
     im = axes[2].imshow(grid.to_numpy(), cmap=DIVERGING, vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
     tokens = grid_rows.drop_duplicates("position").set_index("position").reindex(positions)["token"]
     axes[2].set_xticks(range(len(positions)))
-    axes[2].set_xticklabels([str(t) for t in tokens], rotation=90, fontsize=5)
+    axes[2].set_xticklabels([_tick(p, t) for p, t in zip(positions, tokens)], rotation=90, fontsize=5)
     axes[2].set_ylabel("depth")
     axes[2].set_title("clean: logit difference")
     fig.colorbar(im, ax=axes[2], shrink=0.8)
@@ -103,6 +105,14 @@ def lens_figure(lens: pd.DataFrame):
     fig.suptitle(f"the logit lens over {n} prompts: each depth through the final norm (its own scale) and the "
                  "unembedding", fontsize=7)
     return fig
+
+
+def _tick(position, token) -> str:
+    """A position's label on the lens's axis: its token, with "(varies)" where the prompts' tokens differ there
+    (the table's label is then the position alone: a pairs file's ``−k``, or nothing)."""
+    said = str(token).strip()
+    bare = said in ("", f"−{-int(position)}", str(position))
+    return f"{said} (varies)".strip() if bare else said
 
 
 @styled
@@ -123,14 +133,14 @@ def weights_figure(circuits: pd.DataFrame, composition: pd.DataFrame, paths: pd.
             if len(part):
                 rho = float(spearman(part["z"], part["score"].abs())) if len(part) > 2 else float("nan")
                 ax.scatter(part["z"], part["score"].abs(), s=8, color=color, label=f"{i}: ρ = {rho:.2f} ({len(part)})")
-        ax.set_xlabel("composition score − null mean, in null spreads (z)")
+        ax.set_xlabel("composition score − null mean,\nin null spreads (z)")
         ax.set_ylabel("|path score| (path patching)")
         ax.set_title("the weights against the paths")
     else:
         for i, color in zip(("q", "k", "v"), PALETTE):
             ax.hist(composition.loc[composition["input"] == i, "z"], bins=40, histtype="step", color=color,
                     label=f"{i}-composition")
-        ax.set_xlabel("z: (score − null mean) / null spread")
+        ax.set_xlabel("z: (score − null mean)\n/ null spread")
         ax.set_ylabel("pairs of heads")
         ax.set_title(f"composition scores of {len(composition) // 3:,} pairs")
     ax.legend(frameon=False)

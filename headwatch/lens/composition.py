@@ -36,11 +36,15 @@ composition scores through a query or key use the same matrix.
 * **The nulls**: every score beside the same score of random matrices of the same shapes (independent
   normal entries; ``lens.null_draws`` draws, ``lens.seed``): its mean and spread, and each score's
   distance from the mean in spreads (``z``). The copying and same-token scores' nulls draw the head's
-  matrices and keep the model's embeddings.
+  matrices and keep the model's embeddings. The draws are scored a chunk at a time (:func:`chunk_of`:
+  at most :data:`NULL_CHUNK_BYTES` of random matrices at once, whatever ``null_draws`` is), each matrix
+  the rows of the one its generator would draw whole (:func:`null_draws`): the same numbers as drawing
+  every matrix at once.
 """
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -51,7 +55,7 @@ import torch
 from ..jobs import phases, progress
 from ..model.arch import head_label
 from ..model.recompute import apply_rotary
-from ..settings.lens import LensSettings
+from ..settings.lens import LensSettings, stream_seed
 
 log = logging.getLogger("headwatch.lens.composition")
 
@@ -260,25 +264,75 @@ def pair_scores(sender: Factors, rec: Receivers, layer: int) -> dict:
 
 
 # ------------------------------------------------------------------ the nulls
-def random_layer(shape: dict, heads: int, groups: int, g: torch.Generator) -> LayerWeights:
-    """A layer of random matrices (independent standard normal entries) of ``shape``'s width and head
-    size, ``heads`` query heads and ``groups`` key/value groups, without rotary positions."""
-    W, d = shape["width"], shape["head_dim"]
-    draw = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
-    return LayerWeights(draw(heads, W, d), draw(groups, W, d), draw(groups, W, d), draw(heads, d, W),
-                        torch.eye(d, dtype=torch.float64))
+NULL_CHUNK_BYTES = 1 << 26
+"""At most this many bytes of random matrices (float64) are drawn at once for a null (64 MiB; with their
+factored forms and products a chunk of SmolLM2's shapes peaks at about 0.5 GB): the nulls are scored a chunk of draws at a
+time (:func:`chunk_of`), so that their memory does not grow with ``null_draws`` (all at once, 100,000 draws
+of SmolLM2's shapes held about 350 GB)."""
+FILL_BLOCK = 16
+"""torch fills a float64 tensor with normal numbers from its generator's uniforms in order, in blocks of 16
+(Box–Muller within each; the last 16 drawn again where the size is no multiple of 16): a tensor drawn in
+pieces that start on a block of the whole is the whole, number for number (tests/test_lens.py holds it)."""
 
 
-def composition_null(shape: dict, group_size: int, draws: int, seed: int) -> pd.DataFrame:
+def chunk_of(per_draw: list[int], draws: int, budget: int = NULL_CHUNK_BYTES) -> int:
+    """How many draws of a null are scored at once: as many as ``budget`` bytes of their random matrices
+    (``per_draw``: each matrix's numbers a draw, float64) hold, a multiple of what keeps every piece on a
+    block of :data:`FILL_BLOCK` numbers of the matrix drawn whole (at least that many), at most ``draws``."""
+    step = 1
+    for n in per_draw:
+        step = math.lcm(step, FILL_BLOCK // math.gcd(FILL_BLOCK, int(n)))
+    fits = budget // (8 * sum(per_draw)) // step * step
+    return int(min(draws, max(step, fits)))
+
+
+def null_draws(seed: int, shapes: list[tuple], draws: int, chunk: int):
+    """The random matrices of a null, a chunk of draws at a time: for each slice of ``chunk`` draws, a list
+    with, for each of ``shapes``, its ``[draws in the chunk, *shape]`` — the rows of the ``[draws, *shape]``
+    tensors a generator seeded with ``seed`` draws whole, one after the other (independent standard normal
+    entries, float64). Each matrix has a generator of its own, set where the whole draw would start it (the
+    generator is first run through every matrix once, a chunk at a time, discarding them)."""
+    g = torch.Generator().manual_seed(int(seed))
+    draw = lambda k, shape, gen: torch.randn(k, *shape, generator=gen, dtype=torch.float64)
+    starts = []
+    for shape in shapes:
+        starts.append(torch.Generator().set_state(g.get_state()))
+        for i in range(0, draws, chunk):
+            draw(min(chunk, draws - i), shape, g)
+    for i in range(0, draws, chunk):
+        yield [draw(min(chunk, draws - i), shape, gen) for shape, gen in zip(shapes, starts)]
+
+
+def _size(shape: tuple) -> int:
+    return int(np.prod(shape))
+
+
+def composition_null(shape: dict, group_size: int, draws: int, seed: int, budget: int = NULL_CHUNK_BYTES) -> pd.DataFrame:
     """The composition scores of random matrices of ``shape``'s width and head size, a receiver group of
     ``group_size`` heads: one row per input and kind (``head``: a receiving head's score; ``path``: what a
     path patches, the group's for k and v), with the mean, spread and 5 % / 95 % quantiles of ``draws``
     draws — draw k a random sender head and a random receiving group of its own, scored as the model's
-    pairs are (:func:`factors`, :func:`pair_scores`' formulas)."""
-    g = torch.Generator().manual_seed(int(seed))
-    n = group_size
-    s = factors(random_layer(shape, draws, draws, g))
-    r = factors(random_layer(shape, draws * n, draws, g))
+    pairs are (:func:`factors`, :func:`pair_scores`' formulas). The sender's query, key, value and output
+    matrices, then the receiving group's (its heads' queries and outputs, its key and value) are drawn in
+    that order from ``seed``, scored ``budget`` bytes of them at a time (:func:`null_draws`)."""
+    W, d, n = shape["width"], shape["head_dim"], group_size
+    shapes = [(W, d), (W, d), (W, d), (d, W), (n, W, d), (W, d), (W, d), (n, d, W)]
+    got = {}
+    eye = torch.eye(d, dtype=torch.float64)
+    for m in null_draws(seed, shapes, draws, chunk_of([_size(x) for x in shapes], draws, budget)):
+        k = len(m[0])
+        s = factors(LayerWeights(*m[:4], eye))
+        r = factors(LayerWeights(m[4].reshape(k * n, W, d), m[5], m[6], m[7].reshape(k * n, d, W), eye))
+        for key, value in _composition_draws(s, r, n).items():
+            got.setdefault(key, []).append(value)
+    return pd.DataFrame([dict(score=f"composition {i}", kind=kind, group_size=n, draws=draws, seed=seed,
+                              **_summary(np.concatenate(got[(i, kind)])))
+                         for i in INPUTS for kind in ("head", "path")])
+
+
+def _composition_draws(s: Factors, r: Factors, n: int) -> dict:
+    """Each draw's composition scores of a sender's factors ``s`` and a receiving group's ``r``: ``{(input,
+    kind): [draws]}``."""
     first = slice(0, None, n)                                    # each group's first head
     got = {("q", "head"): _norms(s.P @ r.Sq[first], (-2, -1)) / r.norm["q"][first]}
     for i in ("k", "v"):
@@ -286,9 +340,7 @@ def composition_null(shape: dict, group_size: int, draws: int, seed: int) -> pd.
         got[(i, "head")] = _norms(Y @ r.F[i][first], (-2, -1)) / r.norm[i][first]
         got[(i, "path")] = _norms(Y @ r.F[f"{i}_group"], (-2, -1)) / r.norm[f"{i}_group"]
     got[("q", "path")] = got[("q", "head")]
-    return pd.DataFrame([dict(score=f"composition {i}", kind=kind, group_size=n, draws=draws, seed=seed,
-                              **_summary((got[(i, kind)] / s.ov).numpy()))
-                         for i in INPUTS for kind in ("head", "path")])
+    return {k: (v / s.ov).numpy() for k, v in got.items()}
 
 
 def _summary(x: np.ndarray) -> dict:
@@ -317,7 +369,8 @@ def _weight_circuits(adapter, settings: LensSettings, step):
     step(f"composition scores of every pair of heads in {L} layers")
     table = composition_table(a, made)
     step(f"the nulls: {settings.null_draws} draws of random matrices of each shape")
-    null = composition_null(dict(width=a.width, head_dim=a.head_dim), a.group_size, settings.null_draws, settings.seed)
+    null = composition_null(dict(width=a.width, head_dim=a.head_dim), a.group_size, settings.null_draws,
+                            stream_seed(settings.seed, 0))
     paths = null[null["kind"] == "path"].set_index("score")
     table["null_mean"] = [float(paths.loc[f"composition {i}", "mean"]) for i in table["input"]]
     table["null_sd"] = [float(paths.loc[f"composition {i}", "sd"]) for i in table["input"]]
@@ -361,9 +414,12 @@ def composition_table(adapter, made: list[Factors]) -> pd.DataFrame:
               "head_score", "score"]]
 
 
-def head_scores(adapter, layers: list[LayerWeights], settings: LensSettings) -> tuple[pd.DataFrame, pd.DataFrame]:
+def head_scores(adapter, layers: list[LayerWeights], settings: LensSettings,
+                budget: int = NULL_CHUNK_BYTES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(each head's OV copying and QK same-token scores beside their nulls' mean and spread, the nulls'
-    rows): the eigenvalues of head-size matrices, the embeddings' products computed once."""
+    rows): the eigenvalues of head-size matrices, the embeddings' products computed once; the nulls' random
+    matrices drawn from stream 1 of ``lens.seed`` (:func:`~headwatch.settings.lens.stream_seed`) ``budget``
+    bytes at a time (:func:`null_draws`)."""
     E, U = embeddings(adapter)
     P = U @ E                                    # W_U W_E [width, width]
     GE = E.T @ E                                 # W_Eᵀ W_E
@@ -378,12 +434,13 @@ def head_scores(adapter, layers: list[LayerWeights], settings: LensSettings) -> 
                               label=[head_label(l, h) for l, h in adapter.heads()],
                               kv_group=[h // n for _, h in adapter.heads()],
                               ov_copying=_shares(ov), qk_same_token=_shares(qk)))
-    g = torch.Generator().manual_seed(int(settings.seed) + 1)
-    W, d, D = adapter.width, adapter.head_dim, settings.null_draws
-    draw = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
-    null_ov = _shares((draw(D, d, W) @ P) @ draw(D, W, d))
-    null_qk = _shares((draw(D, W, d).transpose(-1, -2) @ GE) @ draw(D, W, d))
-    null = pd.DataFrame([dict(score=name, kind="head", group_size=1, draws=D, seed=settings.seed + 1, **_summary(x))
+    W, d, D, seed = adapter.width, adapter.head_dim, settings.null_draws, stream_seed(settings.seed, 1)
+    shapes = [(d, W), (W, d), (W, d), (W, d)]             # a head's output and value, then its key and query
+    null_ov, null_qk = [], []
+    for o, v, k, q in null_draws(seed, shapes, D, chunk_of([_size(x) for x in shapes], D, budget)):
+        null_ov.append(_shares((o @ P) @ v))
+        null_qk.append(_shares((k.transpose(-1, -2) @ GE) @ q))
+    null = pd.DataFrame([dict(score=name, kind="head", group_size=1, draws=D, seed=seed, **_summary(np.concatenate(x)))
                          for name, x in (("ov_copying", null_ov), ("qk_same_token", null_qk))])
     for name in ("ov_copying", "qk_same_token"):
         mean, sd = null.set_index("score").loc[name, ["mean", "sd"]]

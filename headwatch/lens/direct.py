@@ -33,13 +33,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 import torch
 
-from ..guards import GuardRecords, Rounding, compare, rounding
+from ..guards import GuardRecords, Rounding, compare, rounding, unit_roundoff
 from ..jobs import phases
 from ..model.arch import head_label
 from ..model.device import exact_numerics
@@ -48,7 +48,7 @@ from ..names import top_heads
 from ..patching import pairs
 from ..patching.batch import PromptBatch, logit_diff
 from ..patching.prompts import position_labels, task_note
-from ..settings.lens import LensSettings
+from ..settings.lens import LensError, LensSettings
 
 log = logging.getLogger("headwatch.lens.direct")
 
@@ -288,15 +288,53 @@ def _batches(n: int, size: int):
 
 
 def direct_effects(model, adapter, prompts: pd.DataFrame, settings: LensSettings, heads: pd.DataFrame | None = None,
-                   top_k: int | None = None, lens: bool = False):
+                   top_k: int | None = None, lens: bool = False, called: str = "direct_effects"):
     """(the components' table, the heads' table beside patching's total effect — None without ``heads`` —,
     the logit lens' table — None without ``lens`` —, the note, the guard record): see the module doc.
-    ``heads``: :func:`headwatch.patch_heads`' table on the same prompts; ``top_k``: the heads that matter
-    (patching's ``top_k``), of which those acting mostly through others are named. Every guard runs
-    under :func:`headwatch.model.device.exact_numerics`; a failed one raises once the tables are made,
-    carrying them."""
-    with exact_numerics(), phases("direct_effects", 3 + 2 * lens) as step:
+    ``heads``: :func:`headwatch.patch_heads`' table on the same prompts, its note (``attrs["note"]``) saying
+    the clean and corrupted logit differences it was patched at (:func:`same_prompts`); ``top_k``: the heads
+    that matter (patching's ``top_k``), of which those acting mostly through others are named; ``called``: the
+    name of the call's progress (``logit_lens`` for :func:`headwatch.logit_lens`). Every guard runs under
+    :func:`headwatch.model.device.exact_numerics`; a failed one raises once the tables are made, carrying
+    them."""
+    if heads is not None:
+        heads_note(heads)
+    with exact_numerics(), phases(called, 3 + 2 * lens) as step:
         return _direct_effects(model, adapter, prompts, settings, heads, top_k, lens, step)
+
+
+def heads_note(heads: pd.DataFrame) -> dict:
+    """The note of :func:`headwatch.patch_heads`' table (``heads.attrs["note"]``), refused without the clean and
+    corrupted logit differences it was patched at (finite numbers) — what says its prompts are these."""
+    note = heads.attrs.get("note")
+    made = ("pass the table hw.patch_heads(m, prompts) returned (one read back from its file: its note is "
+            "headwatch.tableio.read_note(path))")
+    if not isinstance(note, dict):
+        raise LensError(f"heads carries no note (attrs['note']) saying the clean and corrupted logit differences it "
+                        f"was patched at: {made}")
+    for key in ("clean_logit_diff", "corrupted_logit_diff"):
+        value = note.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise LensError(f"heads' note (attrs['note']) has {key} = {value!r}, not a finite number: {made}")
+    return note
+
+
+def same_prompts(adapter, note: dict, lds: dict, largest: float, factor: float) -> None:
+    """Refuse a heads table patched on other prompts (or of another model): its note's clean and corrupted logit
+    differences must be this call's within the bound of rounding of the two runs (:func:`headwatch.guards.rounding`:
+    the model's blocks and unembedding in another batch shape; the magnitude 2 × the largest |logit| at the
+    last position, a difference of two logits; at least float32's unit roundoff, the sweep's dtype)."""
+    bound = rounding(adapter, factor, 2 * largest, of="2 × largest |logit| (a difference of two logits)")
+    if bound.unit_roundoff < unit_roundoff(torch.float32):
+        bound = replace(bound, dtype="float32")
+    theirs = {r: float(note[f"{r}_logit_diff"]) for r in ("clean", "corrupted")}
+    worst = max(abs(theirs[r] - lds[r]) for r in theirs)
+    if not worst <= bound.bound:
+        raise LensError(f"heads were patched at clean and corrupted logit differences {theirs['clean']:.6g} and "
+                        f"{theirs['corrupted']:.6g} (its note), these prompts give {lds['clean']:.6g} and "
+                        f"{lds['corrupted']:.6g}: {worst:.3g} apart, more than rounding explains ({bound.bound:.3g}: "
+                        f"{bound.formula()}); a head's total effect and its direct effect must be of the same prompts "
+                        "and model: pass the table hw.patch_heads(m, prompts) returned for these prompts")
 
 
 def _direct_effects(model, adapter, prompts, settings: LensSettings, heads, top_k, lens: bool, step):
@@ -336,6 +374,9 @@ def _direct_effects(model, adapter, prompts, settings: LensSettings, heads, top_
         records.add(sum_is_logit_diff(reader, cases, settings.rounding_factor))
     lds = {r: float(torch.cat([logit_diff(c[2], c[3], c[4], exact=True).cpu() for c in cases if c[0] == r]).mean())
            for r in ("clean", "corrupted")}
+    if heads is not None:
+        same_prompts(adapter, heads.attrs["note"], lds, max(float(c[2].abs().max()) for c in cases),
+                     settings.rounding_factor)
     lens_table = None
     if lens:
         step("guard: the lens at the last depth is the model's output")
@@ -450,7 +491,7 @@ def _lens_batch(adapter, reader: Reader, runs: dict, a, d, mask, sums, cases: li
             w = torch.ones_like(ld) if mask is None else mask.to(ld)
             depths.append(torch.stack([(ld * w).sum(0).double(), (rank * w).sum(0).double(), (p * w).sum(0),
                                        w.sum(0).double()], -1))
-        cases.append((name, logits[:, -1], run.logits))
+        cases.append((name, logits[:, -1].clone(), run.logits))     # a copy: a view would hold every position
         got = torch.stack(depths).cpu()
         sums[name] = got if name not in sums else sums[name] + got
     return sums

@@ -4,7 +4,9 @@ circuits predict what patching measures?
 * **Composition against path patching**: on the edges path patching measured (sender head → receiver
   head's q, k or v), the composition score of the same input (:mod:`.composition`: its distance from its
   null in spreads, ``z``, so that the three inputs' scores are on one scale; a key or value path's score
-  the receiver's group's) against the path's size ``|score|``: Spearman's rank correlation, its
+  the receiver's group's) against the path's size ``|score|``, each measurement once
+  (:func:`measurements`: a key or value path per key/value group, a query path per head): Spearman's
+  rank correlation, its
   bootstrap interval over the edges (``scipy.stats.bootstrap``, paired, percentile; ``lens.bootstrap``
   resamples at ``lens.confidence``) and **the null's**: the correlation that random matrices of the same
   shapes would give. Their scores are independent of the paths and identically distributed edge by
@@ -23,8 +25,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..settings.lens import LensError, LensSettings
+from ..settings.lens import LensError, LensSettings, stream_seed
 
+RESAMPLE_NUMBERS = 1 << 22
+"""The most numbers of one array a batch of resamples or pairings holds (each a pair's index or rank, 32 MiB in
+float64): ``scipy.stats``' ``batch`` is this over the pairs, so that an interval's memory does not grow with
+``lens.bootstrap`` or ``lens.null_draws`` (all at once, a million resamples raised a MemoryError). Drawn batch
+after batch from one generator, the resamples are those drawn at once: the same interval, the same null."""
 MIN_PAIRS = 3
 """Fewer pairs than this have no rank correlation worth an interval: the verdict is *not resolved*."""
 KEYS = ["sender_layer", "sender_head", "receiver_layer", "receiver_head", "input"]
@@ -48,10 +55,12 @@ def spearman(x, y, axis: int = -1) -> np.ndarray:
     return np.divide((rx * ry).sum(axis), den, out=np.zeros_like(den, dtype=float), where=den > 0)
 
 
-def verdict(x, y, settings: LensSettings, comparison: str, weights: str, activations: str) -> dict:
+def verdict(x, y, settings: LensSettings, comparison: str, weights: str, activations: str,
+            numbers: int = RESAMPLE_NUMBERS) -> dict:
     """One row of the verdict table: ``x`` (the weights' scores) against ``y`` (what the activations
     measured), paired: ρ, its bootstrap interval, the null's range, the permutation p-value, and the
-    verdict in words (module doc)."""
+    verdict in words (module doc); resamples and pairings ``numbers`` numbers at a time
+    (:data:`RESAMPLE_NUMBERS`)."""
     from scipy.stats import bootstrap, permutation_test
 
     settings.need("bootstrap", "confidence", "null_draws", "seed")
@@ -62,11 +71,14 @@ def verdict(x, y, settings: LensSettings, comparison: str, weights: str, activat
         return dict(row, rho=0.0, low=0.0, high=0.0, null_low=0.0, null_high=0.0, p_null=1.0, resolved=False,
                     verdict=f"not resolved: {why}")
     rho = float(spearman(x, y))
+    batch = max(1, numbers // len(x))
     boot = bootstrap((x, y), spearman, paired=True, vectorized=True, n_resamples=settings.bootstrap,
-                     confidence_level=settings.confidence, method="percentile", random_state=settings.seed)
+                     confidence_level=settings.confidence, method="percentile", batch=batch,
+                     random_state=stream_seed(settings.seed, 0))
     low, high = (float(v) for v in boot.confidence_interval)
     null = permutation_test((x, y), lambda a, b, axis=-1: spearman(a, b, axis), permutation_type="pairings",
-                            vectorized=True, n_resamples=settings.null_draws, random_state=settings.seed + 2)
+                            vectorized=True, n_resamples=settings.null_draws, batch=batch,
+                            random_state=stream_seed(settings.seed, 2))
     tail = (1 - settings.confidence) / 2
     null_low, null_high = (float(v) for v in np.quantile(null.null_distribution, [tail, 1 - tail]))
     shown = f"ρ = {rho:.2f} [{low:.2f}, {high:.2f}] ({settings.confidence:.0%} interval), the null's " \
@@ -86,8 +98,9 @@ def matched(composition: pd.DataFrame, paths: pd.DataFrame) -> pd.DataFrame:
     path must have its pair in ``composition`` (a path of another model, or of a head it lacks, is refused)."""
     comp = composition.assign(**{k: composition[k].astype(int) for k in KEYS if k != "input"})
     mine = paths.assign(**{k: paths[k].astype(int) for k in KEYS if k != "input"})
-    both = mine.merge(comp[KEYS + ["score", "head_score", "z"]].rename(
-        columns=dict(score="weights", head_score="weights_head", z="weights_z")), on=KEYS, how="left")
+    both = mine.merge(comp[KEYS + ["group", "score", "head_score", "z"]].rename(
+        columns=dict(group="weights_group", score="weights", head_score="weights_head", z="weights_z")), on=KEYS,
+        how="left")
     missing = both["weights"].isna()
     if missing.any():
         r = both[missing].iloc[0]
@@ -97,16 +110,53 @@ def matched(composition: pd.DataFrame, paths: pd.DataFrame) -> pd.DataFrame:
     return both.assign(path=both["score"].abs())
 
 
+def measurements(both: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`matched` that are measurements of their own: a query path per receiving head, a key or
+    value path once per (sender, receiver's key/value group, input) — the composition table's ``group``, whose
+    ``score`` is the group's. The heads of a group read one key and one value: path patching patches the group's
+    for each of them, the same measurement under each head's name, and counting it once per head would count
+    one pair of numbers as several, narrowing the intervals. The first head's row of each group is kept."""
+    kv = both["input"] != "q"
+    lost = kv & both["weights_group"].isna()
+    if lost.any():
+        r = both[lost].iloc[0]
+        raise LensError(f"circuits.attrs['tables']['composition'] holds no key/value group for L{r.sender_layer}"
+                        f"H{r.sender_head} -> L{r.receiver_layer}H{r.receiver_head} ({r.input}) (column 'group'): "
+                        "pass the table hw.weight_circuits(m) returned")
+    unit = np.where(kv, both["weights_group"].fillna(-1).to_numpy(dtype=np.int64), both["receiver_head"].to_numpy())
+    once = ~both.assign(unit=unit).duplicated(["sender_layer", "sender_head", "receiver_layer", "input", "unit"])
+    return both[once.to_numpy()]
+
+
+def same_heads(circuits: pd.DataFrame, scores: pd.DataFrame) -> None:
+    """Refuse ``circuits`` unless it holds one row per head of its model (its layers × heads), and ``scores``
+    unless it holds one row for each of those heads and no other (a table of another model)."""
+    L, H = int(circuits["layer"].max()) + 1, int(circuits["head"].max()) + 1
+    every = {(l, h) for l in range(L) for h in range(H)}
+    for name, table in (("circuits", circuits), ("scores", scores)):
+        got = set(zip(table["layer"].astype(int), table["head"].astype(int)))
+        if len(table) != L * H or got != every:
+            outside = sorted(got - every)
+            raise LensError(f"{name} has {len(table):,} rows" + (f", L{outside[0][0]}H{outside[0][1]} among them"
+                                                                 if outside else "")
+                            + f", not one per head of the circuits' model ({L} layers × {H} heads): pass "
+                            + ("the table hw.weight_circuits(m) returned" if name == "circuits" else
+                               "hw.head_scores(m)'s table of the same model"))
+
+
 def weights_vs_activations(composition: pd.DataFrame, paths: pd.DataFrame, settings: LensSettings,
                            heads: pd.DataFrame | None = None, scores: pd.DataFrame | None = None):
     """(the verdict table — composition against path patching over every input and per input, and the
     copying score against the induction score where ``heads`` and ``scores`` are given —, each receiver's
     strongest path with its rank by the weights, the note)."""
     both = matched(composition, paths)
-    rows = [verdict(both["weights_z"], both["path"], settings, "composition vs path patching (q, k, v)",
+    if heads is not None and scores is not None:
+        same_heads(heads, scores)
+    read = measurements(both)
+    rows = [verdict(read["weights_z"], read["path"], settings, "composition vs path patching (q, k, v)",
                     "composition scores", "paths")]
-    for i in sorted(set(both["input"])):
-        part = both[both["input"] == i]
+    for i in sorted(set(read["input"])):
+        part = read[read["input"] == i]
         rows.append(verdict(part["weights_z"], part["path"], settings, f"composition vs path patching ({i})",
                             f"{i}-composition scores", f"paths into {i}"))
     if heads is not None and scores is not None:
@@ -123,6 +173,10 @@ def weights_vs_activations(composition: pd.DataFrame, paths: pd.DataFrame, setti
         columns=dict(score="path_score")).assign(edges_into=[int((both["receiver"] == r).sum()) for r in top["receiver"]])
     first = table.iloc[0]
     note = dict(model_verdict=first["verdict"], resolved=bool(first["resolved"]), edges=len(both),
+                paths_read=len(read),
+                counted=f"{len(read)} of the {len(both)} paths read: a query path per receiving head, a key or value "
+                        "path once per (sender, receiver's key/value group) — the heads of a group read one patched "
+                        "key and value, one measurement under each head's name",
                 weights="each edge's composition score as z = (score - null_mean) / null_sd (the three inputs on one "
                         "scale); a key or value path's the receiver's group's",
                 activations="each path's |score| (path patching: a path that lowers the answer matters as one that "

@@ -11,11 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import Settings
+from .tables import TableError
+
+SEED_RANGE = 1 << 32
+"""numpy's legacy generators (``random_state=`` an integer, as scipy takes it) take a seed below 2^32."""
 
 
-class LensError(ValueError):
-    """A table the lens stage cannot read as what it claims (heads patched on other prompts, paths of
-    another model)."""
+class LensError(TableError):
+    """A table the lens stage cannot read as what it claims (heads patched on other prompts, paths or scores
+    of another model): a :class:`~headwatch.settings.tables.TableError`."""
+
+
+def stream_seed(seed: int, stream: int) -> int:
+    """The seed of a call's draw number ``stream`` (0: the composition null and the bootstrap, 1: the copying
+    and same-token nulls, 2: the verdict's pairings): ``seed + stream`` wrapped below 2^32, so that every
+    seed the schema takes (0 to 2^32 − 1) gives each stream a seed numpy and torch take, the streams of one
+    call distinct, and a seed below 2^32 − stream its draws as before."""
+    return (int(seed) + int(stream)) % SEED_RANGE
 
 
 @dataclass(frozen=True)

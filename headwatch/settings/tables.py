@@ -54,8 +54,10 @@ TABLES = {
                    ("rank", "number"), ("p_answer", "fraction")),
     "circuits": (*HEAD, ("ov_copying", "number"), ("ov_copying_z", "number"), ("qk_same_token", "number")),
     "composition": (("sender_layer", "layer"), ("sender_head", "head"), ("receiver_layer", "layer"),
-                    ("receiver_head", "head"), ("input", ("q", "k", "v")), ("head_score", "number"),
+                    ("receiver_head", "head"), ("input", ("q", "k", "v")), ("group", "any"), ("head_score", "number"),
                     ("score", "number"), ("z", "number")),
+    "verdict": (("comparison", "text"), ("n", "count"), ("rho", "number"), ("low", "number"), ("high", "number"),
+                ("null_low", "number"), ("null_high", "number"), ("verdict", "text")),
 }
 """Each table kind's columns and their kinds (the rest of a table's columns are the caller's)."""
 KEYS = {
@@ -66,6 +68,7 @@ KEYS = {
     "areas": ("method", "draw"), "cuts": ("method", "k"), "direct": ("component",), "direct_heads": ("layer", "head"),
     "logit_lens": ("run", "depth", "position"), "circuits": ("layer", "head"),
     "composition": ("sender_layer", "sender_head", "receiver_layer", "receiver_head", "input"),
+    "verdict": ("comparison",),
 }
 """Each table kind's key: the columns that name a row. A public function reads a table by its key — one row
 a key, taken in the key's order (:func:`keyed`; phrases, :data:`GIVEN_ORDER`, each in turn) —, never by its
@@ -90,7 +93,7 @@ MADE_BY = {"prompts": "hw.prompt_pairs(m, pairs)", "pairs": "a DataFrame with on
            "areas": "hw.edge_faithfulness(m, prompts, edges)", "cuts": "hw.cut_heads(m, scores)",
            "direct": "hw.direct_effects(m, prompts)", "direct_heads": "hw.direct_effects(m, prompts, heads)",
            "logit_lens": "hw.logit_lens(m, prompts)", "circuits": "hw.weight_circuits(m)",
-           "composition": "hw.weight_circuits(m)"}
+           "composition": "hw.weight_circuits(m)", "verdict": "hw.weights_vs_paths(circuits, paths)"}
 """What makes a table of each kind (said in an error)."""
 NOTES = {
     "heads_map": (("prompts", "count"), ("clean_logit_diff", "number"), ("corrupted_logit_diff", "number"),
@@ -109,6 +112,9 @@ PLOT_ITEMS = 2_000
 draws: ``plot_edges``' figure is 1.2 inches and 0.16 a bar tall, and matplotlib's Agg draws at most 2^16
 pixels a side, 327 inches at the house style's 200 dpi: 2,040 bars (an arrow takes milliseconds to draw:
 2,000 about 10 s on one core)."""
+VERDICT_ROWS = 5
+"""The most rows of a verdict table: the comparisons :func:`headwatch.weights_vs_paths` makes (over every input,
+per input q, k and v, the copying score against the induction score)."""
 ONE_ROW_PER_HEAD = ("scores", "heads", "heads_map", "direct_heads", "circuits")
 """Tables with one row per head: a head twice would be drawn or read over itself."""
 MIN_TOKENS = 2
