@@ -923,6 +923,16 @@ def _edges_memory(m, prompts: pd.DataFrame, settings) -> None:
     _memory(*(dict(e, key=e["key"].removeprefix("edges."), what=e["what"].replace("model loaded's ", "")) for e in found))
 
 
+def _with_edge_graph(m):
+    """``m``, refused (:class:`ConfigError`, naming its family and why) when its family has no edge graph."""
+    from .config import ConfigError
+
+    why = m.adapter.family.no_edges
+    if why:
+        raise ConfigError(f"m: a {m.adapter.family.name} model has no edge graph ({why}); the other functions read it")
+    return m
+
+
 @_public
 def edge_scores(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.DataFrame:
     """Score every edge of the model's computational graph — from the embeddings, each head and each
@@ -939,7 +949,7 @@ def edge_scores(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.Data
     from .circuits.faithfulness import run_scores
     from .settings.edges import EdgesSettings
 
-    m = _model(m)
+    m = _with_edge_graph(_model(m))
     s = _settings(EdgesSettings, "edges", settings, overrides, m=m)
     prompts = _prompts(m, prompts)
     _edges_memory(m, prompts, s)
@@ -970,7 +980,7 @@ def edge_faithfulness(m, prompts: pd.DataFrame, edges: pd.DataFrame, settings=No
 
     from .settings.tables import TableError
 
-    m = _model(m)
+    m = _with_edge_graph(_model(m))
     s = _settings(EdgesSettings, "edges", settings, overrides, m=m)
     nodes = edges.attrs.get("tables", {}).get("nodes") if isinstance(edges, pd.DataFrame) else None
     edges = _table(m, edges, "edges", "edges")

@@ -112,7 +112,18 @@ DAMAGE = {
     "a record that is not JSON": (lambda e: (e / cache.RECORD).write_text("{"), "unreadable"),
     "a file missing": (lambda e: (e / "tokenizer.json").unlink(), "are not its record's"),
     "a file more": (lambda e: (e / "extra.bin").write_bytes(b"x"), "are not its record's"),
+    "a record that is a FIFO": (lambda e: ((e / cache.RECORD).unlink(), os.mkfifo(e / cache.RECORD)),
+                                "not a regular file"),
+    "a record linked to a device": (lambda e: ((e / cache.RECORD).unlink(), os.symlink("/dev/zero", e / cache.RECORD)),
+                                    "not a regular file"),
+    "an entry that is a link": (lambda e: _linked(e), "a link, not a folder"),
 }
+
+
+def _linked(entry):
+    """The entry moved beside itself and a link left in its place."""
+    os.rename(entry, entry.with_name("elsewhere"))
+    os.symlink(entry.with_name("elsewhere"), entry)
 
 
 @pytest.mark.parametrize("what", DAMAGE)
@@ -131,7 +142,29 @@ def test_a_damaged_entry_is_made_again_never_used(tmp_path, tiny_model_dir, monk
     assert any("is damaged" in r.getMessage() and said in r.getMessage() for r in caplog.records), caplog.text
     got = weights(again)
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
-    assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name]     # the damaged one removed
+    assert sorted(p.name for p in entry.parent.iterdir() if p.name != "elsewhere") == [entry.name]   # the damaged one gone
+
+
+def test_a_fill_that_was_stopped_is_removed_by_a_later_fill_and_an_entry_is_everyones_to_read(
+        tmp_path, tiny_model_dir, monkeypatch):
+    """A temporary entry left by a fill killed before its rename (a day old) is removed when the next entry is
+    filled; one younger (a fill still running) is kept; every file of an entry is readable by every user."""
+    import stat
+    import time
+
+    monkeypatch.setenv("HEADWATCH_CACHE", str(tmp_path / "cache"))
+    models = cache.cache_root() / "models"
+    models.mkdir(parents=True)
+    old, young = models / ".killed.host-1-00.tmp", models / ".running.host-2-00.tmp"
+    for folder in (old, young):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"half")
+    day_ago = time.time() - cache.STALE_S - 60
+    os.utime(old, (day_ago, day_ago))
+    entry = load.cached_prepared({"source": str(tiny_model_dir)}, files=folder_files(tiny_model_dir))
+    assert not old.exists() and young.exists()
+    assert all(p.stat().st_mode & stat.S_IROTH for p in entry.iterdir())
+    assert entry.stat().st_mode & stat.S_IXOTH
 
 
 def test_a_cache_that_cannot_be_written_loads_from_the_source(tmp_path, tiny_model_dir, monkeypatch, caplog):

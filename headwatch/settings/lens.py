@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import Settings
+from .tables import TableError
 
 
-class LensError(ValueError):
+class LensError(TableError):
     """A table the lens stage cannot read as what it claims (heads patched on other prompts, paths of
-    another model)."""
+    another model): a :class:`~headwatch.settings.tables.TableError` (``except hw.TableError`` catches it)."""
 
 
 @dataclass(frozen=True)
