@@ -288,6 +288,7 @@ HOSTILE: dict[str, list[Case]] = {
         c("prompts, row 0: the clean prompt gives 14 tokens and the corrupted one 12", M,
           PAIRS.assign(corrupted=["When Alice went to the shop, Tom gave a drink to"])),
         c("top_k=0 (patching.top_k)", M, T("prompts"), top_k=0),
+        c("rounding_factor=1e+300 (patching.rounding_factor)", M, T("prompts"), rounding_factor=1e300),
         c("top_k=13 (patching.top_k = 13): model", M, T("prompts"), top_k=13),
         c("topk=3 (patching.topk): unknown key 'topk' under `patching`; did you mean `top_k`?", M, T("prompts"),
           topk=3),
