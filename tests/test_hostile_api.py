@@ -322,6 +322,7 @@ HOSTILE: dict[str, list[Case]] = {
         c("the prompts differ in length", M, lambda x: x["uneven"]),
     ],
     "path_patching": [
+        c("heads=None: the receivers are the top heads of hw.patch_heads(m, prompts)'s table", M, T("prompts"), None),
         c("receivers=[(99, 0)] (circuits.receivers[0] = layer 99, head 0): model", M, T("prompts"), T("heads"),
           receivers=[(99, 0)]),
         c("receivers=[(0, 1)] (circuits.receivers[0] = layer 0, head 1): a receiver in layer 0", M, T("prompts"),
