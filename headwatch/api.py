@@ -795,21 +795,36 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
     held = _patching_memory(m, prompts, settings)
     _eta(m, prompts, "every head patched", m.adapter.n_layers * m.adapter.n_heads + 5, held,
          (m.adapter.n_layers if resid else 0) + (settings.top_k if positions else 0))
-    got = run_patching(m.model, m.adapter, prompts, phrases, settings, resid, positions)
-    _warn_weak(got.note)
+    from .patching.separation import of_patcher
+
+    got = run_patching(m.model, m.adapter, prompts, phrases, settings, resid, positions,
+                       on_runs=lambda patcher: _warn_weak(of_patcher(patcher, settings.rounding_factor)))
     tables = {k: v for k, v in dict(resid=got.resid, positions=got.positions).items() if v is not None}
     return _done(got.heads, got.note, got.guards, **tables)
 
 
 def _warn_weak(note: dict) -> None:
     """One :class:`~headwatch.settings.patching.WeakPairsWarning` where the note says the pairs do not separate
-    clean from corrupted (:mod:`headwatch.patching.separation`), pointing at the caller's line."""
+    clean from corrupted (:mod:`headwatch.patching.separation`), pointing at the caller's line: said as soon as
+    the clean and corrupted runs are made, before the patches (minutes on a large model)."""
     if note.get("pairs_separate") is False:
         import warnings
 
         from .settings.patching import WeakPairsWarning
 
-        warnings.warn(WeakPairsWarning(f"{_caller()}: {note['separation']}"), stacklevel=4)
+        warnings.warn(WeakPairsWarning(f"{_caller()}: {note['separation']} (said before the patches; the "
+                                       "call goes on)"), stacklevel=_outside_headwatch())
+
+
+def _outside_headwatch() -> int:
+    """The ``stacklevel`` of the first frame outside this package: the caller's line, however deep the
+    library's own calls run."""
+    import sys
+
+    here, level, frame = str(ROOT / "headwatch"), 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @_public
