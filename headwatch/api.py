@@ -795,21 +795,36 @@ def patch_heads(m, prompts: pd.DataFrame, settings=None, resid: bool = False, po
     held = _patching_memory(m, prompts, settings)
     _eta(m, prompts, "every head patched", m.adapter.n_layers * m.adapter.n_heads + 5, held,
          (m.adapter.n_layers if resid else 0) + (settings.top_k if positions else 0))
-    got = run_patching(m.model, m.adapter, prompts, phrases, settings, resid, positions)
-    _warn_weak(got.note)
+    from .patching.separation import of_patcher
+
+    got = run_patching(m.model, m.adapter, prompts, phrases, settings, resid, positions,
+                       on_runs=lambda patcher: _warn_weak(of_patcher(patcher, settings.rounding_factor)))
     tables = {k: v for k, v in dict(resid=got.resid, positions=got.positions).items() if v is not None}
     return _done(got.heads, got.note, got.guards, **tables)
 
 
 def _warn_weak(note: dict) -> None:
     """One :class:`~headwatch.settings.patching.WeakPairsWarning` where the note says the pairs do not separate
-    clean from corrupted (:mod:`headwatch.patching.separation`), pointing at the caller's line."""
+    clean from corrupted (:mod:`headwatch.patching.separation`), pointing at the caller's line: said as soon as
+    the clean and corrupted runs are made, before the patches (minutes on a large model)."""
     if note.get("pairs_separate") is False:
         import warnings
 
         from .settings.patching import WeakPairsWarning
 
-        warnings.warn(WeakPairsWarning(f"{_caller()}: {note['separation']}"), stacklevel=4)
+        warnings.warn(WeakPairsWarning(f"{_caller()}: {note['separation']} (said before the patches; the "
+                                       "call goes on)"), stacklevel=_outside_headwatch())
+
+
+def _outside_headwatch() -> int:
+    """The ``stacklevel`` of the first frame outside this package: the caller's line, however deep the
+    library's own calls run."""
+    import sys
+
+    here, level, frame = str(ROOT / "headwatch"), 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @_public
@@ -885,17 +900,21 @@ def attribution(m, prompts: pd.DataFrame, top_k: int = 10, graddrop: bool = True
 
 
 @_public
-def path_patching(m, prompts: pd.DataFrame, heads: pd.DataFrame, settings=None, patching=None,
+def path_patching(m, prompts: pd.DataFrame, heads: pd.DataFrame | None = None, settings=None, patching=None,
                   **overrides) -> pd.DataFrame:
     """Which earlier heads feed the important ones: each head of an earlier layer patched into only the
     query, key or value of a receiver head (``sender, receiver, input, group, logit_diff, score,
     rank_into_receiver``). The receivers are the top ``receivers_top_k`` heads of ``heads``
-    (:func:`patch_heads`), unless ``receivers`` names them (``[(9, 4)]``: layer 9, head 4).
+    (:func:`patch_heads`), unless ``receivers`` names them (``[(9, 4)]``: layer 9, head 4; ``heads`` then not
+    needed). Cost: a forward pass per path and batch of prompts — every head of every earlier layer into
+    each receiver's q, k and v, unless ``sender_layers`` keeps the layers right below it (SmolLM2's top 3
+    receivers on 5 pairs: about 2,200 paths, minutes on two CPU cores; ``sender_layers=3``: a tenth).
 
     >>> paths = hw.path_patching(m, prompts, heads, receivers=[{"layer": 9, "head": 4}])
     >>> paths.nlargest(5, "score")
     """
-    from .circuits.path_patching import run_paths
+    from .circuits.path_patching import edges_into, receivers_of, run_paths
+    from .config import ConfigError
     from .settings.circuits import CircuitsSettings
     from .settings.patching import PatchingSettings
 
@@ -903,10 +922,14 @@ def path_patching(m, prompts: pd.DataFrame, heads: pd.DataFrame, settings=None, 
     circuits = _settings(CircuitsSettings, "circuits", settings, overrides, m=m)
     patching = _settings(PatchingSettings, "patching", patching, {}, m=m, argument="patching")
     prompts = _prompts(m, prompts, settings=patching)
-    heads = _table(m, heads, "heads", "heads")
+    if heads is None and not circuits.receivers:
+        raise ConfigError("heads=None: the receivers are the top heads of hw.patch_heads(m, prompts)'s table; give "
+                          "it, or name the receivers (receivers=[(layer, head), ...])")
+    heads = None if heads is None else _table(m, heads, "heads", "heads")
     held = _patching_memory(m, prompts, patching)
-    _eta(m, prompts, "senders patched into receivers' inputs", 2 + len(circuits.inputs or "qkv") * m.adapter.n_layers
-         * m.adapter.n_heads * (len(circuits.receivers) if circuits.receivers else circuits.receivers_top_k), held)
+    edges = edges_into(m.adapter, receivers_of(heads, circuits), circuits.inputs, circuits.senders,
+                       circuits.sender_layers)
+    _eta(m, prompts, "senders patched into receivers' inputs", 2 + len(edges), held)
 
     table, note, guards = run_paths(m.model, m.adapter, prompts, heads, patching, circuits)
     return _done(table, note, guards)
@@ -921,6 +944,16 @@ def _edges_memory(m, prompts: pd.DataFrame, settings) -> None:
     found = edge_estimates(dataclasses.asdict(settings), shape, "loaded", shape["weights"], len(prompts),
                            max(len(x) for x in prompts.clean_ids))
     _memory(*(dict(e, key=e["key"].removeprefix("edges."), what=e["what"].replace("model loaded's ", "")) for e in found))
+
+
+def _with_edge_graph(m):
+    """``m``, refused (:class:`ConfigError`, naming its family and why) when its family has no edge graph."""
+    from .config import ConfigError
+
+    why = m.adapter.family.no_edges
+    if why:
+        raise ConfigError(f"m: a {m.adapter.family.name} model has no edge graph ({why}); the other functions read it")
+    return m
 
 
 @_public
@@ -939,7 +972,7 @@ def edge_scores(m, prompts: pd.DataFrame, settings=None, **overrides) -> pd.Data
     from .circuits.faithfulness import run_scores
     from .settings.edges import EdgesSettings
 
-    m = _model(m)
+    m = _with_edge_graph(_model(m))
     s = _settings(EdgesSettings, "edges", settings, overrides, m=m)
     prompts = _prompts(m, prompts)
     _edges_memory(m, prompts, s)
@@ -970,7 +1003,7 @@ def edge_faithfulness(m, prompts: pd.DataFrame, edges: pd.DataFrame, settings=No
 
     from .settings.tables import TableError
 
-    m = _model(m)
+    m = _with_edge_graph(_model(m))
     s = _settings(EdgesSettings, "edges", settings, overrides, m=m)
     nodes = edges.attrs.get("tables", {}).get("nodes") if isinstance(edges, pd.DataFrame) else None
     edges = _table(m, edges, "edges", "edges")

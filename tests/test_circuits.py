@@ -3,6 +3,7 @@ pre-job checks of ``circuits:``, and the circuit known before looking (protocol 
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -350,3 +351,26 @@ def test_the_known_circuit_read_edge_by_edge(known):
     assert control["recovered"].all() and control["smallest_faithful"].isna().all(), control
     assert set(curves["model"]) == set(KNOWN_NAMES.values())
     assert note["repeated"]["previous_token_heads"] and not note["control: never repeated"]["induction_heads"]
+
+
+def test_named_receivers_need_no_head_sweep_and_the_estimate_counts_the_paths_patched(tiny_model_dir, caplog):
+    """hw.path_patching with ``receivers`` named: no heads table needed, the same paths as with one; the
+    estimate said before the first pass counts the paths ``sender_layers`` keeps, not every earlier head."""
+    import logging
+
+    import headwatch as hw
+
+    m = hw.load_model(tiny_model_dir)
+    hw.set_progress(False)
+    prompts = hw.prompt_pairs(m, pd.DataFrame(dict(
+        clean=["When Mary and John went to the shop, John gave a drink to"],
+        corrupted=["When Alice and Bob went to the shop, Tom gave a drink to"], answer=[" Mary"], distractor=[" John"])))
+    heads = hw.patch_heads(m, prompts, resid=False)
+    named = dict(receivers=[(2, 1)], sender_layers=1)
+    alone, beside = hw.path_patching(m, prompts, **named), hw.path_patching(m, prompts, heads, **named)
+    pd.testing.assert_frame_equal(alone, beside)
+    assert len(alone) == 4 * 3 and set(alone["sender_layer"]) == {1}          # 4 heads of layer 1 into q, k, v
+    with caplog.at_level(logging.INFO, logger="headwatch"):
+        hw.path_patching(m, prompts, **named)
+    said = [r.getMessage() for r in caplog.records if "senders patched" in r.getMessage()]
+    assert said and "about 14 forward passes" in said[0], said        # the two runs and 12 paths

@@ -79,7 +79,11 @@ def _run_every_function(model_dir) -> dict[str, pd.DataFrame]:
     out["path_patching"] = hw.path_patching(m, prompts, heads, patching=patching, receivers_top_k=1)
     out["edge_scores"] = edges = hw.edge_scores(m, prompts)
     out["edge_faithfulness"] = hw.edge_faithfulness(m, prompts, edges, random_draws=5)
+    out["direct_effects"] = direct = hw.direct_effects(m, prompts, heads)
+    out["logit_lens"] = hw.logit_lens(m, prompts)
+    out["weight_circuits"] = hw.weight_circuits(m, null_draws=20)
     out["guards_of"] = hw.guards_of(heads)
+    assert direct.attrs["tables"]["heads"] is not None
     out["explore"] = _explored(hw.explore(m, "a text of one's own", scores, heads=heads), m)
     out["load_config"] = pd.DataFrame([{"n": cfg["patching"]["n"]}])
     out["load_model"] = pd.DataFrame([{"device": str(next(m.model.parameters()).device)}])

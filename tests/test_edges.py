@@ -47,9 +47,19 @@ def test_the_studied_and_known_models_edge_counts():
 
 
 def test_a_family_with_post_norms_has_no_graph():
+    """The graph refuses such a model (a GraphError, one of hw.TableError); the public functions refuse it
+    first, before any pass, as the model argument's ConfigError."""
+    import headwatch as hw
+
     for family in ("gemma2", "gemma3_text", "olmo2"):
+        model = tiny_model(family)
         with pytest.raises(GraphError, match="post-norms"):
-            EdgeGraph.of(Adapter(tiny_model(family)))
+            EdgeGraph.of(Adapter(model))
+        assert issubclass(GraphError, hw.TableError)
+        loaded = hw.load_model(model)
+        for call in (lambda m: hw.edge_scores(m, None), lambda m: hw.edge_faithfulness(m, None, None)):
+            with pytest.raises(hw.ConfigError, match=rf"^hw.edge_\w+: m: a {family} model has no edge graph \(a norm"):
+                call(loaded)
 
 
 # ------------------------------------------------------------------ pruning, circuits, areas

@@ -306,6 +306,7 @@ HOSTILE: dict[str, list[Case]] = {
         c("prompts, row 0: the clean prompt gives 14 tokens and the corrupted one 12", M,
           PAIRS.assign(corrupted=["When Alice went to the shop, Tom gave a drink to"])),
         c("top_k=0 (patching.top_k)", M, T("prompts"), top_k=0),
+        c("rounding_factor=1e+300 (patching.rounding_factor)", M, T("prompts"), rounding_factor=1e300),
         c("top_k=13 (patching.top_k = 13): model", M, T("prompts"), top_k=13),
         c("topk=3 (patching.topk): unknown key 'topk' under `patching`; did you mean `top_k`?", M, T("prompts"),
           topk=3),
@@ -339,6 +340,7 @@ HOSTILE: dict[str, list[Case]] = {
         c("the prompts differ in length", M, lambda x: x["uneven"]),
     ],
     "path_patching": [
+        c("heads=None: the receivers are the top heads of hw.patch_heads(m, prompts)'s table", M, T("prompts"), None),
         c("receivers=[(99, 0)] (circuits.receivers[0] = layer 99, head 0): model", M, T("prompts"), T("heads"),
           receivers=[(99, 0)]),
         c("receivers=[(0, 1)] (circuits.receivers[0] = layer 0, head 1): a receiver in layer 0", M, T("prompts"),

@@ -112,7 +112,18 @@ DAMAGE = {
     "a record that is not JSON": (lambda e: (e / cache.RECORD).write_text("{"), "unreadable"),
     "a file missing": (lambda e: (e / "tokenizer.json").unlink(), "are not its record's"),
     "a file more": (lambda e: (e / "extra.bin").write_bytes(b"x"), "are not its record's"),
+    "a record that is a FIFO": (lambda e: ((e / cache.RECORD).unlink(), os.mkfifo(e / cache.RECORD)),
+                                "not a regular file"),
+    "a record linked to a device": (lambda e: ((e / cache.RECORD).unlink(), os.symlink("/dev/zero", e / cache.RECORD)),
+                                    "not a regular file"),
+    "an entry that is a link": (lambda e: _linked(e), "a link, not a folder"),
 }
+
+
+def _linked(entry):
+    """The entry moved beside itself and a link left in its place."""
+    os.rename(entry, entry.with_name("elsewhere"))
+    os.symlink(entry.with_name("elsewhere"), entry)
 
 
 @pytest.mark.parametrize("what", DAMAGE)
@@ -131,7 +142,29 @@ def test_a_damaged_entry_is_made_again_never_used(tmp_path, tiny_model_dir, monk
     assert any("is damaged" in r.getMessage() and said in r.getMessage() for r in caplog.records), caplog.text
     got = weights(again)
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
-    assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name]     # the damaged one removed
+    assert sorted(p.name for p in entry.parent.iterdir() if p.name != "elsewhere") == [entry.name]   # the damaged one gone
+
+
+def test_a_fill_that_was_stopped_is_removed_by_a_later_fill_and_an_entry_is_everyones_to_read(
+        tmp_path, tiny_model_dir, monkeypatch):
+    """A temporary entry left by a fill killed before its rename (a day old) is removed when the next entry is
+    filled; one younger (a fill still running) is kept; every file of an entry is readable by every user."""
+    import stat
+    import time
+
+    monkeypatch.setenv("HEADWATCH_CACHE", str(tmp_path / "cache"))
+    models = cache.cache_root() / "models"
+    models.mkdir(parents=True)
+    old, young = models / ".killed.host-1-00.tmp", models / ".running.host-2-00.tmp"
+    for folder in (old, young):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"half")
+    day_ago = time.time() - cache.STALE_S - 60
+    os.utime(old, (day_ago, day_ago))
+    entry = load.cached_prepared({"source": str(tiny_model_dir)}, files=folder_files(tiny_model_dir))
+    assert not old.exists() and young.exists()
+    assert all(p.stat().st_mode & stat.S_IROTH for p in entry.iterdir())
+    assert entry.stat().st_mode & stat.S_IXOTH
 
 
 def test_a_cache_that_cannot_be_written_loads_from_the_source(tmp_path, tiny_model_dir, monkeypatch, caplog):
@@ -155,19 +188,36 @@ BUNDLED = textwrap.dedent("""
     import torch
     import headwatch as hw
     import headwatch.model.load as load
-    if sys.argv[1] == "direct":
-        load.cached_prepared = lambda cfg, files=None: None      # the GGUF de-quantized, as without a cache
+    made = {}
+    if sys.argv[1] == "fill":          # keep what the fill converts from the GGUF: the model as loading it directly gives
+        convert, tokenizer = load.AutoModelForCausalLM.from_pretrained, load.load_tokenizer
+        def kept(*args, **kwargs):
+            model = convert(*args, **kwargs)
+            if kwargs.get("gguf_file"):
+                made["model"] = model
+            return model
+        def kept_tokenizer(*args, **kwargs):
+            made["tokenizer"] = tokenizer(*args, **kwargs)
+            return made["tokenizer"]
+        load.AutoModelForCausalLM.from_pretrained = kept
+        load.load_tokenizer = kept_tokenizer
     logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
     hw.set_progress(False)
     t1 = time.perf_counter()
     m = hw.load_model()
     t2 = time.perf_counter()
-    ids = m.tokenizer("When Mary and John went to the shop, John gave a drink to").input_ids
-    with torch.no_grad():
-        logits = m.model(torch.tensor([ids])).logits[0, -1]
-    print(json.dumps(dict(load_s=t2 - t1, name=m.model.config.name_or_path, dtype=str(m.model.dtype),
-                          ids=[m.tokenizer(t, add_special_tokens=False).input_ids for t in (" 7", "7", " Mary", " return")],
-                          top=logits.topk(5).indices.tolist(), logits=logits[:50].tolist())))
+
+    def said(model, tok):
+        ids = tok("When Mary and John went to the shop, John gave a drink to").input_ids
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1]
+        return dict(name=model.config.name_or_path, dtype=str(model.dtype), top=logits.topk(5).indices.tolist(),
+                    ids=[tok(t, add_special_tokens=False).input_ids for t in (" 7", "7", " Mary", " return")],
+                    logits=logits[:50].tolist())
+    out = dict(said(m.model, m.tokenizer), load_s=t2 - t1)
+    if made:
+        out["source"] = said(made["model"].eval(), made["tokenizer"])
+    print(json.dumps(out))
 """)
 
 
@@ -179,17 +229,16 @@ def _bundled(how: str, cache_dir: Path) -> tuple[dict, str]:
 
 
 def test_the_bundled_model_from_a_warm_cache_is_the_model_from_its_gguf(tmp_path):
-    """hw.load_model() three times in fresh processes (about a minute in all): de-quantized from the GGUF without
-    the cache, then filling an empty cache, then from the warm cache — which verifies the entry and converts
-    nothing; the three give the same logits, tokenizer and name."""
-    direct, _ = _bundled("direct", tmp_path / "cache")
-    cold, cold_log = _bundled("cached", tmp_path / "cache")
-    warm, warm_log = _bundled("cached", tmp_path / "cache")
+    """hw.load_model() twice in fresh processes: filling an empty cache — the model it converts from the GGUF
+    kept beside, the model a load without the cache makes —, then from the warm cache, which verifies the entry
+    and converts nothing; all three give the same logits, tokenizer and name."""
+    cold, cold_log = _bundled("fill", tmp_path / "cache")
+    warm, warm_log = _bundled("warm", tmp_path / "cache")
+    direct = cold["source"]
     assert "made from" in cold_log and "verified in" in warm_log and "made from" not in warm_log
     assert not [line for line in warm_log.splitlines()     # prepare_model's lines: no conversion
                 if line.startswith(("headwatch.model.load loading", "headwatch.model.load prepared"))]
     for got in (cold, warm):
         assert {k: got[k] for k in ("name", "dtype", "ids", "top", "logits")} == \
                {k: direct[k] for k in ("name", "dtype", "ids", "top", "logits")}
-    print(f"hw.load_model(): direct {direct['load_s']:.1f} s, cold cache {cold['load_s']:.1f} s, "
-          f"warm cache {warm['load_s']:.1f} s")
+    print(f"hw.load_model(): cold cache {cold['load_s']:.1f} s, warm cache {warm['load_s']:.1f} s")

@@ -122,3 +122,19 @@ def test_the_explorer_page_in_chromium_titles_the_section_by_its_task_and_flags_
         assert said.text.startswith("WEAK PAIRS") and said.value_of_css_property("color") == "rgba(176, 0, 32, 1)"
     finally:
         driver.quit()
+
+
+def test_weak_pairs_are_said_before_the_patches_run(m, monkeypatch):
+    """The gap is known once the clean and corrupted runs are made: the warning comes then, before the head
+    sweep (minutes on a large model), not after it."""
+    from headwatch.patching.patcher import Patcher
+
+    def no_patches(self, patches, *args, **kwargs):
+        raise RuntimeError("the patches ran")
+
+    monkeypatch.setattr(Patcher, "run", no_patches)
+    with warnings.catch_warnings(record=True) as seen, pytest.raises(RuntimeError, match="the patches ran"):
+        warnings.simplefilter("always")
+        hw.patch_heads(m, WEAK)
+    said = [w for w in seen if issubclass(w.category, hw.WeakPairsWarning)]
+    assert len(said) == 1 and "said before the patches" in str(said[0].message) and said[0].filename == __file__

@@ -31,10 +31,13 @@ import numpy as np
 import pandas as pd
 
 from ..settings.edges import MIB_FRACTIONS
+from ..settings.tables import TableError
 
 
-class GraphError(ValueError):
-    """A model whose edge graph cannot be built, or a circuit that does not fit the graph."""
+class GraphError(TableError):
+    """A circuit or an edges table that does not fit the model's edge graph, or a model whose graph cannot be
+    built: a :class:`~headwatch.settings.tables.TableError` (``except hw.TableError`` catches it; the public
+    functions refuse a model without a graph first, as a :class:`~headwatch.model.sources.ConfigError`)."""
 
 
 def node_name(kind: str, layer: int = -1, unit: int = 0) -> str:

@@ -11,7 +11,8 @@ matrices, the token embedding) centred across it, since a LayerNorm takes each v
 unembedding centred over the vocabulary (a softmax ignores a constant). What no matrix holds is left
 out, as TransformerLens leaves it: each norm's scale, one number a token (it scales a head's input or
 output, and every score here is a ratio that a scale cancels from — but the embeddings' per-token scales
-do weight the rows of the full circuits), the biases, the attention's scale and soft-cap.
+do weight the rows of the full circuits), the biases, the attention's scale and soft-cap. Every matrix is
+read into float64 on the host (the model may be on a GPU): the circuits are a few hundred head-size products.
 
 **Rotary positions** turn a query at position i and a key at j by angles that depend on j − i: the QK
 matrix is ``W_Q R(Δ) W_Kᵀ`` with Δ the query − key offset, a different matrix for each Δ. What is
@@ -106,13 +107,13 @@ def _columns(adapter, module, slices) -> torch.Tensor:
     a head reads (width in, head_dim out)."""
     out = []
     for sl in slices:
-        w = adapter.projection_rows(module, sl)[0].detach().double()
+        w = adapter.projection_rows(module, sl)[0].detach().cpu().double()
         out.append(w if adapter.family.conv1d else w.T)
     return torch.stack(out)
 
 
 def _norm_weight(p: dict) -> torch.Tensor:
-    return p["weight"].detach().double() + (p["offset"] if p["kind"] == "RMSNorm" else 0.0)
+    return p["weight"].detach().cpu().double() + (p["offset"] if p["kind"] == "RMSNorm" else 0.0)
 
 
 def rotation(adapter, layer: int, offset: int) -> torch.Tensor:
@@ -150,7 +151,7 @@ def layer_weights(adapter, layer: int, offset: int = 0) -> LayerWeights:
             K = K * wk.reshape(G, 1, a.head_dim)
     from .direct import out_weights
 
-    O = out_weights(a, layer).double()
+    O = out_weights(a, layer).cpu().double()
     post = a.attn_out_norm(layer)
     if post is not None:
         O = O * _norm_weight(a.norm_params(post, "norm after attention"))
@@ -164,10 +165,10 @@ def embeddings(adapter) -> tuple[torch.Tensor, torch.Tensor]:
     ``W_U`` ``[width, vocab]``: the unembedding with the final norm's weight folded into its rows, centred
     over the vocabulary), float64."""
     emb_in, emb_out = adapter.embeddings()
-    E = emb_in.weight.detach().double()
+    E = emb_in.weight.detach().cpu().double()
     if adapter.family.norm == "LayerNorm":
         E = E - E.mean(-1, keepdim=True)
-    U = emb_out.weight.detach().double().T * _norm_weight(adapter.norm_params(adapter.final_norm(), "final norm"))[:, None]
+    U = emb_out.weight.detach().cpu().double().T * _norm_weight(adapter.norm_params(adapter.final_norm(), "final norm"))[:, None]
     return E, U - U.mean(-1, keepdim=True)
 
 

@@ -294,10 +294,14 @@ def cached_prepared(model_cfg: dict, files=None) -> Path | None:
     step = "its folder"
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
+        stale = cache.remove_stale(entry.parent)
+        if stale:
+            log.info("model cache: removed %d temporary entries of fills that were stopped: %s", len(stale), stale)
         with paths.written(entry) as tmp:
             step = "the entry"
             prepare_model(model_cfg, tmp)          # the source's own errors (not found, a bad file) go to the caller
             cache.seal(tmp, key, src)
+            cache.readable_by_all(tmp)
             step = "its name"                      # the rename: refused where another process's entry stands
     except ModelNotFoundError:
         raise
@@ -319,7 +323,10 @@ def _set_aside(entry: Path) -> None:
         os.rename(entry, aside)
     except OSError:
         return
-    shutil.rmtree(aside, ignore_errors=True)
+    if aside.is_symlink() or not aside.is_dir():       # a link or a file where an entry belongs: itself goes
+        aside.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def from_cache(entry: Path, src: str, dtype: str = "float32", device: str = "auto") -> LoadedModel:

@@ -56,7 +56,7 @@ class PatchingResult:
 
 
 def run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, resid: bool = True,
-                 positions: bool = True) -> PatchingResult:
+                 positions: bool = True, on_runs=None) -> PatchingResult:
     """Rule patching_sweep (see the module doc); ``resid`` and ``positions`` False leave out the
     residual stream's sweep (every block's input at every position) and the top heads at one position
     at a time (their tables then None), what a notebook asks for first. ``phrases`` None: no names
@@ -65,7 +65,9 @@ def run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, r
     ``settings``: of the ``patching`` config slice, it reads top_k, batch, rounding_factor, guard_prompts,
     phrase. Every guard of :mod:`headwatch.guards` runs (under :func:`headwatch.model.device.exact_numerics`);
     a failure raises :class:`~headwatch.guards.GuardError` once the tables are made, carrying them. Each
-    step is a named phase of the call's progress (:func:`headwatch.jobs.phases`).
+    step is a named phase of the call's progress (:func:`headwatch.jobs.phases`). ``on_runs``: called with
+    the :class:`~.patcher.Patcher` once the clean and corrupted runs are made, before any patch (what they
+    alone say: whether the pairs separate).
     """
     prompt_batch = PromptBatch.of(prompts)
     total = 7 + (prompt_batch.mask is not None) + resid + positions + (phrases is not None)
@@ -73,7 +75,7 @@ def run_patching(model, adapter, prompts, phrases, settings: PatchingSettings, r
         settings.need("top_k", "batch", "rounding_factor", "guard_prompts", *(("phrase",) if phrases is not None else ()))
         records = GuardRecords(step)
         sample = list(range(min(settings.guard_prompts, len(prompt_batch))))
-        exact = exact_heads(model, adapter, prompt_batch, settings.batch, step)
+        exact = exact_heads(model, adapter, prompt_batch, settings.batch, step, on_runs)
         guard_runs(records, exact.patcher, sample, settings.rounding_factor)
         estimate, estimate_seconds = estimate_heads(model, adapter, prompt_batch, settings.batch, step)
         table = heads_table(exact, estimate)
@@ -129,12 +131,14 @@ class ExactSweeps:
                  time.perf_counter() - t0)
 
 
-def exact_heads(model, adapter, prompts: PromptBatch, batch: int, step) -> ExactSweeps:
-    """The clean and corrupted runs of ``prompts`` (captured by a :class:`~.patcher.Patcher`) and every
-    head's ``z`` patched over every position: the exact sweep, timed."""
+def exact_heads(model, adapter, prompts: PromptBatch, batch: int, step, on_runs=None) -> ExactSweeps:
+    """The clean and corrupted runs of ``prompts`` (captured by a :class:`~.patcher.Patcher`; handed to
+    ``on_runs`` when given) and every head's ``z`` patched over every position: the exact sweep, timed."""
     t0 = time.perf_counter()
     step("run the clean and corrupted prompts")
     patcher = Patcher(model, adapter, prompts, batch)
+    if on_runs is not None:
+        on_runs(patcher)
     heads = head_patches(adapter)
     step("patch every head")
     head_ld = patcher.run(heads)

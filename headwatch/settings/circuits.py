@@ -13,13 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import Settings
+from .patching import PatchingError
 
 INPUTS = ("q", "k", "v")
 """A receiver head's inputs: its query slice, its key/value group's key and value slices."""
 
 
-class CircuitsError(ValueError):
-    """An edge or a circuit result that cannot be what it claims."""
+class CircuitsError(PatchingError):
+    """An edge or a circuit result that cannot be what it claims: a
+    :class:`~headwatch.settings.patching.PatchingError` (``except hw.PatchingError`` catches it)."""
 
 
 def _heads(value) -> tuple[tuple[int, int], ...] | None:

@@ -19,7 +19,7 @@ SEED_RANGE = 1 << 32
 
 class LensError(TableError):
     """A table the lens stage cannot read as what it claims (heads patched on other prompts, paths or scores
-    of another model): a :class:`~headwatch.settings.tables.TableError`."""
+    of another model): a :class:`~headwatch.settings.tables.TableError` (``except hw.TableError`` catches it)."""
 
 
 def stream_seed(seed: int, stream: int) -> int:

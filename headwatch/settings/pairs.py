@@ -161,7 +161,7 @@ def _space_fix(tokenizer, r: dict, col: str) -> str:
 def pair_errors(rows: list[dict], tokenizer, name: str, model: str, context: int | None = None) -> list[str]:
     """Each row's tokens for one model: the answer and the distractor one token each (and not the
     same), the clean and corrupted prompts of the same number of tokens, within the context."""
-    errors = []
+    errors, spaced = [], []
     of = "" if model is None else f" (model {model})"
     for r in rows:
         where = f"{name}, {r.get('where') or 'line ' + str(r['line'])}"
@@ -170,7 +170,12 @@ def pair_errors(rows: list[dict], tokenizer, name: str, model: str, context: int
             try:
                 ids[col] = single_token(tokenizer, r[col], f"{where}: {col}")
             except ValueError as err:
-                errors.append(f"{err}{of}{_space_fix(tokenizer, r, col)}")
+                fix = _space_fix(tokenizer, r, col)
+                said = any(s.endswith(f" {col}") for s in spaced)   # the fix said once a column: the same mistake
+                if not (fix and said):
+                    errors.append(f"{err}{of}{fix}")
+                if fix:
+                    spaced.append(f"{r.get('where') or 'line ' + str(r['line'])} {col}")
         if r["clean"] == r["corrupted"]:
             errors.append(f"{where}: the clean and the corrupted prompt are the same text{of}; patching "
                           "one run into the other changes nothing, and every score would divide by a gap of 0")
@@ -184,4 +189,7 @@ def pair_errors(rows: list[dict], tokenizer, name: str, model: str, context: int
                           "of tokens (a head is patched over every position of its pair)")
         if context and max(n.values()) > context:
             errors.append(f"{where}: {max(n.values())} tokens, longer than the context{of} ({context})")
+    if len(spaced) > 2:
+        errors.append(f"{name}: the same for each of the {len(spaced)} answers and distractors whose leading space is a "
+                      f"token of its own: {', '.join(spaced)}")
     return errors

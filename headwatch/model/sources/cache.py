@@ -26,6 +26,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import stat
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -35,6 +38,12 @@ FORMAT = 1
 """The layout of an entry: a new one makes every earlier entry another key."""
 RECORD = "headwatch_cache.json"
 """An entry's record: its key, and each other file's size and SHA-256; written last."""
+RECORD_MAX_BYTES = 1 << 20
+"""A record is a few hundred bytes a file: a larger one (or one that is not a regular file: a FIFO, a link to a
+device) is not read, and the entry is made again."""
+STALE_S = 24 * 3600
+"""A temporary entry (``.<name>.<host>-<pid>-<hex>.tmp``) older than this is a fill that was killed: removed by
+the next fill (a conversion takes a minute at most)."""
 CONVERTERS = ("transformers", "gguf")
 """The packages whose code converts a source into the entry: their versions are part of its key."""
 
@@ -93,10 +102,14 @@ def damage(folder: Path, key: str) -> str | None:
     of this key): missing, no record (a partial entry), a record that is not JSON or of another key, a
     file missing, extra, of another size or other bytes."""
     folder = Path(folder)
-    if not folder.is_dir():
-        return "missing"
+    if not folder.is_dir() or folder.is_symlink():
+        return "missing" if not folder.is_symlink() else "a link, not a folder"
+    path = folder / RECORD
     try:
-        record = json.loads((folder / RECORD).read_text())
+        st = path.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > RECORD_MAX_BYTES:
+            return f"{RECORD} is not a regular file of at most {RECORD_MAX_BYTES} bytes"
+        record = json.loads(path.read_text())
         files = dict(record["files"])
     except FileNotFoundError:
         return f"no {RECORD} (a partial entry)"
@@ -114,6 +127,35 @@ def damage(folder: Path, key: str) -> str | None:
         if file_sha256(path) != want.get("sha256"):
             return f"{name} does not hash to its record's SHA-256"
     return None
+
+
+def readable_by_all(folder: Path) -> None:
+    """Every file of a filled entry readable by every user (its folder too): safetensors writes its files
+    0600, and a cache shared by a group's users would be one user's only."""
+    folder = Path(folder)
+    for p in folder.iterdir():
+        if p.is_file() and not p.is_symlink():
+            p.chmod(p.stat().st_mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    folder.chmod(folder.stat().st_mode | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+
+
+def remove_stale(models: Path, now: float | None = None) -> list[str]:
+    """Remove the temporary entries of fills killed before their rename (older than :data:`STALE_S`) and
+    links left beside ``models``' entries; returns their names. A fill still running is younger."""
+    now = time.time() if now is None else now
+    gone = []
+    for p in Path(models).glob(".*.tmp"):
+        try:
+            if now - p.lstat().st_mtime < STALE_S:
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            gone.append(p.name)
+        except OSError:
+            continue
+    return gone
 
 
 def source_files(model_cfg: dict) -> list[Path] | None:
