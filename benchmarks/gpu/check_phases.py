@@ -261,6 +261,11 @@ def bench(args, config: dict, budget: float) -> dict:
     return rec
 
 
+CPU_TINY_ARMS = 3
+"""``--cpu-tiny`` times dense and the first two routings only: it checks the phase's machinery (each arm a
+process of its own, a few seconds each on a CPU), not the arms' speed."""
+
+
 def experts_arms(config: dict) -> tuple[list[str], int]:
     """The arms the ``arms`` phase times: dense, then each routing (experts E, top k) of the
     sweeps' experts entries once, in the config's order, as benchmarks/train.py names them
@@ -294,6 +299,7 @@ def arms(args, config: dict, budget: float) -> dict:
     if done:
         return rec
     names, stack = experts_arms(config)
+    names = names[:CPU_TINY_ARMS] if args.cpu_tiny else names
     if len(names) == 1:
         say(f"4. phase {ARMS}: no experts entry in the config's sweeps: nothing to compare")
         return dict(rec, returncode=0, note="no experts entry")
