@@ -286,6 +286,33 @@ def known():
     return run_known(KNOWN, batch=64)
 
 
+def test_the_known_circuit_ranks_first_by_the_weights(known):
+    """The two-layer model trained on repeated random tokens (config's circuits.known; the module's, trained
+    once): the previous-token head its attention names in layer 0 → the induction head's key is the first of
+    every edge between the two layers by composition score, far above its null; the induction heads copy
+    (positive copying scores, above their null)."""
+    from headwatch.circuits.known import induction_prompts, known_attention
+    from headwatch.lens import composition
+    from headwatch.lens.prediction import known_ranking
+    from headwatch.settings.lens import LensSettings
+
+    model = known[2]["repeated"]
+    a = Adapter(model)
+    clean = induction_prompts(KNOWN["vocab"], KNOWN["prompts"], KNOWN["half"][1], KNOWN["seed"] + 1).clean
+    attn = known_attention(model, a, clean, KNOWN["half"][1])
+    previous = [f"L0H{h}" for h in attn[(attn.layer == 0) & (attn.prev >= KNOWN["min_attention"])]["head"]]
+    ind = attn[attn.layer == 1].sort_values("induction").iloc[-1]
+    assert previous and ind["induction"] >= KNOWN["min_attention"]
+    settings = LensSettings(batch=3, rounding_factor=1.0, qk_offset=0, null_draws=200, bootstrap=300, confidence=0.95,
+                            seed=0)
+    heads, comp, _, _ = composition.weight_circuits(a, settings)
+    got = known_ranking(comp, previous, f"L1H{int(ind['head'])}")
+    assert got["recovered"] and got["known_rank"] == 1 and got["edges"] == 12, got
+    assert got["known_z"] > 5, got
+    induction = heads[heads["layer"] == 1]
+    assert (induction["ov_copying"] > 0).all() and (induction["ov_copying_z"] > 2).all(), induction
+
+
 def test_the_known_circuit_forms_and_every_method_recovers_it(known):
     """Trained on repeated random tokens, the model grows a previous-token head in layer 0 and
     induction heads in layer 1 (their attention says so); the head whose exact patch restores the

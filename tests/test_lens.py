@@ -16,7 +16,7 @@ from conftest import ROOT
 from headwatch.guards import GuardError
 from headwatch.lens import composition as C
 from headwatch.lens import direct as D
-from headwatch.lens.prediction import (MIN_PAIRS, explorer_panel, known_ranking, spearman, verdict,
+from headwatch.lens.prediction import (MIN_PAIRS, explorer_panel, spearman, verdict,
                                        weights_vs_activations)
 from headwatch.model.arch import Adapter
 from headwatch.model.interventions import capture, in_float64, intervene
@@ -448,29 +448,6 @@ def test_paths_of_another_model_are_refused():
 
 
 # ------------------------------------------------------------------ the known circuit (§5f)
-def test_the_known_circuit_ranks_first_by_the_weights():
-    """The two-layer model trained on repeated random tokens (config's circuits.known): the previous-token
-    head its attention names in layer 0 → the induction head's key is the first of every edge between the
-    two layers by composition score, far above its null; the induction heads copy (positive copying
-    scores, above their null)."""
-    from headwatch.circuits.known import induction_prompts, known_attention, train_known
-
-    known = CONFIG["circuits"]["known"]
-    model = train_known(known, True)
-    a = Adapter(model)
-    clean = induction_prompts(known["vocab"], known["prompts"], known["half"][1], known["seed"] + 1).clean
-    attn = known_attention(model, a, clean, known["half"][1])
-    previous = [f"L0H{h}" for h in attn[(attn.layer == 0) & (attn.prev >= known["min_attention"])]["head"]]
-    ind = attn[attn.layer == 1].sort_values("induction").iloc[-1]
-    assert previous and ind["induction"] >= known["min_attention"]
-    heads, comp, _, _ = C.weight_circuits(a, LensSettings(**{**SETTINGS.__dict__, "null_draws": 200}))
-    got = known_ranking(comp, previous, f"L1H{int(ind['head'])}")
-    assert got["recovered"] and got["known_rank"] == 1 and got["edges"] == 12, got
-    assert got["known_z"] > 5, got
-    induction = heads[heads["layer"] == 1]
-    assert (induction["ov_copying"] > 0).all() and (induction["ov_copying_z"] > 2).all(), induction
-
-
 # ------------------------------------------------------------------ the public functions
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
