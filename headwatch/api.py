@@ -1644,8 +1644,11 @@ def _composition_of(circuits, argument: str) -> tuple[pd.DataFrame, pd.DataFrame
     number (what it patches is its receiver's group's)."""
     from .settings.tables import TableError
 
+    from .lens.prediction import same_groups
+
     circuits, _ = _drawn(circuits, "circuits", argument)
-    composition = (circuits.attrs.get("tables") or {}).get("composition")
+    tables = circuits.attrs.get("tables") or {}
+    composition = tables.get("composition") if isinstance(tables, dict) else None
     if composition is None:
         raise TableError(f"{argument} carries no composition scores (attrs['tables']['composition']): pass the table "
                          "hw.weight_circuits(m) returned")
@@ -1654,6 +1657,7 @@ def _composition_of(circuits, argument: str) -> tuple[pd.DataFrame, pd.DataFrame
     kv = composition[composition["input"] != "q"]
     if len(kv):             # a key or value path's score is its receiver's group's: the group named
         _drawn(kv, (("group", "count"),), said)
+    same_groups(keyed, circuits)
     return circuits, keyed
 
 
@@ -1736,12 +1740,16 @@ def plot_weights(circuits: pd.DataFrame, paths: pd.DataFrame | None = None):
     """
     from .settings.tables import PLOT_HEADS
 
-    circuits, composition = _composition_of(circuits, "circuits")
-    _at_most((int(circuits["layer"].max()) + 1) * (int(circuits["head"].max()) + 1), PLOT_HEADS,
+    drawn, _ = _drawn(circuits, "circuits", "circuits")
+    _at_most((int(drawn["layer"].max()) + 1) * (int(drawn["head"].max()) + 1), PLOT_HEADS,
              "cells (layers × heads)", "circuits")
+    circuits, composition = _composition_of(circuits, "circuits")
     if paths is not None:
+        from .lens.prediction import matched
+
         paths, _ = _drawn(paths, "paths", "paths")
         _at_most(len(paths), PLOT_HEADS, "points (a path each)", "paths")
+        matched(composition, paths)            # every path an edge of the circuits' model
     from .figures.lens import weights_figure
 
     return _figure(weights_figure(circuits, composition, paths))

@@ -572,7 +572,7 @@ HOSTILE: dict[str, list[Case]] = {
         c("paths, row 0, column 'input': 'x' is not one of", lambda x: _circuits(),
           lambda x: changed(x["paths"], input="x")),
         c("circuits would draw 20,100 cells (layers × heads), more than a figure draws (16,384)",
-          lambda x: keep_attrs(pd.DataFrame(dict(layer=[200], head=[99], ov_copying=[0.1], ov_copying_z=[1.0],
+          lambda x: keep_attrs(pd.DataFrame(dict(layer=[200], head=[99], kv_group=[0], ov_copying=[0.1], ov_copying_z=[1.0],
                                                  qk_same_token=[0.0])), _circuits())),
         c("paths would draw 16,385 points (a path each), more than a figure draws (16,384)", lambda x: _circuits(),
           lambda x: pd.DataFrame(dict(sender_layer=0, sender_head=np.arange(16385) % 100, receiver_layer=1 + np.arange(

@@ -475,7 +475,7 @@ def test_every_wrong_argument_is_refused_before_any_model_pass(tiny, monkeypatch
     unsaid.attrs = dict(note=dict(prompts=len(prompts), clean_logit_diff=float("nan"), corrupted_logit_diff=0.0))
     bare = heads.copy()
     bare.attrs = {}
-    circuits = pd.DataFrame(dict(layer=[0], head=[0], ov_copying=[0.1], ov_copying_z=[1.0], qk_same_token=[0.0]))
+    circuits = pd.DataFrame(dict(layer=[0], head=[0], kv_group=[0], ov_copying=[0.1], ov_copying_z=[1.0], qk_same_token=[0.0]))
 
     def no_pass(*args, **kwargs):
         raise AssertionError("a model pass before the refusal")
@@ -586,3 +586,40 @@ def test_the_public_functions_end_to_end(tiny, made, monkeypatch):
     comp = circuits.attrs["tables"]["composition"]
     best = comp[(comp["receiver_layer"] == 1) & (comp["receiver_head"] == 0)].sort_values("z").iloc[-1]
     assert panel.set_index("label").loc["L1H0", "reads"] == f"{best['sender']} ({best['input']})"
+
+
+def test_a_composition_or_paths_table_that_lies_about_its_heads_is_refused(tiny, made):
+    """From a hostile trial: a key/value row's group must be its receiver's kv_group (a group of 0 everywhere
+    merged two groups' paths, a group per head narrowed the intervals), every sender and receiver a head of the
+    circuits' table (layers + 50 showed heads the model lacks), the heads of one key/value group one measurement
+    (a path table whose heads of a group disagree is not path patching's), paths of another model refused by the
+    figure too, and the heads named from their keys, never from a table's own labels."""
+    m, prompts, heads = tiny, made["prompts"], made["heads"]
+    circuits = hw.weight_circuits(m, null_draws=20)
+    paths = hw.path_patching(m, prompts, heads, receivers=[(2, 0), (2, 1)])
+    comp = circuits.attrs["tables"]["composition"]
+
+    def with_composition(**changes):
+        c = circuits.copy()
+        c.attrs = dict(circuits.attrs, tables=dict(circuits.attrs["tables"], composition=comp.assign(**changes)))
+        return c
+
+    kv = comp["input"] != "q"
+    for lie, said in ((with_composition(group=comp["group"].where(~kv, 0)), "key/value group 0"),
+                      (with_composition(group=comp["group"].where(~kv, comp["receiver_head"])), "key/value group"),
+                      (with_composition(receiver_layer=comp["receiver_layer"] + 50), "no head of the circuits' table")):
+        with pytest.raises(hw.TableError, match=said):
+            hw.weights_vs_paths(lie, paths)
+        with pytest.raises(hw.TableError, match=said):
+            hw.plot_weights(lie)
+    disagree = paths.copy()
+    k = disagree["input"].eq("k") & disagree["receiver_head"].eq(1)
+    disagree.loc[k, "score"] *= -10
+    with pytest.raises(hw.TableError, match="different k scores"):
+        hw.weights_vs_paths(circuits, disagree)
+    other = paths.assign(receiver_layer=paths["receiver_layer"] + 5)
+    with pytest.raises(hw.TableError, match="different models"):
+        hw.plot_weights(circuits, other)
+    renamed = paths.assign(sender="L9H9", receiver="L9H9")
+    top = hw.weights_vs_paths(circuits, renamed, bootstrap=50, null_draws=20).attrs["tables"]["top_paths"]
+    assert sorted(top["receiver"]) == ["L2H0", "L2H1"] and "L9H9" not in set(top["sender"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..model.arch import head_label
 from ..settings.lens import LensError, LensSettings, stream_seed
 
 RESAMPLE_NUMBERS = 1 << 22
@@ -107,7 +108,32 @@ def matched(composition: pd.DataFrame, paths: pd.DataFrame) -> pd.DataFrame:
         raise LensError(f"paths holds {int(missing.sum())} edges with no composition score, the first "
                         f"L{r.sender_layer}H{r.sender_head} -> L{r.receiver_layer}H{r.receiver_head} ({r.input}): "
                         "the paths and the composition scores are of different models")
-    return both.assign(path=both["score"].abs())
+    labels = {k: [head_label(int(l), int(h)) for l, h in zip(both[f"{k}_layer"], both[f"{k}_head"])]
+              for k in ("sender", "receiver")}          # named from the keys, never from the table's own labels
+    return both.assign(path=both["score"].abs(), **labels)
+
+
+def same_groups(composition: pd.DataFrame, heads: pd.DataFrame) -> None:
+    """Refuse ``composition`` (:func:`headwatch.weight_circuits`' scores) unless every sender and receiver is
+    a head of ``heads`` (its table) and every key or value row's ``group`` is its receiver's ``kv_group``
+    there: what a key or value path patches is that group's, and :func:`measurements` counts by it."""
+    known = heads.assign(layer=heads["layer"].astype(int), head=heads["head"].astype(int)).set_index(
+        ["layer", "head"])["kv_group"]
+    for side in ("sender", "receiver"):
+        at = pd.MultiIndex.from_arrays([composition[f"{side}_layer"].astype(int), composition[f"{side}_head"].astype(int)])
+        outside = ~at.isin(known.index)
+        if outside.any():
+            layer, head = at[outside][0]
+            raise LensError(f"circuits.attrs['tables']['composition'] has a {side} L{layer}H{head}, no head of the "
+                            "circuits' table: pass the table hw.weight_circuits(m) returned")
+    kv = composition[composition["input"] != "q"]
+    want = known.reindex(pd.MultiIndex.from_arrays([kv["receiver_layer"].astype(int), kv["receiver_head"].astype(int)]))
+    wrong = kv["group"].to_numpy(dtype=float) != want.to_numpy(dtype=float)
+    if wrong.any():
+        r = kv[wrong].iloc[0]
+        raise LensError(f"circuits.attrs['tables']['composition'] gives L{int(r.receiver_layer)}H{int(r.receiver_head)}'s "
+                        f"{r.input} the key/value group {r.group}, its kv_group in the circuits' table is "
+                        f"{want[wrong].iloc[0]}: pass the table hw.weight_circuits(m) returned")
 
 
 def measurements(both: pd.DataFrame) -> pd.DataFrame:
@@ -124,6 +150,15 @@ def measurements(both: pd.DataFrame) -> pd.DataFrame:
                         f"H{r.sender_head} -> L{r.receiver_layer}H{r.receiver_head} ({r.input}) (column 'group'): "
                         "pass the table hw.weight_circuits(m) returned")
     unit = np.where(kv, both["weights_group"].fillna(-1).to_numpy(dtype=np.int64), both["receiver_head"].to_numpy())
+    keys = ["sender_layer", "sender_head", "receiver_layer", "input", "unit"]
+    spread = both.assign(unit=unit).groupby(keys)["score"].agg(lambda v: float(v.max() - v.min()))
+    size = both.assign(unit=unit).groupby(keys)["score"].agg(lambda v: float(v.abs().max()))
+    apart = spread > 1e-6 * np.maximum(size, 1.0)        # one patch: its heads' scores agree within rounding
+    if apart.any():
+        sl, sh, rl, i, g = apart[apart].index[0]
+        raise LensError(f"paths gives the heads of L{rl}'s key/value group {g} different {i} scores from L{sl}H{sh} "
+                        f"({spread[apart].iloc[0]:.3g} apart): a key or value path patches the group's, one measurement "
+                        "under each head's name; pass the table hw.path_patching returned")
     once = ~both.assign(unit=unit).duplicated(["sender_layer", "sender_head", "receiver_layer", "input", "unit"])
     return both[once.to_numpy()]
 
@@ -149,13 +184,16 @@ def weights_vs_activations(composition: pd.DataFrame, paths: pd.DataFrame, setti
     """(the verdict table — composition against path patching over every input and per input, and the
     copying score against the induction score where ``heads`` and ``scores`` are given —, each receiver's
     strongest path with its rank by the weights, the note)."""
+    if heads is not None:
+        same_groups(composition, heads)
     both = matched(composition, paths)
     if heads is not None and scores is not None:
         same_heads(heads, scores)
     read = measurements(both)
-    rows = [verdict(read["weights_z"], read["path"], settings, "composition vs path patching (q, k, v)",
+    inputs = [i for i in ("q", "k", "v") if i in set(read["input"])]        # the inputs the paths hold, named
+    rows = [verdict(read["weights_z"], read["path"], settings, f"composition vs path patching ({', '.join(inputs)})",
                     "composition scores", "paths")]
-    for i in sorted(set(read["input"])):
+    for i in sorted(inputs) if len(inputs) > 1 else []:
         part = read[read["input"] == i]
         rows.append(verdict(part["weights_z"], part["path"], settings, f"composition vs path patching ({i})",
                             f"{i}-composition scores", f"paths into {i}"))

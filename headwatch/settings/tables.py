@@ -52,7 +52,7 @@ TABLES = {
                      ("through_others", "flag")),
     "logit_lens": (("run", ("clean", "corrupted")), ("depth", "count"), ("position", "any"), ("logit_diff", "number"),
                    ("rank", "number"), ("p_answer", "fraction")),
-    "circuits": (*HEAD, ("ov_copying", "number"), ("ov_copying_z", "number"), ("qk_same_token", "number")),
+    "circuits": (*HEAD, ("kv_group", "count"), ("ov_copying", "number"), ("ov_copying_z", "number"), ("qk_same_token", "number")),
     "composition": (("sender_layer", "layer"), ("sender_head", "head"), ("receiver_layer", "layer"),
                     ("receiver_head", "head"), ("input", ("q", "k", "v")), ("group", "any"), ("head_score", "number"),
                     ("score", "number"), ("z", "number")),
