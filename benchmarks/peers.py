@@ -736,12 +736,13 @@ def main(argv=None) -> int:
     if args.record:
         if args.check or args.quick:
             raise SystemExit("--record: the page shows the full form's times (not --quick, not --check)")
-        write_record(run)
+        write_record(run, None if set(args.tasks.split(",")) == set(TASKS) else args.tasks.split(","))
     return 0
 
 
-def write_record(run: dict) -> None:
-    """benchmarks/records/peers.json: the table of this run with its machine, rate, load, command, commit."""
+def write_record(run: dict, tasks: list[str] | None = None) -> None:
+    """benchmarks/records/peers.json: the table of this run with its machine, rate, load, command, commit;
+    a run of some ``tasks`` only, ``peers-<tasks>.json`` beside it (the full run's record stays whole)."""
     b, a = run["before"], run["after"]
     rate = f"{b['matmul_macs_per_s'] / 1e9:.1f} / {a['matmul_macs_per_s'] / 1e9:.1f} G multiply-adds/s before / after"
     head = (f"Measured {run['date']} at commit `{run['commit']}`: `{run['command']}` ({run['form']} form, "
@@ -750,11 +751,13 @@ def write_record(run: dict) -> None:
             f"TransformerLens {run['transformer_lens']}, nnsight {run['nnsight']}.")
     notes = [f"- {t['task']}: compared {t['compared']} (tolerance {t['tolerance']:g})"
              + ("; " + "; ".join(t["notes"]) if t["notes"] else "") for t in run["tasks"]]
-    record = dict(title="headwatch against TransformerLens and nnsight, every task in one run (benchmarks/peers.py)",
+    which = "every task" if tasks is None else f"the tasks {', '.join(tasks)}"
+    record = dict(title=f"headwatch against TransformerLens and nnsight, {which} in one run (benchmarks/peers.py)",
                   method=__doc__.split("\n\n")[2].replace("\n", " ").strip(),
                   table="\n".join([head, "", table(run["tasks"]), "", *notes]), run=run)
-    (ROOT / "benchmarks" / "records" / "peers.json").write_text(json.dumps(record, indent=1) + "\n")
-    print("wrote benchmarks/records/peers.json")
+    path = ROOT / "benchmarks" / "records" / ("peers.json" if tasks is None else f"peers-{'-'.join(tasks)}.json")
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

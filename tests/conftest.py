@@ -26,9 +26,9 @@ torch.set_num_threads(1)
 
 
 #: The modules that run the workflow end to end, the longest first: collected before the others, so
-#: that under pytest-xdist (``make test``: ``-n 2 --dist loadfile --no-loadscope-reorder``, one worker
-#: per core, a whole module per worker so that its runs are made once) the long runs start at once on
-#: both workers and the short modules fill in beside them.
+#: that under pytest-xdist (``make test``: ``-n 3 --dist loadfile --no-loadscope-reorder`` on 2 cores, one
+#: worker more than the cores, a whole module per worker so that its runs are made once) the long runs
+#: start at once and the short modules fill in beside them.
 FIRST = ("test_workflow.py", "test_sweep_workflow.py", "test_gpu_check.py", "test_slurm.py",
          "test_families_workflow.py", "test_bad_inputs.py", "test_hostile.py")
 #: Modules that read another module's run, so go to its worker as one unit: the sweep's tests read

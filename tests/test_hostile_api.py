@@ -35,6 +35,10 @@ import headwatch as hw
 import headwatch.api as api
 from headwatch.settings.tables import TABLES
 
+#: A refusal slower than this read or computed what it should have refused first (each takes well under a
+#: second alone; the bound is wide so that a loaded machine passes: speed is benchmarks/' business).
+HANG_S = 10.0
+
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = pd.DataFrame(dict(clean=["When Mary and John went to the shop, John gave a drink to"],
                           corrupted=["When Alice and Bob went to the shop, Tom gave a drink to"],
@@ -699,7 +703,7 @@ def test_every_public_function_refuses_what_it_cannot_use(name, ctx, watched, ca
         chained = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
         assert chained is None or type(chained).__module__.startswith("headwatch"), f"{what} (chained to {chained!r})"
         assert message.startswith(f"hw.{name}: ") and "\n" not in message and case.said in message, what
-        assert seconds < 1.0, f"{what} ({seconds:.2f} s)"
+        assert seconds < HANG_S, f"{what} ({seconds:.2f} s: it read or computed what it should refuse first)"
         assert watched == [], f"{what} (a model pass ran first)"
         out = capsys.readouterr()
         assert out.out == out.err == "", f"{what} (printed {out.out + out.err!r})"
@@ -744,7 +748,7 @@ def test_a_hub_id_not_in_the_cache_is_refused_at_once_where_the_hub_cannot_be_re
                        r"not in this machine's Hugging Face cache, and hub.example:8443 cannot be reached \(Name or "
                        r"service not known\); download it"):
         hw.load_model("someone/no-such-model")
-    assert time.perf_counter() - t0 < 1
+    assert time.perf_counter() - t0 < HANG_S       # one connection attempt, not the hub client's retries (25 s)
     asked = []
     monkeypatch.setattr(socket, "create_connection", lambda address, timeout=None: asked.append((address, timeout))
                         or SimpleNamespace(close=lambda: None))

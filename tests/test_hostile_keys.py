@@ -34,6 +34,10 @@ import headwatch as hw
 import headwatch.api as api
 from headwatch.settings.tables import KEYS
 
+#: A refusal slower than this read or computed what it should have refused first (each takes well under a
+#: second alone; the bound is wide so that a loaded machine passes: speed is benchmarks/' business).
+HANG_S = 10.0
+
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = pd.DataFrame(dict(clean=["When Mary and John went to the shop, John gave a drink to",
                                  "When Tom and Kate went to the park, Kate gave a ball to"],
@@ -317,6 +321,7 @@ pathlib.Path({marker!r}).write_text("the folder's code ran")
 from transformers import PreTrainedTokenizerFast
 
 
+
 class MarkerTokenizer(PreTrainedTokenizerFast):
     pass
 """
@@ -485,7 +490,7 @@ def test_long_pairs_are_refused_by_the_memory_estimate_before_they_are_tokenized
     with pytest.raises(hw.ConfigError, match=r"^hw.patch_heads: prompts: activation patching of 1000 prompts of \d+ "
                                              r"tokens .* more than this machine's memory"):
         hw.patch_heads(t["m"], many)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < HANG_S
 
 
 def test_plot_scores_draws_its_documented_maximum(t):
@@ -521,5 +526,5 @@ def test_bounded_inputs_are_refused_with_little_memory(t):
         t0 = time.perf_counter()
         with pytest.raises(hw.ConfigError):
             call()
-        assert time.perf_counter() - t0 < 1.0
+        assert time.perf_counter() - t0 < HANG_S
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024       # KiB
