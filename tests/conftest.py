@@ -31,10 +31,10 @@ torch.set_num_threads(1)
 #: start at once and the short modules fill in beside them.
 FIRST = ("test_workflow.py", "test_sweep_workflow.py", "test_gpu_check.py", "test_slurm.py",
          "test_families_workflow.py", "test_bad_inputs.py", "test_hostile.py")
-#: Modules that read another module's run, so go to its worker as one unit: the sweep's tests read
-#: the whole tiny DAG's run (``dag_run``), which trains the sweep, instead of training it again, and
-#: the device tests set their run on the emulated GPU beside it.
-SHARED_RUNS = {"test_sweep_workflow.py": "test_workflow.py", "test_device.py": "test_workflow.py"}
+#: Modules that add to another module's run, so go to its worker as one unit: the sweep's tests run
+#: more of the whole tiny DAG's run (``dag_run``, which trains the sweep) in its folder, where the
+#: workflow's tests expect nothing left to do. (The device test only reads the run, from any worker.)
+SHARED_RUNS = {"test_sweep_workflow.py": "test_workflow.py"}
 
 
 def pytest_collection_modifyitems(items):
@@ -62,11 +62,31 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.fixture(scope="session")
 def dag_run(tmp_path_factory, tiny_model_dir):
-    """(workdir, configfile, config): the whole DAG on the tiny config, once per session (the
-    workflow and sweep modules share a worker for it: :data:`SHARED_RUNS`)."""
-    from workflow import whole_dag
+    """(workdir, configfile, config): the whole DAG on the tiny config, once per run of the tests. Under
+    pytest-xdist the first worker that asks builds it, holding a lock in the folder the workers share; the
+    others wait for it and read it (the workflow and sweep modules, which add to its folder, share a worker:
+    :data:`SHARED_RUNS`; the device test reads its results as made: :func:`workflow.pristine`)."""
+    import fcntl
+    import json
+    import shutil
 
-    return whole_dag(tmp_path_factory.mktemp("workflow"), tiny_model_dir)
+    from workflow import pristine, whole_dag
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent                  # pytest-N: this run's, every worker's basetemp beside it
+    made = shared / "dag_run.json"
+    with open(shared / "dag_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)         # released when the file closes, or the worker dies
+        if not made.exists():
+            (shared / "dag-run").mkdir(exist_ok=True)
+            workdir, configfile, config = whole_dag(shared / "dag-run" / "workflow", tiny_model_dir)
+            for part in ("results", ".snakemake/metadata"):
+                if (workdir / part).exists():
+                    shutil.copytree(workdir / part, pristine(workdir) / part, symlinks=True)
+            made.write_text(json.dumps(dict(workdir=str(workdir), configfile=str(configfile), config=config)))
+    run = json.loads(made.read_text())
+    return Path(run["workdir"]), Path(run["configfile"]), run["config"]
 
 
 @pytest.fixture

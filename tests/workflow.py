@@ -53,6 +53,12 @@ def git(workdir: Path, *args: str) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
+def pristine(workdir: Path) -> Path:
+    """Where the whole DAG's results (and Snakemake's metadata) are kept as its run made them, beside
+    ``workdir``: the sweep's tests add to the run's own folder while other workers read it."""
+    return workdir.parent / "pristine"
+
+
 def whole_dag(workdir: Path, model_dir: Path) -> tuple[Path, Path, dict]:
     """The whole DAG on the tiny config (the vocab study included) in a committed checkout
     ``workdir``, timed as `make laptop` times its run (``results/timing/laptop.json``): the one run
