@@ -1666,7 +1666,8 @@ def weights_vs_paths(circuits: pd.DataFrame, paths: pd.DataFrame, scores: pd.Dat
                      **overrides) -> pd.DataFrame:
     """Do the weights predict the paths that matter? The composition scores (:func:`weight_circuits`) against
     :func:`path_patching`'s paths on the same edges — Spearman's ρ, its bootstrap interval and the null's
-    range (scores independent of the paths) —, over every input and per input, and with ``scores``
+    range (scores independent of the paths) —, over the inputs the paths hold (named in the row) and, with more
+    than one, per input, and with ``scores``
     (:func:`head_scores`, one row per head of the circuits' model) the OV copying score against the induction
     score; each row a verdict (yes, no, or not resolved: ``comparison, n, rho, low, high, null_low, null_high,
     p_null, resolved, verdict``). A query path counts once per receiving head, a key or value path once per

@@ -149,18 +149,20 @@ def measurements(both: pd.DataFrame) -> pd.DataFrame:
         raise LensError(f"circuits.attrs['tables']['composition'] holds no key/value group for L{r.sender_layer}"
                         f"H{r.sender_head} -> L{r.receiver_layer}H{r.receiver_head} ({r.input}) (column 'group'): "
                         "pass the table hw.weight_circuits(m) returned")
-    unit = np.where(kv, both["weights_group"].fillna(-1).to_numpy(dtype=np.int64), both["receiver_head"].to_numpy())
+    framed = both.assign(unit=np.where(kv, both["weights_group"].fillna(-1).to_numpy(dtype=np.int64),
+                                       both["receiver_head"].to_numpy()))
     keys = ["sender_layer", "sender_head", "receiver_layer", "input", "unit"]
-    spread = both.assign(unit=unit).groupby(keys)["score"].agg(lambda v: float(v.max() - v.min()))
-    size = both.assign(unit=unit).groupby(keys)["score"].agg(lambda v: float(v.abs().max()))
-    apart = spread > 1e-6 * np.maximum(size, 1.0)        # one patch: its heads' scores agree within rounding
+    score = framed.groupby(keys)["score"]
+    spread = score.max() - score.min()
+    # One patch: its heads' rows are one computation (equal bit for bit on the CPU); the bound leaves room
+    # only for the rounding of another row of a batch on a GPU.
+    apart = spread > 1e-6 * np.maximum(np.maximum(score.max().abs(), score.min().abs()), 1.0)
     if apart.any():
         sl, sh, rl, i, g = apart[apart].index[0]
         raise LensError(f"paths gives the heads of L{rl}'s key/value group {g} different {i} scores from L{sl}H{sh} "
                         f"({spread[apart].iloc[0]:.3g} apart): a key or value path patches the group's, one measurement "
                         "under each head's name; pass the table hw.path_patching returned")
-    once = ~both.assign(unit=unit).duplicated(["sender_layer", "sender_head", "receiver_layer", "input", "unit"])
-    return both[once.to_numpy()]
+    return both[~framed.duplicated(keys).to_numpy()]
 
 
 def same_heads(circuits: pd.DataFrame, scores: pd.DataFrame) -> None:
